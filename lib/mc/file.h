@@ -1,0 +1,56 @@
+/*
+ * file.h - read-only file maps and atomic file writing.
+ *
+ * mc_map maps a whole file read-only (an empty file maps to len 0, data NULL).
+ * mc_afile writes a file under a temporary name in the destination's own
+ * directory ("NAME.tmp.XXXXXX"), buffers the writes, and on commit fsyncs,
+ * renames over the final name and fsyncs the directory; on abort (or any
+ * failed write: a full disk, a file-size limit) it unlinks the temporary,
+ * so nothing half-written ever carries the final name.
+ */
+#ifndef MC_FILE_H
+#define MC_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "mc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mc_map {
+    const unsigned char *data;
+    size_t len;
+} mc_map;
+
+mc_status mc_map_file(const char *path, mc_map *m, mc_error *err);
+void mc_unmap(mc_map *m);
+
+typedef struct mc_afile {
+    char *path;      /* final name */
+    char *tmp;       /* temporary name while open */
+    int fd;
+    unsigned char *buf;
+    size_t len, cap;
+    uint64_t written; /* bytes handed to write() plus buffered */
+} mc_afile;
+
+mc_status mc_afile_open(mc_afile *f, const char *path, mc_error *err);
+mc_status mc_afile_write(mc_afile *f, const void *p, size_t n, mc_error *err);
+/* Overwrite bytes at an absolute offset already written (flushes first). */
+mc_status mc_afile_pwrite(mc_afile *f, const void *p, size_t n, uint64_t off, mc_error *err);
+mc_status mc_afile_commit(mc_afile *f, mc_error *err);
+void mc_afile_abort(mc_afile *f); /* safe to call twice, or after commit */
+
+/* Whether the directory that would hold path exists and is writable; the
+ * error names it ("out/x_text_document.bin: directory 'out' does not exist"). */
+mc_status mc_check_output_dir(const char *path, mc_error *err);
+
+/* Read a whole (small) file into a NUL-terminated malloc'd buffer. */
+mc_status mc_read_file(const char *path, char **data, size_t *len, mc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
