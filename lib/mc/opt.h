@@ -12,6 +12,7 @@
 #define MC_OPT_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "mc/status.h"
 
 #ifdef __cplusplus
