@@ -1,0 +1,73 @@
+/*
+ * preprocess.h - the preprocessing pipeline: documents in, indexed datasets out.
+ *
+ * Reads records from a docsource in order, tokenizes them on worker threads,
+ * and appends them to one indexed dataset per JSON key, in input order, so
+ * the output is byte-identical for any number of workers. Memory is bounded
+ * by two batches in flight (a batch is at most batch_documents records or
+ * batch_bytes of text), never by the size of the corpus.
+ */
+#ifndef MC_PREPROCESS_H
+#define MC_PREPROCESS_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "mc/status.h"
+#include "mc/docsource.h"
+#include "mc/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mc_preprocess_stats {
+    uint64_t records;         /* records read, skipped ones included */
+    uint64_t documents;       /* documents written (per dataset) */
+    uint64_t tokens;          /* tokens written, summed over datasets */
+    uint64_t text_bytes;      /* bytes of text tokenized */
+    uint64_t input_done;      /* input bytes consumed (compressed for .zst) */
+    uint64_t input_total;     /* total input bytes; 0 when unknown (stdin) */
+    uint64_t skipped_invalid; /* malformed JSON, missing key, non-string value */
+    uint64_t skipped_empty;   /* empty documents */
+    double seconds;           /* wall time so far */
+} mc_preprocess_stats;
+
+/* Called on the calling thread after each batch is written (final = 0) and
+ * once at the end (final = 1). */
+typedef void (*mc_progress_fn)(void *ctx, const mc_preprocess_stats *s, int final);
+
+typedef struct mc_preprocess_config {
+    const char *const *inputs;   /* files, globs, "-" */
+    size_t n_inputs;
+    mc_docsource_config source;
+    const char *const *json_keys; /* JSONL keys (default "text"); text input uses "text" */
+    size_t n_json_keys;
+    const mc_tokenizer *tokenizer;
+    int append_eod;              /* append the tokenizer's EOD id to every document */
+    int workers;                 /* tokenizing threads, >= 1 */
+    int skip_invalid;            /* skip and count bad records instead of failing */
+    const char *output_prefix;   /* datasets are OUTPUT_PREFIX_<key>_document */
+    size_t batch_documents;      /* 0: default 2048 */
+    size_t batch_bytes;          /* 0: default 8 MiB */
+    mc_progress_fn progress;
+    void *progress_ctx;
+    volatile sig_atomic_t *cancel; /* when it becomes non-zero, stop and write nothing */
+} mc_preprocess_config;
+
+void mc_preprocess_config_init(mc_preprocess_config *c);
+
+/* Run the pipeline. On success every dataset is in place; on failure none of
+ * this run's outputs exists under its final name. */
+mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *stats,
+                            mc_error *err);
+
+/* "PREFIX_KEY_document" into dst (Megatron's naming); MC_ERR_LIMIT if it does
+ * not fit. */
+mc_status mc_dataset_prefix(char *dst, size_t size, const char *output_prefix,
+                            const char *key, mc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
