@@ -1,0 +1,36 @@
+# common.bash - shared set-up for the bats tests of mc's tools.
+# The harness (Makefile.am) exports top_srcdir and top_builddir.
+
+load /usr/lib/bats/bats-support/load
+load /usr/lib/bats/bats-assert/load
+
+: "${top_srcdir:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+MC_PREPROCESS="$top_builddir/tools/mc-preprocess/mc-preprocess"
+MC_PYTHON="${MC_PYTHON:-$top_srcdir/.venv/bin/python}"
+DOCS=/usr/share/doc/python3.11/html/_sources
+
+# Skip, saying why, when the Python interoperability environment (numpy,
+# tokenizers, tiktoken) is absent; the README's test command installs it.
+require_python_module() {
+    [ -x "$MC_PYTHON" ] || skip "no Python at $MC_PYTHON (run scripts/setup.sh check to make the venv)"
+    "$MC_PYTHON" -c "import $1" 2>/dev/null || skip "Python module $1 is not installed in $MC_PYTHON"
+}
+
+# A byte-level BPE tokenizer trained by mc on a few files of the demo corpus,
+# made once per test file.
+small_tokenizer() {
+    local t="$BATS_FILE_TMPDIR/small_tokenizer.json"
+    if [ ! -f "$t" ]; then
+        [ -d "$DOCS" ] || skip "demo corpus $DOCS missing (Debian package python3.11-doc)"
+        "$MC_PREPROCESS" --train-tokenizer --vocab-size 600 --output "$t" --input-format text \
+            --quiet "$DOCS"/tutorial/*.txt >/dev/null
+    fi
+    echo "$t"
+}
+
+# Assert that no dataset file (final or temporary) exists for PREFIX.
+assert_no_dataset() {
+    run bash -c "ls '$1'* 2>/dev/null"
+    assert_output ""
+}
