@@ -25,9 +25,12 @@ const char MC_PATTERN_LLAMA3[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* Megatron's PATTERN_TIKTOKEN (megatron/training/tokenizer/tokenizer.py)
+ * verbatim: note the possessive quantifiers and "\s*[\r\n]" (one line end),
+ * unlike Llama-3's "\s*[\r\n]+". */
 const char MC_PATTERN_TIKTOKEN_V1[] =
-    "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "[^\\r\\n\\p{L}\\p{N}]?+\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*|"
+    "\\s*[\\r\\n]|\\s+(?!\\S)|\\s+";
 
 const char MC_PATTERN_TIKTOKEN_V2[] =
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
