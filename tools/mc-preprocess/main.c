@@ -39,7 +39,7 @@ enum {
     OPT_TIKTOKEN_SPECIAL, OPT_APPEND_EOD, OPT_WORKERS, OPT_LOG_INTERVAL,
     OPT_SKIP_INVALID, OPT_MAX_DOC_BYTES, OPT_TRAIN_TOKENIZER, OPT_OUTPUT,
     OPT_TOKENIZER_PATTERN, OPT_SPECIAL_TOKENS, OPT_MIN_FREQUENCY, OPT_MERGE,
-    OPT_INSPECT, OPT_SHOW, OPT_QUIET
+    OPT_INSPECT, OPT_SHOW, OPT_QUIET, OPT_PARTITIONS, OPT_KEEP_SEQUENTIAL
 };
 
 static const mc_option options[] = {
@@ -95,6 +95,10 @@ static const mc_option options[] = {
      "With --inspect: print document N (0-based), detokenized when a tokenizer is given, "
      "else as ids."},
     {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "No progress or summary on stderr."},
+    {"partitions", MC_OPT_REQUIRED, OPT_PARTITIONS, "N",
+     "Accepted for Megatron compatibility and ignored: mc streams the input on --workers threads."},
+    {"keep-sequential-samples", MC_OPT_NONE, OPT_KEEP_SEQUENTIAL, NULL,
+     "Accepted for Megatron compatibility and ignored: mc always keeps the input order."},
     {NULL, 0, 0, NULL, NULL},
 };
 
@@ -229,6 +233,12 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
         case OPT_INSPECT: a->inspect = arg; break;
         case OPT_SHOW: st = mc_parse_i64("--show", arg, 0, INT64_MAX, &a->show, err); break;
         case OPT_QUIET: a->quiet = 1; break;
+        case OPT_PARTITIONS: {
+            int64_t ignored;
+            st = mc_parse_i64("--partitions", arg, 1, INT32_MAX, &ignored, err);
+            break;
+        }
+        case OPT_KEEP_SEQUENTIAL: break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "unhandled option %d", key); break;
         }
         if (st == MC_ERR_NOMEM) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
