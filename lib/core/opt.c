@@ -394,9 +394,11 @@ int mc_cli_next(mc_cli *cli, const char **arg, mc_error *err)
         if (c == ':') {
             const mc_option *o = find_by_key(cli->opts, optopt);
             if (is_long || !is_short_key(optopt)) {
-                option_word(word, wbuf, sizeof wbuf);
-                if (o && strncmp(wbuf, "--", 2) != 0)
+                /* Name the option in full even when it was abbreviated. */
+                if (o)
                     snprintf(wbuf, sizeof wbuf, "--%s", o->name);
+                else
+                    option_word(word, wbuf, sizeof wbuf);
                 mc_error_set(err, MC_ERR_USAGE, "option '%s' requires an argument", wbuf);
             } else {
                 mc_error_set(err, MC_ERR_USAGE, "option '-%c' requires an argument", optopt);

@@ -434,6 +434,7 @@ static void test_options(void)
     cli_error_case((char *[]){"mc-test", "--workers", NULL},
                    "option '--workers' requires an argument");
     cli_error_case((char *[]){"mc-test", "x", "-o", NULL}, "option '-o' requires an argument");
+    cli_error_case((char *[]){"mc-test", "--outp", NULL}, "option '--output' requires an argument");
     cli_error_case((char *[]){"mc-test", "--append-eod=1", NULL},
                    "option '--append-eod' doesn't allow an argument");
     cli_error_case((char *[]){"mc-test", "--work", "3", NULL},
