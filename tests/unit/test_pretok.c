@@ -1,8 +1,8 @@
 /*
  * test_pretok.c - pre-tokenization against Hugging Face tokenizers' Split
  * (Regex, behavior "isolated"): the expected pieces below were printed by
- * tokenizers 0.23 (/tmp script: pre_tokenizers.Split(Regex(p), "isolated")
- * .pre_tokenize_str(text)) for each of mc's four patterns. Also: the UTF-8
+ * tokenizers 0.23 (tests/golden/make_pretok_golden.py) for each of mc's
+ * four patterns. Also: the UTF-8
  * validity scan (RFC 3629 edge cases), invalid byte runs as pieces, and the
  * error paths (bad pattern, a callback that stops the split).
  */
@@ -27,6 +27,7 @@ static const golden cases[] = {
     {"gpt2", "a/b//c http://x.y/z", {"a", "/", "b", "//", "c", " http", "://", "x", ".", "y", "/", "z", NULL}},
     {"gpt2", "\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d"" \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d"" \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", {"\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d""", " \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d""", " \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", NULL}},
     {"gpt2", "x = f(a, b)\x0a""    return x**2  # done\x0a""", {"x", " =", " f", "(", "a", ",", " b", ")", "\x0a""   ", " return", " x", "**", "2", " ", " #", " done", "\x0a""", NULL}},
+    {"gpt2", "camelCaseWord HTTPServer\x0a""\x0a""\x0a"" x  \x0d""\x0a""\x0d""\x0a""", {"camelCaseWord", " HTTPServer", "\x0a""\x0a""\x0a""", " x", "  \x0d""\x0a""\x0d""\x0a""", NULL}},
     {"llama3", "Hello world, it's 2024!", {"Hello", " world", ",", " it", "'s", " ", "202", "4", "!", NULL}},
     {"llama3", "  leading   spaces\x0a""\x0a""\x09""tab\x0d""\x0a""end  ", {" ", " leading", "  ", " spaces", "\x0a""\x0a""", "\x09""tab", "\x0d""\x0a""", "end", "  ", NULL}},
     {"llama3", "I'LL DON'T we'Re", {"I", "'LL", " DON", "'T", " we", "'Re", NULL}},
@@ -35,6 +36,7 @@ static const golden cases[] = {
     {"llama3", "a/b//c http://x.y/z", {"a", "/b", "//", "c", " http", "://", "x", ".y", "/z", NULL}},
     {"llama3", "\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d"" \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d"" \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", {"\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d""", " \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d""", " \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", NULL}},
     {"llama3", "x = f(a, b)\x0a""    return x**2  # done\x0a""", {"x", " =", " f", "(a", ",", " b", ")\x0a""", "   ", " return", " x", "**", "2", " ", " #", " done", "\x0a""", NULL}},
+    {"llama3", "camelCaseWord HTTPServer\x0a""\x0a""\x0a"" x  \x0d""\x0a""\x0d""\x0a""", {"camelCaseWord", " HTTPServer", "\x0a""\x0a""\x0a""", " x", "  \x0d""\x0a""\x0d""\x0a""", NULL}},
     {"tiktoken-v1", "Hello world, it's 2024!", {"Hello", " world", ",", " it", "'s", " ", "2", "0", "2", "4", "!", NULL}},
     {"tiktoken-v1", "  leading   spaces\x0a""\x0a""\x09""tab\x0d""\x0a""end  ", {" ", " leading", "  ", " spaces", "\x0a""\x0a""", "\x09""tab", "\x0d""\x0a""", "end", "  ", NULL}},
     {"tiktoken-v1", "I'LL DON'T we'Re", {"I", "'LL", " DON", "'T", " we", "'Re", NULL}},
@@ -43,6 +45,7 @@ static const golden cases[] = {
     {"tiktoken-v1", "a/b//c http://x.y/z", {"a", "/b", "//", "c", " http", "://", "x", ".y", "/z", NULL}},
     {"tiktoken-v1", "\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d"" \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d"" \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", {"\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d""", " \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d""", " \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", NULL}},
     {"tiktoken-v1", "x = f(a, b)\x0a""    return x**2  # done\x0a""", {"x", " =", " f", "(a", ",", " b", ")\x0a""", "   ", " return", " x", "**", "2", " ", " #", " done", "\x0a""", NULL}},
+    {"tiktoken-v1", "camelCaseWord HTTPServer\x0a""\x0a""\x0a"" x  \x0d""\x0a""\x0d""\x0a""", {"camelCaseWord", " HTTPServer", "\x0a""\x0a""\x0a""", " x", "  \x0d""\x0a""\x0d""\x0a""", NULL}},
     {"tiktoken-v2", "Hello world, it's 2024!", {"Hello", " world", ",", " it", "'s", " ", "2", "0", "2", "4", "!", NULL}},
     {"tiktoken-v2", "  leading   spaces\x0a""\x0a""\x09""tab\x0d""\x0a""end  ", {" ", " leading", "  ", " spaces", "\x0a""\x0a""", "\x09""tab", "\x0d""\x0a""", "end", "  ", NULL}},
     {"tiktoken-v2", "I'LL DON'T we'Re", {"I", "'LL", " DON", "'T", " we", "'Re", NULL}},
@@ -51,6 +54,7 @@ static const golden cases[] = {
     {"tiktoken-v2", "a/b//c http://x.y/z", {"a", "/b", "//", "c", " http", "://", "x", ".y", "/z", NULL}},
     {"tiktoken-v2", "\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d"" \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d"" \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", {"\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d""", " \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d""", " \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", NULL}},
     {"tiktoken-v2", "x = f(a, b)\x0a""    return x**2  # done\x0a""", {"x", " =", " f", "(a", ",", " b", ")\x0a""", "   ", " return", " x", "**", "2", " ", " #", " done", "\x0a""", NULL}},
+    {"tiktoken-v2", "camelCaseWord HTTPServer\x0a""\x0a""\x0a"" x  \x0d""\x0a""\x0d""\x0a""", {"camel", "Case", "Word", " HTTPServer", "\x0a""\x0a""\x0a""", " x", "  \x0d""\x0a""\x0d""\x0a""", NULL}},
     /* Runs of invalid bytes are pieces of their own (not from HF, whose
      * input is a str; this is mc's documented rule in pretok.h). */
     {"gpt2", "ab\xff\xfe" "cd \xc3", {"ab", "\xff\xfe", "cd", " ", "\xc3", NULL}},
