@@ -335,11 +335,6 @@ mc_status mc_bpe_encode(mc_bpe_state *s, const char *piece, size_t len, mc_ids *
         int32_t id = b->byte_id[(unsigned char)piece[0]];
         return id >= 0 ? mc_ids_push(out, id, err) : MC_OK;
     }
-    if (b->whole) {
-        int32_t id = mc_strmap_get(b->whole, piece, len);
-        if (id >= 0) return mc_ids_push(out, id, err);
-    }
-
     uint64_t h = 0;
     size_t slot = 0;
     int cacheable = len <= CACHE_MAX_KEY;
@@ -357,8 +352,14 @@ mc_status mc_bpe_encode(mc_bpe_state *s, const char *piece, size_t len, mc_ids *
         }
     }
 
+    /* The whole-piece rule is checked after the cache: a hit there is the
+     * common case and costs one hash instead of two. */
     size_t start = out->n;
-    if (len <= BPE_SMALL_MAX) {
+    int32_t whole = b->whole ? mc_strmap_get(b->whole, piece, len) : -1;
+    if (whole >= 0) {
+        mc_status st = mc_ids_push(out, whole, err);
+        if (st != MC_OK) return st;
+    } else if (len <= BPE_SMALL_MAX) {
         size_t n = 0;
         for (size_t i = 0; i < len; i++) {
             int32_t id = b->byte_id[(unsigned char)piece[i]];

@@ -19,7 +19,7 @@
 #include "mc/tokenizer.h"
 #include "tap.h"
 
-static char datadir[4096];
+static char datadir[2048];
 static char tmpdir[] = "/tmp/mc-test-tokenizer-XXXXXX";
 
 static const char *data_path(const char *name)
