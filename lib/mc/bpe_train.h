@@ -32,7 +32,12 @@ typedef struct mc_bpe_trainer mc_bpe_trainer;
 mc_status mc_bpe_trainer_new(const mc_bpe_trainer_config *c, mc_bpe_trainer **out, mc_error *err);
 void mc_bpe_trainer_free(mc_bpe_trainer *t);
 mc_status mc_bpe_trainer_add(mc_bpe_trainer *t, const char *text, size_t len, mc_error *err);
-/* Learn the merges. Returns the number of merges learned in *n_merges. */
+/* Learn the merges. Returns the number of merges learned in *n_merges: at
+ * most vocab_size - 256 - n_special_tokens, fewer when no pair left occurs
+ * min_frequency times. Tokens 0..255 are the bytes, 256+k comes from merge k,
+ * and the special tokens take the ids right after the last merge (so
+ * vocab_size - n_special_tokens .. vocab_size - 1 when the vocabulary is
+ * full). Special tokens found in the text are cut out, never learned from. */
 mc_status mc_bpe_trainer_train(mc_bpe_trainer *t, int64_t *n_merges, mc_error *err);
 /* Write tokenizer.json (atomically). */
 mc_status mc_bpe_trainer_write_json(const mc_bpe_trainer *t, const char *path, mc_error *err);
