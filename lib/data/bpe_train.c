@@ -50,7 +50,6 @@ void mc_bpe_trainer_config_init(mc_bpe_trainer_config *c)
     c->min_frequency = 2;
 }
 
-
 /* ---- containers ---------------------------------------------------------- */
 
 /* Grow *p (elements of size sz) so that it holds at least need elements. */
@@ -58,7 +57,10 @@ static bool grow(void **p, size_t *cap, size_t need, size_t sz)
 {
     if (need <= *cap) return true;
     size_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / sz) return false;
+        c *= 2;
+    }
     void *q = realloc(*p, c * sz);
     if (!q) return false;
     *p = q;
