@@ -21,7 +21,7 @@ echo "corpus: ${#files[@]} files, $(cat "${files[@]}" | wc -c) bytes, read $repe
 
 tok=$work/tok50257.json
 t0=$(date +%s.%N)
-"$mcp" --train-tokenizer --vocab-size 50257 --input-format text --quiet --output "$tok" "${files[@]}" >/dev/null
+"$mcp" --train-tokenizer --vocab-size 50257 --min-frequency 1 --input-format text --quiet --output "$tok" "${files[@]}" >/dev/null
 t1=$(date +%s.%N)
 printf 'mc tokenizer training, 50257 vocab: %.2f s\n' "$(echo "$t1 - $t0" | bc)"
 

@@ -114,6 +114,12 @@ static mc_status expand_file(expander *x, const char *path, int depth, const cha
             i++;
             continue;
         }
+        if (c == '\\' && i + 1 < len && text[i + 1] == '\n') {
+            /* a line continuation between words is only whitespace */
+            line++;
+            i += 2;
+            continue;
+        }
         if (c == '#') {
             while (i < len && text[i] != '\n')
                 i++;

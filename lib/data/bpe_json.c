@@ -2,7 +2,7 @@
  * bpe_json.c - a byte-level BPE model written as a Hugging Face
  * tokenizer.json: one vocabulary entry and one merge per line (diffs of two
  * vocabularies stay readable), merges in the ["a", "b"] form, which stays
- * unambiguous whatever a token holds. Also owns GPT-2's byte-level alphabet.
+ * unambiguous whatever a token holds. Spells tokens with GPT-2's byte-level alphabet (bytelevel.c).
  */
 #include <stdbool.h>
 #include <string.h>
@@ -10,28 +10,16 @@
 #include "mc/buf.h"
 #include "mc/file.h"
 #include "bpe_json.h"
+#include "tok_internal.h"
 
-/* GPT-2's byte-level alphabet: the printable bytes '!'..'~', U+00A1..U+00AC
- * and U+00AE..U+00FF stand for themselves; the other 68 bytes, in increasing
- * order, become U+0100, U+0101, ... so no token ever holds a space or a
- * control character. */
+/* GPT-2's byte-level alphabet as strings, from the one map in bytelevel.c. */
 void mc_bpe_bytelevel_table(char tab[256][3])
 {
-    unsigned extra = 0;
     for (unsigned b = 0; b < 256; b++) {
-        bool self = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
-        unsigned cp = self ? b : 256 + extra++;
-        if (cp < 0x80) {
-            tab[b][0] = (char)cp;
-            tab[b][1] = 0;
-        } else {
-            tab[b][0] = (char)(0xc0 | (cp >> 6));
-            tab[b][1] = (char)(0x80 | (cp & 0x3f));
-            tab[b][2] = 0;
-        }
+        size_t n = mc_bytelevel_encode_byte(b, tab[b]);
+        tab[b][n] = 0;
     }
 }
-
 
 /* A JSON string literal of UTF-8 text (validated by the caller). */
 static mc_status json_text(mc_buf *b, const char *s, mc_error *err)

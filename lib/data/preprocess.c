@@ -23,7 +23,7 @@
 #define DEFAULT_BATCH_BYTES (8u << 20)
 #define CHUNK 8 /* records a worker takes at a time */
 
-enum slot_state { SLOT_OK, SLOT_INVALID, SLOT_EMPTY, SLOT_FATAL };
+enum slot_state { SLOT_OK, SLOT_BLANK, SLOT_INVALID, SLOT_EMPTY, SLOT_FATAL };
 
 typedef struct slot {
     size_t off, len;      /* the record's bytes in the batch arena */
@@ -117,6 +117,12 @@ static void process_record(worker_ctx *w, batch *b, slot *s) {
             lens[k] = w->vals[k].len;
         }
     } else {
+        /* Blank lines separate documents in a text file; they are not
+         * documents themselves (as blank JSONL lines are not records). */
+        if (p->c->source.lines && s->len == 0) {
+            s->state = SLOT_BLANK;
+            return;
+        }
         texts[0] = data;
         lens[0] = s->len;
     }
@@ -259,6 +265,7 @@ static mc_status write_batch(pipeline *p, batch *b, mc_idx_writer **writers,
                              mc_preprocess_stats *st, mc_error *err) {
     for (size_t i = 0; i < b->n; i++) {
         slot *s = &b->slots[i];
+        if (s->state == SLOT_BLANK) continue;
         st->records++;
         if (s->state != SLOT_OK) {
             if (s->state != SLOT_FATAL && p->c->skip_invalid) {

@@ -109,8 +109,8 @@ null_args=(--tokenizer-type NullTokenizer --vocab-size 100)
     cmp doc2.txt back2.txt
 }
 
-@test "--lines makes one document per line" {
-    printf '1 2\n3\n4 5 6\n' > ids.txt
+@test "--lines makes one document per line; blank lines are not documents" {
+    printf '1 2\n3\n\n4 5 6\n\n' > ids.txt
     "$MC_PREPROCESS" "${null_args[@]}" --input-format text --lines --output-prefix l ids.txt
     run "$MC_PREPROCESS" --inspect l_text_document
     assert_output --partial "documents:  3"
@@ -214,7 +214,7 @@ null_args=(--tokenizer-type NullTokenizer --vocab-size 100)
     run "$MC_PREPROCESS" --tokenizer-type HuggingFaceTokenizer --tokenizer-model novocab.json --output-prefix out ok.jsonl
     assert_failure 1
     assert_output --partial "novocab.json: missing model.vocab"
-    printf '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b", "a zz"]}}' > badmerge.json
+    printf '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b", "a zz"]}}' > badmerge.json
     run "$MC_PREPROCESS" --tokenizer-type HuggingFaceTokenizer --tokenizer-model badmerge.json --output-prefix out ok.jsonl
     assert_failure 1
     assert_output --partial "badmerge.json"

@@ -202,7 +202,7 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
             a->tok.tiktoken_pattern = arg;
             break;
         case OPT_TIKTOKEN_NUM_SPECIAL:
-            st = mc_parse_i64("--tiktoken-num-special-tokens", arg, 0, 1 << 20,
+            st = mc_parse_i64("--tiktoken-num-special-tokens", arg, 0, 1000000,
                               &a->tok.tiktoken_num_special_tokens, err);
             break;
         case OPT_TIKTOKEN_SPECIAL:
@@ -223,7 +223,7 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
         case OPT_TOKENIZER_PATTERN:
             a->pattern = mc_pattern_by_name(arg);
             if (!a->pattern)
-                st = mc_error_set(err, MC_ERR_USAGE, "--tokenizer-pattern: expected gpt2 or llama3, got '%s'", arg);
+                st = mc_error_set(err, MC_ERR_USAGE, "--tokenizer-pattern: expected gpt2, llama3, tiktoken-v1 or tiktoken-v2, got '%s'", arg);
             break;
         case OPT_SPECIAL_TOKENS:
             st = push_list(&a->special, &a->n_special, (char *)arg) ? MC_ERR_NOMEM : MC_OK;
@@ -328,11 +328,11 @@ static mc_status load_tokenizer(args *a, mc_tokenizer **tok, mc_error *err) {
         a->tok.tiktoken_special_tokens = a->tik_special;
         a->tok.n_tiktoken_special_tokens = a->n_tik_special;
     }
-    if (a->tok.kind == MC_TOKENIZER_NULL) {
-        if (!a->vocab_size)
-            return mc_error_set(err, MC_ERR_USAGE, "NullTokenizer needs --vocab-size");
+    if (a->tok.kind == MC_TOKENIZER_NULL && !a->vocab_size)
+        return mc_error_set(err, MC_ERR_USAGE, "NullTokenizer needs --vocab-size");
+    /* TikTokenizer: --vocab-size keeps the first ranks, as Megatron does. */
+    if (a->tok.kind == MC_TOKENIZER_NULL || a->tok.kind == MC_TOKENIZER_TIKTOKEN)
         a->tok.vocab_size = a->vocab_size;
-    }
     return mc_tokenizer_load(&a->tok, tok, err);
 }
 
@@ -458,6 +458,13 @@ static mc_status run_train_tokenizer(args *a, mc_error *err) {
                     rd + tr_s, rd, tr_s, skipped ? "; some records skipped" : "");
             if (skipped)
                 fprintf(stderr, "%s: skipped %llu invalid records\n", PROG, (unsigned long long)skipped);
+            int64_t want = tc.vocab_size - 256 - (int64_t)(tc.special_tokens ? tc.n_special_tokens : 0);
+            if (merges < want)
+                fprintf(stderr,
+                        "%s: warning: the vocabulary has %lld tokens, not %lld: no pair left "
+                        "occurs --min-frequency (%lld) times; use more text or --min-frequency 1\n",
+                        PROG, (long long)(tc.vocab_size - (want - merges)), (long long)tc.vocab_size,
+                        (long long)tc.min_frequency);
         }
         printf("%s\n", a->output);
     }
