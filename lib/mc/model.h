@@ -1,0 +1,126 @@
+/*
+ * model.h - GPT- and Llama-family decoder-only transformers built from
+ * parallel layers (column/row-parallel linears, vocab-parallel embedding and
+ * cross-entropy, heads split over tensor parallelism).
+ *
+ * The model owns its parameters, their gradients and its activations, all
+ * in backend memory. Parameters live in one contiguous fp32 buffer and
+ * gradients in another (same order), so the optimizer and the gradient norm
+ * run over one span. Each parameter is described by an mc_param with its
+ * Megatron Core state-dict name and its global shape; a checkpoint stores
+ * the global tensors and a grid is only a loading concern.
+ */
+#ifndef MC_MODEL_H
+#define MC_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "mc/comm.h"
+#include "mc/kern.h"
+#include "mc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mc_norm_kind { MC_NORM_LAYERNORM = 0, MC_NORM_RMSNORM = 1 } mc_norm_kind;
+typedef enum mc_pos_kind { MC_POS_LEARNED = 0, MC_POS_ROPE = 1 } mc_pos_kind;
+
+/* The architecture, in Megatron's terms (its flag names in comments). */
+typedef struct mc_model_config {
+    int num_layers;               /* --num-layers */
+    int hidden_size;              /* --hidden-size */
+    int num_attention_heads;      /* --num-attention-heads */
+    int num_query_groups;         /* --num-query-groups (== heads without --group-query-attention) */
+    int ffn_hidden_size;          /* --ffn-hidden-size (0: 4 * hidden, or Llama's rule with --swiglu) */
+    int kv_channels;              /* head dim; 0: hidden / heads */
+    int seq_length;               /* --seq-length */
+    int max_position_embeddings;  /* --max-position-embeddings */
+    int64_t vocab_size;           /* the tokenizer's size, before padding */
+    int make_vocab_size_divisible_by; /* --make-vocab-size-divisible-by (default 128) */
+    int64_t padded_vocab_size;    /* computed by mc_model_config_finish */
+    mc_norm_kind normalization;   /* --normalization LayerNorm|RMSNorm */
+    float norm_epsilon;           /* --norm-epsilon (1e-5) */
+    int swiglu;                   /* --swiglu */
+    mc_pos_kind position_embedding_type; /* --position-embedding-type learned_absolute|rope */
+    float rotary_base;            /* --rotary-base (10000) */
+    int untie_embeddings_and_output_weights; /* --untie-embeddings-and-output-weights */
+    int add_bias_linear;          /* 0 with --disable-bias-linear */
+    float init_method_std;        /* --init-method-std (0.02) */
+} mc_model_config;
+
+/* Megatron's defaults (GPT-style: LayerNorm, GELU, learned positions, biases,
+ * tied embeddings); fields left 0 are derived by mc_model_config_finish. */
+void mc_model_config_init(mc_model_config *c);
+/* Fill a preset by name: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b,
+ * llama-160m, llama-1b, tiny-gpt, tiny-llama (see mc-train(1)). Fields the
+ * user sets afterwards override the preset. */
+mc_status mc_model_preset(const char *name, mc_model_config *c, mc_error *err);
+/* Names of the presets, NULL-terminated. */
+const char *const *mc_model_preset_names(void);
+/* Derive the defaults and check the configuration against itself and the
+ * tensor-parallel size (heads and groups divisible, ...). Pads the vocab as
+ * Megatron does: up to a multiple of make_vocab_size_divisible_by * tp. */
+mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err);
+
+/* One parameter. Global shape [rows, cols] (cols = 1 for vectors, ndim = 1).
+ * This rank holds rows [row0, row0 + local_rows) and columns
+ * [col0, col0 + local_cols): column-parallel weights split rows (split_dim
+ * 0), row-parallel weights split columns (split_dim 1), replicated
+ * parameters have split_dim -1. */
+typedef struct mc_param {
+    char name[128];     /* Megatron Core state-dict name */
+    int ndim;
+    int64_t rows, cols;             /* global */
+    int64_t local_rows, local_cols; /* on this rank */
+    int64_t row0, col0;
+    int split_dim;
+    int no_weight_decay;            /* biases and norm weights */
+    float init_std;                 /* 0: constant init_value */
+    float init_value;
+    size_t offset;                  /* element offset in the parameter buffer */
+    size_t numel;                   /* local elements */
+} mc_param;
+
+typedef struct mc_model mc_model;
+
+/* Build the model for micro-batches of `micro_batch` sequences of
+ * config->seq_length tokens; allocates parameters, gradients and
+ * activations on the backend. prec is the GEMM precision. */
+mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *be, int micro_batch,
+                       mc_prec prec, mc_model **out, mc_error *err);
+void mc_model_free(mc_model *m);
+const mc_model_config *mc_model_get_config(const mc_model *m);
+
+size_t mc_model_num_params(const mc_model *m);   /* number of mc_param entries */
+const mc_param *mc_model_param(const mc_model *m, size_t i);
+const mc_param *mc_model_param_by_name(const mc_model *m, const char *name);
+float *mc_model_params(mc_model *m);             /* the whole buffer (backend memory) */
+float *mc_model_grads(mc_model *m);
+size_t mc_model_numel(const mc_model *m);        /* local elements in the buffer */
+/* Parameter count of the whole (global) model, for FLOP estimates. */
+int64_t mc_model_global_numel(const mc_model *m);
+
+/* Megatron's initialization from (seed, name, global index): normal with
+ * init_method_std; output projections (linear_proj, linear_fc2) with
+ * std / sqrt(2 * num_layers); norm weights 1, biases 0. */
+void mc_model_init_weights(mc_model *m, uint64_t seed);
+void mc_model_zero_grads(mc_model *m);
+
+/* One micro-batch: tokens and targets are host arrays of micro_batch *
+ * seq_length ids (targets < 0 are ignored). Runs the forward pass and, when
+ * backward is set, the backward pass, adding into the gradients with the
+ * loss scaled by grad_scale (e.g. 1 / number of micro-batches, times the
+ * fp16 loss scale). *loss gets the mean loss over counted targets, *ntok the
+ * number of counted targets. */
+mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targets, int backward,
+                        float grad_scale, double *loss, int64_t *ntok, mc_error *err);
+
+/* FLOPs of one forward+backward over `tokens` tokens, Megatron's formula
+ * (documented in mc-train(1)). */
+double mc_model_flops_per_token(const mc_model_config *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
