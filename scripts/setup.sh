@@ -12,7 +12,7 @@ case $mode in demo|check|build) ;; *) echo "usage: $0 [demo|check|build]" >&2; e
 # Build and test dependencies, all Debian packages.
 pkgs=(build-essential autoconf automake libtool pkg-config
       libopenblas-dev libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
-      libzstd-dev zstd libpcre2-dev libjansson-dev libutf8proc-dev
+      libzstd-dev zstd libpcre2-dev libjansson-dev libutf8proc-dev libdnnl-dev hdf5-tools
       bats bats-assert bats-support python3 python3-venv
       python3.11-doc)   # the demo corpus: Python's reStructuredText docs
 missing=()
@@ -29,10 +29,11 @@ fi
 # The interoperability checks compare mc with the reference Python packages;
 # they live in a virtual environment, never in mc itself.
 venv=${MC_VENV:-$top/.venv}
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import numpy, tokenizers, tiktoken' 2>/dev/null; then
-    echo "setup: creating $venv (numpy tokenizers tiktoken)" >&2
+pypkgs=(numpy tokenizers tiktoken h5py hdf5plugin tensorboard safetensors gguf)
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import numpy, tokenizers, tiktoken, h5py, hdf5plugin, tensorboard, safetensors, gguf' 2>/dev/null; then
+    echo "setup: creating $venv (${pypkgs[*]})" >&2
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check numpy tokenizers tiktoken \
+    "$venv/bin/pip" install -q --disable-pip-version-check "${pypkgs[@]}" \
         || echo "setup: warning: pip install failed; the interoperability tests will skip" >&2
 fi
 export MC_PYTHON=$venv/bin/python
