@@ -67,7 +67,15 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err);
  * This rank holds rows [row0, row0 + local_rows) and columns
  * [col0, col0 + local_cols): column-parallel weights split rows (split_dim
  * 0), row-parallel weights split columns (split_dim 1), replicated
- * parameters have split_dim -1. */
+ * parameters have split_dim -1.
+ *
+ * row_chunks > 1 (SwiGLU's linear_fc1, whose global rows are [gate; up], as
+ * Megatron Core's checkpoints store them): the global rows are row_chunks
+ * equal chunks of rows / row_chunks rows, each split over tensor
+ * parallelism on its own. The rank's local tensor is its slice of chunk 0,
+ * then its slice of chunk 1, ...: local_rows / row_chunks rows from global
+ * row j * rows / row_chunks + row0 for chunk j (row0 is the offset within
+ * a chunk). With tp = 1 this is the whole tensor in global order. */
 typedef struct mc_param {
     char name[128];     /* Megatron Core state-dict name */
     int ndim;
@@ -80,6 +88,7 @@ typedef struct mc_param {
     float init_value;
     size_t offset;                  /* element offset in the parameter buffer */
     size_t numel;                   /* local elements */
+    int row_chunks;                 /* 1, or 2 for SwiGLU's [gate; up] (see above) */
 } mc_param;
 
 typedef struct mc_model mc_model;

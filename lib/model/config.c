@@ -1,0 +1,210 @@
+/*
+ * config.c - the model configuration: Megatron's defaults, the named
+ * presets, and the derivation and checks Megatron does in validate_args and
+ * TransformerConfig.__post_init__ (ffn size, head dim, query groups, vocab
+ * padding, divisibility by the tensor-parallel size).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "mc/model.h"
+
+void mc_model_config_init(mc_model_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->make_vocab_size_divisible_by = 128;
+    c->normalization = MC_NORM_LAYERNORM;
+    c->norm_epsilon = 1e-5f;
+    c->swiglu = 0;
+    c->position_embedding_type = MC_POS_LEARNED;
+    c->rotary_base = 10000.0f;
+    c->untie_embeddings_and_output_weights = 0;
+    c->add_bias_linear = 1;
+    c->init_method_std = 0.02f;
+}
+
+/* GPT-2 shapes (Radford et al. 2019) with Megatron's GPT recipe: LayerNorm,
+ * GELU, learned positions, biases, tied embeddings. The vocabulary comes
+ * from the tokenizer, so vocab_size is left for the caller. */
+static void preset_gpt(mc_model_config *c, int layers, int hidden, int heads, int seq)
+{
+    mc_model_config_init(c);
+    c->num_layers = layers;
+    c->hidden_size = hidden;
+    c->num_attention_heads = heads;
+    c->seq_length = seq;
+    c->max_position_embeddings = seq;
+}
+
+/* The Llama recipe: RMSNorm, SwiGLU, RoPE, grouped-query attention, no
+ * biases, and an untied output layer (mc's Llama family is always untied,
+ * even where the Hugging Face model it borrows a shape from ties them). */
+static void preset_llama(mc_model_config *c, int layers, int hidden, int heads, int groups,
+                         int ffn, int seq, float rope_base)
+{
+    mc_model_config_init(c);
+    c->num_layers = layers;
+    c->hidden_size = hidden;
+    c->num_attention_heads = heads;
+    c->num_query_groups = groups;
+    c->ffn_hidden_size = ffn;
+    c->seq_length = seq;
+    c->max_position_embeddings = seq;
+    c->normalization = MC_NORM_RMSNORM;
+    c->swiglu = 1;
+    c->position_embedding_type = MC_POS_ROPE;
+    c->rotary_base = rope_base;
+    c->untie_embeddings_and_output_weights = 1;
+    c->add_bias_linear = 0;
+}
+
+static const char *const preset_names[] = {
+    "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", "llama-160m",
+    "llama-1b",  "tiny-gpt",  "tiny-llama", NULL,
+};
+
+const char *const *mc_model_preset_names(void) { return preset_names; }
+
+mc_status mc_model_preset(const char *name, mc_model_config *c, mc_error *err)
+{
+    if (!strcmp(name, "gpt2-124m"))
+        preset_gpt(c, 12, 768, 12, 1024);
+    else if (!strcmp(name, "gpt2-350m"))
+        preset_gpt(c, 24, 1024, 16, 1024);
+    else if (!strcmp(name, "gpt2-774m"))
+        preset_gpt(c, 36, 1280, 20, 1024);
+    else if (!strcmp(name, "gpt2-1.5b"))
+        preset_gpt(c, 48, 1600, 25, 1024);
+    /* A small Llama for experiments: the GPT-2 124M trunk with 4 KV groups
+     * and the SwiGLU size Megatron derives for 768 (2048). RoPE base 10000
+     * as Llama 1/2; llama-1b uses Llama 3's 500000. */
+    else if (!strcmp(name, "llama-160m"))
+        preset_llama(c, 12, 768, 12, 4, 2048, 2048, 10000.0f);
+    /* Llama-3.2-1B's shape (16 x 2048, 32 heads, 8 KV groups, ffn 8192,
+     * rope base 500000), seq 2048; untied, unlike the HF checkpoint. */
+    else if (!strcmp(name, "llama-1b"))
+        preset_llama(c, 16, 2048, 32, 8, 8192, 2048, 500000.0f);
+    /* Test-sized models. */
+    else if (!strcmp(name, "tiny-gpt"))
+        preset_gpt(c, 2, 64, 4, 64);
+    else if (!strcmp(name, "tiny-llama"))
+        preset_llama(c, 2, 64, 4, 2, 128, 64, 10000.0f);
+    else
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "unknown model preset '%s' (known: gpt2-124m, gpt2-350m, gpt2-774m, "
+                            "gpt2-1.5b, llama-160m, llama-1b, tiny-gpt, tiny-llama)",
+                            name);
+    return MC_OK;
+}
+
+/* Megatron's _vocab_size_with_padding: up to a multiple of
+ * make_vocab_size_divisible_by * tp, so every rank's vocabulary slice has
+ * the same size and a GEMM-friendly multiple. */
+static int64_t padded_vocab(int64_t v, int64_t multiple)
+{
+    return (v + multiple - 1) / multiple * multiple;
+}
+
+#define BAD(...) mc_error_set(err, MC_ERR_USAGE, "model config: " __VA_ARGS__)
+
+mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
+{
+    if (tp < 1) return BAD("--tensor-model-parallel-size must be at least 1 (got %d)", tp);
+    if (c->num_layers < 1) return BAD("--num-layers must be at least 1 (got %d)", c->num_layers);
+    if (c->hidden_size < 1)
+        return BAD("--hidden-size must be at least 1 (got %d)", c->hidden_size);
+    if (c->num_attention_heads < 1)
+        return BAD("--num-attention-heads must be at least 1 (got %d)", c->num_attention_heads);
+    if (c->seq_length < 1) return BAD("--seq-length must be at least 1 (got %d)", c->seq_length);
+    if (c->vocab_size < 1)
+        return BAD("vocabulary size unknown: give --tokenizer-type/--tokenizer-model or "
+                   "--vocab-size");
+    if (c->make_vocab_size_divisible_by < 1)
+        return BAD("--make-vocab-size-divisible-by must be at least 1 (got %d)",
+                   c->make_vocab_size_divisible_by);
+    if (c->num_query_groups < 0 || c->ffn_hidden_size < 0 || c->kv_channels < 0 ||
+        c->max_position_embeddings < 0)
+        return BAD("--num-query-groups, --ffn-hidden-size, --kv-channels and "
+                   "--max-position-embeddings must not be negative");
+    if (!(c->norm_epsilon > 0)) return BAD("--norm-epsilon must be positive");
+    if (!(c->init_method_std >= 0)) return BAD("--init-method-std must not be negative");
+
+    /* TransformerConfig.__post_init__ and validate_args, in their order. */
+    if (c->num_attention_heads % tp)
+        return BAD("--num-attention-heads (%d) must be a multiple of "
+                   "--tensor-model-parallel-size (%d)",
+                   c->num_attention_heads, tp);
+    if (c->ffn_hidden_size == 0)
+        /* With SwiGLU two input projections share the budget of one 4h
+         * projection: 2/3 of 4h, down to a multiple of 64 (Megatron). */
+        c->ffn_hidden_size = c->swiglu ? (int)((4.0 * c->hidden_size * 2.0 / 3.0) / 64) * 64
+                                       : 4 * c->hidden_size;
+    if (c->ffn_hidden_size < 1)
+        return BAD("--ffn-hidden-size derived from --hidden-size %d is 0: give it explicitly",
+                   c->hidden_size);
+    if (c->kv_channels == 0) {
+        if (c->hidden_size % c->num_attention_heads)
+            return BAD("--hidden-size (%d) must be a multiple of --num-attention-heads (%d) "
+                       "unless --kv-channels is given",
+                       c->hidden_size, c->num_attention_heads);
+        c->kv_channels = c->hidden_size / c->num_attention_heads;
+    }
+    if (c->num_query_groups == 0) c->num_query_groups = c->num_attention_heads;
+    if (c->num_attention_heads % c->num_query_groups)
+        return BAD("--num-attention-heads (%d) must be a multiple of --num-query-groups (%d)",
+                   c->num_attention_heads, c->num_query_groups);
+    /* Megatron also accepts fewer groups than tp ranks (replicating KV
+     * heads); mc splits whole groups over the ranks, so it does not. */
+    if (c->num_query_groups % tp)
+        return BAD("--num-query-groups (%d) must be a multiple of "
+                   "--tensor-model-parallel-size (%d)",
+                   c->num_query_groups, tp);
+    if (c->ffn_hidden_size % tp)
+        return BAD("--ffn-hidden-size (%d) must be a multiple of "
+                   "--tensor-model-parallel-size (%d)",
+                   c->ffn_hidden_size, tp);
+    if (c->position_embedding_type == MC_POS_ROPE && c->kv_channels % 2)
+        return BAD("rotary embeddings need an even head dimension (--kv-channels %d)",
+                   c->kv_channels);
+    if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
+    if (c->position_embedding_type == MC_POS_LEARNED &&
+        c->max_position_embeddings < c->seq_length)
+        return BAD("--seq-length (%d) exceeds --max-position-embeddings (%d)", c->seq_length,
+                   c->max_position_embeddings);
+    if (c->position_embedding_type == MC_POS_ROPE && !(c->rotary_base > 0))
+        return BAD("--rotary-base must be positive");
+
+    int64_t multiple = (int64_t)c->make_vocab_size_divisible_by * tp;
+    c->padded_vocab_size = padded_vocab(c->vocab_size, multiple);
+    if (c->padded_vocab_size > INT32_MAX)
+        return BAD("padded vocabulary size %lld does not fit token ids of 32 bits",
+                   (long long)c->padded_vocab_size);
+    return MC_OK;
+}
+
+/*
+ * Training FLOPs per token, forward + backward = 3 x forward:
+ *   6 N + 12 L (Q D) T
+ * N counts the parameters that multiply activations: every parameter except
+ * the position embeddings and, when the output layer is untied, the input
+ * word embeddings (a lookup, no FLOPs; tied, the table is the LM head and is
+ * counted once). 12 L (Q D) T is the attention score and value products,
+ * 2 x 2 (Q D) T per token per layer forward, with no causal halving, as
+ * Megatron and nanoGPT/llm.c count them (Q D = hidden size unless
+ * --kv-channels says otherwise). Vocab and padded shapes as computed.
+ */
+double mc_model_flops_per_token(const mc_model_config *c)
+{
+    double C = c->hidden_size, L = c->num_layers, F = c->ffn_hidden_size;
+    double Q = c->num_attention_heads, G = c->num_query_groups, D = c->kv_channels;
+    double V = (double)c->padded_vocab_size, T = c->seq_length;
+    double bias = c->add_bias_linear ? 1 : 0;
+    double norm = c->normalization == MC_NORM_LAYERNORM ? 2 * C : C;
+    double fc1 = c->swiglu ? 2 * F : F;
+    double layer = norm + (Q + 2 * G) * D * C + bias * (Q + 2 * G) * D /* qkv */
+                   + C * Q * D + bias * C                              /* proj */
+                   + norm + fc1 * C + bias * fc1                       /* fc1 */
+                   + C * F + bias * C;                                 /* fc2 */
+    double n = L * layer + norm + V * C; /* final norm and the LM head */
+    return 6.0 * n + 12.0 * L * Q * D * T;
+}

@@ -1,0 +1,383 @@
+/*
+ * model.c - the decoder-only transformer's forward and backward pass for one
+ * micro-batch, and the memory it keeps for them.
+ *
+ * Every tensor operation is a kern.h call; this file only sequences them
+ * and places Megatron's tensor-parallel collectives (no-ops on one rank):
+ *   - vocab-parallel embedding: all-reduce the looked-up rows;
+ *   - column-parallel linears (qkv, fc1, LM head): identity forward,
+ *     all-reduce of the input gradient backward;
+ *   - row-parallel linears (proj, fc2): all-reduce of the output forward,
+ *     the bias added once (by tp rank 0 before the sum, which is the same
+ *     sum), identity backward;
+ *   - vocab-parallel cross-entropy: all-reduce MAX of the row maxima, SUM of
+ *     the exp-sums and target logits.
+ *
+ * Per layer, with residual stream x:
+ *   h = norm1(x); qkv = h Wqkv^T + b; q,k,v = split(qkv); rope(q,k)
+ *   a = attention(q,k,v); x2 = x + a Wproj^T + b
+ *   h2 = norm2(x2); u = act(h2 Wfc1^T + b); x' = x2 + u Wfc2^T + b
+ * then logits = normf(x) Wout^T (Wout = the word embeddings when tied) and
+ * the mean cross-entropy over counted targets. The LM head and the loss run
+ * over chunks of rows, and with a backward pass each chunk's logits are
+ * turned into their gradient in place and consumed at once, so no [N, V]
+ * tensor ever exists.
+ *
+ * Saved for the backward per layer: its input, both norm outputs and
+ * statistics, q/k/v after RoPE, the attention output and its row
+ * log-sum-exp, the residual after attention, fc1's output and the
+ * activation's output (see mc_layer_acts).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+/* LM-head rows per chunk: bounds the logits buffer to chunk x V/tp floats
+ * (256 x 50304 x 4 bytes = 51 MB for GPT-2) while keeping the GEMM wide. */
+#define LM_CHUNK_ROWS 256
+
+/* Lay out the activation block: with base NULL only the size is counted. */
+typedef struct carver {
+    char *base;
+    size_t off;
+} carver;
+
+static float *carve(carver *cv, size_t n)
+{
+    float *p = cv->base ? (float *)(cv->base + cv->off) : NULL;
+    cv->off += (n * sizeof(float) + 63) / 64 * 64;
+    return p;
+}
+
+static void layout_acts(mc_model *m, carver *cv)
+{
+    const mc_model_config *c = &m->cfg;
+    size_t N = m->N, C = m->C, D = m->D;
+    int ln = c->normalization == MC_NORM_LAYERNORM;
+    for (int l = 0; l < c->num_layers; l++) {
+        mc_layer_acts *a = &m->acts[l];
+        a->res = carve(cv, N * C);
+        a->ln1 = carve(cv, N * C);
+        a->ln1_mean = ln ? carve(cv, N) : NULL;
+        a->ln1_rstd = carve(cv, N);
+        a->q = carve(cv, N * m->Ql * D);
+        a->k = carve(cv, N * m->Gl * D);
+        a->v = carve(cv, N * m->Gl * D);
+        a->att = carve(cv, N * m->Ql * D);
+        a->lse = carve(cv, N * m->Ql);
+        a->res2 = carve(cv, N * C);
+        a->ln2 = carve(cv, N * C);
+        a->ln2_mean = ln ? carve(cv, N) : NULL;
+        a->ln2_rstd = carve(cv, N);
+        a->fc1 = carve(cv, N * m->fc1_out);
+        a->act = carve(cv, N * m->Fl);
+    }
+    m->res_out = carve(cv, N * C);
+    m->lnf = carve(cv, N * C);
+    m->lnf_mean = ln ? carve(cv, N) : NULL;
+    m->lnf_rstd = carve(cv, N);
+    m->qkv = carve(cv, N * m->qkv_out);
+    m->tmp = carve(cv, N * C);
+    m->dres = carve(cv, N * C);
+    m->dln = carve(cv, N * C);
+    m->dact = carve(cv, N * m->Fl);
+    m->dfc1 = carve(cv, N * m->fc1_out);
+    m->datt = carve(cv, N * m->Ql * D);
+    m->dq = carve(cv, N * m->Ql * D);
+    m->dk = carve(cv, N * m->Gl * D);
+    m->dv = carve(cv, N * m->Gl * D);
+    m->logits = carve(cv, m->chunk_rows * (size_t)m->vl);
+    m->rowmax = carve(cv, N);
+    m->sumexp = carve(cv, N);
+    m->tlogit = carve(cv, N);
+    m->loss = carve(cv, N);
+    m->tokens = (int32_t *)carve(cv, N);
+    m->targets = (int32_t *)carve(cv, N);
+}
+
+mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *be, int micro_batch,
+                       mc_prec prec, mc_model **out, mc_error *err)
+{
+    *out = NULL;
+    if (micro_batch < 1)
+        return mc_error_set(err, MC_ERR_USAGE, "model: --micro-batch-size must be at least 1 (got %d)",
+                            micro_batch);
+    mc_model *m = calloc(1, sizeof *m);
+    if (!m) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+    m->cfg = *c;
+    m->grid = *g;
+    m->be = be;
+    m->B = micro_batch;
+    m->prec = prec;
+    mc_status st = mc_model_config_finish(&m->cfg, g->tp, err);
+    if (st) goto fail;
+    st = mc_model_build_registry(m, err);
+    if (st) goto fail;
+
+    const mc_model_config *k = &m->cfg;
+    size_t tp = (size_t)g->tp;
+    m->T = (size_t)k->seq_length;
+    m->N = (size_t)micro_batch * m->T;
+    m->C = (size_t)k->hidden_size;
+    m->D = (size_t)k->kv_channels;
+    m->Ql = (size_t)k->num_attention_heads / tp;
+    m->Gl = (size_t)k->num_query_groups / tp;
+    m->Fl = (size_t)k->ffn_hidden_size / tp;
+    m->fc1_out = k->swiglu ? 2 * m->Fl : m->Fl;
+    m->qkv_out = (m->Ql + 2 * m->Gl) * m->D;
+    m->vl = k->padded_vocab_size / g->tp;
+    m->v0 = m->vl * g->tp_rank;
+    m->chunk_rows = m->N < LM_CHUNK_ROWS ? m->N : LM_CHUNK_ROWS;
+
+    m->p = mc_balloc(be, m->numel * sizeof(float), err);
+    if (!m->p) goto nomem;
+    m->g = mc_balloc(be, m->numel * sizeof(float), err);
+    if (!m->g) goto nomem;
+    m->acts = calloc((size_t)k->num_layers, sizeof *m->acts);
+    if (!m->acts) {
+        mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+        goto nomem;
+    }
+    carver cv = {NULL, 0};
+    layout_acts(m, &cv);
+    cv.base = mc_balloc(be, cv.off, err);
+    if (!cv.base) goto nomem;
+    m->act_block = cv.base;
+    cv.off = 0;
+    layout_acts(m, &cv);
+    *out = m;
+    return MC_OK;
+nomem:
+    st = err ? err->code : MC_ERR_NOMEM;
+    mc_error_prefix(err, "model: %lld parameters, micro-batch %d x %d",
+                    (long long)m->global_numel, micro_batch, k->seq_length);
+fail:
+    mc_model_free(m);
+    return st;
+}
+
+void mc_model_free(mc_model *m)
+{
+    if (!m) return;
+    if (m->act_block) mc_bfree(m->be, m->act_block);
+    if (m->p) mc_bfree(m->be, m->p);
+    if (m->g) mc_bfree(m->be, m->g);
+    free(m->acts);
+    free(m->lp);
+    free(m->params);
+    free(m);
+}
+
+const mc_model_config *mc_model_get_config(const mc_model *m) { return &m->cfg; }
+
+/* Parameter i's values and gradient (NULL when the parameter is absent). */
+static float *P(mc_model *m, int i) { return i < 0 ? NULL : m->p + m->params[i].offset; }
+static float *G(mc_model *m, int i) { return i < 0 ? NULL : m->g + m->params[i].offset; }
+
+#define TRY(call)                  \
+    do {                           \
+        mc_status st_ = (call);    \
+        if (st_) return st_;       \
+    } while (0)
+
+static void norm_fwd(mc_model *m, float *out, float *mean, float *rstd, const float *x, int w, int b)
+{
+    if (m->cfg.normalization == MC_NORM_LAYERNORM)
+        mc_k_layernorm_fwd(m->be, out, mean, rstd, x, P(m, w), P(m, b), m->N, m->C,
+                           m->cfg.norm_epsilon);
+    else
+        mc_k_rmsnorm_fwd(m->be, out, rstd, x, P(m, w), m->N, m->C, m->cfg.norm_epsilon);
+}
+
+static void norm_bwd(mc_model *m, float *dx, const float *dout, const float *x, const float *mean,
+                     const float *rstd, int w, int b)
+{
+    if (m->cfg.normalization == MC_NORM_LAYERNORM)
+        mc_k_layernorm_bwd(m->be, dx, G(m, w), G(m, b), dout, x, P(m, w), mean, rstd, m->N, m->C);
+    else
+        mc_k_rmsnorm_bwd(m->be, dx, G(m, w), dout, x, P(m, w), rstd, m->N, m->C);
+}
+
+/* Row-parallel linear: out = x W^T, summed over the tp group, plus the
+ * replicated bias once. out may not alias x. */
+static mc_status row_parallel_fwd(mc_model *m, float *out, const float *x, int w, int b, size_t I,
+                                  mc_error *err)
+{
+    const float *bias = m->grid.tp_rank == 0 ? P(m, b) : NULL;
+    mc_k_linear_fwd(m->be, m->prec, out, x, P(m, w), bias, m->N, I, m->C, 0.0f);
+    return mc_allreduce_sum(&m->grid, MC_GROUP_TP, m->be, out, m->N * m->C, err);
+}
+
+static mc_status layer_fwd(mc_model *m, int l, float *out, mc_error *err)
+{
+    const mc_model_config *c = &m->cfg;
+    const mc_layer_params *lp = &m->lp[l];
+    mc_layer_acts *a = &m->acts[l];
+    mc_backend *be = m->be;
+    size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
+
+    norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
+    mc_k_linear_fwd(be, m->prec, m->qkv, a->ln1, P(m, lp->qkv_w), P(m, lp->qkv_b), N, C,
+                    m->qkv_out, 0.0f);
+    mc_k_qkv_split(be, a->q, a->k, a->v, m->qkv, N, m->Ql, m->Gl, D);
+    if (c->position_embedding_type == MC_POS_ROPE) {
+        mc_k_rope_fwd(be, a->q, B, T, m->Ql, D, c->rotary_base, 0);
+        mc_k_rope_fwd(be, a->k, B, T, m->Gl, D, c->rotary_base, 0);
+    }
+    mc_k_attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, m->Ql, m->Gl, D,
+                       1.0f / sqrtf((float)D));
+    TRY(row_parallel_fwd(m, m->tmp, a->att, lp->proj_w, lp->proj_b, m->Ql * D, err));
+    mc_k_add(be, a->res2, a->res, m->tmp, N * C);
+
+    norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
+    mc_k_linear_fwd(be, m->prec, a->fc1, a->ln2, P(m, lp->fc1_w), P(m, lp->fc1_b), N, C,
+                    m->fc1_out, 0.0f);
+    if (c->swiglu)
+        mc_k_swiglu_fwd(be, a->act, a->fc1, N, m->Fl);
+    else
+        mc_k_gelu_fwd(be, a->act, a->fc1, N * m->Fl);
+    TRY(row_parallel_fwd(m, m->tmp, a->act, lp->fc2_w, lp->fc2_b, m->Fl, err));
+    mc_k_add(be, out, a->res2, m->tmp, N * C);
+    return MC_OK;
+}
+
+/* dres holds d(layer output) on entry and d(layer input) on return: the
+ * residual connections pass it through and each branch adds into it. */
+static mc_status layer_bwd(mc_model *m, int l, mc_error *err)
+{
+    const mc_model_config *c = &m->cfg;
+    const mc_layer_params *lp = &m->lp[l];
+    mc_layer_acts *a = &m->acts[l];
+    mc_backend *be = m->be;
+    mc_prec pr = m->prec;
+    size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
+
+    /* MLP branch: row-parallel fc2 needs no communication backward. */
+    mc_k_fill(be, m->dact, 0.0f, N * m->Fl);
+    mc_k_linear_bwd(be, pr, m->dact, G(m, lp->fc2_w), G(m, lp->fc2_b), m->dres, a->act,
+                    P(m, lp->fc2_w), N, m->Fl, C);
+    mc_k_fill(be, m->dfc1, 0.0f, N * m->fc1_out);
+    if (c->swiglu)
+        mc_k_swiglu_bwd(be, m->dfc1, m->dact, a->fc1, N, m->Fl);
+    else
+        mc_k_gelu_bwd(be, m->dfc1, m->dact, a->fc1, N * m->Fl);
+    mc_k_fill(be, m->dln, 0.0f, N * C);
+    mc_k_linear_bwd(be, pr, m->dln, G(m, lp->fc1_w), G(m, lp->fc1_b), m->dfc1, a->ln2,
+                    P(m, lp->fc1_w), N, C, m->fc1_out);
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->dln, N * C, err));
+    norm_bwd(m, m->dres, m->dln, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b);
+
+    /* Attention branch. */
+    mc_k_fill(be, m->datt, 0.0f, N * m->Ql * D);
+    mc_k_linear_bwd(be, pr, m->datt, G(m, lp->proj_w), G(m, lp->proj_b), m->dres, a->att,
+                    P(m, lp->proj_w), N, m->Ql * D, C);
+    mc_k_fill(be, m->dq, 0.0f, N * m->Ql * D);
+    mc_k_fill(be, m->dk, 0.0f, N * m->Gl * D);
+    mc_k_fill(be, m->dv, 0.0f, N * m->Gl * D);
+    mc_k_attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse, B, T,
+                       m->Ql, m->Gl, D, 1.0f / sqrtf((float)D));
+    if (c->position_embedding_type == MC_POS_ROPE) {
+        mc_k_rope_bwd(be, m->dq, B, T, m->Ql, D, c->rotary_base, 0);
+        mc_k_rope_bwd(be, m->dk, B, T, m->Gl, D, c->rotary_base, 0);
+    }
+    float *dqkv = m->qkv; /* the forward's scratch is free now */
+    mc_k_fill(be, dqkv, 0.0f, N * m->qkv_out);
+    mc_k_qkv_split_bwd(be, dqkv, m->dq, m->dk, m->dv, N, m->Ql, m->Gl, D);
+    mc_k_fill(be, m->dln, 0.0f, N * C);
+    mc_k_linear_bwd(be, pr, m->dln, G(m, lp->qkv_w), G(m, lp->qkv_b), dqkv, a->ln1,
+                    P(m, lp->qkv_w), N, C, m->qkv_out);
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->dln, N * C, err));
+    norm_bwd(m, m->dres, m->dln, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b);
+    return MC_OK;
+}
+
+/* LM head and cross-entropy over row chunks. With backward, each chunk's
+ * logits become d(logits) in place (weight scale per counted target) and
+ * flow at once into d(lnf) (m->dln, zeroed here) and the head's weight. */
+static mc_status head_fwd_bwd(mc_model *m, int backward, float scale, mc_error *err)
+{
+    mc_backend *be = m->be;
+    size_t N = m->N, C = m->C, vl = (size_t)m->vl;
+    int w = m->out_w >= 0 ? m->out_w : m->wte; /* tied: the word embeddings */
+    if (backward) mc_k_fill(be, m->dln, 0.0f, N * C);
+    for (size_t r0 = 0; r0 < N; r0 += m->chunk_rows) {
+        size_t R = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
+        const float *x = m->lnf + r0 * C;
+        const int32_t *tgt = m->targets + r0;
+        mc_k_linear_fwd(be, m->prec, m->logits, x, P(m, w), NULL, R, C, vl, 0.0f);
+        mc_k_xent_max(be, m->rowmax + r0, m->logits, R, vl);
+        TRY(mc_allreduce_max(&m->grid, MC_GROUP_TP, be, m->rowmax + r0, R, err));
+        mc_k_xent_sumexp(be, m->sumexp + r0, m->tlogit + r0, m->logits, m->rowmax + r0, tgt,
+                         m->v0, R, vl);
+        TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->sumexp + r0, R, err));
+        TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->tlogit + r0, R, err));
+        mc_k_xent_loss(be, m->loss + r0, m->rowmax + r0, m->sumexp + r0, m->tlogit + r0, tgt, R);
+        if (!backward) continue;
+        mc_k_xent_bwd(be, m->logits, m->logits, m->rowmax + r0, m->sumexp + r0, tgt, m->v0, R, vl,
+                      NULL, scale);
+        mc_k_linear_bwd(be, m->prec, m->dln + r0 * C, G(m, w), NULL, m->logits, x, P(m, w), R, C,
+                        vl);
+    }
+    /* column-parallel (over the vocabulary): sum the input gradient */
+    if (backward) TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->dln, N * C, err));
+    return MC_OK;
+}
+
+mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targets, int backward,
+                        float grad_scale, double *loss, int64_t *ntok, mc_error *err)
+{
+    const mc_model_config *c = &m->cfg;
+    mc_backend *be = m->be;
+    size_t N = m->N, C = m->C, T = m->T, B = (size_t)m->B;
+    int L = c->num_layers;
+
+    /* Ids are checked here: an id outside every rank's slice would embed as
+     * zeros and score as an impossible target, silently. */
+    int64_t count = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (tokens[i] < 0 || tokens[i] >= c->padded_vocab_size)
+            return mc_error_set(err, MC_ERR_FORMAT,
+                                "model: token id %d at position %zu of the micro-batch is outside "
+                                "the vocabulary [0, %lld)",
+                                tokens[i], i, (long long)c->padded_vocab_size);
+        if (targets[i] >= c->padded_vocab_size)
+            return mc_error_set(err, MC_ERR_FORMAT,
+                                "model: target id %d at position %zu of the micro-batch is outside "
+                                "the vocabulary [0, %lld)",
+                                targets[i], i, (long long)c->padded_vocab_size);
+        count += targets[i] >= 0;
+    }
+    mc_bcopy_from_host(be, m->tokens, tokens, N * sizeof(int32_t));
+    mc_bcopy_from_host(be, m->targets, targets, N * sizeof(int32_t));
+
+    /* Embedding: vocab-parallel lookup, all-reduced, then positions. */
+    float *x0 = m->acts[0].res;
+    mc_k_embed_fwd(be, x0, m->tokens, N, P(m, m->wte), m->v0, m->vl, C);
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, x0, N * C, err));
+    if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, P(m, m->wpe), B, T, C, 0);
+
+    for (int l = 0; l < L; l++)
+        TRY(layer_fwd(m, l, l + 1 < L ? m->acts[l + 1].res : m->res_out, err));
+    norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, m->lnf_w, m->lnf_b);
+
+    /* Mean over counted targets; a micro-batch with none has loss 0 and
+     * contributes no gradient. */
+    float scale = count ? grad_scale / (float)count : 0.0f;
+    int bwd = backward && count > 0;
+    TRY(head_fwd_bwd(m, bwd, scale, err));
+    double sum = mc_k_mean(be, m->loss, N) * (double)N;
+    *loss = count ? sum / (double)count : 0.0;
+    *ntok = count;
+    if (!bwd) return MC_OK;
+
+    mc_k_fill(be, m->dres, 0.0f, N * C);
+    norm_bwd(m, m->dres, m->dln, m->res_out, m->lnf_mean, m->lnf_rstd, m->lnf_w, m->lnf_b);
+    for (int l = L - 1; l >= 0; l--) TRY(layer_bwd(m, l, err));
+    /* The embedding's input gradient is replicated: each rank adds its
+     * vocabulary rows, no communication. */
+    mc_k_embed_bwd(be, G(m, m->wte), m->dres, m->tokens, N, m->v0, m->vl, C);
+    if (m->wpe >= 0) mc_k_posemb_bwd(be, G(m, m->wpe), m->dres, B, T, C, 0);
+    return MC_OK;
+}

@@ -1,0 +1,75 @@
+/*
+ * model_internal.h - the model object shared by params.c (the parameter
+ * registry, buffers and initialization) and model.c (activations, forward
+ * and backward). Private to lib/model.
+ */
+#ifndef MC_MODEL_INTERNAL_H
+#define MC_MODEL_INTERNAL_H
+
+#include "mc/model.h"
+
+/* Indices into mc_model.params of one layer's parameters (-1: absent). */
+typedef struct mc_layer_params {
+    int ln1_w, ln1_b; /* self_attention.linear_qkv.layer_norm_{weight,bias} */
+    int qkv_w, qkv_b;
+    int proj_w, proj_b;
+    int ln2_w, ln2_b; /* mlp.linear_fc1.layer_norm_{weight,bias} */
+    int fc1_w, fc1_b;
+    int fc2_w, fc2_b;
+} mc_layer_params;
+
+/* One layer's saved activations (backend memory), N = B * T rows. */
+typedef struct mc_layer_acts {
+    float *res;          /* [N, C] the layer's input (residual stream) */
+    float *ln1;          /* [N, C] */
+    float *ln1_mean, *ln1_rstd; /* [N] (mean only for LayerNorm) */
+    float *q, *k, *v;    /* [N, Ql D], [N, Gl D], [N, Gl D], after RoPE */
+    float *att;          /* [N, Ql D] attention output */
+    float *lse;          /* [B, Ql, T] */
+    float *res2;         /* [N, C] residual after attention */
+    float *ln2;          /* [N, C] */
+    float *ln2_mean, *ln2_rstd;
+    float *fc1;          /* [N, Fl] or [N, 2 Fl] with SwiGLU */
+    float *act;          /* [N, Fl] */
+} mc_layer_acts;
+
+struct mc_model {
+    mc_model_config cfg;
+    mc_grid grid;
+    mc_backend *be;
+    int B;
+    mc_prec prec;
+
+    /* the registry (params.c) */
+    mc_param *params;
+    size_t nparams;
+    size_t numel;           /* local, with alignment gaps */
+    int64_t global_numel;
+    int wte, wpe, lnf_w, lnf_b, out_w; /* -1 when absent */
+    mc_layer_params *lp;    /* [num_layers] */
+    float *p, *g;           /* parameters and gradients, numel each */
+
+    /* local sizes */
+    size_t N, T, C, D, Ql, Gl, Fl, fc1_out, qkv_out;
+    int64_t v0, vl;         /* this rank's vocabulary rows */
+    size_t chunk_rows;      /* LM-head rows per chunk */
+
+    /* activations and scratch (model.c), all carved from one block */
+    void *act_block;
+    mc_layer_acts *acts;    /* [num_layers] */
+    float *res_out;         /* [N, C] the last layer's output */
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *qkv;             /* [N, qkv_out] scratch; the backward's dqkv */
+    float *tmp;             /* [N, C] row-parallel outputs before the all-reduce */
+    float *dres, *dln;      /* [N, C] */
+    float *dact, *dfc1;     /* [N, Fl], [N, fc1_out] */
+    float *datt, *dq, *dk, *dv;
+    float *logits;          /* [chunk_rows, vl] */
+    float *rowmax, *sumexp, *tlogit, *loss; /* [N] */
+    int32_t *tokens, *targets;              /* [N] backend copies */
+};
+
+/* Fill m->params, m->lp and the indices from m->cfg and m->grid (params.c). */
+mc_status mc_model_build_registry(mc_model *m, mc_error *err);
+
+#endif

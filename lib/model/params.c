@@ -1,0 +1,229 @@
+/*
+ * params.c - the parameter registry: every parameter's Megatron Core
+ * state-dict name, global shape, tensor-parallel split and initialization,
+ * laid out in one contiguous buffer; and Megatron's initialization.
+ *
+ * Names follow Megatron Core's default GPT layer spec (Transformer Engine,
+ * the default --transformer-impl), where each block's input norm is fused
+ * into the linear after it:
+ *   embedding.word_embeddings.weight                      [Vpad, C]  vocab-parallel (rows)
+ *   embedding.position_embeddings.weight                  [P, C]     learned positions only
+ *   decoder.layers.L.self_attention.linear_qkv.layer_norm_weight [C] (and _bias: LayerNorm)
+ *   decoder.layers.L.self_attention.linear_qkv.weight     [(Q+2G)D, C] column-parallel
+ *   decoder.layers.L.self_attention.linear_qkv.bias       [(Q+2G)D]
+ *   decoder.layers.L.self_attention.linear_proj.weight    [C, QD]    row-parallel (columns)
+ *   decoder.layers.L.self_attention.linear_proj.bias      [C]        replicated
+ *   decoder.layers.L.mlp.linear_fc1.layer_norm_weight     [C]        (and _bias: LayerNorm)
+ *   decoder.layers.L.mlp.linear_fc1.weight                [F or 2F, C] column-parallel
+ *   decoder.layers.L.mlp.linear_fc1.bias                  [F or 2F]
+ *   decoder.layers.L.mlp.linear_fc2.weight                [C, F]     row-parallel
+ *   decoder.layers.L.mlp.linear_fc2.bias                  [C]
+ *   decoder.final_layernorm.weight                        [C]        (and .bias: LayerNorm)
+ *   output_layer.weight                                   [Vpad, C]  untied only
+ * The QKV rows are grouped as Megatron stores them: for each query group,
+ * its Q/G query heads, one key head, one value head (D rows each), so a
+ * contiguous block of rows is a contiguous block of groups and a plain row
+ * split gives each rank whole groups. SwiGLU's fc1 holds [gate; up]; each
+ * rank holds its slice of both halves (row_chunks = 2).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+/* Alignment of each parameter in the buffer, in elements (64 bytes). */
+#define PARAM_ALIGN 16
+
+typedef struct reg {
+    mc_model *m;
+    size_t cap;
+    size_t off;
+} reg;
+
+static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int split_dim,
+               int row_chunks, int nwd, float std, float value, const char *fmt, ...)
+    __attribute__((format(printf, 11, 12)));
+
+/* Append one parameter; returns its index, or -1 on allocation failure. */
+static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int split_dim,
+               int row_chunks, int nwd, float std, float value, const char *fmt, ...)
+{
+    mc_model *m = r->m;
+    if (m->nparams == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 64;
+        mc_param *p = realloc(m->params, cap * sizeof *p);
+        if (!p) {
+            mc_error_set(err, MC_ERR_NOMEM, "model: out of memory for the parameter registry");
+            return -1;
+        }
+        m->params = p;
+        r->cap = cap;
+    }
+    mc_param *p = &m->params[m->nparams];
+    memset(p, 0, sizeof *p);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->name, sizeof p->name, fmt, ap);
+    va_end(ap);
+    int tp = m->grid.tp, rank = m->grid.tp_rank;
+    p->ndim = ndim;
+    p->rows = rows;
+    p->cols = cols;
+    p->split_dim = split_dim; /* the layout's, whatever tp: a loader re-splits by it */
+    p->row_chunks = row_chunks;
+    p->local_rows = rows;
+    p->local_cols = cols;
+    if (split_dim == 0) {
+        /* config_finish guarantees divisibility (heads, groups, ffn, vocab) */
+        p->local_rows = rows / tp;
+        p->row0 = (rows / row_chunks / tp) * rank;
+    } else if (split_dim == 1) {
+        p->local_cols = cols / tp;
+        p->col0 = p->local_cols * rank;
+    }
+    p->no_weight_decay = nwd;
+    p->init_std = std;
+    p->init_value = value;
+    p->numel = (size_t)(p->local_rows * p->local_cols);
+    p->offset = r->off;
+    r->off += (p->numel + PARAM_ALIGN - 1) / PARAM_ALIGN * PARAM_ALIGN;
+    m->global_numel += rows * cols;
+    return (int)m->nparams++;
+}
+
+#define ADD(...)                                       \
+    do {                                               \
+        if ((idx = add(&r, err, __VA_ARGS__)) < 0) goto fail; \
+    } while (0)
+
+mc_status mc_model_build_registry(mc_model *m, mc_error *err)
+{
+    const mc_model_config *c = &m->cfg;
+    reg r = {m, 0, 0};
+    int idx;
+    int64_t C = c->hidden_size, V = c->padded_vocab_size;
+    int64_t Q = c->num_attention_heads, G = c->num_query_groups, D = c->kv_channels;
+    int64_t F = c->ffn_hidden_size;
+    int64_t fc1 = c->swiglu ? 2 * F : F, chunks = c->swiglu ? 2 : 1;
+    int ln = c->normalization == MC_NORM_LAYERNORM, bias = c->add_bias_linear;
+    float std = c->init_method_std;
+    float out_std = std / sqrtf(2.0f * (float)c->num_layers);
+
+    m->nparams = 0;
+    m->global_numel = 0;
+    m->wte = m->wpe = m->lnf_w = m->lnf_b = m->out_w = -1;
+    m->lp = calloc((size_t)c->num_layers, sizeof *m->lp);
+    if (!m->lp) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+
+    ADD(2, V, C, 0, 1, 0, std, 0, "embedding.word_embeddings.weight");
+    m->wte = idx;
+    if (c->position_embedding_type == MC_POS_LEARNED) {
+        ADD(2, c->max_position_embeddings, C, -1, 1, 0, std, 0,
+            "embedding.position_embeddings.weight");
+        m->wpe = idx;
+    }
+    for (int l = 0; l < c->num_layers; l++) {
+        mc_layer_params *lp = &m->lp[l];
+        lp->ln1_b = lp->qkv_b = lp->proj_b = lp->ln2_b = lp->fc1_b = lp->fc2_b = -1;
+        const char *a = "decoder.layers.%d.self_attention";
+        char pre[96];
+        snprintf(pre, sizeof pre, a, l);
+        ADD(1, C, 1, -1, 1, 1, 0, 1, "%s.linear_qkv.layer_norm_weight", pre);
+        lp->ln1_w = idx;
+        if (ln) {
+            ADD(1, C, 1, -1, 1, 1, 0, 0, "%s.linear_qkv.layer_norm_bias", pre);
+            lp->ln1_b = idx;
+        }
+        ADD(2, (Q + 2 * G) * D, C, 0, 1, 0, std, 0, "%s.linear_qkv.weight", pre);
+        lp->qkv_w = idx;
+        if (bias) {
+            ADD(1, (Q + 2 * G) * D, 1, 0, 1, 1, 0, 0, "%s.linear_qkv.bias", pre);
+            lp->qkv_b = idx;
+        }
+        ADD(2, C, Q * D, 1, 1, 0, out_std, 0, "%s.linear_proj.weight", pre);
+        lp->proj_w = idx;
+        if (bias) {
+            ADD(1, C, 1, -1, 1, 1, 0, 0, "%s.linear_proj.bias", pre);
+            lp->proj_b = idx;
+        }
+        snprintf(pre, sizeof pre, "decoder.layers.%d.mlp", l);
+        ADD(1, C, 1, -1, 1, 1, 0, 1, "%s.linear_fc1.layer_norm_weight", pre);
+        lp->ln2_w = idx;
+        if (ln) {
+            ADD(1, C, 1, -1, 1, 1, 0, 0, "%s.linear_fc1.layer_norm_bias", pre);
+            lp->ln2_b = idx;
+        }
+        ADD(2, fc1, C, 0, (int)chunks, 0, std, 0, "%s.linear_fc1.weight", pre);
+        lp->fc1_w = idx;
+        if (bias) {
+            ADD(1, fc1, 1, 0, (int)chunks, 1, 0, 0, "%s.linear_fc1.bias", pre);
+            lp->fc1_b = idx;
+        }
+        ADD(2, C, F, 1, 1, 0, out_std, 0, "%s.linear_fc2.weight", pre);
+        lp->fc2_w = idx;
+        if (bias) {
+            ADD(1, C, 1, -1, 1, 1, 0, 0, "%s.linear_fc2.bias", pre);
+            lp->fc2_b = idx;
+        }
+    }
+    ADD(1, C, 1, -1, 1, 1, 0, 1, "decoder.final_layernorm.weight");
+    m->lnf_w = idx;
+    if (ln) {
+        ADD(1, C, 1, -1, 1, 1, 0, 0, "decoder.final_layernorm.bias");
+        m->lnf_b = idx;
+    }
+    if (c->untie_embeddings_and_output_weights) {
+        ADD(2, V, C, 0, 1, 0, std, 0, "output_layer.weight");
+        m->out_w = idx;
+    }
+    m->numel = r.off;
+    return MC_OK;
+fail:
+    return err ? err->code : MC_ERR_NOMEM;
+}
+
+size_t mc_model_num_params(const mc_model *m) { return m->nparams; }
+
+const mc_param *mc_model_param(const mc_model *m, size_t i)
+{
+    return i < m->nparams ? &m->params[i] : NULL;
+}
+
+const mc_param *mc_model_param_by_name(const mc_model *m, const char *name)
+{
+    for (size_t i = 0; i < m->nparams; i++)
+        if (!strcmp(m->params[i].name, name)) return &m->params[i];
+    return NULL;
+}
+
+float *mc_model_params(mc_model *m) { return m->p; }
+float *mc_model_grads(mc_model *m) { return m->g; }
+size_t mc_model_numel(const mc_model *m) { return m->numel; }
+int64_t mc_model_global_numel(const mc_model *m) { return m->global_numel; }
+
+/* Megatron's init, but drawn per global element from (seed, name, index),
+ * so any grid (and any chunk of SwiGLU's fc1) gets the same values as the
+ * whole tensor would: each local chunk is the block of the global matrix at
+ * (its global first row, col0). */
+void mc_model_init_weights(mc_model *m, uint64_t seed)
+{
+    for (size_t i = 0; i < m->nparams; i++) {
+        const mc_param *p = &m->params[i];
+        float *x = m->p + p->offset;
+        if (p->init_std > 0) {
+            uint64_t key = mc_k_name_key(p->name);
+            size_t rows = (size_t)(p->local_rows / p->row_chunks);
+            for (int j = 0; j < p->row_chunks; j++)
+                mc_k_init_normal(m->be, x + (size_t)j * rows * (size_t)p->local_cols, rows,
+                                 (size_t)p->local_cols, (uint64_t)p->cols,
+                                 (uint64_t)(j * (p->rows / p->row_chunks) + p->row0),
+                                 (uint64_t)p->col0, seed, key, p->init_std);
+        } else {
+            mc_k_fill(m->be, x, p->init_value, p->numel);
+        }
+    }
+}
+
+void mc_model_zero_grads(mc_model *m) { mc_k_fill(m->be, m->g, 0.0f, m->numel); }
