@@ -1,0 +1,110 @@
+/*
+ * backend.c - the CPU backend object: thread count (OpenMP and OpenBLAS),
+ * backend memory (64-byte aligned, zero-filled host memory), copies, and the
+ * scratch buffers the kernels reuse from call to call.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+#include <cblas.h>
+/* OpenBLAS pulls in <complex.h>, whose macro I would eat kern.h's size I */
+#undef I
+#include "kern/cpu/cpu.h"
+#include "kern/cpu/dnnl_bf16.h"
+
+static size_t round_up64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* oneDNN implements its bf16 GEMM only for some CPUs (AVX512 and up in the
+ * 2.x series); elsewhere it returns an error. Try it once on a 2x2 product
+ * with a known answer so the linear kernels know whether to widen to fp32. */
+static int probe_dnnl_bf16(void) {
+    uint16_t a[4], b[4];
+    float c[4] = {0};
+    const float av[4] = {1, 2, 3, 4}, bv[4] = {1, 0, 0, 1};
+    for (int i = 0; i < 4; i++) {
+        a[i] = mc_f32_to_bf16(av[i]);
+        b[i] = mc_f32_to_bf16(bv[i]);
+    }
+    if (dnnl_gemm_bf16bf16f32('N', 'N', 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2) != 0) return 0;
+    return c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4;
+}
+
+mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err) {
+    *out = NULL;
+    mc_backend *be = calloc(1, sizeof *be);
+    if (!be) return mc_error_set(err, MC_ERR_NOMEM, "kern/cpu: out of memory creating the backend");
+    if (threads <= 0) threads = omp_get_num_procs();
+    if (threads <= 0) threads = 1;
+    be->name = "cpu";
+    be->threads = threads;
+    /* The kernels' parallel regions also say num_threads(be->threads); these
+     * two calls make the libraries (oneDNN follows OpenMP) use the same. */
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    be->dnnl_bf16 = probe_dnnl_bf16();
+    *out = be;
+    return MC_OK;
+}
+
+void mc_backend_free(mc_backend *be) {
+    if (!be) return;
+    for (int i = 0; i < MC_CPU_SCRATCH_N; i++) free(be->scratch[i]);
+    free(be);
+}
+
+const char *mc_backend_name(const mc_backend *be) { return be->name; }
+
+int mc_backend_threads(const mc_backend *be) { return be->threads; }
+
+void *mc_cpu_scratch(mc_backend *be, int slot, size_t bytes) {
+    assert(slot >= 0 && slot < MC_CPU_SCRATCH_N);
+    if (bytes <= be->scratch_cap[slot]) return be->scratch[slot];
+    /* grow by half again so a slowly growing size does not reallocate often */
+    size_t cap = round_up64(bytes + bytes / 2);
+    void *p = aligned_alloc(64, cap);
+    if (!p) abort(); /* see cpu.h: a kernel has no way to report failure */
+    free(be->scratch[slot]);
+    be->scratch[slot] = p;
+    be->scratch_cap[slot] = cap;
+    return p;
+}
+
+void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err) {
+    (void)be;
+    size_t n = round_up64(bytes ? bytes : 1);
+    if (n < bytes) {
+        mc_error_set(err, MC_ERR_NOMEM, "kern/cpu: allocation of %zu bytes overflows", bytes);
+        return NULL;
+    }
+    void *p = aligned_alloc(64, n);
+    if (!p) {
+        mc_error_set(err, MC_ERR_NOMEM, "kern/cpu: out of memory allocating %zu bytes", bytes);
+        return NULL;
+    }
+    memset(p, 0, n);
+    return p;
+}
+
+void mc_bfree(mc_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+void mc_bcopy_from_host(mc_backend *be, void *dst, const void *host, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, host, bytes);
+}
+
+void mc_bcopy_to_host(mc_backend *be, void *host, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(host, src, bytes);
+}
+
+void mc_bcopy(mc_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+}
+
+void mc_bsync(mc_backend *be) { (void)be; }

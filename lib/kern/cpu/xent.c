@@ -1,0 +1,67 @@
+/*
+ * xent.c - vocab-parallel softmax cross-entropy in three steps (kern.h), and
+ * its backward written in place over the logits, so the [N, V] probability
+ * matrix never exists beside the logits. Row sums of exponentials are
+ * accumulated in double: a 50k-wide row summed in float loses digits.
+ */
+#include <math.h>
+#include "kern/cpu/cpu.h"
+
+#define PAR_MIN 16384
+
+/* rowmax[i] = max_j logits[i,j] */
+void mc_k_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N, size_t vl) {
+#pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        const float *l = logits + i * vl;
+        float m = -INFINITY;
+        for (size_t j = 0; j < vl; j++) m = l[j] > m ? l[j] : m;
+        rowmax[i] = m;
+    }
+}
+
+/* sumexp[i] = sum_j exp(logits[i,j] - rowmax[i]);
+ * tlogit[i] = logits[i, targets[i] - v0] when the target is in this shard */
+void mc_k_xent_sumexp(mc_backend *be, float *sumexp, float *tlogit, const float *logits,
+                      const float *rowmax, const int32_t *targets, int64_t v0, size_t N,
+                      size_t vl) {
+#pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        const float *l = logits + i * vl;
+        float m = rowmax[i];
+        double s = 0.0;
+        for (size_t j = 0; j < vl; j++) s += expf(l[j] - m);
+        sumexp[i] = (float)s;
+        int64_t t = (int64_t)targets[i] - v0;
+        tlogit[i] = targets[i] >= 0 && t >= 0 && t < (int64_t)vl ? l[t] : 0.0f;
+    }
+}
+
+/* loss[i] = log(sumexp[i]) + rowmax[i] - tlogit[i], 0 for ignored targets */
+void mc_k_xent_loss(mc_backend *be, float *loss, const float *rowmax, const float *sumexp,
+                    const float *tlogit, const int32_t *targets, size_t N) {
+    (void)be;
+    for (size_t i = 0; i < N; i++)
+        loss[i] = targets[i] < 0 ? 0.0f : logf(sumexp[i]) + rowmax[i] - tlogit[i];
+}
+
+/* dlogits[i,j] = w_i (exp(logits[i,j] - rowmax[i]) / sumexp[i] - [j == targets[i] - v0])
+ * with w_i = dloss[i] (or scale), 0 for ignored targets. Each element is read
+ * before it is written, so dlogits may be logits. */
+void mc_k_xent_bwd(mc_backend *be, float *dlogits, const float *logits, const float *rowmax,
+                   const float *sumexp, const int32_t *targets, int64_t v0, size_t N, size_t vl,
+                   const float *dloss, float scale) {
+#pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        const float *l = logits + i * vl;
+        float *d = dlogits + i * vl;
+        if (targets[i] < 0) {
+            for (size_t j = 0; j < vl; j++) d[j] = 0.0f;
+            continue;
+        }
+        float w = dloss ? dloss[i] : scale, m = rowmax[i], inv = 1.0f / sumexp[i];
+        for (size_t j = 0; j < vl; j++) d[j] = w * (expf(l[j] - m) * inv);
+        int64_t t = (int64_t)targets[i] - v0;
+        if (t >= 0 && t < (int64_t)vl) d[t] -= w;
+    }
+}
