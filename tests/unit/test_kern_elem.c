@@ -1,0 +1,327 @@
+/*
+ * test_kern_elem.c - the CPU backend's flat kernels: backend memory, fill /
+ * scale / add / acc, the double reductions, finiteness, bf16 and fp16
+ * rounding and casts (hand-picked values, exhaustive round trips, and the
+ * CPU's own F16C conversion where present), counter-based initialization
+ * (block = slice of the whole, statistics, keys and seeds), parameter-name
+ * keys, AdamW against a float64 reference, and identical reruns.
+ */
+#include "kern_test.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define HAVE_X86 1
+#endif
+
+static float bits_f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t f_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void check_memory(mc_backend *be) {
+    mc_error err;
+    TAP_OK(!strcmp(mc_backend_name(be), "cpu") && mc_backend_threads(be) >= 1,
+           "backend is \"cpu\" with %d threads", mc_backend_threads(be));
+    unsigned char *p = mc_balloc(be, 1000, &err);
+    int zero = p != NULL && ((uintptr_t)p & 63) == 0;
+    for (size_t i = 0; p && i < 1000; i++) zero &= p[i] == 0;
+    TAP_OK(zero, "mc_balloc: 64-byte aligned and zero-filled");
+    unsigned char src[1000], back[1000];
+    for (int i = 0; i < 1000; i++) src[i] = (unsigned char)(i * 7);
+    mc_bcopy_from_host(be, p, src, 1000);
+    unsigned char *q = mc_balloc(be, 1000, &err);
+    mc_bcopy(be, q, p, 1000);
+    mc_bcopy_to_host(be, back, q, 1000);
+    mc_bsync(be);
+    TAP_OK(!memcmp(src, back, 1000), "host -> backend -> backend -> host copies keep the bytes");
+    mc_bfree(be, p);
+    mc_bfree(be, q);
+    err.msg[0] = 0;
+    void *huge = mc_balloc(be, SIZE_MAX - 10, &err);
+    TAP_OK(huge == NULL && err.code == MC_ERR_NOMEM && strstr(err.msg, "kern/cpu"),
+           "mc_balloc of SIZE_MAX-10 bytes fails with: %s", err.msg);
+    mc_backend *b1 = NULL;
+    TAP_OK(mc_backend_cpu_new(3, &b1, &err) == MC_OK && mc_backend_threads(b1) == 3,
+           "mc_backend_cpu_new(3) keeps 3 threads");
+    mc_backend_free(b1);
+    mc_backend_free(NULL);
+}
+
+static void check_flat(mc_backend *be) {
+    size_t n = 100003;
+    kt_rng r = {3};
+    float *a = kt_falloc(n), *b = kt_falloc(n), *o = kt_falloc(n);
+    kt_fill(&r, a, n, -2, 2), kt_fill(&r, b, n, -2, 2);
+    int ok = 1;
+    mc_k_fill(be, o, 0.375f, n);
+    for (size_t i = 0; i < n; i++) ok &= o[i] == 0.375f;
+    TAP_OK(ok, "fill");
+    mc_k_add(be, o, a, b, n);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= o[i] == a[i] + b[i];
+    TAP_OK(ok, "add: out = a + b");
+    mc_k_acc(be, o, a, n);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= o[i] == (a[i] + b[i]) + a[i];
+    TAP_OK(ok, "acc: acc += x");
+    mc_k_scale(be, o, -0.5f, n);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= o[i] == ((a[i] + b[i]) + a[i]) * -0.5f;
+    TAP_OK(ok, "scale: x *= s");
+
+    double ss = 0, sm = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)a[i] * a[i], sm += a[i];
+    double ks = mc_k_sumsq(be, a, n), km = mc_k_mean(be, a, n);
+    TAP_OK(fabs(ks - ss) <= 1e-12 * ss && fabs(km - sm / n) <= 1e-12 * fabs(sm / n) + 1e-15,
+           "sumsq %.17g and mean %.3g in double (rel err vs naive double sum <= 1e-12)", ks, km);
+    mc_backend *b1 = kt_backend(1);
+    double ks1 = mc_k_sumsq(b1, a, n), km1 = mc_k_mean(b1, a, n);
+    mc_backend_free(b1);
+    TAP_OK(ks1 == ks && km1 == km && mc_k_sumsq(be, a, n) == ks,
+           "sumsq and mean: same bits for a rerun and for 1 thread (fixed chunks)");
+    TAP_OK(mc_k_sumsq(be, a, 0) == 0 && mc_k_mean(be, a, 0) == 0, "sumsq and mean of nothing: 0");
+
+    TAP_OK(mc_k_all_finite(be, a, n), "all_finite on finite data");
+    a[n - 1] = INFINITY;
+    TAP_OK(!mc_k_all_finite(be, a, n), "all_finite sees +inf in the last element");
+    a[n - 1] = 0, a[12345] = NAN;
+    TAP_OK(!mc_k_all_finite(be, a, n), "all_finite sees a NaN");
+    a[12345] = -INFINITY;
+    TAP_OK(!mc_k_all_finite(be, a, n), "all_finite sees -inf");
+    a[12345] = 3.4e38f;
+    TAP_OK(mc_k_all_finite(be, a, n), "FLT_MAX-sized values are finite");
+    free(a), free(b), free(o);
+}
+
+/* values -> expected bf16 bits */
+static void check_bf16(mc_backend *be) {
+    struct { uint32_t in; uint16_t want; const char *what; } c[] = {
+        {0x3f800000, 0x3f80, "1.0"},
+        {0x3f808000, 0x3f80, "1 + 2^-8: tie, to even (down)"},
+        {0x3f818000, 0x3f82, "1 + 3*2^-8: tie, to even (up)"},
+        {0x3f808001, 0x3f81, "just above the tie: up"},
+        {0x3f807fff, 0x3f80, "just below the tie: down"},
+        {0xbf818000, 0xbf82, "negative tie, to even"},
+        {0x7f7fffff, 0x7f80, "FLT_MAX rounds to +inf"},
+        {0x7f800000, 0x7f80, "+inf"},
+        {0xff800000, 0xff80, "-inf"},
+        {0x7fc00000, 0x7fc0, "quiet NaN"},
+        {0x7f800001, 0x7fc0, "signalling NaN with low payload stays NaN (quiet)"},
+        {0xffffffff, 0xffff, "negative NaN with all-ones payload"},
+        {0x80000000, 0x8000, "-0"},
+        {0x000116c2, 0x0001, "subnormal 1e-40 -> nearest bf16 subnormal"},
+        {0x00008000, 0x0000, "tie at the smallest subnormal, to even (0)"},
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        uint16_t h;
+        float f = bits_f(c[i].in), back;
+        mc_k_cast_to_bf16(be, &h, &f, 1);
+        mc_k_cast_from_bf16(be, &back, &h, 1);
+        float rr = f;
+        mc_k_round(be, &rr, 1, MC_PREC_BF16);
+        int good = h == c[i].want && f_bits(back) == (uint32_t)c[i].want << 16 &&
+                   f_bits(rr) == f_bits(back);
+        if (!good) TAP_DIAG("bf16 %s: got 0x%04x want 0x%04x", c[i].what, h, c[i].want);
+        ok &= good;
+    }
+    TAP_OK(ok, "bf16: %zu hand-picked values (ties to even, NaN, inf, overflow, subnormals)",
+           sizeof c / sizeof c[0]);
+    /* every bf16 value survives float -> bf16 unchanged */
+    ok = 1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f;
+        uint16_t hh = (uint16_t)h, back;
+        mc_k_cast_from_bf16(be, &f, &hh, 1);
+        mc_k_cast_to_bf16(be, &back, &f, 1);
+        int nan = ((h & 0x7f80) == 0x7f80) && (h & 0x7f);
+        ok &= nan ? (isnan(f) && back == (hh | 0x40)) : back == hh;
+    }
+    TAP_OK(ok, "bf16: all 65536 patterns round-trip (NaNs come back quiet)");
+}
+
+static void check_fp16(mc_backend *be) {
+    struct { float in; uint16_t want; const char *what; } c[] = {
+        {1.0f, 0x3c00, "1.0"},
+        {1.0f + 0x1p-11f, 0x3c00, "1 + 2^-11: tie, to even (down)"},
+        {1.0f + 3 * 0x1p-11f, 0x3c02, "1 + 3*2^-11: tie, to even (up)"},
+        {0.1f, 0x2e66, "0.1"},
+        {-2.5f, 0xc100, "-2.5"},
+        {65504.0f, 0x7bff, "65504 = max"},
+        {65519.0f, 0x7bff, "65519 rounds down to max"},
+        {65520.0f, 0x7c00, "65520 overflows to inf (tie, to even)"},
+        {1e6f, 0x7c00, "1e6 overflows to inf"},
+        {-1e6f, 0xfc00, "-1e6 overflows to -inf"},
+        {INFINITY, 0x7c00, "+inf"},
+        {0x1p-14f, 0x0400, "2^-14, smallest normal"},
+        {0x1p-24f, 0x0001, "2^-24, smallest subnormal"},
+        {0x1p-25f, 0x0000, "2^-25: tie, to even (0)"},
+        {1.5f * 0x1p-25f, 0x0001, "1.5*2^-25 rounds up to 2^-24"},
+        {3 * 0x1p-25f, 0x0002, "3*2^-25: tie, to even (2 units)"},
+        {1023 * 0x1p-24f, 0x03ff, "largest subnormal"},
+        {1023.5f * 0x1p-24f, 0x0400, "between largest subnormal and 2^-14: tie, up to even"},
+        {1e-10f, 0x0000, "1e-10 underflows to 0"},
+        {-0.0f, 0x8000, "-0"},
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        uint16_t h;
+        mc_k_cast_to_fp16(be, &h, &c[i].in, 1);
+        if (h != c[i].want) TAP_DIAG("fp16 %s: got 0x%04x want 0x%04x", c[i].what, h, c[i].want);
+        ok &= h == c[i].want;
+    }
+    uint16_t hn;
+    float nanv = NAN, f;
+    mc_k_cast_to_fp16(be, &hn, &nanv, 1);
+    ok &= (hn & 0x7c00) == 0x7c00 && (hn & 0x3ff) != 0;
+    mc_k_cast_from_fp16(be, &f, &hn, 1);
+    ok &= isnan(f);
+    TAP_OK(ok, "fp16: %zu hand-picked values and NaN", sizeof c / sizeof c[0]);
+    /* decoding: subnormals, inf, -0 */
+    uint16_t hs[] = {0x0001, 0x03ff, 0x7c00, 0xfc00, 0x8000, 0x3555, 0xfbff};
+    float want[] = {0x1p-24f, 1023 * 0x1p-24f, INFINITY, -INFINITY, -0.0f, 0.333251953125f,
+                    -65504.0f};
+    float got[7];
+    mc_k_cast_from_fp16(be, got, hs, 7);
+    ok = 1;
+    for (int i = 0; i < 7; i++) ok &= f_bits(got[i]) == f_bits(want[i]);
+    TAP_OK(ok, "fp16 decoding of subnormals, infinities, -0, normals");
+    ok = 1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint16_t hh = (uint16_t)h, back;
+        float v;
+        mc_k_cast_from_fp16(be, &v, &hh, 1);
+        mc_k_cast_to_fp16(be, &back, &v, 1);
+        int nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+        ok &= nan ? (isnan(v) && back == (hh | 0x200)) : back == hh;
+    }
+    TAP_OK(ok, "fp16: all 65536 patterns round-trip (NaNs come back quiet)");
+}
+
+#ifdef HAVE_X86
+/* the CPU's own conversion (F16C, round to nearest even) as a reference */
+__attribute__((target("f16c"))) static uint16_t hw_fp16(float f) {
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+__attribute__((target("f16c"))) static float hw_fp16_back(uint16_t h) { return _cvtsh_ss(h); }
+
+static void check_fp16_hw(mc_backend *be) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("f16c")) {
+        TAP_SKIP("this CPU has no F16C to compare fp16 conversion with");
+        return;
+    }
+    size_t n = 1 << 20, bad = 0;
+    kt_rng r = {16};
+    float *x = kt_falloc(n), *y = kt_falloc(n);
+    uint16_t *h = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        /* random bit patterns, half of them in fp16's exponent range */
+        uint32_t u = (uint32_t)kt_next(&r);
+        if (i & 1) u = (u & 0x807fffffu) | ((uint32_t)(100 + kt_next(&r) % 46) << 23);
+        x[i] = bits_f(u);
+    }
+    mc_k_cast_to_fp16(be, h, x, n);
+    for (size_t i = 0; i < n; i++) bad += h[i] != hw_fp16(x[i]);
+    mc_k_round(be, x, n, MC_PREC_FP16);
+    memcpy(y, x, n * 4);
+    for (size_t i = 0; i < n; i++) {
+        float w = hw_fp16_back(h[i]);
+        bad += !(f_bits(y[i]) == f_bits(w) || (isnan(y[i]) && isnan(w)));
+    }
+    TAP_OK(bad == 0, "fp16 cast and round equal the CPU's F16C on 2^20 random floats (%zu differ)",
+           bad);
+    free(x), free(y), free(h);
+}
+
+#else
+static void check_fp16_hw(mc_backend *be) {
+    (void)be;
+    TAP_SKIP("not an x86 CPU: no F16C to compare fp16 conversion with");
+}
+#endif
+
+static void check_init(mc_backend *be) {
+    size_t R = 64, C = 48;
+    uint64_t key = mc_k_name_key("decoder.layers.0.mlp.linear_fc1.weight");
+    float *full = kt_falloc(R * C), *blk = kt_falloc(20 * 24), *again = kt_falloc(R * C);
+    mc_k_init_normal(be, full, R, C, C, 0, 0, 1234, key, 0.02f);
+    mc_k_init_normal(be, blk, 20, 24, C, 10, 16, 1234, key, 0.02f);
+    int ok = 1;
+    for (size_t r = 0; r < 20; r++)
+        for (size_t c = 0; c < 24; c++) ok &= blk[r * 24 + c] == full[(10 + r) * C + 16 + c];
+    TAP_OK(ok, "init: a 20x24 block at (10,16) equals that slice of the whole 64x48 matrix");
+    mc_k_init_normal(be, again, R, C, C, 0, 0, 1234, key, 0.02f);
+    TAP_OK(!memcmp(full, again, R * C * 4), "init: same (seed, key) gives identical bytes");
+    mc_k_init_normal(be, again, R, C, C, 0, 0, 1235, key, 0.02f);
+    size_t same = 0;
+    for (size_t i = 0; i < R * C; i++) same += again[i] == full[i];
+    TAP_OK(same == 0, "init: another seed changes every element (%zu equal)", same);
+    mc_k_init_normal(be, again, R, C, C, 0, 0, 1234, key + 1, 0.02f);
+    same = 0;
+    for (size_t i = 0; i < R * C; i++) same += again[i] == full[i];
+    TAP_OK(same == 0, "init: another key changes every element (%zu equal)", same);
+
+    size_t n = 1000000;
+    float *x = kt_falloc(n);
+    mc_k_init_normal(be, x, 1000, 1000, 1000, 0, 0, 42, 7, 2.0f);
+    double s = 0, s2 = 0, in1 = 0, s4 = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i] / 2.0;
+        s += v, s2 += v * v, s4 += v * v * v * v, in1 += fabs(v) < 1;
+    }
+    double mean = s / n, sd = sqrt(s2 / n - mean * mean), kurt = s4 / n;
+    /* standard errors at n = 1e6: mean 1e-3, sd 7e-4, P(|z|<1) 4.7e-4, E z^4 5e-3 */
+    TAP_OK(fabs(mean) < 5e-3 && fabs(sd - 1) < 5e-3 && fabs(in1 / n - 0.682689) < 3e-3 &&
+               fabs(kurt - 3) < 0.05,
+           "init 1e6 samples of std 2: mean/std %.5f, sd/std %.5f (|.|<5e-3, |.-1|<5e-3), "
+           "P(|z|<1) %.4f (0.6827 +- 3e-3), E z^4 %.3f (3 +- 0.05)", mean, sd, in1 / n, kurt);
+    free(full), free(blk), free(again), free(x);
+
+    TAP_OK(mc_k_name_key("") == 0xcbf29ce484222325ull && mc_k_name_key("a") == 0xaf63dc4c8601ec8cull &&
+               mc_k_name_key("foobar") == 0x85944171f73967e8ull,
+           "name key is 64-bit FNV-1a (published test vectors)");
+}
+
+static void check_adamw(mc_backend *be) {
+    size_t n = 50000;
+    kt_rng r = {8};
+    float *p = kt_falloc(n), *g = kt_falloc(n), *m = kt_falloc(n), *v = kt_falloc(n);
+    double *dp = kt_dalloc(n), *dm = kt_dalloc(n), *dv = kt_dalloc(n);
+    kt_fill(&r, p, n, -1, 1);
+    for (size_t i = 0; i < n; i++) dp[i] = p[i];
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    for (int step = 1; step <= 5; step++) {
+        kt_fill(&r, g, n, -1, 1);
+        float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+        mc_k_adamw(be, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, gs);
+        for (size_t i = 0; i < n; i++) {
+            double gg = (double)g[i] * gs;
+            dm[i] = (double)b1 * dm[i] + (1 - (double)b1) * gg;
+            dv[i] = (double)b2 * dv[i] + (1 - (double)b2) * gg * gg;
+            dp[i] -= (double)lr * (dm[i] / bc1 / (sqrt(dv[i] / bc2) + eps) + (double)wd * dp[i]);
+        }
+    }
+    double ep = kt_err(p, dp, n), em = kt_err(m, dm, n), ev = kt_err(v, dv, n);
+    TAP_OK(ep < 1e-5 && em < 1e-5 && ev < 1e-5,
+           "adamw 5 steps vs float64: p %.2e, m %.2e, v %.2e < 1e-5", ep, em, ev);
+    free(p), free(g), free(m), free(v), free(dp), free(dm), free(dv);
+}
+
+int main(void) {
+    mc_backend *be = kt_backend(0);
+    check_memory(be);
+    check_flat(be);
+    check_bf16(be);
+    check_fp16(be);
+    check_fp16_hw(be);
+    check_init(be);
+    check_adamw(be);
+    mc_backend_free(be);
+    return tap_done();
+}
