@@ -1,0 +1,193 @@
+/*
+ * train.h - the trainer: AdamW with Megatron's gradient clipping and fp16
+ * loss scaling (lib/train/optim.c), and the training loop that drives the
+ * model over the GPT dataset with gradient accumulation, evaluation,
+ * logging, checkpoints and clean exits (lib/train/loop.c).
+ *
+ * The semantics follow Megatron-LM's training.py and megatron/core/optimizer
+ * (names of the options in comments); where mc differs, mc-train(1) says so.
+ */
+#ifndef MC_TRAIN_H
+#define MC_TRAIN_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "mc/comm.h"
+#include "mc/kern.h"
+#include "mc/model.h"
+#include "mc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ loss scaling */
+
+/* Megatron's ConstantGradScaler (--loss-scale) and DynamicGradScaler
+ * (--initial-loss-scale, --min-loss-scale, --loss-scale-window,
+ * --hysteresis; growth 2, backoff 0.5). Used with --fp16 only; in fp32 and
+ * bf16 the scale is 1 and never changes. */
+typedef struct mc_loss_scaler {
+    int dynamic;
+    double scale;
+    double min_scale;
+    int window;             /* growth interval: clean steps before doubling */
+    int hysteresis;         /* overflows in a row before halving */
+    double growth_factor, backoff_factor;
+    int growth_tracker;     /* clean steps since the last change */
+    int hysteresis_tracker; /* overflows still tolerated */
+} mc_loss_scaler;
+
+void mc_loss_scaler_fixed(mc_loss_scaler *s, double scale);
+void mc_loss_scaler_dynamic(mc_loss_scaler *s, double initial, double min_scale, int window,
+                            int hysteresis);
+/* After each iteration: found_inf says the gradients overflowed. */
+void mc_loss_scaler_update(mc_loss_scaler *s, int found_inf);
+
+/* ------------------------------------------------------------ optimizer */
+
+typedef struct mc_optim_config {
+    double weight_decay;  /* --weight-decay (0.01); none on no_weight_decay params */
+    double beta1, beta2;  /* --adam-beta1 (0.9), --adam-beta2 (0.999) */
+    double eps;           /* --adam-eps (1e-8) */
+    double clip_grad;     /* --clip-grad (1.0); 0 turns clipping off */
+} mc_optim_config;
+
+void mc_optim_config_init(mc_optim_config *c);
+
+typedef struct mc_optim mc_optim;
+
+/* AdamW over a model's contiguous parameter and gradient buffers (numel
+ * floats of backend memory each); ps[0..nps) describe the parameters in
+ * the buffer (offset, numel, no_weight_decay, split_dim). The moments are
+ * allocated on the backend, zero. */
+mc_status mc_optim_new(mc_backend *be, const mc_grid *g, const mc_optim_config *c, float *params,
+                       float *grads, size_t numel, const mc_param *ps, size_t nps, mc_optim **out,
+                       mc_error *err);
+/* The same for every parameter of a model. */
+mc_status mc_optim_new_for_model(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
+                                 mc_model *m, mc_optim **out, mc_error *err);
+void mc_optim_free(mc_optim *o);
+
+typedef struct mc_optim_result {
+    double grad_norm;   /* global L2 norm of the unscaled gradients (NaN/Inf when not finite) */
+    double clip_coeff;  /* factor applied for --clip-grad (1 when not clipped) */
+    int found_inf;      /* some gradient was NaN or Inf: nothing was updated */
+} mc_optim_result;
+
+/* One optimizer step. The gradients hold loss_scale times the true
+ * gradient (1 outside fp16): the norm is computed over the model-parallel
+ * group on unscaled values (parameters replicated over tensor parallelism
+ * counted once, as Megatron does), then, when every gradient is finite,
+ * clipped to --clip-grad (clip_coeff = clip / (norm + 1e-6) when below 1)
+ * and applied with AdamW at learning rate lr; the step count advances.
+ * When some gradient is not finite the parameters, moments and step count
+ * are left untouched and result->found_inf is set. */
+mc_status mc_optim_step(mc_optim *o, double lr, double loss_scale, mc_optim_result *result,
+                        mc_error *err);
+
+/* Adam's first and second moments, laid out as the parameter buffer
+ * (param i at ps[i].offset); backend memory, for checkpoints. */
+float *mc_optim_exp_avg(mc_optim *o);
+float *mc_optim_exp_avg_sq(mc_optim *o);
+size_t mc_optim_numel(const mc_optim *o);
+/* Successful steps so far (Adam's bias-correction step count). */
+int64_t mc_optim_steps(const mc_optim *o);
+void mc_optim_set_steps(mc_optim *o, int64_t steps);
+
+/* ------------------------------------------------------------ training run */
+
+/* Everything mc_train_run needs besides the model and the data: Megatron's
+ * training, learning-rate, mixed-precision, logging and checkpointing
+ * arguments (flag names in comments, Megatron's defaults from
+ * mc_train_config_init). */
+typedef struct mc_train_config {
+    /* batches and length of the run */
+    int64_t micro_batch_size;   /* --micro-batch-size (1) */
+    int64_t global_batch_size;  /* --global-batch-size (0: micro-batch x data-parallel size) */
+    int64_t train_iters;        /* --train-iters; exactly one of these two is > 0 */
+    int64_t train_samples;      /* --train-samples */
+    /* learning rate (Megatron's OptimizerParamScheduler, lib/mc/schedule.h) */
+    double lr;                  /* --lr (required) */
+    double min_lr;              /* --min-lr (0) */
+    const char *lr_decay_style; /* --lr-decay-style constant|linear|cosine|inverse-square-root|WSD */
+    int64_t lr_decay_iters;     /* --lr-decay-iters (0: train iters) */
+    int64_t lr_decay_samples;   /* --lr-decay-samples (0: train samples) */
+    int64_t lr_warmup_iters;    /* --lr-warmup-iters (0) */
+    int64_t lr_warmup_samples;  /* --lr-warmup-samples (0) */
+    double lr_warmup_fraction;  /* --lr-warmup-fraction (< 0: unset) */
+    double lr_warmup_init;      /* --lr-warmup-init (0) */
+    const char *lr_wsd_decay_style; /* --lr-wsd-decay-style (exponential) */
+    int64_t lr_wsd_decay_iters;     /* --lr-wsd-decay-iters (0) */
+    int64_t lr_wsd_decay_samples;   /* --lr-wsd-decay-samples (0) */
+    mc_optim_config optim;
+    /* precision */
+    mc_prec prec;               /* --bf16, --fp16 (GEMM precision; master weights stay fp32) */
+    double loss_scale;          /* --loss-scale (0: dynamic, fp16 only) */
+    double initial_loss_scale;  /* --initial-loss-scale (2^32) */
+    double min_loss_scale;      /* --min-loss-scale (1) */
+    int64_t loss_scale_window;  /* --loss-scale-window (1000) */
+    int64_t hysteresis;         /* --hysteresis (2) */
+    int64_t max_nan_iters;      /* --max-nan-iters (10): NaN/Inf iterations in a row before failing */
+    /* evaluation and logging */
+    int64_t eval_interval;      /* --eval-interval (1000) */
+    int64_t eval_iters;         /* --eval-iters (100; 0 turns evaluation off) */
+    int64_t log_interval;       /* --log-interval (100) */
+    const char *tensorboard_dir;/* --tensorboard-dir */
+    const char *log_json;       /* --log-json */
+    double peak_tflops;         /* --peak-tflops (0: no MFU) */
+    /* checkpoints */
+    const char *save;           /* --save DIR */
+    const char *load;           /* --load DIR */
+    int64_t save_interval;      /* --save-interval (0: only at the end) */
+    int finetune;               /* --finetune: weights only, iteration 0 */
+    int no_load_optim, no_save_optim; /* --no-load-optim, --no-save-optim */
+    int ckpt_compression;       /* an mc_ckpt_compression (--ckpt-compression) */
+    /* exits */
+    int64_t exit_interval;      /* --exit-interval (0: off) */
+    double exit_duration_in_mins; /* --exit-duration-in-mins (0: off) */
+    uint64_t seed;              /* --seed (1234): initialization and data order */
+    /* Set asynchronously (a SIGTERM/SIGINT handler) to finish the current
+     * iteration, save a checkpoint and return (Megatron's
+     * --exit-signal-handler). May be NULL. */
+    volatile sig_atomic_t *stop;
+    /* Where log lines go (the caller prints them; library code never does):
+     * Megatron's iteration line, validation lines, warnings. */
+    void (*print)(void *ctx, const char *line);
+    void *print_ctx;
+    /* The command line as a JSON object, stored in checkpoints beside the
+     * model configuration (may be NULL). */
+    const char *args_json;
+} mc_train_config;
+
+void mc_train_config_init(mc_train_config *c);
+
+/* How a run ended. */
+typedef struct mc_train_report {
+    int64_t iteration;          /* the last iteration completed */
+    int64_t consumed_samples;
+    int64_t skipped_iters, nan_iters; /* over the whole run */
+    char last_checkpoint[4096]; /* directory of the last checkpoint written, "" if none */
+    double last_lm_loss;        /* the last iteration's training loss */
+    double valid_loss, test_loss; /* last evaluations (NaN when none ran) */
+    const char *exit_reason;    /* "train-iters", "signal", "exit-interval", "exit-duration" */
+} mc_train_report;
+
+struct mc_gptdata_config;
+
+/* Train: build the model (model_cfg, finished here against the grid) and
+ * its optimizer on be, open the data (data->num_samples and seq_length are
+ * filled in here from the run's length), load --load when given, and run
+ * the loop until train_iters, a signal, --exit-interval or
+ * --exit-duration-in-mins. Errors: bad configuration (MC_ERR_USAGE), data,
+ * checkpoint (naming the tensor and both shapes), and NaN/Inf iterations
+ * beyond max_nan_iters in a row. */
+mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cfg,
+                       const struct mc_gptdata_config *data, mc_backend *be, const mc_grid *g,
+                       mc_train_report *report, mc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

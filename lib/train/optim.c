@@ -1,0 +1,265 @@
+/*
+ * optim.c - AdamW over the model's contiguous parameter buffer, Megatron's
+ * global gradient-norm clipping, the NaN/overflow check that skips a step,
+ * and the fp16 loss scalers (constant and dynamic).
+ *
+ * The parameter buffer is cut once, at creation, into spans of adjacent
+ * parameters that share a weight-decay group and a norm rule, so one step is
+ * a handful of mc_k_sumsq and mc_k_adamw calls rather than one per tensor.
+ * Only kernels touch the elements; this file does the bookkeeping.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "mc/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ loss scalers */
+
+void mc_loss_scaler_fixed(mc_loss_scaler *s, double scale)
+{
+    memset(s, 0, sizeof *s);
+    s->dynamic = 0;
+    s->scale = scale;
+    s->min_scale = scale;
+    s->growth_factor = 1.0;
+    s->backoff_factor = 1.0;
+}
+
+void mc_loss_scaler_dynamic(mc_loss_scaler *s, double initial, double min_scale, int window,
+                            int hysteresis)
+{
+    memset(s, 0, sizeof *s);
+    s->dynamic = 1;
+    s->scale = initial;
+    s->min_scale = min_scale;
+    s->window = window > 0 ? window : 1;
+    s->hysteresis = hysteresis > 0 ? hysteresis : 1;
+    s->growth_factor = 2.0;
+    s->backoff_factor = 0.5;
+    s->growth_tracker = 0;
+    s->hysteresis_tracker = s->hysteresis;
+}
+
+/* Megatron's DynamicGradScaler.update: an overflow resets the growth count
+ * and spends one unit of hysteresis; with none left the scale backs off
+ * (never below the minimum, and it keeps backing off on every further
+ * overflow until a full clean window restores the hysteresis). A full
+ * window of clean steps grows the scale and restores the hysteresis. */
+void mc_loss_scaler_update(mc_loss_scaler *s, int found_inf)
+{
+    if (!s->dynamic)
+        return;
+    if (found_inf) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker--;
+        if (s->hysteresis_tracker <= 0) {
+            double next = s->scale * s->backoff_factor;
+            s->scale = next > s->min_scale ? next : s->min_scale;
+        }
+    } else {
+        s->growth_tracker++;
+        if (s->growth_tracker == s->window) {
+            s->growth_tracker = 0;
+            s->hysteresis_tracker = s->hysteresis;
+            s->scale *= s->growth_factor;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ optimizer */
+
+typedef struct span {
+    size_t offset, n;
+    int decay;     /* weight decay applies */
+    int in_norm;   /* counted in the global norm on this rank */
+} span;
+
+struct mc_optim {
+    mc_backend *be;
+    const mc_grid *grid;
+    mc_optim_config cfg;
+    float *params, *grads;
+    float *m, *v;
+    size_t numel;
+    span *spans;
+    size_t nspans;
+    int64_t steps;
+};
+
+void mc_optim_config_init(mc_optim_config *c)
+{
+    c->weight_decay = 0.01;
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    c->clip_grad = 1.0;
+}
+
+static int cmp_param_offset(const void *a, const void *b)
+{
+    const mc_param *x = *(const mc_param *const *)a, *y = *(const mc_param *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+mc_status mc_optim_new(mc_backend *be, const mc_grid *g, const mc_optim_config *c, float *params,
+                       float *grads, size_t numel, const mc_param *ps, size_t nps, mc_optim **out,
+                       mc_error *err)
+{
+    *out = NULL;
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
+        return mc_error_set(err, MC_ERR_USAGE, "adam betas must lie in [0, 1), got %g and %g",
+                            c->beta1, c->beta2);
+    if (!(c->eps > 0) || !(c->weight_decay >= 0) || !(c->clip_grad >= 0))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "adam eps must be > 0 and weight decay, clip-grad >= 0");
+    mc_optim *o = calloc(1, sizeof *o);
+    const mc_param **order = calloc(nps ? nps : 1, sizeof *order);
+    if (o)
+        o->spans = calloc(nps ? nps : 1, sizeof *o->spans);
+    if (!o || !order || !o->spans) {
+        free(order);
+        mc_optim_free(o);
+        return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
+    }
+    o->be = be;
+    o->grid = g;
+    o->cfg = *c;
+    o->params = params;
+    o->grads = grads;
+    o->numel = numel;
+
+    /* Spans in buffer order; adjacent parameters with the same rules merge. */
+    for (size_t i = 0; i < nps; i++)
+        order[i] = &ps[i];
+    qsort(order, nps, sizeof *order, cmp_param_offset);
+    int tp_rank = mc_grid_group_rank(g, MC_GROUP_TP);
+    size_t end = 0;
+    for (size_t i = 0; i < nps; i++) {
+        const mc_param *p = order[i];
+        if (p->offset < end || p->offset + p->numel > numel) {
+            free(order);
+            mc_optim_free(o);
+            return mc_error_set(err, MC_ERR_INTERNAL,
+                                "optimizer: parameter %s [%zu, %zu) overlaps another or lies "
+                                "outside the buffer of %zu elements",
+                                p->name, p->offset, p->offset + p->numel, numel);
+        }
+        end = p->offset + p->numel;
+        if (p->numel == 0)
+            continue;
+        /* A parameter replicated over tensor parallelism is counted in the
+         * norm by tensor-parallel rank 0 only, so the all-reduce over the
+         * model-parallel group counts it once (Megatron's
+         * param_is_not_tensor_parallel_duplicate). */
+        span s = {p->offset, p->numel, !p->no_weight_decay, p->split_dim >= 0 || tp_rank == 0};
+        span *last = o->nspans ? &o->spans[o->nspans - 1] : NULL;
+        if (last && last->offset + last->n == s.offset && last->decay == s.decay &&
+            last->in_norm == s.in_norm)
+            last->n += s.n;
+        else
+            o->spans[o->nspans++] = s;
+    }
+    free(order);
+
+    o->m = mc_balloc(be, (numel ? numel : 1) * sizeof(float), err);
+    o->v = o->m ? mc_balloc(be, (numel ? numel : 1) * sizeof(float), err) : NULL;
+    if (!o->m || !o->v) {
+        mc_optim_free(o);
+        return err ? err->code : MC_ERR_NOMEM;
+    }
+    *out = o;
+    return MC_OK;
+}
+
+mc_status mc_optim_new_for_model(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
+                                 mc_model *m, mc_optim **out, mc_error *err)
+{
+    size_t nps = mc_model_num_params(m);
+    mc_param *ps = malloc((nps ? nps : 1) * sizeof *ps);
+    if (!ps)
+        return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
+    for (size_t i = 0; i < nps; i++)
+        ps[i] = *mc_model_param(m, i);
+    mc_status st = mc_optim_new(be, g, c, mc_model_params(m), mc_model_grads(m),
+                                mc_model_numel(m), ps, nps, out, err);
+    free(ps);
+    return st;
+}
+
+void mc_optim_free(mc_optim *o)
+{
+    if (!o)
+        return;
+    if (o->m)
+        mc_bfree(o->be, o->m);
+    if (o->v)
+        mc_bfree(o->be, o->v);
+    free(o->spans);
+    free(o);
+}
+
+mc_status mc_optim_step(mc_optim *o, double lr, double loss_scale, mc_optim_result *r,
+                        mc_error *err)
+{
+    /* Sum of squares of the scaled gradients: what this rank counts toward
+     * the norm, and everything it holds (for the finiteness check). The
+     * finiteness test reads the double sums: a float gradient squared
+     * cannot overflow a double, so the sum is finite exactly when every
+     * gradient is. */
+    double stats[2] = {0.0, 0.0}; /* [0] norm part, [1] not-finite flag */
+    for (size_t i = 0; i < o->nspans; i++) {
+        const span *s = &o->spans[i];
+        double ss = mc_k_sumsq(o->be, o->grads + s->offset, s->n);
+        if (s->in_norm)
+            stats[0] += ss;
+        if (!isfinite(ss))
+            stats[1] = 1.0;
+    }
+    if (isnan(stats[0]) || isinf(stats[0]))
+        stats[1] = 1.0;
+    /* Without a distributed optimizer the gradients are already averaged
+     * over data parallelism, so the norm and the overflow flag are reduced
+     * over the model-parallel group only (Megatron's grad-stats group). */
+    mc_status st = mc_allreduce_sum_f64(o->grid, MC_GROUP_MP, stats, 2, err);
+    if (st)
+        return st;
+
+    double inv_scale = 1.0 / loss_scale;
+    r->found_inf = stats[1] != 0.0 || !isfinite(stats[0]);
+    r->grad_norm = sqrt(stats[0]) * inv_scale;
+    r->clip_coeff = 1.0;
+    if (r->found_inf)
+        return MC_OK;
+
+    /* Megatron's clip_grad_norm_fp32: clip_coeff = max_norm / (norm + 1e-6),
+     * applied only when it shrinks the gradients. It folds into the factor
+     * the AdamW kernel multiplies every gradient by, with the unscaling. */
+    if (o->cfg.clip_grad > 0) {
+        double coeff = o->cfg.clip_grad / (r->grad_norm + 1.0e-6);
+        if (coeff < 1.0)
+            r->clip_coeff = coeff;
+    }
+    o->steps++;
+    double bc1 = 1.0 - pow(o->cfg.beta1, (double)o->steps);
+    double bc2 = 1.0 - pow(o->cfg.beta2, (double)o->steps);
+    float gscale = (float)(inv_scale * r->clip_coeff);
+    for (size_t i = 0; i < o->nspans; i++) {
+        const span *s = &o->spans[i];
+        float wd = s->decay ? (float)o->cfg.weight_decay : 0.0f;
+        mc_k_adamw(o->be, o->params + s->offset, o->grads + s->offset, o->m + s->offset,
+                   o->v + s->offset, s->n, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2,
+                   (float)o->cfg.eps, wd, (float)bc1, (float)bc2, gscale);
+    }
+    return MC_OK;
+}
+
+float *mc_optim_exp_avg(mc_optim *o) { return o->m; }
+float *mc_optim_exp_avg_sq(mc_optim *o) { return o->v; }
+size_t mc_optim_numel(const mc_optim *o) { return o->numel; }
+int64_t mc_optim_steps(const mc_optim *o) { return o->steps; }
+void mc_optim_set_steps(mc_optim *o, int64_t steps) { o->steps = steps; }
