@@ -12,7 +12,7 @@
  *    "brain.Event:2", then one Event per step holding every scalar of that
  *    step as a float32 simple_value. A resumed run starts a new file in the
  *    same directory, as TensorFlow does; TensorBoard joins them and drops the
- *    steps that a restart repeats. The layout is in mc-formats(5).
+ *    steps that a restart repeats. Byte layout: lib/fmt/tfevents.c.
  *  - JSON lines: one object per step, appended to the file (a resumed run
  *    continues it), written with one write() per line:
  *        {"step": 10, "consumed-samples": 80, "lm loss": 5.43, ...}
