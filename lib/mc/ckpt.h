@@ -1,0 +1,162 @@
+/*
+ * ckpt.h - checkpoints: global tensors, optimizer state, configuration and
+ * RNG state in one HDF5 file per iteration (layout in mc-formats(5)).
+ *
+ *   DIR/latest_checkpointed_iteration.txt   "500\n", moved last (atomically)
+ *   DIR/iter_0000500/model.h5               everything of iteration 500
+ *
+ * Tensors are addressed by their path in the file: "model/<name>" for
+ * parameters (Megatron Core state-dict names, kept flat, dots and all),
+ * "optimizer/exp_avg/<name>" and "optimizer/exp_avg_sq/<name>" for Adam's
+ * moments. On disk each is the GLOBAL tensor; a writer and a reader each
+ * name the block [row0, row0 + local_rows) x [col0, col0 + local_cols) it
+ * holds, so a tensor-parallel rank writes and reads only its own slice and
+ * any grid loads any checkpoint. cols == 0 means a 1-D tensor of `rows`
+ * elements (biases, norm weights; then col0 = 0 and local_cols is ignored).
+ *
+ * Host data is always fp32; the stored dtype is float32 (default), bfloat16
+ * (uint16 bit patterns with attribute dtype="bfloat16", rounded to nearest
+ * even) or float16 (an IEEE half type h5py reads as float16); reading
+ * converts back to fp32.
+ *
+ * Writing is all-or-nothing: mc_ckpt_writer_begin makes a hidden temporary
+ * directory DIR/.iter_0000500.tmp.XXXXXX; mc_ckpt_writer_commit checks that
+ * every tensor was written whole, closes and fsyncs the file and the
+ * directory, renames it to DIR/iter_0000500 (exchanging it with an existing
+ * one, which is then removed) and only then rewrites the latest pointer.
+ * A crash at any point leaves the previous checkpoint and pointer intact;
+ * readers never look at hidden temporaries.
+ *
+ * Today one process writes through HDF5's default (serial) driver. The
+ * block arguments are there so that, with MPI-IO, each rank writes its own
+ * hyperslab of the same datasets; begin and commit will then be collective.
+ *
+ * HDF5 prints its error stack to stderr by default. Every function here
+ * turns that off for its own duration and restores the caller's setting
+ * before returning; HDF5's innermost message is folded into the mc_error.
+ * The HDF5 library is not thread-safe as Debian builds it: use one thread.
+ */
+#ifndef MC_CKPT_H
+#define MC_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+#include "mc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MC_CKPT_FORMAT_VERSION 1
+#define MC_CKPT_FILE "model.h5"
+#define MC_CKPT_LATEST "latest_checkpointed_iteration.txt"
+
+typedef enum mc_ckpt_dtype {
+    MC_CKPT_FLOAT32 = 0,
+    MC_CKPT_BFLOAT16 = 1,
+    MC_CKPT_FLOAT16 = 2
+} mc_ckpt_dtype;
+
+/* "float32", "bfloat16", "float16"; NULL for an unknown value. */
+const char *mc_ckpt_dtype_name(mc_ckpt_dtype d);
+/* Parse one of those names; MC_ERR_USAGE naming the choices otherwise. */
+mc_status mc_ckpt_dtype_parse(const char *s, mc_ckpt_dtype *out, mc_error *err);
+
+typedef enum mc_ckpt_compression {
+    MC_CKPT_COMPRESS_NONE = 0,
+    MC_CKPT_COMPRESS_ZSTD = 1 /* HDF5 filter 32015, as the public zstd plugin */
+} mc_ckpt_compression;
+
+/* "none" | "zstd" (the --ckpt-compression argument). */
+mc_status mc_ckpt_compression_parse(const char *s, mc_ckpt_compression *out, mc_error *err);
+
+/* ------------------------------------------------------------ writing */
+
+typedef struct mc_ckpt_writer mc_ckpt_writer;
+
+/* Start iteration `iteration` (>= 0) of the checkpoint directory dir
+ * (created if missing). */
+mc_status mc_ckpt_writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer **out,
+                               mc_error *err);
+
+/* Compression of the tensors created from now on; level is zstd's
+ * (1..22, negative for faster; 0 means zstd's default, 3). */
+mc_status mc_ckpt_writer_set_compression(mc_ckpt_writer *w, mc_ckpt_compression c, int level,
+                                         mc_error *err);
+
+/* Write the block [row0, row0+local_rows) x [col0, col0+local_cols) of the
+ * global tensor `path` of shape [rows, cols] (cols == 0: 1-D [rows]) from
+ * host[local_rows * local_cols] (row-major), stored as dtype. The first
+ * write of a path creates the dataset; later writes of other blocks must
+ * give the same global shape and dtype. */
+mc_status mc_ckpt_write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
+                               int64_t row0, int64_t col0, int64_t local_rows, int64_t local_cols,
+                               const float *host, mc_ckpt_dtype dtype, mc_error *err);
+
+/* A JSON document (validated) as the root attribute `key` ("config"). */
+mc_status mc_ckpt_write_json(mc_ckpt_writer *w, const char *key, const char *json_text,
+                             mc_error *err);
+/* An integer as the root attribute `key` ("consumed_samples"). The writer
+ * itself stores "iteration", "mc_format", "mc_format_version", "mc_version". */
+mc_status mc_ckpt_write_int(mc_ckpt_writer *w, const char *key, int64_t value, mc_error *err);
+/* Opaque bytes (RNG states) as the 1-D uint8 dataset `/key`. */
+mc_status mc_ckpt_write_bytes(mc_ckpt_writer *w, const char *key, const void *data, size_t n,
+                              mc_error *err);
+
+/* Finish: completeness check, fsync, rename, latest pointer. Frees w
+ * whether or not it succeeds (on failure the temporary is removed). */
+mc_status mc_ckpt_writer_commit(mc_ckpt_writer *w, mc_error *err);
+/* Drop everything written; the directory and pointer stay as they were.
+ * Frees w; NULL is allowed. */
+void mc_ckpt_writer_abort(mc_ckpt_writer *w);
+
+/* The final directory this writer will produce ("DIR/iter_0000500"). */
+const char *mc_ckpt_writer_dir(const mc_ckpt_writer *w);
+
+/* ------------------------------------------------------------ reading */
+
+typedef struct mc_ckpt_reader mc_ckpt_reader;
+
+/* Open a checkpoint: `path` is a checkpoint directory (resolved through its
+ * latest_checkpointed_iteration.txt), an iteration directory holding
+ * model.h5, or the model.h5 file itself. */
+mc_status mc_ckpt_open(const char *path, mc_ckpt_reader **out, mc_error *err);
+void mc_ckpt_close(mc_ckpt_reader *r); /* NULL is allowed */
+
+int64_t mc_ckpt_iteration(const mc_ckpt_reader *r);
+/* The iteration directory ("DIR/iter_0000500"): what mc-train prints. */
+const char *mc_ckpt_dir(const mc_ckpt_reader *r);
+/* The file ("DIR/iter_0000500/model.h5"), the prefix of every message. */
+const char *mc_ckpt_file(const mc_ckpt_reader *r);
+
+/* Root attribute written by mc_ckpt_write_json, parsed (caller decrefs). */
+mc_status mc_ckpt_read_json(mc_ckpt_reader *r, const char *key, json_t **out, mc_error *err);
+mc_status mc_ckpt_read_int(mc_ckpt_reader *r, const char *key, int64_t *out, mc_error *err);
+/* Bytes written by mc_ckpt_write_bytes; *data is malloc'd (caller frees). */
+mc_status mc_ckpt_read_bytes(mc_ckpt_reader *r, const char *key, void **data, size_t *n,
+                             mc_error *err);
+
+/* 1 when the tensor exists (e.g. "optimizer/exp_avg/<name>"), else 0. */
+int mc_ckpt_has_tensor(mc_ckpt_reader *r, const char *path);
+/* Global shape (cols = 0 for 1-D) and stored dtype; MC_ERR_NOTFOUND names
+ * a missing tensor. Any pointer may be NULL. */
+mc_status mc_ckpt_tensor_info(mc_ckpt_reader *r, const char *path, int64_t *rows, int64_t *cols,
+                              mc_ckpt_dtype *dtype, mc_error *err);
+/* Read the block [row0, row0+local_rows) x [col0, col0+local_cols) of the
+ * tensor `path` into host_out as fp32, after checking that its global shape
+ * is [rows, cols] (cols == 0: 1-D); a mismatch is MC_ERR_FORMAT naming the
+ * tensor and both shapes. */
+mc_status mc_ckpt_read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, int64_t cols,
+                              int64_t row0, int64_t col0, int64_t local_rows, int64_t local_cols,
+                              float *host_out, mc_error *err);
+
+/* Names of the datasets directly under group `group` ("model",
+ * "optimizer/exp_avg"), sorted; *names is one malloc'd block (free it). */
+mc_status mc_ckpt_list(mc_ckpt_reader *r, const char *group, char ***names, size_t *n,
+                       mc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
