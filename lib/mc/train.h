@@ -16,6 +16,7 @@
 #include "mc/comm.h"
 #include "mc/kern.h"
 #include "mc/model.h"
+#include "mc/schedule.h"
 #include "mc/status.h"
 
 #ifdef __cplusplus
@@ -81,11 +82,13 @@ typedef struct mc_optim_result {
  * group on unscaled values (parameters replicated over tensor parallelism
  * counted once, as Megatron does), then, when every gradient is finite,
  * clipped to --clip-grad (clip_coeff = clip / (norm + 1e-6) when below 1)
- * and applied with AdamW at learning rate lr; the step count advances.
+ * and applied with AdamW at learning rate lr and decoupled weight decay
+ * weight_decay (on the parameters without no_weight_decay); the step count
+ * advances.
  * When some gradient is not finite the parameters, moments and step count
  * are left untouched and result->found_inf is set. */
-mc_status mc_optim_step(mc_optim *o, double lr, double loss_scale, mc_optim_result *result,
-                        mc_error *err);
+mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss_scale,
+                        mc_optim_result *result, mc_error *err);
 
 /* Adam's first and second moments, laid out as the parameter buffer
  * (param i at ps[i].offset); backend memory, for checkpoints. */
@@ -108,19 +111,12 @@ typedef struct mc_train_config {
     int64_t global_batch_size;  /* --global-batch-size (0: micro-batch x data-parallel size) */
     int64_t train_iters;        /* --train-iters; exactly one of these two is > 0 */
     int64_t train_samples;      /* --train-samples */
-    /* learning rate (Megatron's OptimizerParamScheduler, lib/mc/schedule.h) */
-    double lr;                  /* --lr (required) */
-    double min_lr;              /* --min-lr (0) */
-    const char *lr_decay_style; /* --lr-decay-style constant|linear|cosine|inverse-square-root|WSD */
-    int64_t lr_decay_iters;     /* --lr-decay-iters (0: train iters) */
-    int64_t lr_decay_samples;   /* --lr-decay-samples (0: train samples) */
-    int64_t lr_warmup_iters;    /* --lr-warmup-iters (0) */
-    int64_t lr_warmup_samples;  /* --lr-warmup-samples (0) */
-    double lr_warmup_fraction;  /* --lr-warmup-fraction (< 0: unset) */
-    double lr_warmup_init;      /* --lr-warmup-init (0) */
-    const char *lr_wsd_decay_style; /* --lr-wsd-decay-style (exponential) */
-    int64_t lr_wsd_decay_iters;     /* --lr-wsd-decay-iters (0) */
-    int64_t lr_wsd_decay_samples;   /* --lr-wsd-decay-samples (0) */
+    /* learning rate and weight-decay schedule (lib/mc/schedule.h): --lr
+     * (required: < 0 until given), --min-lr, --lr-decay-style, ...; its
+     * batch and length fields are filled in from the ones above */
+    mc_lr_config sched;
+    /* Adam and clipping; optim.weight_decay is ignored: the schedule gives
+     * the weight decay of each step */
     mc_optim_config optim;
     /* precision */
     mc_prec prec;               /* --bf16, --fp16 (GEMM precision; master weights stay fp32) */

@@ -203,8 +203,8 @@ void mc_optim_free(mc_optim *o)
     free(o);
 }
 
-mc_status mc_optim_step(mc_optim *o, double lr, double loss_scale, mc_optim_result *r,
-                        mc_error *err)
+mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss_scale,
+                        mc_optim_result *r, mc_error *err)
 {
     /* Sum of squares of the scaled gradients: what this rank counts toward
      * the norm, and everything it holds (for the finiteness check). The
@@ -250,7 +250,7 @@ mc_status mc_optim_step(mc_optim *o, double lr, double loss_scale, mc_optim_resu
     float gscale = (float)(inv_scale * r->clip_coeff);
     for (size_t i = 0; i < o->nspans; i++) {
         const span *s = &o->spans[i];
-        float wd = s->decay ? (float)o->cfg.weight_decay : 0.0f;
+        float wd = s->decay ? (float)weight_decay : 0.0f;
         mc_k_adamw(o->be, o->params + s->offset, o->grads + s->offset, o->m + s->offset,
                    o->v + s->offset, s->n, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2,
                    (float)o->cfg.eps, wd, (float)bc1, (float)bc2, gscale);

@@ -112,7 +112,7 @@ int main(void)
     mc_optim_result res;
     int ok = 1;
     for (int s = 0; s < 3; s++) {
-        ok &= mc_optim_step(o, 1e-2, 1.0, &res, &err) == MC_OK;
+        ok &= mc_optim_step(o, 1e-2, cfg.weight_decay, 1.0, &res, &err) == MC_OK;
         ref_step(&r, hg, ps, 1e-2, 0.9, 0.999, 1e-8, 0.1, 1.0);
     }
     TAP_OK(ok && !res.found_inf && res.clip_coeff == 1.0, "three steps, none skipped, no clipping");
@@ -135,7 +135,7 @@ int main(void)
     mc_optim_free(o);
     TAP_OK(mc_optim_new(be, &grid, &cfg, p, g, NUMEL, ps, 3, &o, &err) == MC_OK, "fresh optimizer");
     mc_bcopy_to_host(be, before, p, sizeof before);
-    mc_optim_step(o, 0.5, 1.0, &res, &err);
+    mc_optim_step(o, 0.5, cfg.weight_decay, 1.0, &res, &err);
     mc_bcopy_to_host(be, out, p, sizeof out);
     double worst = 0;
     for (int i = 0; i < 10; i++) {
@@ -156,14 +156,14 @@ int main(void)
     mc_bcopy_from_host(be, g, hg, sizeof hg);
     mc_optim_free(o);
     mc_optim_new(be, &grid, &cfg, p, g, NUMEL, ps, 3, &o, &err);
-    mc_optim_step(o, 1e-3, 1.0, &res, &err);
+    mc_optim_step(o, 1e-3, cfg.weight_decay, 1.0, &res, &err);
     double n1 = res.grad_norm;
     mc_bcopy_to_host(be, pa, p, sizeof pa);
     mc_bcopy_from_host(be, p, hp, sizeof hp);
     mc_bcopy_from_host(be, g, scaled, sizeof scaled);
     mc_optim_free(o);
     mc_optim_new(be, &grid, &cfg, p, g, NUMEL, ps, 3, &o, &err);
-    mc_optim_step(o, 1e-3, 1024.0, &res, &err);
+    mc_optim_step(o, 1e-3, cfg.weight_decay, 1024.0, &res, &err);
     mc_bcopy_to_host(be, pb, p, sizeof pb);
     TAP_OK(!memcmp(pa, pb, sizeof pa), "loss-scaled gradients unscale exactly");
     TAP_OK(fabs(res.grad_norm - n1) <= 1e-12 * n1, "the norm is of the unscaled gradients");
@@ -179,7 +179,7 @@ int main(void)
     r.step = 0;
     ok = 1;
     for (int s = 0; s < 2; s++) {
-        ok &= mc_optim_step(o, 1e-2, 1.0, &res, &err) == MC_OK;
+        ok &= mc_optim_step(o, 1e-2, cfg.weight_decay, 1.0, &res, &err) == MC_OK;
         ref_step(&r, hg, ps, 1e-2, 0.9, 0.999, 1e-8, 0.1, 0.1 / (norm_ref + 1e-6));
     }
     TAP_OK(ok && fabs(res.clip_coeff - 0.1 / (norm_ref + 1e-6)) < 1e-12,
@@ -190,7 +190,7 @@ int main(void)
     cfg.clip_grad = 100.0;
     mc_optim_free(o);
     mc_optim_new(be, &grid, &cfg, p, g, NUMEL, ps, 3, &o, &err);
-    mc_optim_step(o, 1e-2, 1.0, &res, &err);
+    mc_optim_step(o, 1e-2, cfg.weight_decay, 1.0, &res, &err);
     TAP_OK(res.clip_coeff == 1.0, "a clip above the norm leaves the gradients alone");
 
     /* A NaN or Inf gradient: nothing moves, the step count stays. */
@@ -202,7 +202,7 @@ int main(void)
     memcpy(bad, hg, sizeof bad);
     bad[12] = NAN; /* in the bias span */
     mc_bcopy_from_host(be, g, bad, sizeof bad);
-    TAP_OK(mc_optim_step(o, 1e-2, 1.0, &res, &err) == MC_OK && res.found_inf,
+    TAP_OK(mc_optim_step(o, 1e-2, cfg.weight_decay, 1.0, &res, &err) == MC_OK && res.found_inf,
            "a NaN gradient is found");
     mc_bcopy_to_host(be, out, p, sizeof out);
     mc_bcopy_to_host(be, m_after, mc_optim_exp_avg(o), sizeof m_after);
@@ -212,7 +212,7 @@ int main(void)
     bad[12] = hg[12];
     bad[3] = INFINITY;
     mc_bcopy_from_host(be, g, bad, sizeof bad);
-    mc_optim_step(o, 1e-2, 1.0, &res, &err);
+    mc_optim_step(o, 1e-2, cfg.weight_decay, 1.0, &res, &err);
     TAP_OK(res.found_inf && isinf(res.grad_norm), "an Inf gradient is found; the norm is Inf");
     mc_bcopy_to_host(be, out, p, sizeof out);
     TAP_OK(!memcmp(out, before, sizeof out), "Inf: parameters untouched");
@@ -220,7 +220,7 @@ int main(void)
      * double accumulation, and it must not count as an overflow. */
     bad[3] = 1e30f;
     mc_bcopy_from_host(be, g, bad, sizeof bad);
-    mc_optim_step(o, 1e-2, 1.0, &res, &err);
+    mc_optim_step(o, 1e-2, cfg.weight_decay, 1.0, &res, &err);
     TAP_OK(!res.found_inf && fabs(res.grad_norm - 1e30) < 1e24,
            "a huge finite gradient is not an overflow (norm %.6g)", res.grad_norm);
     mc_optim_set_steps(o, 41);

@@ -1,0 +1,662 @@
+/*
+ * loop.c - the training loop of megatron/training/training.py on the mc
+ * model: global batches of micro-batches with gradient accumulation, the
+ * learning-rate schedule, the optimizer step with loss scaling and NaN
+ * skips, Megatron's log line, evaluation, metrics, checkpoints, and the
+ * clean exits (signal, --exit-interval, --exit-duration-in-mins).
+ *
+ * Exact resume: everything an iteration depends on is either in the
+ * checkpoint (parameters, Adam moments and step, loss scaler, consumed
+ * samples, the schedule's clock) or a function of the iteration number
+ * (the data order: sample indices follow consumed samples; the validation
+ * samples follow the number of evaluations done). So N iterations, a
+ * checkpoint and N more equal 2N in one go, bit for bit.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "mc/ckpt.h"
+#include "mc/gptdata.h"
+#include "mc/metrics.h"
+#include "mc/train.h"
+#include "train/state.h"
+
+void mc_train_config_init(mc_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->micro_batch_size = 1;
+    mc_lr_config_defaults(&c->sched);
+    c->sched.lr = -1; /* required */
+    mc_optim_config_init(&c->optim);
+    c->prec = MC_PREC_FP32;
+    c->initial_loss_scale = 4294967296.0;
+    c->min_loss_scale = 1.0;
+    c->loss_scale_window = 1000;
+    c->hysteresis = 2;
+    c->max_nan_iters = 10;
+    c->eval_interval = 1000;
+    c->eval_iters = 100;
+    c->log_interval = 100;
+    c->seed = 1234;
+}
+
+/* Everything one run holds. */
+typedef struct run {
+    const mc_train_config *c;
+    mc_backend *be;
+    const mc_grid *g;
+    mc_model *model;
+    mc_optim *optim;
+    mc_gpt_dataset *ds;
+    mc_metrics *metrics;
+    mc_lr_schedule sched;
+    mc_train_state s;
+    int64_t train_iters, global_batch, num_micro, dp, T;
+    int32_t *tokens, *targets, *sample; /* host: one micro-batch, one sample */
+    char *config_json;
+    int64_t last_saved;                 /* iteration of the last checkpoint written, -1 */
+    mc_train_report *rep;
+    double flops_per_token;
+} run;
+
+static void say(const run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const run *r, const char *fmt, ...)
+{
+    if (!r->c->print)
+        return;
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    r->c->print(r->c->print_ctx, line);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Megatron's " [%Y-%m-%d %H:%M:%S.%f]" stamp, local time. */
+static void stamp(char *out, size_t cap)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    localtime_r(&tv.tv_sec, &tm);
+    char day[32];
+    strftime(day, sizeof day, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(out, cap, "%s.%06ld", day, (long)tv.tv_usec);
+}
+
+/* Python's "{:.3f}" of a float: nan and inf spelled as Python does. */
+static void fmt_py(char *out, size_t cap, const char *fmt, double v)
+{
+    if (isnan(v))
+        snprintf(out, cap, "nan");
+    else if (isinf(v))
+        snprintf(out, cap, v > 0 ? "inf" : "-inf");
+    else
+        snprintf(out, cap, fmt, v);
+}
+
+/* Fill one micro-batch: sample indices start at `first`, consecutive.
+ * For a split, indices wrap around its size (validation is cyclic, as
+ * Megatron's cyclic validation iterator). */
+static mc_status load_batch(run *r, mc_split split, int64_t first, int wrap, mc_error *err)
+{
+    int64_t n = mc_gpt_dataset_num_samples(r->ds, split);
+    int64_t mbs = r->c->micro_batch_size, T = r->T;
+    for (int64_t b = 0; b < mbs; b++) {
+        int64_t idx = first + b;
+        if (wrap)
+            idx %= n;
+        if (idx >= n)
+            return mc_error_set(err, MC_ERR_INTERNAL,
+                                "%s sample %" PRId64 " is past the %" PRId64 " built",
+                                mc_split_name(split), idx, n);
+        mc_status st = mc_gpt_dataset_sample(r->ds, split, idx, r->sample, err);
+        if (st)
+            return st;
+        memcpy(r->tokens + b * T, r->sample, (size_t)T * sizeof(int32_t));
+        memcpy(r->targets + b * T, r->sample + 1, (size_t)T * sizeof(int32_t));
+    }
+    return MC_OK;
+}
+
+/* ---------------------------------------------------------------- evaluation */
+
+/* Mean loss per token over eval_iters global batches of `split`, starting
+ * at sample `base` (mod the split's size). */
+static mc_status evaluate(run *r, mc_split split, int64_t base, double *loss, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    int dp_rank = mc_grid_group_rank(r->g, MC_GROUP_DP);
+    double acc[2] = {0, 0};
+    for (int64_t e = 0; e < c->eval_iters; e++)
+        for (int64_t k = 0; k < r->num_micro; k++) {
+            int64_t first = base + e * r->global_batch + k * c->micro_batch_size * r->dp +
+                            dp_rank * c->micro_batch_size;
+            mc_status st = load_batch(r, split, first, 1, err);
+            double l;
+            int64_t ntok;
+            if (!st)
+                st = mc_model_step(r->model, r->tokens, r->targets, 0, 1.0f, &l, &ntok, err);
+            if (st)
+                return st;
+            acc[0] += l * (double)ntok;
+            acc[1] += (double)ntok;
+        }
+    mc_status st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err);
+    if (st)
+        return st;
+    *loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    return MC_OK;
+}
+
+/* Megatron's evaluate_and_print_results: the framed line, and the metrics. */
+static mc_status eval_and_print(run *r, mc_split split, const char *where, int64_t base,
+                                mc_error *err)
+{
+    if (r->c->eval_iters <= 0 || mc_gpt_dataset_num_samples(r->ds, split) <= 0)
+        return MC_OK;
+    double loss;
+    mc_status st = evaluate(r, split, base, &loss, err);
+    if (st)
+        return st;
+    double ppl = exp(loss < 20 ? loss : 20);
+    char line[512], dashes[520];
+    int n = snprintf(line, sizeof line,
+                     " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", where,
+                     loss, ppl);
+    int len = n + 1 < (int)sizeof dashes ? n + 1 : (int)sizeof dashes - 1;
+    memset(dashes, '-', (size_t)len);
+    dashes[len] = '\0';
+    say(r, "%s", dashes);
+    say(r, "%s", line);
+    say(r, "%s", dashes);
+    int test = split == MC_SPLIT_TEST;
+    if (test)
+        r->rep->test_loss = loss;
+    else
+        r->rep->valid_loss = loss;
+    int64_t it = r->s.iteration;
+    st = mc_metrics_scalar(r->metrics, test ? MC_TAG_TEST_LOSS : MC_TAG_VAL_LOSS, it, loss, err);
+    if (!st)
+        st = mc_metrics_scalar(r->metrics, test ? MC_TAG_TEST_PPL : MC_TAG_VAL_PPL, it, ppl, err);
+    if (!st)
+        st = mc_metrics_samples(r->metrics, it, r->s.consumed_samples, err);
+    if (!st)
+        st = mc_metrics_flush(r->metrics, err);
+    return st;
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+static mc_status save(run *r, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    if (!c->save || r->last_saved == r->s.iteration)
+        return MC_OK;
+    r->s.optim_steps = mc_optim_steps(r->optim);
+    double t0 = now_s();
+    mc_status st = mc_train_state_save(c->save, r->be, r->model, c->no_save_optim ? NULL : r->optim,
+                                       &r->s, r->config_json, c->ckpt_compression,
+                                       r->rep->last_checkpoint, sizeof r->rep->last_checkpoint,
+                                       err);
+    if (st)
+        return st;
+    r->last_saved = r->s.iteration;
+    say(r, "  successfully saved checkpoint from iteration %7" PRId64 " to %s [ t %.2fs ]",
+        r->s.iteration, r->rep->last_checkpoint, now_s() - t0);
+    return MC_OK;
+}
+
+static mc_status load(run *r, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    char dir[4096];
+    mc_optim *o = (c->finetune || c->no_load_optim) ? NULL : r->optim;
+    mc_train_state *s = c->finetune ? NULL : &r->s;
+    mc_status st = mc_train_state_load(c->load, r->be, r->model, o, s, dir, sizeof dir, err);
+    if (st == MC_ERR_NOTFOUND && !c->finetune) {
+        /* Megatron: no checkpoint to load is not an error, so one command
+         * line (--save D --load D) both starts a run and resumes it. */
+        say(r, "mc-train: warning: %s; starting from random initialization", err->msg);
+        mc_error_clear(err);
+        return MC_OK;
+    }
+    if (st)
+        return st;
+    if (o)
+        mc_optim_set_steps(r->optim, r->s.optim_steps);
+    say(r, "  loaded checkpoint %s at iteration %" PRId64 "%s", dir,
+        c->finetune ? 0 : r->s.iteration,
+        c->finetune ? " (weights only: --finetune)" : o ? "" : " (no optimizer state)");
+    /* The loaded checkpoint is the last one of this run's --save
+     * directory until a new one is written (nothing to train: stdout still
+     * names it). */
+    if (c->save && !c->finetune) {
+        snprintf(r->rep->last_checkpoint, sizeof r->rep->last_checkpoint, "%s", dir);
+        r->last_saved = r->s.iteration;
+        size_t n = strlen(c->save);
+        while (n > 1 && c->save[n - 1] == '/')
+            n--;
+        if (strncmp(dir, c->save, n) || (dir[n] != '/' && dir[n] != '\0')) {
+            r->rep->last_checkpoint[0] = '\0';
+            r->last_saved = -1;
+        }
+    }
+    return MC_OK;
+}
+
+/* ---------------------------------------------------------------- set-up */
+
+static mc_status config_json(run *r, const mc_model_config *m, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    json_t *root = json_object();
+    json_object_set_new(root, "model", mc_train_model_config_json(m));
+    json_t *t = json_pack(
+        "{s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:f, s:s, s:I, s:I}",
+        "micro_batch_size", (json_int_t)c->micro_batch_size, "global_batch_size",
+        (json_int_t)r->global_batch, "train_iters", (json_int_t)r->train_iters, "train_samples",
+        (json_int_t)c->train_samples, "lr", c->sched.lr, "min_lr", c->sched.min_lr,
+        "lr_decay_style", mc_lr_decay_style_name(c->sched.decay_style), "weight_decay",
+        c->sched.weight_decay, "adam_beta1", c->optim.beta1, "adam_beta2", c->optim.beta2,
+        "adam_eps", c->optim.eps, "clip_grad", c->optim.clip_grad, "precision",
+        c->prec == MC_PREC_BF16 ? "bf16" : c->prec == MC_PREC_FP16 ? "fp16" : "fp32", "seed",
+        (json_int_t)c->seed, "data_parallel_size", (json_int_t)r->dp);
+    json_object_set_new(root, "train", t);
+    if (c->args_json) {
+        json_error_t je;
+        json_t *a = json_loads(c->args_json, 0, &je);
+        if (a)
+            json_object_set_new(root, "args", a);
+    }
+    r->config_json = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(root);
+    return r->config_json ? MC_OK : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+}
+
+static mc_status setup(run *r, const mc_model_config *model_cfg,
+                       const struct mc_gptdata_config *data, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    mc_status st;
+    r->dp = mc_grid_group_size(r->g, MC_GROUP_DP);
+    int64_t per_micro = c->micro_batch_size * r->dp;
+    r->global_batch = c->global_batch_size > 0 ? c->global_batch_size : per_micro;
+    if (c->micro_batch_size < 1)
+        return mc_error_set(err, MC_ERR_USAGE, "--micro-batch-size must be at least 1");
+    if (r->global_batch % per_micro)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--global-batch-size %" PRId64 " is not a multiple of "
+                            "--micro-batch-size %" PRId64 " x data-parallel size %" PRId64,
+                            r->global_batch, c->micro_batch_size, r->dp);
+    r->num_micro = r->global_batch / per_micro;
+    if ((c->train_iters > 0) == (c->train_samples > 0))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "give exactly one of --train-iters and --train-samples");
+    /* Megatron's update_train_iters without batch-size ramp-up. */
+    r->train_iters = c->train_iters > 0 ? c->train_iters : c->train_samples / r->global_batch;
+    if (r->train_iters < 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--train-samples %" PRId64 " is less than one global batch of %" PRId64,
+                            c->train_samples, r->global_batch);
+    if (c->sched.lr < 0)
+        return mc_error_set(err, MC_ERR_USAGE, "--lr is required");
+    mc_lr_config lc = c->sched;
+    lc.global_batch_size = r->global_batch;
+    lc.train_iters = c->train_iters > 0 ? c->train_iters : -1;
+    lc.train_samples = c->train_samples > 0 ? c->train_samples : -1;
+    if ((st = mc_lr_schedule_init(&r->sched, &lc, err)))
+        return st;
+
+    mc_model_config mcfg = *model_cfg;
+    if ((st = mc_model_config_finish(&mcfg, mc_grid_group_size(r->g, MC_GROUP_TP), err)))
+        return st;
+    r->T = mcfg.seq_length;
+    r->flops_per_token = mc_model_flops_per_token(&mcfg);
+    if ((st = mc_model_new(&mcfg, r->g, r->be, (int)c->micro_batch_size, c->prec, &r->model, err)))
+        return st;
+    mc_model_init_weights(r->model, c->seed);
+    if ((st = mc_optim_new_for_model(r->be, r->g, &c->optim, r->model, &r->optim, err)))
+        return st;
+    if (c->prec == MC_PREC_FP16) {
+        if (c->loss_scale > 0)
+            mc_loss_scaler_fixed(&r->s.scaler, c->loss_scale);
+        else
+            mc_loss_scaler_dynamic(&r->s.scaler, c->initial_loss_scale, c->min_loss_scale,
+                                   (int)c->loss_scale_window, (int)c->hysteresis);
+    } else {
+        mc_loss_scaler_fixed(&r->s.scaler, 1.0);
+    }
+    if ((st = config_json(r, mc_model_get_config(r->model), err)))
+        return st;
+    if (c->load && (st = load(r, err)))
+        return st;
+
+    /* Data: as many samples as Megatron asks the dataset builder for. */
+    mc_gptdata_config dc = *data;
+    dc.seq_length = r->T;
+    dc.seed = (uint32_t)c->seed;
+    mc_gptdata_num_samples(r->train_iters, c->eval_interval, c->eval_iters, r->global_batch,
+                           dc.num_samples);
+    if (c->train_samples > 0)
+        dc.num_samples[MC_SPLIT_TRAIN] = c->train_samples;
+    if ((st = mc_gpt_dataset_open(&dc, &r->ds, err)))
+        return st;
+    if (mc_gpt_dataset_num_samples(r->ds, MC_SPLIT_TRAIN) < r->train_iters * r->global_batch)
+        return mc_error_set(err, MC_ERR_INTERNAL, "the training split has fewer samples than asked");
+
+    size_t n = (size_t)(c->micro_batch_size * r->T);
+    r->tokens = malloc(n * sizeof *r->tokens);
+    r->targets = malloc(n * sizeof *r->targets);
+    r->sample = malloc((size_t)(r->T + 1) * sizeof *r->sample);
+    if (!r->tokens || !r->targets || !r->sample)
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    return mc_metrics_open(c->tensorboard_dir, c->log_json, &r->metrics, err);
+}
+
+/* ---------------------------------------------------------------- the loop */
+
+/* What the log line averages over its interval. */
+typedef struct window {
+    double loss_sum;
+    int64_t advanced, skipped, nan;
+    double t0;
+} window;
+
+/* Megatron's training_log line, then mc's throughput columns. */
+static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    int64_t n_it = w->advanced + w->skipped;
+    double per_iter = n_it ? (now_s() - w->t0) / (double)n_it : 0;
+    double lr = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
+    double avg = w->loss_sum / (double)(w->advanced > 0 ? w->advanced : 1);
+    double tok_s = per_iter > 0 ? (double)(r->global_batch * r->T) / per_iter : 0;
+    double tflops = tok_s * r->flops_per_token / 1e12 / (double)r->g->world;
+    char ts[64], norm[64] = "", line[1024];
+    stamp(ts, sizeof ts);
+    if (show_norm) {
+        char v[32];
+        fmt_py(v, sizeof v, "%.3f", grad_norm);
+        snprintf(norm, sizeof norm, " grad norm: %s |", v);
+    }
+    char lossv[48] = "";
+    if (avg >= 0.0)
+        snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg);
+    int len = snprintf(line, sizeof line,
+                       " [%s] iteration %8" PRId64 "/%8" PRId64 " | consumed samples: %12" PRId64
+                       " | elapsed time per iteration (ms): %.1f | learning rate: %.6E |"
+                       " global batch size: %5" PRId64 " |%s loss scale: %.1f |%s"
+                       " number of skipped iterations: %3" PRId64
+                       " | number of nan iterations: %3" PRId64 " |"
+                       " tokens/s: %.1f | TFLOP/s: %.3f |",
+                       ts, r->s.iteration, r->train_iters, r->s.consumed_samples, per_iter * 1e3,
+                       lr, r->global_batch, lossv, r->s.scaler.scale, norm, w->skipped, w->nan,
+                       tok_s, tflops);
+    if (c->peak_tflops > 0 && len > 0 && (size_t)len < sizeof line)
+        snprintf(line + len, sizeof line - (size_t)len, " MFU: %.1f%% |",
+                 100.0 * tflops / c->peak_tflops);
+    say(r, "%s", line);
+
+    int64_t it = r->s.iteration;
+    mc_status st = mc_metrics_scalar(r->metrics, MC_TAG_ITERATION_TIME, it, per_iter, err);
+    if (!st)
+        st = mc_metrics_scalar(r->metrics, MC_TAG_THROUGHPUT, it, tflops, err);
+    if (!st)
+        st = mc_metrics_scalar(r->metrics, MC_TAG_TOKENS_PER_SEC, it, tok_s, err);
+    if (!st && c->peak_tflops > 0)
+        st = mc_metrics_scalar(r->metrics, MC_TAG_MFU, it, tflops / c->peak_tflops, err);
+    if (!st)
+        st = mc_metrics_scalar(r->metrics, MC_TAG_SKIPPED_ITERS, it, (double)w->skipped, err);
+    if (!st)
+        st = mc_metrics_scalar(r->metrics, MC_TAG_NAN_ITERS, it, (double)w->nan, err);
+    memset(w, 0, sizeof *w);
+    w->t0 = now_s();
+    return st;
+}
+
+/* One iteration: forward and backward over every micro-batch, then the
+ * optimizer. *skipped and *nan say what happened; *grad_norm the norm. */
+static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *skipped, int *nan,
+                            int *overflow, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    int dp_rank = mc_grid_group_rank(r->g, MC_GROUP_DP);
+    double scale = r->s.scaler.scale;
+    /* Each micro-batch's loss is its token mean; the iteration's gradient
+     * is the mean over micro-batches and data-parallel ranks (Megatron's
+     * 1/num_microbatches in the loss and the averaging all-reduce),
+     * times the loss scale. */
+    float gscale = (float)(scale / (double)(r->num_micro * r->dp));
+    mc_model_zero_grads(r->model);
+    double acc[2] = {0, 0};
+    mc_status st;
+    for (int64_t k = 0; k < r->num_micro; k++) {
+        int64_t first = r->s.consumed_samples + k * c->micro_batch_size * r->dp +
+                        dp_rank * c->micro_batch_size;
+        double l;
+        int64_t ntok;
+        if ((st = load_batch(r, MC_SPLIT_TRAIN, first, 0, err)))
+            return st;
+        if ((st = mc_model_step(r->model, r->tokens, r->targets, 1, gscale, &l, &ntok, err)))
+            return st;
+        acc[0] += l * (double)ntok;
+        acc[1] += (double)ntok;
+    }
+    if ((st = mc_allreduce_sum(r->g, MC_GROUP_DP_CP, r->be, mc_model_grads(r->model),
+                               mc_model_numel(r->model), err)))
+        return st;
+    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err)))
+        return st;
+    *lm_loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    *nan = 0;
+    *overflow = 0;
+    if (!isfinite(*lm_loss)) {
+        /* The loss itself is not finite: no update, whatever the
+         * gradients (Megatron counts this as a nan iteration). */
+        *skipped = *nan = 1;
+        *grad_norm = NAN;
+        return MC_OK;
+    }
+    double lr = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
+    double wd = mc_wd_at_samples(&r->sched, (double)r->s.sched_samples);
+    mc_optim_result res;
+    if ((st = mc_optim_step(r->optim, lr, wd, scale, &res, err)))
+        return st;
+    *grad_norm = res.grad_norm;
+    *skipped = res.found_inf;
+    if (res.found_inf) {
+        /* fp16: an overflow, the loss scale's business. Otherwise the
+         * gradients are NaN/Inf in fp32 or bf16: a nan iteration. */
+        if (c->prec == MC_PREC_FP16)
+            *overflow = 1;
+        else
+            *nan = 1;
+    }
+    return MC_OK;
+}
+
+static mc_status train_loop(run *r, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    mc_status st;
+    double t_start = now_s();
+    window w;
+    memset(&w, 0, sizeof w);
+    w.t0 = now_s();
+    int64_t bad_in_a_row = 0;
+    r->rep->exit_reason = "train-iters";
+    while (r->s.iteration < r->train_iters) {
+        double loss, norm;
+        int skipped, nan, overflow;
+        if ((st = train_step(r, &loss, &norm, &skipped, &nan, &overflow, err)))
+            return st;
+        int at_min = r->s.scaler.scale <= r->s.scaler.min_scale;
+        mc_loss_scaler_update(&r->s.scaler, skipped);
+        if (!skipped)
+            r->s.sched_samples += r->global_batch;
+        r->s.iteration++;
+        r->s.consumed_samples += r->global_batch;
+        int64_t it = r->s.iteration;
+        r->rep->iteration = it;
+        r->rep->consumed_samples = r->s.consumed_samples;
+        r->rep->last_lm_loss = loss;
+        if (skipped) {
+            w.skipped++;
+            r->rep->skipped_iters++;
+        } else {
+            w.advanced++;
+            w.loss_sum += loss;
+        }
+        if (nan) {
+            w.nan++;
+            r->rep->nan_iters++;
+        }
+        /* NaN/Inf in a row, and in fp16 overflows at the smallest scale,
+         * which no amount of backing off will cure. */
+        bad_in_a_row = (nan || (overflow && at_min)) ? bad_in_a_row + 1 : 0;
+        if (nan) {
+            char nv[32];
+            fmt_py(nv, sizeof nv, "%.3f", norm);
+            say(r, "mc-train: warning: iteration %" PRId64 ": %s is not finite (lm loss %s, grad "
+                   "norm %s); update skipped (%" PRId64 " in a row, --max-nan-iters %" PRId64 ")",
+                it, isfinite(loss) ? "the gradient" : "the loss", isnan(loss) ? "nan" : isinf(loss) ? "inf" : "finite", nv,
+                bad_in_a_row, c->max_nan_iters);
+        }
+        if (bad_in_a_row >= c->max_nan_iters)
+            return mc_error_set(err, MC_ERR_LIMIT,
+                                "iteration %" PRId64 ": %" PRId64 " iterations in a row with NaN/Inf "
+                                "loss or gradients (--max-nan-iters %" PRId64
+                                "); lower --lr or check the data",
+                                it, bad_in_a_row, c->max_nan_iters);
+
+        /* Every iteration's scalars (Megatron's tensorboard_log_interval 1). */
+        double lr_now = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
+        st = mc_metrics_scalar(r->metrics, MC_TAG_LM_LOSS, it, loss, err);
+        if (!st)
+            st = mc_metrics_scalar(r->metrics, MC_TAG_LEARNING_RATE, it, lr_now, err);
+        if (!st)
+            st = mc_metrics_scalar(r->metrics, MC_TAG_BATCH_SIZE, it, (double)r->global_batch, err);
+        if (!st)
+            st = mc_metrics_scalar(r->metrics, MC_TAG_LOSS_SCALE, it, r->s.scaler.scale, err);
+        if (!st && !overflow)
+            st = mc_metrics_scalar(r->metrics, MC_TAG_GRAD_NORM, it, norm, err);
+        if (!st)
+            st = mc_metrics_samples(r->metrics, it, r->s.consumed_samples, err);
+        if (!st && it % c->log_interval == 0)
+            st = log_line(r, &w, norm, !overflow, err);
+        if (!st)
+            st = mc_metrics_flush(r->metrics, err);
+        if (st)
+            return st;
+
+        /* Evaluation: the interval timer stops while it runs. */
+        if (c->eval_iters > 0 && c->eval_interval > 0 && it % c->eval_interval == 0) {
+            double t0 = now_s();
+            char where[64];
+            snprintf(where, sizeof where, "iteration %" PRId64, it);
+            int64_t base = (it / c->eval_interval - 1) * c->eval_iters * r->global_batch;
+            if ((st = eval_and_print(r, MC_SPLIT_VALID, where, base, err)))
+                return st;
+            w.t0 += now_s() - t0;
+        }
+
+        /* Megatron's checkpoint_and_decide_exit, in its order. */
+        double t0 = now_s();
+        if (c->stop && *c->stop) {
+            if ((st = save(r, err)))
+                return st;
+            say(r, "mc-train: exiting after iteration %" PRId64 " on a signal", it);
+            r->rep->exit_reason = "signal";
+            return MC_OK;
+        }
+        if (c->save_interval > 0 && it % c->save_interval == 0 && (st = save(r, err)))
+            return st;
+        if (c->exit_duration_in_mins > 0 &&
+            (now_s() - t_start) / 60.0 > c->exit_duration_in_mins) {
+            if ((st = save(r, err)))
+                return st;
+            say(r, "mc-train: exiting after %.2f minutes (--exit-duration-in-mins)",
+                (now_s() - t_start) / 60.0);
+            r->rep->exit_reason = "exit-duration";
+            return MC_OK;
+        }
+        if (c->exit_interval > 0 && it % c->exit_interval == 0) {
+            if ((st = save(r, err)))
+                return st;
+            say(r, "mc-train: exiting at iteration %" PRId64 " (--exit-interval)", it);
+            r->rep->exit_reason = "exit-interval";
+            return MC_OK;
+        }
+        w.t0 += now_s() - t0;
+    }
+
+    /* The end of training: save, then validation and test as Megatron's
+     * pretrain() does after train(). */
+    if ((st = save(r, err)))
+        return st;
+    int64_t it = r->s.iteration;
+    char where[96];
+    if (c->eval_iters > 0 && (c->eval_interval <= 0 || it % c->eval_interval != 0)) {
+        snprintf(where, sizeof where, "iteration %" PRId64 " on validation set", it);
+        int64_t base = (c->eval_interval > 0 ? it / c->eval_interval : 0) * c->eval_iters *
+                       r->global_batch;
+        if ((st = eval_and_print(r, MC_SPLIT_VALID, where, base, err)))
+            return st;
+    }
+    snprintf(where, sizeof where, "iteration %" PRId64 " on test set", it);
+    return eval_and_print(r, MC_SPLIT_TEST, where, 0, err);
+}
+
+mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cfg,
+                       const struct mc_gptdata_config *data, mc_backend *be, const mc_grid *g,
+                       mc_train_report *report, mc_error *err)
+{
+    run r;
+    memset(&r, 0, sizeof r);
+    memset(report, 0, sizeof *report);
+    report->valid_loss = report->test_loss = report->last_lm_loss = NAN;
+    r.c = c;
+    r.be = be;
+    r.g = g;
+    r.rep = report;
+    r.last_saved = -1;
+    mc_status st = setup(&r, model_cfg, data, err);
+    if (!st) {
+        report->iteration = r.s.iteration;
+        report->consumed_samples = r.s.consumed_samples;
+        st = train_loop(&r, err);
+    }
+    mc_error cerr;
+    mc_status cst = mc_metrics_close(r.metrics, &cerr);
+    if (!st && cst) {
+        *err = cerr;
+        st = cst;
+    }
+    free(r.tokens);
+    free(r.targets);
+    free(r.sample);
+    free(r.config_json);
+    mc_gpt_dataset_close(r.ds);
+    mc_optim_free(r.optim);
+    mc_model_free(r.model);
+    return st;
+}

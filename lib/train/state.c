@@ -1,0 +1,300 @@
+/*
+ * state.c - a training run's checkpoint: the model's parameters as global
+ * tensors (each rank its own block), Adam's moments, the counters that make
+ * a resumed run continue bit for bit (iteration, consumed samples, the LR
+ * schedule's clock, Adam's step, the loss scaler), and the configuration.
+ *
+ * Layout inside model.h5 (ckpt.h, mc-formats(5)):
+ *   model/<name>                  fp32 parameter, global shape
+ *   optimizer/exp_avg/<name>      Adam m      (absent with --no-save-optim)
+ *   optimizer/exp_avg_sq/<name>   Adam v
+ *   attributes: iteration, consumed_samples, optimizer_steps,
+ *               scheduler_samples, has_optimizer, config (JSON:
+ *               {"model": {...}, "train": {...}}), train_state (JSON:
+ *               the loss scaler).
+ * mc has no stateful random generator (initialization is counter-based
+ * and the data order is a function of the seed and the sample index), so
+ * there is no RNG state to save: the seed is in the configuration.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "train/state.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mc/ckpt.h"
+#include "mc/kern.h"
+
+json_t *mc_train_model_config_json(const mc_model_config *c)
+{
+    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:I, s:s, s:f, s:b, "
+                     "s:s, s:f, s:b, s:b, s:f}",
+                     "num_layers", c->num_layers, "hidden_size", c->hidden_size,
+                     "num_attention_heads", c->num_attention_heads, "num_query_groups",
+                     c->num_query_groups, "ffn_hidden_size", c->ffn_hidden_size, "kv_channels",
+                     c->kv_channels, "seq_length", c->seq_length, "max_position_embeddings",
+                     c->max_position_embeddings, "vocab_size", (json_int_t)c->vocab_size,
+                     "make_vocab_size_divisible_by", c->make_vocab_size_divisible_by,
+                     "padded_vocab_size", (json_int_t)c->padded_vocab_size, "normalization",
+                     c->normalization == MC_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
+                     "norm_epsilon", (double)c->norm_epsilon, "swiglu", c->swiglu,
+                     "position_embedding_type",
+                     c->position_embedding_type == MC_POS_ROPE ? "rope" : "learned_absolute",
+                     "rotary_base", (double)c->rotary_base, "untie_embeddings_and_output_weights",
+                     c->untie_embeddings_and_output_weights, "add_bias_linear",
+                     c->add_bias_linear, "init_method_std", (double)c->init_method_std);
+}
+
+/* ckpt.h's shape convention: cols 0 for a 1-D tensor. */
+static int64_t ckpt_cols(const mc_param *p) { return p->ndim == 1 ? 0 : p->cols; }
+
+/* Visit this rank's blocks of a parameter: one, or one per row chunk
+ * (SwiGLU's [gate; up], each chunk split over tensor parallelism alone). */
+typedef mc_status (*block_fn)(void *ctx, const mc_param *p, const char *path, int64_t row0,
+                              int64_t nrows, float *host, mc_error *err);
+
+static mc_status for_blocks(const mc_param *p, const char *path, float *host, block_fn fn,
+                            void *ctx, mc_error *err)
+{
+    int rc = p->row_chunks > 1 ? p->row_chunks : 1;
+    int64_t lrows = p->local_rows / rc, grows = p->rows / rc;
+    int64_t lcols = p->ndim == 1 ? 1 : p->local_cols;
+    for (int j = 0; j < rc; j++) {
+        mc_status st = fn(ctx, p, path, (int64_t)j * grows + p->row0, lrows,
+                          host + (size_t)j * (size_t)(lrows * lcols), err);
+        if (st)
+            return st;
+    }
+    return MC_OK;
+}
+
+typedef struct wctx {
+    mc_ckpt_writer *w;
+} wctx;
+
+static mc_status write_block(void *ctx, const mc_param *p, const char *path, int64_t row0,
+                             int64_t nrows, float *host, mc_error *err)
+{
+    wctx *c = ctx;
+    return mc_ckpt_write_tensor(c->w, path, p->rows, ckpt_cols(p), row0, p->col0, nrows,
+                                p->ndim == 1 ? 1 : p->local_cols, host, MC_CKPT_FLOAT32, err);
+}
+
+static mc_status read_block(void *ctx, const mc_param *p, const char *path, int64_t row0,
+                            int64_t nrows, float *host, mc_error *err)
+{
+    mc_ckpt_reader *r = ctx;
+    return mc_ckpt_read_tensor(r, path, p->rows, ckpt_cols(p), row0, p->col0, nrows,
+                               p->ndim == 1 ? 1 : p->local_cols, host, err);
+}
+
+/* The three tensors a parameter has in a checkpoint. */
+static const char *const GROUPS[3] = {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
+
+mc_status mc_train_state_save(const char *dir, mc_backend *be, mc_model *m, mc_optim *o,
+                              const mc_train_state *s, const char *config_json,
+                              int compression, char *out_dir, size_t cap, mc_error *err)
+{
+    mc_ckpt_writer *w = NULL;
+    mc_status st = mc_ckpt_writer_begin(dir, s->iteration, &w, err);
+    if (st)
+        return st;
+    if (compression)
+        st = mc_ckpt_writer_set_compression(w, (mc_ckpt_compression)compression, 0, err);
+
+    size_t maxn = 0, np = mc_model_num_params(m);
+    for (size_t i = 0; i < np; i++)
+        if (mc_model_param(m, i)->numel > maxn)
+            maxn = mc_model_param(m, i)->numel;
+    float *host = malloc((maxn ? maxn : 1) * sizeof *host);
+    if (!host && !st)
+        st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
+
+    float *bufs[3] = {mc_model_params(m), o ? mc_optim_exp_avg(o) : NULL,
+                      o ? mc_optim_exp_avg_sq(o) : NULL};
+    wctx c = {w};
+    char path[512];
+    for (int g = 0; g < 3 && !st; g++) {
+        if (!bufs[g])
+            continue;
+        for (size_t i = 0; i < np && !st; i++) {
+            const mc_param *p = mc_model_param(m, i);
+            mc_bcopy_to_host(be, host, bufs[g] + p->offset,
+                             p->numel * sizeof(float));
+            snprintf(path, sizeof path, "%s/%s", GROUPS[g], p->name);
+            st = for_blocks(p, path, host, write_block, &c, err);
+        }
+    }
+    free(host);
+
+    if (!st)
+        st = mc_ckpt_write_int(w, "consumed_samples", s->consumed_samples, err);
+    if (!st)
+        st = mc_ckpt_write_int(w, "scheduler_samples", s->sched_samples, err);
+    if (!st)
+        st = mc_ckpt_write_int(w, "optimizer_steps", s->optim_steps, err);
+    if (!st)
+        st = mc_ckpt_write_int(w, "has_optimizer", o != NULL, err);
+    if (!st && config_json)
+        st = mc_ckpt_write_json(w, "config", config_json, err);
+    if (!st) {
+        json_t *ts = json_pack("{s:f, s:b, s:f, s:i, s:i, s:i, s:i}", "loss_scale", s->scaler.scale,
+                               "dynamic", s->scaler.dynamic, "min_loss_scale",
+                               s->scaler.min_scale, "window", s->scaler.window, "hysteresis",
+                               s->scaler.hysteresis, "growth_tracker", s->scaler.growth_tracker,
+                               "hysteresis_tracker", s->scaler.hysteresis_tracker);
+        char *text = ts ? json_dumps(ts, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+        st = text ? mc_ckpt_write_json(w, "train_state", text, err)
+                  : mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
+        free(text);
+        json_decref(ts);
+    }
+    if (st) {
+        mc_ckpt_writer_abort(w);
+        return st;
+    }
+    snprintf(out_dir, cap, "%s", mc_ckpt_writer_dir(w));
+    return mc_ckpt_writer_commit(w, err);
+}
+
+/* Compare the checkpoint's model configuration with this run's: every
+ * field must match except the vocabulary before padding (the padded size,
+ * which fixes the shapes, must). */
+static mc_status check_config(mc_ckpt_reader *r, const mc_model_config *mine, mc_error *err)
+{
+    json_t *cfg = NULL;
+    if (mc_ckpt_read_json(r, "config", &cfg, err))
+        return mc_error_prefix(err, "%s", mc_ckpt_file(r));
+    json_t *theirs = json_object_get(cfg, "model");
+    json_t *ours = mc_train_model_config_json(mine);
+    mc_status st = MC_OK;
+    const char *key;
+    json_t *v;
+    json_object_foreach(ours, key, v) {
+        if (!strcmp(key, "vocab_size"))
+            continue;
+        json_t *t = theirs ? json_object_get(theirs, key) : NULL;
+        if (t && json_equal(t, v))
+            continue;
+        /* Floats went through float -> double: compare as floats. */
+        if (t && json_is_number(t) && json_is_number(v) &&
+            (float)json_number_value(t) == (float)json_number_value(v))
+            continue;
+        char *a = t ? json_dumps(t, JSON_ENCODE_ANY) : NULL, *b = json_dumps(v, JSON_ENCODE_ANY);
+        st = mc_error_set(err, MC_ERR_FORMAT,
+                          "%s: model configuration differs: %s is %s in the checkpoint, %s here",
+                          mc_ckpt_file(r), key, a ? a : "missing", b ? b : "?");
+        free(a);
+        free(b);
+        break;
+    }
+    json_decref(ours);
+    json_decref(cfg);
+    return st;
+}
+
+mc_status mc_train_state_load(const char *path, mc_backend *be, mc_model *m, mc_optim *o, mc_train_state *s,
+                              char *dir_out, size_t cap, mc_error *err)
+{
+    mc_ckpt_reader *r = NULL;
+    mc_status st = mc_ckpt_open(path, &r, err);
+    if (st)
+        return st;
+    snprintf(dir_out, cap, "%s", mc_ckpt_dir(r));
+    size_t maxn = 0, np = mc_model_num_params(m);
+    for (size_t i = 0; i < np; i++)
+        if (mc_model_param(m, i)->numel > maxn)
+            maxn = mc_model_param(m, i)->numel;
+    float *host = malloc((maxn ? maxn : 1) * sizeof *host);
+    if (!host)
+        st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
+
+    /* Shapes first, every tensor, before anything is overwritten: the
+     * error names the tensor and both shapes. */
+    char p_path[512];
+    for (size_t i = 0; i < np && !st; i++) {
+        const mc_param *p = mc_model_param(m, i);
+        int64_t rows, cols;
+        snprintf(p_path, sizeof p_path, "model/%s", p->name);
+        st = mc_ckpt_tensor_info(r, p_path, &rows, &cols, NULL, err);
+        if (st) {
+            mc_error_prefix(err, "%s", mc_ckpt_file(r));
+            break;
+        }
+        if (rows != p->rows || cols != ckpt_cols(p)) {
+            st = mc_error_set(err, MC_ERR_FORMAT,
+                              "%s: tensor %s has shape [%" PRId64 ", %" PRId64
+                              "] in the checkpoint, the model needs [%" PRId64 ", %" PRId64 "]",
+                              mc_ckpt_file(r), p_path, rows, cols, p->rows, ckpt_cols(p));
+        }
+    }
+    if (!st)
+        st = check_config(r, mc_model_get_config(m), err);
+
+    int64_t has_optim = 0;
+    if (!st && o) {
+        if (mc_ckpt_read_int(r, "has_optimizer", &has_optim, err))
+            has_optim = 0;
+        if (!has_optim)
+            st = mc_error_set(err, MC_ERR_FORMAT,
+                              "%s: the checkpoint holds no optimizer state (saved with "
+                              "--no-save-optim); resume with --no-load-optim or --finetune",
+                              mc_ckpt_file(r));
+    }
+    float *bufs[3] = {mc_model_params(m), o ? mc_optim_exp_avg(o) : NULL,
+                      o ? mc_optim_exp_avg_sq(o) : NULL};
+    for (int g = 0; g < 3 && !st; g++) {
+        if (!bufs[g])
+            continue;
+        for (size_t i = 0; i < np && !st; i++) {
+            const mc_param *p = mc_model_param(m, i);
+            snprintf(p_path, sizeof p_path, "%s/%s", GROUPS[g], p->name);
+            st = for_blocks(p, p_path, host, read_block, r, err);
+            if (!st)
+                mc_bcopy_from_host(be, bufs[g] + p->offset, host,
+                                   p->numel * sizeof(float));
+        }
+    }
+    free(host);
+
+    if (!st && s) {
+        s->iteration = mc_ckpt_iteration(r);
+        st = mc_ckpt_read_int(r, "consumed_samples", &s->consumed_samples, err);
+        if (!st)
+            st = mc_ckpt_read_int(r, "scheduler_samples", &s->sched_samples, err);
+        if (!st && o)
+            st = mc_ckpt_read_int(r, "optimizer_steps", &s->optim_steps, err);
+        json_t *ts = NULL;
+        if (!st && o)
+            st = mc_ckpt_read_json(r, "train_state", &ts, err);
+        if (!st && o) {
+            double scale = json_number_value(json_object_get(ts, "loss_scale"));
+            json_t *gt = json_object_get(ts, "growth_tracker");
+            json_t *ht = json_object_get(ts, "hysteresis_tracker");
+            if (!(scale > 0) || !json_is_integer(gt) || !json_is_integer(ht))
+                st = mc_error_set(err, MC_ERR_FORMAT,
+                                  "%s: attribute train_state lacks loss_scale, growth_tracker "
+                                  "or hysteresis_tracker",
+                                  mc_ckpt_file(r));
+            else if (s->scaler.dynamic) {
+                /* The scale and its trackers resume; the window, hysteresis
+                 * and minimum are this run's options. */
+                s->scaler.scale = scale;
+                s->scaler.growth_tracker = (int)json_integer_value(gt);
+                s->scaler.hysteresis_tracker = (int)json_integer_value(ht);
+            }
+        }
+        json_decref(ts);
+        if (st)
+            mc_error_prefix(err, "%s", mc_ckpt_file(r));
+    }
+    mc_ckpt_close(r);
+    return st;
+}

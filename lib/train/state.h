@@ -1,0 +1,44 @@
+/*
+ * state.h - private to lib/train: what a training checkpoint holds beyond
+ * the tensors (iteration, samples, optimizer and loss-scaler state) and the
+ * calls that write and read a whole training state through ckpt.h.
+ */
+#ifndef MC_TRAIN_STATE_H
+#define MC_TRAIN_STATE_H
+
+#include <stdint.h>
+#include "mc/model.h"
+#include "mc/status.h"
+#include "mc/train.h"
+
+typedef struct mc_train_state {
+    int64_t iteration;        /* iterations completed */
+    int64_t consumed_samples; /* training samples consumed (skipped iterations too) */
+    int64_t sched_samples;    /* samples of successful updates: the LR schedule's clock */
+    int64_t optim_steps;      /* Adam's step count */
+    mc_loss_scaler scaler;
+} mc_train_state;
+
+/* Write DIR/iter_NNNNNNN: every parameter as its global tensor (this rank's
+ * block), the Adam moments unless o is NULL, the state, and config_json
+ * (the model and training configuration) as the "config" attribute. The
+ * final directory goes to out_dir. */
+mc_status mc_train_state_save(const char *dir, mc_backend *be, mc_model *m, mc_optim *o,
+                              const mc_train_state *s, const char *config_json,
+                              int compression, char *out_dir, size_t cap, mc_error *err);
+
+/* Read a checkpoint into the model (every parameter must exist with the
+ * model's global shape: the error names the tensor and both shapes, or the
+ * configuration field that differs). With o non-NULL the Adam moments are
+ * loaded too (a checkpoint saved without them is an error); with s
+ * non-NULL the counters and scaler. *iteration_out gets the checkpoint's
+ * iteration and dir_out its directory. */
+mc_status mc_train_state_load(const char *path, mc_backend *be, mc_model *m, mc_optim *o, mc_train_state *s,
+                              char *dir_out, size_t cap, mc_error *err);
+
+/* The model configuration as a JSON object (caller decrefs); used both to
+ * write the checkpoint and to compare it on load. */
+struct json_t;
+struct json_t *mc_train_model_config_json(const mc_model_config *c);
+
+#endif

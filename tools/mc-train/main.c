@@ -1,0 +1,757 @@
+/*
+ * mc-train - train a GPT- or Llama-family model the way Megatron-LM does.
+ *
+ * This file turns Megatron's command-line options into an mc_model_config,
+ * an mc_gptdata_config and an mc_train_config, installs the SIGTERM/SIGINT
+ * handler, and calls mc_train_run. Pipeline contract: with neither
+ * --data-path nor --mock-data the dataset prefix is read from stdin (one
+ * line, as mc-preprocess prints it); stdout gets exactly one line, the
+ * directory of the last checkpoint written, or nothing without --save.
+ * Everything else (the per-iteration log line included) goes to stderr.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "mc/ckpt.h"
+#include "mc/comm.h"
+#include "mc/gptdata.h"
+#include "mc/kern.h"
+#include "mc/log.h"
+#include "mc/model.h"
+#include "mc/opt.h"
+#include "mc/tokenizer.h"
+#include "mc/train.h"
+
+static const char PROG[] = "mc-train";
+
+enum {
+    /* model */
+    OPT_MODEL = 256, OPT_NUM_LAYERS, OPT_HIDDEN_SIZE, OPT_NUM_HEADS, OPT_FFN_HIDDEN,
+    OPT_KV_CHANNELS, OPT_SEQ_LENGTH, OPT_MAX_POS, OPT_NORMALIZATION, OPT_NORM_EPS, OPT_SWIGLU,
+    OPT_POS_TYPE, OPT_ROTARY_BASE, OPT_GQA, OPT_NUM_QUERY_GROUPS, OPT_UNTIE, OPT_DISABLE_BIAS,
+    OPT_INIT_STD, OPT_VOCAB_DIVISIBLE,
+    /* tokenizer */
+    OPT_TOKENIZER_TYPE, OPT_TOKENIZER_MODEL, OPT_VOCAB_FILE, OPT_MERGE_FILE, OPT_VOCAB_SIZE,
+    /* mixed precision */
+    OPT_BF16, OPT_FP16, OPT_LOSS_SCALE, OPT_INITIAL_LOSS_SCALE, OPT_MIN_LOSS_SCALE,
+    OPT_LOSS_SCALE_WINDOW, OPT_HYSTERESIS,
+    /* training */
+    OPT_MICRO_BATCH, OPT_GLOBAL_BATCH, OPT_TRAIN_ITERS, OPT_TRAIN_SAMPLES, OPT_MAX_NAN_ITERS,
+    OPT_EXIT_SIGNAL_HANDLER, OPT_EXIT_INTERVAL, OPT_EXIT_DURATION, OPT_SEED, OPT_DEVICE,
+    OPT_THREADS,
+    /* learning rate and optimizer */
+    OPT_LR, OPT_MIN_LR, OPT_LR_DECAY_STYLE, OPT_LR_DECAY_ITERS, OPT_LR_DECAY_SAMPLES,
+    OPT_LR_WARMUP_ITERS, OPT_LR_WARMUP_SAMPLES, OPT_LR_WARMUP_FRACTION, OPT_LR_WARMUP_INIT,
+    OPT_LR_WSD_DECAY_STYLE, OPT_LR_WSD_DECAY_ITERS, OPT_LR_WSD_DECAY_SAMPLES, OPT_WEIGHT_DECAY,
+    OPT_ADAM_BETA1, OPT_ADAM_BETA2, OPT_ADAM_EPS, OPT_CLIP_GRAD, OPT_START_WD, OPT_END_WD,
+    OPT_WD_INCR_STYLE,
+    /* validation and logging */
+    OPT_EVAL_INTERVAL, OPT_EVAL_ITERS, OPT_LOG_INTERVAL, OPT_TENSORBOARD_DIR, OPT_LOG_JSON,
+    OPT_PEAK_TFLOPS,
+    /* checkpointing */
+    OPT_SAVE, OPT_LOAD, OPT_SAVE_INTERVAL, OPT_FINETUNE, OPT_NO_LOAD_OPTIM, OPT_NO_SAVE_OPTIM,
+    OPT_CKPT_COMPRESSION,
+    /* data */
+    OPT_DATA_PATH, OPT_SPLIT, OPT_DATA_CACHE_PATH, OPT_MOCK_DATA
+};
+
+static const mc_option options[] = {
+    /* network size */
+    {"model", MC_OPT_REQUIRED, OPT_MODEL, "PRESET",
+     "Start from a preset (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama-160m, llama-1b, "
+     "tiny-gpt, tiny-llama); the flags below override it."},
+    {"num-layers", MC_OPT_REQUIRED, OPT_NUM_LAYERS, "N", "Transformer layers."},
+    {"hidden-size", MC_OPT_REQUIRED, OPT_HIDDEN_SIZE, "N", "Hidden size."},
+    {"num-attention-heads", MC_OPT_REQUIRED, OPT_NUM_HEADS, "N", "Attention heads."},
+    {"ffn-hidden-size", MC_OPT_REQUIRED, OPT_FFN_HIDDEN, "N",
+     "MLP hidden size (default 4 x hidden size)."},
+    {"kv-channels", MC_OPT_REQUIRED, OPT_KV_CHANNELS, "N",
+     "Head dimension (default hidden size / heads)."},
+    {"seq-length", MC_OPT_REQUIRED, OPT_SEQ_LENGTH, "N", "Tokens per sample."},
+    {"max-position-embeddings", MC_OPT_REQUIRED, OPT_MAX_POS, "N",
+     "Positions of the learned position table (default the sequence length)."},
+    {"normalization", MC_OPT_REQUIRED, OPT_NORMALIZATION, "KIND", "LayerNorm or RMSNorm."},
+    {"norm-epsilon", MC_OPT_REQUIRED, OPT_NORM_EPS, "X", "Epsilon of the norms (1e-5)."},
+    {"swiglu", MC_OPT_NONE, OPT_SWIGLU, NULL, "SwiGLU MLP instead of GELU."},
+    {"position-embedding-type", MC_OPT_REQUIRED, OPT_POS_TYPE, "TYPE",
+     "learned_absolute or rope."},
+    {"rotary-base", MC_OPT_REQUIRED, OPT_ROTARY_BASE, "X", "RoPE base (10000)."},
+    {"group-query-attention", MC_OPT_NONE, OPT_GQA, NULL, "Grouped-query attention."},
+    {"num-query-groups", MC_OPT_REQUIRED, OPT_NUM_QUERY_GROUPS, "N",
+     "Key/value groups (implies --group-query-attention)."},
+    {"untie-embeddings-and-output-weights", MC_OPT_NONE, OPT_UNTIE, NULL,
+     "A separate output layer instead of the input embedding."},
+    {"disable-bias-linear", MC_OPT_NONE, OPT_DISABLE_BIAS, NULL, "No biases in linear layers."},
+    {"init-method-std", MC_OPT_REQUIRED, OPT_INIT_STD, "X",
+     "Standard deviation of the initial weights (0.02)."},
+    {"make-vocab-size-divisible-by", MC_OPT_REQUIRED, OPT_VOCAB_DIVISIBLE, "N",
+     "Pad the vocabulary to a multiple of N (128)."},
+    /* tokenizer */
+    {"tokenizer-type", MC_OPT_REQUIRED, OPT_TOKENIZER_TYPE, "TYPE",
+     "HuggingFaceTokenizer, GPT2BPETokenizer, TikTokenizer or NullTokenizer: gives the "
+     "vocabulary size."},
+    {"tokenizer-model", MC_OPT_REQUIRED, OPT_TOKENIZER_MODEL, "FILE",
+     "tokenizer.json or tiktoken rank file."},
+    {"vocab-file", MC_OPT_REQUIRED, OPT_VOCAB_FILE, "FILE", "vocab.json (GPT2BPETokenizer)."},
+    {"merge-file", MC_OPT_REQUIRED, OPT_MERGE_FILE, "FILE", "merges.txt (GPT2BPETokenizer)."},
+    {"vocab-size", MC_OPT_REQUIRED, OPT_VOCAB_SIZE, "N",
+     "NullTokenizer's size (ids 0..N-1, EOD N), or the vocabulary size without a tokenizer."},
+    /* mixed precision */
+    {"bf16", MC_OPT_NONE, OPT_BF16, NULL, "bf16 GEMMs with fp32 accumulation and master weights."},
+    {"fp16", MC_OPT_NONE, OPT_FP16, NULL, "fp16 GEMMs with loss scaling and fp32 master weights."},
+    {"loss-scale", MC_OPT_REQUIRED, OPT_LOSS_SCALE, "X",
+     "Fixed fp16 loss scale (default: dynamic)."},
+    {"initial-loss-scale", MC_OPT_REQUIRED, OPT_INITIAL_LOSS_SCALE, "X",
+     "Starting dynamic loss scale (2^32)."},
+    {"min-loss-scale", MC_OPT_REQUIRED, OPT_MIN_LOSS_SCALE, "X", "Smallest dynamic loss scale (1)."},
+    {"loss-scale-window", MC_OPT_REQUIRED, OPT_LOSS_SCALE_WINDOW, "N",
+     "Clean iterations before the dynamic scale doubles (1000)."},
+    {"hysteresis", MC_OPT_REQUIRED, OPT_HYSTERESIS, "N",
+     "Overflows in a row before the dynamic scale halves (2)."},
+    /* training */
+    {"micro-batch-size", MC_OPT_REQUIRED, OPT_MICRO_BATCH, "N", "Sequences per micro-batch (1)."},
+    {"global-batch-size", MC_OPT_REQUIRED, OPT_GLOBAL_BATCH, "N",
+     "Sequences per iteration, accumulated over micro-batches (default: one micro-batch per "
+     "data-parallel rank)."},
+    {"train-iters", MC_OPT_REQUIRED, OPT_TRAIN_ITERS, "N", "Iterations to train for."},
+    {"train-samples", MC_OPT_REQUIRED, OPT_TRAIN_SAMPLES, "N",
+     "Samples to train for (instead of --train-iters)."},
+    {"max-nan-iters", MC_OPT_REQUIRED, OPT_MAX_NAN_ITERS, "N",
+     "Fail after N iterations in a row with NaN/Inf loss or gradients (10)."},
+    {"exit-signal-handler", MC_OPT_NONE, OPT_EXIT_SIGNAL_HANDLER, NULL,
+     "Accepted for Megatron compatibility: mc-train always saves and exits 0 on SIGTERM/SIGINT."},
+    {"exit-interval", MC_OPT_REQUIRED, OPT_EXIT_INTERVAL, "N",
+     "Save and exit when the iteration is a multiple of N."},
+    {"exit-duration-in-mins", MC_OPT_REQUIRED, OPT_EXIT_DURATION, "MIN",
+     "Save and exit after training for MIN minutes."},
+    {"seed", MC_OPT_REQUIRED, OPT_SEED, "N", "Seed of initialization and data order (1234)."},
+    {"device", MC_OPT_REQUIRED, OPT_DEVICE, "DEV", "cpu (cuda is not built yet)."},
+    {"threads", MC_OPT_REQUIRED, OPT_THREADS, "N", "CPU threads (default: the cores present)."},
+    /* learning rate */
+    {"lr", MC_OPT_REQUIRED, OPT_LR, "X", "Peak learning rate (required)."},
+    {"min-lr", MC_OPT_REQUIRED, OPT_MIN_LR, "X", "Learning rate at the end of the decay (0)."},
+    {"lr-decay-style", MC_OPT_REQUIRED, OPT_LR_DECAY_STYLE, "STYLE",
+     "constant, linear (default), cosine, inverse-square-root or WSD."},
+    {"lr-decay-iters", MC_OPT_REQUIRED, OPT_LR_DECAY_ITERS, "N",
+     "Iterations of decay (default --train-iters)."},
+    {"lr-decay-samples", MC_OPT_REQUIRED, OPT_LR_DECAY_SAMPLES, "N",
+     "Samples of decay, with --train-samples."},
+    {"lr-warmup-iters", MC_OPT_REQUIRED, OPT_LR_WARMUP_ITERS, "N", "Iterations of linear warmup (0)."},
+    {"lr-warmup-samples", MC_OPT_REQUIRED, OPT_LR_WARMUP_SAMPLES, "N",
+     "Samples of warmup, with --train-samples."},
+    {"lr-warmup-fraction", MC_OPT_REQUIRED, OPT_LR_WARMUP_FRACTION, "X",
+     "Warmup as a fraction of the decay."},
+    {"lr-warmup-init", MC_OPT_REQUIRED, OPT_LR_WARMUP_INIT, "X", "Learning rate warmup starts at (0)."},
+    {"lr-wsd-decay-style", MC_OPT_REQUIRED, OPT_LR_WSD_DECAY_STYLE, "STYLE",
+     "WSD's annealing: exponential (default), linear, cosine or minus_sqrt."},
+    {"lr-wsd-decay-iters", MC_OPT_REQUIRED, OPT_LR_WSD_DECAY_ITERS, "N",
+     "WSD: iterations of the final annealing."},
+    {"lr-wsd-decay-samples", MC_OPT_REQUIRED, OPT_LR_WSD_DECAY_SAMPLES, "N",
+     "WSD: samples of the final annealing."},
+    /* optimizer */
+    {"weight-decay", MC_OPT_REQUIRED, OPT_WEIGHT_DECAY, "X",
+     "AdamW weight decay (0.01), not applied to biases and norm weights."},
+    {"start-weight-decay", MC_OPT_REQUIRED, OPT_START_WD, "X",
+     "Weight decay at the start of training (default --weight-decay)."},
+    {"end-weight-decay", MC_OPT_REQUIRED, OPT_END_WD, "X",
+     "Weight decay at the end of training (default --weight-decay)."},
+    {"weight-decay-incr-style", MC_OPT_REQUIRED, OPT_WD_INCR_STYLE, "STYLE",
+     "constant (default), linear or cosine, from start to end weight decay."},
+    {"adam-beta1", MC_OPT_REQUIRED, OPT_ADAM_BETA1, "X", "Adam beta1 (0.9)."},
+    {"adam-beta2", MC_OPT_REQUIRED, OPT_ADAM_BETA2, "X", "Adam beta2 (0.999)."},
+    {"adam-eps", MC_OPT_REQUIRED, OPT_ADAM_EPS, "X", "Adam epsilon (1e-8)."},
+    {"clip-grad", MC_OPT_REQUIRED, OPT_CLIP_GRAD, "X",
+     "Clip the global gradient norm to X (1.0; 0 disables)."},
+    /* validation and logging */
+    {"eval-interval", MC_OPT_REQUIRED, OPT_EVAL_INTERVAL, "N",
+     "Evaluate on the validation split every N iterations (1000)."},
+    {"eval-iters", MC_OPT_REQUIRED, OPT_EVAL_ITERS, "N",
+     "Global batches per evaluation (100; 0 disables)."},
+    {"log-interval", MC_OPT_REQUIRED, OPT_LOG_INTERVAL, "N", "Print the log line every N iterations (100)."},
+    {"tensorboard-dir", MC_OPT_REQUIRED, OPT_TENSORBOARD_DIR, "DIR", "Write TensorBoard event files."},
+    {"log-json", MC_OPT_REQUIRED, OPT_LOG_JSON, "FILE", "Append the metrics as JSON lines."},
+    {"peak-tflops", MC_OPT_REQUIRED, OPT_PEAK_TFLOPS, "X",
+     "Peak TFLOP/s of the machine, for the MFU column."},
+    /* checkpointing */
+    {"save", MC_OPT_REQUIRED, OPT_SAVE, "DIR", "Checkpoint directory to write."},
+    {"load", MC_OPT_REQUIRED, OPT_LOAD, "DIR", "Checkpoint directory (or iteration) to resume from."},
+    {"save-interval", MC_OPT_REQUIRED, OPT_SAVE_INTERVAL, "N",
+     "Save every N iterations (and always at the end)."},
+    {"finetune", MC_OPT_NONE, OPT_FINETUNE, NULL,
+     "Load only the weights and start at iteration 0."},
+    {"no-load-optim", MC_OPT_NONE, OPT_NO_LOAD_OPTIM, NULL, "Do not load the optimizer state."},
+    {"no-save-optim", MC_OPT_NONE, OPT_NO_SAVE_OPTIM, NULL, "Do not save the optimizer state."},
+    {"ckpt-compression", MC_OPT_REQUIRED, OPT_CKPT_COMPRESSION, "none|zstd",
+     "Compress checkpoint tensors (HDF5 filter 32015)."},
+    /* data */
+    {"data-path", MC_OPT_REQUIRED, OPT_DATA_PATH, "[W] PREFIX...",
+     "Dataset prefixes, optionally weighted: 0.3 A 0.7 B (words after it are taken until "
+     "the next option; repeatable). Default: one prefix read from stdin."},
+    {"split", MC_OPT_REQUIRED, OPT_SPLIT, "A,B,C", "Train, validation, test weights (969,30,1)."},
+    {"data-cache-path", MC_OPT_REQUIRED, OPT_DATA_CACHE_PATH, "DIR", "Where dataset indices are cached."},
+    {"mock-data", MC_OPT_NONE, OPT_MOCK_DATA, NULL, "Random tokens instead of a dataset."},
+    {NULL, 0, 0, NULL, NULL},
+};
+
+/* Model flags given on the command line, applied over the preset. */
+enum {
+    SET_LAYERS = 1 << 0, SET_HIDDEN = 1 << 1, SET_HEADS = 1 << 2, SET_FFN = 1 << 3,
+    SET_KV = 1 << 4, SET_SEQ = 1 << 5, SET_MAXPOS = 1 << 6, SET_NORM = 1 << 7,
+    SET_EPS = 1 << 8, SET_SWIGLU = 1 << 9, SET_POS = 1 << 10, SET_ROPE_BASE = 1 << 11,
+    SET_GROUPS = 1 << 12, SET_UNTIE = 1 << 13, SET_NOBIAS = 1 << 14, SET_STD = 1 << 15,
+    SET_DIVISIBLE = 1 << 16
+};
+
+typedef struct args {
+    const char *preset;
+    mc_model_config m; /* values of the flags in `set` */
+    unsigned set;
+    int gqa;
+    int have_tokenizer;
+    mc_tokenizer_spec tok;
+    int64_t vocab_size;
+    const char **data_path;
+    size_t n_data_path;
+    const char *split;
+    const char *data_cache_path;
+    int mock;
+    const char *device;
+    int64_t threads;
+    mc_train_config t;
+    json_t *argv_json; /* every option as given, for the checkpoint */
+} args;
+
+static volatile sig_atomic_t stop_requested;
+
+/* First SIGTERM/SIGINT: finish the iteration, save, exit 0. The default
+ * action comes back at once, so a second signal ends the process. */
+static void on_signal(int sig)
+{
+    stop_requested = 1;
+    signal(sig, SIG_DFL);
+}
+
+static void print_line(void *ctx, const char *line)
+{
+    (void)ctx;
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+}
+
+static int looks_like_number(const char *s)
+{
+    char *end;
+    errno = 0;
+    strtod(s, &end);
+    return *s && end != s && *end == '\0';
+}
+
+/* Which table option a "--name" or "--name=value" word selects, allowing
+ * getopt's unambiguous abbreviations; NULL when none or several. */
+static const mc_option *resolve_long(const char *word)
+{
+    if (strncmp(word, "--", 2) || !word[2])
+        return NULL;
+    const char *name = word + 2;
+    size_t len = strcspn(name, "=");
+    const mc_option *hit = NULL;
+    int hits = 0;
+    for (const mc_option *o = options; o->name; o++) {
+        if (strncmp(o->name, name, len))
+            continue;
+        if (strlen(o->name) == len)
+            return o; /* exact */
+        hit = o;
+        hits++;
+    }
+    return hits == 1 ? hit : NULL;
+}
+
+/*
+ * Megatron's --data-path takes nargs='*' ("--data-path 0.3 A 0.7 B"), but
+ * getopt gives an option one argument. So, before parsing, each word that
+ * follows a --data-path's argument and is not an option (it does not start
+ * with '-', or it reads as a number) is rewritten as "--data-path=WORD":
+ * the words stay in order and each becomes its own occurrence. Words of
+ * other options' arguments are skipped over so that, for instance,
+ * "--save --data-path" is left to getopt; "--" ends the scan.
+ */
+static mc_status expand_data_path(mc_cli *cli, mc_error *err)
+{
+    for (int i = 1; i < cli->argc; i++) {
+        const char *w = cli->argv[i];
+        if (!strcmp(w, "--"))
+            break;
+        const mc_option *o = resolve_long(w);
+        if (!o)
+            continue;
+        int inline_arg = strchr(w, '=') != NULL;
+        if (o->key != OPT_DATA_PATH) {
+            if (o->has_arg == MC_OPT_REQUIRED && !inline_arg)
+                i++; /* its argument, whatever it looks like */
+            continue;
+        }
+        int j = i + (inline_arg ? 1 : 2);
+        for (; j < cli->argc; j++) {
+            const char *v = cli->argv[j];
+            if (v[0] == '-' && !looks_like_number(v))
+                break;
+            size_t n = strlen(v) + sizeof "--data-path=";
+            char *nw = malloc(n);
+            if (!nw)
+                return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+            snprintf(nw, n, "--data-path=%s", v);
+            free(cli->argv[j]);
+            cli->argv[j] = nw;
+        }
+        i = j - 1;
+    }
+    return MC_OK;
+}
+
+static mc_status parse_int(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
+                           mc_error *err)
+{
+    return mc_parse_i64(opt, s, min, max, out, err);
+}
+
+static mc_status parse_int32(const char *opt, const char *s, int64_t min, int *out, mc_error *err)
+{
+    int64_t v;
+    mc_status st = mc_parse_i64(opt, s, min, INT32_MAX, &v, err);
+    if (!st)
+        *out = (int)v;
+    return st;
+}
+
+static mc_status parse_real(const char *opt, const char *s, double min, double max, double *out,
+                            mc_error *err)
+{
+    return mc_parse_double(opt, s, min, max, out, err);
+}
+
+static mc_status push_word(const char ***list, size_t *n, const char *s, mc_error *err)
+{
+    const char **nl = realloc(*list, (*n + 1) * sizeof *nl);
+    if (!nl)
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    nl[(*n)++] = s;
+    *list = nl;
+    return MC_OK;
+}
+
+/* Record "--name value" in the JSON of the arguments (lists for repeated
+ * options such as --data-path; true for flags). */
+static void record_arg(json_t *obj, const char *name, const char *value)
+{
+    json_t *v = value ? json_string(value) : json_true();
+    json_t *old = json_object_get(obj, name);
+    if (old && value && !strcmp(name, "data-path")) {
+        if (!json_is_array(old)) {
+            json_t *arr = json_array();
+            json_array_append(arr, old);
+            json_object_set_new(obj, name, arr);
+            old = arr;
+        }
+        json_array_append_new(old, v);
+        return;
+    }
+    json_object_set_new(obj, name, v);
+}
+
+static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
+{
+    const char *arg;
+    int key;
+    mc_train_config *t = &a->t;
+    while ((key = mc_cli_next(cli, &arg, err)) >= 0) {
+        mc_status st = MC_OK;
+        const mc_option *o = NULL;
+        for (const mc_option *p = options; p->name; p++)
+            if (p->key == key)
+                o = p;
+        if (o)
+            record_arg(a->argv_json, o->name, arg);
+        double d;
+        int64_t i;
+        switch (key) {
+        case OPT_MODEL: a->preset = arg; break;
+        case OPT_NUM_LAYERS: st = parse_int32("--num-layers", arg, 1, &a->m.num_layers, err); a->set |= SET_LAYERS; break;
+        case OPT_HIDDEN_SIZE: st = parse_int32("--hidden-size", arg, 1, &a->m.hidden_size, err); a->set |= SET_HIDDEN; break;
+        case OPT_NUM_HEADS: st = parse_int32("--num-attention-heads", arg, 1, &a->m.num_attention_heads, err); a->set |= SET_HEADS; break;
+        case OPT_FFN_HIDDEN: st = parse_int32("--ffn-hidden-size", arg, 1, &a->m.ffn_hidden_size, err); a->set |= SET_FFN; break;
+        case OPT_KV_CHANNELS: st = parse_int32("--kv-channels", arg, 1, &a->m.kv_channels, err); a->set |= SET_KV; break;
+        case OPT_SEQ_LENGTH: st = parse_int32("--seq-length", arg, 1, &a->m.seq_length, err); a->set |= SET_SEQ; break;
+        case OPT_MAX_POS: st = parse_int32("--max-position-embeddings", arg, 1, &a->m.max_position_embeddings, err); a->set |= SET_MAXPOS; break;
+        case OPT_NORMALIZATION:
+            if (!strcmp(arg, "LayerNorm")) a->m.normalization = MC_NORM_LAYERNORM;
+            else if (!strcmp(arg, "RMSNorm")) a->m.normalization = MC_NORM_RMSNORM;
+            else st = mc_error_set(err, MC_ERR_USAGE, "--normalization: expected LayerNorm or RMSNorm, got '%s'", arg);
+            a->set |= SET_NORM;
+            break;
+        case OPT_NORM_EPS:
+            st = parse_real("--norm-epsilon", arg, 1e-30, 1, &d, err);
+            a->m.norm_epsilon = (float)d, a->set |= SET_EPS;
+            break;
+        case OPT_SWIGLU: a->m.swiglu = 1, a->set |= SET_SWIGLU; break;
+        case OPT_POS_TYPE:
+            if (!strcmp(arg, "learned_absolute")) a->m.position_embedding_type = MC_POS_LEARNED;
+            else if (!strcmp(arg, "rope")) a->m.position_embedding_type = MC_POS_ROPE;
+            else st = mc_error_set(err, MC_ERR_USAGE, "--position-embedding-type: expected learned_absolute or rope, got '%s'", arg);
+            a->set |= SET_POS;
+            break;
+        case OPT_ROTARY_BASE:
+            st = parse_real("--rotary-base", arg, 1, 1e12, &d, err);
+            a->m.rotary_base = (float)d, a->set |= SET_ROPE_BASE;
+            break;
+        case OPT_GQA: a->gqa = 1; break;
+        case OPT_NUM_QUERY_GROUPS: st = parse_int32("--num-query-groups", arg, 1, &a->m.num_query_groups, err); a->set |= SET_GROUPS; break;
+        case OPT_UNTIE: a->m.untie_embeddings_and_output_weights = 1, a->set |= SET_UNTIE; break;
+        case OPT_DISABLE_BIAS: a->m.add_bias_linear = 0, a->set |= SET_NOBIAS; break;
+        case OPT_INIT_STD:
+            st = parse_real("--init-method-std", arg, 0, 10, &d, err);
+            a->m.init_method_std = (float)d, a->set |= SET_STD;
+            break;
+        case OPT_VOCAB_DIVISIBLE: st = parse_int32("--make-vocab-size-divisible-by", arg, 1, &a->m.make_vocab_size_divisible_by, err); a->set |= SET_DIVISIBLE; break;
+        case OPT_TOKENIZER_TYPE: {
+            mc_tokenizer_kind k;
+            st = mc_tokenizer_kind_parse(arg, &k, err);
+            if (!st) {
+                mc_tokenizer_spec keep = a->tok;
+                mc_tokenizer_spec_init(&a->tok, k);
+                a->tok.model = keep.model;
+                a->tok.vocab_file = keep.vocab_file;
+                a->tok.merge_file = keep.merge_file;
+                a->have_tokenizer = 1;
+            }
+            break;
+        }
+        case OPT_TOKENIZER_MODEL: a->tok.model = arg; break;
+        case OPT_VOCAB_FILE: a->tok.vocab_file = arg; break;
+        case OPT_MERGE_FILE: a->tok.merge_file = arg; break;
+        case OPT_VOCAB_SIZE: st = parse_int("--vocab-size", arg, 1, INT32_MAX, &a->vocab_size, err); break;
+        case OPT_BF16: t->prec = MC_PREC_BF16; break;
+        case OPT_FP16: t->prec = MC_PREC_FP16; break;
+        case OPT_LOSS_SCALE: st = parse_real("--loss-scale", arg, 1e-30, 1e38, &t->loss_scale, err); break;
+        case OPT_INITIAL_LOSS_SCALE: st = parse_real("--initial-loss-scale", arg, 1e-30, 1e38, &t->initial_loss_scale, err); break;
+        case OPT_MIN_LOSS_SCALE: st = parse_real("--min-loss-scale", arg, 1e-30, 1e38, &t->min_loss_scale, err); break;
+        case OPT_LOSS_SCALE_WINDOW: st = parse_int("--loss-scale-window", arg, 1, INT32_MAX, &t->loss_scale_window, err); break;
+        case OPT_HYSTERESIS: st = parse_int("--hysteresis", arg, 1, INT32_MAX, &t->hysteresis, err); break;
+        case OPT_MICRO_BATCH: st = parse_int("--micro-batch-size", arg, 1, INT32_MAX, &t->micro_batch_size, err); break;
+        case OPT_GLOBAL_BATCH: st = parse_int("--global-batch-size", arg, 1, INT32_MAX, &t->global_batch_size, err); break;
+        case OPT_TRAIN_ITERS: st = parse_int("--train-iters", arg, 1, INT64_MAX / 2, &t->train_iters, err); break;
+        case OPT_TRAIN_SAMPLES: st = parse_int("--train-samples", arg, 1, INT64_MAX / 2, &t->train_samples, err); break;
+        case OPT_MAX_NAN_ITERS: st = parse_int("--max-nan-iters", arg, 1, INT32_MAX, &t->max_nan_iters, err); break;
+        case OPT_EXIT_SIGNAL_HANDLER: break;
+        case OPT_EXIT_INTERVAL: st = parse_int("--exit-interval", arg, 1, INT64_MAX / 2, &t->exit_interval, err); break;
+        case OPT_EXIT_DURATION: st = parse_real("--exit-duration-in-mins", arg, 0, 1e9, &t->exit_duration_in_mins, err); break;
+        case OPT_SEED:
+            st = parse_int("--seed", arg, 0, UINT32_MAX, &i, err);
+            t->seed = (uint64_t)i;
+            break;
+        case OPT_DEVICE: a->device = arg; break;
+        case OPT_THREADS: st = parse_int("--threads", arg, 1, 4096, &a->threads, err); break;
+        case OPT_LR: st = parse_real("--lr", arg, 0, 1e30, &t->sched.lr, err); break;
+        case OPT_MIN_LR: st = parse_real("--min-lr", arg, 0, 1e30, &t->sched.min_lr, err); break;
+        case OPT_LR_DECAY_STYLE: st = mc_lr_decay_style_parse(arg, &t->sched.decay_style, err); break;
+        case OPT_LR_DECAY_ITERS: st = parse_int("--lr-decay-iters", arg, 1, INT64_MAX / 2, &t->sched.lr_decay_iters, err); break;
+        case OPT_LR_DECAY_SAMPLES: st = parse_int("--lr-decay-samples", arg, 1, INT64_MAX / 2, &t->sched.lr_decay_samples, err); break;
+        case OPT_LR_WARMUP_ITERS: st = parse_int("--lr-warmup-iters", arg, 0, INT64_MAX / 2, &t->sched.lr_warmup_iters, err); break;
+        case OPT_LR_WARMUP_SAMPLES: st = parse_int("--lr-warmup-samples", arg, 0, INT64_MAX / 2, &t->sched.lr_warmup_samples, err); break;
+        case OPT_LR_WARMUP_FRACTION: st = parse_real("--lr-warmup-fraction", arg, 0, 1, &t->sched.lr_warmup_fraction, err); break;
+        case OPT_LR_WARMUP_INIT: st = parse_real("--lr-warmup-init", arg, 0, 1e30, &t->sched.lr_warmup_init, err); break;
+        case OPT_LR_WSD_DECAY_STYLE: st = mc_wsd_decay_style_parse(arg, &t->sched.wsd_decay_style, err); break;
+        case OPT_LR_WSD_DECAY_ITERS: st = parse_int("--lr-wsd-decay-iters", arg, 0, INT64_MAX / 2, &t->sched.lr_wsd_decay_iters, err); break;
+        case OPT_LR_WSD_DECAY_SAMPLES: st = parse_int("--lr-wsd-decay-samples", arg, 0, INT64_MAX / 2, &t->sched.lr_wsd_decay_samples, err); break;
+        case OPT_WEIGHT_DECAY: st = parse_real("--weight-decay", arg, 0, 1e6, &t->sched.weight_decay, err); break;
+        case OPT_START_WD: st = parse_real("--start-weight-decay", arg, 0, 1e6, &t->sched.start_weight_decay, err); break;
+        case OPT_END_WD: st = parse_real("--end-weight-decay", arg, 0, 1e6, &t->sched.end_weight_decay, err); break;
+        case OPT_WD_INCR_STYLE: st = mc_wd_incr_style_parse(arg, &t->sched.wd_incr_style, err); break;
+        case OPT_ADAM_BETA1: st = parse_real("--adam-beta1", arg, 0, 0.999999999, &t->optim.beta1, err); break;
+        case OPT_ADAM_BETA2: st = parse_real("--adam-beta2", arg, 0, 0.999999999, &t->optim.beta2, err); break;
+        case OPT_ADAM_EPS: st = parse_real("--adam-eps", arg, 1e-30, 1, &t->optim.eps, err); break;
+        case OPT_CLIP_GRAD: st = parse_real("--clip-grad", arg, 0, 1e30, &t->optim.clip_grad, err); break;
+        case OPT_EVAL_INTERVAL: st = parse_int("--eval-interval", arg, 1, INT64_MAX / 2, &t->eval_interval, err); break;
+        case OPT_EVAL_ITERS: st = parse_int("--eval-iters", arg, 0, INT64_MAX / 2, &t->eval_iters, err); break;
+        case OPT_LOG_INTERVAL: st = parse_int("--log-interval", arg, 1, INT64_MAX / 2, &t->log_interval, err); break;
+        case OPT_TENSORBOARD_DIR: t->tensorboard_dir = arg; break;
+        case OPT_LOG_JSON: t->log_json = arg; break;
+        case OPT_PEAK_TFLOPS: st = parse_real("--peak-tflops", arg, 1e-9, 1e12, &t->peak_tflops, err); break;
+        case OPT_SAVE: t->save = arg; break;
+        case OPT_LOAD: t->load = arg; break;
+        case OPT_SAVE_INTERVAL: st = parse_int("--save-interval", arg, 1, INT64_MAX / 2, &t->save_interval, err); break;
+        case OPT_FINETUNE: t->finetune = 1; break;
+        case OPT_NO_LOAD_OPTIM: t->no_load_optim = 1; break;
+        case OPT_NO_SAVE_OPTIM: t->no_save_optim = 1; break;
+        case OPT_CKPT_COMPRESSION: {
+            mc_ckpt_compression c;
+            st = mc_ckpt_compression_parse(arg, &c, err);
+            if (st == MC_OK)
+                t->ckpt_compression = (int)c;
+            else
+                st = mc_error_prefix(err, "--ckpt-compression");
+            if (st) err->code = st = MC_ERR_USAGE;
+            break;
+        }
+        case OPT_DATA_PATH: st = push_word(&a->data_path, &a->n_data_path, arg, err); break;
+        case OPT_SPLIT: a->split = arg; break;
+        case OPT_DATA_CACHE_PATH: a->data_cache_path = arg; break;
+        case OPT_MOCK_DATA: a->mock = 1; break;
+        default: st = mc_error_set(err, MC_ERR_INTERNAL, "option key %d not handled", key); break;
+        }
+        if (st)
+            return st;
+    }
+    if (key == MC_CLI_EXIT) {
+        *exit_now = 1;
+        return MC_OK;
+    }
+    if (key == MC_CLI_ERROR)
+        return MC_ERR_USAGE;
+    if (cli->optind < cli->argc)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "unexpected argument '%s' (datasets go after --data-path)",
+                            cli->argv[cli->optind]);
+    return MC_OK;
+}
+
+/* Usage errors found after parsing: the combinations Megatron rejects. */
+static mc_status check_args(args *a, mc_error *err)
+{
+    mc_train_config *t = &a->t;
+    if (a->device && strcmp(a->device, "cpu")) {
+        if (!strcmp(a->device, "cuda"))
+            return mc_error_set(err, MC_ERR_USAGE,
+                                "--device cuda: the CUDA backend is not built yet; use --device cpu");
+        return mc_error_set(err, MC_ERR_USAGE, "--device: expected cpu or cuda, got '%s'",
+                            a->device);
+    }
+    if ((t->train_iters > 0) == (t->train_samples > 0))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "give exactly one of --train-iters and --train-samples");
+    if (t->sched.lr < 0)
+        return mc_error_set(err, MC_ERR_USAGE, "--lr is required");
+    if (a->mock && a->n_data_path)
+        return mc_error_set(err, MC_ERR_USAGE, "--mock-data and --data-path exclude each other");
+    if (t->finetune && !t->load)
+        return mc_error_set(err, MC_ERR_USAGE, "--finetune needs --load");
+    if (t->loss_scale > 0 && t->prec != MC_PREC_FP16)
+        return mc_error_set(err, MC_ERR_USAGE, "--loss-scale needs --fp16");
+    if (!a->preset && !(a->set & SET_SEQ))
+        return mc_error_set(err, MC_ERR_USAGE, "--seq-length is required (or a --model preset)");
+    if (!a->preset && (a->set & (SET_LAYERS | SET_HIDDEN | SET_HEADS)) !=
+                          (SET_LAYERS | SET_HIDDEN | SET_HEADS))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--num-layers, --hidden-size and --num-attention-heads are required "
+                            "(or a --model preset)");
+    if (!a->have_tokenizer && a->vocab_size <= 0)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "the vocabulary size is unknown: give --tokenizer-type (with its "
+                            "files) or --vocab-size");
+    return MC_OK;
+}
+
+/* The model configuration: Megatron's defaults, the preset, then the flags. */
+static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
+{
+    mc_model_config_init(c);
+    if (a->preset) {
+        mc_status st = mc_model_preset(a->preset, c, err);
+        if (st) {
+            mc_error_prefix(err, "--model");
+            err->code = MC_ERR_USAGE;
+            return MC_ERR_USAGE;
+        }
+    }
+    const mc_model_config *m = &a->m;
+    if (a->set & SET_LAYERS) c->num_layers = m->num_layers;
+    if (a->set & SET_HIDDEN) c->hidden_size = m->hidden_size;
+    if (a->set & SET_HEADS) c->num_attention_heads = m->num_attention_heads;
+    if (a->set & SET_FFN) c->ffn_hidden_size = m->ffn_hidden_size;
+    if (a->set & SET_KV) c->kv_channels = m->kv_channels;
+    if (a->set & SET_SEQ) c->seq_length = m->seq_length;
+    if (a->set & SET_MAXPOS) c->max_position_embeddings = m->max_position_embeddings;
+    if (a->set & SET_NORM) c->normalization = m->normalization;
+    if (a->set & SET_EPS) c->norm_epsilon = m->norm_epsilon;
+    if (a->set & SET_SWIGLU) c->swiglu = 1;
+    if (a->set & SET_POS) c->position_embedding_type = m->position_embedding_type;
+    if (a->set & SET_ROPE_BASE) c->rotary_base = m->rotary_base;
+    if (a->set & SET_GROUPS) c->num_query_groups = m->num_query_groups;
+    if (a->set & SET_UNTIE) c->untie_embeddings_and_output_weights = 1;
+    if (a->set & SET_NOBIAS) c->add_bias_linear = 0;
+    if (a->set & SET_STD) c->init_method_std = m->init_method_std;
+    if (a->set & SET_DIVISIBLE) c->make_vocab_size_divisible_by = m->make_vocab_size_divisible_by;
+    /* A preset's sequence length may be overridden below its position
+     * table; a longer one needs the table to grow with it. */
+    if ((a->set & SET_SEQ) && !(a->set & SET_MAXPOS) && c->max_position_embeddings &&
+        c->max_position_embeddings < c->seq_length)
+        c->max_position_embeddings = c->seq_length;
+    return MC_OK;
+}
+
+/* Read the dataset prefix from stdin (the pipeline contract). */
+static mc_status read_stdin_prefix(char **out, mc_error *err)
+{
+    if (isatty(0))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "no --data-path or --mock-data, and stdin is a terminal: pipe in "
+                            "the prefix mc-preprocess prints");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n <= 0) {
+        free(line);
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "no --data-path or --mock-data, and stdin holds no dataset prefix");
+    }
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' '))
+        line[--n] = '\0';
+    if (!n) {
+        free(line);
+        return mc_error_set(err, MC_ERR_USAGE, "stdin: the dataset prefix line is empty");
+    }
+    *out = line;
+    return MC_OK;
+}
+
+int main(int argc, char **argv)
+{
+    mc_logger lg;
+    mc_logger_init(&lg, PROG);
+    mc_error err;
+    mc_error_clear(&err);
+    mc_cli cli;
+    args a;
+    memset(&a, 0, sizeof a);
+    mc_train_config_init(&a.t);
+    mc_tokenizer_spec_init(&a.tok, MC_TOKENIZER_NULL);
+    a.argv_json = json_object();
+    char *stdin_prefix = NULL;
+    mc_tokenizer *tok = NULL;
+    mc_backend *be = NULL;
+    mc_gptdata_config data;
+    mc_gptdata_config_init(&data);
+    int rc = 1;
+
+    mc_status st = mc_cli_init(&cli, PROG, "[OPTION]...",
+                               "Train a GPT- or Llama-family language model as Megatron-LM does. "
+                               "Reads the dataset prefix from stdin unless --data-path or "
+                               "--mock-data is given; prints the directory of the last checkpoint "
+                               "written.",
+                               options, argc, argv, &err);
+    if (!st)
+        st = expand_data_path(&cli, &err);
+    int exit_now = 0;
+    if (!st)
+        st = parse_args(&cli, &a, &exit_now, &err);
+    if (!st && exit_now) {
+        rc = 0;
+        goto done;
+    }
+    if (!st)
+        st = check_args(&a, &err);
+    mc_model_config mcfg;
+    if (!st)
+        st = model_config(&a, &mcfg, &err);
+    if (st)
+        goto fail;
+
+    /* The vocabulary comes from the tokenizer (padded later, as Megatron
+     * pads it); without one, --vocab-size is the size itself. */
+    int32_t eod = -1;
+    if (a.have_tokenizer) {
+        if (a.tok.kind == MC_TOKENIZER_NULL)
+            a.tok.vocab_size = a.vocab_size;
+        if ((st = mc_tokenizer_load(&a.tok, &tok, &err)))
+            goto fail;
+        mcfg.vocab_size = mc_tokenizer_vocab_size(tok);
+        eod = mc_tokenizer_eod(tok);
+    } else {
+        mcfg.vocab_size = a.vocab_size;
+    }
+    if (eod < 0)
+        eod = (int32_t)(mcfg.vocab_size - 1);
+
+    /* Data: --mock-data, --data-path, or the prefix on stdin. */
+    data.mock = a.mock;
+    data.vocab_size = mcfg.vocab_size;
+    data.eod = eod;
+    data.seed = (uint32_t)a.t.seed;
+    if (a.split)
+        data.split = a.split;
+    data.cache_dir = a.data_cache_path;
+    if (!a.mock) {
+        if (!a.n_data_path) {
+            if ((st = read_stdin_prefix(&stdin_prefix, &err)))
+                goto fail;
+            const char *one = stdin_prefix;
+            st = mc_gptdata_parse_data_path(&one, 1, &data.blend, &err);
+        } else {
+            st = mc_gptdata_parse_data_path(a.data_path, a.n_data_path, &data.blend, &err);
+        }
+        if (st) {
+            mc_error_prefix(&err, "--data-path");
+            err.code = st = MC_ERR_USAGE;
+            goto fail;
+        }
+    }
+
+    if ((st = mc_backend_cpu_new((int)a.threads, &be, &err)))
+        goto fail;
+    mc_grid grid;
+    mc_grid_single(&grid);
+
+    char *args_text = json_dumps(a.argv_json, JSON_SORT_KEYS | JSON_COMPACT);
+    a.t.args_json = args_text;
+    a.t.stop = &stop_requested;
+    a.t.print = print_line;
+    a.t.print_ctx = NULL;
+
+    /* Installed always (issue 3): the first SIGTERM or SIGINT finishes the
+     * iteration, saves and exits 0, as Megatron's --exit-signal-handler. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    mc_train_report rep;
+    st = mc_train_run(&a.t, &mcfg, &data, be, &grid, &rep, &err);
+    free(args_text);
+    if (st)
+        goto fail;
+    if (rep.last_checkpoint[0]) {
+        printf("%s\n", rep.last_checkpoint);
+        if (fflush(stdout) == EOF) {
+            st = mc_error_errno(&err, MC_ERR_IO, errno, "stdout");
+            goto fail;
+        }
+    }
+    rc = 0;
+    goto done;
+
+fail:
+    rc = mc_log_fail(&lg, &err);
+done:
+    mc_gptdata_blend_free(&data.blend);
+    mc_tokenizer_free(tok);
+    if (be)
+        mc_backend_free(be);
+    free(stdin_prefix);
+    free(a.data_path);
+    json_decref(a.argv_json);
+    mc_cli_free(&cli);
+    return rc;
+}
