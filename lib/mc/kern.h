@@ -117,14 +117,14 @@ void mc_k_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout, c
 
 /* ------------------------------------------------------------ linear */
 
-/* out[N,O] = x[N,I] . W[O,I]^T (+ b[O]); W is stored as Megatron stores it,
- * [output, input]. beta = 0 overwrites out, 1 adds to it. */
+/* out[N,Cout] = x[N,Cin] . W[Cout,Cin]^T (+ b[Cout]); W is stored as Megatron
+ * stores it, [output, input]. beta = 0 overwrites out, 1 adds to it. */
 void mc_k_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W,
-                     const float *b, size_t N, size_t I, size_t O, float beta);
-/* dx[N,I] += dout . W; dW[O,I] += dout^T . x; db[O] += sum_rows dout. */
+                     const float *b, size_t N, size_t Cin, size_t Cout, float beta);
+/* dx[N,Cin] += dout . W; dW[Cout,Cin] += dout^T . x; db[Cout] += sum_rows dout. */
 void mc_k_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db,
-                     const float *dout, const float *x, const float *W, size_t N, size_t I,
-                     size_t O);
+                     const float *dout, const float *x, const float *W, size_t N, size_t Cin,
+                     size_t Cout);
 
 /* ------------------------------------------------------------ activations */
 
