@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -274,7 +275,9 @@ static mc_status read_str_attr(hid_t loc, const char *name, char **out, mc_error
     if (H5Tis_variable_str(t) > 0) {
         char *v = NULL;
         mt = H5Tcopy(H5T_C_S1);
-        if (mt < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 || H5Aread(a, mt, &v) < 0) {
+        /* HDF5 converts no ASCII <-> UTF-8: read in the stored encoding. */
+        if (mt < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 || H5Tset_cset(mt, H5Tget_cset(t)) < 0 ||
+            H5Aread(a, mt, &v) < 0) {
             st = h5fail(err, MC_ERR_FORMAT, "%s: attribute %s: read failed", where, name);
             goto done;
         }
@@ -376,6 +379,25 @@ static mc_status fsync_path(const char *path, mc_error *err) {
     return MC_OK;
 }
 
+/* mkdtemp, but with the mode the final directory should have (0777 less
+ * the umask) rather than 0700: the directory is renamed, not copied. */
+static int make_tmpdir(char *tmpl) {
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    char *x = tmpl + strlen(tmpl) - 6;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        unsigned char r[6];
+        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+            return -1;
+        for (int i = 0; i < 6; i++)
+            x[i] = abc[r[i] % (sizeof abc - 1)];
+        if (mkdir(tmpl, 0777) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -1;
+    }
+    return -1;
+}
+
 static mc_status mkdir_p(const char *dir, mc_error *err) {
     char *p = strdup(dir);
     if (!p)
@@ -465,7 +487,7 @@ static mc_status writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer
         writer_free(w);
         return st;
     }
-    if (!mkdtemp(w->tmp)) {
+    if (make_tmpdir(w->tmp) != 0) {
         int e = errno;
         free(w->tmp);
         w->tmp = NULL;
@@ -530,15 +552,20 @@ static hid_t tensor_dcpl(const mc_ckpt_writer *w, int nd, const hsize_t *dims, s
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hsize_t chunk[2];
     hsize_t target = CHUNK_TARGET / esize;
+    /* Split the (row) extent into k equal chunks of at most `target`
+     * elements rather than cutting target-sized ones: HDF5 stores an edge
+     * chunk whole, and a mostly empty last chunk would waste its size. */
     if (nd == 1) {
-        chunk[0] = dims[0] < target ? dims[0] : target;
+        hsize_t k = (dims[0] + target - 1) / target;
+        chunk[0] = (dims[0] + k - 1) / k;
     } else if (dims[1] <= target) {
-        hsize_t r = target / dims[1];
-        chunk[0] = r < 1 ? 1 : (r > dims[0] ? dims[0] : r);
+        hsize_t per = target / dims[1], k = (dims[0] + per - 1) / per;
+        chunk[0] = (dims[0] + k - 1) / k;
         chunk[1] = dims[1];
     } else {
+        hsize_t k = (dims[1] + target - 1) / target;
         chunk[0] = 1;
-        chunk[1] = target;
+        chunk[1] = (dims[1] + k - 1) / k;
     }
     if (dcpl < 0 || H5Pset_chunk(dcpl, nd, chunk) < 0)
         goto fail;
