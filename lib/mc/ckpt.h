@@ -89,7 +89,8 @@ mc_status mc_ckpt_writer_set_compression(mc_ckpt_writer *w, mc_ckpt_compression 
  * global tensor `path` of shape [rows, cols] (cols == 0: 1-D [rows]) from
  * host[local_rows * local_cols] (row-major), stored as dtype. The first
  * write of a path creates the dataset; later writes of other blocks must
- * give the same global shape and dtype. */
+ * give the same global shape and dtype. The blocks of one tensor must not
+ * overlap: commit counts the elements written to refuse a partial tensor. */
 mc_status mc_ckpt_write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
                                int64_t row0, int64_t col0, int64_t local_rows, int64_t local_cols,
                                const float *host, mc_ckpt_dtype dtype, mc_error *err);

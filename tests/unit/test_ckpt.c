@@ -436,6 +436,24 @@ static void test_pointer(void) {
            "empty directory: %s", err.msg);
     TAP_OK(mc_ckpt_open(P("%s", "nonexistent"), &r, &err) == MC_ERR_NOTFOUND, "missing path: %s", err.msg);
     TAP_OK(mc_ckpt_writer_begin(ck, -1, &w, &err) == MC_ERR_USAGE, "negative iteration: %s", err.msg);
+    spit(P("%s", "afile"), "x", 1);
+    TAP_OK(mc_ckpt_writer_begin(P("%s", "afile"), 1, &w, &err) == MC_ERR_IO && strstr(err.msg, "afile"),
+           "a file where the directory should be: %s", err.msg);
+    TAP_OK(mc_ckpt_writer_begin(P("%s", "afile/sub"), 1, &w, &err) == MC_ERR_IO && strstr(err.msg, "afile/sub"),
+           "a directory under a file: %s", err.msg);
+
+    /* Empty RNG state; a nested new directory. */
+    void *b = NULL;
+    size_t nb = 1;
+    TAP_OK(mc_ckpt_writer_begin(P("%s", "deep/er/ckpt"), 0, &w, &err) == MC_OK &&
+               mc_ckpt_write_bytes(w, "rng", "", 0, &err) == MC_OK &&
+               mc_ckpt_write_bytes(w, "rng", "a", 1, &err) == MC_ERR_USAGE && mc_ckpt_writer_commit(w, &err) == MC_OK &&
+               mc_ckpt_open(P("%s", "deep/er/ckpt"), &r, &err) == MC_OK && mc_ckpt_iteration(r) == 0 &&
+               mc_ckpt_read_bytes(r, "rng", &b, &nb, &err) == MC_OK && nb == 0 &&
+               exists(P("%s", "deep/er/ckpt/iter_0000000/model.h5")),
+           "iteration 0 in a new nested directory, empty bytes (%s)", err.msg);
+    free(b);
+    mc_ckpt_close(r);
 }
 
 /* Truncations and corrupt bytes: a clean error or the exact data, never
