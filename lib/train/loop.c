@@ -68,6 +68,7 @@ typedef struct run {
     int64_t last_saved;                 /* iteration of the last checkpoint written, -1 */
     mc_train_report *rep;
     double flops_per_token;
+    double t_start; /* --exit-duration-in-mins counts from here, set-up included */
 } run;
 
 static void say(const run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -498,7 +499,7 @@ static mc_status train_loop(run *r, mc_error *err)
 {
     const mc_train_config *c = r->c;
     mc_status st;
-    double t_start = now_s();
+    double t_start = r->t_start;
     window w;
     memset(&w, 0, sizeof w);
     w.t0 = now_s();
@@ -639,6 +640,7 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     r.g = g;
     r.rep = report;
     r.last_saved = -1;
+    r.t_start = now_s();
     mc_status st = setup(&r, model_cfg, data, err);
     if (!st) {
         report->iteration = r.s.iteration;
