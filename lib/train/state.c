@@ -223,11 +223,9 @@ mc_status mc_train_state_load(const char *path, mc_backend *be, mc_model *m, mc_
         const mc_param *p = mc_model_param(m, i);
         int64_t rows, cols;
         snprintf(p_path, sizeof p_path, "model/%s", p->name);
-        st = mc_ckpt_tensor_info(r, p_path, &rows, &cols, NULL, err);
-        if (st) {
-            mc_error_prefix(err, "%s", mc_ckpt_file(r));
+        st = mc_ckpt_tensor_info(r, p_path, &rows, &cols, NULL, err); /* names the file */
+        if (st)
             break;
-        }
         if (rows != p->rows || cols != ckpt_cols(p)) {
             st = mc_error_set(err, MC_ERR_FORMAT,
                               "%s: tensor %s has shape [%" PRId64 ", %" PRId64
@@ -296,5 +294,9 @@ mc_status mc_train_state_load(const char *path, mc_backend *be, mc_model *m, mc_
             mc_error_prefix(err, "%s", mc_ckpt_file(r));
     }
     mc_ckpt_close(r);
+    /* Past the open, something missing is a malformed checkpoint, not the
+     * absence of one (which the caller may take as "start from scratch"). */
+    if (st == MC_ERR_NOTFOUND)
+        st = err->code = MC_ERR_FORMAT;
     return st;
 }

@@ -31,8 +31,9 @@ mc_status mc_train_state_save(const char *dir, mc_backend *be, mc_model *m, mc_o
  * model's global shape: the error names the tensor and both shapes, or the
  * configuration field that differs). With o non-NULL the Adam moments are
  * loaded too (a checkpoint saved without them is an error); with s
- * non-NULL the counters and scaler. *iteration_out gets the checkpoint's
- * iteration and dir_out its directory. */
+ * non-NULL the iteration and counters (and, with o, Adam's step and the
+ * loss scaler's state when s->scaler is dynamic). dir_out gets the
+ * checkpoint's directory. A missing checkpoint is MC_ERR_NOTFOUND. */
 mc_status mc_train_state_load(const char *path, mc_backend *be, mc_model *m, mc_optim *o, mc_train_state *s,
                               char *dir_out, size_t cap, mc_error *err);
 

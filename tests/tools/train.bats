@@ -273,6 +273,15 @@ make_dataset() {
     run "$MC_TRAIN" "${mock[@]}" "${gpt[@]}" --train-iters 2 --load ck --init-method-std 0.01
     assert_failure 1
     assert_output --partial "model configuration differs: init_method_std"
+    # a tensor the checkpoint lacks: an error, not a fresh start
+    run "$MC_TRAIN" "${mock[@]}" "${gpt[@]}" --train-iters 2 --load ck --untie-embeddings-and-output-weights
+    assert_failure 1
+    assert_output "mc-train: error: ck/iter_0000001/model.h5: model/output_layer.weight: no such tensor in the checkpoint"
+    # a truncated file
+    truncate -s 2000 ck/iter_0000001/model.h5
+    run "$MC_TRAIN" "${mock[@]}" "${gpt[@]}" --train-iters 2 --load ck
+    assert_failure 1
+    assert_output --regexp "^mc-train: error: ck/iter_0000001/model.h5: "
 }
 
 @test "--no-save-optim, --no-load-optim, --finetune and a --load with nothing in it" {
