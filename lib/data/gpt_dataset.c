@@ -280,7 +280,7 @@ static mc_status build_indices(mc_gpt_mid *m, const mc_gpt_params *p, int64_t be
     }
 
     int drop = m->split == MC_SPLIT_VALID ? p->drop_last_partial_validation : 1;
-    int64_t *si, n;
+    int64_t *si = NULL, n = 0;
     mc_status st = build_sample_idx(low, di, n_doc_index, T, epochs, tokens, drop, extra, &si, &n, err);
     if (st != MC_OK) {
         free(di);

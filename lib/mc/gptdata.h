@@ -8,9 +8,11 @@
  *
  * What is reproduced from megatron-core (0.16):
  *  - split: "969,30,1" parsed like parse_and_normalize_split (every run of
- *    [.0-9] is a number, missing ones are 0, normalized), documents
- *    [round(b*N), round(e*N)) per split, round half to even; a split of
- *    weight 0 does not exist (its sample count must be 0);
+ *    [.0-9] is a number, missing ones are 0, normalized; mc rejects any
+ *    other character but blanks , / :), documents [round(b*N), round(e*N))
+ *    per split, round half to even; a split of weight 0 does not exist
+ *    (mc_gpt_dataset_num_samples gives 0); a split with no tokens is an
+ *    error (Megatron loops forever on it);
  *  - document index: the split's documents repeated per epoch, shuffled by
  *    numpy.random.RandomState(seed).shuffle (MT19937, bit-exact); the final
  *    epoch shuffled separately when it supplies < 80% of an epoch's samples;
@@ -37,10 +39,14 @@
  * Mock data (mc's own, documented difference): Megatron's MockGPTDataset
  * draws document lengths from numpy's PCG64 and fills documents with
  * 1,2,3,... then EOD. mc's mock dataset has MC_GPTDATA_MOCK_DOCS documents
- * whose lengths (1..MC_GPTDATA_MOCK_MAXLEN) and tokens (uniform in
+ * whose lengths (in [1, MC_GPTDATA_MOCK_MAXLEN)) and tokens (uniform in
  * [0, vocab_size), last token eod) come from a counter-based hash of
- * (seed, document, position); it is split and shuffled like real data and
- * never cached. Same seed, same samples.
+ * (seed, document, position); like Megatron's it is split 1,1,1 whatever
+ * --split says, then split and shuffled like real data, and never cached.
+ * Same seed, same samples.
+ *
+ * A sample shorter than seq_length+1 (only the last validation sample with
+ * drop_last_partial_validation = 0) is padded with -1, Megatron's pad id.
  */
 #ifndef MC_GPTDATA_H
 #define MC_GPTDATA_H
