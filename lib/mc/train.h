@@ -111,6 +111,11 @@ typedef struct mc_train_config {
     int64_t global_batch_size;  /* --global-batch-size (0: micro-batch x data-parallel size) */
     int64_t train_iters;        /* --train-iters; exactly one of these two is > 0 */
     int64_t train_samples;      /* --train-samples */
+    /* --train-iters 0: build and initialize the model (load --load when
+     * given), save it with --save as it stands (a fresh model: iteration 0,
+     * zero Adam moments) and train nothing; train_iters and train_samples
+     * stay 0, and no data is opened. */
+    int init_only;
     /* learning rate and weight-decay schedule (lib/mc/schedule.h): --lr
      * (required: < 0 until given), --min-lr, --lr-decay-style, ...; its
      * batch and length fields are filled in from the ones above */

@@ -309,12 +309,13 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
                             "--micro-batch-size %" PRId64 " x data-parallel size %" PRId64,
                             r->global_batch, c->micro_batch_size, r->dp);
     r->num_micro = r->global_batch / per_micro;
-    if ((c->train_iters > 0) == (c->train_samples > 0))
+    if (c->init_only ? c->train_iters > 0 || c->train_samples > 0
+                     : (c->train_iters > 0) == (c->train_samples > 0))
         return mc_error_set(err, MC_ERR_USAGE,
                             "give exactly one of --train-iters and --train-samples");
     /* Megatron's update_train_iters without batch-size ramp-up. */
     r->train_iters = c->train_iters > 0 ? c->train_iters : c->train_samples / r->global_batch;
-    if (r->train_iters < 1)
+    if (!c->init_only && r->train_iters < 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--train-samples %" PRId64 " is less than one global batch of %" PRId64,
                             c->train_samples, r->global_batch);
@@ -324,7 +325,8 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     lc.global_batch_size = r->global_batch;
     lc.train_iters = c->train_iters > 0 ? c->train_iters : -1;
     lc.train_samples = c->train_samples > 0 ? c->train_samples : -1;
-    if ((st = mc_lr_schedule_init(&r->sched, &lc, err)))
+    /* --train-iters 0 has no schedule to run (and none that is valid). */
+    if (!c->init_only && (st = mc_lr_schedule_init(&r->sched, &lc, err)))
         return st;
 
     mc_model_config mcfg = *model_cfg;
@@ -350,6 +352,8 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
         return st;
     if (c->load && (st = load(r, err)))
         return st;
+    if (c->init_only)
+        return MC_OK; /* nothing to train: no data, no metrics */
 
     /* Data: as many samples as Megatron asks the dataset builder for. */
     mc_gptdata_config dc = *data;
@@ -645,7 +649,7 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     if (!st) {
         report->iteration = r.s.iteration;
         report->consumed_samples = r.s.consumed_samples;
-        st = train_loop(&r, err);
+        st = c->init_only ? save(&r, err) : train_loop(&r, err);
     }
     mc_error cerr;
     mc_status cst = mc_metrics_close(r.metrics, &cerr);

@@ -124,7 +124,8 @@ static const mc_option options[] = {
     {"global-batch-size", MC_OPT_REQUIRED, OPT_GLOBAL_BATCH, "N",
      "Sequences per iteration, accumulated over micro-batches (default: one micro-batch per "
      "data-parallel rank)."},
-    {"train-iters", MC_OPT_REQUIRED, OPT_TRAIN_ITERS, "N", "Iterations to train for."},
+    {"train-iters", MC_OPT_REQUIRED, OPT_TRAIN_ITERS, "N",
+     "Iterations to train for (0: save the initial state with --save and exit)."},
     {"train-samples", MC_OPT_REQUIRED, OPT_TRAIN_SAMPLES, "N",
      "Samples to train for (instead of --train-iters)."},
     {"max-nan-iters", MC_OPT_REQUIRED, OPT_MAX_NAN_ITERS, "N",
@@ -450,7 +451,11 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_HYSTERESIS: st = parse_int("--hysteresis", arg, 1, INT32_MAX, &t->hysteresis, err); break;
         case OPT_MICRO_BATCH: st = parse_int("--micro-batch-size", arg, 1, INT32_MAX, &t->micro_batch_size, err); break;
         case OPT_GLOBAL_BATCH: st = parse_int("--global-batch-size", arg, 1, INT32_MAX, &t->global_batch_size, err); break;
-        case OPT_TRAIN_ITERS: st = parse_int("--train-iters", arg, 1, INT64_MAX / 2, &t->train_iters, err); break;
+        case OPT_TRAIN_ITERS:
+            /* 0: save the initial state and train nothing (init_only) */
+            st = parse_int("--train-iters", arg, 0, INT64_MAX / 2, &t->train_iters, err);
+            t->init_only = !st && t->train_iters == 0;
+            break;
         case OPT_TRAIN_SAMPLES: st = parse_int("--train-samples", arg, 1, INT64_MAX / 2, &t->train_samples, err); break;
         case OPT_MAX_NAN_ITERS: st = parse_int("--max-nan-iters", arg, 1, INT32_MAX, &t->max_nan_iters, err); break;
         case OPT_EXIT_SIGNAL_HANDLER: break;
@@ -537,7 +542,7 @@ static mc_status check_args(args *a, mc_error *err)
         return mc_error_set(err, MC_ERR_USAGE, "--device: expected cpu or cuda, got '%s'",
                             a->device);
     }
-    if ((t->train_iters > 0) == (t->train_samples > 0))
+    if (t->init_only ? t->train_samples > 0 : (t->train_iters > 0) == (t->train_samples > 0))
         return mc_error_set(err, MC_ERR_USAGE,
                             "give exactly one of --train-iters and --train-samples");
     if (t->sched.lr < 0)
