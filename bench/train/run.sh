@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# bench/train/run.sh - training throughput (issue 3, section 7): GPT-2 124M
+# (vocabulary 50257 padded to 50304) at B=4, T=64 and B=4, T=1024, fp32 and
+# bf16, on THREADS threads, in one run: mc-train --mock-data, the PyTorch
+# reference (torch_gpt2.py: eager, autocast for bf16) and llm.c's CPU trainer
+# train_gpt2.c (fp32, B=4, T=64 only: it takes ~10 s a step here). Also
+# measures, in the same run, the GEMM peaks that MFU is computed against: a
+# 4096^3 sgemm through OpenBLAS and a 4096^3 bf16 GEMM through oneDNN
+# (peak.c). Prints ms/iteration (median of the iterations after warm-up),
+# tokens/s, TFLOP/s, MFU, peak RSS (/usr/bin/time) and the issue's targets.
+#
+# Usage: bench/train/run.sh [BUILD-DIR]
+# Environment: THREADS (2); ITERS_64 / WARM_64 (5 / 2) and ITERS_1024 /
+# WARM_1024 (2 / 1) measured / warm-up iterations; LLMC_ITERS (3, after one
+# warm-up step); MC_PYTHON (numpy; default $top_srcdir/.venv/bin/python);
+# MC_PYTHON_HEAVY (torch; default /opt/mcheavy/bin/python); LLMC_SRC (a
+# directory holding llm.c's train_gpt2.c and llmc/, default: git clone
+# https://github.com/karpathy/llm.c into a temporary directory; llm.c is
+# never committed to mc); SKIP (space-separated names to skip: mc torch llmc
+# t1024).
+#
+# FLOPs per iteration: (6 N + 12 L C T) B T, N = parameters without the
+# position embeddings (123,689,472 with the padded vocabulary).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$here/build}
+threads=${THREADS:-2}
+py=${MC_PYTHON:-$here/.venv/bin/python}
+pyh=${MC_PYTHON_HEAVY:-/opt/mcheavy/bin/python}
+mctrain=$build/tools/mc-train/mc-train
+skip=" ${SKIP:-} "
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+[ -x "$mctrain" ] || { echo "run.sh: $mctrain not found: build mc first" >&2; exit 1; }
+
+# Every peer gets its best settings. OpenBLAS 0.3.21 does not recognize
+# these CPUs and falls back to AVX2 kernels: force its AVX-512 kernels where
+# the CPU has AVX-512 (read when the library loads). oneDNN and PyTorch's
+# MKL/oneDNN detect the CPU themselves. OpenMP threads for everyone.
+if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX; fi
+export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+N=123689472 L=12 C=768
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"\
+     "$(free -g | awk '/^Mem:/ {print $2}') GiB; flags:"\
+     "$(grep -m1 -o -w -E 'avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | tr '\n' ' ')"
+echo "settings: threads=$threads OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(default)}; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ---------------------------------------------------------------- peaks
+cc=${CC:-gcc}
+$cc -O2 -std=c17 -I"$here/lib/kern/cpu" -o "$work/peak" "$here/bench/train/peak.c" -lopenblas -ldnnl
+sg=$("$work/peak" sgemm 4096 5)
+bf=$("$work/peak" bf16 4096 5)
+sg_def=$(env -u OPENBLAS_CORETYPE "$work/peak" sgemm 4096 3)
+echo "peak: $sg"
+echo "peak: $bf"
+echo "      (OpenBLAS with its own CPU detection: $sg_def)"
+peak_fp32=$(echo "$sg" | sed 's/.*: \([0-9.]*\) GFLOP.*/\1/')
+peak_bf16=$(echo "$bf" | sed 's/.*: \([0-9.]*\) GFLOP.*/\1/')
+
+# Results: one line per run, "name precision T seconds-per-iteration maxrss-KB".
+results=$work/results
+: > "$results"
+median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+maxrss() { awk '/Maximum resident set size/ {print $NF}' "$1"; }
+
+# ---------------------------------------------------------------- mc
+run_mc() { # precision T warm iters
+    local prec=$1 t=$2 warm=$3 iters=$4 flag=
+    [ "$prec" = bf16 ] && flag=--bf16
+    rm -f "$work/mc.json"
+    /usr/bin/time -v -o "$work/time" "$mctrain" --model gpt2-124m --mock-data --vocab-size 50257 \
+        --micro-batch-size 4 --global-batch-size 4 --seq-length "$t" --train-iters $((warm + iters)) \
+        --lr 1e-4 --log-interval 1 --eval-iters 0 --threads "$threads" $flag \
+        --log-json "$work/mc.json" >/dev/null 2>"$work/mc.log" || { cat "$work/mc.log" >&2; return 1; }
+    local s
+    s=$(sed 's/.*"iteration-time": \([0-9.e-]*\).*/\1/' "$work/mc.json" | tail -n +$((warm + 1)) | median)
+    echo "mc $prec $t $s $(maxrss "$work/time")" | tee -a "$results"
+}
+
+# ---------------------------------------------------------------- PyTorch
+run_torch() { # precision T warm iters
+    local prec=$1 t=$2 warm=$3 iters=$4
+    /usr/bin/time -v -o "$work/time" "$pyh" "$here/bench/train/torch_gpt2.py" "$prec" 4 "$t" \
+        $((warm + iters)) "$threads" >"$work/torch.json" 2>"$work/torch.log" || { cat "$work/torch.log" >&2; return 1; }
+    torch_info=$(sed 's/, "precision".*//; s/[{}"]//g' "$work/torch.json")
+    local s
+    s=$(sed 's/.*"seconds": \[\([^]]*\)\].*/\1/' "$work/torch.json" | tr ',' '\n' | tail -n +$((warm + 1)) | median)
+    echo "torch $prec $t $s $(maxrss "$work/time")" | tee -a "$results"
+}
+
+# ---------------------------------------------------------------- llm.c
+run_llmc() {
+    local src=${LLMC_SRC:-}
+    if [ -z "$src" ]; then
+        src=$work/llm.c
+        git clone -q --depth 1 https://github.com/karpathy/llm.c "$src" 2>/dev/null ||
+            { echo "llm.c: cannot clone it (set LLMC_SRC to a copy): skipped"; return 0; }
+    fi
+    [ -f "$src/train_gpt2.c" ] || { echo "llm.c: $src/train_gpt2.c not found: skipped"; return 0; }
+    # llm.c's Makefile flags for its CPU trainer: -Ofast -march=native -fopenmp -DOMP.
+    $cc -Ofast -march=native -fopenmp -DOMP -Wno-unused-result -I"$src" \
+        -o "$work/llmc-train" "$here/bench/train/llmc_main.c" -lm
+    "$py" "$here/bench/train/llmc_files.py" "$work/gpt2_124M.bin" "$work/tokens.bin" 65536
+    local steps=$((1 + ${LLMC_ITERS:-3}))
+    /usr/bin/time -v -o "$work/time" "$work/llmc-train" "$work/gpt2_124M.bin" "$work/tokens.bin" 4 64 \
+        "$steps" >"$work/llmc.log" 2>&1 || { cat "$work/llmc.log" >&2; return 1; }
+    local s
+    s=$(sed -n 's/^step [0-9]*: .*(took \([0-9.]*\) ms)$/\1/p' "$work/llmc.log" | tail -n +2 |
+        awk '{ print $1 / 1000 }' | median)
+    echo "llm.c fp32 64 $s $(maxrss "$work/time")" | tee -a "$results"
+}
+
+echo
+echo "runs (name precision T s/iteration maxRSS-KB):"
+for prec in fp32 bf16; do
+    case $skip in *" mc "*) ;; *) run_mc "$prec" 64 "${WARM_64:-2}" "${ITERS_64:-5}" ;; esac
+    case $skip in *" torch "*) ;; *) run_torch "$prec" 64 "${WARM_64:-2}" "${ITERS_64:-5}" ;; esac
+done
+case $skip in *" llmc "*) ;; *) run_llmc ;; esac
+case $skip in *" t1024 "*) ;; *)
+    for prec in fp32 bf16; do
+        case $skip in *" mc "*) ;; *) run_mc "$prec" 1024 "${WARM_1024:-1}" "${ITERS_1024:-2}" ;; esac
+        case $skip in *" torch "*) ;; *) run_torch "$prec" 1024 "${WARM_1024:-1}" "${ITERS_1024:-2}" ;; esac
+    done ;;
+esac
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+[ -n "${torch_info:-}" ] && echo "PyTorch: $torch_info"
+
+# ---------------------------------------------------------------- table
+echo
+awk -v N=$N -v L=$L -v C=$C -v pf="$peak_fp32" -v pb="$peak_bf16" '
+{
+    name = $1; prec = $2; T = $3; s = $4; rss = $5; B = 4
+    flops = (6 * N + 12 * L * C * T) * B * T
+    peak = (prec == "bf16") ? pb : pf
+    key = name " " prec " " T
+    sec[key] = s; mem[key] = rss
+    printf "%-6s %-5s B=4 T=%-5d %10.1f ms/it %9.0f tok/s %7.3f TFLOP/s  MFU %5.1f%% of %s peak  RSS %6.2f GiB\n",
+        name, prec, T, s * 1000, B * T / s, flops / s / 1e12, 100 * flops / s / 1e9 / peak, prec, rss / 1048576
+    if (prec == "fp32") mfu[key] = flops / s / 1e9 / peak
+}
+function ratio(label, a, b, target) {
+    if ((a in sec) && (b in sec))
+        printf "%-44s %6.2fx  (target >= %s)%s\n", label, sec[b] / sec[a], target, (sec[b] / sec[a] >= target ? "" : "  MISSED")
+}
+function memcmp(label, a, b) {
+    if ((a in mem) && (b in mem))
+        printf "%-44s %6.2fx  (target <= 1)%s\n", label, mem[a] / mem[b], (mem[a] <= mem[b] ? "" : "  MISSED")
+}
+END {
+    print ""
+    for (T = 64; T <= 1024; T *= 16) {
+        ratio("fp32 T=" T ": mc speed vs PyTorch", "mc fp32 " T, "torch fp32 " T, 1.5)
+        if (("mc fp32 " T) in mfu)
+            printf "%-44s %6.1f%%  (target >= 50%%)%s\n", "fp32 T=" T ": mc MFU of the sgemm peak",
+                100 * mfu["mc fp32 " T], (mfu["mc fp32 " T] >= 0.5 ? "" : "  MISSED")
+        ratio("bf16 T=" T ": mc speed vs PyTorch autocast", "mc bf16 " T, "torch bf16 " T, 1.5)
+        ratio("bf16 T=" T ": mc speed vs llm.c fp32", "mc bf16 " T, "llm.c fp32 " T, 10)
+        memcmp("fp32 T=" T ": mc peak memory / PyTorch", "mc fp32 " T, "torch fp32 " T)
+        memcmp("bf16 T=" T ": mc peak memory / PyTorch", "mc bf16 " T, "torch bf16 " T)
+    }
+}' "$results"
