@@ -15,6 +15,14 @@ with the largest error seen:
                                        sum            sum of squares
     fp32         1e-6      5e-6        1e-3           2e-6
     bf16         2e-3      2e-2        2e-2           1e-2
+    bf16, iteration 1:
+                 1e-6      1e-4
+
+bf16's first iteration is held tighter: the weights and the batch are the
+same, so only the fp32 accumulation order differs, while computing in fp32
+instead (or rounding other operands) moves the grad norm by about 1e-3 and
+the loss by about 1e-5: this is what tells that mc rounds exactly the
+operands the golden rounds.
 
 The scale is the golden value itself, except for a tensor's sum (a sum of
 mixed signs can be near 0), whose scale is a bound on the sum of |w|; the
@@ -30,7 +38,7 @@ steps of about 1e-5 that differ between torch and mc; the query and value
 parts agree to 2e-8); the fp32 margins are about 10x. bf16: torch and mc round the same GEMM operands
 to bf16 but accumulate in another order, so some roundings differ and the
 runs drift apart slowly: loss within 7e-5, grad norm 2e-3, sum of squares
-1.4e-3, sum 5e-4.
+1.4e-3, sum 5e-4; in the first iteration loss 6e-8, grad norm 8e-6.
 
 The sum of |w| is not in the golden file; sqrt(n * sumsq) bounds it from
 above, n the tensor's size, and that bound is used.
@@ -47,7 +55,8 @@ import numpy as np
 
 TOL = {
     "fp32": {"loss": 1e-6, "grad_norm": 5e-6, "sum": 1e-3, "sumsq": 2e-6, "lr": 1e-12},
-    "bf16": {"loss": 2e-3, "grad_norm": 2e-2, "sum": 2e-2, "sumsq": 1e-2, "lr": 1e-12},
+    "bf16": {"loss": 2e-3, "grad_norm": 2e-2, "sum": 2e-2, "sumsq": 1e-2, "lr": 1e-12,
+             "first_loss": 1e-6, "first_grad_norm": 1e-4},
 }
 
 
@@ -89,8 +98,10 @@ def main(argv):
         if s["step"] != it:
             fails.append(f"{argv[2]}: step {s['step']} where the golden has iteration {it}")
             continue
-        check(f"iteration {it} lm loss", "loss", s["lm loss"], g["lm_loss"], abs(g["lm_loss"]))
-        check(f"iteration {it} grad norm", "grad_norm", s["grad-norm"], g["grad_norm"],
+        first = "first_" if it == 1 and "first_loss" in tol else ""
+        check(f"iteration {it} lm loss", first + "loss", s["lm loss"], g["lm_loss"],
+              abs(g["lm_loss"]))
+        check(f"iteration {it} grad norm", first + "grad_norm", s["grad-norm"], g["grad_norm"],
               abs(g["grad_norm"]))
         check(f"iteration {it} learning rate", "lr", s["learning-rate"], g["learning_rate"],
               abs(g["learning_rate"]))

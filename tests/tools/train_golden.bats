@@ -9,8 +9,9 @@
 # per-tensor sum and sum of squares. tests/golden/check_train_golden.py does
 # the comparison and states the tolerances (fp32: loss 1e-6, grad norm 5e-6,
 # sum of squares 2e-6 relative; bf16: loss 2e-3, grad norm 2e-2, sum of
-# squares 1e-2). Also: --train-iters 0 writes the initial state, which the
-# golden started from.
+# squares 1e-2, and in the first iteration loss 1e-6, grad norm 1e-4).
+# Also: --train-iters 0 writes the initial state, which the golden started
+# from.
 #
 # Needs numpy and h5py in $MC_PYTHON (skips, saying why, without them).
 
@@ -162,7 +163,11 @@ with h5py.File(sys.argv[1], "r+") as f:
 EOF
     run -1 "$MC_PYTHON" "$CHECK" "$g" log.jsonl moved.h5
     assert_output --partial "FAIL final decoder.layers.1.mlp.linear_fc2.weight"
-    # The fp32 initial weights of another seed are not the golden's.
+    # An fp32 run is not the bf16 golden (its first iteration gives it away).
+    run -1 "$MC_PYTHON" "$CHECK" "$GOLDEN/golden_gpt_bf16.json" log.jsonl \
+        ck/iter_0000020/model.h5
+    assert_output --partial "FAIL iteration 1 grad norm"
+    # The initial weights of another seed are not the golden's.
     run -0 "$MC_TRAIN" "${args[@]}" --threads 1 --train-iters 0 --mock-data --seed 99 --save init
     run -1 "$MC_PYTHON" "$CHECK" "$g" log.jsonl ck/iter_0000020/model.h5 \
         init/iter_0000000/model.h5
