@@ -1,10 +1,15 @@
 /*
- * grid.c - the grid of one process and its collectives.
+ * grid.c - the grid's arithmetic: coordinates, groups and their members,
+ * from Megatron's parallel_state formula alone (no MPI here), and the grid
+ * of one process.
  *
- * With every group of size 1 a collective has nothing to exchange, so each
- * returns at once. The multi-process transport (MPI, NCCL) replaces the
- * bodies behind the same calls when g->impl is set; until it exists a grid
- * with more than one rank is refused here rather than silently wrong.
+ * Rank order tp-cp-ep-dp-pp, tp fastest: rank = tp + TP*(cp + CP*(dp + DP*pp)).
+ * A group holds the ranks that share every coordinate outside it, ordered by
+ * world rank, which is the order of Megatron's RankGenerator:
+ *   tp:    vary tp             dp-cp: vary cp, dp (rank cp + CP*dp)
+ *   cp:    vary cp             mp:    vary tp, pp (rank tp + TP*pp)
+ *   dp:    vary dp             embd:  pp stages 0 and PP-1 (one if PP = 1)
+ *   pp:    vary pp             pos-embd: pp stage 0 alone
  */
 #include "mc/comm.h"
 
@@ -18,6 +23,29 @@ void mc_grid_single(mc_grid *g)
     g->impl = NULL;
 }
 
+const char *mc_group_name(mc_group_kind k)
+{
+    switch (k) {
+    case MC_GROUP_WORLD: return "world";
+    case MC_GROUP_TP: return "tensor-parallel group";
+    case MC_GROUP_PP: return "pipeline-parallel group";
+    case MC_GROUP_DP: return "data-parallel group";
+    case MC_GROUP_CP: return "context-parallel group";
+    case MC_GROUP_DP_CP: return "data-and-context-parallel group";
+    case MC_GROUP_MP: return "model-parallel group";
+    case MC_GROUP_EMBD: return "embedding group";
+    case MC_GROUP_POS_EMBD: return "position-embedding group";
+    default: return "unknown group";
+    }
+}
+
+int mc_grid_in_group(const mc_grid *g, mc_group_kind k)
+{
+    if (k == MC_GROUP_EMBD) return g->pp_rank == 0 || g->pp_rank == g->pp - 1;
+    if (k == MC_GROUP_POS_EMBD) return g->pp_rank == 0;
+    return k >= 0 && k < MC_GROUP_COUNT;
+}
+
 int mc_grid_group_size(const mc_grid *g, mc_group_kind k)
 {
     switch (k) {
@@ -29,12 +57,14 @@ int mc_grid_group_size(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_DP_CP: return g->dp * g->cp;
     case MC_GROUP_MP: return g->tp * g->pp;
     case MC_GROUP_EMBD: return g->pp > 1 ? 2 : 1;
+    case MC_GROUP_POS_EMBD: return 1;
     default: return 0;
     }
 }
 
 int mc_grid_group_rank(const mc_grid *g, mc_group_kind k)
 {
+    if (!mc_grid_in_group(g, k)) return -1;
     switch (k) {
     case MC_GROUP_WORLD: return g->rank;
     case MC_GROUP_TP: return g->tp_rank;
@@ -44,35 +74,31 @@ int mc_grid_group_rank(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_DP_CP: return g->dp_rank * g->cp + g->cp_rank;
     case MC_GROUP_MP: return g->pp_rank * g->tp + g->tp_rank;
     case MC_GROUP_EMBD: return g->pp_rank == 0 ? 0 : 1;
+    case MC_GROUP_POS_EMBD: return 0;
     default: return -1;
     }
 }
 
-static mc_status single_only(const mc_grid *g, mc_group_kind k, mc_error *err)
+static int world_rank_of(const mc_grid *g, int tp, int cp, int dp, int pp)
 {
-    if (mc_grid_group_size(g, k) <= 1) return MC_OK;
-    return mc_error_set(err, MC_ERR_USAGE,
-                        "a grid of %d ranks needs the multi-process transport, not built yet",
-                        g->world);
+    return tp + g->tp * (cp + g->cp * (dp + g->dp * pp));
 }
 
-mc_status mc_allreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
-                           mc_error *err)
+int mc_grid_group_world_rank(const mc_grid *g, mc_group_kind k, int r)
 {
-    (void)be, (void)x, (void)n;
-    return single_only(g, k, err);
-}
-
-mc_status mc_allreduce_max(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
-                           mc_error *err)
-{
-    (void)be, (void)x, (void)n;
-    return single_only(g, k, err);
-}
-
-mc_status mc_allreduce_sum_f64(const mc_grid *g, mc_group_kind k, double *x, size_t n,
-                               mc_error *err)
-{
-    (void)x, (void)n;
-    return single_only(g, k, err);
+    if (!mc_grid_in_group(g, k) || r < 0 || r >= mc_grid_group_size(g, k)) return -1;
+    int tp = g->tp_rank, cp = g->cp_rank, dp = g->dp_rank, pp = g->pp_rank;
+    switch (k) {
+    case MC_GROUP_WORLD: return r;
+    case MC_GROUP_TP: tp = r; break;
+    case MC_GROUP_PP: pp = r; break;
+    case MC_GROUP_DP: dp = r; break;
+    case MC_GROUP_CP: cp = r; break;
+    case MC_GROUP_DP_CP: cp = r % g->cp, dp = r / g->cp; break;
+    case MC_GROUP_MP: tp = r % g->tp, pp = r / g->tp; break;
+    case MC_GROUP_EMBD: pp = r == 0 ? 0 : g->pp - 1; break;
+    case MC_GROUP_POS_EMBD: pp = 0; break;
+    default: return -1;
+    }
+    return world_rank_of(g, tp, cp, dp, pp);
 }

@@ -4,10 +4,25 @@
  * Ranks map to coordinates as in Megatron's parallel_state, tp fastest:
  *   rank = tp + TP * (cp + CP * (dp + DP * pp))
  * (the expert axis folds into dp while EP = 1). Model code calls the
- * collectives below on a group; with a group of size 1 each is a no-op, so
- * one process is simply the grid 1x1x1x1 and runs the same code path.
- * The multi-process implementation (MPI for host memory, NCCL for device
- * memory) belongs to the parallel-grid work; this header is its contract.
+ * collectives below on a group; with a group of size 1 each is a no-op (no
+ * MPI call at all), so one process is simply the grid 1x1x1x1 from
+ * mc_grid_single and runs the same code path without MPI_Init.
+ *
+ * Many processes: mc_grid_init_mpi builds the grid over MPI (lib/comm/mpi.c),
+ * one MPI communicator per group. Collectives move backend memory with MPI
+ * (CPU backend memory is host memory; device memory is NCCL's job, refused
+ * until the CUDA backend brings it). Sums are deterministic and the same bits
+ * on every member: each element is summed in group-rank order,
+ * ((x0 + x1) + x2) + ..., whatever MPI's own algorithms would choose
+ * (lib/comm/reduce.c). Collectives are called from one thread, in the same
+ * order on every member of a group.
+ *
+ * Faults: every blocking call runs under a deadline
+ * (--distributed-timeout-minutes, default 10). A watchdog thread that sees a
+ * call exceed it writes one line to stderr ("PROG: error: rank 3: all-reduce
+ * on the data-parallel group did not complete within 1.0 minutes; a rank may
+ * have died") and calls MPI_Abort, so a job with a dead or stuck rank never
+ * hangs. It is the one place in libmc that prints: no caller is left to.
  */
 #ifndef MC_COMM_H
 #define MC_COMM_H
@@ -29,6 +44,7 @@ typedef enum mc_group_kind {
     MC_GROUP_DP_CP,  /* data x context: gradient reduction */
     MC_GROUP_MP,     /* model parallel: tp x pp */
     MC_GROUP_EMBD,   /* first and last pipeline stage: tied embeddings */
+    MC_GROUP_POS_EMBD, /* first pipeline stage: learned position embeddings */
     MC_GROUP_COUNT
 } mc_group_kind;
 
@@ -43,7 +59,53 @@ typedef struct mc_grid {
 /* The grid of one process: every size 1. */
 void mc_grid_single(mc_grid *g);
 int mc_grid_group_size(const mc_grid *g, mc_group_kind k);
+/* This rank's rank in group k; -1 where it is not a member (the embedding
+ * groups hold only the first and last pipeline stages). */
 int mc_grid_group_rank(const mc_grid *g, mc_group_kind k);
+/* 1 when this rank belongs to group k (always, except the embedding groups). */
+int mc_grid_in_group(const mc_grid *g, mc_group_kind k);
+/* World rank of group rank r in this rank's group k (r in [0, size)); -1 if
+ * this rank is not in k or r is out of range. From the formula, no MPI. */
+int mc_grid_group_world_rank(const mc_grid *g, mc_group_kind k, int r);
+/* "data-parallel group", "tensor-parallel group", ... for messages. */
+const char *mc_group_name(mc_group_kind k);
+
+/* ------------------------------------------------------------ MPI grid */
+
+/* 1 when the environment says an MPI launcher started this process
+ * (mpirun/mpiexec of Open MPI, PMIx, srun): then mc_grid_init_mpi, else
+ * mc_grid_single is the grid. */
+int mc_grid_launched_by_mpi(void);
+
+/* MPI_Init_thread (MPI_THREAD_MULTIPLE: the watchdog and the non-blocking
+ * collectives' worker call MPI beside the main thread; unless MPI is
+ * already initialized), then the grid of world = TP*PP*CP*DP ranks, ep
+ * must be 1. On failure every rank returns the SAME error (so rank 0 alone
+ * reports it) with g usable for mc_grid_fail(g, 1): world not divisible by
+ * tp*pp*cp (the numbers are in the message), sizes < 1. The watchdog runs
+ * with the default 10 minutes. */
+mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int ep, mc_grid *g,
+                           mc_error *err);
+/* Frees the communicators, stops the watchdog and finalizes MPI (when
+ * mc_grid_init_mpi initialized it). Collective: every rank calls it. No-op
+ * for mc_grid_single. */
+void mc_grid_finalize(mc_grid *g);
+/* Leave the job after an error; the caller has printed it. agreed != 0:
+ * every rank has this same error (mc_grid_init_mpi, mc_grid_check_config),
+ * so print it on rank 0 only; every rank finalizes and gets 1. agreed == 0:
+ * this rank alone failed: MPI_Abort(MPI_COMM_WORLD, 1) ends the job at once
+ * rather than leaving the others to wait for the watchdog (returns only for
+ * a grid without MPI, with 1). Returns the exit status. */
+int mc_grid_fail(mc_grid *g, int agreed);
+/* --distributed-timeout-minutes: the deadline of every blocking collective,
+ * point-to-point and mc_wait (fractions allowed: 0.05 is 3 s). prog names
+ * the program in the watchdog's line (NULL: the executable's name). */
+mc_status mc_grid_set_timeout(mc_grid *g, double minutes, const char *prog, mc_error *err);
+/* Every rank hashes its configuration (FNV-1a 64 of the bytes, e.g. the
+ * canonical JSON of the options) and all ranks compare (collective, world).
+ * On disagreement every rank returns the same MC_ERR_USAGE naming the ranks
+ * whose configuration differs from rank 0's. */
+mc_status mc_grid_check_config(const mc_grid *g, const void *bytes, size_t n, mc_error *err);
 
 /* Collectives on backend memory, in place. Every member of the group must
  * call them in the same order. */
@@ -54,6 +116,46 @@ mc_status mc_allreduce_max(const mc_grid *g, mc_group_kind k, mc_backend *be, fl
 /* Host scalars (losses, norms, counters), reduced in double. */
 mc_status mc_allreduce_sum_f64(const mc_grid *g, mc_group_kind k, double *x, size_t n,
                                mc_error *err);
+/* out[r*n .. (r+1)*n) = member r's in[0..n), for every group rank r; in may
+ * be out + rank*n (in place). */
+mc_status mc_allgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *in,
+                       float *out, size_t n, mc_error *err);
+/* out[0..n) = sum over members of their in[rank*n .. (rank+1)*n), in is size*n;
+ * out may be in + rank*n (in place). */
+mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be,
+                                const float *in, float *out, size_t n, mc_error *err);
+/* x[0..n) of group rank root to every member. */
+mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
+                       int root, mc_error *err);
+/* Point to point with group rank peer of group k (the pipeline: MC_GROUP_PP,
+ * pp_rank +- 1). Messages between two ranks arrive in the order sent. */
+mc_status mc_send(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *x, size_t n,
+                  int peer, mc_error *err);
+mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
+                  int peer, mc_error *err);
+
+/* Non-blocking variants: they return at once with *req (NULL when there was
+ * nothing to do: a group of size 1); the buffers belong to the operation
+ * until mc_wait(req), which frees req. Collectives run on a worker thread in
+ * issue order, so the data-parallel reduction overlaps the backward pass;
+ * they give the same bits as the blocking calls. A blocking collective on a
+ * group with non-blocking work still queued runs after it. The deadline of
+ * a non-blocking call counts from mc_wait (time spent computing before the
+ * wait is not a hang). */
+typedef struct mc_request mc_request;
+mc_status mc_iallreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
+                            mc_request **req, mc_error *err);
+mc_status mc_ireduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be,
+                                 const float *in, float *out, size_t n, mc_request **req,
+                                 mc_error *err);
+mc_status mc_iallgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *in,
+                        float *out, size_t n, mc_request **req, mc_error *err);
+mc_status mc_isend(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *x, size_t n,
+                   int peer, mc_request **req, mc_error *err);
+mc_status mc_irecv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
+                   int peer, mc_request **req, mc_error *err);
+/* Wait for req and free it; NULL is done already. */
+mc_status mc_wait(const mc_grid *g, mc_request *req, mc_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,70 @@
+/*
+ * comm_internal.h - the MPI transport's state behind mc_grid.impl, shared by
+ * mpi.c (set-up), reduce.c (blocking collectives), async.c (requests and the
+ * worker thread) and watchdog.c (deadlines).
+ */
+#ifndef MC_COMM_INTERNAL_H
+#define MC_COMM_INTERNAL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include "mc/comm.h"
+
+/* Deadline keeper: the main thread marks the start and end of every blocking
+ * call; the watchdog thread aborts the job when one lasts too long. */
+typedef struct mc_watchdog mc_watchdog;
+mc_status mc_watchdog_start(mc_watchdog **out, int rank, double minutes, mc_error *err);
+void mc_watchdog_configure(mc_watchdog *wd, double minutes, const char *prog);
+void mc_watchdog_enter(mc_watchdog *wd, const char *op, mc_group_kind k);
+void mc_watchdog_leave(mc_watchdog *wd);
+void mc_watchdog_stop(mc_watchdog *wd);
+
+/* Staging memory of the fixed-order reduction (backend memory, grown on
+ * demand), one per thread that runs collectives. */
+typedef struct mc_scratch {
+    mc_backend *be;
+    float *p;
+    size_t cap; /* floats */
+} mc_scratch;
+
+typedef struct mc_async mc_async; /* async.c: queue and worker */
+
+typedef struct mc_comm {
+    MPI_Comm comm[MC_GROUP_COUNT]; /* MPI_COMM_NULL where this rank is no member */
+    int own_mpi;                   /* we called MPI_Init: we finalize */
+    int thread_level;              /* what MPI_Init_thread provided */
+    mc_watchdog *wd;               /* NULL for a world of 1 */
+    mc_scratch scratch;            /* the main thread's */
+    mc_async *async;               /* NULL until the first non-blocking collective */
+} mc_comm;
+
+/* The blocking bodies (reduce.c), run by the caller's thread or the worker;
+ * group of more than one member, communicator c. */
+mc_status mc_comm_allreduce_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be,
+                                float *x, size_t n, mc_error *err);
+mc_status mc_comm_reduce_scatter_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be,
+                                     const float *in, float *out, size_t n, mc_error *err);
+mc_status mc_comm_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const float *in,
+                            float *out, size_t n, mc_error *err);
+void mc_scratch_free(mc_scratch *s);
+
+/* For the collective entry points: checks membership and the backend, sets
+ * *c; returns MC_OK with *c = MPI_COMM_NULL when there is nothing to do. */
+mc_status mc_comm_group(const mc_grid *g, mc_group_kind k, mc_backend *be, const char *op,
+                        MPI_Comm *c, mc_error *err);
+/* Point to point: checks the peer (another member) and the count. */
+mc_status mc_comm_peer(const mc_grid *g, mc_group_kind k, mc_backend *be, const char *op, int peer,
+                       size_t n, MPI_Comm *c, mc_error *err);
+/* A receive of n floats from peer got exactly n. */
+mc_status mc_comm_recv_status(const MPI_Status *s, size_t n, int peer, mc_group_kind k,
+                              mc_error *err);
+/* An MPI error code as one line: "OP on the GROUP: MPI's text". */
+mc_status mc_comm_mpi_error(mc_error *err, int rc, const char *op, mc_group_kind k);
+
+/* async.c */
+void mc_async_free(mc_async *a);
+/* 1 when non-blocking collectives on group k are still queued or running;
+ * mc_async_drain waits (under the deadline, as op) until none is. */
+int mc_async_busy(mc_comm *cm, mc_group_kind k);
+mc_status mc_async_drain(mc_comm *cm, mc_group_kind k, const char *op, mc_error *err);
+#endif

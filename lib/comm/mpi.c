@@ -1,0 +1,231 @@
+/*
+ * mpi.c - the grid over MPI: start-up, the communicator of every group, the
+ * configuration check, and leaving the job (cleanly or not).
+ *
+ * Every group is an MPI_Comm_split of the world keyed by world rank, so a
+ * member's rank in the communicator is its group rank of grid.c's formula
+ * (checked after the split). Errors that every rank meets together (a world
+ * that does not divide into the grid, configurations that differ) come back
+ * the same on every rank, so that rank 0 alone reports them and every rank
+ * leaves with status 1 through mc_grid_fail(g, 1); an error of one rank
+ * alone ends the job with MPI_Abort instead (see watchdog.c for why that
+ * matters).
+ *
+ * What Open MPI 4.1's mpirun does when a rank dies (tests/tools/
+ * parallel_comm.bats checks each case): killed by a signal, or exit before
+ * MPI_Finalize with any status, zero included -> mpirun kills the others at
+ * once and exits non-zero. A rank that is alive but stuck, or that called
+ * MPI_Finalize and then exited non-zero while the others wait in a
+ * collective -> nobody notices: the job hangs forever. The watchdog turns
+ * those into an abort within --distributed-timeout-minutes.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "comm_internal.h"
+
+int mc_grid_launched_by_mpi(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+/* The color of this rank's group of kind k: the coordinates outside the
+ * group, or MPI_UNDEFINED for a rank that is no member. */
+static int color_of(const mc_grid *g, mc_group_kind k)
+{
+    int TP = g->tp, CP = g->cp, DP = g->dp;
+    int tp = g->tp_rank, cp = g->cp_rank, dp = g->dp_rank, pp = g->pp_rank;
+    switch (k) {
+    case MC_GROUP_WORLD: return 0;
+    case MC_GROUP_TP: return cp + CP * (dp + DP * pp);
+    case MC_GROUP_PP: return tp + TP * (cp + CP * dp);
+    case MC_GROUP_DP: return tp + TP * (cp + CP * pp);
+    case MC_GROUP_CP: return tp + TP * (dp + DP * pp);
+    case MC_GROUP_DP_CP: return tp + TP * pp;
+    case MC_GROUP_MP: return cp + CP * dp;
+    case MC_GROUP_EMBD:
+    case MC_GROUP_POS_EMBD:
+        return mc_grid_in_group(g, k) ? tp + TP * (cp + CP * dp) : MPI_UNDEFINED;
+    default: return MPI_UNDEFINED;
+    }
+}
+
+static void free_comm(mc_comm *cm)
+{
+    for (int k = 0; k < MC_GROUP_COUNT; k++)
+        if (cm->comm[k] != MPI_COMM_NULL) MPI_Comm_free(&cm->comm[k]);
+    mc_scratch_free(&cm->scratch);
+    free(cm);
+}
+
+static mc_status split_groups(mc_grid *g, mc_comm *cm, mc_error *err)
+{
+    for (int k = 0; k < MC_GROUP_COUNT; k++) {
+        int rc = MPI_Comm_split(MPI_COMM_WORLD, color_of(g, k), g->rank, &cm->comm[k]);
+        if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, "split", k);
+        if (cm->comm[k] == MPI_COMM_NULL) continue;
+        MPI_Comm_set_errhandler(cm->comm[k], MPI_ERRORS_RETURN);
+        int size, rank;
+        MPI_Comm_size(cm->comm[k], &size);
+        MPI_Comm_rank(cm->comm[k], &rank);
+        if (size != mc_grid_group_size(g, k) || rank != mc_grid_group_rank(g, k))
+            return mc_error_set(err, MC_ERR_INTERNAL,
+                                "rank %d: the %s has %d members and this rank is %d in it, "
+                                "the grid says %d and %d",
+                                g->rank, mc_group_name(k), size, rank,
+                                mc_grid_group_size(g, k), mc_grid_group_rank(g, k));
+    }
+    return MC_OK;
+}
+
+mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int ep, mc_grid *g,
+                           mc_error *err)
+{
+    mc_grid_single(g);
+    mc_comm *cm = calloc(1, sizeof *cm);
+    if (!cm) return mc_error_set(err, MC_ERR_NOMEM, "grid: out of memory");
+    for (int k = 0; k < MC_GROUP_COUNT; k++) cm->comm[k] = MPI_COMM_NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &cm->thread_level);
+        cm->own_mpi = 1;
+    } else {
+        MPI_Query_thread(&cm->thread_level);
+    }
+    MPI_Comm_size(MPI_COMM_WORLD, &g->world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g->rank);
+    g->impl = cm;
+
+    /* Checked after MPI_Init, so every rank can report and finalize alike. */
+    if (tp < 1 || pp < 1 || cp < 1 || ep < 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "grid: every parallel size must be at least 1, not tensor %d, "
+                            "pipeline %d, context %d, expert %d",
+                            tp, pp, cp, ep);
+    if (ep != 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "grid: expert parallelism (size %d) is not supported yet; use 1", ep);
+    long per = (long)tp * pp * cp;
+    if (g->world % per)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "grid: %d ranks do not divide into tensor-parallel %d x "
+                            "pipeline-parallel %d x context-parallel %d = %ld ranks per "
+                            "data-parallel replica",
+                            g->world, tp, pp, cp, per);
+    g->tp = tp, g->pp = pp, g->cp = cp, g->ep = ep;
+    g->dp = (int)(g->world / per);
+    int r = g->rank;
+    g->tp_rank = r % tp, r /= tp;
+    g->cp_rank = r % cp, r /= cp;
+    g->dp_rank = r % g->dp, r /= g->dp;
+    g->pp_rank = r;
+
+    /* Ranks sharing this node's memory: the local rank under any launcher. */
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &g->local_rank);
+    MPI_Comm_free(&node);
+
+    mc_status st = split_groups(g, cm, err);
+    if (!st && g->world > 1) st = mc_watchdog_start(&cm->wd, g->rank, 10.0, err);
+    return st;
+}
+
+mc_status mc_grid_set_timeout(mc_grid *g, double minutes, const char *prog, mc_error *err)
+{
+    if (!(minutes > 0) || !isfinite(minutes))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--distributed-timeout-minutes: must be a positive number of minutes, "
+                            "not %g",
+                            minutes);
+    mc_comm *cm = g->impl;
+    if (cm && cm->wd) mc_watchdog_configure(cm->wd, minutes, prog);
+    return MC_OK;
+}
+
+void mc_grid_finalize(mc_grid *g)
+{
+    mc_comm *cm = g->impl;
+    if (!cm) return;
+    mc_async_free(cm->async);
+    /* Leave together, under the deadline: Open MPI's MPI_Finalize waits for
+     * every rank too, and a rank that never comes would hang us there. */
+    if (cm->wd && cm->comm[MC_GROUP_WORLD] != MPI_COMM_NULL) {
+        mc_watchdog_enter(cm->wd, "barrier before MPI_Finalize", MC_GROUP_WORLD);
+        MPI_Barrier(cm->comm[MC_GROUP_WORLD]);
+        mc_watchdog_leave(cm->wd);
+    }
+    mc_watchdog *wd = cm->wd;
+    int own = cm->own_mpi;
+    free_comm(cm);
+    if (own) {
+        mc_watchdog_enter(wd, "MPI_Finalize", MC_GROUP_WORLD);
+        MPI_Finalize();
+        mc_watchdog_leave(wd);
+    }
+    mc_watchdog_stop(wd);
+    g->impl = NULL;
+}
+
+int mc_grid_fail(mc_grid *g, int agreed)
+{
+    mc_comm *cm = g->impl;
+    if (cm && !agreed && g->world > 1) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    mc_grid_finalize(g);
+    return 1;
+}
+
+/* FNV-1a, 64 bits: cheap, and any difference in the bytes shows. */
+static uint64_t fnv1a64(const void *bytes, size_t n)
+{
+    const unsigned char *p = bytes;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+mc_status mc_grid_check_config(const mc_grid *g, const void *bytes, size_t n, mc_error *err)
+{
+    mc_comm *cm = g->impl;
+    if (!cm || g->world <= 1) return MC_OK;
+    uint64_t h = fnv1a64(bytes, n);
+    uint64_t *all = malloc((size_t)g->world * sizeof *all);
+    if (!all) return mc_error_set(err, MC_ERR_NOMEM, "configuration check: out of memory");
+    mc_watchdog_enter(cm->wd, "configuration check", MC_GROUP_WORLD);
+    int rc = MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, cm->comm[MC_GROUP_WORLD]);
+    mc_watchdog_leave(cm->wd);
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        return mc_comm_mpi_error(err, rc, "configuration check", MC_GROUP_WORLD);
+    }
+    char list[256] = "";
+    size_t len = 0;
+    int ndiff = 0, first = -1;
+    for (int r = 1; r < g->world; r++) {
+        if (all[r] == all[0]) continue;
+        if (first < 0) first = r;
+        if (++ndiff <= 16 && len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", ndiff > 1 ? ", " : "", r);
+    }
+    mc_status st = MC_OK;
+    if (ndiff)
+        st = mc_error_set(err, MC_ERR_USAGE,
+                          "the ranks disagree on the configuration: rank%s %s%s differ%s from "
+                          "rank 0 (configuration hash %016llx, rank %d has %016llx); start every "
+                          "rank with the same options",
+                          ndiff > 1 ? "s" : "", list, ndiff > 16 ? ", ..." : "",
+                          ndiff > 1 ? "" : "s", (unsigned long long)all[0], first,
+                          (unsigned long long)all[first]);
+    free(all);
+    return st;
+}

@@ -1,0 +1,317 @@
+/*
+ * reduce.c - the blocking collectives and point-to-point calls over MPI.
+ *
+ * Sums are ours, not MPI_Allreduce's: MPI leaves the order of a reduction
+ * to the implementation (Open MPI's tuned component picks recursive
+ * doubling, a ring or Rabenseifner by message size; HCOLL or UCC on a
+ * cluster pick others), so its float sums may change with the launcher, the
+ * network or the tuning. Here an all-reduce of n floats over P members is
+ *   1. all-to-all: member j receives chunk j (n/P elements, the first n%P
+ *      chunks one more) of every member, in group-rank order;
+ *   2. member j sums its chunk in group-rank order with the kernel
+ *      mc_k_acc: s = ((x_0 + x_1) + x_2) + ... + x_{P-1};
+ *   3. all-gather of the summed chunks.
+ * MPI only moves bytes, so the result is the same bits on every member and
+ * every run, and the traffic is that of a ring: 2 (P-1)/P n floats per
+ * member. A reduce-scatter is steps 1 and 2. Maximum is exact in any order,
+ * so it is MPI_Allreduce(MPI_MAX). Device memory (CUDA) will go to NCCL:
+ * mc_comm_group refuses it until then.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "comm_internal.h"
+
+mc_status mc_comm_mpi_error(mc_error *err, int rc, const char *op, mc_group_kind k)
+{
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
+    return mc_error_set(err, MC_ERR_IO, "%s on the %s: %s", op, mc_group_name(k), text);
+}
+
+mc_status mc_comm_group(const mc_grid *g, mc_group_kind k, mc_backend *be, const char *op,
+                        MPI_Comm *c, mc_error *err)
+{
+    *c = MPI_COMM_NULL;
+    if (k < 0 || k >= MC_GROUP_COUNT)
+        return mc_error_set(err, MC_ERR_INTERNAL, "%s: no group kind %d", op, (int)k);
+    if (!mc_grid_in_group(g, k))
+        return mc_error_set(err, MC_ERR_INTERNAL, "%s on the %s: rank %d is not a member", op,
+                            mc_group_name(k), g->rank);
+    if (mc_grid_group_size(g, k) <= 1) return MC_OK;
+    if (!g->impl)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "%s on the %s: a grid of %d ranks needs the MPI transport "
+                            "(mc_grid_init_mpi)",
+                            op, mc_group_name(k), g->world);
+    /* The seam for NCCL: device memory cannot go through host MPI. */
+    if (be && strcmp(mc_backend_name(be), "cpu") != 0)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "%s on the %s: %s memory needs NCCL, which is not built yet", op,
+                            mc_group_name(k), mc_backend_name(be));
+    *c = ((mc_comm *)g->impl)->comm[k];
+    return MC_OK;
+}
+
+static mc_status check_count(size_t n, const char *op, mc_group_kind k, mc_error *err)
+{
+    if (n > (size_t)INT_MAX)
+        return mc_error_set(err, MC_ERR_LIMIT,
+                            "%s on the %s: %zu elements per rank are over MPI's limit of %d", op,
+                            mc_group_name(k), n, INT_MAX);
+    return MC_OK;
+}
+
+void mc_scratch_free(mc_scratch *s)
+{
+    if (s->p) mc_bfree(s->be, s->p);
+    s->p = NULL;
+    s->cap = 0;
+    s->be = NULL;
+}
+
+static float *scratch(mc_scratch *s, mc_backend *be, size_t n, mc_error *err)
+{
+    if (n == 0) n = 1;
+    if (s->p && s->be == be && s->cap >= n) return s->p;
+    mc_scratch_free(s);
+    s->p = mc_balloc(be, n * sizeof(float), err);
+    if (!s->p) return NULL;
+    s->be = be;
+    s->cap = n;
+    return s->p;
+}
+
+/* Chunk j of n over P: n/P elements, one more for the first n%P. */
+static void chunks(size_t n, int P, int *cnt, int *off)
+{
+    size_t base = n / (size_t)P, extra = n % (size_t)P, o = 0;
+    for (int j = 0; j < P; j++) {
+        size_t c = base + ((size_t)j < extra);
+        cnt[j] = (int)c;
+        off[j] = (int)o;
+        o += c;
+    }
+}
+
+/* out = sum over j of parts[j*c .. (j+1)*c), j = 0, 1, ..., P-1 in order. */
+static void sum_in_order(mc_backend *be, float *out, const float *parts, size_t c, int P)
+{
+    if (c == 0) return;
+    mc_bcopy(be, out, parts, c * sizeof(float));
+    for (int j = 1; j < P; j++) mc_k_acc(be, out, parts + (size_t)j * c, c);
+}
+
+mc_status mc_comm_allreduce_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be, float *x, size_t n,
+                                mc_error *err)
+{
+    int P, me;
+    MPI_Comm_size(c, &P);
+    MPI_Comm_rank(c, &me);
+    int *cnt = malloc(4 * (size_t)P * sizeof(int));
+    if (!cnt) return mc_error_set(err, MC_ERR_NOMEM, "all-reduce: out of memory");
+    int *off = cnt + P, *rcnt = off + P, *roff = rcnt + P;
+    chunks(n, P, cnt, off);
+    for (int j = 0; j < P; j++) rcnt[j] = cnt[me], roff[j] = j * cnt[me];
+    mc_status st = MC_OK;
+    float *tmp = scratch(s, be, (size_t)P * (size_t)cnt[me], err);
+    if (!tmp) st = err ? err->code : MC_ERR_NOMEM;
+    int rc = MPI_SUCCESS;
+    if (!st) rc = MPI_Alltoallv(x, cnt, off, MPI_FLOAT, tmp, rcnt, roff, MPI_FLOAT, c);
+    if (!st && rc == MPI_SUCCESS) {
+        sum_in_order(be, x + off[me], tmp, (size_t)cnt[me], P);
+        rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, off, MPI_FLOAT, c);
+    }
+    if (!st && rc != MPI_SUCCESS) st = mc_comm_mpi_error(err, rc, "all-reduce", k);
+    free(cnt);
+    return st;
+}
+
+mc_status mc_comm_reduce_scatter_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be, const float *in,
+                                     float *out, size_t n, mc_error *err)
+{
+    int P;
+    MPI_Comm_size(c, &P);
+    float *tmp = scratch(s, be, (size_t)P * n, err);
+    if (!tmp) return err ? err->code : MC_ERR_NOMEM;
+    int rc = MPI_Alltoall(in, (int)n, MPI_FLOAT, tmp, (int)n, MPI_FLOAT, c);
+    if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, "reduce-scatter", k);
+    sum_in_order(be, out, tmp, n, P);
+    return MC_OK;
+}
+
+mc_status mc_comm_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const float *in, float *out, size_t n,
+                            mc_error *err)
+{
+    (void)be;
+    int me;
+    MPI_Comm_rank(c, &me);
+    int rc = in == out + (size_t)me * n
+                 ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, (int)n, MPI_FLOAT, c)
+                 : MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c);
+    if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, "all-gather", k);
+    return MC_OK;
+}
+
+/* ------------------------------------------------------------ entry points */
+
+/* Blocking calls wait for the group's queued non-blocking work first (so the
+ * order on the communicator is the issue order) and run under the deadline. */
+#define BEGIN(op, k)                                                           \
+    mc_comm *cm = g->impl;                                                     \
+    if (mc_async_busy(cm, k) && (st = mc_async_drain(cm, k, op, err))) return st; \
+    mc_watchdog_enter(cm->wd, op, k)
+#define END() mc_watchdog_leave(cm->wd)
+
+mc_status mc_allreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
+                           mc_error *err)
+{
+    MPI_Comm c;
+    mc_status st = mc_comm_group(g, k, be, "all-reduce", &c, err);
+    if (st || c == MPI_COMM_NULL || n == 0) return st;
+    if ((st = check_count(n, "all-reduce", k, err))) return st;
+    BEGIN("all-reduce", k);
+    st = mc_comm_allreduce_sum(c, k, &cm->scratch, be, x, n, err);
+    END();
+    return st;
+}
+
+mc_status mc_allreduce_max(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
+                           mc_error *err)
+{
+    MPI_Comm c;
+    mc_status st = mc_comm_group(g, k, be, "all-reduce (max)", &c, err);
+    if (st || c == MPI_COMM_NULL || n == 0) return st;
+    if ((st = check_count(n, "all-reduce (max)", k, err))) return st;
+    BEGIN("all-reduce (max)", k);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_MAX, c);
+    END();
+    return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "all-reduce (max)", k);
+}
+
+/* Host doubles, few of them: gather every member's and sum in rank order. */
+mc_status mc_allreduce_sum_f64(const mc_grid *g, mc_group_kind k, double *x, size_t n,
+                               mc_error *err)
+{
+    MPI_Comm c;
+    mc_status st = mc_comm_group(g, k, NULL, "all-reduce", &c, err);
+    if (st || c == MPI_COMM_NULL || n == 0) return st;
+    if ((st = check_count(n, "all-reduce", k, err))) return st;
+    int P = mc_grid_group_size(g, k);
+    double *all = malloc((size_t)P * n * sizeof(double));
+    if (!all) return mc_error_set(err, MC_ERR_NOMEM, "all-reduce: out of memory");
+    BEGIN("all-reduce", k);
+    int rc = MPI_Allgather(x, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, c);
+    END();
+    if (rc == MPI_SUCCESS)
+        for (size_t i = 0; i < n; i++) {
+            double s = all[i];
+            for (int j = 1; j < P; j++) s += all[(size_t)j * n + i];
+            x[i] = s;
+        }
+    free(all);
+    return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "all-reduce", k);
+}
+
+mc_status mc_allgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *in,
+                       float *out, size_t n, mc_error *err)
+{
+    MPI_Comm c;
+    mc_status st = mc_comm_group(g, k, be, "all-gather", &c, err);
+    if (st || n == 0) return st;
+    if (c == MPI_COMM_NULL) {
+        if (in != out) mc_bcopy(be, out, in, n * sizeof(float));
+        return MC_OK;
+    }
+    if ((st = check_count(n, "all-gather", k, err))) return st;
+    BEGIN("all-gather", k);
+    st = mc_comm_allgather(c, k, be, in, out, n, err);
+    END();
+    return st;
+}
+
+mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be,
+                                const float *in, float *out, size_t n, mc_error *err)
+{
+    MPI_Comm c;
+    mc_status st = mc_comm_group(g, k, be, "reduce-scatter", &c, err);
+    if (st || n == 0) return st;
+    if (c == MPI_COMM_NULL) {
+        if (in != out) mc_bcopy(be, out, in, n * sizeof(float));
+        return MC_OK;
+    }
+    if ((st = check_count(n, "reduce-scatter", k, err))) return st;
+    BEGIN("reduce-scatter", k);
+    st = mc_comm_reduce_scatter_sum(c, k, &cm->scratch, be, in, out, n, err);
+    END();
+    return st;
+}
+
+mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
+                       int root, mc_error *err)
+{
+    MPI_Comm c;
+    mc_status st = mc_comm_group(g, k, be, "broadcast", &c, err);
+    if (st) return st;
+    if (root < 0 || root >= mc_grid_group_size(g, k))
+        return mc_error_set(err, MC_ERR_INTERNAL, "broadcast on the %s: no group rank %d",
+                            mc_group_name(k), root);
+    if (c == MPI_COMM_NULL || n == 0) return MC_OK;
+    if ((st = check_count(n, "broadcast", k, err))) return st;
+    BEGIN("broadcast", k);
+    int rc = MPI_Bcast(x, (int)n, MPI_FLOAT, root, c);
+    END();
+    return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "broadcast", k);
+}
+
+/* Point to point: the peer must be another member. */
+mc_status mc_comm_peer(const mc_grid *g, mc_group_kind k, mc_backend *be, const char *op, int peer,
+                       size_t n, MPI_Comm *c, mc_error *err)
+{
+    mc_status st = mc_comm_group(g, k, be, op, c, err);
+    if (st) return st;
+    if (peer < 0 || peer >= mc_grid_group_size(g, k) || peer == mc_grid_group_rank(g, k))
+        return mc_error_set(err, MC_ERR_INTERNAL, "%s on the %s: group rank %d is not a peer of %d",
+                            op, mc_group_name(k), peer, mc_grid_group_rank(g, k));
+    return check_count(n, op, k, err);
+}
+
+mc_status mc_send(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *x, size_t n,
+                  int peer, mc_error *err)
+{
+    MPI_Comm c;
+    mc_status st = mc_comm_peer(g, k, be, "send", peer, n, &c, err);
+    if (st) return st;
+    BEGIN("send", k);
+    int rc = MPI_Send(x, (int)n, MPI_FLOAT, peer, 0, c);
+    END();
+    return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "send", k);
+}
+
+mc_status mc_comm_recv_status(const MPI_Status *s, size_t n, int peer, mc_group_kind k,
+                              mc_error *err)
+{
+    int got = 0;
+    MPI_Get_count(s, MPI_FLOAT, &got);
+    if ((size_t)got != n)
+        return mc_error_set(err, MC_ERR_INTERNAL,
+                            "receive on the %s: %d floats came from group rank %d, %zu expected",
+                            mc_group_name(k), got, peer, n);
+    return MC_OK;
+}
+
+mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
+                  int peer, mc_error *err)
+{
+    MPI_Comm c;
+    mc_status st = mc_comm_peer(g, k, be, "receive", peer, n, &c, err);
+    if (st) return st;
+    MPI_Status s;
+    BEGIN("receive", k);
+    int rc = MPI_Recv(x, (int)n, MPI_FLOAT, peer, 0, c, &s);
+    END();
+    if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, "receive", k);
+    return mc_comm_recv_status(&s, n, peer, k, err);
+}

@@ -1,0 +1,153 @@
+/*
+ * watchdog.c - the deadline of every blocking collective (issue 4, faults).
+ *
+ * A dead rank leaves its peers blocked inside MPI forever: Open MPI's mpirun
+ * ends the job when a rank dies by a signal or exits before MPI_Finalize,
+ * but not when a rank is stuck (sleeping, deadlocked, waiting in
+ * MPI_Finalize after an error) nor under every launcher. So the main thread
+ * notes when it enters and leaves each blocking call, and a thread of ours
+ * wakes a few times per deadline; when a call has lasted longer than
+ * --distributed-timeout-minutes it writes one line to stderr and calls
+ * MPI_Abort, which ends every rank of the job. Printing from the library is
+ * deliberate here: the thread that would report the error is the one stuck.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "comm_internal.h"
+
+struct mc_watchdog {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* wakes the thread early: stop */
+    int rank;
+    double minutes;
+    char prog[64];
+    int stop;
+    /* the call in progress, if any */
+    int active;
+    const char *op;
+    mc_group_kind kind;
+    struct timespec start;
+};
+
+static double since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
+}
+
+/* Check often enough that a hang is caught within ~5% past the deadline,
+ * but at most once a second. */
+static double check_interval(double minutes)
+{
+    double s = minutes * 60.0 / 20.0;
+    return s > 1.0 ? 1.0 : s < 0.01 ? 0.01 : s;
+}
+
+static void expire(struct mc_watchdog *wd)
+{
+    char mins[32];
+    if (wd->minutes >= 1.0 && wd->minutes == floor(wd->minutes))
+        snprintf(mins, sizeof mins, "%.1f", wd->minutes);
+    else
+        snprintf(mins, sizeof mins, "%g", wd->minutes);
+    fprintf(stderr,
+            "%s: error: rank %d: %s on the %s did not complete within %s minutes; "
+            "a rank may have died\n",
+            wd->prog, wd->rank, wd->op, mc_group_name(wd->kind), mins);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1); /* MPI_Abort does not return; in case it does */
+}
+
+static void *watch(void *arg)
+{
+    struct mc_watchdog *wd = arg;
+    pthread_mutex_lock(&wd->mu);
+    while (!wd->stop) {
+        double dt = check_interval(wd->minutes);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        long ns = until.tv_nsec + (long)(dt * 1e9);
+        until.tv_sec += ns / 1000000000L;
+        until.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&wd->cv, &wd->mu, &until);
+        if (!wd->stop && wd->active && since(&wd->start) > wd->minutes * 60.0) {
+            pthread_mutex_unlock(&wd->mu);
+            expire(wd);
+        }
+    }
+    pthread_mutex_unlock(&wd->mu);
+    return NULL;
+}
+
+mc_status mc_watchdog_start(mc_watchdog **out, int rank, double minutes, mc_error *err)
+{
+    struct mc_watchdog *wd = calloc(1, sizeof *wd);
+    if (!wd) return mc_error_set(err, MC_ERR_NOMEM, "watchdog: out of memory");
+    wd->rank = rank;
+    wd->minutes = minutes;
+    snprintf(wd->prog, sizeof wd->prog, "%s", program_invocation_short_name);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wd->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&wd->mu, NULL);
+    int rc = pthread_create(&wd->thread, NULL, watch, wd);
+    if (rc) {
+        pthread_cond_destroy(&wd->cv);
+        pthread_mutex_destroy(&wd->mu);
+        free(wd);
+        return mc_error_errno(err, MC_ERR_INTERNAL, rc, "watchdog: cannot start its thread");
+    }
+    *out = wd;
+    return MC_OK;
+}
+
+void mc_watchdog_configure(mc_watchdog *wd, double minutes, const char *prog)
+{
+    pthread_mutex_lock(&wd->mu);
+    wd->minutes = minutes;
+    if (prog) snprintf(wd->prog, sizeof wd->prog, "%s", prog);
+    pthread_cond_signal(&wd->cv); /* a shorter interval starts now */
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void mc_watchdog_enter(mc_watchdog *wd, const char *op, mc_group_kind k)
+{
+    if (!wd) return;
+    pthread_mutex_lock(&wd->mu);
+    wd->active = 1;
+    wd->op = op;
+    wd->kind = k;
+    clock_gettime(CLOCK_MONOTONIC, &wd->start);
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void mc_watchdog_leave(mc_watchdog *wd)
+{
+    if (!wd) return;
+    pthread_mutex_lock(&wd->mu);
+    wd->active = 0;
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void mc_watchdog_stop(mc_watchdog *wd)
+{
+    if (!wd) return;
+    pthread_mutex_lock(&wd->mu);
+    wd->stop = 1;
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+    pthread_join(wd->thread, NULL);
+    pthread_cond_destroy(&wd->cv);
+    pthread_mutex_destroy(&wd->mu);
+    free(wd);
+}
