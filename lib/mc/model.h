@@ -125,6 +125,16 @@ void mc_model_zero_grads(mc_model *m);
 mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targets, int backward,
                         float grad_scale, double *loss, int64_t *ntok, mc_error *err);
 
+/* Gradient readiness, for the data-parallel reduction overlapped with the
+ * backward pass (lib/train/grad_buckets.c): during each backward pass of
+ * mc_model_step the model calls fn(ctx, offset) each time every gradient
+ * at buffer element offset >= `offset` is final for this pass (after the
+ * LM head and final norm, after each layer from the last to the first, and
+ * 0 after the embeddings). The frontier only decreases within a pass. A
+ * non-zero status stops the step with that error. fn NULL removes it. */
+typedef mc_status (*mc_grad_ready_fn)(void *ctx, size_t offset, mc_error *err);
+void mc_model_set_grad_ready_hook(mc_model *m, mc_grad_ready_fn fn, void *ctx);
+
 /* FLOPs of one forward+backward over `tokens` tokens, Megatron's formula
  * (documented in mc-train(1)). */
 double mc_model_flops_per_token(const mc_model_config *c);

@@ -325,6 +325,12 @@ static mc_status head_fwd_bwd(mc_model *m, int backward, float scale, mc_error *
     return MC_OK;
 }
 
+/* Tell the hook (if any) that gradients at offsets >= offset are final. */
+static mc_status grad_ready(mc_model *m, size_t offset, mc_error *err)
+{
+    return m->grad_ready ? m->grad_ready(m->grad_ready_ctx, offset, err) : MC_OK;
+}
+
 mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targets, int backward,
                         float grad_scale, double *loss, int64_t *ntok, mc_error *err)
 {
@@ -374,10 +380,22 @@ mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targe
 
     mc_k_fill(be, m->dres, 0.0f, N * C);
     norm_bwd(m, m->dres, m->dln, m->res_out, m->lnf_mean, m->lnf_rstd, m->lnf_w, m->lnf_b);
-    for (int l = L - 1; l >= 0; l--) TRY(layer_bwd(m, l, err));
+    /* The buffer holds embeddings, layers 0..L-1, final norm, output layer:
+     * each step of the backward finishes a suffix of it. */
+    TRY(grad_ready(m, m->params[m->lnf_w].offset, err));
+    for (int l = L - 1; l >= 0; l--) {
+        TRY(layer_bwd(m, l, err));
+        TRY(grad_ready(m, m->params[m->lp[l].ln1_w].offset, err));
+    }
     /* The embedding's input gradient is replicated: each rank adds its
      * vocabulary rows, no communication. */
     mc_k_embed_bwd(be, G(m, m->wte), m->dres, m->tokens, N, m->v0, m->vl, C);
     if (m->wpe >= 0) mc_k_posemb_bwd(be, G(m, m->wpe), m->dres, B, T, C, 0);
-    return MC_OK;
+    return grad_ready(m, 0, err);
+}
+
+void mc_model_set_grad_ready_hook(mc_model *m, mc_grad_ready_fn fn, void *ctx)
+{
+    m->grad_ready = fn;
+    m->grad_ready_ctx = ctx;
 }

@@ -67,6 +67,10 @@ struct mc_model {
     float *logits;          /* [chunk_rows, vl] */
     float *rowmax, *sumexp, *tlogit, *loss; /* [N] */
     int32_t *tokens, *targets;              /* [N] backend copies */
+
+    /* mc_model_set_grad_ready_hook (NULL: none) */
+    mc_grad_ready_fn grad_ready;
+    void *grad_ready_ctx;
 };
 
 /* Fill m->params, m->lp and the indices from m->cfg and m->grid (params.c). */
