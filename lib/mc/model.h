@@ -47,6 +47,11 @@ typedef struct mc_model_config {
     int untie_embeddings_and_output_weights; /* --untie-embeddings-and-output-weights */
     int add_bias_linear;          /* 0 with --disable-bias-linear */
     float init_method_std;        /* --init-method-std (0.02) */
+    /* --sequence-parallel: with tensor parallelism, the residual stream,
+     * the norms and the embeddings' output hold seq_length / tp positions of
+     * every sequence per rank (see model.c); needs seq_length % tp == 0.
+     * Ignored at tp = 1, as Megatron turns it off there. */
+    int sequence_parallel;
 } mc_model_config;
 
 /* Megatron's defaults (GPT-style: LayerNorm, GELU, learned positions, biases,

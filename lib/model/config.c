@@ -174,6 +174,11 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
     if (c->position_embedding_type == MC_POS_ROPE && !(c->rotary_base > 0))
         return BAD("--rotary-base must be positive");
 
+    if (c->sequence_parallel && tp > 1 && c->seq_length % tp)
+        return BAD("--sequence-parallel needs --seq-length (%d) to be a multiple of "
+                   "--tensor-model-parallel-size (%d)",
+                   c->seq_length, tp);
+
     int64_t multiple = (int64_t)c->make_vocab_size_divisible_by * tp;
     c->padded_vocab_size = padded_vocab(c->vocab_size, multiple);
     if (c->padded_vocab_size > INT32_MAX)
