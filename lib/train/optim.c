@@ -6,6 +6,9 @@
  * The parameter buffer is cut once, at creation, into spans of adjacent
  * parameters that share a weight-decay group and a norm rule, so one step is
  * a handful of mc_k_sumsq and mc_k_adamw calls rather than one per tensor.
+ * The step runs over "pieces": the spans themselves, or, for the
+ * distributed optimizer, the spans cut to this rank's data-parallel shard
+ * (lib/train/distopt.c lays them out and does the communication).
  * Only kernels touch the elements; this file does the bookkeeping.
  */
 #ifdef HAVE_CONFIG_H
@@ -13,6 +16,7 @@
 #endif
 
 #include "mc/train.h"
+#include "optim_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -73,24 +77,6 @@ void mc_loss_scaler_update(mc_loss_scaler *s, int found_inf)
 
 /* ------------------------------------------------------------ optimizer */
 
-typedef struct span {
-    size_t offset, n;
-    int decay;     /* weight decay applies */
-    int in_norm;   /* counted in the global norm on this rank */
-} span;
-
-struct mc_optim {
-    mc_backend *be;
-    const mc_grid *grid;
-    mc_optim_config cfg;
-    float *params, *grads;
-    float *m, *v;
-    size_t numel;
-    span *spans;
-    size_t nspans;
-    int64_t steps;
-};
-
 void mc_optim_config_init(mc_optim_config *c)
 {
     c->weight_decay = 0.01;
@@ -106,9 +92,9 @@ static int cmp_param_offset(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-mc_status mc_optim_new(mc_backend *be, const mc_grid *g, const mc_optim_config *c, float *params,
-                       float *grads, size_t numel, const mc_param *ps, size_t nps, mc_optim **out,
-                       mc_error *err)
+mc_status mc_optim_create(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
+                          float *params, float *grads, size_t numel, const mc_param *ps,
+                          size_t nps, int distributed, int overlap, mc_optim **out, mc_error *err)
 {
     *out = NULL;
     if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
@@ -132,6 +118,8 @@ mc_status mc_optim_new(mc_backend *be, const mc_grid *g, const mc_optim_config *
     o->params = params;
     o->grads = grads;
     o->numel = numel;
+    o->distributed = distributed;
+    o->overlap = overlap;
 
     /* Spans in buffer order; adjacent parameters with the same rules merge. */
     for (size_t i = 0; i < nps; i++)
@@ -156,8 +144,8 @@ mc_status mc_optim_new(mc_backend *be, const mc_grid *g, const mc_optim_config *
          * norm by tensor-parallel rank 0 only, so the all-reduce over the
          * model-parallel group counts it once (Megatron's
          * param_is_not_tensor_parallel_duplicate). */
-        span s = {p->offset, p->numel, !p->no_weight_decay, p->split_dim >= 0 || tp_rank == 0};
-        span *last = o->nspans ? &o->spans[o->nspans - 1] : NULL;
+        mc_optim_span s = {p->offset, p->numel, !p->no_weight_decay, p->split_dim >= 0 || tp_rank == 0};
+        mc_optim_span *last = o->nspans ? &o->spans[o->nspans - 1] : NULL;
         if (last && last->offset + last->n == s.offset && last->decay == s.decay &&
             last->in_norm == s.in_norm)
             last->n += s.n;
@@ -166,14 +154,28 @@ mc_status mc_optim_new(mc_backend *be, const mc_grid *g, const mc_optim_config *
     }
     free(order);
 
-    o->m = mc_balloc(be, (numel ? numel : 1) * sizeof(float), err);
-    o->v = o->m ? mc_balloc(be, (numel ? numel : 1) * sizeof(float), err) : NULL;
+    /* The pieces this rank updates and the size of its moments: every span
+     * for the plain optimizer, the spans cut to the shard when distributed. */
+    mc_status st = mc_optim_dist_layout(o, err);
+    if (st) {
+        mc_optim_free(o);
+        return st;
+    }
+    o->m = mc_balloc(be, (o->mnumel ? o->mnumel : 1) * sizeof(float), err);
+    o->v = o->m ? mc_balloc(be, (o->mnumel ? o->mnumel : 1) * sizeof(float), err) : NULL;
     if (!o->m || !o->v) {
         mc_optim_free(o);
         return err ? err->code : MC_ERR_NOMEM;
     }
     *out = o;
     return MC_OK;
+}
+
+mc_status mc_optim_new(mc_backend *be, const mc_grid *g, const mc_optim_config *c, float *params,
+                       float *grads, size_t numel, const mc_param *ps, size_t nps, mc_optim **out,
+                       mc_error *err)
+{
+    return mc_optim_create(be, g, c, params, grads, numel, ps, nps, 0, 0, out, err);
 }
 
 mc_status mc_optim_new_for_model(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
@@ -195,10 +197,17 @@ void mc_optim_free(mc_optim *o)
 {
     if (!o)
         return;
+    /* A parameter gather still in flight owns the buffers: finish it (its
+     * error, if any, has nowhere to go; the job is ending anyway). */
+    mc_error ignored;
+    mc_optim_wait_params(o, &ignored);
     if (o->m)
         mc_bfree(o->be, o->m);
     if (o->v)
         mc_bfree(o->be, o->v);
+    if (o->scratch)
+        mc_bfree(o->be, o->scratch);
+    free(o->pieces);
     free(o->spans);
     free(o);
 }
@@ -206,15 +215,18 @@ void mc_optim_free(mc_optim *o)
 mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss_scale,
                         mc_optim_result *r, mc_error *err)
 {
+    mc_status st = mc_optim_dist_before_step(o, err);
+    if (st)
+        return st;
     /* Sum of squares of the scaled gradients: what this rank counts toward
-     * the norm, and everything it holds (for the finiteness check). The
+     * the norm, and everything it updates (for the finiteness check). The
      * finiteness test reads the double sums: a float gradient squared
      * cannot overflow a double, so the sum is finite exactly when every
      * gradient is. */
     double stats[2] = {0.0, 0.0}; /* [0] norm part, [1] not-finite flag */
-    for (size_t i = 0; i < o->nspans; i++) {
-        const span *s = &o->spans[i];
-        double ss = mc_k_sumsq(o->be, o->grads + s->offset, s->n);
+    for (size_t i = 0; i < o->npieces; i++) {
+        const mc_optim_piece *s = &o->pieces[i];
+        double ss = mc_k_sumsq(o->be, s->g, s->n);
         if (s->in_norm)
             stats[0] += ss;
         if (!isfinite(ss))
@@ -222,11 +234,13 @@ mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss
     }
     if (isnan(stats[0]) || isinf(stats[0]))
         stats[1] = 1.0;
-    /* Without a distributed optimizer the gradients are already averaged
-     * over data parallelism, so the norm and the overflow flag are reduced
-     * over the model-parallel group only (Megatron's grad-stats group). */
-    mc_status st = mc_allreduce_sum_f64(o->grid, MC_GROUP_MP, stats, 2, err);
-    if (st)
+    /* Megatron's grad-stats group. The plain optimizer's gradients are
+     * already summed over data parallelism, so the norm and the overflow
+     * flag are reduced over the model-parallel group only; the distributed
+     * one holds a shard of them, so every rank (data x model parallel)
+     * contributes its part. */
+    mc_group_kind stats_group = o->distributed ? MC_GROUP_WORLD : MC_GROUP_MP;
+    if ((st = mc_allreduce_sum_f64(o->grid, stats_group, stats, 2, err)))
         return st;
 
     double inv_scale = 1.0 / loss_scale;
@@ -248,18 +262,20 @@ mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss
     double bc1 = 1.0 - pow(o->cfg.beta1, (double)o->steps);
     double bc2 = 1.0 - pow(o->cfg.beta2, (double)o->steps);
     float gscale = (float)(inv_scale * r->clip_coeff);
-    for (size_t i = 0; i < o->nspans; i++) {
-        const span *s = &o->spans[i];
+    for (size_t i = 0; i < o->npieces; i++) {
+        const mc_optim_piece *s = &o->pieces[i];
         float wd = s->decay ? (float)weight_decay : 0.0f;
-        mc_k_adamw(o->be, o->params + s->offset, o->grads + s->offset, o->m + s->offset,
-                   o->v + s->offset, s->n, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2,
-                   (float)o->cfg.eps, wd, (float)bc1, (float)bc2, gscale);
+        mc_k_adamw(o->be, s->p, s->g, o->m + s->moff, o->v + s->moff, s->n, (float)lr,
+                   (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd, (float)bc1,
+                   (float)bc2, gscale);
     }
-    return MC_OK;
+    return mc_optim_dist_after_step(o, err);
 }
 
-float *mc_optim_exp_avg(mc_optim *o) { return o->m; }
-float *mc_optim_exp_avg_sq(mc_optim *o) { return o->v; }
+/* The whole-buffer moments exist only for the plain optimizer; the
+ * distributed one's checkpoints go through mc_optim_gather_moments. */
+float *mc_optim_exp_avg(mc_optim *o) { return o->distributed ? NULL : o->m; }
+float *mc_optim_exp_avg_sq(mc_optim *o) { return o->distributed ? NULL : o->v; }
 size_t mc_optim_numel(const mc_optim *o) { return o->numel; }
 int64_t mc_optim_steps(const mc_optim *o) { return o->steps; }
 void mc_optim_set_steps(mc_optim *o, int64_t steps) { o->steps = steps; }

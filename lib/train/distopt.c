@@ -1,0 +1,327 @@
+/*
+ * distopt.c - Megatron's distributed optimizer over the data-parallel group
+ * (lib/mc/distopt.h says what it computes and how the loop calls it): the
+ * shard of the flat buffer each rank owns, the pieces of the step cut to it,
+ * the gradient reduce-scatter, the parameter all-gather (blocking or
+ * overlapped), and the moments' gather and scatter for checkpoints. Also
+ * the plain optimizer's gradient all-reduce, so the loop calls one function.
+ *
+ * Why a main part plus a tail element instead of Megatron's padded buffer:
+ * mc_reduce_scatter_sum and mc_allgather move DP equal chunks of one
+ * contiguous array, and the model's buffers hold exactly numel floats. The
+ * first DP q elements are such an array; the last t < DP elements go
+ * through a DP-float scratch, zero-padded, as one more reduce-scatter and
+ * all-gather of one element each. Logically it is the buffer padded to
+ * DP (q + 1) and laid out [q + 1, DP] column-major; the padding lives only
+ * in the scratch, so it cannot leak into the parameters.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "optim_internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Where the tail's values sit in o->scratch (2 DP + 2 floats). */
+#define TAIL_GRADS_IN(o) ((o)->scratch)                       /* [DP] */
+#define TAIL_GRAD_OUT(o) ((o)->scratch + (o)->dp)              /* [1] */
+#define TAIL_PARAM_IN(o) ((o)->scratch + (o)->dp + 1)          /* [1] */
+#define TAIL_PARAMS_OUT(o) ((o)->scratch + (o)->dp + 2)        /* [DP] */
+
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+static size_t zmin(size_t a, size_t b) { return a < b ? a : b; }
+
+/* ------------------------------------------------------------ layout */
+
+mc_status mc_optim_dist_layout(mc_optim *o, mc_error *err)
+{
+    size_t lo = 0, hi = o->numel;
+    o->dp = 1;
+    o->dp_rank = 0;
+    o->q = o->numel;
+    o->t = 0;
+    o->tail = SIZE_MAX;
+    if (o->distributed) {
+        o->dp = mc_grid_group_size(o->grid, MC_GROUP_DP_CP);
+        o->dp_rank = mc_grid_group_rank(o->grid, MC_GROUP_DP_CP);
+        if (o->dp < 1 || o->dp_rank < 0)
+            return mc_error_set(err, MC_ERR_INTERNAL,
+                                "distributed optimizer: this rank has no place in the %s",
+                                mc_group_name(MC_GROUP_DP_CP));
+        size_t dp = (size_t)o->dp, r = (size_t)o->dp_rank;
+        o->q = o->numel / dp;
+        o->t = o->numel - dp * o->q;
+        lo = r * o->q;
+        hi = lo + o->q;
+        if (r < o->t)
+            o->tail = dp * o->q + r;
+        o->scratch = mc_balloc(o->be, (2 * dp + 2) * sizeof(float), err);
+        if (!o->scratch)
+            return err ? err->code : MC_ERR_NOMEM;
+    }
+    o->mnumel = (hi - lo) + (o->tail != SIZE_MAX);
+
+    /* Each span gives at most one main piece and the tail piece. */
+    o->pieces = calloc(2 * o->nspans + 1, sizeof *o->pieces);
+    if (!o->pieces)
+        return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
+    for (size_t i = 0; i < o->nspans; i++) {
+        const mc_optim_span *s = &o->spans[i];
+        size_t a = zmax(s->offset, lo), b = zmin(s->offset + s->n, hi);
+        if (a >= b)
+            continue;
+        o->pieces[o->npieces++] = (mc_optim_piece){o->params + a, o->grads + a, a - lo, a, b - a,
+                                                   s->decay, s->in_norm};
+    }
+    /* The tail element comes last in the buffer, and so in the pieces. A
+     * tail that falls in a gap between parameters gets no piece: like the
+     * gaps of the main part, it is moved but never updated. */
+    for (size_t i = 0; i < o->nspans && o->tail != SIZE_MAX; i++) {
+        const mc_optim_span *s = &o->spans[i];
+        if (o->tail >= s->offset && o->tail < s->offset + s->n)
+            o->pieces[o->npieces++] = (mc_optim_piece){o->params + o->tail, TAIL_GRAD_OUT(o),
+                                                       hi - lo, o->tail, 1, s->decay, s->in_norm};
+    }
+    return MC_OK;
+}
+
+/* ------------------------------------------------------------ constructors */
+
+mc_status mc_optim_new_distributed(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
+                                   float *params, float *grads, size_t numel, const mc_param *ps,
+                                   size_t nps, int overlap_param_gather, mc_optim **out,
+                                   mc_error *err)
+{
+    return mc_optim_create(be, g, c, params, grads, numel, ps, nps, 1, overlap_param_gather != 0,
+                           out, err);
+}
+
+mc_status mc_optim_new_distributed_for_model(mc_backend *be, const mc_grid *g,
+                                             const mc_optim_config *c, mc_model *m,
+                                             int overlap_param_gather, mc_optim **out,
+                                             mc_error *err)
+{
+    size_t nps = mc_model_num_params(m);
+    mc_param *ps = malloc((nps ? nps : 1) * sizeof *ps);
+    if (!ps)
+        return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
+    for (size_t i = 0; i < nps; i++)
+        ps[i] = *mc_model_param(m, i);
+    mc_status st = mc_optim_create(be, g, c, mc_model_params(m), mc_model_grads(m),
+                                   mc_model_numel(m), ps, nps, 1, overlap_param_gather != 0, out,
+                                   err);
+    free(ps);
+    return st;
+}
+
+int mc_optim_is_distributed(const mc_optim *o) { return o->distributed; }
+
+void mc_optim_shard(const mc_optim *o, size_t *lo, size_t *hi, size_t *tail)
+{
+    size_t r = o->distributed ? (size_t)o->dp_rank : 0;
+    *lo = r * o->q;
+    *hi = *lo + o->q;
+    *tail = o->tail;
+}
+
+/* ------------------------------------------------------------ the step */
+
+mc_status mc_optim_reduce_grads(mc_optim *o, mc_error *err)
+{
+    mc_status st;
+    if (!o->distributed) {
+        if ((st = mc_allreduce_sum(o->grid, MC_GROUP_DP_CP, o->be, o->grads, o->numel, err)))
+            return st;
+        o->reduced = 1;
+        return MC_OK;
+    }
+    /* Main part: rank r receives the sum of every member's chunk r, in
+     * place, each element added in group-rank order as the all-reduce does. */
+    size_t r = (size_t)o->dp_rank, dp = (size_t)o->dp;
+    if (o->q > 0 && (st = mc_reduce_scatter_sum(o->grid, MC_GROUP_DP_CP, o->be, o->grads,
+                                                o->grads + r * o->q, o->q, err)))
+        return st;
+    /* Tail: the last t gradients, zero-padded to DP, one to each rank. */
+    if (o->t > 0) {
+        mc_k_fill(o->be, TAIL_GRADS_IN(o), 0.0f, dp);
+        mc_bcopy(o->be, TAIL_GRADS_IN(o), o->grads + dp * o->q, o->t * sizeof(float));
+        if ((st = mc_reduce_scatter_sum(o->grid, MC_GROUP_DP_CP, o->be, TAIL_GRADS_IN(o),
+                                        TAIL_GRAD_OUT(o), 1, err)))
+            return st;
+    }
+    o->reduced = 1;
+    return MC_OK;
+}
+
+mc_status mc_optim_dist_before_step(mc_optim *o, mc_error *err)
+{
+    int reduced = o->reduced;
+    o->reduced = 0;
+    if (!o->distributed)
+        return MC_OK;
+    if (!reduced)
+        return mc_error_set(err, MC_ERR_INTERNAL,
+                            "distributed optimizer: mc_optim_step without mc_optim_reduce_grads "
+                            "since the last step: this rank's shard of the gradients is not "
+                            "summed over the %s",
+                            mc_group_name(MC_GROUP_DP_CP));
+    /* The shard about to be updated is the all-gather's source. */
+    return mc_optim_wait_params(o, err);
+}
+
+static void tail_params_land(mc_optim *o)
+{
+    if (o->t > 0)
+        mc_bcopy(o->be, o->params + (size_t)o->dp * o->q, TAIL_PARAMS_OUT(o),
+                 o->t * sizeof(float));
+}
+
+mc_status mc_optim_dist_after_step(mc_optim *o, mc_error *err)
+{
+    if (!o->distributed || o->dp == 1)
+        return MC_OK;
+    size_t r = (size_t)o->dp_rank;
+    float *mine = o->params + r * o->q;
+    /* A rank without a tail element sends a zero that nobody keeps. */
+    if (o->t > 0) {
+        if (o->tail != SIZE_MAX)
+            mc_bcopy(o->be, TAIL_PARAM_IN(o), o->params + o->tail, sizeof(float));
+        else
+            mc_k_fill(o->be, TAIL_PARAM_IN(o), 0.0f, 1);
+    }
+    mc_status st;
+    if (o->overlap) {
+        /* Started here, finished by mc_optim_wait_params before the next
+         * forward reads the parameters. */
+        if (o->q > 0 && (st = mc_iallgather(o->grid, MC_GROUP_DP_CP, o->be, mine, o->params, o->q,
+                                            &o->req_main, err)))
+            return st;
+        o->gather_pending = 1;
+        if (o->t > 0 && (st = mc_iallgather(o->grid, MC_GROUP_DP_CP, o->be, TAIL_PARAM_IN(o),
+                                            TAIL_PARAMS_OUT(o), 1, &o->req_tail, err)))
+            return st;
+        return MC_OK;
+    }
+    if (o->q > 0 &&
+        (st = mc_allgather(o->grid, MC_GROUP_DP_CP, o->be, mine, o->params, o->q, err)))
+        return st;
+    if (o->t > 0 && (st = mc_allgather(o->grid, MC_GROUP_DP_CP, o->be, TAIL_PARAM_IN(o),
+                                       TAIL_PARAMS_OUT(o), 1, err)))
+        return st;
+    tail_params_land(o);
+    return MC_OK;
+}
+
+mc_status mc_optim_wait_params(mc_optim *o, mc_error *err)
+{
+    if (!o->gather_pending)
+        return MC_OK;
+    o->gather_pending = 0;
+    mc_request *a = o->req_main, *b = o->req_tail;
+    o->req_main = o->req_tail = NULL;
+    mc_status st = mc_wait(o->grid, a, err);
+    mc_error second;
+    mc_status st2 = mc_wait(o->grid, b, st ? &second : err);
+    if (st)
+        return st;
+    if (st2)
+        return st2;
+    tail_params_land(o);
+    return MC_OK;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+static mc_status check_range(const mc_optim *o, size_t offset, size_t n, const char *what,
+                             mc_error *err)
+{
+    if (offset > o->numel || n > o->numel - offset)
+        return mc_error_set(err, MC_ERR_INTERNAL,
+                            "optimizer: %s of elements [%zu, %zu) outside the buffer of %zu",
+                            what, offset, offset + n, o->numel);
+    return MC_OK;
+}
+
+/*
+ * Every member packs what it holds of [offset, offset + n) into a slot of
+ * 2L floats, L = min(q, n) + 1:
+ *   [0, L-1)  its main part's exp_avg in the range (at most min(q, n))
+ *   L-1       its tail element's exp_avg, if that is in the range
+ *   [L, 2L)   the same for exp_avg_sq
+ * and one all-gather gives everyone every slot; only the ranks with an
+ * output buffer unpack. Floats are moved, never added: the bits survive.
+ */
+mc_status mc_optim_gather_moments(mc_optim *o, size_t offset, size_t n, float *m_out,
+                                  float *v_out, mc_error *err)
+{
+    mc_status st = check_range(o, offset, n, "moment gather", err);
+    if (st || n == 0)
+        return st;
+    if (!o->distributed) {
+        if (m_out)
+            mc_bcopy(o->be, m_out, o->m + offset, n * sizeof(float));
+        if (v_out)
+            mc_bcopy(o->be, v_out, o->v + offset, n * sizeof(float));
+        return MC_OK;
+    }
+    size_t dp = (size_t)o->dp, r = (size_t)o->dp_rank, q = o->q, end = offset + n;
+    size_t L = zmin(q, n) + 1;
+    float *buf = mc_balloc(o->be, dp * 2 * L * sizeof(float), err);
+    if (!buf)
+        return err ? err->code : MC_ERR_NOMEM;
+    float *slot = buf + r * 2 * L;
+    size_t a = zmax(offset, r * q), b = zmin(end, r * q + q);
+    if (a < b) {
+        mc_bcopy(o->be, slot, o->m + (a - r * q), (b - a) * sizeof(float));
+        mc_bcopy(o->be, slot + L, o->v + (a - r * q), (b - a) * sizeof(float));
+    }
+    if (o->tail != SIZE_MAX && o->tail >= offset && o->tail < end) {
+        mc_bcopy(o->be, slot + L - 1, o->m + q, sizeof(float));
+        mc_bcopy(o->be, slot + 2 * L - 1, o->v + q, sizeof(float));
+    }
+    st = mc_allgather(o->grid, MC_GROUP_DP_CP, o->be, slot, buf, 2 * L, err);
+    for (size_t j = 0; j < dp && !st; j++) {
+        const float *sj = buf + j * 2 * L;
+        size_t aj = zmax(offset, j * q), bj = zmin(end, j * q + q), tj = dp * q + j;
+        if (aj < bj) {
+            if (m_out)
+                mc_bcopy(o->be, m_out + (aj - offset), sj, (bj - aj) * sizeof(float));
+            if (v_out)
+                mc_bcopy(o->be, v_out + (aj - offset), sj + L, (bj - aj) * sizeof(float));
+        }
+        if (j < o->t && tj >= offset && tj < end) {
+            if (m_out)
+                mc_bcopy(o->be, m_out + (tj - offset), sj + L - 1, sizeof(float));
+            if (v_out)
+                mc_bcopy(o->be, v_out + (tj - offset), sj + 2 * L - 1, sizeof(float));
+        }
+    }
+    mc_bfree(o->be, buf);
+    return st;
+}
+
+mc_status mc_optim_set_moments(mc_optim *o, size_t offset, size_t n, const float *m_in,
+                               const float *v_in, mc_error *err)
+{
+    mc_status st = check_range(o, offset, n, "moment load", err);
+    if (st || n == 0)
+        return st;
+    if (!o->distributed) {
+        mc_bcopy(o->be, o->m + offset, m_in, n * sizeof(float));
+        mc_bcopy(o->be, o->v + offset, v_in, n * sizeof(float));
+        return MC_OK;
+    }
+    size_t r = (size_t)o->dp_rank, q = o->q, end = offset + n;
+    size_t a = zmax(offset, r * q), b = zmin(end, r * q + q);
+    if (a < b) {
+        mc_bcopy(o->be, o->m + (a - r * q), m_in + (a - offset), (b - a) * sizeof(float));
+        mc_bcopy(o->be, o->v + (a - r * q), v_in + (a - offset), (b - a) * sizeof(float));
+    }
+    if (o->tail != SIZE_MAX && o->tail >= offset && o->tail < end) {
+        mc_bcopy(o->be, o->m + q, m_in + (o->tail - offset), sizeof(float));
+        mc_bcopy(o->be, o->v + q, v_in + (o->tail - offset), sizeof(float));
+    }
+    return MC_OK;
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bats
+# The distributed optimizer under mpirun (issue 4, section 4): on synthetic
+# flat buffers (spans with and without weight decay, a gap, sizes 1001, 1003
+# and 2 that do not divide by DP), several AdamW steps of the distributed
+# optimizer (with and without --overlap-param-gather) equal the plain
+# optimizer on the grid and a one-process optimizer fed the gradients summed
+# in data-parallel rank order: parameters and moments bit for bit, the
+# gradient norm and clip factor within 1e-12 relative (their double partial
+# sums are added in another order); clipping, the loss scale, a NaN on one
+# rank that every rank skips, the moments gathered and loaded across
+# optimizer kinds, guard elements and gaps never touched, and the error
+# paths. The program is tests/parallel/test_distopt.c; it says more.
+
+bats_require_minimum_version 1.5.0
+load common
+
+TEST_DISTOPT="$top_builddir/tests/parallel/test_distopt"
+
+setup() {
+    [ -x "$TEST_DISTOPT" ] || skip "$TEST_DISTOPT not built (make check builds it)"
+    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+    cd "$BATS_TEST_TMPDIR"
+}
+
+need_mpirun() {
+    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
+        skip "mpirun not found (Debian package openmpi-bin)"
+}
+
+# mpi N TP: test_distopt on N ranks, N / TP data-parallel ones; `timeout`
+# is only a safety net against a hang.
+mpi() {
+    need_mpirun
+    run timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader \
+        -np "$1" "$TEST_DISTOPT" grid "$2"
+    echo "$output" | grep '^#' >&3 || true
+}
+
+@test "one process: DP=1 distributed equals the plain optimizer; error messages" {
+    run "$TEST_DISTOPT" single
+    assert_success
+    assert_output --regexp 'ok [0-9]+ checks on 1 rank$'
+}
+
+@test "DP=2 equals the single-rank optimizer on the summed gradients, bit for bit" {
+    mpi 2 1
+    assert_success
+    assert_output --partial "checks on 2 ranks"
+    refute_output --partial FAILED
+}
+
+@test "DP=3 (odd: every size leaves a tail) equals the single-rank optimizer" {
+    mpi 3 1
+    assert_success
+    assert_output --partial "checks on 3 ranks"
+    refute_output --partial FAILED
+}
+
+@test "TP=2 x DP=2: the norm counts tensor-parallel replicas once, as the plain optimizer does" {
+    mpi 4 2
+    assert_success
+    assert_output --partial "checks on 4 ranks"
+    refute_output --partial FAILED
+}
+
+@test "TP=2 x DP=3" {
+    mpi 6 2
+    assert_success
+    assert_output --partial "checks on 6 ranks"
+    refute_output --partial FAILED
+}
+
+@test "usage error" {
+    run "$TEST_DISTOPT" nonsense
+    assert_failure 2
+    assert_output --partial "usage: test_distopt"
+}
