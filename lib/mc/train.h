@@ -160,6 +160,14 @@ typedef struct mc_train_config {
     /* The command line as a JSON object, stored in checkpoints beside the
      * model configuration (may be NULL). */
     const char *args_json;
+    /* data parallelism (issue 4): --use-distributed-optimizer,
+     * --overlap-grad-reduce, --overlap-param-gather, and --ddp-bucket-size
+     * (elements per gradient bucket; 0: Megatron's default, one bucket
+     * without overlap, max(40M, 1M x data-parallel size) with it) */
+    int use_distributed_optimizer;
+    int overlap_grad_reduce;
+    int overlap_param_gather;
+    int64_t ddp_bucket_size;
 } mc_train_config;
 
 void mc_train_config_init(mc_train_config *c);
@@ -187,6 +195,16 @@ struct mc_gptdata_config;
 mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cfg,
                        const struct mc_gptdata_config *data, mc_backend *be, const mc_grid *g,
                        mc_train_report *report, mc_error *err);
+
+/* The checks mc_train_run makes of the grid against the model and the
+ * batch sizes, on their own: a tensor-parallel size that does not divide
+ * the heads, query groups or FFN size (the numbers in the message), a
+ * global batch that is not a multiple of micro-batch x data-parallel size.
+ * No communication, and the same answer on every rank of a grid whose
+ * ranks agree on the configuration, so the launcher can refuse a grid
+ * before any work with one message. */
+mc_status mc_train_check_grid(const mc_train_config *c, const mc_model_config *model_cfg,
+                              const mc_grid *g, mc_error *err);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,7 @@
 #include "mc/gptdata.h"
 #include "mc/metrics.h"
 #include "mc/train.h"
+#include "train/grad_buckets.h"
 #include "train/state.h"
 
 void mc_train_config_init(mc_train_config *c)
@@ -58,6 +59,7 @@ typedef struct run {
     const mc_grid *g;
     mc_model *model;
     mc_optim *optim;
+    mc_grad_buckets *buckets; /* the data-parallel gradient reduction */
     mc_gpt_dataset *ds;
     mc_metrics *metrics;
     mc_lr_schedule sched;
@@ -293,22 +295,56 @@ static mc_status config_json(run *r, const mc_model_config *m, mc_error *err)
     return r->config_json ? MC_OK : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
 }
 
+/* Megatron's num_microbatches = global batch / (micro-batch x data-parallel
+ * size), which must divide evenly. */
+static mc_status batch_sizes(const mc_train_config *c, int64_t dp, int64_t *global_batch,
+                             int64_t *num_micro, mc_error *err)
+{
+    int64_t per_micro = c->micro_batch_size * dp;
+    *global_batch = c->global_batch_size > 0 ? c->global_batch_size : per_micro;
+    if (c->micro_batch_size < 1)
+        return mc_error_set(err, MC_ERR_USAGE, "--micro-batch-size must be at least 1");
+    if (*global_batch % per_micro)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--global-batch-size %" PRId64 " is not a multiple of "
+                            "--micro-batch-size %" PRId64 " x data-parallel size %" PRId64
+                            " = %" PRId64,
+                            *global_batch, c->micro_batch_size, dp, per_micro);
+    *num_micro = *global_batch / per_micro;
+    return MC_OK;
+}
+
+mc_status mc_train_check_grid(const mc_train_config *c, const mc_model_config *model_cfg,
+                              const mc_grid *g, mc_error *err)
+{
+    mc_model_config m = *model_cfg;
+    mc_status st = mc_model_config_finish(&m, mc_grid_group_size(g, MC_GROUP_TP), err);
+    if (st)
+        return st;
+    int64_t gb, nm;
+    return batch_sizes(c, mc_grid_group_size(g, MC_GROUP_DP), &gb, &nm, err);
+}
+
+/* Megatron's DDP bucket size: --ddp-bucket-size, else one bucket without
+ * overlap and max(40M, 1M x data-parallel size) elements with it. */
+static size_t bucket_elems(const mc_train_config *c, int64_t dp)
+{
+    if (c->ddp_bucket_size > 0)
+        return (size_t)c->ddp_bucket_size;
+    if (!c->overlap_grad_reduce)
+        return 0;
+    int64_t n = 1000000 * dp;
+    return (size_t)(n > 40000000 ? n : 40000000);
+}
+
 static mc_status setup(run *r, const mc_model_config *model_cfg,
                        const struct mc_gptdata_config *data, mc_error *err)
 {
     const mc_train_config *c = r->c;
     mc_status st;
     r->dp = mc_grid_group_size(r->g, MC_GROUP_DP);
-    int64_t per_micro = c->micro_batch_size * r->dp;
-    r->global_batch = c->global_batch_size > 0 ? c->global_batch_size : per_micro;
-    if (c->micro_batch_size < 1)
-        return mc_error_set(err, MC_ERR_USAGE, "--micro-batch-size must be at least 1");
-    if (r->global_batch % per_micro)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--global-batch-size %" PRId64 " is not a multiple of "
-                            "--micro-batch-size %" PRId64 " x data-parallel size %" PRId64,
-                            r->global_batch, c->micro_batch_size, r->dp);
-    r->num_micro = r->global_batch / per_micro;
+    if ((st = batch_sizes(c, r->dp, &r->global_batch, &r->num_micro, err)))
+        return st;
     if (c->init_only ? c->train_iters > 0 || c->train_samples > 0
                      : (c->train_iters > 0) == (c->train_samples > 0))
         return mc_error_set(err, MC_ERR_USAGE,
@@ -338,6 +374,9 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
         return st;
     mc_model_init_weights(r->model, c->seed);
     if ((st = mc_optim_new_for_model(r->be, r->g, &c->optim, r->model, &r->optim, err)))
+        return st;
+    if ((st = mc_grad_buckets_new(r->g, r->be, r->model, bucket_elems(c, r->dp),
+                                  c->overlap_grad_reduce, &r->buckets, err)))
         return st;
     if (c->prec == MC_PREC_FP16) {
         if (c->loss_scale > 0)
@@ -461,13 +500,17 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
         int64_t ntok;
         if ((st = load_batch(r, MC_SPLIT_TRAIN, first, 0, err)))
             return st;
+        /* --overlap-grad-reduce: the last backward pass starts each bucket
+         * as soon as its gradients are final (Megatron reduces only after
+         * the last micro-batch: no_sync on the others). */
+        if (k + 1 == r->num_micro)
+            mc_grad_buckets_arm(r->buckets);
         if ((st = mc_model_step(r->model, r->tokens, r->targets, 1, gscale, &l, &ntok, err)))
             return st;
         acc[0] += l * (double)ntok;
         acc[1] += (double)ntok;
     }
-    if ((st = mc_allreduce_sum(r->g, MC_GROUP_DP_CP, r->be, mc_model_grads(r->model),
-                               mc_model_numel(r->model), err)))
+    if ((st = mc_grad_buckets_finish(r->buckets, err)))
         return st;
     if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err)))
         return st;
@@ -584,9 +627,19 @@ static mc_status train_loop(run *r, mc_error *err)
             w.t0 += now_s() - t0;
         }
 
-        /* Megatron's checkpoint_and_decide_exit, in its order. */
+        /* Megatron's checkpoint_and_decide_exit, in its order. A signal to
+         * any rank, or any rank's clock past --exit-duration-in-mins, stops
+         * every rank after this same iteration (Megatron all-gathers the
+         * signal flags and all-reduces the duration flag with MAX). */
         double t0 = now_s();
-        if (c->stop && *c->stop) {
+        double quit[2] = {c->stop && *c->stop ? 1.0 : 0.0,
+                          c->exit_duration_in_mins > 0 &&
+                                  (now_s() - t_start) / 60.0 > c->exit_duration_in_mins
+                              ? 1.0
+                              : 0.0};
+        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_WORLD, quit, 2, err)))
+            return st;
+        if (quit[0] > 0) {
             if ((st = save(r, err)))
                 return st;
             say(r, "mc-train: exiting after iteration %" PRId64 " on a signal", it);
@@ -595,8 +648,7 @@ static mc_status train_loop(run *r, mc_error *err)
         }
         if (c->save_interval > 0 && it % c->save_interval == 0 && (st = save(r, err)))
             return st;
-        if (c->exit_duration_in_mins > 0 &&
-            (now_s() - t_start) / 60.0 > c->exit_duration_in_mins) {
+        if (quit[1] > 0) {
             if ((st = save(r, err)))
                 return st;
             say(r, "mc-train: exiting after %.2f minutes (--exit-duration-in-mins)",
@@ -662,6 +714,7 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     free(r.sample);
     free(r.config_json);
     mc_gpt_dataset_close(r.ds);
+    mc_grad_buckets_free(r.buckets);
     mc_optim_free(r.optim);
     mc_model_free(r.model);
     return st;

@@ -14,6 +14,7 @@
 #endif
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -63,7 +64,10 @@ enum {
     OPT_SAVE, OPT_LOAD, OPT_SAVE_INTERVAL, OPT_FINETUNE, OPT_NO_LOAD_OPTIM, OPT_NO_SAVE_OPTIM,
     OPT_CKPT_COMPRESSION,
     /* data */
-    OPT_DATA_PATH, OPT_SPLIT, OPT_DATA_CACHE_PATH, OPT_MOCK_DATA
+    OPT_DATA_PATH, OPT_SPLIT, OPT_DATA_CACHE_PATH, OPT_MOCK_DATA,
+    /* distributed */
+    OPT_TP, OPT_PP, OPT_CP, OPT_SEQUENCE_PARALLEL, OPT_DIST_OPT, OPT_OVERLAP_GRAD,
+    OPT_OVERLAP_PARAM, OPT_DIST_TIMEOUT, OPT_DDP_BUCKET
 };
 
 static const mc_option options[] = {
@@ -202,6 +206,26 @@ static const mc_option options[] = {
     {"split", MC_OPT_REQUIRED, OPT_SPLIT, "A,B,C", "Train, validation, test weights (969,30,1)."},
     {"data-cache-path", MC_OPT_REQUIRED, OPT_DATA_CACHE_PATH, "DIR", "Where dataset indices are cached."},
     {"mock-data", MC_OPT_NONE, OPT_MOCK_DATA, NULL, "Random tokens instead of a dataset."},
+    /* distributed (under mpirun or srun; data-parallel size = ranks / (TP x PP x CP)) */
+    {"tensor-model-parallel-size", MC_OPT_REQUIRED, OPT_TP, "N",
+     "Ranks that split each layer (1); must divide the heads, query groups and FFN size."},
+    {"pipeline-model-parallel-size", MC_OPT_REQUIRED, OPT_PP, "N",
+     "Pipeline stages (1; more is not implemented yet)."},
+    {"context-parallel-size", MC_OPT_REQUIRED, OPT_CP, "N",
+     "Ranks that split the sequence in attention (1; more is not implemented yet)."},
+    {"sequence-parallel", MC_OPT_NONE, OPT_SEQUENCE_PARALLEL, NULL,
+     "Split the activations outside attention and MLP along the sequence over TP."},
+    {"use-distributed-optimizer", MC_OPT_NONE, OPT_DIST_OPT, NULL,
+     "Shard the Adam state over the data-parallel ranks."},
+    {"overlap-grad-reduce", MC_OPT_NONE, OPT_OVERLAP_GRAD, NULL,
+     "Reduce gradient buckets during the last backward pass."},
+    {"overlap-param-gather", MC_OPT_NONE, OPT_OVERLAP_PARAM, NULL,
+     "With --use-distributed-optimizer: gather the parameters in the background."},
+    {"ddp-bucket-size", MC_OPT_REQUIRED, OPT_DDP_BUCKET, "N",
+     "Gradient elements per data-parallel bucket (default: one bucket, or max(40M, 1M x DP) "
+     "with --overlap-grad-reduce)."},
+    {"distributed-timeout-minutes", MC_OPT_REQUIRED, OPT_DIST_TIMEOUT, "MIN",
+     "Abort the whole job when a collective waits longer than MIN minutes (10)."},
     {NULL, 0, 0, NULL, NULL},
 };
 
@@ -230,6 +254,9 @@ typedef struct args {
     const char *device;
     int64_t threads;
     mc_train_config t;
+    int64_t tp, pp, cp;     /* grid sizes (1) */
+    int sequence_parallel;
+    double dist_timeout;    /* --distributed-timeout-minutes (0: the grid's 10) */
     json_t *argv_json; /* every option as given, for the checkpoint */
 } args;
 
@@ -513,6 +540,15 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_SPLIT: a->split = arg; break;
         case OPT_DATA_CACHE_PATH: a->data_cache_path = arg; break;
         case OPT_MOCK_DATA: a->mock = 1; break;
+        case OPT_TP: st = parse_int("--tensor-model-parallel-size", arg, 1, 65536, &a->tp, err); break;
+        case OPT_PP: st = parse_int("--pipeline-model-parallel-size", arg, 1, 65536, &a->pp, err); break;
+        case OPT_CP: st = parse_int("--context-parallel-size", arg, 1, 65536, &a->cp, err); break;
+        case OPT_SEQUENCE_PARALLEL: a->sequence_parallel = 1; break;
+        case OPT_DIST_OPT: t->use_distributed_optimizer = 1; break;
+        case OPT_OVERLAP_GRAD: t->overlap_grad_reduce = 1; break;
+        case OPT_OVERLAP_PARAM: t->overlap_param_gather = 1; break;
+        case OPT_DDP_BUCKET: st = parse_int("--ddp-bucket-size", arg, 1, INT64_MAX / 2, &t->ddp_bucket_size, err); break;
+        case OPT_DIST_TIMEOUT: st = parse_real("--distributed-timeout-minutes", arg, 1e-6, 1e7, &a->dist_timeout, err); break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "option key %d not handled", key); break;
         }
         if (st)
@@ -560,6 +596,20 @@ static mc_status check_args(args *a, mc_error *err)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--num-layers, --hidden-size and --num-attention-heads are required "
                             "(or a --model preset)");
+    /* Megatron's other axes: the grid has them (size 1) but not the model. */
+    if (a->pp > 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--pipeline-model-parallel-size %" PRId64 ": pipeline parallelism is "
+                            "not implemented yet; use 1",
+                            a->pp);
+    if (a->cp > 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--context-parallel-size %" PRId64 ": context parallelism is not "
+                            "implemented yet; use 1",
+                            a->cp);
+    if (t->overlap_param_gather && !t->use_distributed_optimizer)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--overlap-param-gather needs --use-distributed-optimizer");
     if (!a->have_tokenizer && a->vocab_size <= 0)
         return mc_error_set(err, MC_ERR_USAGE,
                             "the vocabulary size is unknown: give --tokenizer-type (with its "
@@ -597,6 +647,8 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     if (a->set & SET_NOBIAS) c->add_bias_linear = 0;
     if (a->set & SET_STD) c->init_method_std = m->init_method_std;
     if (a->set & SET_DIVISIBLE) c->make_vocab_size_divisible_by = m->make_vocab_size_divisible_by;
+    /* Megatron turns --sequence-parallel off when there is no TP to split over. */
+    c->sequence_parallel = a->sequence_parallel && a->tp > 1;
     /* A preset's sequence length may be overridden below its position
      * table; a longer one needs the table to grow with it. */
     if ((a->set & SET_SEQ) && !(a->set & SET_MAXPOS) && c->max_position_embeddings &&
@@ -630,6 +682,42 @@ static mc_status read_stdin_prefix(char **out, mc_error *err)
     return MC_OK;
 }
 
+/* Under MPI, rank 0 reads the prefix from stdin (mpirun gives stdin to
+ * rank 0 alone) and broadcasts it; every rank returns the same status, the
+ * message only on rank 0. */
+static mc_status share_stdin_prefix(const mc_grid *g, char **out, mc_error *err)
+{
+    mc_status st = MC_OK;
+    if (g->rank == 0)
+        st = read_stdin_prefix(out, err);
+    if (g->world == 1)
+        return st;
+    /* Length, then the bytes, as floats (exact below 2^24). */
+    float len = st ? -1.0f : (float)strlen(*out);
+    mc_error berr;
+    if (mc_broadcast(g, MC_GROUP_WORLD, NULL, &len, 1, 0, &berr))
+        return *err = berr, berr.code;
+    if (len < 0)
+        return g->rank == 0 ? st : mc_error_set(err, MC_ERR_USAGE, "rank 0 could not read stdin");
+    size_t n = (size_t)len;
+    float *f = malloc((n + 1) * sizeof *f);
+    char *s = g->rank == 0 ? *out : malloc(n + 1);
+    if (!f || !s) {
+        /* Memory for a path: not worth agreeing on; the job ends. */
+        free(f);
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)(unsigned char)s[i];
+    st = mc_broadcast(g, MC_GROUP_WORLD, NULL, f, n, 0, err);
+    for (size_t i = 0; i < n; i++)
+        s[i] = (char)(unsigned char)f[i];
+    s[n] = '\0';
+    free(f);
+    *out = s;
+    return st;
+}
+
 int main(int argc, char **argv)
 {
     mc_logger lg;
@@ -639,21 +727,30 @@ int main(int argc, char **argv)
     mc_cli cli;
     args a;
     memset(&a, 0, sizeof a);
+    a.tp = a.pp = a.cp = 1;
     mc_train_config_init(&a.t);
     mc_tokenizer_spec_init(&a.tok, MC_TOKENIZER_NULL);
     a.argv_json = json_object();
-    char *stdin_prefix = NULL;
+    char *stdin_prefix = NULL, *args_text = NULL;
     mc_tokenizer *tok = NULL;
     mc_backend *be = NULL;
     mc_gptdata_config data;
     mc_gptdata_config_init(&data);
+    mc_grid grid;
+    mc_grid_single(&grid);
     int rc = 1;
+    /* Errors every rank meets alike (usage, configuration, files all ranks
+     * read) are printed by rank 0 alone and every rank leaves with the same
+     * status; an error of one rank alone aborts the job (mc_grid_fail). */
+    int agreed = 1;
+    int grid_error = 0; /* the grid or the configuration across ranks: exit 1 */
 
     mc_status st = mc_cli_init(&cli, PROG, "[OPTION]...",
                                "Train a GPT- or Llama-family language model as Megatron-LM does. "
                                "Reads the dataset prefix from stdin unless --data-path or "
                                "--mock-data is given; prints the directory of the last checkpoint "
-                               "written.",
+                               "written. Under mpirun or srun, trains on the grid of "
+                               "--tensor-model-parallel-size x data-parallel ranks.",
                                options, argc, argv, &err);
     if (!st)
         st = expand_data_path(&cli, &err);
@@ -669,8 +766,34 @@ int main(int argc, char **argv)
     mc_model_config mcfg;
     if (!st)
         st = model_config(&a, &mcfg, &err);
+
+    /* The grid. Under an MPI launcher every rank starts MPI even after a
+     * usage error, so that rank 0 alone reports it. */
+    if (mc_grid_launched_by_mpi()) {
+        mc_error gerr;
+        mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, 1, 1, 1, &grid, &gerr);
+        if (!st && gst)
+            err = gerr, st = gst, grid_error = 1;
+    } else if (!st && a.tp > 1) {
+        st = mc_error_set(&err, MC_ERR_USAGE,
+                          "--tensor-model-parallel-size %" PRId64 " needs a multiple of %" PRId64
+                          " ranks and this is one process: start it with mpirun -np N or srun",
+                          a.tp, a.tp);
+        grid_error = 1;
+    }
     if (st)
         goto fail;
+    if (a.dist_timeout > 0 && (st = mc_grid_set_timeout(&grid, a.dist_timeout, PROG, &err)))
+        goto fail;
+    /* Every rank must run the same configuration: the canonical JSON of the
+     * options (sorted keys) is hashed and compared. */
+    args_text = json_dumps(a.argv_json, JSON_SORT_KEYS | JSON_COMPACT);
+    if (!args_text) {
+        st = mc_error_set(&err, MC_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((st = mc_grid_check_config(&grid, args_text, strlen(args_text), &err)))
+        goto fail_1;
 
     /* The vocabulary comes from the tokenizer (padded later, as Megatron
      * pads it); without one, --vocab-size is the size itself. */
@@ -688,6 +811,11 @@ int main(int argc, char **argv)
     if (eod < 0)
         eod = (int32_t)(mcfg.vocab_size - 1);
 
+    /* A grid that does not fit the model or the batch: refused before any
+     * work, by every rank alike. */
+    if ((st = mc_train_check_grid(&a.t, &mcfg, &grid, &err)))
+        goto fail_1;
+
     /* Data: --mock-data, --data-path, or the prefix on stdin. */
     data.mock = a.mock;
     data.vocab_size = mcfg.vocab_size;
@@ -698,7 +826,7 @@ int main(int argc, char **argv)
     data.cache_dir = a.data_cache_path;
     if (!a.mock) {
         if (!a.n_data_path) {
-            if ((st = read_stdin_prefix(&stdin_prefix, &err)))
+            if ((st = share_stdin_prefix(&grid, &stdin_prefix, &err)))
                 goto fail;
             const char *one = stdin_prefix;
             st = mc_gptdata_parse_data_path(&one, 1, &data.blend, &err);
@@ -714,17 +842,22 @@ int main(int argc, char **argv)
 
     if ((st = mc_backend_cpu_new((int)a.threads, &be, &err)))
         goto fail;
-    mc_grid grid;
-    mc_grid_single(&grid);
 
-    char *args_text = json_dumps(a.argv_json, JSON_SORT_KEYS | JSON_COMPACT);
     a.t.args_json = args_text;
     a.t.stop = &stop_requested;
-    a.t.print = print_line;
+    /* One voice: rank 0 prints the log lines and writes the metrics (every
+     * rank has the same losses, reduced over the grid; Megatron writes them
+     * from the last rank, which is the last pipeline stage: with one stage
+     * rank 0 holds the same values). */
+    a.t.print = grid.rank == 0 ? print_line : NULL;
     a.t.print_ctx = NULL;
+    if (grid.rank != 0)
+        a.t.tensorboard_dir = a.t.log_json = NULL;
 
     /* Installed always (issue 3): the first SIGTERM or SIGINT finishes the
-     * iteration, saves and exits 0, as Megatron's --exit-signal-handler. */
+     * iteration, saves and exits 0, as Megatron's --exit-signal-handler.
+     * Under MPI the loop shares the flag, so a signal to any rank stops
+     * every rank after the same iteration. */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -734,27 +867,43 @@ int main(int argc, char **argv)
 
     mc_train_report rep;
     st = mc_train_run(&a.t, &mcfg, &data, be, &grid, &rep, &err);
-    free(args_text);
-    if (st)
+    if (st) {
+        /* Usage errors and the NaN limit are the same on every rank (the
+         * configuration and the reduced losses are); anything else may be
+         * this rank's alone. */
+        agreed = st == MC_ERR_USAGE || st == MC_ERR_LIMIT;
         goto fail;
-    if (rep.last_checkpoint[0]) {
+    }
+    if (rep.last_checkpoint[0] && grid.rank == 0) {
         printf("%s\n", rep.last_checkpoint);
         if (fflush(stdout) == EOF) {
             st = mc_error_errno(&err, MC_ERR_IO, errno, "stdout");
+            agreed = 0;
             goto fail;
         }
     }
     rc = 0;
+    mc_grid_finalize(&grid);
     goto done;
 
+fail_1:
+    grid_error = 1;
 fail:
-    rc = mc_log_fail(&lg, &err);
+    if (grid.world > 1 && !agreed)
+        mc_error_prefix(&err, "rank %d", grid.rank);
+    /* Grid and configuration errors exit 1 (issue 4), even as usage. */
+    rc = grid_error ? 1 : mc_status_exit_code(st);
+    if (grid.rank == 0 || !agreed)
+        mc_log_fail(&lg, &err);
+    if (grid.impl)
+        mc_grid_fail(&grid, agreed);
 done:
     mc_gptdata_blend_free(&data.blend);
     mc_tokenizer_free(tok);
     if (be)
         mc_backend_free(be);
     free(stdin_prefix);
+    free(args_text);
     free(a.data_path);
     json_decref(a.argv_json);
     mc_cli_free(&cli);
