@@ -23,6 +23,31 @@
  * turned into their gradient in place and consumed at once, so no [N, V]
  * tensor ever exists.
  *
+ * Sequence parallelism (cfg.sequence_parallel, tp > 1), Megatron's: the
+ * regions outside attention and the MLP (residual stream, norms, the
+ * embeddings' output) hold Tl = T / tp positions of every sequence per
+ * rank, the chunk Megatron's [T, B, C] layout gives rank r: positions
+ * [r Tl, (r+1) Tl) of each sequence, stored here as [B, Tl, C]. Then
+ *   - before each column-parallel linear (qkv, fc1, LM head) the norm's
+ *     output is all-gathered into [B, T, C] (backward: the input gradient
+ *     is reduce-scattered instead of all-reduced);
+ *   - after each row-parallel linear (proj, fc2) the partial sums are
+ *     reduce-scattered instead of all-reduced (backward: the output
+ *     gradient is all-gathered); the bias is still added once before the
+ *     sum, and its gradient comes from the gathered output gradient, whole;
+ *   - the vocab-parallel embedding reduce-scatters its lookup, positions are
+ *     added to the local chunk; its backward gathers the gradient;
+ *   - norm weights are replicated but see only local rows: their gradient
+ *     is all-reduced over the tensor-parallel group at once (so each
+ *     layer's gradients are final when the grad-ready hook hears of it).
+ * mc_allgather lays members out one after another, [tp][B][Tl][C]; with
+ * B > 1 that is reordered into [B][T][C] with block copies (and the reverse
+ * before a reduce-scatter), so every row lands where the run without
+ * sequence parallelism has it and the sums are the same sums: the results
+ * equal those without it (the test holds them to 1e-6 / 1e-5). The
+ * backward gathers a norm's output again rather than keeping the gathered
+ * copy, as Megatron does, so activations memory shrinks by the SP regions.
+ *
  * Saved for the backward per layer: its input, both norm outputs and
  * statistics, q/k/v after RoPE, the attention output and its row
  * log-sum-exp, the residual after attention, fc1's output and the
@@ -54,34 +79,40 @@ static float *carve(carver *cv, size_t n)
 static void layout_acts(mc_model *m, carver *cv)
 {
     const mc_model_config *c = &m->cfg;
-    size_t N = m->N, C = m->C, D = m->D;
+    size_t N = m->N, C = m->C, D = m->D, Nl = m->Nl;
     int ln = c->normalization == MC_NORM_LAYERNORM;
     for (int l = 0; l < c->num_layers; l++) {
         mc_layer_acts *a = &m->acts[l];
-        a->res = carve(cv, N * C);
-        a->ln1 = carve(cv, N * C);
-        a->ln1_mean = ln ? carve(cv, N) : NULL;
-        a->ln1_rstd = carve(cv, N);
+        a->res = carve(cv, Nl * C);
+        a->ln1 = carve(cv, Nl * C);
+        a->ln1_mean = ln ? carve(cv, Nl) : NULL;
+        a->ln1_rstd = carve(cv, Nl);
         a->q = carve(cv, N * m->Ql * D);
         a->k = carve(cv, N * m->Gl * D);
         a->v = carve(cv, N * m->Gl * D);
         a->att = carve(cv, N * m->Ql * D);
         a->lse = carve(cv, N * m->Ql);
-        a->res2 = carve(cv, N * C);
-        a->ln2 = carve(cv, N * C);
-        a->ln2_mean = ln ? carve(cv, N) : NULL;
-        a->ln2_rstd = carve(cv, N);
+        a->res2 = carve(cv, Nl * C);
+        a->ln2 = carve(cv, Nl * C);
+        a->ln2_mean = ln ? carve(cv, Nl) : NULL;
+        a->ln2_rstd = carve(cv, Nl);
         a->fc1 = carve(cv, N * m->fc1_out);
         a->act = carve(cv, N * m->Fl);
     }
-    m->res_out = carve(cv, N * C);
-    m->lnf = carve(cv, N * C);
-    m->lnf_mean = ln ? carve(cv, N) : NULL;
-    m->lnf_rstd = carve(cv, N);
+    m->res_out = carve(cv, Nl * C);
+    m->lnf = carve(cv, Nl * C);
+    m->lnf_mean = ln ? carve(cv, Nl) : NULL;
+    m->lnf_rstd = carve(cv, Nl);
     m->qkv = carve(cv, N * m->qkv_out);
     m->tmp = carve(cv, N * C);
-    m->dres = carve(cv, N * C);
+    m->dres = carve(cv, Nl * C);
     m->dln = carve(cv, N * C);
+    if (m->sp) {
+        m->gath = carve(cv, N * C);
+        m->sp_buf = carve(cv, N * C);
+        m->loc = carve(cv, Nl * C);
+        m->nrm_g = carve(cv, 2 * C);
+    }
     m->dact = carve(cv, N * m->Fl);
     m->dfc1 = carve(cv, N * m->fc1_out);
     m->datt = carve(cv, N * m->Ql * D);
@@ -130,6 +161,10 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     m->vl = k->padded_vocab_size / g->tp;
     m->v0 = m->vl * g->tp_rank;
     m->chunk_rows = m->N < LM_CHUNK_ROWS ? m->N : LM_CHUNK_ROWS;
+    /* config_finish checked seq_length % tp when sequence_parallel */
+    m->sp = k->sequence_parallel && g->tp > 1;
+    m->Tl = m->sp ? m->T / tp : m->T;
+    m->Nl = (size_t)micro_batch * m->Tl;
 
     m->p = mc_balloc(be, m->numel * sizeof(float), err);
     if (!m->p) goto nomem;
@@ -185,29 +220,88 @@ static float *G(mc_model *m, int i) { return i < 0 ? NULL : m->g + m->params[i].
 static void norm_fwd(mc_model *m, float *out, float *mean, float *rstd, const float *x, int w, int b)
 {
     if (m->cfg.normalization == MC_NORM_LAYERNORM)
-        mc_k_layernorm_fwd(m->be, out, mean, rstd, x, P(m, w), P(m, b), m->N, m->C,
+        mc_k_layernorm_fwd(m->be, out, mean, rstd, x, P(m, w), P(m, b), m->Nl, m->C,
                            m->cfg.norm_epsilon);
     else
-        mc_k_rmsnorm_fwd(m->be, out, rstd, x, P(m, w), m->N, m->C, m->cfg.norm_epsilon);
+        mc_k_rmsnorm_fwd(m->be, out, rstd, x, P(m, w), m->Nl, m->C, m->cfg.norm_epsilon);
 }
 
-static void norm_bwd(mc_model *m, float *dx, const float *dout, const float *x, const float *mean,
-                     const float *rstd, int w, int b)
+/* With sequence parallelism the weight and bias gradients of this rank's
+ * rows are partial: they go to a scratch, are summed over the group and
+ * then added. */
+static mc_status norm_bwd(mc_model *m, float *dx, const float *dout, const float *x,
+                          const float *mean, const float *rstd, int w, int b, mc_error *err)
 {
+    mc_backend *be = m->be;
+    size_t C = m->C, nb = b >= 0 ? 2 * C : C;
+    float *dw = m->sp ? m->nrm_g : G(m, w);
+    float *db = b < 0 ? NULL : m->sp ? m->nrm_g + C : G(m, b);
+    if (m->sp) mc_k_fill(be, m->nrm_g, 0.0f, nb);
     if (m->cfg.normalization == MC_NORM_LAYERNORM)
-        mc_k_layernorm_bwd(m->be, dx, G(m, w), G(m, b), dout, x, P(m, w), mean, rstd, m->N, m->C);
+        mc_k_layernorm_bwd(be, dx, dw, db, dout, x, P(m, w), mean, rstd, m->Nl, C);
     else
-        mc_k_rmsnorm_bwd(m->be, dx, G(m, w), dout, x, P(m, w), rstd, m->N, m->C);
+        mc_k_rmsnorm_bwd(be, dx, dw, dout, x, P(m, w), rstd, m->Nl, C);
+    if (!m->sp) return MC_OK;
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->nrm_g, nb, err));
+    mc_k_acc(be, G(m, w), m->nrm_g, C);
+    if (b >= 0) mc_k_acc(be, G(m, b), m->nrm_g + C, C);
+    return MC_OK;
 }
 
-/* Row-parallel linear: out = x W^T, summed over the tp group, plus the
- * replicated bias once. out may not alias x. */
-static mc_status row_parallel_fwd(mc_model *m, float *out, const float *x, int w, int b, size_t I,
+/* Sequence-parallel gather: *full = the [N, C] rows of the whole
+ * micro-batch from every rank's [Nl, C] chunk (into m->gath). Without
+ * sequence parallelism the rows are all here: *full = local. */
+static mc_status tp_gather(mc_model *m, const float *local, const float **full, mc_error *err)
+{
+    if (!m->sp) {
+        *full = local;
+        return MC_OK;
+    }
+    size_t B = (size_t)m->B, C = m->C, T = m->T, Tl = m->Tl, n = m->Nl * C;
+    int tp = m->grid.tp;
+    *full = m->gath;
+    if (B == 1) /* [tp][Tl][C] is [T][C] */
+        return mc_allgather(&m->grid, MC_GROUP_TP, m->be, local, m->gath, n, err);
+    TRY(mc_allgather(&m->grid, MC_GROUP_TP, m->be, local, m->sp_buf, n, err));
+    /* rank r's sequence b, [r][b][Tl][C], goes to rows b T + r Tl */
+    for (int r = 0; r < tp; r++)
+        for (size_t b = 0; b < B; b++)
+            mc_bcopy(m->be, m->gath + (b * T + (size_t)r * Tl) * C,
+                     m->sp_buf + ((size_t)r * B + b) * Tl * C, Tl * C * sizeof(float));
+    return MC_OK;
+}
+
+/* Sum partial [N, C] rows over the group (full is overwritten): without
+ * sequence parallelism an all-reduce in place, *out = full; with it a
+ * reduce-scatter to this rank's [Nl, C] chunk in `local`, *out = local. */
+static mc_status tp_reduce(mc_model *m, float *full, float *local, float **out, mc_error *err)
+{
+    if (!m->sp) {
+        *out = full;
+        return mc_allreduce_sum(&m->grid, MC_GROUP_TP, m->be, full, m->N * m->C, err);
+    }
+    size_t B = (size_t)m->B, C = m->C, T = m->T, Tl = m->Tl, n = m->Nl * C;
+    int tp = m->grid.tp;
+    *out = local;
+    if (B == 1)
+        return mc_reduce_scatter_sum(&m->grid, MC_GROUP_TP, m->be, full, local, n, err);
+    /* rows b T + r Tl go to [r][b][Tl][C]: rank r's block is contiguous */
+    for (int r = 0; r < tp; r++)
+        for (size_t b = 0; b < B; b++)
+            mc_bcopy(m->be, m->sp_buf + ((size_t)r * B + b) * Tl * C,
+                     full + (b * T + (size_t)r * Tl) * C, Tl * C * sizeof(float));
+    return mc_reduce_scatter_sum(&m->grid, MC_GROUP_TP, m->be, m->sp_buf, local, n, err);
+}
+
+/* Row-parallel linear: *out = x W^T, summed over the tp group, plus the
+ * replicated bias once: [N, C] in m->tmp, or this rank's [Nl, C] chunk
+ * of it in m->loc with sequence parallelism. */
+static mc_status row_parallel_fwd(mc_model *m, float **out, const float *x, int w, int b, size_t I,
                                   mc_error *err)
 {
     const float *bias = m->grid.tp_rank == 0 ? P(m, b) : NULL;
-    mc_k_linear_fwd(m->be, m->prec, out, x, P(m, w), bias, m->N, I, m->C, 0.0f);
-    return mc_allreduce_sum(&m->grid, MC_GROUP_TP, m->be, out, m->N * m->C, err);
+    mc_k_linear_fwd(m->be, m->prec, m->tmp, x, P(m, w), bias, m->N, I, m->C, 0.0f);
+    return tp_reduce(m, m->tmp, m->loc, out, err);
 }
 
 static mc_status layer_fwd(mc_model *m, int l, float *out, mc_error *err)
@@ -217,9 +311,12 @@ static mc_status layer_fwd(mc_model *m, int l, float *out, mc_error *err)
     mc_layer_acts *a = &m->acts[l];
     mc_backend *be = m->be;
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
+    const float *h;
+    float *y;
 
     norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
-    mc_k_linear_fwd(be, m->prec, m->qkv, a->ln1, P(m, lp->qkv_w), P(m, lp->qkv_b), N, C,
+    TRY(tp_gather(m, a->ln1, &h, err));
+    mc_k_linear_fwd(be, m->prec, m->qkv, h, P(m, lp->qkv_w), P(m, lp->qkv_b), N, C,
                     m->qkv_out, 0.0f);
     mc_k_qkv_split(be, a->q, a->k, a->v, m->qkv, N, m->Ql, m->Gl, D);
     if (c->position_embedding_type == MC_POS_ROPE) {
@@ -228,18 +325,19 @@ static mc_status layer_fwd(mc_model *m, int l, float *out, mc_error *err)
     }
     mc_k_attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, m->Ql, m->Gl, D,
                        1.0f / sqrtf((float)D));
-    TRY(row_parallel_fwd(m, m->tmp, a->att, lp->proj_w, lp->proj_b, m->Ql * D, err));
-    mc_k_add(be, a->res2, a->res, m->tmp, N * C);
+    TRY(row_parallel_fwd(m, &y, a->att, lp->proj_w, lp->proj_b, m->Ql * D, err));
+    mc_k_add(be, a->res2, a->res, y, m->Nl * C);
 
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
-    mc_k_linear_fwd(be, m->prec, a->fc1, a->ln2, P(m, lp->fc1_w), P(m, lp->fc1_b), N, C,
+    TRY(tp_gather(m, a->ln2, &h, err));
+    mc_k_linear_fwd(be, m->prec, a->fc1, h, P(m, lp->fc1_w), P(m, lp->fc1_b), N, C,
                     m->fc1_out, 0.0f);
     if (c->swiglu)
         mc_k_swiglu_fwd(be, a->act, a->fc1, N, m->Fl);
     else
         mc_k_gelu_fwd(be, a->act, a->fc1, N * m->Fl);
-    TRY(row_parallel_fwd(m, m->tmp, a->act, lp->fc2_w, lp->fc2_b, m->Fl, err));
-    mc_k_add(be, out, a->res2, m->tmp, N * C);
+    TRY(row_parallel_fwd(m, &y, a->act, lp->fc2_w, lp->fc2_b, m->Fl, err));
+    mc_k_add(be, out, a->res2, y, m->Nl * C);
     return MC_OK;
 }
 
@@ -253,25 +351,31 @@ static mc_status layer_bwd(mc_model *m, int l, mc_error *err)
     mc_backend *be = m->be;
     mc_prec pr = m->prec;
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
+    const float *dy, *x;
+    float *dl;
 
-    /* MLP branch: row-parallel fc2 needs no communication backward. */
+    /* MLP branch: row-parallel fc2 needs no communication backward (with
+     * sequence parallelism: the gather of its output gradient). */
+    TRY(tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->dact, 0.0f, N * m->Fl);
-    mc_k_linear_bwd(be, pr, m->dact, G(m, lp->fc2_w), G(m, lp->fc2_b), m->dres, a->act,
+    mc_k_linear_bwd(be, pr, m->dact, G(m, lp->fc2_w), G(m, lp->fc2_b), dy, a->act,
                     P(m, lp->fc2_w), N, m->Fl, C);
     mc_k_fill(be, m->dfc1, 0.0f, N * m->fc1_out);
     if (c->swiglu)
         mc_k_swiglu_bwd(be, m->dfc1, m->dact, a->fc1, N, m->Fl);
     else
         mc_k_gelu_bwd(be, m->dfc1, m->dact, a->fc1, N * m->Fl);
+    TRY(tp_gather(m, a->ln2, &x, err));
     mc_k_fill(be, m->dln, 0.0f, N * C);
-    mc_k_linear_bwd(be, pr, m->dln, G(m, lp->fc1_w), G(m, lp->fc1_b), m->dfc1, a->ln2,
+    mc_k_linear_bwd(be, pr, m->dln, G(m, lp->fc1_w), G(m, lp->fc1_b), m->dfc1, x,
                     P(m, lp->fc1_w), N, C, m->fc1_out);
-    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->dln, N * C, err));
-    norm_bwd(m, m->dres, m->dln, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b);
+    TRY(tp_reduce(m, m->dln, m->loc, &dl, err));
+    TRY(norm_bwd(m, m->dres, dl, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, err));
 
     /* Attention branch. */
+    TRY(tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->datt, 0.0f, N * m->Ql * D);
-    mc_k_linear_bwd(be, pr, m->datt, G(m, lp->proj_w), G(m, lp->proj_b), m->dres, a->att,
+    mc_k_linear_bwd(be, pr, m->datt, G(m, lp->proj_w), G(m, lp->proj_b), dy, a->att,
                     P(m, lp->proj_w), N, m->Ql * D, C);
     mc_k_fill(be, m->dq, 0.0f, N * m->Ql * D);
     mc_k_fill(be, m->dk, 0.0f, N * m->Gl * D);
@@ -285,18 +389,22 @@ static mc_status layer_bwd(mc_model *m, int l, mc_error *err)
     float *dqkv = m->qkv; /* the forward's scratch is free now */
     mc_k_fill(be, dqkv, 0.0f, N * m->qkv_out);
     mc_k_qkv_split_bwd(be, dqkv, m->dq, m->dk, m->dv, N, m->Ql, m->Gl, D);
+    TRY(tp_gather(m, a->ln1, &x, err));
     mc_k_fill(be, m->dln, 0.0f, N * C);
-    mc_k_linear_bwd(be, pr, m->dln, G(m, lp->qkv_w), G(m, lp->qkv_b), dqkv, a->ln1,
+    mc_k_linear_bwd(be, pr, m->dln, G(m, lp->qkv_w), G(m, lp->qkv_b), dqkv, x,
                     P(m, lp->qkv_w), N, C, m->qkv_out);
-    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->dln, N * C, err));
-    norm_bwd(m, m->dres, m->dln, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b);
+    TRY(tp_reduce(m, m->dln, m->loc, &dl, err));
+    TRY(norm_bwd(m, m->dres, dl, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, err));
     return MC_OK;
 }
 
-/* LM head and cross-entropy over row chunks. With backward, each chunk's
- * logits become d(logits) in place (weight scale per counted target) and
- * flow at once into d(lnf) (m->dln, zeroed here) and the head's weight. */
-static mc_status head_fwd_bwd(mc_model *m, int backward, float scale, mc_error *err)
+/* LM head and cross-entropy over row chunks of the final norm's output
+ * lnf [N, C]. With backward, each chunk's logits become d(logits) in place
+ * (weight scale per counted target) and flow at once into d(lnf) (m->dln,
+ * zeroed here) and the head's weight; *dl gets d(lnf) summed over the
+ * group, this rank's [Nl, C] rows (tp_reduce). */
+static mc_status head_fwd_bwd(mc_model *m, const float *lnf, int backward, float scale, float **dl,
+                              mc_error *err)
 {
     mc_backend *be = m->be;
     size_t N = m->N, C = m->C, vl = (size_t)m->vl;
@@ -304,7 +412,7 @@ static mc_status head_fwd_bwd(mc_model *m, int backward, float scale, mc_error *
     if (backward) mc_k_fill(be, m->dln, 0.0f, N * C);
     for (size_t r0 = 0; r0 < N; r0 += m->chunk_rows) {
         size_t R = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
-        const float *x = m->lnf + r0 * C;
+        const float *x = lnf + r0 * C;
         const int32_t *tgt = m->targets + r0;
         mc_k_linear_fwd(be, m->prec, m->logits, x, P(m, w), NULL, R, C, vl, 0.0f);
         mc_k_xent_max(be, m->rowmax + r0, m->logits, R, vl);
@@ -321,7 +429,7 @@ static mc_status head_fwd_bwd(mc_model *m, int backward, float scale, mc_error *
                         vl);
     }
     /* column-parallel (over the vocabulary): sum the input gradient */
-    if (backward) TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->dln, N * C, err));
+    if (backward) TRY(tp_reduce(m, m->dln, m->loc, dl, err));
     return MC_OK;
 }
 
@@ -358,28 +466,33 @@ mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targe
     mc_bcopy_from_host(be, m->tokens, tokens, N * sizeof(int32_t));
     mc_bcopy_from_host(be, m->targets, targets, N * sizeof(int32_t));
 
-    /* Embedding: vocab-parallel lookup, all-reduced, then positions. */
-    float *x0 = m->acts[0].res;
-    mc_k_embed_fwd(be, x0, m->tokens, N, P(m, m->wte), m->v0, m->vl, C);
-    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, x0, N * C, err));
-    if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, P(m, m->wpe), B, T, C, 0);
+    /* Embedding: vocab-parallel lookup, all-reduced (reduce-scattered to
+     * this rank's positions [pos0, pos0 + Tl) with sequence parallelism),
+     * then positions. */
+    float *x0 = m->acts[0].res, *e = m->sp ? m->tmp : x0, *dl = NULL;
+    size_t pos0 = m->sp ? (size_t)m->grid.tp_rank * m->Tl : 0;
+    mc_k_embed_fwd(be, e, m->tokens, N, P(m, m->wte), m->v0, m->vl, C);
+    TRY(tp_reduce(m, e, x0, &x0, err));
+    if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, P(m, m->wpe), B, m->Tl, C, pos0);
 
     for (int l = 0; l < L; l++)
         TRY(layer_fwd(m, l, l + 1 < L ? m->acts[l + 1].res : m->res_out, err));
     norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, m->lnf_w, m->lnf_b);
+    const float *lnf;
+    TRY(tp_gather(m, m->lnf, &lnf, err));
 
     /* Mean over counted targets; a micro-batch with none has loss 0 and
      * contributes no gradient. */
     float scale = count ? grad_scale / (float)count : 0.0f;
     int bwd = backward && count > 0;
-    TRY(head_fwd_bwd(m, bwd, scale, err));
+    TRY(head_fwd_bwd(m, lnf, bwd, scale, &dl, err));
     double sum = mc_k_mean(be, m->loss, N) * (double)N;
     *loss = count ? sum / (double)count : 0.0;
     *ntok = count;
     if (!bwd) return MC_OK;
 
-    mc_k_fill(be, m->dres, 0.0f, N * C);
-    norm_bwd(m, m->dres, m->dln, m->res_out, m->lnf_mean, m->lnf_rstd, m->lnf_w, m->lnf_b);
+    mc_k_fill(be, m->dres, 0.0f, m->Nl * C);
+    TRY(norm_bwd(m, m->dres, dl, m->res_out, m->lnf_mean, m->lnf_rstd, m->lnf_w, m->lnf_b, err));
     /* The buffer holds embeddings, layers 0..L-1, final norm, output layer:
      * each step of the backward finishes a suffix of it. */
     TRY(grad_ready(m, m->params[m->lnf_w].offset, err));
@@ -388,9 +501,12 @@ mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targe
         TRY(grad_ready(m, m->params[m->lp[l].ln1_w].offset, err));
     }
     /* The embedding's input gradient is replicated: each rank adds its
-     * vocabulary rows, no communication. */
-    mc_k_embed_bwd(be, G(m, m->wte), m->dres, m->tokens, N, m->v0, m->vl, C);
-    if (m->wpe >= 0) mc_k_posemb_bwd(be, G(m, m->wpe), m->dres, B, T, C, 0);
+     * vocabulary rows, no communication (with sequence parallelism, after
+     * gathering it; the position gradient then comes whole from every row). */
+    const float *dx0;
+    TRY(tp_gather(m, m->dres, &dx0, err));
+    mc_k_embed_bwd(be, G(m, m->wte), dx0, m->tokens, N, m->v0, m->vl, C);
+    if (m->wpe >= 0) mc_k_posemb_bwd(be, G(m, m->wpe), dx0, B, T, C, 0);
     return grad_ready(m, 0, err);
 }
 

@@ -18,16 +18,18 @@ typedef struct mc_layer_params {
     int fc2_w, fc2_b;
 } mc_layer_params;
 
-/* One layer's saved activations (backend memory), N = B * T rows. */
+/* One layer's saved activations (backend memory), N = B * T rows; the
+ * residual stream and the norms hold Nl rows: N, or B * T / tp with
+ * sequence parallelism (model.c). */
 typedef struct mc_layer_acts {
-    float *res;          /* [N, C] the layer's input (residual stream) */
-    float *ln1;          /* [N, C] */
-    float *ln1_mean, *ln1_rstd; /* [N] (mean only for LayerNorm) */
+    float *res;          /* [Nl, C] the layer's input (residual stream) */
+    float *ln1;          /* [Nl, C] */
+    float *ln1_mean, *ln1_rstd; /* [Nl] (mean only for LayerNorm) */
     float *q, *k, *v;    /* [N, Ql D], [N, Gl D], [N, Gl D], after RoPE */
     float *att;          /* [N, Ql D] attention output */
     float *lse;          /* [B, Ql, T] */
-    float *res2;         /* [N, C] residual after attention */
-    float *ln2;          /* [N, C] */
+    float *res2;         /* [Nl, C] residual after attention */
+    float *ln2;          /* [Nl, C] */
     float *ln2_mean, *ln2_rstd;
     float *fc1;          /* [N, Fl] or [N, 2 Fl] with SwiGLU */
     float *act;          /* [N, Fl] */
@@ -53,15 +55,22 @@ struct mc_model {
     size_t N, T, C, D, Ql, Gl, Fl, fc1_out, qkv_out;
     int64_t v0, vl;         /* this rank's vocabulary rows */
     size_t chunk_rows;      /* LM-head rows per chunk */
+    int sp;                 /* sequence parallelism on (and tp > 1) */
+    size_t Tl, Nl;          /* positions and rows per rank in the sequence-parallel regions */
 
     /* activations and scratch (model.c), all carved from one block */
     void *act_block;
     mc_layer_acts *acts;    /* [num_layers] */
-    float *res_out;         /* [N, C] the last layer's output */
-    float *lnf, *lnf_mean, *lnf_rstd;
+    float *res_out;         /* [Nl, C] the last layer's output */
+    float *lnf, *lnf_mean, *lnf_rstd; /* [Nl, C], [Nl] */
     float *qkv;             /* [N, qkv_out] scratch; the backward's dqkv */
     float *tmp;             /* [N, C] row-parallel outputs before the all-reduce */
-    float *dres, *dln;      /* [N, C] */
+    float *dres;            /* [Nl, C] */
+    float *dln;             /* [N, C] */
+    /* sequence parallelism only: a gathered [N, C] input, the [tp, B, Tl, C]
+     * staging of a gather or reduce-scatter, its [Nl, C] result, and the
+     * partial gradient of a norm's weight and bias [2C] */
+    float *gath, *sp_buf, *loc, *nrm_g;
     float *dact, *dfc1;     /* [N, Fl], [N, fc1_out] */
     float *datt, *dq, *dk, *dv;
     float *logits;          /* [chunk_rows, vl] */
