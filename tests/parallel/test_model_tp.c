@@ -2,7 +2,7 @@
  * test_model_tp.c - tensor and sequence parallelism of the model, checked
  * against one process, run under mpirun by tests/tools/parallel_model.bats.
  *
- *   test_model_tp run FAMILY GROUPS TP [break]  on TP ranks (PP = DP = 1)
+ *   test_model_tp run FAMILY GROUPS TP [break]  TP-parallel (PP = 1, DP = ranks / TP)
  *   test_model_tp config                      one process: the SP configuration rules
  *
  * FAMILY is gpt (LayerNorm, GELU, learned positions, biases, tied output
@@ -89,14 +89,13 @@ static void config_of(mc_model_config *c, const char *family, int groups, int sp
 /* Global flat index of local element (i, k) of parameter p, whose rows are
  * row_chunks chunks each split on its own (mc_param's layout). shift moves
  * the slice to another rank's (the `break` mode). */
-static size_t global_index(const mc_param *p, int64_t i, int64_t k, int tp, int shift)
+static size_t global_index(const mc_param *p, int64_t i, int64_t k, int shift)
 {
     int64_t lrc = p->local_rows / p->row_chunks; /* local rows per chunk */
     int64_t j = i / lrc, r = i % lrc;
     int64_t row0 = p->row0, col0 = p->col0;
     if (shift && p->split_dim == 0) row0 = (row0 + lrc) % (p->rows / p->row_chunks);
     if (shift && p->split_dim == 1) col0 = (col0 + p->local_cols) % p->cols;
-    (void)tp;
     return (size_t)((j * (p->rows / p->row_chunks) + row0 + r) * p->cols + col0 + k);
 }
 
@@ -119,7 +118,7 @@ static void perturb(mc_model *m, mc_backend *be)
         uint64_t key = mc_k_name_key(p->name);
         for (int64_t r = 0; r < p->local_rows; r++)
             for (int64_t k = 0; k < p->local_cols; k++) {
-                uint64_t h = (key ^ (global_index(p, r, k, 1, 0) + 1) * 0x9E3779B97F4A7C15ull);
+                uint64_t h = (key ^ (global_index(p, r, k, 0) + 1) * 0x9E3779B97F4A7C15ull);
                 h ^= h >> 31, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 29;
                 x[r * p->local_cols + k] += 0.1f * (float)((double)(h >> 11) / 4503599627370496.0 - 1.0);
             }
@@ -190,7 +189,7 @@ static void compare(ctx *c, mc_model *m, mc_model *ref, int grads, const char *w
         for (int64_t r = 0; r < p->local_rows; r++)
             for (int64_t k = 0; k < p->local_cols; k++) {
                 size_t li = (size_t)(r * p->local_cols + k);
-                double ref_v = b[global_index(p, r, k, c->g.tp, shift)];
+                double ref_v = b[global_index(p, r, k, shift)];
                 double d = fabs((double)a[li] - ref_v);
                 if (d > maxd || d != d) maxd = d, worst = li;
                 if (fabs(ref_v) > scale) scale = fabs(ref_v);

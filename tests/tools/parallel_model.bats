@@ -68,6 +68,15 @@ tp() {
     refute_output --partial FAILED
 }
 
+@test "TP=2 groups inside a 4-rank grid (DP=2): each replica equals one process" {
+    need_mpirun
+    run timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader \
+        -np 4 "$TEST_MODEL_TP" run llama 2 2
+    assert_success
+    assert_output --regexp 'ok [0-9]+ checks on 4 ranks'
+    refute_output --partial FAILED
+}
+
 @test "the comparison can fail: each rank against its neighbour's slice" {
     tp 2 gpt 8 break
     assert_failure
