@@ -27,9 +27,11 @@
  * A crash at any point leaves the previous checkpoint and pointer intact;
  * readers never look at hidden temporaries.
  *
- * Today one process writes through HDF5's default (serial) driver. The
- * block arguments are there so that, with MPI-IO, each rank writes its own
- * hyperslab of the same datasets; begin and commit will then be collective.
+ * One process writes through HDF5's default driver. A grid of processes
+ * (mc_ckpt_writer_begin_grid) writes the same single file in parallel
+ * through parallel HDF5: each rank writes its own blocks, begin, commit and
+ * abort are collective over the world, and the latest pointer moves only
+ * after every rank has finished (lib/fmt/ckpt_par.c says how).
  *
  * HDF5 prints its error stack to stderr by default. Every function here
  * turns that off for its own duration and restores the caller's setting
@@ -42,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include "mc/comm.h"
 #include "mc/status.h"
 
 #ifdef __cplusplus
@@ -79,6 +82,30 @@ typedef struct mc_ckpt_writer mc_ckpt_writer;
  * (created if missing). */
 mc_status mc_ckpt_writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer **out,
                                mc_error *err);
+
+/* The same on a grid: collective over the world of g (every rank calls it,
+ * with the same dir and iteration). Rank 0 makes the temporary directory
+ * and the others learn its name. Then every writing call below is local to
+ * the rank (the blocks are kept in host memory, in their stored dtype) and
+ * mc_ckpt_writer_commit or mc_ckpt_writer_abort, which every rank must call
+ * exactly once, does the collective work:
+ *  - each rank writes the blocks it holds and no more; a block held by
+ *    several ranks (replicas) is written once, by the lowest rank, and must
+ *    be the same bits on each; blocks must not otherwise overlap, and every
+ *    element of every tensor must be written by some rank;
+ *  - root attributes and byte datasets must be the same on every rank;
+ *  - errors are agreed: when any rank fails or aborts, every rank's commit
+ *    returns the same error ("rank R: ..."), nothing is published and the
+ *    pointer stays.
+ * g NULL, or a grid of one process (mc_grid_single): exactly
+ * mc_ckpt_writer_begin, no MPI call. */
+mc_status mc_ckpt_writer_begin_grid(const char *dir, int64_t iteration, const mc_grid *g,
+                                    mc_ckpt_writer **out, mc_error *err);
+
+/* Collective over the world of g: every rank passes its status of some
+ * step (a load); all return MC_OK, or all the error of the lowest failing
+ * rank ("rank R: ..."), with its code. One process: returns st as it is. */
+mc_status mc_ckpt_agree(const mc_grid *g, mc_status st, mc_error *err);
 
 /* Compression of the tensors created from now on; level is zstd's
  * (1..22, negative for faster; 0 means zstd's default, 3). */

@@ -1,0 +1,142 @@
+/*
+ * ckpt_dir.c - the directories of a checkpoint: the hidden temporary
+ * iteration directory, fsync, and publishing it (rename into place, then
+ * the latest pointer), so that a crash at any point leaves the previous
+ * checkpoint and pointer intact.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fmt/ckpt_internal.h"
+#include "mc/file.h"
+
+char *ck_printf(const char *fmt, ...) {
+    va_list ap;
+    char *s = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p) != 0 ? -1 : 0;
+}
+
+int ck_rm_tree(const char *path) {
+    return nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+mc_status ck_fsync(const char *path, mc_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open to fsync", path);
+    /* Some file systems cannot fsync a directory; that is not a failure of ours. */
+    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS && errno != ENOTSUP) {
+        int e = errno;
+        close(fd);
+        return mc_error_errno(err, MC_ERR_IO, e, "%s: fsync failed", path);
+    }
+    close(fd);
+    return MC_OK;
+}
+
+/* Not mkdtemp: its 0700 would stay on the directory, which is renamed,
+ * not copied, into place. */
+int ck_make_tmpdir(char *tmpl) {
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    char *x = tmpl + strlen(tmpl) - 6;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        unsigned char r[6];
+        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+            return -1;
+        for (int i = 0; i < 6; i++)
+            x[i] = abc[r[i] % (sizeof abc - 1)];
+        if (mkdir(tmpl, 0777) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -1;
+    }
+    return -1;
+}
+
+mc_status ck_mkdir_p(const char *dir, mc_error *err) {
+    char *p = strdup(dir);
+    if (!p)
+        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == 0) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+                int e = errno;
+                mc_error_errno(err, MC_ERR_IO, e, "%s: cannot create directory '%s'", dir, p);
+                free(p);
+                return MC_ERR_IO;
+            }
+            *s = c;
+            if (!c)
+                break;
+        }
+    }
+    free(p);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return mc_error_set(err, MC_ERR_IO, "%s: not a directory", dir);
+    return MC_OK;
+}
+
+mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_t iteration,
+                     int *tmp_gone, mc_error *err) {
+    mc_status st;
+    *tmp_gone = 0;
+    if ((st = ck_fsync(tmp, err)) != MC_OK)
+        return st;
+    /* An existing iteration directory is swapped out atomically (so the
+     * pointer never names a missing directory) and removed afterwards. */
+    if (rename(tmp, final) != 0) {
+        int e = errno;
+        if (e != ENOTEMPTY && e != EEXIST)
+            return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot rename '%s' to it", final, tmp);
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
+            /* No exchange on this file system: remove, then rename. */
+            if (ck_rm_tree(final) != 0 || rename(tmp, final) != 0)
+                return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot replace it", final);
+        } else if (ck_rm_tree(tmp) != 0) {
+            return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot remove the replaced copy '%s'",
+                                  final, tmp);
+        }
+    }
+    if ((st = ck_fsync(dir, err)) != MC_OK)
+        return st;
+    /* The final directory is in place; from here a failure leaves the
+     * previous pointer, which still names a complete checkpoint. */
+    *tmp_gone = 1;
+    char *latest = ck_printf("%s/" MC_CKPT_LATEST, dir), num[32];
+    if (!latest)
+        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
+    int len = snprintf(num, sizeof num, "%" PRId64 "\n", iteration);
+    mc_afile f;
+    if ((st = mc_afile_open(&f, latest, err)) == MC_OK) {
+        if ((st = mc_afile_write(&f, num, (size_t)len, err)) == MC_OK)
+            st = mc_afile_commit(&f, err);
+        mc_afile_abort(&f);
+    }
+    free(latest);
+    return st;
+}

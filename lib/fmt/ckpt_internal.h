@@ -1,0 +1,149 @@
+/*
+ * ckpt_internal.h - what the checkpoint files of lib/fmt share (private):
+ *   ckpt_h5.c     HDF5 errors, dtypes and their conversions, block shapes,
+ *                 attributes, dataset creation properties
+ *   ckpt_dir.c    directories: temporary, fsync, publish (rename + pointer)
+ *   ckpt_write.c  the writer: one process, or the front of ckpt_par.c
+ *   ckpt_par.c    the collective writer of a grid over parallel HDF5
+ *   ckpt_read.c   the reader
+ */
+#ifndef MC_FMT_CKPT_INTERNAL_H
+#define MC_FMT_CKPT_INTERNAL_H
+
+#include <hdf5.h>
+#include <stdint.h>
+#include "mc/ckpt.h"
+#include "mc/comm.h"
+
+#define CK_FORMAT_NAME "mc-checkpoint"
+/* Chunks of about this many stored bytes: large enough for zstd to find
+ * its matches, small enough that a partial read stays cheap. */
+#define CK_CHUNK_TARGET (2u << 20)
+
+/* ------------------------------------------------------------ ckpt_h5.c */
+
+/* HDF5's automatic error printing, switched off for the duration of one of
+ * our calls and restored afterwards, so the caller's setting stands. */
+typedef struct ck_quiet {
+    H5E_auto2_t func;
+    void *data;
+} ck_quiet;
+void ck_quiet_on(ck_quiet *q);
+void ck_quiet_off(const ck_quiet *q);
+
+/* Set err to "<message>: <HDF5's innermost description>" and clear HDF5's
+ * error stack. */
+__attribute__((format(printf, 3, 4))) mc_status ck_h5fail(mc_error *err, mc_status code,
+                                                          const char *fmt, ...);
+/* Release an HDF5 id (any kind) and set it to -1; -1 is allowed. */
+void ck_close(hid_t *id);
+
+hid_t ck_half_type(void); /* IEEE binary16 (h5py's float16) */
+uint16_t ck_f32_to_bf16(float f);
+float ck_bf16_to_f32(uint16_t h);
+uint16_t ck_f32_to_f16(float f);
+/* The file type of a stored dtype (a copy: ck_close it). */
+hid_t ck_file_type(mc_ckpt_dtype d);
+/* The memory type of a block already converted to dtype's stored form. */
+hid_t ck_mem_type(mc_ckpt_dtype d);
+/* Bytes per stored element. */
+size_t ck_dtype_size(mc_ckpt_dtype d);
+/* Convert n fp32 values to dtype's stored form (out holds n elements of
+ * ck_dtype_size bytes). */
+void ck_convert(mc_ckpt_dtype d, const float *in, size_t n, void *out);
+
+void ck_shape_str(char *out, size_t cap, int64_t rows, int64_t cols);
+/* Check a block against a global shape; where = "FILE: PATH". */
+mc_status ck_check_block(const char *where, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
+                         int64_t lrows, int64_t lcols, mc_error *err);
+/* Select the block in fspace and make the memory dataspace (cols == 0: 1-D). */
+mc_status ck_block_spaces(hid_t fspace, int64_t cols, int64_t row0, int64_t col0, int64_t lrows,
+                          int64_t lcols, hid_t *mspace);
+int ck_valid_path(const char *p); /* non-empty, relative, no empty component */
+int ck_valid_key(const char *k);  /* a plain name */
+
+mc_status ck_write_str_attr(hid_t loc, const char *name, const char *s, mc_error *err,
+                            const char *where);
+/* Fixed or variable length, into a malloc'd string; MC_ERR_NOTFOUND when absent. */
+mc_status ck_read_str_attr(hid_t loc, const char *name, char **out, mc_error *err,
+                           const char *where);
+mc_status ck_write_int_attr(hid_t loc, const char *name, int64_t v, mc_error *err,
+                            const char *where);
+mc_status ck_read_int_attr(hid_t loc, const char *name, int64_t *v, mc_error *err,
+                           const char *where);
+/* The root attributes every checkpoint starts with. */
+mc_status ck_write_header(hid_t fid, int64_t iteration, mc_error *err, const char *where);
+/* Create the dataset of a tensor (chunked, zstd when asked, Fletcher-32,
+ * attribute dtype). Collective under parallel HDF5: same arguments everywhere. */
+mc_status ck_create_tensor(hid_t fid, const char *where, const char *path, int64_t rows,
+                           int64_t cols, mc_ckpt_dtype dtype, mc_ckpt_compression comp, int level,
+                           mc_error *err);
+/* Dataset creation properties of a 1-D byte dataset of n > 0 bytes. */
+hid_t ck_bytes_dcpl(size_t n);
+
+/* ------------------------------------------------------------ ckpt_dir.c */
+
+char *ck_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int ck_rm_tree(const char *path);
+mc_status ck_fsync(const char *path, mc_error *err);
+/* mkdtemp with the final directory's mode (0777 less the umask). */
+int ck_make_tmpdir(char *tmpl);
+mc_status ck_mkdir_p(const char *dir, mc_error *err);
+/* The temporary iteration directory tmp (its file closed and fsynced) becomes
+ * final: fsync tmp, rename (exchanging an existing final, then removed),
+ * fsync dir, then rewrite dir's latest pointer to iteration. On success
+ * *tmp_gone is 1: nothing is left under the temporary name. */
+mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_t iteration,
+                     int *tmp_gone, mc_error *err);
+
+/* ------------------------------------------------------------ writer */
+
+typedef struct ck_tensor {
+    char *path;
+    int64_t rows, cols;
+    mc_ckpt_dtype dtype;
+    int64_t written; /* elements written so far (by this process) */
+} ck_tensor;
+
+typedef struct ck_par ck_par; /* ckpt_par.c */
+
+struct mc_ckpt_writer {
+    char *dir, *final, *final_file, *tmp, *tmp_file;
+    int64_t iteration;
+    hid_t fid;               /* one process: open from begin to commit */
+    mc_ckpt_compression comp;
+    int level;
+    ck_tensor *t;
+    size_t nt, ct;
+    ck_par *par;             /* NULL: this process writes alone */
+};
+
+/* Find or add (after checks) the tensor `path` in w's table; *created is 1
+ * when it was added. where = "FILE: PATH". */
+mc_status ck_writer_tensor(mc_ckpt_writer *w, const char *where, const char *path, int64_t rows,
+                           int64_t cols, mc_ckpt_dtype dtype, ck_tensor **out, int *created,
+                           mc_error *err);
+void ck_writer_free(mc_ckpt_writer *w);
+
+/* ------------------------------------------------------------ ckpt_par.c */
+
+/* w->dir, final, final_file, tmp (template) and iteration are set; make the
+ * temporary directory on rank 0 and share it (collective). On failure w is
+ * left for ck_par_free. */
+mc_status ck_par_begin(mc_ckpt_writer *w, const mc_grid *g, mc_error *err);
+/* Keep a block (already checked) for the collective write at commit. */
+mc_status ck_par_stash_block(mc_ckpt_writer *w, size_t tensor, int64_t row0, int64_t col0,
+                             int64_t lrows, int64_t lcols, const float *host, mc_error *err);
+mc_status ck_par_stash_attr(mc_ckpt_writer *w, const char *key, int is_int, int64_t v,
+                            const char *text, mc_error *err);
+mc_status ck_par_stash_bytes(mc_ckpt_writer *w, const char *key, const void *data, size_t n,
+                             mc_error *err);
+/* Collective commit: agree, check, write, publish; every rank returns the
+ * same status. */
+mc_status ck_par_commit(mc_ckpt_writer *w, mc_error *err);
+/* Collective abort: the other ranks' commit (or abort) fails with this
+ * rank's refusal. */
+void ck_par_abort(mc_ckpt_writer *w);
+void ck_par_free(ck_par *p);
+
+#endif

@@ -1,0 +1,480 @@
+/*
+ * ckpt_read.c - the checkpoint reader: resolves a checkpoint directory
+ * through its latest pointer, checks the file's format and iteration, and
+ * reads attributes, byte datasets and blocks of global tensors (any block:
+ * a rank of any grid reads its own slice), converting stored dtypes to
+ * fp32. Many processes may read one file at once: each opens it on its own
+ * (HDF5's default driver, read-only).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fmt/ckpt_internal.h"
+#include "fmt/h5zstd.h"
+#include "mc/buf.h"
+#include "mc/file.h"
+#include "mc/json.h"
+
+struct mc_ckpt_reader {
+    char *dir, *file;
+    int64_t iteration;
+    hid_t fid;
+};
+
+int64_t mc_ckpt_iteration(const mc_ckpt_reader *r) { return r->iteration; }
+const char *mc_ckpt_dir(const mc_ckpt_reader *r) { return r->dir; }
+const char *mc_ckpt_file(const mc_ckpt_reader *r) { return r->file; }
+
+void mc_ckpt_close(mc_ckpt_reader *r) {
+    if (!r)
+        return;
+    ck_quiet q;
+    ck_quiet_on(&q);
+    ck_close(&r->fid);
+    ck_quiet_off(&q);
+    free(r->dir);
+    free(r->file);
+    free(r);
+}
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int is_file(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* DIR/latest_checkpointed_iteration.txt -> the iteration it names. */
+static mc_status read_latest(const char *latest, int64_t *it, mc_error *err) {
+    char *data;
+    size_t len;
+    mc_status st = mc_read_file(latest, &data, &len, err);
+    if (st != MC_OK)
+        return st;
+    char *s = data, *e;
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+        s++;
+    errno = 0;
+    long long v = strtoll(s, &e, 10);
+    int ok = e != s && *s != '-' && *s != '+' && errno == 0;
+    while (ok && (*e == ' ' || *e == '\t' || *e == '\n' || *e == '\r'))
+        e++;
+    if (!ok || *e) {
+        if (strncmp(s, "release", 7) == 0)
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: 'release' checkpoints (Megatron) are not supported", latest);
+        else
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: not an iteration number", latest);
+    } else {
+        *it = v;
+    }
+    free(data);
+    return st;
+}
+
+static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err) {
+    mc_status st;
+    int64_t named = -1;
+    if (is_file(path)) {
+        const char *slash = strrchr(path, '/');
+        r->file = strdup(path);
+        r->dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+    } else if (is_dir(path)) {
+        char *f = ck_printf("%s/" MC_CKPT_FILE, path), *latest = ck_printf("%s/" MC_CKPT_LATEST, path);
+        if (!f || !latest) {
+            free(f);
+            free(latest);
+            return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
+        }
+        if (is_file(f)) {
+            r->file = f;
+            r->dir = strdup(path);
+            free(latest);
+        } else if (is_file(latest)) {
+            free(f);
+            st = read_latest(latest, &named, err);
+            free(latest);
+            if (st != MC_OK)
+                return st;
+            r->dir = ck_printf("%s/iter_%07" PRId64, path, named);
+            r->file = r->dir ? ck_printf("%s/" MC_CKPT_FILE, r->dir) : NULL;
+            if (r->file && !is_file(r->file))
+                return mc_error_set(err, MC_ERR_FORMAT, "%s/" MC_CKPT_LATEST ": names iteration %" PRId64
+                                    " but %s does not exist", path, named, r->file);
+        } else {
+            free(f);
+            free(latest);
+            return mc_error_set(err, MC_ERR_NOTFOUND,
+                                "%s: not a checkpoint: no " MC_CKPT_LATEST " and no " MC_CKPT_FILE, path);
+        }
+    } else {
+        return mc_error_errno(err, MC_ERR_NOTFOUND, errno, "%s: cannot open checkpoint", path);
+    }
+    if (!r->dir || !r->file)
+        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
+    if ((st = mc_h5zstd_register(err)) != MC_OK)
+        return st;
+    if ((r->fid = H5Fopen(r->file, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0)
+        return ck_h5fail(err, MC_ERR_FORMAT, "%s: not a readable HDF5 file", r->file);
+    char *fmt = NULL;
+    if ((st = ck_read_str_attr(r->fid, "mc_format", &fmt, err, r->file)) != MC_OK)
+        return st;
+    int ok = strcmp(fmt, CK_FORMAT_NAME) == 0;
+    free(fmt);
+    if (!ok)
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: attribute mc_format is not '" CK_FORMAT_NAME "'", r->file);
+    int64_t version;
+    if ((st = ck_read_int_attr(r->fid, "mc_format_version", &version, err, r->file)) != MC_OK ||
+        (st = ck_read_int_attr(r->fid, "iteration", &r->iteration, err, r->file)) != MC_OK)
+        return st;
+    if (version < 1 || version > MC_CKPT_FORMAT_VERSION)
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: format version %" PRId64 ", this mc reads up to %d",
+                            r->file, version, MC_CKPT_FORMAT_VERSION);
+    if (named >= 0 && named != r->iteration)
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: holds iteration %" PRId64 ", the directory says %" PRId64,
+                            r->file, r->iteration, named);
+    return MC_OK;
+}
+
+mc_status mc_ckpt_open(const char *path, mc_ckpt_reader **out, mc_error *err) {
+    *out = NULL;
+    if (!path || !*path)
+        return mc_error_set(err, MC_ERR_USAGE, "checkpoint: empty path");
+    mc_ckpt_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
+    r->fid = -1;
+    ck_quiet q;
+    ck_quiet_on(&q);
+    mc_status st = reader_open(path, r, err);
+    ck_quiet_off(&q);
+    if (st != MC_OK)
+        mc_ckpt_close(r);
+    else
+        *out = r;
+    return st;
+}
+
+mc_status mc_ckpt_read_json(mc_ckpt_reader *r, const char *key, json_t **out, mc_error *err) {
+    *out = NULL;
+    if (!ck_valid_key(key))
+        return mc_error_set(err, MC_ERR_USAGE, "%s: invalid attribute name", r->file);
+    char *s = NULL, where[512];
+    ck_quiet q;
+    ck_quiet_on(&q);
+    mc_status st = ck_read_str_attr(r->fid, key, &s, err, r->file);
+    ck_quiet_off(&q);
+    if (st != MC_OK)
+        return st;
+    snprintf(where, sizeof where, "%s: attribute %s", r->file, key);
+    st = mc_json_load_buf(where, s, strlen(s), out, err);
+    free(s);
+    return st;
+}
+
+mc_status mc_ckpt_read_int(mc_ckpt_reader *r, const char *key, int64_t *out, mc_error *err) {
+    if (!ck_valid_key(key))
+        return mc_error_set(err, MC_ERR_USAGE, "%s: invalid attribute name", r->file);
+    ck_quiet q;
+    ck_quiet_on(&q);
+    mc_status st = ck_read_int_attr(r->fid, key, out, err, r->file);
+    ck_quiet_off(&q);
+    return st;
+}
+
+/* 1 when the link path exists, 0 when it does not, -1 when HDF5 cannot
+ * tell (a damaged group; its error stack is left for ck_h5fail). */
+static int exists(hid_t fid, const char *path) {
+    /* H5Lexists on "a/b" fails when "a" is missing: check each prefix. */
+    char buf[1024];
+    size_t n = strlen(path);
+    if (n >= sizeof buf)
+        return 0;
+    memcpy(buf, path, n + 1);
+    for (size_t i = 0; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            htri_t e = H5Lexists(fid, buf, H5P_DEFAULT);
+            buf[i] = c;
+            if (e <= 0)
+                return e < 0 ? -1 : 0;
+        }
+    }
+    return 1;
+}
+
+static mc_status read_bytes(mc_ckpt_reader *r, const char *key, void **data, size_t *n, mc_error *err) {
+    int there = exists(r->fid, key);
+    if (there < 0)
+        return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", r->file, key);
+    if (!there)
+        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: no dataset '%s'", r->file, key);
+    hid_t ds = H5Dopen2(r->fid, key, H5P_DEFAULT), sp = -1, t = -1;
+    mc_status st = MC_OK;
+    if (ds < 0 || (sp = H5Dget_space(ds)) < 0 || (t = H5Dget_type(ds)) < 0) {
+        st = ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot open the dataset", r->file, key);
+    } else if (H5Sget_simple_extent_ndims(sp) != 1 || H5Tget_class(t) != H5T_INTEGER || H5Tget_size(t) != 1) {
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: not a 1-D byte dataset", r->file, key);
+    } else {
+        hssize_t m = H5Sget_simple_extent_npoints(sp);
+        void *p = malloc(m > 0 ? (size_t)m : 1);
+        if (!p)
+            st = mc_error_set(err, MC_ERR_NOMEM, "%s: %s: out of memory", r->file, key);
+        else if (m > 0 && H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, p) < 0) {
+            free(p);
+            st = ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: read failed", r->file, key);
+        } else {
+            *data = p;
+            *n = (size_t)m;
+        }
+    }
+    ck_close(&t);
+    ck_close(&sp);
+    ck_close(&ds);
+    return st;
+}
+
+mc_status mc_ckpt_read_bytes(mc_ckpt_reader *r, const char *key, void **data, size_t *n, mc_error *err) {
+    *data = NULL;
+    *n = 0;
+    if (!ck_valid_key(key))
+        return mc_error_set(err, MC_ERR_USAGE, "%s: invalid dataset name", r->file);
+    ck_quiet q;
+    ck_quiet_on(&q);
+    mc_status st = read_bytes(r, key, data, n, err);
+    ck_quiet_off(&q);
+    return st;
+}
+
+/* Open a tensor and learn its global shape and stored dtype. A dataset
+ * written by another tool without a dtype attribute is read by its HDF5
+ * type: any float (float64 is rounded to fp32); uint16 needs
+ * dtype="bfloat16". */
+static mc_status open_tensor(mc_ckpt_reader *r, const char *path, hid_t *ds_out, int64_t *rows,
+                             int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err) {
+    if (!ck_valid_path(path))
+        return mc_error_set(err, MC_ERR_USAGE, "%s: %s: invalid tensor path", r->file, path ? path : "(null)");
+    int there = exists(r->fid, path);
+    if (there < 0)
+        return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", r->file, path);
+    if (!there)
+        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: %s: no such tensor in the checkpoint", r->file, path);
+    hid_t ds = H5Dopen2(r->fid, path, H5P_DEFAULT), sp = -1, t = -1;
+    mc_status st = MC_OK;
+    char *dname = NULL;
+    hsize_t dims[2] = {0, 0};
+    int nd = -1;
+    if (ds < 0 || (sp = H5Dget_space(ds)) < 0 || (t = H5Dget_type(ds)) < 0 ||
+        (nd = H5Sget_simple_extent_ndims(sp)) < 0) {
+        st = ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: not a readable dataset", r->file, path);
+        goto done;
+    }
+    if (nd < 1 || nd > 2) {
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: %d dimensions, a tensor has 1 or 2", r->file, path, nd);
+        goto done;
+    }
+    H5Sget_simple_extent_dims(sp, dims, NULL);
+    if (dims[0] < 1 || (nd == 2 && dims[1] < 1)) {
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: empty tensor", r->file, path);
+        goto done;
+    }
+    *rows = (int64_t)dims[0];
+    *cols = nd == 2 ? (int64_t)dims[1] : 0;
+    st = ck_read_str_attr(ds, "dtype", &dname, err, r->file);
+    if (st == MC_ERR_NOTFOUND) {
+        st = MC_OK;
+        mc_error_clear(err);
+    } else if (st != MC_OK) {
+        goto done;
+    }
+    H5T_class_t cls = H5Tget_class(t);
+    size_t size = H5Tget_size(t);
+    if (dname && strcmp(dname, "bfloat16") == 0) {
+        *dtype = MC_CKPT_BFLOAT16;
+        if (cls != H5T_INTEGER || size != 2)
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype bfloat16 needs 16-bit integer storage", r->file, path);
+    } else if (dname && strcmp(dname, "float16") != 0 && strcmp(dname, "float32") != 0) {
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: unknown dtype '%s'", r->file, path, dname);
+    } else if (cls != H5T_FLOAT) {
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: not stored as floating point", r->file, path);
+    } else {
+        *dtype = size == 2 ? MC_CKPT_FLOAT16 : MC_CKPT_FLOAT32;
+        if (dname && strcmp(dname, mc_ckpt_dtype_name(*dtype)) != 0)
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype '%s' but %zu-byte floats", r->file, path,
+                              dname, size);
+    }
+done:
+    free(dname);
+    ck_close(&t);
+    ck_close(&sp);
+    if (st != MC_OK)
+        ck_close(&ds);
+    *ds_out = ds;
+    return st;
+}
+
+int mc_ckpt_has_tensor(mc_ckpt_reader *r, const char *path) {
+    ck_quiet q;
+    ck_quiet_on(&q);
+    int e = ck_valid_path(path) && exists(r->fid, path) > 0;
+    H5Eclear2(H5E_DEFAULT);
+    ck_quiet_off(&q);
+    return e;
+}
+
+mc_status mc_ckpt_tensor_info(mc_ckpt_reader *r, const char *path, int64_t *rows, int64_t *cols,
+                              mc_ckpt_dtype *dtype, mc_error *err) {
+    int64_t rr = 0, cc = 0;
+    mc_ckpt_dtype dd = MC_CKPT_FLOAT32;
+    hid_t ds = -1;
+    ck_quiet q;
+    ck_quiet_on(&q);
+    mc_status st = open_tensor(r, path, &ds, &rr, &cc, &dd, err);
+    ck_close(&ds);
+    ck_quiet_off(&q);
+    if (st == MC_OK) {
+        if (rows)
+            *rows = rr;
+        if (cols)
+            *cols = cc;
+        if (dtype)
+            *dtype = dd;
+    }
+    return st;
+}
+
+static mc_status read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, int64_t cols, int64_t row0,
+                             int64_t col0, int64_t lrows, int64_t lcols, float *out, mc_error *err) {
+    char where[512];
+    snprintf(where, sizeof where, "%s: %s", r->file, path ? path : "(null)");
+    mc_status st = ck_check_block(where, rows, cols, row0, col0, lrows, lcols, err);
+    if (st != MC_OK)
+        return st;
+    if (cols == 0)
+        col0 = 0, lcols = 1;
+    int64_t frows, fcols;
+    mc_ckpt_dtype dtype;
+    hid_t ds = -1, fs = -1, ms = -1;
+    if ((st = open_tensor(r, path, &ds, &frows, &fcols, &dtype, err)) != MC_OK)
+        return st;
+    if (frows != rows || fcols != cols) {
+        char a[64], b[64];
+        ck_shape_str(a, sizeof a, frows, fcols);
+        ck_shape_str(b, sizeof b, rows, cols);
+        ck_close(&ds);
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: shape %s in the checkpoint, %s expected", where, a, b);
+    }
+    size_t n = (size_t)lrows * (size_t)lcols;
+    if (n > 0) {
+        hid_t mt = dtype == MC_CKPT_BFLOAT16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;
+        if ((fs = H5Dget_space(ds)) < 0 || ck_block_spaces(fs, cols, row0, col0, lrows, lcols, &ms) != MC_OK)
+            st = ck_h5fail(err, MC_ERR_INTERNAL, "%s: cannot select the block", where);
+        else if (H5Dread(ds, mt, ms, fs, H5P_DEFAULT, out) < 0)
+            st = ck_h5fail(err, MC_ERR_FORMAT, "%s: read failed", where);
+        else if (dtype == MC_CKPT_BFLOAT16) {
+            /* The n uint16 values sit in the first half of out; widen from
+             * the end so that no value is overwritten before it is read. */
+            const unsigned char *b = (const unsigned char *)out;
+            for (size_t i = n; i-- > 0;) {
+                uint16_t h;
+                memcpy(&h, b + 2 * i, 2);
+                float f = ck_bf16_to_f32(h);
+                memcpy((unsigned char *)out + 4 * i, &f, 4);
+            }
+        }
+    }
+    ck_close(&ms);
+    ck_close(&fs);
+    ck_close(&ds);
+    return st;
+}
+
+mc_status mc_ckpt_read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, int64_t cols, int64_t row0,
+                              int64_t col0, int64_t local_rows, int64_t local_cols, float *host_out,
+                              mc_error *err) {
+    ck_quiet q;
+    ck_quiet_on(&q);
+    mc_status st = read_tensor(r, path, rows, cols, row0, col0, local_rows, local_cols, host_out, err);
+    ck_quiet_off(&q);
+    return st;
+}
+
+typedef struct list_ctx {
+    mc_buf names; /* NUL-separated */
+    size_t n;
+    mc_error *err;
+} list_ctx;
+
+static herr_t list_cb(hid_t g, const char *name, const H5L_info_t *info, void *data) {
+    (void)info;
+    list_ctx *c = data;
+    hid_t o = H5Oopen(g, name, H5P_DEFAULT);
+    int is_ds = o >= 0 && H5Iget_type(o) == H5I_DATASET;
+    ck_close(&o);
+    H5Eclear2(H5E_DEFAULT);
+    if (!is_ds)
+        return 0;
+    if (mc_buf_append(&c->names, name, strlen(name) + 1, c->err) != MC_OK)
+        return -1;
+    c->n++;
+    return 0;
+}
+
+static mc_status list_group(mc_ckpt_reader *r, const char *group, char ***names, size_t *n, mc_error *err) {
+    int there = exists(r->fid, group);
+    if (there < 0)
+        return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", r->file, group);
+    if (!there)
+        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: no group '%s'", r->file, group);
+    hid_t g = H5Gopen2(r->fid, group, H5P_DEFAULT);
+    if (g < 0)
+        return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: not a group", r->file, group);
+    list_ctx c = {MC_BUF_INIT, 0, err};
+    hsize_t idx = 0;
+    herr_t e = H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, list_cb, &c);
+    ck_close(&g);
+    if (e < 0) {
+        mc_buf_free(&c.names);
+        return err && err->code ? err->code : ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot list it", r->file, group);
+    }
+    /* One block: the pointer array, then the strings. */
+    char **v = malloc((c.n + 1) * sizeof *v + c.names.len + 1);
+    if (!v) {
+        mc_buf_free(&c.names);
+        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", r->file);
+    }
+    char *s = (char *)(v + c.n + 1);
+    if (c.names.len)
+        memcpy(s, c.names.data, c.names.len);
+    for (size_t i = 0; i < c.n; i++) {
+        v[i] = s;
+        s += strlen(s) + 1;
+    }
+    v[c.n] = NULL;
+    mc_buf_free(&c.names);
+    *names = v;
+    *n = c.n;
+    return MC_OK;
+}
+
+mc_status mc_ckpt_list(mc_ckpt_reader *r, const char *group, char ***names, size_t *n, mc_error *err) {
+    *names = NULL;
+    *n = 0;
+    if (!ck_valid_path(group))
+        return mc_error_set(err, MC_ERR_USAGE, "%s: invalid group name", r->file);
+    mc_error_clear(err);
+    ck_quiet q;
+    ck_quiet_on(&q);
+    mc_status st = list_group(r, group, names, n, err);
+    ck_quiet_off(&q);
+    return st;
+}
