@@ -5,6 +5,9 @@
  *   test_distopt single      one process, no MPI: DP = 1 distributed equals
  *                            the plain optimizer; the error paths
  *   test_distopt grid TP     world / TP data-parallel ranks
+ *   test_distopt save|load FILE dist|plain
+ *                            global moments written under one DP, read
+ *                            under another (see run_ckpt)
  *
  * Synthetic flat buffers stand in for a model: mc_param spans with and
  * without weight decay, a gap no parameter covers, and sizes that do not
@@ -395,6 +398,141 @@ static void run_layout(ctx *c, const layout *l)
     free(before);
 }
 
+/* ------------------------------------------------------------ across DP */
+
+/*
+ * A checkpoint written under one DP and read under another, the way the
+ * checkpoint code will do it: `save FILE KIND` runs steps 0-2 of the 1001
+ * layout on this world (DP = world), gathers the global moments to rank 0
+ * (the others pass NULL) and writes dp, steps, the parameters and both
+ * moments as raw floats; `load FILE KIND` (KIND: dist or plain) reads it on
+ * every rank, sets the parameters, the moments parameter by parameter and
+ * the step count, and runs steps 3-4 under this world's DP. Each rank's
+ * one-process reference replays all five steps (steps 0-2 summing the
+ * saving DP's gradients, 3-4 the loading DP's), and the result must be the
+ * same bits: parameters and moments.
+ */
+#define CKPT_SPLIT 3
+#define CKPT_STEPS 5
+
+static void grads_at(const layout *l, int s, int d, int dp, float *g)
+{
+    static const double amps[] = {3.0, 2.0, 0.01, 0.02, 0.5};
+    double amp = 3.0 * sqrt(3.0 * dp / (double)l->numel) * amps[s];
+    for (size_t i = 0; i < l->numel; i++)
+        g[i] = grad_of(l, i, d, 0, s, amp, dp);
+}
+
+/* The reference (p: numel + GUARD floats): steps [0, until) on one process, DP dp_save before the
+ * split and dp_load after. */
+static mc_optim *reference(ctx *c, const layout *l, const mc_optim_config *cfg, int dp_save,
+                           int dp_load, int until, float *p, float *g)
+{
+    mc_grid single;
+    mc_grid_single(&single);
+    mc_error e;
+    mc_optim *o;
+    fill_params(l, p, 0);
+    if (mc_optim_new(c->be, &single, cfg, p, g, l->numel, l->ps, l->nps, &o, &e))
+        exit(1);
+    float *part = malloc(l->numel * sizeof *part);
+    for (int s = 0; s < until; s++) {
+        int dp = s < CKPT_SPLIT ? dp_save : dp_load;
+        grads_at(l, s, 0, dp, g);
+        for (int d = 1; d < dp; d++) {
+            grads_at(l, s, d, dp, part);
+            for (size_t i = 0; i < l->numel; i++)
+                g[i] += part[i];
+        }
+        mc_optim_result r;
+        mc_optim_step(o, 1e-2, 0.1, 1, &r, &e);
+    }
+    free(part);
+    return o;
+}
+
+static void run_ckpt(ctx *c, const char *path, int save, int distributed)
+{
+    layout l;
+    make_layout(&l, 0);
+    size_t N = l.numel;
+    mc_optim_config cfg;
+    mc_optim_config_init(&cfg);
+    cfg.weight_decay = 0.1;
+    mc_error e;
+    float *p = mc_balloc(c->be, (N + GUARD) * sizeof(float), &e);
+    float *g = mc_balloc(c->be, (N + GUARD) * sizeof(float), &e);
+    float *m = calloc(N, sizeof *m), *v = calloc(N, sizeof *v);
+    mc_optim *o = NULL;
+    mc_status st = distributed
+                       ? mc_optim_new_distributed(c->be, &c->g, &cfg, p, g, N, l.ps, l.nps, 1, &o, &e)
+                       : mc_optim_new(c->be, &c->g, &cfg, p, g, N, l.ps, l.nps, &o, &e);
+    CHECK(c, st == MC_OK, "create: %s", st ? e.msg : "");
+    if (st)
+        exit(1);
+    int dp = c->g.dp, dp_save = dp, first = 0;
+    fill_params(&l, p, 0);
+    if (!save) {
+        /* Every rank reads the global tensors; each keeps its shard. */
+        FILE *f = fopen(path, "rb");
+        int64_t hdr[2] = {0, 0};
+        int ok = f && fread(hdr, sizeof hdr, 1, f) == 1 && fread(p, sizeof(float), N, f) == N &&
+                 fread(m, sizeof(float), N, f) == N && fread(v, sizeof(float), N, f) == N;
+        CHECK(c, ok, "cannot read %s", path);
+        if (f)
+            fclose(f);
+        if (!ok)
+            exit(1);
+        dp_save = (int)hdr[0];
+        for (size_t j = 0; j < l.nps && !st; j++)
+            st = mc_optim_set_moments(o, l.ps[j].offset, l.ps[j].numel, m + l.ps[j].offset,
+                                      v + l.ps[j].offset, &e);
+        CHECK(c, st == MC_OK, "set moments: %s", st ? e.msg : "");
+        mc_optim_set_steps(o, hdr[1]);
+        first = CKPT_SPLIT;
+    }
+    int until = save ? CKPT_SPLIT : CKPT_STEPS;
+    for (int s = first; s < until && !st; s++) {
+        grads_at(&l, s, c->g.dp_rank, dp, g);
+        mc_optim_result r;
+        st = mc_optim_reduce_grads(o, &e);
+        st = st ? st : mc_optim_step(o, 1e-2, 0.1, 1, &r, &e);
+        st = st ? st : mc_optim_wait_params(o, &e);
+        CHECK(c, st == MC_OK, "step %d: %s", s, st ? e.msg : "");
+    }
+    /* Global moments: data-parallel rank 0 writes, the others only help. */
+    int writer = save ? c->g.rank == 0 : 1;
+    st = mc_optim_gather_moments(o, 0, N, writer ? m : NULL, writer ? v : NULL, &e);
+    CHECK(c, st == MC_OK, "gather: %s", st ? e.msg : "");
+    if (save && c->g.rank == 0) {
+        FILE *f = fopen(path, "wb");
+        int64_t hdr[2] = {dp, mc_optim_steps(o)};
+        int ok = f && fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(p, sizeof(float), N, f) == N &&
+                 fwrite(m, sizeof(float), N, f) == N && fwrite(v, sizeof(float), N, f) == N;
+        CHECK(c, ok && fclose(f) == 0, "cannot write %s", path);
+    }
+    /* Against the one-process run of the same steps. */
+    float *rp = malloc((N + GUARD) * sizeof *rp), *rg = malloc(N * sizeof *rg);
+    float *rm = malloc(N * sizeof *rm), *rv = malloc(N * sizeof *rv);
+    mc_optim *ref = reference(c, &l, &cfg, dp_save, dp, until, rp, rg);
+    mc_optim_gather_moments(ref, 0, N, rm, rv, &e);
+    size_t at = 0;
+    CHECK(c, same_bits(rp, p, N, &at), "%s under DP=%d (saved under DP=%d): parameter %zu differs "
+          "from the one-process run", save ? "saved" : "loaded", dp, dp_save, at);
+    if (writer)
+        CHECK(c, same_bits(rm, m, N, &at) && same_bits(rv, v, N, &at),
+              "%s under DP=%d: moment %zu differs from the one-process run",
+              save ? "saved" : "loaded", dp, at);
+    CHECK(c, mc_optim_steps(o) == until, "steps %lld", (long long)mc_optim_steps(o));
+    if (c->g.rank == 0)
+        printf("# %s %s optimizer, DP=%d (saved under DP=%d): %d steps\n", save ? "saved" : "loaded",
+               distributed ? "distributed" : "plain", dp, dp_save, until);
+    mc_optim_free(ref);
+    mc_optim_free(o);
+    mc_bfree(c->be, p), mc_bfree(c->be, g);
+    free(m), free(v), free(rp), free(rg), free(rm), free(rv);
+}
+
 /* ------------------------------------------------------------ main */
 
 static int finish(ctx *c)
@@ -426,20 +564,27 @@ int main(int argc, char **argv)
     mc_error e;
     if (!strcmp(mode, "single") && argc == 2) {
         mc_grid_single(&c.g);
-    } else if (!strcmp(mode, "grid") && argc == 3) {
-        if (mc_grid_init_mpi(&argc, &argv, atoi(argv[2]), 1, 1, 1, &c.g, &e)) {
+    } else if ((!strcmp(mode, "grid") && argc == 3) ||
+               ((!strcmp(mode, "save") || !strcmp(mode, "load")) && argc == 4 &&
+                (!strcmp(argv[3], "dist") || !strcmp(argv[3], "plain")))) {
+        int tp = !strcmp(mode, "grid") ? atoi(argv[2]) : 1;
+        if (mc_grid_init_mpi(&argc, &argv, tp, 1, 1, 1, &c.g, &e)) {
             if (c.g.rank == 0)
                 fprintf(stderr, "test_distopt: error: %s\n", e.msg);
             return mc_grid_fail(&c.g, 1);
         }
         mc_grid_set_timeout(&c.g, 1.0, "test_distopt", &e);
     } else {
-        fprintf(stderr, "usage: test_distopt single | grid TP\n");
+        fprintf(stderr, "usage: test_distopt single | grid TP | save|load FILE dist|plain\n");
         return 2;
     }
     if (mc_backend_cpu_new(1, &c.be, &e)) {
         fprintf(stderr, "test_distopt: error: %s\n", e.msg);
         return mc_grid_fail(&c.g, 0);
+    }
+    if (!strcmp(mode, "save") || !strcmp(mode, "load")) {
+        run_ckpt(&c, argv[2], !strcmp(mode, "save"), !strcmp(argv[3], "dist"));
+        return finish(&c);
     }
     for (int which = 0; which < 3; which++) {
         layout l;

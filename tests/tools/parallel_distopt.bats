@@ -9,7 +9,9 @@
 # sums are added in another order); clipping, the loss scale, a NaN on one
 # rank that every rank skips, the moments gathered and loaded across
 # optimizer kinds, guard elements and gaps never touched, and the error
-# paths. The program is tests/parallel/test_distopt.c; it says more.
+# paths; and global moments saved under one DP load under another DP,
+# with or without the distributed optimizer, continuing the one-process
+# run bit for bit. The program is tests/parallel/test_distopt.c; it says more.
 
 bats_require_minimum_version 1.5.0
 load common
@@ -32,9 +34,11 @@ need_mpirun() {
 # mpi N TP: test_distopt on N ranks, N / TP data-parallel ones; `timeout`
 # is only a safety net against a hang.
 mpi() {
+    local n=$1
+    shift
     need_mpirun
     run timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader \
-        -np "$1" "$TEST_DISTOPT" grid "$2"
+        -np "$n" "$TEST_DISTOPT" "$@"
     echo "$output" | grep '^#' >&3 || true
 }
 
@@ -45,31 +49,61 @@ mpi() {
 }
 
 @test "DP=2 equals the single-rank optimizer on the summed gradients, bit for bit" {
-    mpi 2 1
+    mpi 2 grid 1
     assert_success
     assert_output --partial "checks on 2 ranks"
     refute_output --partial FAILED
 }
 
 @test "DP=3 (odd: every size leaves a tail) equals the single-rank optimizer" {
-    mpi 3 1
+    mpi 3 grid 1
     assert_success
     assert_output --partial "checks on 3 ranks"
     refute_output --partial FAILED
 }
 
 @test "TP=2 x DP=2: the norm counts tensor-parallel replicas once, as the plain optimizer does" {
-    mpi 4 2
+    mpi 4 grid 2
     assert_success
     assert_output --partial "checks on 4 ranks"
     refute_output --partial FAILED
 }
 
 @test "TP=2 x DP=3" {
-    mpi 6 2
+    mpi 6 grid 2
     assert_success
     assert_output --partial "checks on 6 ranks"
     refute_output --partial FAILED
+}
+
+# save N KIND then load under each of "N KIND" pairs; every run checks
+# itself against the one-process run of the same steps.
+ckpt() {
+    mpi "$1" save ck "$2"
+    assert_success
+    assert_output --partial "checks on $1 rank"
+    shift 2
+    while [ $# -gt 0 ]; do
+        mpi "$1" load ck "$2"
+        assert_success
+        assert_output --partial "checks on $1 rank"
+        refute_output --partial FAILED
+        shift 2
+    done
+}
+
+@test "moments saved under DP=2 (distributed) load under DP=3 and DP=1 (distributed and plain)" {
+    ckpt 2 dist 3 dist 3 plain 1 plain 1 dist 2 plain
+}
+
+@test "moments saved under DP=3 without the distributed optimizer load under DP=2 distributed" {
+    ckpt 3 plain 2 dist
+}
+
+@test "a missing checkpoint file is reported" {
+    mpi 2 load missing.ck dist
+    assert_failure
+    assert_output --partial "cannot read missing.ck"
 }
 
 @test "usage error" {
