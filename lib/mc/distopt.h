@@ -55,6 +55,20 @@
  * the loop waits before the first forward: the same result, less overlap.
  * mc_optim_step, mc_optim_free and the checkpoint calls below wait too.
  *
+ * Buckets: the shard is cut from the whole buffer (one bucket), so with
+ * the distributed optimizer the loop reduces after the last backward with
+ * mc_optim_reduce_grads instead of lib/train/grad_buckets.c's overlapped
+ * all-reduce: --overlap-grad-reduce overlaps only the plain optimizer's
+ * reduction for now (Megatron shards each bucket on its own, which would
+ * let the reduce-scatter start per bucket; not done yet).
+ *
+ * Wiring in lib/train/loop.c (for NAME gridtrain): with
+ * use_distributed_optimizer create the optimizer with
+ * mc_optim_new_distributed_for_model(be, g, &c->optim, model,
+ * c->overlap_param_gather, &optim, err); call mc_optim_reduce_grads in
+ * place of the bucketed reduction, and mc_optim_wait_params before each
+ * iteration's first forward, before evaluation and before saving.
+ *
  * Checkpoints store global tensors (DESIGN.md): with the distributed
  * optimizer mc_optim_exp_avg/_sq return NULL (no rank holds the whole
  * buffer) and checkpoint code uses the calls below, which work for both
