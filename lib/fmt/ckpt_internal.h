@@ -141,8 +141,10 @@ mc_status ck_par_stash_bytes(mc_ckpt_writer *w, const char *key, const void *dat
 /* Collective commit: agree, check, write, publish; every rank returns the
  * same status. */
 mc_status ck_par_commit(mc_ckpt_writer *w, mc_error *err);
+/* Remember the first error of a writing call on this rank. */
+void ck_par_note(mc_ckpt_writer *w, const mc_error *err);
 /* Collective abort: the other ranks' commit (or abort) fails with this
- * rank's refusal. */
+ * rank's noted error (or "abandoned"). */
 void ck_par_abort(mc_ckpt_writer *w);
 void ck_par_free(ck_par *p);
 

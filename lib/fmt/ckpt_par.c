@@ -82,6 +82,7 @@ struct ck_par {
     size_t na, ca;
     par_bytes *y;
     size_t ny, cy;
+    mc_error why; /* the first error of a writing call here: what abort tells */
 };
 
 /* ------------------------------------------------------------ agreement */
@@ -783,11 +784,17 @@ mc_status ck_par_commit(mc_ckpt_writer *w, mc_error *err) {
     return st;
 }
 
+void ck_par_note(mc_ckpt_writer *w, const mc_error *err) {
+    if (w->par && !w->par->why.code && err && err->code)
+        w->par->why = *err;
+}
+
 void ck_par_abort(mc_ckpt_writer *w) {
-    mc_error e;
-    mc_error_set(&e, MC_ERR_USAGE, "%s: checkpoint abandoned after an error on that rank", w->final);
+    mc_error e = w->par->why;
+    if (!e.code)
+        mc_error_set(&e, MC_ERR_USAGE, "%s: checkpoint abandoned after an error on that rank", w->final);
     ck_quiet q;
     ck_quiet_on(&q);
-    commit(w, MC_ERR_USAGE, &e);
+    commit(w, e.code, &e);
     ck_quiet_off(&q);
 }

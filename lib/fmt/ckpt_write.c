@@ -264,21 +264,31 @@ mc_status mc_ckpt_write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows
     ck_quiet_on(&q);
     mc_status st = write_tensor(w, path, rows, cols, row0, col0, local_rows, local_cols, host, dtype, err);
     ck_quiet_off(&q);
+    if (st && w->par)
+        ck_par_note(w, err);
     return st;
 }
 
 mc_status mc_ckpt_write_json(mc_ckpt_writer *w, const char *key, const char *json_text, mc_error *err) {
-    if (!ck_valid_key(key) || !json_text)
-        return mc_error_set(err, MC_ERR_USAGE, "%s: invalid attribute name or text", w->final_file);
+    if (!ck_valid_key(key) || !json_text) {
+        mc_error_set(err, MC_ERR_USAGE, "%s: invalid attribute name or text", w->final_file);
+        ck_par_note(w, err);
+        return MC_ERR_USAGE;
+    }
     char where[512];
     snprintf(where, sizeof where, "%s: attribute %s", w->final_file, key);
     json_t *j = NULL;
     mc_status st = mc_json_load_buf(where, json_text, strlen(json_text), &j, err);
-    if (st != MC_OK)
+    if (st != MC_OK) {
+        ck_par_note(w, err);
         return st;
+    }
     json_decref(j);
-    if (w->par)
-        return ck_par_stash_attr(w, key, 0, 0, json_text, err);
+    if (w->par) {
+        if ((st = ck_par_stash_attr(w, key, 0, 0, json_text, err)) != MC_OK)
+            ck_par_note(w, err);
+        return st;
+    }
     ck_quiet q;
     ck_quiet_on(&q);
     st = ck_write_str_attr(w->fid, key, json_text, err, w->final_file);
@@ -287,10 +297,16 @@ mc_status mc_ckpt_write_json(mc_ckpt_writer *w, const char *key, const char *jso
 }
 
 mc_status mc_ckpt_write_int(mc_ckpt_writer *w, const char *key, int64_t value, mc_error *err) {
-    if (!ck_valid_key(key))
-        return mc_error_set(err, MC_ERR_USAGE, "%s: invalid attribute name", w->final_file);
-    if (w->par)
-        return ck_par_stash_attr(w, key, 1, value, NULL, err);
+    if (!ck_valid_key(key)) {
+        mc_error_set(err, MC_ERR_USAGE, "%s: invalid attribute name", w->final_file);
+        ck_par_note(w, err);
+        return MC_ERR_USAGE;
+    }
+    if (w->par) {
+        mc_status st = ck_par_stash_attr(w, key, 1, value, NULL, err);
+        ck_par_note(w, st ? err : NULL);
+        return st;
+    }
     ck_quiet q;
     ck_quiet_on(&q);
     mc_status st = ck_write_int_attr(w->fid, key, value, err, w->final_file);
@@ -320,10 +336,16 @@ done:
 }
 
 mc_status mc_ckpt_write_bytes(mc_ckpt_writer *w, const char *key, const void *data, size_t n, mc_error *err) {
-    if (!ck_valid_key(key) || (n && !data))
-        return mc_error_set(err, MC_ERR_USAGE, "%s: invalid dataset name or data", w->final_file);
-    if (w->par)
-        return ck_par_stash_bytes(w, key, data, n, err);
+    if (!ck_valid_key(key) || (n && !data)) {
+        mc_error_set(err, MC_ERR_USAGE, "%s: invalid dataset name or data", w->final_file);
+        ck_par_note(w, err);
+        return MC_ERR_USAGE;
+    }
+    if (w->par) {
+        mc_status st = ck_par_stash_bytes(w, key, data, n, err);
+        ck_par_note(w, st ? err : NULL);
+        return st;
+    }
     ck_quiet q;
     ck_quiet_on(&q);
     mc_status st = write_bytes(w, key, data, n, err);

@@ -216,7 +216,7 @@ static mc_status save(run *r, mc_error *err)
         return MC_OK;
     r->s.optim_steps = mc_optim_steps(r->optim);
     double t0 = now_s();
-    mc_status st = mc_train_state_save(c->save, r->be, r->model, c->no_save_optim ? NULL : r->optim,
+    mc_status st = mc_train_state_save(c->save, r->g, r->be, r->model, c->no_save_optim ? NULL : r->optim,
                                        &r->s, r->config_json, c->ckpt_compression,
                                        r->rep->last_checkpoint, sizeof r->rep->last_checkpoint,
                                        err);
@@ -234,7 +234,7 @@ static mc_status load(run *r, mc_error *err)
     char dir[4096];
     mc_optim *o = (c->finetune || c->no_load_optim) ? NULL : r->optim;
     mc_train_state *s = c->finetune ? NULL : &r->s;
-    mc_status st = mc_train_state_load(c->load, r->be, r->model, o, s, dir, sizeof dir, err);
+    mc_status st = mc_train_state_load(c->load, r->g, r->be, r->model, o, s, dir, sizeof dir, err);
     if (st == MC_ERR_NOTFOUND && !c->finetune) {
         /* Megatron: no checkpoint to load is not an error, so one command
          * line (--save D --load D) both starts a run and resumes it. */

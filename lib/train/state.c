@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "mc/ckpt.h"
+#include "mc/distopt.h"
 #include "mc/kern.h"
 
 json_t *mc_train_model_config_json(const mc_model_config *c)
@@ -98,41 +99,80 @@ static mc_status read_block(void *ctx, const mc_param *p, const char *path, int6
 /* The three tensors a parameter has in a checkpoint. */
 static const char *const GROUPS[3] = {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
 
-mc_status mc_train_state_save(const char *dir, mc_backend *be, mc_model *m, mc_optim *o,
-                              const mc_train_state *s, const char *config_json,
+static size_t max_param_numel(mc_model *m)
+{
+    size_t maxn = 1, np = mc_model_num_params(m);
+    for (size_t i = 0; i < np; i++)
+        if (mc_model_param(m, i)->numel > maxn)
+            maxn = mc_model_param(m, i)->numel;
+    return maxn;
+}
+
+/* Who writes what (the writer also keeps one copy of any block several
+ * ranks give it, but copying replicas to the host would be wasted work):
+ * data- and context-parallel replicas leave it to their rank 0, and a
+ * parameter replicated over tensor parallelism (split_dim -1: norms,
+ * row-parallel biases) to tensor-parallel rank 0. The members of one
+ * data-parallel group share tp and pp ranks, so they make the same choice
+ * for every parameter: the distributed optimizer's moment gather, which is
+ * collective over that group, sees the same calls on each. */
+static int writes_param(const mc_grid *g, const mc_param *p)
+{
+    return !(p->split_dim < 0 && g->tp_rank != 0);
+}
+
+mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be, mc_model *m,
+                              mc_optim *o, const mc_train_state *s, const char *config_json,
                               int compression, char *out_dir, size_t cap, mc_error *err)
 {
+    mc_grid one;
+    if (!g) {
+        mc_grid_single(&one);
+        g = &one;
+    }
     mc_ckpt_writer *w = NULL;
-    mc_status st = mc_ckpt_writer_begin(dir, s->iteration, &w, err);
+    mc_status st = mc_ckpt_writer_begin_grid(dir, s->iteration, g, &w, err);
     if (st)
         return st;
     if (compression)
         st = mc_ckpt_writer_set_compression(w, (mc_ckpt_compression)compression, 0, err);
 
-    size_t maxn = 0, np = mc_model_num_params(m);
-    for (size_t i = 0; i < np; i++)
-        if (mc_model_param(m, i)->numel > maxn)
-            maxn = mc_model_param(m, i)->numel;
-    float *host = malloc((maxn ? maxn : 1) * sizeof *host);
-    if (!host && !st)
+    int writer = g->dp_rank == 0 && g->cp_rank == 0;
+    size_t maxn = max_param_numel(m), np = mc_model_num_params(m);
+    float *host = malloc(maxn * sizeof *host);
+    /* Backend scratch for the moments of one parameter (full, this
+     * tensor-parallel rank's slice), gathered from the data-parallel
+     * shards under the distributed optimizer. */
+    float *mom = o ? mc_balloc(be, 2 * maxn * sizeof *mom, err) : NULL;
+    if (!st && (!host || (o && !mom)))
         st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
+    if (!st && o)
+        st = mc_optim_wait_params(o, err);
 
-    float *bufs[3] = {mc_model_params(m), o ? mc_optim_exp_avg(o) : NULL,
-                      o ? mc_optim_exp_avg_sq(o) : NULL};
     wctx c = {w};
     char path[512];
-    for (int g = 0; g < 3 && !st; g++) {
-        if (!bufs[g])
+    for (size_t i = 0; i < np && !st; i++) {
+        const mc_param *p = mc_model_param(m, i);
+        if (!writes_param(g, p))
             continue;
-        for (size_t i = 0; i < np && !st; i++) {
-            const mc_param *p = mc_model_param(m, i);
-            mc_bcopy_to_host(be, host, bufs[g] + p->offset,
-                             p->numel * sizeof(float));
-            snprintf(path, sizeof path, "%s/%s", GROUPS[g], p->name);
+        if (writer) {
+            mc_bcopy_to_host(be, host, mc_model_params(m) + p->offset, p->numel * sizeof(float));
+            snprintf(path, sizeof path, "%s/%s", GROUPS[0], p->name);
+            st = for_blocks(p, path, host, write_block, &c, err);
+        }
+        if (st || !o)
+            continue;
+        st = mc_optim_gather_moments(o, p->offset, p->numel, writer ? mom : NULL,
+                                     writer ? mom + maxn : NULL, err);
+        for (int k = 1; k <= 2 && !st && writer; k++) {
+            mc_bcopy_to_host(be, host, mom + (size_t)(k - 1) * maxn, p->numel * sizeof(float));
+            snprintf(path, sizeof path, "%s/%s", GROUPS[k], p->name);
             st = for_blocks(p, path, host, write_block, &c, err);
         }
     }
     free(host);
+    if (mom)
+        mc_bfree(be, mom);
 
     if (!st)
         st = mc_ckpt_write_int(w, "consumed_samples", s->consumed_samples, err);
@@ -157,7 +197,7 @@ mc_status mc_train_state_save(const char *dir, mc_backend *be, mc_model *m, mc_o
         json_decref(ts);
     }
     if (st) {
-        mc_ckpt_writer_abort(w);
+        mc_ckpt_writer_abort(w); /* on a grid: every rank's save fails with this error */
         return st;
     }
     snprintf(out_dir, cap, "%s", mc_ckpt_writer_dir(w));
@@ -200,20 +240,18 @@ static mc_status check_config(mc_ckpt_reader *r, const mc_model_config *mine, mc
     return st;
 }
 
-mc_status mc_train_state_load(const char *path, mc_backend *be, mc_model *m, mc_optim *o, mc_train_state *s,
-                              char *dir_out, size_t cap, mc_error *err)
+static mc_status load(const char *path, mc_backend *be, mc_model *m, mc_optim *o, mc_train_state *s,
+                     char *dir_out, size_t cap, mc_error *err)
 {
     mc_ckpt_reader *r = NULL;
     mc_status st = mc_ckpt_open(path, &r, err);
     if (st)
         return st;
     snprintf(dir_out, cap, "%s", mc_ckpt_dir(r));
-    size_t maxn = 0, np = mc_model_num_params(m);
-    for (size_t i = 0; i < np; i++)
-        if (mc_model_param(m, i)->numel > maxn)
-            maxn = mc_model_param(m, i)->numel;
-    float *host = malloc((maxn ? maxn : 1) * sizeof *host);
-    if (!host)
+    size_t maxn = max_param_numel(m), np = mc_model_num_params(m);
+    float *host = malloc(maxn * sizeof *host);
+    float *mom = o ? mc_balloc(be, 2 * maxn * sizeof *mom, err) : NULL;
+    if (!host || (o && !mom))
         st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
 
     /* Shapes first, every tensor, before anything is overwritten: the
@@ -246,21 +284,26 @@ mc_status mc_train_state_load(const char *path, mc_backend *be, mc_model *m, mc_
                               "--no-save-optim); resume with --no-load-optim or --finetune",
                               mc_ckpt_file(r));
     }
-    float *bufs[3] = {mc_model_params(m), o ? mc_optim_exp_avg(o) : NULL,
-                      o ? mc_optim_exp_avg_sq(o) : NULL};
-    for (int g = 0; g < 3 && !st; g++) {
-        if (!bufs[g])
-            continue;
-        for (size_t i = 0; i < np && !st; i++) {
-            const mc_param *p = mc_model_param(m, i);
-            snprintf(p_path, sizeof p_path, "%s/%s", GROUPS[g], p->name);
+    /* Every rank reads its own blocks, whatever grid wrote the file; the
+     * moments go to the optimizer whole (this rank's slice of the global
+     * tensor), which keeps its data-parallel shard of them. */
+    if (!st && o)
+        st = mc_optim_wait_params(o, err);
+    for (size_t i = 0; i < np && !st; i++) {
+        const mc_param *p = mc_model_param(m, i);
+        for (int k = 0; k < (o ? 3 : 1) && !st; k++) {
+            snprintf(p_path, sizeof p_path, "%s/%s", GROUPS[k], p->name);
             st = for_blocks(p, p_path, host, read_block, r, err);
             if (!st)
-                mc_bcopy_from_host(be, bufs[g] + p->offset, host,
-                                   p->numel * sizeof(float));
+                mc_bcopy_from_host(be, k ? mom + (size_t)(k - 1) * maxn : mc_model_params(m) + p->offset,
+                                   host, p->numel * sizeof(float));
         }
+        if (!st && o)
+            st = mc_optim_set_moments(o, p->offset, p->numel, mom, mom + maxn, err);
     }
     free(host);
+    if (mom)
+        mc_bfree(be, mom);
 
     if (!st && s) {
         s->iteration = mc_ckpt_iteration(r);
@@ -299,4 +342,13 @@ mc_status mc_train_state_load(const char *path, mc_backend *be, mc_model *m, mc_
     if (st == MC_ERR_NOTFOUND)
         st = err->code = MC_ERR_FORMAT;
     return st;
+}
+
+mc_status mc_train_state_load(const char *path, const mc_grid *g, mc_backend *be, mc_model *m,
+                              mc_optim *o, mc_train_state *s, char *dir_out, size_t cap,
+                              mc_error *err)
+{
+    /* A rank's failure (or a checkpoint one rank cannot see) is every
+     * rank's: they start from the same state or stop together. */
+    return mc_ckpt_agree(g, load(path, be, m, o, s, dir_out, cap, err), err);
 }

@@ -22,9 +22,15 @@ typedef struct mc_train_state {
 /* Write DIR/iter_NNNNNNN: every parameter as its global tensor (this rank's
  * block), the Adam moments unless o is NULL, the state, and config_json
  * (the model and training configuration) as the "config" attribute. The
- * final directory goes to out_dir. */
-mc_status mc_train_state_save(const char *dir, mc_backend *be, mc_model *m, mc_optim *o,
-                              const mc_train_state *s, const char *config_json,
+ * final directory goes to out_dir.
+ * g is the grid the model was built on (NULL: one process). With more than
+ * one rank this is collective over the world: every rank calls it and they
+ * write one file in parallel (ckpt.h, mc_ckpt_writer_begin_grid); data-
+ * parallel rank 0 writes the parameters and moments (gathered from the
+ * distributed optimizer's shards), tensor-parallel rank 0 the replicated
+ * ones; every rank gets the same status. */
+mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be, mc_model *m,
+                              mc_optim *o, const mc_train_state *s, const char *config_json,
                               int compression, char *out_dir, size_t cap, mc_error *err);
 
 /* Read a checkpoint into the model (every parameter must exist with the
@@ -33,9 +39,14 @@ mc_status mc_train_state_save(const char *dir, mc_backend *be, mc_model *m, mc_o
  * loaded too (a checkpoint saved without them is an error); with s
  * non-NULL the iteration and counters (and, with o, Adam's step and the
  * loss scaler's state when s->scaler is dynamic). dir_out gets the
- * checkpoint's directory. A missing checkpoint is MC_ERR_NOTFOUND. */
-mc_status mc_train_state_load(const char *path, mc_backend *be, mc_model *m, mc_optim *o, mc_train_state *s,
-                              char *dir_out, size_t cap, mc_error *err);
+ * checkpoint's directory. A missing checkpoint is MC_ERR_NOTFOUND.
+ * Any grid g (NULL: one process) loads a checkpoint of any other: each rank
+ * reads its own blocks, and the moments are handed to the optimizer (which
+ * keeps its shard). Collective over the world: every rank returns the same
+ * status (mc_ckpt_agree). */
+mc_status mc_train_state_load(const char *path, const mc_grid *g, mc_backend *be, mc_model *m,
+                              mc_optim *o, mc_train_state *s, char *dir_out, size_t cap,
+                              mc_error *err);
 
 /* The model configuration as a JSON object (caller decrefs); used both to
  * write the checkpoint and to compare it on load. */
