@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "mc/ckpt.h"
+#include "mc/distopt.h"
 #include "mc/gptdata.h"
 #include "mc/metrics.h"
 #include "mc/train.h"
@@ -177,7 +178,9 @@ static mc_status eval_and_print(run *r, mc_split split, const char *where, int64
     if (r->c->eval_iters <= 0 || mc_gpt_dataset_num_samples(r->ds, split) <= 0)
         return MC_OK;
     double loss;
-    mc_status st = evaluate(r, split, base, &loss, err);
+    mc_status st = mc_optim_wait_params(r->optim, err);
+    if (!st)
+        st = evaluate(r, split, base, &loss, err);
     if (st)
         return st;
     double ppl = exp(loss < 20 ? loss : 20);
@@ -214,6 +217,12 @@ static mc_status save(run *r, mc_error *err)
     const mc_train_config *c = r->c;
     if (!c->save || r->last_saved == r->s.iteration)
         return MC_OK;
+    {
+        /* every parameter updated (--overlap-param-gather) before writing */
+        mc_status ws = mc_optim_wait_params(r->optim, err);
+        if (ws)
+            return ws;
+    }
     r->s.optim_steps = mc_optim_steps(r->optim);
     double t0 = now_s();
     mc_status st = mc_train_state_save(c->save, r->g, r->be, r->model, c->no_save_optim ? NULL : r->optim,
@@ -373,9 +382,18 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     if ((st = mc_model_new(&mcfg, r->g, r->be, (int)c->micro_batch_size, c->prec, &r->model, err)))
         return st;
     mc_model_init_weights(r->model, c->seed);
-    if ((st = mc_optim_new_for_model(r->be, r->g, &c->optim, r->model, &r->optim, err)))
+    /* The distributed optimizer reduce-scatters the whole buffer after the
+     * backward (its shard is cut from the whole buffer: one bucket, no
+     * overlap yet, distopt.h); the plain one all-reduces in buckets. */
+    if (c->use_distributed_optimizer)
+        st = mc_optim_new_distributed_for_model(r->be, r->g, &c->optim, r->model,
+                                                c->overlap_param_gather, &r->optim, err);
+    else
+        st = mc_optim_new_for_model(r->be, r->g, &c->optim, r->model, &r->optim, err);
+    if (st)
         return st;
-    if ((st = mc_grad_buckets_new(r->g, r->be, r->model, bucket_elems(c, r->dp),
+    if (!c->use_distributed_optimizer &&
+        (st = mc_grad_buckets_new(r->g, r->be, r->model, bucket_elems(c, r->dp),
                                   c->overlap_grad_reduce, &r->buckets, err)))
         return st;
     if (c->prec == MC_PREC_FP16) {
@@ -490,9 +508,12 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
      * 1/num_microbatches in the loss and the averaging all-reduce),
      * times the loss scale. */
     float gscale = (float)(scale / (double)(r->num_micro * r->dp));
+    mc_status st;
+    /* --overlap-param-gather: the last step's all-gather ends here. */
+    if ((st = mc_optim_wait_params(r->optim, err)))
+        return st;
     mc_model_zero_grads(r->model);
     double acc[2] = {0, 0};
-    mc_status st;
     for (int64_t k = 0; k < r->num_micro; k++) {
         int64_t first = r->s.consumed_samples + k * c->micro_batch_size * r->dp +
                         dp_rank * c->micro_batch_size;
@@ -503,14 +524,16 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
         /* --overlap-grad-reduce: the last backward pass starts each bucket
          * as soon as its gradients are final (Megatron reduces only after
          * the last micro-batch: no_sync on the others). */
-        if (k + 1 == r->num_micro)
+        if (k + 1 == r->num_micro && r->buckets)
             mc_grad_buckets_arm(r->buckets);
         if ((st = mc_model_step(r->model, r->tokens, r->targets, 1, gscale, &l, &ntok, err)))
             return st;
         acc[0] += l * (double)ntok;
         acc[1] += (double)ntok;
     }
-    if ((st = mc_grad_buckets_finish(r->buckets, err)))
+    st = r->buckets ? mc_grad_buckets_finish(r->buckets, err)
+                    : mc_optim_reduce_grads(r->optim, err);
+    if (st)
         return st;
     if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err)))
         return st;
