@@ -17,7 +17,12 @@
 # directory holding llm.c's train_gpt2.c and llmc/, default: git clone
 # https://github.com/karpathy/llm.c into a temporary directory; llm.c is
 # never committed to mc); SKIP (space-separated names to skip: mc torch llmc
-# t1024).
+# t1024); OPENBLAS_OPENMP_DIR (a directory holding the OpenMP build of
+# OpenBLAS's libopenblas.so.0, e.g. Debian libopenblas0-openmp's
+# /usr/lib/x86_64-linux-gnu/openblas-openmp: mc runs a second time with it
+# first on LD_LIBRARY_PATH, as "mc+ompblas", so that BLAS and mc's kernels
+# share one OpenMP thread pool instead of OpenBLAS's own pthreads competing
+# with OpenMP's spinning workers).
 #
 # FLOPs per iteration: (6 N + 12 L C T) B T, N = parameters without the
 # position embeddings (123,689,472 with the padded vocabulary).
@@ -65,17 +70,18 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]
 maxrss() { awk '/Maximum resident set size/ {print $NF}' "$1"; }
 
 # ---------------------------------------------------------------- mc
-run_mc() { # precision T warm iters
-    local prec=$1 t=$2 warm=$3 iters=$4 flag=
+run_mc() { # name precision T warm iters
+    local name=$1 prec=$2 t=$3 warm=$4 iters=$5 flag= libpath=${LD_LIBRARY_PATH:-}
     [ "$prec" = bf16 ] && flag=--bf16
+    [ "$name" = mc+ompblas ] && libpath=$OPENBLAS_OPENMP_DIR${libpath:+:$libpath}
     rm -f "$work/mc.json"
-    /usr/bin/time -v -o "$work/time" "$mctrain" --model gpt2-124m --mock-data --vocab-size 50257 \
+    LD_LIBRARY_PATH=$libpath /usr/bin/time -v -o "$work/time" "$mctrain" --model gpt2-124m --mock-data --vocab-size 50257 \
         --micro-batch-size 4 --global-batch-size 4 --seq-length "$t" --train-iters $((warm + iters)) \
         --lr 1e-4 --log-interval 1 --eval-iters 0 --threads "$threads" $flag \
         --log-json "$work/mc.json" >/dev/null 2>"$work/mc.log" || { cat "$work/mc.log" >&2; return 1; }
     local s
     s=$(sed 's/.*"iteration-time": \([0-9.e-]*\).*/\1/' "$work/mc.json" | tail -n +$((warm + 1)) | median)
-    echo "mc $prec $t $s $(maxrss "$work/time")" | tee -a "$results"
+    echo "$name $prec $t $s $(maxrss "$work/time")" | tee -a "$results"
 }
 
 # ---------------------------------------------------------------- PyTorch
@@ -113,14 +119,17 @@ run_llmc() {
 
 echo
 echo "runs (name precision T s/iteration maxRSS-KB):"
+mcs=mc
+[ -n "${OPENBLAS_OPENMP_DIR:-}" ] && mcs="mc mc+ompblas"
+run_mcs() { local m; for m in $mcs; do run_mc "$m" "$@"; done; }
 for prec in fp32 bf16; do
-    case $skip in *" mc "*) ;; *) run_mc "$prec" 64 "${WARM_64:-2}" "${ITERS_64:-5}" ;; esac
+    case $skip in *" mc "*) ;; *) run_mcs "$prec" 64 "${WARM_64:-2}" "${ITERS_64:-5}" ;; esac
     case $skip in *" torch "*) ;; *) run_torch "$prec" 64 "${WARM_64:-2}" "${ITERS_64:-5}" ;; esac
 done
 case $skip in *" llmc "*) ;; *) run_llmc ;; esac
 case $skip in *" t1024 "*) ;; *)
     for prec in fp32 bf16; do
-        case $skip in *" mc "*) ;; *) run_mc "$prec" 1024 "${WARM_1024:-1}" "${ITERS_1024:-2}" ;; esac
+        case $skip in *" mc "*) ;; *) run_mcs "$prec" 1024 "${WARM_1024:-1}" "${ITERS_1024:-2}" ;; esac
         case $skip in *" torch "*) ;; *) run_torch "$prec" 1024 "${WARM_1024:-1}" "${ITERS_1024:-2}" ;; esac
     done ;;
 esac
@@ -136,28 +145,31 @@ awk -v N=$N -v L=$L -v C=$C -v pf="$peak_fp32" -v pb="$peak_bf16" '
     peak = (prec == "bf16") ? pb : pf
     key = name " " prec " " T
     sec[key] = s; mem[key] = rss
-    printf "%-6s %-5s B=4 T=%-5d %10.1f ms/it %9.0f tok/s %7.3f TFLOP/s  MFU %5.1f%% of %s peak  RSS %6.2f GiB\n",
+    printf "%-10s %-5s B=4 T=%-5d %10.1f ms/it %9.0f tok/s %7.3f TFLOP/s  MFU %5.1f%% of %s peak  RSS %6.2f GiB\n",
         name, prec, T, s * 1000, B * T / s, flops / s / 1e12, 100 * flops / s / 1e9 / peak, prec, rss / 1048576
     if (prec == "fp32") mfu[key] = flops / s / 1e9 / peak
 }
 function ratio(label, a, b, target) {
     if ((a in sec) && (b in sec))
-        printf "%-44s %6.2fx  (target >= %s)%s\n", label, sec[b] / sec[a], target, (sec[b] / sec[a] >= target ? "" : "  MISSED")
+        printf "%-52s %6.2fx  (target >= %s)%s\n", label, sec[b] / sec[a], target, (sec[b] / sec[a] >= target ? "" : "  MISSED")
 }
 function memcmp(label, a, b) {
     if ((a in mem) && (b in mem))
-        printf "%-44s %6.2fx  (target <= 1)%s\n", label, mem[a] / mem[b], (mem[a] <= mem[b] ? "" : "  MISSED")
+        printf "%-52s %6.2fx  (target <= 1)%s\n", label, mem[a] / mem[b], (mem[a] <= mem[b] ? "" : "  MISSED")
 }
 END {
-    print ""
-    for (T = 64; T <= 1024; T *= 16) {
-        ratio("fp32 T=" T ": mc speed vs PyTorch", "mc fp32 " T, "torch fp32 " T, 1.5)
-        if (("mc fp32 " T) in mfu)
-            printf "%-44s %6.1f%%  (target >= 50%%)%s\n", "fp32 T=" T ": mc MFU of the sgemm peak",
-                100 * mfu["mc fp32 " T], (mfu["mc fp32 " T] >= 0.5 ? "" : "  MISSED")
-        ratio("bf16 T=" T ": mc speed vs PyTorch autocast", "mc bf16 " T, "torch bf16 " T, 1.5)
-        ratio("bf16 T=" T ": mc speed vs llm.c fp32", "mc bf16 " T, "llm.c fp32 " T, 10)
-        memcmp("fp32 T=" T ": mc peak memory / PyTorch", "mc fp32 " T, "torch fp32 " T)
-        memcmp("bf16 T=" T ": mc peak memory / PyTorch", "mc bf16 " T, "torch bf16 " T)
+    split("mc mc+ompblas", mcs, " ")
+    for (i = 1; i <= 2; i++) for (T = 64; T <= 1024; T *= 16) {
+        m = mcs[i]
+        if (!((m " fp32 " T) in sec) && !((m " bf16 " T) in sec)) continue
+        print ""
+        ratio("fp32 T=" T ": " m " speed vs PyTorch", m " fp32 " T, "torch fp32 " T, 1.5)
+        if ((m " fp32 " T) in mfu)
+            printf "%-52s %6.1f%%  (target >= 50%%)%s\n", "fp32 T=" T ": " m " MFU of the sgemm peak",
+                100 * mfu[m " fp32 " T], (mfu[m " fp32 " T] >= 0.5 ? "" : "  MISSED")
+        ratio("bf16 T=" T ": " m " speed vs PyTorch autocast", m " bf16 " T, "torch bf16 " T, 1.5)
+        ratio("bf16 T=" T ": " m " speed vs llm.c fp32", m " bf16 " T, "llm.c fp32 " T, 10)
+        memcmp("fp32 T=" T ": " m " peak memory / PyTorch", m " fp32 " T, "torch fp32 " T)
+        memcmp("bf16 T=" T ": " m " peak memory / PyTorch", m " bf16 " T, "torch bf16 " T)
     }
 }' "$results"
