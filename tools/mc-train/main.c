@@ -812,9 +812,13 @@ int main(int argc, char **argv)
         eod = (int32_t)(mcfg.vocab_size - 1);
 
     /* A grid that does not fit the model or the batch: refused before any
-     * work, by every rank alike. */
-    if ((st = mc_train_check_grid(&a.t, &mcfg, &grid, &err)))
-        goto fail_1;
+     * work, by every rank alike; exit 1 on a grid (the options are fine,
+     * the grid is not), 2 in one process (only the batch sizes can be
+     * wrong there: a usage error, as in issue 3). */
+    if ((st = mc_train_check_grid(&a.t, &mcfg, &grid, &err))) {
+        grid_error = grid.world > 1;
+        goto fail;
+    }
 
     /* Data: --mock-data, --data-path, or the prefix on stdin. */
     data.mock = a.mock;
