@@ -1,0 +1,84 @@
+#!/usr/bin/env bats
+# A checkpoint saved by mc-train under one grid resumes under others
+# (issue 4, sections 5 and 8): TP=2 x DP=2 trains 5 of 10 iterations
+# (--exit-interval, so the LR schedule is that of the 10-iteration run) and
+# saves in parallel; one process, DP=3 and TP=2 load it and train to 10.
+# Their losses for iterations 6..10 continue the uninterrupted one-process
+# run within 1e-6 relative (the reduction order differs between grids: the
+# differences seen are ~1e-8). The one-process checkpoint resume is exact
+# (train.bats).
+
+bats_require_minimum_version 1.5.0
+load common
+
+MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
+
+common=(--model tiny-gpt --seq-length 16 --micro-batch-size 1 --threads 1 --lr 1e-3
+        --log-interval 1 --eval-iters 0 --mock-data --vocab-size 64
+        --make-vocab-size-divisible-by 16 --lr-warmup-iters 2 --global-batch-size 6
+        --train-iters 10)
+
+setup() {
+    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
+    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
+        skip "mpirun not found (Debian package openmpi-bin)"
+    [ -x "$MC_TRAIN" ] || skip "$MC_TRAIN not built"
+    require_python_module json
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+    cd "$BATS_TEST_TMPDIR"
+}
+
+mpi() {
+    local n=$1
+    shift
+    timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" \
+        "$MC_TRAIN" "${common[@]}" "$@"
+}
+
+# losses FILE: the "lm loss" values of a --log-json file, one per line.
+losses() {
+    "$MC_PYTHON" -c '
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    if "lm loss" in d:
+        print(repr(d["lm loss"]))' "$1"
+}
+
+# same_within A B TOL: the two lists of numbers agree within TOL relative.
+same_within() {
+    "$MC_PYTHON" -c '
+import sys
+a = [float(x) for x in open(sys.argv[1])]
+b = [float(x) for x in open(sys.argv[2])]
+tol = float(sys.argv[3])
+assert len(a) == len(b) == 5, (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("worst relative difference %.3g" % worst)
+sys.exit(0 if worst <= tol else 1)' "$1" "$2" "$3"
+}
+
+@test "TP=2 x DP=2 saves in parallel; resumes under one process, DP=3 and TP=2 continuing the run" {
+    run "$MC_TRAIN" "${common[@]}" --log-json ref.jsonl
+    assert_success
+    losses ref.jsonl | tail -n 5 >ref.tail
+    run --separate-stderr mpi 4 --tensor-model-parallel-size 2 --exit-interval 5 --save grid \
+        --log-json grid.jsonl
+    assert_success
+    [ "$(cat grid/latest_checkpointed_iteration.txt)" = 5 ]
+    [ "$(ls -A grid)" = "$(printf 'iter_0000005\nlatest_checkpointed_iteration.txt')" ]
+
+    run "$MC_TRAIN" "${common[@]}" --load grid --log-json one.jsonl
+    assert_success
+    run --separate-stderr mpi 3 --load grid --log-json dp3.jsonl
+    assert_success
+    run --separate-stderr mpi 2 --tensor-model-parallel-size 2 --load grid --log-json tp2.jsonl
+    assert_success
+    for r in one dp3 tp2; do
+        losses $r.jsonl >$r.losses
+        run same_within ref.tail $r.losses 1e-6
+        echo "# $r: $output" >&3
+        assert_success
+    done
+}
