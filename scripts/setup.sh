@@ -14,6 +14,7 @@ pkgs=(build-essential autoconf automake libtool pkg-config
       libopenblas-dev libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
       libzstd-dev zstd libpcre2-dev libjansson-dev libutf8proc-dev libdnnl-dev hdf5-tools
       bats bats-assert bats-support python3 python3-venv
+      slurm-wlm     # tests/tools/slurm.bats runs a one-node SLURM (skips without it)
       python3.11-doc)   # the demo corpus: Python's reStructuredText docs
 missing=()
 for p in "${pkgs[@]}"; do

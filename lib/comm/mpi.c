@@ -26,12 +26,27 @@
 #include <string.h>
 #include "comm_internal.h"
 
+/* Tasks of the srun job step this process belongs to (0: not a task of a
+ * step; the batch script itself has SLURM_NTASKS but no step). */
+static long slurm_step_tasks(void)
+{
+    const char *n = getenv("SLURM_STEP_NUM_TASKS");
+    if (!n || !getenv("SLURM_STEP_ID")) return 0;
+    return strtol(n, NULL, 10);
+}
+
+/* mpirun/mpiexec (Open MPI's OMPI_*, or PMIx's PMIX_RANK), srun --mpi=pmix
+ * (PMIX_RANK) or --mpi=pmi2 (PMI_RANK), or a multi-task srun step without
+ * an MPI plugin (SLURM_STEP_*): then MPI starts rather than each task
+ * training alone. Open MPI 4.1's MPI_Init refuses that last case itself
+ * ("direct launched using srun ... without PMI support", exit 1); an MPI
+ * that makes each task a world of one is refused by mc_grid_init_mpi. */
 int mc_grid_launched_by_mpi(void)
 {
     static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         if (getenv(vars[i])) return 1;
-    return 0;
+    return slurm_step_tasks() > 1;
 }
 
 /* The color of this rank's group of kind k: the coordinates outside the
@@ -101,6 +116,15 @@ mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int 
     MPI_Comm_size(MPI_COMM_WORLD, &g->world);
     MPI_Comm_rank(MPI_COMM_WORLD, &g->rank);
     g->impl = cm;
+
+    /* srun without an MPI plugin (MpiDefault=none, --mpi=none): every task
+     * is a world of one. Agreed by construction: each task is its rank 0. */
+    long step = slurm_step_tasks();
+    if (g->world == 1 && step > 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "grid: srun started %ld tasks but MPI sees 1 rank: launch with "
+                            "srun --mpi=pmix (srun --mpi=list shows the plugins) or mpirun",
+                            step);
 
     /* Checked after MPI_Init, so every rank can report and finalize alike. */
     if (tp < 1 || pp < 1 || cp < 1 || ep < 1)
