@@ -52,6 +52,11 @@ typedef struct mc_model_config {
      * every sequence per rank (see model.c); needs seq_length % tp == 0.
      * Ignored at tp = 1, as Megatron turns it off there. */
     int sequence_parallel;
+    /* --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers:
+     * layers on the first / last pipeline stage (0: the even split; see
+     * mc_model_stage_layers). */
+    int decoder_first_pipeline_num_layers;
+    int decoder_last_pipeline_num_layers;
 } mc_model_config;
 
 /* Megatron's defaults (GPT-style: LayerNorm, GELU, learned positions, biases,
@@ -94,6 +99,12 @@ typedef struct mc_param {
     size_t offset;                  /* element offset in the parameter buffer */
     size_t numel;                   /* local elements */
     int row_chunks;                 /* 1, or 2 for SwiGLU's [gate; up] (see above) */
+    /* 1 on the last pipeline stage's copy of the tied word embeddings
+     * (Megatron's shared parameter): same name and values as the first
+     * stage's, kept equal by mc_model_allreduce_embedding_grads; left out
+     * of the gradient norm (counted once, on the first stage) and a
+     * replica for checkpoints. */
+    int shared;
 } mc_param;
 
 typedef struct mc_model mc_model;
@@ -139,6 +150,57 @@ mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targe
  * non-zero status stops the step with that error. fn NULL removes it. */
 typedef mc_status (*mc_grad_ready_fn)(void *ctx, size_t offset, mc_error *err);
 void mc_model_set_grad_ready_hook(mc_model *m, mc_grad_ready_fn fn, void *ctx);
+
+/* ------------------------------------------------------------ pipeline
+ *
+ * With pipeline parallelism (grid pp > 1) the model built on a rank is its
+ * stage: global layers [first, last) (mc_model_stage_layers), the
+ * embeddings on the first stage, the final norm and the output layer on the
+ * last (and there, with tied embeddings, its own copy of the word
+ * embeddings, mc_param.shared). Parameters of other stages are absent from
+ * the registry; names keep the GLOBAL layer index.
+ *
+ * Stage-wise execution of micro-batches: the pipeline schedule
+ * (lib/train/pipeline.c) keeps up to `slots` micro-batches in flight, each
+ * with its own saved activations. Activations between stages are the
+ * residual stream [micro_batch, T/tp (sequence parallel) or T, hidden]:
+ * mc_model_act_numel elements. */
+
+/* Global layers [*first, *last) of stage `rank` of `pp`: the even split, or
+ * first/last stage counts from the config with the rest split evenly over
+ * the middle stages (Megatron's rule). Every stage must get >= 1 layer;
+ * errors (MC_ERR_USAGE) carry the numbers. */
+mc_status mc_model_stage_layers(const mc_model_config *c, int pp, int rank, int *first, int *last,
+                                mc_error *err);
+int mc_model_is_first_stage(const mc_model *m);
+int mc_model_is_last_stage(const mc_model *m);
+size_t mc_model_act_numel(const mc_model *m);
+/* Re-lay the activations for `slots` micro-batches in flight (default 1);
+ * slot arguments below are in [0, slots). */
+mc_status mc_model_set_slots(mc_model *m, int slots, mc_error *err);
+/* Where the previous stage's output for a micro-batch in `slot` goes
+ * before mc_model_forward (not the first stage). */
+float *mc_model_stage_input(mc_model *m, int slot);
+/* Forward of one micro-batch on this stage. The first stage reads tokens,
+ * the others mc_model_stage_input(m, slot). The last stage reads targets
+ * and sets *loss and *ntok (the others set 0); with backward set it also
+ * runs the output layer's backward (grad_scale as in mc_model_step), so
+ * the logits are never kept. *out (not the last stage) is the stage's
+ * output, valid until the slot is used again. Host arrays of micro_batch *
+ * seq_length ids; NULL where the stage does not read them. */
+mc_status mc_model_forward(mc_model *m, int slot, const int32_t *tokens, const int32_t *targets,
+                           int backward, float grad_scale, const float **out, double *loss,
+                           int64_t *ntok, mc_error *err);
+/* Backward of the micro-batch in `slot` (after its forward with backward
+ * set): dout is d(stage output) (ignored on the last stage). *din (not the
+ * first stage) is d(stage input), valid until the next call. Calls the
+ * grad-ready hook as mc_model_step does. */
+mc_status mc_model_backward(mc_model *m, int slot, const float *dout, const float **din,
+                            mc_error *err);
+/* Tied embeddings under pipeline parallelism: sum the word embeddings'
+ * gradient over the embedding group (first and last stage), before the
+ * data-parallel reduction. A no-op elsewhere. */
+mc_status mc_model_allreduce_embedding_grads(mc_model *m, mc_error *err);
 
 /* FLOPs of one forward+backward over `tokens` tokens, Megatron's formula
  * (documented in mc-train(1)). */

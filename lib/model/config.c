@@ -187,6 +187,52 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
     return MC_OK;
 }
 
+/* Megatron's layer split (get_num_layers_to_build): with
+ * --decoder-first/last-pipeline-num-layers those stages get their counts
+ * and the middle stages split the rest evenly; otherwise all stages split
+ * num_layers evenly. */
+mc_status mc_model_stage_layers(const mc_model_config *c, int pp, int rank, int *first, int *last,
+                                mc_error *err)
+{
+    int L = c->num_layers, nf = c->decoder_first_pipeline_num_layers,
+        nl = c->decoder_last_pipeline_num_layers;
+    *first = 0;
+    *last = L;
+    if (nf < 0 || nl < 0)
+        return BAD("--decoder-first/last-pipeline-num-layers must not be negative (%d, %d)", nf,
+                   nl);
+    if (pp <= 1) {
+        if (nf || nl)
+            return BAD("--decoder-first/last-pipeline-num-layers need "
+                       "--pipeline-model-parallel-size > 1");
+        return MC_OK;
+    }
+    if (rank < 0 || rank >= pp)
+        return mc_error_set(err, MC_ERR_INTERNAL, "model: stage %d of %d", rank, pp);
+    int middle = pp - (nf > 0) - (nl > 0);
+    int rest = L - nf - nl;
+    if (!nf && !nl && L % pp)
+        return BAD("--num-layers (%d) must be a multiple of --pipeline-model-parallel-size (%d) "
+                   "(or give --decoder-first/last-pipeline-num-layers)",
+                   L, pp);
+    if (rest < 0 || (middle > 0 ? rest % middle != 0 || rest == 0 : rest != 0))
+        return BAD("--num-layers (%d) less --decoder-first-pipeline-num-layers (%d) and "
+                   "--decoder-last-pipeline-num-layers (%d) leaves %d layers, which do not split "
+                   "evenly into the %d other stage(s) with at least one layer each",
+                   L, nf, nl, rest, middle);
+    int per = middle > 0 ? rest / middle : 0;
+    int lo = 0;
+    for (int p = 0; p <= rank; p++) {
+        int n = (p == 0 && nf) ? nf : (p == pp - 1 && nl) ? nl : per;
+        if (p == rank) {
+            *first = lo;
+            *last = lo + n;
+        }
+        lo += n;
+    }
+    return MC_OK;
+}
+
 /*
  * Training FLOPs per token, forward + backward = 3 x forward:
  *   6 N + 12 L (Q D) T

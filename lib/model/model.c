@@ -48,6 +48,17 @@
  * backward gathers a norm's output again rather than keeping the gathered
  * copy, as Megatron does, so activations memory shrinks by the SP regions.
  *
+ * Pipeline parallelism: the model is one stage, layers [l0, l1) (the
+ * registry holds only its parameters). mc_model_forward runs the embedding
+ * (first stage) or starts from the received activation, the stage's
+ * layers, and on the last stage the final norm, head and loss (with the
+ * head's backward fused in, as above, its input gradient kept in the
+ * slot); mc_model_backward runs the rest of the backward from the output
+ * gradient. Each micro-batch in flight has its own slot of saved
+ * activations (mc_slot); scratch buffers are shared, since one stage runs
+ * one forward or backward at a time. mc_model_step is forward + backward
+ * on slot 0 of a single stage.
+ *
  * Saved for the backward per layer: its input, both norm outputs and
  * statistics, q/k/v after RoPE, the attention output and its row
  * log-sum-exp, the residual after attention, fc1's output and the
@@ -81,28 +92,36 @@ static void layout_acts(mc_model *m, carver *cv)
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, C = m->C, D = m->D, Nl = m->Nl;
     int ln = c->normalization == MC_NORM_LAYERNORM;
-    for (int l = 0; l < c->num_layers; l++) {
-        mc_layer_acts *a = &m->acts[l];
-        a->res = carve(cv, Nl * C);
-        a->ln1 = carve(cv, Nl * C);
-        a->ln1_mean = ln ? carve(cv, Nl) : NULL;
-        a->ln1_rstd = carve(cv, Nl);
-        a->q = carve(cv, N * m->Ql * D);
-        a->k = carve(cv, N * m->Gl * D);
-        a->v = carve(cv, N * m->Gl * D);
-        a->att = carve(cv, N * m->Ql * D);
-        a->lse = carve(cv, N * m->Ql);
-        a->res2 = carve(cv, Nl * C);
-        a->ln2 = carve(cv, Nl * C);
-        a->ln2_mean = ln ? carve(cv, Nl) : NULL;
-        a->ln2_rstd = carve(cv, Nl);
-        a->fc1 = carve(cv, N * m->fc1_out);
-        a->act = carve(cv, N * m->Fl);
+    for (int s = 0; s < m->nslots; s++) {
+        mc_slot *sl = &m->slots[s];
+        for (int l = 0; l < m->l1 - m->l0; l++) {
+            mc_layer_acts *a = &sl->acts[l];
+            a->res = carve(cv, Nl * C);
+            a->ln1 = carve(cv, Nl * C);
+            a->ln1_mean = ln ? carve(cv, Nl) : NULL;
+            a->ln1_rstd = carve(cv, Nl);
+            a->q = carve(cv, N * m->Ql * D);
+            a->k = carve(cv, N * m->Gl * D);
+            a->v = carve(cv, N * m->Gl * D);
+            a->att = carve(cv, N * m->Ql * D);
+            a->lse = carve(cv, N * m->Ql);
+            a->res2 = carve(cv, Nl * C);
+            a->ln2 = carve(cv, Nl * C);
+            a->ln2_mean = ln ? carve(cv, Nl) : NULL;
+            a->ln2_rstd = carve(cv, Nl);
+            a->fc1 = carve(cv, N * m->fc1_out);
+            a->act = carve(cv, N * m->Fl);
+        }
+        sl->res_out = carve(cv, Nl * C);
+        if (m->last_stage) {
+            sl->lnf = carve(cv, Nl * C);
+            sl->lnf_mean = ln ? carve(cv, Nl) : NULL;
+            sl->lnf_rstd = carve(cv, Nl);
+            sl->dhead = carve(cv, Nl * C);
+        }
+        sl->tokens = (int32_t *)carve(cv, N);
+        sl->targets = (int32_t *)carve(cv, N);
     }
-    m->res_out = carve(cv, Nl * C);
-    m->lnf = carve(cv, Nl * C);
-    m->lnf_mean = ln ? carve(cv, Nl) : NULL;
-    m->lnf_rstd = carve(cv, Nl);
     m->qkv = carve(cv, N * m->qkv_out);
     m->tmp = carve(cv, N * C);
     m->dres = carve(cv, Nl * C);
@@ -124,8 +143,34 @@ static void layout_acts(mc_model *m, carver *cv)
     m->sumexp = carve(cv, N);
     m->tlogit = carve(cv, N);
     m->loss = carve(cv, N);
-    m->tokens = (int32_t *)carve(cv, N);
-    m->targets = (int32_t *)carve(cv, N);
+}
+
+/* (Re)allocate the slots and the activation block for nslots. */
+static mc_status alloc_acts(mc_model *m, int nslots, mc_error *err)
+{
+    if (m->act_block) mc_bfree(m->be, m->act_block);
+    m->act_block = NULL;
+    if (m->slots) free(m->slots[0].acts);
+    free(m->slots);
+    m->nslots = nslots;
+    size_t nl = (size_t)(m->l1 - m->l0);
+    m->slots = calloc((size_t)nslots, sizeof *m->slots);
+    mc_layer_acts *acts = m->slots ? calloc((size_t)nslots * nl + 1, sizeof *acts) : NULL;
+    if (!acts) {
+        free(m->slots);
+        m->slots = NULL;
+        return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+    }
+    for (int s = 0; s < nslots; s++)
+        m->slots[s].acts = acts + (size_t)s * nl;
+    carver cv = {NULL, 0};
+    layout_acts(m, &cv);
+    cv.base = mc_balloc(m->be, cv.off, err);
+    if (!cv.base) return err ? err->code : MC_ERR_NOMEM;
+    m->act_block = cv.base;
+    cv.off = 0;
+    layout_acts(m, &cv);
+    return MC_OK;
 }
 
 mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *be, int micro_batch,
@@ -144,6 +189,10 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     m->prec = prec;
     mc_status st = mc_model_config_finish(&m->cfg, g->tp, err);
     if (st) goto fail;
+    st = mc_model_stage_layers(&m->cfg, g->pp, g->pp_rank, &m->l0, &m->l1, err);
+    if (st) goto fail;
+    m->first_stage = g->pp_rank == 0;
+    m->last_stage = g->pp_rank == g->pp - 1;
     st = mc_model_build_registry(m, err);
     if (st) goto fail;
 
@@ -170,18 +219,7 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     if (!m->p) goto nomem;
     m->g = mc_balloc(be, m->numel * sizeof(float), err);
     if (!m->g) goto nomem;
-    m->acts = calloc((size_t)k->num_layers, sizeof *m->acts);
-    if (!m->acts) {
-        mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
-        goto nomem;
-    }
-    carver cv = {NULL, 0};
-    layout_acts(m, &cv);
-    cv.base = mc_balloc(be, cv.off, err);
-    if (!cv.base) goto nomem;
-    m->act_block = cv.base;
-    cv.off = 0;
-    layout_acts(m, &cv);
+    if (alloc_acts(m, 1, err)) goto nomem;
     *out = m;
     return MC_OK;
 nomem:
@@ -199,7 +237,8 @@ void mc_model_free(mc_model *m)
     if (m->act_block) mc_bfree(m->be, m->act_block);
     if (m->p) mc_bfree(m->be, m->p);
     if (m->g) mc_bfree(m->be, m->g);
-    free(m->acts);
+    if (m->slots) free(m->slots[0].acts);
+    free(m->slots);
     free(m->lp);
     free(m->params);
     free(m);
@@ -304,11 +343,11 @@ static mc_status row_parallel_fwd(mc_model *m, float **out, const float *x, int 
     return tp_reduce(m, m->tmp, m->loc, out, err);
 }
 
-static mc_status layer_fwd(mc_model *m, int l, float *out, mc_error *err)
+static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
     const mc_layer_params *lp = &m->lp[l];
-    mc_layer_acts *a = &m->acts[l];
+    mc_layer_acts *a = &sl->acts[l - m->l0];
     mc_backend *be = m->be;
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
     const float *h;
@@ -343,11 +382,11 @@ static mc_status layer_fwd(mc_model *m, int l, float *out, mc_error *err)
 
 /* dres holds d(layer output) on entry and d(layer input) on return: the
  * residual connections pass it through and each branch adds into it. */
-static mc_status layer_bwd(mc_model *m, int l, mc_error *err)
+static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
     const mc_layer_params *lp = &m->lp[l];
-    mc_layer_acts *a = &m->acts[l];
+    mc_layer_acts *a = &sl->acts[l - m->l0];
     mc_backend *be = m->be;
     mc_prec pr = m->prec;
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
@@ -403,8 +442,8 @@ static mc_status layer_bwd(mc_model *m, int l, mc_error *err)
  * (weight scale per counted target) and flow at once into d(lnf) (m->dln,
  * zeroed here) and the head's weight; *dl gets d(lnf) summed over the
  * group, this rank's [Nl, C] rows (tp_reduce). */
-static mc_status head_fwd_bwd(mc_model *m, const float *lnf, int backward, float scale, float **dl,
-                              mc_error *err)
+static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, int backward,
+                              float scale, float **dl, mc_error *err)
 {
     mc_backend *be = m->be;
     size_t N = m->N, C = m->C, vl = (size_t)m->vl;
@@ -413,7 +452,7 @@ static mc_status head_fwd_bwd(mc_model *m, const float *lnf, int backward, float
     for (size_t r0 = 0; r0 < N; r0 += m->chunk_rows) {
         size_t R = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
         const float *x = lnf + r0 * C;
-        const int32_t *tgt = m->targets + r0;
+        const int32_t *tgt = sl->targets + r0;
         mc_k_linear_fwd(be, m->prec, m->logits, x, P(m, w), NULL, R, C, vl, 0.0f);
         mc_k_xent_max(be, m->rowmax + r0, m->logits, R, vl);
         TRY(mc_allreduce_max(&m->grid, MC_GROUP_TP, be, m->rowmax + r0, R, err));
@@ -439,75 +478,142 @@ static mc_status grad_ready(mc_model *m, size_t offset, mc_error *err)
     return m->grad_ready ? m->grad_ready(m->grad_ready_ctx, offset, err) : MC_OK;
 }
 
-mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targets, int backward,
-                        float grad_scale, double *loss, int64_t *ntok, mc_error *err)
+/* Ids are checked here: an id outside every rank's slice would embed as
+ * zeros and score as an impossible target, silently. */
+static mc_status check_ids(const mc_model *m, const int32_t *ids, const char *what, int neg_ok,
+                           int64_t *count, mc_error *err)
 {
-    const mc_model_config *c = &m->cfg;
-    mc_backend *be = m->be;
-    size_t N = m->N, C = m->C, T = m->T, B = (size_t)m->B;
-    int L = c->num_layers;
-
-    /* Ids are checked here: an id outside every rank's slice would embed as
-     * zeros and score as an impossible target, silently. */
-    int64_t count = 0;
-    for (size_t i = 0; i < N; i++) {
-        if (tokens[i] < 0 || tokens[i] >= c->padded_vocab_size)
+    int64_t V = m->cfg.padded_vocab_size, n = 0;
+    for (size_t i = 0; i < m->N; i++) {
+        if ((!neg_ok && ids[i] < 0) || ids[i] >= V)
             return mc_error_set(err, MC_ERR_FORMAT,
-                                "model: token id %d at position %zu of the micro-batch is outside "
+                                "model: %s id %d at position %zu of the micro-batch is outside "
                                 "the vocabulary [0, %lld)",
-                                tokens[i], i, (long long)c->padded_vocab_size);
-        if (targets[i] >= c->padded_vocab_size)
-            return mc_error_set(err, MC_ERR_FORMAT,
-                                "model: target id %d at position %zu of the micro-batch is outside "
-                                "the vocabulary [0, %lld)",
-                                targets[i], i, (long long)c->padded_vocab_size);
-        count += targets[i] >= 0;
+                                what, ids[i], i, (long long)V);
+        n += ids[i] >= 0;
     }
-    mc_bcopy_from_host(be, m->tokens, tokens, N * sizeof(int32_t));
-    mc_bcopy_from_host(be, m->targets, targets, N * sizeof(int32_t));
+    if (count) *count = n;
+    return MC_OK;
+}
 
-    /* Embedding: vocab-parallel lookup, all-reduced (reduce-scattered to
-     * this rank's positions [pos0, pos0 + Tl) with sequence parallelism),
-     * then positions. */
-    float *x0 = m->acts[0].res, *e = m->sp ? m->tmp : x0, *dl = NULL;
-    size_t pos0 = m->sp ? (size_t)m->grid.tp_rank * m->Tl : 0;
-    mc_k_embed_fwd(be, e, m->tokens, N, P(m, m->wte), m->v0, m->vl, C);
-    TRY(tp_reduce(m, e, x0, &x0, err));
-    if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, P(m, m->wpe), B, m->Tl, C, pos0);
-
-    for (int l = 0; l < L; l++)
-        TRY(layer_fwd(m, l, l + 1 < L ? m->acts[l + 1].res : m->res_out, err));
-    norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res_out, m->lnf_w, m->lnf_b);
+mc_status mc_model_forward(mc_model *m, int slot, const int32_t *tokens, const int32_t *targets,
+                           int backward, float grad_scale, const float **out, double *loss,
+                           int64_t *ntok, mc_error *err)
+{
+    mc_backend *be = m->be;
+    size_t N = m->N, C = m->C, B = (size_t)m->B;
+    mc_slot *sl = &m->slots[slot];
+    int64_t count = 0;
+    *loss = 0;
+    *ntok = 0;
+    if (out) *out = NULL;
+    sl->bwd = 0;
+    if (m->first_stage) TRY(check_ids(m, tokens, "token", 0, NULL, err));
+    if (m->last_stage) TRY(check_ids(m, targets, "target", 1, &count, err));
+    if (m->first_stage) {
+        mc_bcopy_from_host(be, sl->tokens, tokens, N * sizeof(int32_t));
+        /* Embedding: vocab-parallel lookup, all-reduced (reduce-scattered
+         * to this rank's positions [pos0, pos0 + Tl) with sequence
+         * parallelism), then positions. */
+        float *x0 = sl->acts[0].res, *e = m->sp ? m->tmp : x0;
+        size_t pos0 = m->sp ? (size_t)m->grid.tp_rank * m->Tl : 0;
+        mc_k_embed_fwd(be, e, sl->tokens, N, P(m, m->wte), m->v0, m->vl, C);
+        TRY(tp_reduce(m, e, x0, &x0, err));
+        if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, P(m, m->wpe), B, m->Tl, C, pos0);
+    }
+    for (int l = m->l0; l < m->l1; l++)
+        TRY(layer_fwd(m, sl, l, l + 1 < m->l1 ? sl->acts[l + 1 - m->l0].res : sl->res_out, err));
+    if (!m->last_stage) {
+        if (out) *out = sl->res_out;
+        return MC_OK;
+    }
+    mc_bcopy_from_host(be, sl->targets, targets, N * sizeof(int32_t));
+    norm_fwd(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->res_out, m->lnf_w, m->lnf_b);
     const float *lnf;
-    TRY(tp_gather(m, m->lnf, &lnf, err));
-
+    TRY(tp_gather(m, sl->lnf, &lnf, err));
     /* Mean over counted targets; a micro-batch with none has loss 0 and
      * contributes no gradient. */
     float scale = count ? grad_scale / (float)count : 0.0f;
-    int bwd = backward && count > 0;
-    TRY(head_fwd_bwd(m, lnf, bwd, scale, &dl, err));
+    float *dl = NULL;
+    sl->bwd = backward && count > 0;
+    TRY(head_fwd_bwd(m, sl, lnf, sl->bwd, scale, &dl, err));
+    if (sl->bwd) mc_bcopy(be, sl->dhead, dl, m->Nl * C * sizeof(float));
     double sum = mc_k_mean(be, m->loss, N) * (double)N;
     *loss = count ? sum / (double)count : 0.0;
     *ntok = count;
-    if (!bwd) return MC_OK;
+    return MC_OK;
+}
 
-    mc_k_fill(be, m->dres, 0.0f, m->Nl * C);
-    TRY(norm_bwd(m, m->dres, dl, m->res_out, m->lnf_mean, m->lnf_rstd, m->lnf_w, m->lnf_b, err));
-    /* The buffer holds embeddings, layers 0..L-1, final norm, output layer:
-     * each step of the backward finishes a suffix of it. */
-    TRY(grad_ready(m, m->params[m->lnf_w].offset, err));
-    for (int l = L - 1; l >= 0; l--) {
-        TRY(layer_bwd(m, l, err));
+mc_status mc_model_backward(mc_model *m, int slot, const float *dout, const float **din,
+                            mc_error *err)
+{
+    mc_backend *be = m->be;
+    size_t N = m->N, C = m->C, T = m->T, B = (size_t)m->B;
+    mc_slot *sl = &m->slots[slot];
+    if (din) *din = NULL;
+    if (m->last_stage) {
+        mc_k_fill(be, m->dres, 0.0f, m->Nl * C);
+        if (sl->bwd)
+            TRY(norm_bwd(m, m->dres, sl->dhead, sl->res_out, sl->lnf_mean, sl->lnf_rstd, m->lnf_w,
+                         m->lnf_b, err));
+        /* The buffer holds embeddings, layers l0..l1-1, final norm, output
+         * layer: each step of the backward finishes a suffix of it. */
+        TRY(grad_ready(m, m->params[m->lnf_w].offset, err));
+    } else {
+        mc_bcopy(be, m->dres, dout, m->Nl * C * sizeof(float));
+    }
+    for (int l = m->l1 - 1; l >= m->l0; l--) {
+        TRY(layer_bwd(m, sl, l, err));
         TRY(grad_ready(m, m->params[m->lp[l].ln1_w].offset, err));
     }
-    /* The embedding's input gradient is replicated: each rank adds its
-     * vocabulary rows, no communication (with sequence parallelism, after
-     * gathering it; the position gradient then comes whole from every row). */
-    const float *dx0;
-    TRY(tp_gather(m, m->dres, &dx0, err));
-    mc_k_embed_bwd(be, G(m, m->wte), dx0, m->tokens, N, m->v0, m->vl, C);
-    if (m->wpe >= 0) mc_k_posemb_bwd(be, G(m, m->wpe), dx0, B, T, C, 0);
+    if (m->first_stage) {
+        /* The embedding's input gradient is replicated: each rank adds its
+         * vocabulary rows, no communication (with sequence parallelism,
+         * after gathering it; the position gradient then comes whole from
+         * every row). */
+        const float *dx0;
+        TRY(tp_gather(m, m->dres, &dx0, err));
+        mc_k_embed_bwd(be, G(m, m->wte), dx0, sl->tokens, N, m->v0, m->vl, C);
+        if (m->wpe >= 0) mc_k_posemb_bwd(be, G(m, m->wpe), dx0, B, T, C, 0);
+    } else if (din) {
+        *din = m->dres;
+    }
     return grad_ready(m, 0, err);
+}
+
+/* One process's micro-batch (one stage holding the whole model), slot 0. */
+mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targets, int backward,
+                        float grad_scale, double *loss, int64_t *ntok, mc_error *err)
+{
+    if (!m->first_stage || !m->last_stage)
+        return mc_error_set(err, MC_ERR_INTERNAL,
+                            "model: mc_model_step on pipeline stage %d of %d; use the pipeline "
+                            "schedule", m->grid.pp_rank, m->grid.pp);
+    TRY(mc_model_forward(m, 0, tokens, targets, backward, grad_scale, NULL, loss, ntok, err));
+    if (!m->slots[0].bwd) return MC_OK;
+    return mc_model_backward(m, 0, NULL, NULL, err);
+}
+
+int mc_model_is_first_stage(const mc_model *m) { return m->first_stage; }
+int mc_model_is_last_stage(const mc_model *m) { return m->last_stage; }
+size_t mc_model_act_numel(const mc_model *m) { return m->Nl * m->C; }
+float *mc_model_stage_input(mc_model *m, int slot) { return m->slots[slot].acts[0].res; }
+
+mc_status mc_model_set_slots(mc_model *m, int slots, mc_error *err)
+{
+    if (slots < 1)
+        return mc_error_set(err, MC_ERR_INTERNAL, "model: %d activation slots", slots);
+    if (slots == m->nslots) return MC_OK;
+    return alloc_acts(m, slots, err);
+}
+
+mc_status mc_model_allreduce_embedding_grads(mc_model *m, mc_error *err)
+{
+    if (m->grid.pp <= 1 || m->cfg.untie_embeddings_and_output_weights ||
+        !(m->first_stage || m->last_stage))
+        return MC_OK;
+    const mc_param *w = &m->params[m->wte];
+    return mc_allreduce_sum(&m->grid, MC_GROUP_EMBD, m->be, m->g + w->offset, w->numel, err);
 }
 
 void mc_model_set_grad_ready_hook(mc_model *m, mc_grad_ready_fn fn, void *ctx)

@@ -35,6 +35,16 @@ typedef struct mc_layer_acts {
     float *act;          /* [N, Fl] */
 } mc_layer_acts;
 
+/* One micro-batch in flight on this stage: its saved activations. */
+typedef struct mc_slot {
+    mc_layer_acts *acts;    /* [l1 - l0]: the stage's layers */
+    float *res_out;         /* [Nl, C] the stage's last layer's output */
+    float *lnf, *lnf_mean, *lnf_rstd; /* last stage: [Nl, C], [Nl] */
+    float *dhead;           /* last stage: d(final norm output), this rank's [Nl, C] */
+    int32_t *tokens, *targets; /* [N] backend copies */
+    int bwd;                /* the forward ran the head's backward */
+} mc_slot;
+
 struct mc_model {
     mc_model_config cfg;
     mc_grid grid;
@@ -48,7 +58,9 @@ struct mc_model {
     size_t numel;           /* local, with alignment gaps */
     int64_t global_numel;
     int wte, wpe, lnf_w, lnf_b, out_w; /* -1 when absent */
-    mc_layer_params *lp;    /* [num_layers] */
+    mc_layer_params *lp;    /* [num_layers], global index; -1 off this stage */
+    int l0, l1;             /* this pipeline stage's layers [l0, l1) */
+    int first_stage, last_stage;
     float *p, *g;           /* parameters and gradients, numel each */
 
     /* local sizes */
@@ -60,9 +72,8 @@ struct mc_model {
 
     /* activations and scratch (model.c), all carved from one block */
     void *act_block;
-    mc_layer_acts *acts;    /* [num_layers] */
-    float *res_out;         /* [Nl, C] the last layer's output */
-    float *lnf, *lnf_mean, *lnf_rstd; /* [Nl, C], [Nl] */
+    int nslots;
+    mc_slot *slots;         /* [nslots], each with acts [l1 - l0] */
     float *qkv;             /* [N, qkv_out] scratch; the backward's dqkv */
     float *tmp;             /* [N, C] row-parallel outputs before the all-reduce */
     float *dres;            /* [Nl, C] */
@@ -75,7 +86,6 @@ struct mc_model {
     float *datt, *dq, *dk, *dv;
     float *logits;          /* [chunk_rows, vl] */
     float *rowmax, *sumexp, *tlogit, *loss; /* [N] */
-    int32_t *tokens, *targets;              /* [N] backend copies */
 
     /* mc_model_set_grad_ready_hook (NULL: none) */
     mc_grad_ready_fn grad_ready;

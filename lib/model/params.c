@@ -40,17 +40,24 @@ typedef struct reg {
     mc_model *m;
     size_t cap;
     size_t off;
+    int skip;   /* on another pipeline stage: counted in global_numel only */
+    int shared; /* the last stage's copy of the tied embeddings: local only */
 } reg;
 
 static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int split_dim,
                int row_chunks, int nwd, float std, float value, const char *fmt, ...)
     __attribute__((format(printf, 11, 12)));
 
-/* Append one parameter; returns its index, or -1 on allocation failure. */
+/* Append one parameter; returns its index, -1 on allocation failure, -2
+ * when it lives on another pipeline stage (r->skip). */
 static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int split_dim,
                int row_chunks, int nwd, float std, float value, const char *fmt, ...)
 {
     mc_model *m = r->m;
+    if (r->skip) {
+        m->global_numel += rows * cols;
+        return -2;
+    }
     if (m->nparams == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 64;
         mc_param *p = realloc(m->params, cap * sizeof *p);
@@ -88,20 +95,22 @@ static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int 
     p->init_value = value;
     p->numel = (size_t)(p->local_rows * p->local_cols);
     p->offset = r->off;
+    p->shared = r->shared;
     r->off += (p->numel + PARAM_ALIGN - 1) / PARAM_ALIGN * PARAM_ALIGN;
-    m->global_numel += rows * cols;
+    if (!r->shared) m->global_numel += rows * cols;
     return (int)m->nparams++;
 }
 
 #define ADD(...)                                       \
     do {                                               \
-        if ((idx = add(&r, err, __VA_ARGS__)) < 0) goto fail; \
+        if ((idx = add(&r, err, __VA_ARGS__)) == -1) goto fail; \
+        if (idx < 0) idx = -1;                         \
     } while (0)
 
 mc_status mc_model_build_registry(mc_model *m, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
-    reg r = {m, 0, 0};
+    reg r = {.m = m};
     int idx;
     int64_t C = c->hidden_size, V = c->padded_vocab_size;
     int64_t Q = c->num_attention_heads, G = c->num_query_groups, D = c->kv_channels;
@@ -117,8 +126,20 @@ mc_status mc_model_build_registry(mc_model *m, mc_error *err)
     m->lp = calloc((size_t)c->num_layers, sizeof *m->lp);
     if (!m->lp) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
 
+    /* Stage membership (pipeline parallelism): the embeddings on the
+     * first stage, layers [l0, l1), the final norm and output layer on the
+     * last; with tied embeddings the last stage (when not also the first)
+     * holds its own copy of the word embeddings, first in its buffer. */
+    int first = m->first_stage, last = m->last_stage;
+    if (last && !first && !c->untie_embeddings_and_output_weights) {
+        r.shared = 1;
+        ADD(2, V, C, 0, 1, 0, std, 0, "embedding.word_embeddings.weight");
+        m->wte = idx;
+        r.shared = 0;
+    }
+    r.skip = !first;
     ADD(2, V, C, 0, 1, 0, std, 0, "embedding.word_embeddings.weight");
-    m->wte = idx;
+    if (first) m->wte = idx;
     if (c->position_embedding_type == MC_POS_LEARNED) {
         ADD(2, c->max_position_embeddings, C, -1, 1, 0, std, 0,
             "embedding.position_embeddings.weight");
@@ -126,6 +147,8 @@ mc_status mc_model_build_registry(mc_model *m, mc_error *err)
     }
     for (int l = 0; l < c->num_layers; l++) {
         mc_layer_params *lp = &m->lp[l];
+        r.skip = l < m->l0 || l >= m->l1;
+        lp->ln1_w = lp->ln1_b = lp->qkv_w = lp->proj_w = lp->ln2_w = lp->fc1_w = lp->fc2_w = -1;
         lp->ln1_b = lp->qkv_b = lp->proj_b = lp->ln2_b = lp->fc1_b = lp->fc2_b = -1;
         const char *a = "decoder.layers.%d.self_attention";
         char pre[96];
@@ -168,6 +191,7 @@ mc_status mc_model_build_registry(mc_model *m, mc_error *err)
             lp->fc2_b = idx;
         }
     }
+    r.skip = !last;
     ADD(1, C, 1, -1, 1, 1, 0, 1, "decoder.final_layernorm.weight");
     m->lnf_w = idx;
     if (ln) {

@@ -32,6 +32,7 @@
 #include "mc/metrics.h"
 #include "mc/train.h"
 #include "train/grad_buckets.h"
+#include "train/pipeline.h"
 #include "train/state.h"
 
 void mc_train_config_init(mc_train_config *c)
@@ -66,6 +67,7 @@ typedef struct run {
     mc_lr_schedule sched;
     mc_train_state s;
     int64_t train_iters, global_batch, num_micro, dp, T;
+    int pp;                             /* pipeline stages: > 1 runs pipeline.c */
     int32_t *tokens, *targets, *sample; /* host: one micro-batch, one sample */
     char *config_json;
     int64_t last_saved;                 /* iteration of the last checkpoint written, -1 */
@@ -143,6 +145,38 @@ static mc_status load_batch(run *r, mc_split split, int64_t first, int wrap, mc_
 
 /* ---------------------------------------------------------------- evaluation */
 
+/* Micro-batches for the pipeline schedule: micro-batch k of the global
+ * batch whose first sample is base, this data-parallel rank's share. */
+typedef struct pipe_batches {
+    run *r;
+    mc_split split;
+    int64_t base;
+    int wrap;
+} pipe_batches;
+
+static mc_status pipe_batch(void *ctx, int64_t k, const int32_t **tokens, const int32_t **targets,
+                            mc_error *err)
+{
+    pipe_batches *pb = ctx;
+    run *r = pb->r;
+    int64_t mbs = r->c->micro_batch_size;
+    int64_t first = pb->base + k * mbs * r->dp + mc_grid_group_rank(r->g, MC_GROUP_DP) * mbs;
+    mc_status st = load_batch(r, pb->split, first, pb->wrap, err);
+    *tokens = r->tokens;
+    *targets = r->targets;
+    return st;
+}
+
+/* Before the last micro-batch's backward: the overlapped data-parallel
+ * reduction may start (not with tied embeddings across stages: their
+ * gradient is summed over the embedding group first). */
+static void pipe_arm(void *ctx)
+{
+    run *r = ((pipe_batches *)ctx)->r;
+    if (r->buckets && mc_model_get_config(r->model)->untie_embeddings_and_output_weights)
+        mc_grad_buckets_arm(r->buckets);
+}
+
 /* Mean loss per token over eval_iters global batches of `split`, starting
  * at sample `base` (mod the split's size). */
 static mc_status evaluate(run *r, mc_split split, int64_t base, double *loss, mc_error *err)
@@ -150,7 +184,14 @@ static mc_status evaluate(run *r, mc_split split, int64_t base, double *loss, mc
     const mc_train_config *c = r->c;
     int dp_rank = mc_grid_group_rank(r->g, MC_GROUP_DP);
     double acc[2] = {0, 0};
-    for (int64_t e = 0; e < c->eval_iters; e++)
+    for (int64_t e = 0; e < c->eval_iters && r->pp > 1; e++) {
+        pipe_batches pb = {r, split, base + e * r->global_batch, 1};
+        mc_status st = mc_pipeline_run(r->model, r->g, r->be, r->num_micro, 0, 1.0f, pipe_batch,
+                                       NULL, &pb, acc, err);
+        if (st)
+            return st;
+    }
+    for (int64_t e = 0; e < c->eval_iters && r->pp == 1; e++)
         for (int64_t k = 0; k < r->num_micro; k++) {
             int64_t first = base + e * r->global_batch + k * c->micro_batch_size * r->dp +
                             dp_rank * c->micro_batch_size;
@@ -164,7 +205,11 @@ static mc_status evaluate(run *r, mc_split split, int64_t base, double *loss, mc
             acc[0] += l * (double)ntok;
             acc[1] += (double)ntok;
         }
+    /* Over data parallelism, then from the last stage to every stage (the
+     * others hold zeros: the sum is its value, exactly). */
     mc_status st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err);
+    if (!st)
+        st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 2, err);
     if (st)
         return st;
     *loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
@@ -328,6 +373,9 @@ mc_status mc_train_check_grid(const mc_train_config *c, const mc_model_config *m
 {
     mc_model_config m = *model_cfg;
     mc_status st = mc_model_config_finish(&m, mc_grid_group_size(g, MC_GROUP_TP), err);
+    int l0, l1;
+    if (!st)
+        st = mc_model_stage_layers(&m, g->pp, g->pp_rank, &l0, &l1, err);
     if (st)
         return st;
     int64_t gb, nm;
@@ -382,6 +430,10 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     if ((st = mc_model_new(&mcfg, r->g, r->be, (int)c->micro_batch_size, c->prec, &r->model, err)))
         return st;
     mc_model_init_weights(r->model, c->seed);
+    r->pp = mc_grid_group_size(r->g, MC_GROUP_PP);
+    if (r->pp > 1 &&
+        (st = mc_model_set_slots(r->model, mc_pipeline_slots(r->g, r->num_micro), err)))
+        return st;
     /* The distributed optimizer reduce-scatters the whole buffer after the
      * backward (its shard is cut from the whole buffer: one bucket, no
      * overlap yet, distopt.h); the plain one all-reduces in buckets. */
@@ -514,7 +566,13 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
         return st;
     mc_model_zero_grads(r->model);
     double acc[2] = {0, 0};
-    for (int64_t k = 0; k < r->num_micro; k++) {
+    if (r->pp > 1) {
+        pipe_batches pb = {r, MC_SPLIT_TRAIN, r->s.consumed_samples, 0};
+        if ((st = mc_pipeline_run(r->model, r->g, r->be, r->num_micro, 1, gscale, pipe_batch,
+                                  pipe_arm, &pb, acc, err)))
+            return st;
+    }
+    for (int64_t k = 0; k < r->num_micro && r->pp == 1; k++) {
         int64_t first = r->s.consumed_samples + k * c->micro_batch_size * r->dp +
                         dp_rank * c->micro_batch_size;
         double l;
@@ -531,11 +589,17 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
         acc[0] += l * (double)ntok;
         acc[1] += (double)ntok;
     }
+    /* Tied embeddings across stages: the two copies' gradients summed
+     * (Megatron's _allreduce_embedding_grads), then the data-parallel sum. */
+    if ((st = mc_model_allreduce_embedding_grads(r->model, err)))
+        return st;
     st = r->buckets ? mc_grad_buckets_finish(r->buckets, err)
                     : mc_optim_reduce_grads(r->optim, err);
     if (st)
         return st;
     if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err)))
+        return st;
+    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 2, err)))
         return st;
     *lm_loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
     *nan = 0;

@@ -143,8 +143,10 @@ mc_status mc_optim_create(mc_backend *be, const mc_grid *g, const mc_optim_confi
         /* A parameter replicated over tensor parallelism is counted in the
          * norm by tensor-parallel rank 0 only, so the all-reduce over the
          * model-parallel group counts it once (Megatron's
-         * param_is_not_tensor_parallel_duplicate). */
-        mc_optim_span s = {p->offset, p->numel, !p->no_weight_decay, p->split_dim >= 0 || tp_rank == 0};
+         * param_is_not_tensor_parallel_duplicate); the last pipeline
+         * stage's copy of tied embeddings not at all (param_is_not_shared). */
+        mc_optim_span s = {p->offset, p->numel, !p->no_weight_decay,
+                           !p->shared && (p->split_dim >= 0 || tp_rank == 0)};
         mc_optim_span *last = o->nspans ? &o->spans[o->nspans - 1] : NULL;
         if (last && last->offset + last->n == s.offset && last->decay == s.decay &&
             last->in_norm == s.in_norm)

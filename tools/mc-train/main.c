@@ -67,7 +67,7 @@ enum {
     OPT_DATA_PATH, OPT_SPLIT, OPT_DATA_CACHE_PATH, OPT_MOCK_DATA,
     /* distributed */
     OPT_TP, OPT_PP, OPT_CP, OPT_SEQUENCE_PARALLEL, OPT_DIST_OPT, OPT_OVERLAP_GRAD,
-    OPT_OVERLAP_PARAM, OPT_DIST_TIMEOUT, OPT_DDP_BUCKET
+    OPT_OVERLAP_PARAM, OPT_DIST_TIMEOUT, OPT_DDP_BUCKET, OPT_PP_FIRST, OPT_PP_LAST
 };
 
 static const mc_option options[] = {
@@ -210,7 +210,11 @@ static const mc_option options[] = {
     {"tensor-model-parallel-size", MC_OPT_REQUIRED, OPT_TP, "N",
      "Ranks that split each layer (1); must divide the heads, query groups and FFN size."},
     {"pipeline-model-parallel-size", MC_OPT_REQUIRED, OPT_PP, "N",
-     "Pipeline stages (1; more is not implemented yet)."},
+     "Pipeline stages (1); the layers split evenly over them unless given below."},
+    {"decoder-first-pipeline-num-layers", MC_OPT_REQUIRED, OPT_PP_FIRST, "N",
+     "Layers on the first pipeline stage (the rest split evenly)."},
+    {"decoder-last-pipeline-num-layers", MC_OPT_REQUIRED, OPT_PP_LAST, "N",
+     "Layers on the last pipeline stage (the rest split evenly)."},
     {"context-parallel-size", MC_OPT_REQUIRED, OPT_CP, "N",
      "Ranks that split the sequence in attention (1; more is not implemented yet)."},
     {"sequence-parallel", MC_OPT_NONE, OPT_SEQUENCE_PARALLEL, NULL,
@@ -255,6 +259,7 @@ typedef struct args {
     int64_t threads;
     mc_train_config t;
     int64_t tp, pp, cp;     /* grid sizes (1) */
+    int64_t pp_first, pp_last; /* --decoder-first/last-pipeline-num-layers (0: even) */
     int sequence_parallel;
     double dist_timeout;    /* --distributed-timeout-minutes (0: the grid's 10) */
     json_t *argv_json; /* every option as given, for the checkpoint */
@@ -542,6 +547,8 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_MOCK_DATA: a->mock = 1; break;
         case OPT_TP: st = parse_int("--tensor-model-parallel-size", arg, 1, 65536, &a->tp, err); break;
         case OPT_PP: st = parse_int("--pipeline-model-parallel-size", arg, 1, 65536, &a->pp, err); break;
+        case OPT_PP_FIRST: st = parse_int("--decoder-first-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_first, err); break;
+        case OPT_PP_LAST: st = parse_int("--decoder-last-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_last, err); break;
         case OPT_CP: st = parse_int("--context-parallel-size", arg, 1, 65536, &a->cp, err); break;
         case OPT_SEQUENCE_PARALLEL: a->sequence_parallel = 1; break;
         case OPT_DIST_OPT: t->use_distributed_optimizer = 1; break;
@@ -597,11 +604,6 @@ static mc_status check_args(args *a, mc_error *err)
                             "--num-layers, --hidden-size and --num-attention-heads are required "
                             "(or a --model preset)");
     /* Megatron's other axes: the grid has them (size 1) but not the model. */
-    if (a->pp > 1)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--pipeline-model-parallel-size %" PRId64 ": pipeline parallelism is "
-                            "not implemented yet; use 1",
-                            a->pp);
     if (a->cp > 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--context-parallel-size %" PRId64 ": context parallelism is not "
@@ -649,6 +651,8 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     if (a->set & SET_DIVISIBLE) c->make_vocab_size_divisible_by = m->make_vocab_size_divisible_by;
     /* Megatron turns --sequence-parallel off when there is no TP to split over. */
     c->sequence_parallel = a->sequence_parallel && a->tp > 1;
+    c->decoder_first_pipeline_num_layers = (int)a->pp_first;
+    c->decoder_last_pipeline_num_layers = (int)a->pp_last;
     /* A preset's sequence length may be overridden below its position
      * table; a longer one needs the table to grow with it. */
     if ((a->set & SET_SEQ) && !(a->set & SET_MAXPOS) && c->max_position_embeddings &&
