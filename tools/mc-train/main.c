@@ -31,6 +31,7 @@
 #include "mc/log.h"
 #include "mc/model.h"
 #include "mc/opt.h"
+#include "mc/plan.h"
 #include "mc/tokenizer.h"
 #include "mc/train.h"
 
@@ -67,7 +68,9 @@ enum {
     OPT_DATA_PATH, OPT_SPLIT, OPT_DATA_CACHE_PATH, OPT_MOCK_DATA,
     /* distributed */
     OPT_TP, OPT_PP, OPT_CP, OPT_SEQUENCE_PARALLEL, OPT_DIST_OPT, OPT_OVERLAP_GRAD,
-    OPT_OVERLAP_PARAM, OPT_DIST_TIMEOUT, OPT_DDP_BUCKET, OPT_PP_FIRST, OPT_PP_LAST
+    OPT_OVERLAP_PARAM, OPT_DIST_TIMEOUT, OPT_DDP_BUCKET, OPT_PP_FIRST, OPT_PP_LAST,
+    /* planning */
+    OPT_DRY_RUN, OPT_WORLD_SIZE
 };
 
 static const mc_option options[] = {
@@ -230,6 +233,12 @@ static const mc_option options[] = {
      "with --overlap-grad-reduce)."},
     {"distributed-timeout-minutes", MC_OPT_REQUIRED, OPT_DIST_TIMEOUT, "MIN",
      "Abort the whole job when a collective waits longer than MIN minutes (10)."},
+    /* planning */
+    {"dry-run", MC_OPT_NONE, OPT_DRY_RUN, NULL,
+     "Print each pipeline stage's memory (parameters, gradients, optimizer, activations) and "
+     "each group's communication per iteration for the grid, then exit; allocates nothing."},
+    {"world-size", MC_OPT_REQUIRED, OPT_WORLD_SIZE, "N",
+     "With --dry-run: the ranks to plan for (default TP x PP, i.e. DP = 1)."},
     {NULL, 0, 0, NULL, NULL},
 };
 
@@ -263,6 +272,8 @@ typedef struct args {
     int sequence_parallel;
     double dist_timeout;    /* --distributed-timeout-minutes (0: the grid's 10) */
     json_t *argv_json; /* every option as given, for the checkpoint */
+    int dry_run;       /* --dry-run: print the plan (mc/plan.h) and exit */
+    int64_t world_size; /* --world-size, for --dry-run (0: TP x PP) */
 } args;
 
 static volatile sig_atomic_t stop_requested;
@@ -554,6 +565,8 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_DIST_OPT: t->use_distributed_optimizer = 1; break;
         case OPT_OVERLAP_GRAD: t->overlap_grad_reduce = 1; break;
         case OPT_OVERLAP_PARAM: t->overlap_param_gather = 1; break;
+        case OPT_DRY_RUN: a->dry_run = 1; break;
+        case OPT_WORLD_SIZE: st = parse_int("--world-size", arg, 1, 1 << 24, &a->world_size, err); break;
         case OPT_DDP_BUCKET: st = parse_int("--ddp-bucket-size", arg, 1, INT64_MAX / 2, &t->ddp_bucket_size, err); break;
         case OPT_DIST_TIMEOUT: st = parse_real("--distributed-timeout-minutes", arg, 1e-6, 1e7, &a->dist_timeout, err); break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "option key %d not handled", key); break;
@@ -722,6 +735,40 @@ static mc_status share_stdin_prefix(const mc_grid *g, char **out, mc_error *err)
     return st;
 }
 
+static void print_stdout(void *ctx, const char *line)
+{
+    (void)ctx;
+    printf("%s\n", line);
+}
+
+/* --dry-run: the plan of the grid, from the options alone (no MPI, no
+ * allocation beyond the tokenizer that gives the vocabulary size). */
+static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
+{
+    if (a->have_tokenizer) {
+        mc_tokenizer *tok = NULL;
+        if (a->tok.kind == MC_TOKENIZER_NULL)
+            a->tok.vocab_size = a->vocab_size;
+        mc_status st = mc_tokenizer_load(&a->tok, &tok, err);
+        if (st)
+            return st;
+        mcfg->vocab_size = mc_tokenizer_vocab_size(tok);
+        mc_tokenizer_free(tok);
+    } else {
+        mcfg->vocab_size = a->vocab_size;
+    }
+    int64_t world = a->world_size ? a->world_size : a->tp * a->pp;
+    mc_plan plan;
+    mc_status st = mc_plan_compute(mcfg, (int)world, (int)a->tp, (int)a->pp,
+                                   a->t.micro_batch_size, a->t.global_batch_size,
+                                   a->t.use_distributed_optimizer, &plan, err);
+    if (st)
+        return st;
+    mc_plan_print(&plan, print_stdout, NULL);
+    mc_plan_free(&plan);
+    return fflush(stdout) == EOF ? mc_error_errno(err, MC_ERR_IO, errno, "stdout") : MC_OK;
+}
+
 int main(int argc, char **argv)
 {
     mc_logger lg;
@@ -770,12 +817,20 @@ int main(int argc, char **argv)
     mc_model_config mcfg;
     if (!st)
         st = model_config(&a, &mcfg, &err);
+    if (!st && a.dry_run) {
+        if (!(st = dry_run(&a, &mcfg, &err))) {
+            rc = 0;
+            goto done;
+        }
+        goto fail;
+    }
 
     /* The grid. Under an MPI launcher every rank starts MPI even after a
      * usage error, so that rank 0 alone reports it. */
     if (mc_grid_launched_by_mpi()) {
         mc_error gerr;
-        mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, 1, 1, 1, &grid, &gerr);
+        mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, st ? 1 : (int)a.pp, 1,
+                                         1, &grid, &gerr);
         if (!st && gst)
             err = gerr, st = gst, grid_error = 1;
     } else if (!st && a.tp > 1) {
@@ -783,6 +838,12 @@ int main(int argc, char **argv)
                           "--tensor-model-parallel-size %" PRId64 " needs a multiple of %" PRId64
                           " ranks and this is one process: start it with mpirun -np N or srun",
                           a.tp, a.tp);
+        grid_error = 1;
+    } else if (!st && a.pp > 1) {
+        st = mc_error_set(&err, MC_ERR_USAGE,
+                          "--pipeline-model-parallel-size %" PRId64 " needs a multiple of %" PRId64
+                          " ranks and this is one process: start it with mpirun -np N or srun",
+                          a.pp, a.pp);
         grid_error = 1;
     }
     if (st)
