@@ -1,0 +1,63 @@
+/*
+ * plan.h - what a training run will need, computed from its configuration
+ * alone (mc-train --dry-run): per kind of rank (pipeline stage; ranks of one
+ * stage differ only in their slices), the bytes of parameters, gradients,
+ * Adam state and activations, and the bytes each parallel group moves per
+ * iteration. Nothing is allocated: the figures repeat the arithmetic of
+ * lib/model/params.c (the parameter registry), lib/model/model.c (the
+ * activation block), lib/train/optim.c and distopt.c (moments) and
+ * lib/train/pipeline.c (slots in flight), so they change with them.
+ */
+#ifndef MC_PLAN_H
+#define MC_PLAN_H
+
+#include <stdint.h>
+#include "mc/model.h"
+#include "mc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mc_plan_stage {
+    int first_layer, last_layer;   /* global layers [first, last) */
+    int64_t params;                /* local parameter elements (unpadded) */
+    int64_t numel;                 /* elements of the parameter buffer (64-byte aligned) */
+    double param_bytes, grad_bytes, optim_bytes, act_bytes;
+    double act_bytes_recompute;    /* < 0: recomputation not implemented */
+    int slots;                     /* micro-batches whose activations are held */
+    /* Bytes per iteration this rank sends into collectives of each group
+     * (tensor sizes, not the wire), and the calls. */
+    double tp_bytes, dp_bytes, pp_bytes, embd_bytes;
+    int64_t tp_calls, dp_calls, pp_calls, embd_calls;
+    /* The same in wire bytes per rank of a ring algorithm: all-reduce
+     * 2(n-1)/n x size, all-gather / reduce-scatter (n-1)/n x full size,
+     * point to point x 1. */
+    double tp_wire, dp_wire, pp_wire, embd_wire;
+} mc_plan_stage;
+
+typedef struct mc_plan {
+    int world, tp, pp, cp, dp;
+    int sequence_parallel, distributed_optimizer;
+    int64_t micro_batch, global_batch, num_micro;
+    int64_t global_params;         /* the model's parameters (unpadded) */
+    int nstages;                   /* = pp */
+    mc_plan_stage *stage;          /* [pp] */
+} mc_plan;
+
+/* The plan of a run on `world` ranks of tp x pp (cp = 1) with data-parallel
+ * size world / (tp pp). c: the model's configuration (vocab_size set;
+ * finished here for tp, so divisibility errors come back as
+ * MC_ERR_USAGE with the numbers); global_batch 0: micro_batch x dp. */
+mc_status mc_plan_compute(const mc_model_config *c, int world, int tp, int pp,
+                          int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
+                          mc_plan *out, mc_error *err);
+void mc_plan_free(mc_plan *p);
+/* The plan as text lines, one call of print per line. */
+void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line), void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,270 @@
+/*
+ * plan.c - mc-train --dry-run: the memory and communication of a run on a
+ * grid, from its configuration alone (see mc/plan.h). Every figure mirrors
+ * the code that allocates or moves the bytes; keep them in step:
+ *   parameters  lib/model/params.c: each local tensor padded to 16 floats;
+ *               embeddings on the first stage, final norm and output layer
+ *               on the last (with tied embeddings and pp > 1 the last stage
+ *               holds its own copy of the word embeddings)
+ *   gradients   one fp32 buffer the size of the parameters (model.c)
+ *   optimizer   Adam m and v in fp32 for every local element (optim.c), or
+ *               for this rank's 1/dp shard with the distributed optimizer
+ *   activations model.c's layout_acts block (64-byte aligned pieces) for
+ *               each micro-batch in flight (pipeline.c: min(pp - stage,
+ *               micro-batches)), plus the pipeline's gradient buffer
+ * Recomputation is not implemented in mc, so the figure "with
+ * recomputation" is reported as such.
+ *
+ * Communication, per rank and iteration, as tensor bytes handed to the
+ * collectives and as ring wire bytes (all-reduce 2(n-1)/n x size,
+ * all-gather and reduce-scatter (n-1)/n x the full size):
+ *   tp  per layer and micro-batch, without sequence parallelism 4
+ *       all-reduces of [B T, C] (after proj and fc2; their mirrors in the
+ *       backward); with it 2 all-gathers + 2 reduce-scatters forward and
+ *       4 all-gathers + 2 reduce-scatters backward (the backward re-gathers
+ *       the norm outputs) plus the norm weight gradients' all-reduce;
+ *       the embedding (first stage) and the LM head and cross-entropy
+ *       statistics (last stage) add one each way.
+ *   dp  the gradient buffer once per iteration: all-reduce, or
+ *       reduce-scatter + parameter all-gather (distributed optimizer).
+ *   pp  one [B T/tp or T, C] activation sent forward and one gradient sent
+ *       back per micro-batch and stage boundary.
+ *   embd with tied embeddings and pp > 1: the word-embedding gradient
+ *       all-reduced between the first and last stage.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mc/plan.h"
+
+#define PARAM_ALIGN 16 /* floats: params.c */
+
+static int64_t padded(int64_t n) { return (n + PARAM_ALIGN - 1) / PARAM_ALIGN * PARAM_ALIGN; }
+
+/* carve() of model.c: n floats, rounded up to 64 bytes. */
+static double cv(double n) { return (double)(((int64_t)n * 4 + 63) / 64 * 64); }
+
+/* Add one parameter of `local` elements. */
+static void param(mc_plan_stage *s, int64_t local)
+{
+    s->params += local;
+    s->numel += padded(local);
+}
+
+static void stage_params(const mc_model_config *c, int tp, int pp, int rank, mc_plan_stage *s)
+{
+    int64_t C = c->hidden_size, V = c->padded_vocab_size, Q = c->num_attention_heads;
+    int64_t G = c->num_query_groups, D = c->kv_channels, F = c->ffn_hidden_size;
+    int64_t fc1 = c->swiglu ? 2 * F : F;
+    int ln = c->normalization == MC_NORM_LAYERNORM, bias = c->add_bias_linear;
+    if (rank == 0) {
+        param(s, V / tp * C);
+        if (c->position_embedding_type == MC_POS_LEARNED) param(s, c->max_position_embeddings * C);
+    }
+    for (int l = s->first_layer; l < s->last_layer; l++) {
+        param(s, C);
+        if (ln) param(s, C);
+        param(s, (Q + 2 * G) * D / tp * C);
+        if (bias) param(s, (Q + 2 * G) * D / tp);
+        param(s, C * (Q * D / tp));
+        if (bias) param(s, C);
+        param(s, C);
+        if (ln) param(s, C);
+        param(s, fc1 / tp * C);
+        if (bias) param(s, fc1 / tp);
+        param(s, C * (F / tp));
+        if (bias) param(s, C);
+    }
+    if (rank == pp - 1) {
+        param(s, C);
+        if (ln) param(s, C);
+        if (c->untie_embeddings_and_output_weights || pp > 1) param(s, V / tp * C);
+    }
+}
+
+/* model.c's activation block for this stage and its slots. */
+static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, int first, int last,
+                         int nl, int slots)
+{
+    double T = c->seq_length, N = (double)B * T, C = c->hidden_size, D = c->kv_channels;
+    double Ql = c->num_attention_heads / tp, Gl = c->num_query_groups / tp;
+    double Fl = c->ffn_hidden_size / tp, fc1 = c->swiglu ? 2 * Fl : Fl;
+    double qkv = (Ql + 2 * Gl) * D, vl = (double)(c->padded_vocab_size / tp);
+    double Nl = sp ? N / tp : N, chunk = N < 256 ? N : 256;
+    int ln = c->normalization == MC_NORM_LAYERNORM;
+    (void)first;
+    double layer = 4 * cv(Nl * C) + (ln ? 2 * cv(Nl) : 0) + 2 * cv(Nl) + 2 * cv(N * Ql * D) +
+                   2 * cv(N * Gl * D) + cv(N * Ql) + cv(N * fc1) + cv(N * Fl);
+    double slot = nl * layer + cv(Nl * C) + 2 * cv(N);
+    if (last) slot += 2 * cv(Nl * C) + (ln ? cv(Nl) : 0) + cv(Nl);
+    double shared = cv(N * qkv) + cv(N * C) + cv(Nl * C) + cv(N * C) + cv(N * Fl) + cv(N * fc1) +
+                    2 * cv(N * Ql * D) + 2 * cv(N * Gl * D) + cv(chunk * vl) + 4 * cv(N);
+    if (sp) shared += 2 * cv(N * C) + cv(Nl * C) + cv(2 * C);
+    double pipe = last ? 0 : Nl * C * 4; /* pipeline.c's gradient buffer */
+    return slots * slot + shared + pipe;
+}
+
+mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
+                          int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
+                          mc_plan *out, mc_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (world < 1 || tp < 1 || pp < 1 || micro_batch < 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dry-run: world %d, tensor %d, pipeline %d and micro-batch %lld "
+                            "must be at least 1",
+                            world, tp, pp, (long long)micro_batch);
+    if (world % (tp * pp))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dry-run: %d ranks do not divide into tensor-parallel %d x "
+                            "pipeline-parallel %d",
+                            world, tp, pp);
+    mc_model_config c = *cfg;
+    mc_status st = mc_model_config_finish(&c, tp, err);
+    if (st) return st;
+    int dp = world / (tp * pp);
+    if (!global_batch) global_batch = micro_batch * dp;
+    if (global_batch % (micro_batch * dp))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dry-run: global batch %lld is not a multiple of micro-batch %lld x "
+                            "data-parallel %d",
+                            (long long)global_batch, (long long)micro_batch, dp);
+    out->world = world, out->tp = tp, out->pp = pp, out->cp = 1, out->dp = dp;
+    out->sequence_parallel = c.sequence_parallel && tp > 1;
+    out->distributed_optimizer = distributed_optimizer;
+    out->micro_batch = micro_batch, out->global_batch = global_batch;
+    out->num_micro = global_batch / (micro_batch * dp);
+    out->nstages = pp;
+    out->stage = calloc((size_t)pp, sizeof *out->stage);
+    if (!out->stage) return mc_error_set(err, MC_ERR_NOMEM, "--dry-run: out of memory");
+
+    int sp = out->sequence_parallel, ln = c.normalization == MC_NORM_LAYERNORM;
+    double N = (double)micro_batch * c.seq_length, C = c.hidden_size;
+    double X = N * C * 4, Nl = sp ? N / tp : N, M = (double)out->num_micro;
+    double ar = 2.0 * (tp - 1) / tp, ag = (double)(tp - 1) / tp;
+    for (int r = 0; r < pp; r++) {
+        mc_plan_stage *s = &out->stage[r];
+        if ((st = mc_model_stage_layers(&c, pp, r, &s->first_layer, &s->last_layer, err))) {
+            mc_plan_free(out);
+            return st;
+        }
+        stage_params(&c, tp, pp, r, s);
+        s->param_bytes = s->grad_bytes = (double)s->numel * 4;
+        double mom = distributed_optimizer ? (double)((s->numel + dp - 1) / dp + 1) : (double)s->params;
+        s->optim_bytes = 2 * mom * 4;
+        int64_t slots = pp - r < out->num_micro ? pp - r : out->num_micro;
+        s->slots = (int)(slots > 0 ? slots : 1);
+        int first = r == 0, last = r == pp - 1, nl = s->last_layer - s->first_layer;
+        s->act_bytes = stage_acts(&c, tp, sp, micro_batch, first, last, nl, s->slots);
+        s->act_bytes_recompute = -1;
+
+        if (tp > 1) {
+            /* per micro-batch: calls and bytes of all-reduce (a) and gather/scatter (g) */
+            double a_calls = 0, a_bytes = 0, g_calls = 0, g_bytes = 0;
+            if (!sp) {
+                a_calls += 4.0 * nl, a_bytes += 4.0 * nl * X;
+                if (first) a_calls += 1, a_bytes += X;            /* embedding */
+                if (last) a_calls += 4, a_bytes += X + 3 * N * 4; /* head dX, CE stats */
+            } else {
+                g_calls += 10.0 * nl, g_bytes += 10.0 * nl * X;
+                a_calls += nl, a_bytes += nl * (ln ? 4 : 2) * C * 4; /* norm weights */
+                if (first) g_calls += 2, g_bytes += 2 * X;          /* RS fwd, AG bwd */
+                if (last) {
+                    g_calls += 3, g_bytes += 3 * X;                 /* AG, RS, re-gather */
+                    a_calls += 4, a_bytes += 3 * N * 4 + (ln ? 2 : 1) * C * 4;
+                }
+            }
+            s->tp_calls = (int64_t)(M * (a_calls + g_calls));
+            s->tp_bytes = M * (a_bytes + g_bytes);
+            s->tp_wire = M * (ar * a_bytes + ag * g_bytes);
+        }
+        if (dp > 1) {
+            double gbytes = (double)s->numel * 4;
+            s->dp_calls = distributed_optimizer ? 2 : 1;
+            s->dp_bytes = distributed_optimizer ? 2 * gbytes : gbytes;
+            s->dp_wire = 2.0 * (dp - 1) / dp * gbytes;
+        }
+        if (pp > 1) {
+            double act = Nl * C * 4;
+            s->pp_calls = (int64_t)(M * (!last + !first));
+            s->pp_bytes = s->pp_wire = M * act * (!last + !first);
+            if (!c.untie_embeddings_and_output_weights && (first || last)) {
+                double e = (double)(c.padded_vocab_size / tp) * C * 4;
+                s->embd_calls = 1, s->embd_bytes = e, s->embd_wire = e; /* 2(n-1)/n, n = 2 */
+            }
+        }
+    }
+    /* The model's own count: params.c's global_numel (tied copy excluded). */
+    mc_plan_stage whole = {0};
+    whole.first_layer = 0, whole.last_layer = c.num_layers;
+    mc_model_config c1 = c;
+    if (!mc_model_config_finish(&c1, 1, err)) {
+        stage_params(&c1, 1, 1, 0, &whole);
+        out->global_params = whole.params;
+    }
+    return MC_OK;
+}
+
+void mc_plan_free(mc_plan *p)
+{
+    free(p->stage);
+    p->stage = NULL;
+}
+
+static void line(void (*print)(void *, const char *), void *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void line(void (*print)(void *, const char *), void *ctx, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    print(ctx, buf);
+}
+
+static double mib(double b) { return b / (1024.0 * 1024.0); }
+
+void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line), void *ctx)
+{
+    line(print, ctx,
+         "dry run: %d ranks = tensor %d x pipeline %d x context %d x data %d; micro-batch %lld, "
+         "global batch %lld: %lld micro-batches per data-parallel rank per iteration",
+         p->world, p->tp, p->pp, p->cp, p->dp, (long long)p->micro_batch,
+         (long long)p->global_batch, (long long)p->num_micro);
+    line(print, ctx, "model: %lld parameters; sequence parallel %s, distributed optimizer %s",
+         (long long)p->global_params, p->sequence_parallel ? "on" : "off",
+         p->distributed_optimizer ? "on" : "off");
+    for (int r = 0; r < p->nstages; r++) {
+        const mc_plan_stage *s = &p->stage[r];
+        double total = s->param_bytes + s->grad_bytes + s->optim_bytes + s->act_bytes;
+        line(print, ctx, "stage %d (every rank with pipeline rank %d, %d ranks): layers %d-%d",
+             r, r, p->tp * p->dp, s->first_layer, s->last_layer - 1);
+        line(print, ctx, "  parameters: %lld elements, %.0f bytes (%.1f MiB, fp32)",
+             (long long)s->params, s->param_bytes, mib(s->param_bytes));
+        line(print, ctx, "  gradients: %.0f bytes (%.1f MiB, fp32)", s->grad_bytes,
+             mib(s->grad_bytes));
+        line(print, ctx, "  optimizer: %.0f bytes (%.1f MiB: Adam m and v in fp32%s)",
+             s->optim_bytes, mib(s->optim_bytes),
+             p->distributed_optimizer ? ", sharded over data-parallel ranks" : "");
+        line(print, ctx,
+             "  activations: %.0f bytes (%.1f MiB, %d micro-batch%s in flight); with "
+             "recomputation: not implemented (mc keeps every activation)",
+             s->act_bytes, mib(s->act_bytes), s->slots, s->slots == 1 ? "" : "es");
+        line(print, ctx, "  total: %.0f bytes (%.1f MiB)", total, mib(total));
+        line(print, ctx,
+             "  communication per iteration (bytes into collectives / ring wire bytes, calls):");
+        line(print, ctx, "    tensor-parallel group: %.0f / %.0f bytes, %lld calls", s->tp_bytes,
+             s->tp_wire, (long long)s->tp_calls);
+        line(print, ctx, "    data-parallel group: %.0f / %.0f bytes, %lld calls (%s)", s->dp_bytes,
+             s->dp_wire, (long long)s->dp_calls,
+             p->distributed_optimizer ? "reduce-scatter of gradients + all-gather of parameters"
+                                      : "all-reduce of gradients");
+        line(print, ctx, "    pipeline-parallel group: %.0f / %.0f bytes, %lld sends",
+             s->pp_bytes, s->pp_wire, (long long)s->pp_calls);
+        line(print, ctx, "    embedding group: %.0f / %.0f bytes, %lld calls", s->embd_bytes,
+             s->embd_wire, (long long)s->embd_calls);
+    }
+}
