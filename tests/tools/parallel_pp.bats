@@ -1,0 +1,180 @@
+#!/usr/bin/env bats
+# mc-train with pipeline parallelism (issue 4 sections 3 and 8): the layers
+# split into stages, Megatron's 1F1B schedule, activations and gradients
+# sent between neighbours, the tied word embeddings kept on the first and
+# the last stage and summed over the embedding group. With the same seed and
+# global batch, 20 iterations give the losses of one process within 1e-6
+# relative (fp32; only the order of sums changes: the tied embeddings'
+# gradient is the sum of the two stages' parts; measured ~1e-8) and its
+# final weights within 1e-6 (key biases 1e-4, see parallel_train.bats), for
+# PP=2 and PP=4 (4 micro-batches: >= pp), an uneven split, untied
+# embeddings with the overlapped bucketed reduction, and TP=2 x PP=2 x DP=2
+# with sequence parallelism and the distributed optimizer, GPT and Llama;
+# evaluation through the pipeline; layer splits that do not fit refused
+# with the numbers.
+
+bats_require_minimum_version 1.5.0
+load common
+
+MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
+
+# Tiny models of 4 layers, T=16, 20 iterations of 4 sequences in
+# micro-batches of 1 (4 micro-batches per pipeline).
+common=(--seq-length 16 --micro-batch-size 1 --threads 1 --lr 1e-3 --log-interval 5
+        --eval-iters 0 --mock-data --vocab-size 64 --make-vocab-size-divisible-by 16
+        --train-iters 20 --lr-warmup-iters 2 --num-layers 4 --global-batch-size 4)
+gpt=(--model tiny-gpt "${common[@]}")
+llama=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 "${common[@]}")
+
+setup() {
+    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
+    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
+        skip "mpirun not found (Debian package openmpi-bin)"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+    cd "$BATS_TEST_TMPDIR"
+}
+
+mpi() {
+    local n=$1
+    shift
+    timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" \
+        "$MC_TRAIN" "$@"
+}
+
+losses() {
+    grep -o '"lm loss": [^,}]*' "$1" | sed 's/.*: //'
+}
+
+# same_losses A B: 20 losses, each within 1e-6 relative.
+same_losses() {
+    paste <(losses "$1") <(losses "$2") | awk -v a="$1" -v b="$2" '
+        NF != 2 { bad = 1 }
+        { d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r;
+          if (r > 1e-6) bad = 1; n++ }
+        END { printf "# %s vs %s: %d losses, max relative difference %.3g\n", a, b, n, m > "/dev/fd/3";
+              exit (bad || n != 20) }'
+}
+
+# same_weights A B: every tensor of the two checkpoints present in both and
+# within 1e-6 (relative to the tensor's largest value when above 1); the
+# key rows of linear_qkv.bias within 1e-4 (their true gradient is zero).
+same_weights() {
+    "$MC_PYTHON" - "$1" "$2" <<'PY' >&3
+import json, sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+cfg = a.attrs["config"]
+cfg = json.loads(cfg if isinstance(cfg, str) else cfg.decode())["model"]
+Q, G, D = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["kv_channels"]
+per = (Q // G + 2) * D
+def names(f):
+    out = []
+    f["model"].visititems(lambda n, o: out.append(n) if isinstance(o, h5py.Dataset) else None)
+    return sorted(out)
+na, nb = names(a), names(b)
+if na != nb or not na:
+    print("# tensors differ: %s" % sorted(set(na) ^ set(nb))[:3]); sys.exit(1)
+worst, worst_k, bad = 0.0, 0.0, []
+for n in na:
+    x, y = a["model"][n][()].astype(np.float64), b["model"][n][()].astype(np.float64)
+    if x.shape != y.shape:
+        bad.append(n); continue
+    d = np.abs(x - y) / max(1.0, float(np.max(np.abs(y))))
+    if n.endswith("linear_qkv.bias"):
+        key = (np.arange(x.shape[0]) % per) // D == Q // G
+        worst_k = max(worst_k, float(np.max(d[key])))
+        if float(np.max(d[key])) > 1e-4: bad.append(n)
+        d = d[~key]
+    worst = max(worst, float(np.max(d)))
+    if float(np.max(d)) > 1e-6: bad.append(n)
+print("# %d tensors, max difference %.3g (key biases %.3g), %d over: %s"
+      % (len(na), worst, worst_k, len(bad), bad[:3]))
+sys.exit(1 if bad else 0)
+PY
+}
+
+# equivalent NAME N MODEL-ARRAY-NAME ARGS...: the run on N ranks against one
+# process with the same model (made once per model and extra model flags).
+equivalent() {
+    local name=$1 n=$2 model=$3
+    shift 3
+    local -n m=$model
+    local extra=()
+    [[ " $* " == *" --untie-embeddings-and-output-weights "* ]] &&
+        extra=(--untie-embeddings-and-output-weights)
+    local ref="$BATS_FILE_TMPDIR/ref-$model${extra[*]:+-untied}"
+    if [ ! -f "$ref.jsonl" ]; then
+        "$MC_TRAIN" "${m[@]}" "${extra[@]}" --log-json "$ref.jsonl" --save "$ref" >/dev/null 2>&1
+    fi
+    run --separate-stderr mpi "$n" "${m[@]}" "$@" --log-json "$name.jsonl" --save "$name"
+    assert_success
+    assert_output "$name/iter_0000020"
+    [ "$(grep -c '] iteration ' <<<"$stderr")" -eq 4 ]
+    same_losses "$name.jsonl" "$ref.jsonl"
+    if "$MC_PYTHON" -c 'import h5py' 2>/dev/null; then
+        same_weights "$name/iter_0000020/model.h5" "$ref/iter_0000020/model.h5"
+    else
+        echo "# weights not compared: no h5py in $MC_PYTHON" >&3
+    fi
+}
+
+@test "GPT (tied embeddings): PP=2 and PP=4 match one process" {
+    equivalent pp2 2 gpt --pipeline-model-parallel-size 2
+    equivalent pp4 4 gpt --pipeline-model-parallel-size 4
+}
+
+@test "Llama: PP=2 and PP=4 match one process" {
+    equivalent pp2 2 llama --pipeline-model-parallel-size 2
+    equivalent pp4 4 llama --pipeline-model-parallel-size 4
+}
+
+@test "GPT: PP=3 with --decoder-first-pipeline-num-layers 2 (layers 2+1+1) matches one process" {
+    equivalent pp3 3 gpt --pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 2
+}
+
+@test "GPT untied: PP=2 x DP=2 with --overlap-grad-reduce in small buckets matches one process" {
+    equivalent pp2dp2 4 gpt --untie-embeddings-and-output-weights \
+        --pipeline-model-parallel-size 2 --overlap-grad-reduce --ddp-bucket-size 3000
+}
+
+@test "GPT and Llama: TP=2 x PP=2 x DP=2, sequence parallel, distributed optimizer, match one process" {
+    equivalent gpt-tp2pp2dp2 8 gpt --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+        --sequence-parallel --use-distributed-optimizer
+    equivalent llama-tp2pp2dp2 8 llama --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+        --sequence-parallel --use-distributed-optimizer
+}
+
+@test "evaluation runs through the pipeline: PP=2 validation and test losses equal one process's" {
+    local ev=(--eval-iters 2 --eval-interval 10 --train-iters 10)
+    run "$MC_TRAIN" "${gpt[@]}" "${ev[@]}"
+    assert_success
+    local one
+    one=$(grep -o 'validation loss at [^|]*| lm loss value: [^ ]*' <<<"$output")
+    [ "$(wc -l <<<"$one")" -eq 2 ]
+    run mpi 2 "${gpt[@]}" "${ev[@]}" --pipeline-model-parallel-size 2
+    assert_success
+    local two
+    two=$(grep -o 'validation loss at [^|]*| lm loss value: [^ ]*' <<<"$output")
+    echo "# one process: $one" >&3
+    echo "# PP=2:        $two" >&3
+    [ "$one" = "$two" ]
+}
+
+@test "layer splits that do not fit are refused with the numbers (exit 1, once)" {
+    run mpi 3 "${gpt[@]}" --pipeline-model-parallel-size 3
+    assert_failure 1
+    [ "$(grep -c '^mc-train: error:' <<<"$output")" -eq 1 ]
+    assert_output --partial "--num-layers (4) must be a multiple of --pipeline-model-parallel-size (3)"
+    run mpi 2 "${gpt[@]}" --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 4
+    assert_failure 1
+    assert_output --partial "--num-layers (4) less --decoder-first-pipeline-num-layers (4) and --decoder-last-pipeline-num-layers (0) leaves 0 layers"
+    run mpi 3 "${gpt[@]}" --pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 1 \
+        --decoder-last-pipeline-num-layers 1
+    assert_success
+    run "$MC_TRAIN" "${gpt[@]}" --pipeline-model-parallel-size 2
+    assert_failure 1
+    assert_output --partial "--pipeline-model-parallel-size 2 needs a multiple of 2 ranks and this is one process"
+    run "$MC_TRAIN" "${gpt[@]}" --decoder-last-pipeline-num-layers 2
+    assert_failure
+    assert_output --partial "need --pipeline-model-parallel-size > 1"
+}
