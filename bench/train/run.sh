@@ -14,9 +14,8 @@
 # WARM_1024 (2 / 1) measured / warm-up iterations; LLMC_ITERS (3, after one
 # warm-up step); MC_PYTHON (numpy; default $top_srcdir/.venv/bin/python);
 # MC_PYTHON_HEAVY (torch; default /opt/mcheavy/bin/python); LLMC_SRC (a
-# directory holding llm.c's train_gpt2.c and llmc/, default: git clone
-# https://github.com/karpathy/llm.c into a temporary directory; llm.c is
-# never committed to mc); SKIP (space-separated names to skip: mc torch llmc
+# directory holding a checkout of llm.c (karpathy/llm.c: train_gpt2.c and
+# llmc/); without it the llm.c runs are skipped; llm.c is never committed to mc); SKIP (space-separated names to skip: mc torch llmc
 # t1024); OPENBLAS_OPENMP_DIR (a directory holding the OpenMP build of
 # OpenBLAS's libopenblas.so.0, e.g. Debian libopenblas0-openmp's
 # /usr/lib/x86_64-linux-gnu/openblas-openmp: mc runs a second time with it
@@ -98,11 +97,7 @@ run_torch() { # precision T warm iters
 # ---------------------------------------------------------------- llm.c
 run_llmc() {
     local src=${LLMC_SRC:-}
-    if [ -z "$src" ]; then
-        src=$work/llm.c
-        git clone -q --depth 1 https://github.com/karpathy/llm.c "$src" 2>/dev/null ||
-            { echo "llm.c: cannot clone it (set LLMC_SRC to a copy): skipped"; return 0; }
-    fi
+    [ -n "$src" ] || { echo "llm.c: LLMC_SRC is not set (a checkout of karpathy/llm.c): skipped"; return 0; }
     [ -f "$src/train_gpt2.c" ] || { echo "llm.c: $src/train_gpt2.c not found: skipped"; return 0; }
     # llm.c's Makefile flags for its CPU trainer: -Ofast -march=native -fopenmp -DOMP.
     $cc -Ofast -march=native -fopenmp -DOMP -Wno-unused-result -I"$src" \
