@@ -64,6 +64,13 @@ int64_t mc_idx_doc_index(const mc_idx *x, uint64_t i);
 /* Append the ids of sequence seq to out. */
 mc_status mc_idx_read(const mc_idx *x, uint64_t seq, mc_ids *out, mc_error *err);
 
+/* Unigram entropy of all tokens, in nats: H = -sum_v p(v) ln p(v) with p the
+ * token frequencies. A language model that has learned anything beyond token
+ * frequencies has a cross-entropy below it. *n_distinct gets the number of
+ * distinct ids. Ids must be in [0, 2^31). */
+mc_status mc_idx_unigram_entropy(const mc_idx *x, double *nats, uint64_t *n_distinct,
+                                 mc_error *err);
+
 /* Concatenate datasets (same dtype) into out_prefix, as Megatron's
  * tools/merge_datasets.py does. */
 mc_status mc_idx_merge(const char *const *prefixes, size_t n, const char *out_prefix,

@@ -54,6 +54,13 @@ null_args=(--tokenizer-type NullTokenizer --vocab-size 100)
     assert_output --partial "tokens:     6"
     assert_output --partial "dtype:      uint16"
     assert_output --partial "min 1, mean 2.0, max 3"
+    # six distinct ids, each once: ln 6 = 1.7918 nats
+    assert_output --partial "unigram:    6 distinct ids, entropy 1.7918 nats/token"
+    printf '%s\n' '{"text": "1 1 1 2"}' > skew.jsonl
+    "$MC_PREPROCESS" "${null_args[@]}" --output-prefix skew skew.jsonl
+    run "$MC_PREPROCESS" --inspect skew_text_document
+    # p = (3/4, 1/4): -(0.75 ln 0.75 + 0.25 ln 0.25) = 0.5623
+    assert_output --partial "2 distinct ids, entropy 0.5623 nats/token"
 }
 
 @test "several --json-keys write one dataset per key; --append-eod adds the EOD id" {

@@ -536,8 +536,14 @@ static mc_status run_inspect(args *a, mc_error *err) {
     printf("length:     min %lld, mean %.1f, max %lld\n", (long long)mn,
            x.n_seq ? (double)tokens / (double)x.n_seq : 0.0, (long long)mx);
     printf("bin bytes:  %llu\n", (unsigned long long)x.bin.len);
+    double h = 0;
+    uint64_t distinct = 0;
+    st = mc_idx_unigram_entropy(&x, &h, &distinct, err);
+    if (st == MC_OK)
+        printf("unigram:    %llu distinct ids, entropy %.4f nats/token\n",
+               (unsigned long long)distinct, h);
     mc_idx_close(&x);
-    return MC_OK;
+    return st;
 }
 
 int main(int argc, char **argv) {
