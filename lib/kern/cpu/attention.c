@@ -34,6 +34,7 @@
 #include <math.h>
 #include <omp.h>
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/vexp.h"
 
 #define BQ 64 /* query rows per forward work item */
 #define BK 64 /* keys per block */
@@ -44,30 +45,9 @@ static inline void axpy(float *restrict y, float a, const float *restrict x, siz
     for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-/* exp(x) for x in [-87, 88] in a form that vectorizes (libm's expf is a
- * call per element, and the softmax needs one per score): x = n ln2 + r with
- * |r| <= ln2/2, exp(r) by a degree-7 minimax polynomial (Cephes' expf
- * coefficients, about 1 ulp), times 2^n built in the exponent bits. Below -87
- * the result is clamped to exp(-87) ~ 1.6e-38, which counts as zero next to
- * the row's largest term (1). Plain multiply-adds in a fixed order: every
- * vector width gives the same bits. */
-static inline float exp_fast(float x) {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-    float t = x * 1.44269504088896341f + 12582912.0f; /* round to nearest via 1.5*2^23 */
-    float n = t - 12582912.0f;
-    float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &e, 4);
-    return p * two_n;
-}
+/* exp_fast: the vectorizable exp of vexp.h (about 1 ulp on [-87, 88]; below
+ * -87 it gives exp(-87) ~ 1.6e-38, zero next to the row's largest term, 1). */
+#define exp_fast mc_exp_fast
 
 /* sum of s[0..n) in a fixed order that does not depend on the vector width:
  * eight interleaved partial sums, then a fixed tree. s must have room up to
