@@ -57,6 +57,11 @@ typedef struct mc_model_config {
      * mc_model_stage_layers). */
     int decoder_first_pipeline_num_layers;
     int decoder_last_pipeline_num_layers;
+    /* --num-layers-per-virtual-pipeline-stage N (0: none): the interleaved
+     * schedule; each pipeline rank p holds v = num_layers / (pp * N) model
+     * chunks, chunk c being layers [(c * pp + p) * N, + N) (Megatron's
+     * virtual pipeline stages; see mc_model_chunk_layers). */
+    int num_layers_per_virtual_pipeline_stage;
 } mc_model_config;
 
 /* Megatron's defaults (GPT-style: LayerNorm, GELU, learned positions, biases,
@@ -172,6 +177,29 @@ void mc_model_set_grad_ready_hook(mc_model *m, mc_grad_ready_fn fn, void *ctx);
  * errors (MC_ERR_USAGE) carry the numbers. */
 mc_status mc_model_stage_layers(const mc_model_config *c, int pp, int rank, int *first, int *last,
                                 mc_error *err);
+/* Virtual pipeline stages (num_layers_per_virtual_pipeline_stage N > 0):
+ * the number of model chunks per rank, v = num_layers / (pp * N), and
+ * chunk `chunk`'s layers [*first, *last) on rank `rank`. Needs pp > 1, no
+ * --decoder-first/last-pipeline-num-layers and num_layers % (pp * N) == 0;
+ * errors (MC_ERR_USAGE) carry the numbers. Without N: one chunk, the
+ * stage's layers. */
+mc_status mc_model_num_chunks_for(const mc_model_config *c, int pp, int *v, mc_error *err);
+mc_status mc_model_chunk_layers(const mc_model_config *c, int pp, int rank, int chunk, int *first,
+                                int *last, mc_error *err);
+/* This rank's model chunks (1 without virtual stages). The registry and
+ * the parameter buffer hold every chunk's layers (so the optimizer,
+ * checkpoints and gradient reduction see one model); the chunk-wise calls
+ * below run one chunk's layers. Chunk 0 of the first rank runs the
+ * embeddings, the last chunk of the last rank the head and loss. Under
+ * several chunks the grad-ready hook is not called (the reduction runs
+ * after the schedule). */
+int mc_model_num_chunks(const mc_model *m);
+float *mc_model_chunk_input(mc_model *m, int chunk, int slot);
+mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t *tokens,
+                                 const int32_t *targets, int backward, float grad_scale,
+                                 const float **out, double *loss, int64_t *ntok, mc_error *err);
+mc_status mc_model_backward_chunk(mc_model *m, int chunk, int slot, const float *dout,
+                                  const float **din, mc_error *err);
 int mc_model_is_first_stage(const mc_model *m);
 int mc_model_is_last_stage(const mc_model *m);
 size_t mc_model_act_numel(const mc_model *m);

@@ -201,6 +201,16 @@ mc_status mc_model_stage_layers(const mc_model_config *c, int pp, int rank, int 
     if (nf < 0 || nl < 0)
         return BAD("--decoder-first/last-pipeline-num-layers must not be negative (%d, %d)", nf,
                    nl);
+    if (c->num_layers_per_virtual_pipeline_stage) {
+        int v, f, l;
+        mc_status st = mc_model_num_chunks_for(c, pp, &v, err);
+        if (st) return st;
+        /* the first chunk's layers: see mc_model_chunk_layers for the rest */
+        st = mc_model_chunk_layers(c, pp, rank, 0, &f, &l, err);
+        *first = f;
+        *last = l;
+        return st;
+    }
     if (pp <= 1) {
         if (nf || nl)
             return BAD("--decoder-first/last-pipeline-num-layers need "
@@ -258,4 +268,43 @@ double mc_model_flops_per_token(const mc_model_config *c)
                    + C * F + bias * C;                                 /* fc2 */
     double n = L * layer + norm + V * C; /* final norm and the LM head */
     return 6.0 * n + 12.0 * L * Q * D * T;
+}
+
+mc_status mc_model_num_chunks_for(const mc_model_config *c, int pp, int *v, mc_error *err)
+{
+    int L = c->num_layers, n = c->num_layers_per_virtual_pipeline_stage;
+    *v = 1;
+    if (!n) return MC_OK;
+    if (n < 0) return BAD("--num-layers-per-virtual-pipeline-stage must be positive (got %d)", n);
+    if (pp <= 1)
+        return BAD("--num-layers-per-virtual-pipeline-stage (%d) needs "
+                   "--pipeline-model-parallel-size > 1 (got %d)", n, pp);
+    if (c->decoder_first_pipeline_num_layers || c->decoder_last_pipeline_num_layers)
+        return BAD("--num-layers-per-virtual-pipeline-stage does not combine with "
+                   "--decoder-first/last-pipeline-num-layers");
+    if (L % (pp * n))
+        return BAD("--num-layers (%d) must be a multiple of --pipeline-model-parallel-size (%d) "
+                   "x --num-layers-per-virtual-pipeline-stage (%d) = %d",
+                   L, pp, n, pp * n);
+    *v = L / (pp * n);
+    return MC_OK;
+}
+
+mc_status mc_model_chunk_layers(const mc_model_config *c, int pp, int rank, int chunk, int *first,
+                                int *last, mc_error *err)
+{
+    int n = c->num_layers_per_virtual_pipeline_stage, v;
+    if (!n) {
+        if (chunk != 0) return mc_error_set(err, MC_ERR_INTERNAL, "model: chunk %d of 1", chunk);
+        return mc_model_stage_layers(c, pp, rank, first, last, err);
+    }
+    mc_status st = mc_model_num_chunks_for(c, pp, &v, err);
+    if (st) return st;
+    if (rank < 0 || rank >= pp || chunk < 0 || chunk >= v)
+        return mc_error_set(err, MC_ERR_INTERNAL, "model: chunk %d of %d on stage %d of %d", chunk,
+                            v, rank, pp);
+    /* Megatron's virtual stage c * pp + rank holds n consecutive layers */
+    *first = (chunk * pp + rank) * n;
+    *last = *first + n;
+    return MC_OK;
 }

@@ -49,7 +49,12 @@
  * copy, as Megatron does, so activations memory shrinks by the SP regions.
  *
  * Pipeline parallelism: the model is one stage, layers [l0, l1) (the
- * registry holds only its parameters). mc_model_forward runs the embedding
+ * registry holds only its parameters); with virtual stages (the
+ * interleaved schedule) the stage is several model chunks, each a range of
+ * layers run by mc_model_forward_chunk/backward_chunk, all in one registry
+ * and buffer, their activations in the same slot (a micro-batch passes
+ * each chunk once, and chunks have disjoint layers; each chunk has its own
+ * output, res_out + c Nl C). mc_model_forward runs the embedding
  * (first stage) or starts from the received activation, the stage's
  * layers, and on the last stage the final norm, head and loss (with the
  * head's backward fused in, as above, its input gradient kept in the
@@ -94,7 +99,7 @@ static void layout_acts(mc_model *m, carver *cv)
     int ln = c->normalization == MC_NORM_LAYERNORM;
     for (int s = 0; s < m->nslots; s++) {
         mc_slot *sl = &m->slots[s];
-        for (int l = 0; l < m->l1 - m->l0; l++) {
+        for (int l = 0; l < m->nlocal; l++) {
             mc_layer_acts *a = &sl->acts[l];
             a->res = carve(cv, Nl * C);
             a->ln1 = carve(cv, Nl * C);
@@ -112,7 +117,7 @@ static void layout_acts(mc_model *m, carver *cv)
             a->fc1 = carve(cv, N * m->fc1_out);
             a->act = carve(cv, N * m->Fl);
         }
-        sl->res_out = carve(cv, Nl * C);
+        sl->res_out = carve(cv, (size_t)m->nchunks * Nl * C);
         if (m->last_stage) {
             sl->lnf = carve(cv, Nl * C);
             sl->lnf_mean = ln ? carve(cv, Nl) : NULL;
@@ -153,7 +158,7 @@ static mc_status alloc_acts(mc_model *m, int nslots, mc_error *err)
     if (m->slots) free(m->slots[0].acts);
     free(m->slots);
     m->nslots = nslots;
-    size_t nl = (size_t)(m->l1 - m->l0);
+    size_t nl = (size_t)m->nlocal;
     m->slots = calloc((size_t)nslots, sizeof *m->slots);
     mc_layer_acts *acts = m->slots ? calloc((size_t)nslots * nl + 1, sizeof *acts) : NULL;
     if (!acts) {
@@ -189,8 +194,23 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     m->prec = prec;
     mc_status st = mc_model_config_finish(&m->cfg, g->tp, err);
     if (st) goto fail;
-    st = mc_model_stage_layers(&m->cfg, g->pp, g->pp_rank, &m->l0, &m->l1, err);
+    st = mc_model_num_chunks_for(&m->cfg, g->pp, &m->nchunks, err);
     if (st) goto fail;
+    m->cl0 = calloc((size_t)m->nchunks, sizeof *m->cl0);
+    m->cl1 = calloc((size_t)m->nchunks, sizeof *m->cl1);
+    m->lidx = malloc((size_t)m->cfg.num_layers * sizeof *m->lidx + 1);
+    if (!m->cl0 || !m->cl1 || !m->lidx) {
+        st = mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        m->lidx[l] = -1;
+    for (int c = 0; c < m->nchunks; c++) {
+        st = mc_model_chunk_layers(&m->cfg, g->pp, g->pp_rank, c, &m->cl0[c], &m->cl1[c], err);
+        if (st) goto fail;
+        for (int l = m->cl0[c]; l < m->cl1[c]; l++)
+            m->lidx[l] = m->nlocal++;
+    }
     m->first_stage = g->pp_rank == 0;
     m->last_stage = g->pp_rank == g->pp - 1;
     st = mc_model_build_registry(m, err);
@@ -240,6 +260,9 @@ void mc_model_free(mc_model *m)
     if (m->slots) free(m->slots[0].acts);
     free(m->slots);
     free(m->lp);
+    free(m->cl0);
+    free(m->cl1);
+    free(m->lidx);
     free(m->params);
     free(m);
 }
@@ -347,7 +370,7 @@ static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error
 {
     const mc_model_config *c = &m->cfg;
     const mc_layer_params *lp = &m->lp[l];
-    mc_layer_acts *a = &sl->acts[l - m->l0];
+    mc_layer_acts *a = &sl->acts[m->lidx[l]];
     mc_backend *be = m->be;
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
     const float *h;
@@ -386,7 +409,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
     const mc_layer_params *lp = &m->lp[l];
-    mc_layer_acts *a = &sl->acts[l - m->l0];
+    mc_layer_acts *a = &sl->acts[m->lidx[l]];
     mc_backend *be = m->be;
     mc_prec pr = m->prec;
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
@@ -496,39 +519,65 @@ static mc_status check_ids(const mc_model *m, const int32_t *ids, const char *wh
     return MC_OK;
 }
 
+/* Chunk c of this rank holds the embeddings / the head. */
+static int chunk_first(const mc_model *m, int c) { return m->first_stage && c == 0; }
+static int chunk_last(const mc_model *m, int c) { return m->last_stage && c == m->nchunks - 1; }
+static float *chunk_out(const mc_model *m, mc_slot *sl, int c)
+{
+    return sl->res_out + (size_t)c * m->Nl * m->C;
+}
+
+/* The hook only under one chunk: with several, a chunk's backward finishes
+ * no suffix of the buffer (its layers see more micro-batches later). */
+static mc_status chunk_grad_ready(mc_model *m, size_t offset, mc_error *err)
+{
+    return m->nchunks == 1 ? grad_ready(m, offset, err) : MC_OK;
+}
+
 mc_status mc_model_forward(mc_model *m, int slot, const int32_t *tokens, const int32_t *targets,
                            int backward, float grad_scale, const float **out, double *loss,
                            int64_t *ntok, mc_error *err)
+{
+    return mc_model_forward_chunk(m, 0, slot, tokens, targets, backward, grad_scale, out, loss,
+                                  ntok, err);
+}
+
+mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t *tokens,
+                                 const int32_t *targets, int backward, float grad_scale,
+                                 const float **out, double *loss, int64_t *ntok, mc_error *err)
 {
     mc_backend *be = m->be;
     size_t N = m->N, C = m->C, B = (size_t)m->B;
     mc_slot *sl = &m->slots[slot];
     int64_t count = 0;
+    int first = chunk_first(m, chunk), last = chunk_last(m, chunk);
+    int l0 = m->cl0[chunk], l1 = m->cl1[chunk];
     *loss = 0;
     *ntok = 0;
     if (out) *out = NULL;
-    sl->bwd = 0;
-    if (m->first_stage) TRY(check_ids(m, tokens, "token", 0, NULL, err));
-    if (m->last_stage) TRY(check_ids(m, targets, "target", 1, &count, err));
-    if (m->first_stage) {
+    if (first || m->nchunks == 1) sl->bwd = 0;
+    if (first) TRY(check_ids(m, tokens, "token", 0, NULL, err));
+    if (last) TRY(check_ids(m, targets, "target", 1, &count, err));
+    if (first) {
         mc_bcopy_from_host(be, sl->tokens, tokens, N * sizeof(int32_t));
         /* Embedding: vocab-parallel lookup, all-reduced (reduce-scattered
          * to this rank's positions [pos0, pos0 + Tl) with sequence
          * parallelism), then positions. */
-        float *x0 = sl->acts[0].res, *e = m->sp ? m->tmp : x0;
+        float *x0 = sl->acts[m->lidx[l0]].res, *e = m->sp ? m->tmp : x0;
         size_t pos0 = m->sp ? (size_t)m->grid.tp_rank * m->Tl : 0;
         mc_k_embed_fwd(be, e, sl->tokens, N, P(m, m->wte), m->v0, m->vl, C);
         TRY(tp_reduce(m, e, x0, &x0, err));
         if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, P(m, m->wpe), B, m->Tl, C, pos0);
     }
-    for (int l = m->l0; l < m->l1; l++)
-        TRY(layer_fwd(m, sl, l, l + 1 < m->l1 ? sl->acts[l + 1 - m->l0].res : sl->res_out, err));
-    if (!m->last_stage) {
-        if (out) *out = sl->res_out;
+    float *res_out = chunk_out(m, sl, chunk);
+    for (int l = l0; l < l1; l++)
+        TRY(layer_fwd(m, sl, l, l + 1 < l1 ? sl->acts[m->lidx[l + 1]].res : res_out, err));
+    if (!last) {
+        if (out) *out = res_out;
         return MC_OK;
     }
     mc_bcopy_from_host(be, sl->targets, targets, N * sizeof(int32_t));
-    norm_fwd(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->res_out, m->lnf_w, m->lnf_b);
+    norm_fwd(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, res_out, m->lnf_w, m->lnf_b);
     const float *lnf;
     TRY(tp_gather(m, sl->lnf, &lnf, err));
     /* Mean over counted targets; a micro-batch with none has loss 0 and
@@ -547,26 +596,32 @@ mc_status mc_model_forward(mc_model *m, int slot, const int32_t *tokens, const i
 mc_status mc_model_backward(mc_model *m, int slot, const float *dout, const float **din,
                             mc_error *err)
 {
+    return mc_model_backward_chunk(m, 0, slot, dout, din, err);
+}
+
+mc_status mc_model_backward_chunk(mc_model *m, int chunk, int slot, const float *dout,
+                                  const float **din, mc_error *err)
+{
     mc_backend *be = m->be;
     size_t N = m->N, C = m->C, T = m->T, B = (size_t)m->B;
     mc_slot *sl = &m->slots[slot];
     if (din) *din = NULL;
-    if (m->last_stage) {
+    if (chunk_last(m, chunk)) {
         mc_k_fill(be, m->dres, 0.0f, m->Nl * C);
         if (sl->bwd)
-            TRY(norm_bwd(m, m->dres, sl->dhead, sl->res_out, sl->lnf_mean, sl->lnf_rstd, m->lnf_w,
-                         m->lnf_b, err));
-        /* The buffer holds embeddings, layers l0..l1-1, final norm, output
+            TRY(norm_bwd(m, m->dres, sl->dhead, chunk_out(m, sl, chunk), sl->lnf_mean,
+                         sl->lnf_rstd, m->lnf_w, m->lnf_b, err));
+        /* The buffer holds embeddings, the rank's layers, final norm, output
          * layer: each step of the backward finishes a suffix of it. */
-        TRY(grad_ready(m, m->params[m->lnf_w].offset, err));
+        TRY(chunk_grad_ready(m, m->params[m->lnf_w].offset, err));
     } else {
         mc_bcopy(be, m->dres, dout, m->Nl * C * sizeof(float));
     }
-    for (int l = m->l1 - 1; l >= m->l0; l--) {
+    for (int l = m->cl1[chunk] - 1; l >= m->cl0[chunk]; l--) {
         TRY(layer_bwd(m, sl, l, err));
-        TRY(grad_ready(m, m->params[m->lp[l].ln1_w].offset, err));
+        TRY(chunk_grad_ready(m, m->params[m->lp[l].ln1_w].offset, err));
     }
-    if (m->first_stage) {
+    if (chunk_first(m, chunk)) {
         /* The embedding's input gradient is replicated: each rank adds its
          * vocabulary rows, no communication (with sequence parallelism,
          * after gathering it; the position gradient then comes whole from
@@ -578,14 +633,14 @@ mc_status mc_model_backward(mc_model *m, int slot, const float *dout, const floa
     } else if (din) {
         *din = m->dres;
     }
-    return grad_ready(m, 0, err);
+    return chunk_grad_ready(m, 0, err);
 }
 
 /* One process's micro-batch (one stage holding the whole model), slot 0. */
 mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targets, int backward,
                         float grad_scale, double *loss, int64_t *ntok, mc_error *err)
 {
-    if (!m->first_stage || !m->last_stage)
+    if (!m->first_stage || !m->last_stage || m->nchunks != 1)
         return mc_error_set(err, MC_ERR_INTERNAL,
                             "model: mc_model_step on pipeline stage %d of %d; use the pipeline "
                             "schedule", m->grid.pp_rank, m->grid.pp);
@@ -597,7 +652,12 @@ mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targe
 int mc_model_is_first_stage(const mc_model *m) { return m->first_stage; }
 int mc_model_is_last_stage(const mc_model *m) { return m->last_stage; }
 size_t mc_model_act_numel(const mc_model *m) { return m->Nl * m->C; }
-float *mc_model_stage_input(mc_model *m, int slot) { return m->slots[slot].acts[0].res; }
+float *mc_model_stage_input(mc_model *m, int slot) { return mc_model_chunk_input(m, 0, slot); }
+int mc_model_num_chunks(const mc_model *m) { return m->nchunks; }
+float *mc_model_chunk_input(mc_model *m, int chunk, int slot)
+{
+    return m->slots[slot].acts[m->lidx[m->cl0[chunk]]].res;
+}
 
 mc_status mc_model_set_slots(mc_model *m, int slots, mc_error *err)
 {

@@ -37,8 +37,8 @@ typedef struct mc_layer_acts {
 
 /* One micro-batch in flight on this stage: its saved activations. */
 typedef struct mc_slot {
-    mc_layer_acts *acts;    /* [l1 - l0]: the stage's layers */
-    float *res_out;         /* [Nl, C] the stage's last layer's output */
+    mc_layer_acts *acts;    /* [nlocal]: the stage's layers, by loc[] */
+    float *res_out;         /* [nchunks][Nl, C] each chunk's last layer's output */
     float *lnf, *lnf_mean, *lnf_rstd; /* last stage: [Nl, C], [Nl] */
     float *dhead;           /* last stage: d(final norm output), this rank's [Nl, C] */
     int32_t *tokens, *targets; /* [N] backend copies */
@@ -59,7 +59,10 @@ struct mc_model {
     int64_t global_numel;
     int wte, wpe, lnf_w, lnf_b, out_w; /* -1 when absent */
     mc_layer_params *lp;    /* [num_layers], global index; -1 off this stage */
-    int l0, l1;             /* this pipeline stage's layers [l0, l1) */
+    int nchunks;            /* model chunks (virtual stages) on this rank; 1 without */
+    int *cl0, *cl1;         /* [nchunks]: chunk c holds global layers [cl0[c], cl1[c]) */
+    int *lidx;              /* [num_layers]: local index of a layer, -1 off this rank */
+    int nlocal;             /* layers on this rank */
     int first_stage, last_stage;
     float *p, *g;           /* parameters and gradients, numel each */
 
@@ -73,7 +76,7 @@ struct mc_model {
     /* activations and scratch (model.c), all carved from one block */
     void *act_block;
     int nslots;
-    mc_slot *slots;         /* [nslots], each with acts [l1 - l0] */
+    mc_slot *slots;         /* [nslots], each with acts [nlocal] */
     float *qkv;             /* [N, qkv_out] scratch; the backward's dqkv */
     float *tmp;             /* [N, C] row-parallel outputs before the all-reduce */
     float *dres;            /* [Nl, C] */

@@ -127,7 +127,7 @@ mc_status mc_model_build_registry(mc_model *m, mc_error *err)
     if (!m->lp) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
 
     /* Stage membership (pipeline parallelism): the embeddings on the
-     * first stage, layers [l0, l1), the final norm and output layer on the
+     * first stage, the rank's layers (loc[]), the final norm and output layer on the
      * last; with tied embeddings the last stage (when not also the first)
      * holds its own copy of the word embeddings, first in its buffer. */
     int first = m->first_stage, last = m->last_stage;
@@ -147,7 +147,7 @@ mc_status mc_model_build_registry(mc_model *m, mc_error *err)
     }
     for (int l = 0; l < c->num_layers; l++) {
         mc_layer_params *lp = &m->lp[l];
-        r.skip = l < m->l0 || l >= m->l1;
+        r.skip = m->lidx[l] < 0;
         lp->ln1_w = lp->ln1_b = lp->qkv_w = lp->proj_w = lp->ln2_w = lp->fc1_w = lp->fc2_w = -1;
         lp->ln1_b = lp->qkv_b = lp->proj_b = lp->ln2_b = lp->fc1_b = lp->fc2_b = -1;
         const char *a = "decoder.layers.%d.self_attention";

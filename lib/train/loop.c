@@ -379,7 +379,15 @@ mc_status mc_train_check_grid(const mc_train_config *c, const mc_model_config *m
     if (st)
         return st;
     int64_t gb, nm;
-    return batch_sizes(c, mc_grid_group_size(g, MC_GROUP_DP), &gb, &nm, err);
+    if ((st = batch_sizes(c, mc_grid_group_size(g, MC_GROUP_DP), &gb, &nm, err)))
+        return st;
+    /* Megatron's rule for the interleaved schedule */
+    if (m.num_layers_per_virtual_pipeline_stage && nm % g->pp)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "the interleaved schedule needs the number of micro-batches (%lld) to "
+                            "be a multiple of --pipeline-model-parallel-size (%d)",
+                            (long long)nm, g->pp);
+    return MC_OK;
 }
 
 /* Megatron's DDP bucket size: --ddp-bucket-size, else one bucket without
@@ -432,7 +440,8 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     mc_model_init_weights(r->model, c->seed);
     r->pp = mc_grid_group_size(r->g, MC_GROUP_PP);
     if (r->pp > 1 &&
-        (st = mc_model_set_slots(r->model, mc_pipeline_slots(r->g, r->num_micro), err)))
+        (st = mc_model_set_slots(r->model, mc_pipeline_model_slots(r->model, r->g, r->num_micro),
+                                 err)))
         return st;
     /* The distributed optimizer reduce-scatters the whole buffer after the
      * backward (its shard is cut from the whole buffer: one bucket, no

@@ -96,10 +96,16 @@ static mc_status forward(pipe *p, int64_t k, const float **out, mc_error *err)
     return MC_OK;
 }
 
+static mc_status run_interleaved(mc_model *m, const mc_grid *g, mc_backend *be, int64_t num_micro,
+                                 int backward, float grad_scale, mc_pipe_batch_fn batch, void *ctx,
+                                 double acc[2], mc_error *err);
+
 mc_status mc_pipeline_run(mc_model *m, const mc_grid *g, mc_backend *be, int64_t num_micro,
                           int backward, float grad_scale, mc_pipe_batch_fn batch,
                           mc_pipe_last_fn last, void *ctx, double acc[2], mc_error *err)
 {
+    if (mc_model_num_chunks(m) > 1)
+        return run_interleaved(m, g, be, num_micro, backward, grad_scale, batch, ctx, acc, err);
     pipe p = {m, g, be, mc_model_act_numel(m), mc_model_is_first_stage(m),
               mc_model_is_last_stage(m), 1, backward, grad_scale, batch, ctx, acc, NULL};
     const float *out;
@@ -152,5 +158,220 @@ mc_status mc_pipeline_run(mc_model *m, const mc_grid *g, mc_backend *be, int64_t
 #undef CHECK
 done:
     if (p.dout) mc_bfree(be, p.dout);
+    return st;
+}
+
+/* ------------------------------------------------ the interleaved schedule
+ *
+ * Megatron's forward_backward_pipelining_with_interleaving: each rank holds
+ * v model chunks; virtual micro-batch j (of M v) is micro-batch
+ * (j / (pp v)) pp + j mod pp in chunk (j mod pp v) / pp, backwards visiting
+ * the chunks in reverse. Rank p runs W = 2 (pp - p - 1) + (v - 1) pp
+ * warm-up forwards (all of them when M == pp, or forwards only), then
+ * M v - W times "forward, backward", then the remaining backwards. After
+ * each step every rank makes one exchange with both neighbours (ring:
+ * the last rank's non-final chunks feed rank 0's next chunk), whose
+ * presence on each side follows Megatron's recv_prev / recv_next rules, so
+ * the two sides always agree; the receives are posted in the order
+ * [from prev, from next] and the sends [to next, to prev], which keeps the
+ * two messages of a step apart when prev == next (pp = 2).
+ *
+ * A received input waits in one staging buffer per chunk (Megatron keeps
+ * at most one per chunk) and is copied into the micro-batch's slot at its
+ * forward; the n-th forward (and backward) of a chunk is micro-batch n, so
+ * received gradients go to dout[chunk][slot of the next micro-batch]. */
+
+static int64_t pymod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
+
+typedef struct ipipe {
+    mc_model *m;
+    const mc_grid *g;
+    mc_backend *be;
+    size_t n;
+    int pp, rank, v, slots, backward, first, last;
+    int64_t M;
+    float grad_scale;
+    mc_pipe_batch_fn batch;
+    void *ctx;
+    double *acc;
+    float *buf;        /* staging [v][n], then dout [v][slots][n] */
+    int64_t nf[64], nb[64], nrb[64]; /* per chunk: forwards, backwards, gradients received */
+} ipipe;
+
+static int vchunk(const ipipe *p, int64_t j, int forward)
+{
+    int c = (int)(pymod(j, (int64_t)p->pp * p->v) / p->pp);
+    return forward ? c : p->v - 1 - c;
+}
+
+static float *staging(ipipe *p, int c) { return p->buf + (size_t)c * p->n; }
+static float *dout_of(ipipe *p, int c, int64_t k)
+{
+    return p->buf + ((size_t)p->v + (size_t)c * (size_t)p->slots + (size_t)(k % p->slots)) * p->n;
+}
+
+/* Megatron's W. */
+static int64_t iwarmup(const ipipe *p)
+{
+    int64_t total = p->M * p->v;
+    if (!p->backward || p->M == p->pp) return total;
+    int64_t w = 2 * (int64_t)(p->pp - p->rank - 1) + (int64_t)(p->v - 1) * p->pp;
+    return w < total ? w : total;
+}
+
+int mc_pipeline_model_slots(const mc_model *m, const mc_grid *g, int64_t num_micro)
+{
+    int v = mc_model_num_chunks(m);
+    if (v == 1) return mc_pipeline_slots(g, num_micro);
+    /* Micro-batch k holds its slot from its chunk-0 forward to its chunk-0
+     * backward, in order: replay the compute order and count. */
+    ipipe p = {.pp = g->pp, .rank = g->pp_rank, .v = v, .M = num_micro, .backward = 1};
+    int64_t total = num_micro * v, w = iwarmup(&p), f0 = 0, b0 = 0, most = 1;
+    for (int64_t t = 0; t < 2 * total; t++) {
+        /* event t: forwards 0..w-1, then F(w+i) B(i) pairs, then backwards */
+        int64_t fj = -1, bj = -1;
+        if (t < w) fj = t;
+        else if (t < w + 2 * (total - w)) {
+            int64_t i = (t - w) / 2;
+            if ((t - w) % 2 == 0) fj = w + i; else bj = i;
+        } else bj = t - w - (total - w);
+        if (fj >= 0 && vchunk(&p, fj, 1) == 0) f0++;
+        if (fj >= 0 && f0 - b0 > most) most = f0 - b0;
+        if (bj >= 0 && vchunk(&p, bj, 0) == 0) b0++;
+    }
+    return (int)most;
+}
+
+/* One step's exchange; NULL: nothing that way. */
+static mc_status iexchange(ipipe *p, const float *send_next, float *recv_prev,
+                           const float *send_prev, float *recv_next, mc_error *err)
+{
+    int next = (p->rank + 1) % p->pp, prev = (p->rank + p->pp - 1) % p->pp;
+    mc_request *rq[4] = {NULL, NULL, NULL, NULL};
+    mc_status st = MC_OK;
+    if (recv_prev) st = mc_irecv(p->g, MC_GROUP_PP, p->be, recv_prev, p->n, prev, &rq[0], err);
+    if (!st && recv_next)
+        st = mc_irecv(p->g, MC_GROUP_PP, p->be, recv_next, p->n, next, &rq[1], err);
+    if (!st && send_next)
+        st = mc_isend(p->g, MC_GROUP_PP, p->be, send_next, p->n, next, &rq[2], err);
+    if (!st && send_prev)
+        st = mc_isend(p->g, MC_GROUP_PP, p->be, send_prev, p->n, prev, &rq[3], err);
+    for (int i = 0; i < 4; i++) {
+        mc_error e;
+        mc_status ws = mc_wait(p->g, rq[i], st ? &e : err);
+        if (!st) st = ws;
+    }
+    return st;
+}
+
+/* Forward of virtual micro-batch j; *out NULL when nothing goes on. */
+static mc_status ifwd(ipipe *p, int64_t j, const float **out, mc_error *err)
+{
+    int c = vchunk(p, j, 1);
+    int64_t k = p->nf[c]++;
+    int s = (int)(k % p->slots), cfirst = p->first && c == 0, clast = p->last && c == p->v - 1;
+    if (!cfirst)
+        mc_bcopy(p->be, mc_model_chunk_input(p->m, c, s), staging(p, c), p->n * sizeof(float));
+    const int32_t *tok = NULL, *tgt = NULL;
+    if (cfirst || clast) TRY(p->batch(p->ctx, k, &tok, &tgt, err));
+    double l;
+    int64_t ntok;
+    TRY(mc_model_forward_chunk(p->m, c, s, tok, tgt, p->backward, p->grad_scale, out, &l, &ntok,
+                               err));
+    if (clast) {
+        p->acc[0] += l * (double)ntok;
+        p->acc[1] += (double)ntok;
+        *out = NULL;
+    }
+    return MC_OK;
+}
+
+static mc_status ibwd(ipipe *p, int64_t j, const float **din, mc_error *err)
+{
+    int c = vchunk(p, j, 0);
+    int64_t k = p->nb[c]++;
+    int clast = p->last && c == p->v - 1;
+    TRY(mc_model_backward_chunk(p->m, c, (int)(k % p->slots), clast ? NULL : dout_of(p, c, k), din,
+                                err));
+    if (p->first && c == 0) *din = NULL;
+    return MC_OK;
+}
+
+/* Where the next gradient for chunk c lands. */
+static float *inext(ipipe *p, int c) { return dout_of(p, c, p->nrb[c]++); }
+
+static mc_status interleaved(ipipe *p, mc_error *err)
+{
+    int64_t total = p->M * p->v, w = iwarmup(p), rest = total - w;
+    int all_warm = p->backward && w == total;
+    const float *out, *din;
+    if (!p->first) TRY(iexchange(p, NULL, staging(p, 0), NULL, NULL, err));
+    for (int64_t k = 0; k < w; k++) {
+        TRY(ifwd(p, k, &out, err));
+        int nfc = vchunk(p, k + 1, 1);
+        int recv_prev = !(p->first && nfc == 0) && k != total - 1;
+        float *rp = recv_prev ? staging(p, nfc) : NULL;
+        if (k == w - 1 && p->backward && !all_warm)
+            TRY(iexchange(p, out, rp, NULL, p->last ? NULL : inext(p, p->v - 1), err));
+        else
+            TRY(iexchange(p, out, rp, NULL, NULL, err));
+    }
+    for (int64_t i = 0; i < rest; i++) {
+        int64_t fk = i + w;
+        TRY(ifwd(p, fk, &out, err));
+        TRY(ibwd(p, i, &din, err));
+        int recv_prev = 1, recv_next = 1, nfc, nbc;
+        if (p->first) {
+            nfc = vchunk(p, fk - (p->pp - 1), 1);
+            if (nfc == p->v - 1) recv_prev = 0;
+            nfc++;
+        } else {
+            nfc = vchunk(p, fk + 1, 1);
+        }
+        if (p->last) {
+            nbc = vchunk(p, i - (p->pp - 1), 0);
+            if (nbc == 0) recv_next = 0;
+            nbc--;
+        } else {
+            nbc = vchunk(p, i + 1, 0);
+        }
+        if (i == rest - 1) recv_prev = 0;
+        TRY(iexchange(p, out, recv_prev ? staging(p, nfc) : NULL, din,
+                      recv_next ? inext(p, nbc) : NULL, err));
+    }
+    if (!p->backward) return MC_OK;
+    if (all_warm && !p->last) TRY(iexchange(p, NULL, NULL, NULL, inext(p, p->v - 1), err));
+    for (int64_t k = rest; k < total; k++) {
+        TRY(ibwd(p, k, &din, err));
+        int nbc = vchunk(p, k + 1, 0);
+        int recv_next = !(p->last && nbc == p->v - 1) && k != total - 1;
+        TRY(iexchange(p, NULL, NULL, din, recv_next ? inext(p, nbc) : NULL, err));
+    }
+    return MC_OK;
+}
+
+static mc_status run_interleaved(mc_model *m, const mc_grid *g, mc_backend *be, int64_t num_micro,
+                                 int backward, float grad_scale, mc_pipe_batch_fn batch, void *ctx,
+                                 double acc[2], mc_error *err)
+{
+    int v = mc_model_num_chunks(m);
+    if (num_micro % g->pp)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "the interleaved schedule needs the number of micro-batches (%lld) to "
+                            "be a multiple of --pipeline-model-parallel-size (%d)",
+                            (long long)num_micro, g->pp);
+    if (v > 64) return mc_error_set(err, MC_ERR_LIMIT, "pipeline: %d model chunks (at most 64)", v);
+    ipipe p = {.m = m, .g = g, .be = be, .n = mc_model_act_numel(m), .pp = g->pp,
+               .rank = g->pp_rank, .v = v, .backward = backward,
+               .first = mc_model_is_first_stage(m), .last = mc_model_is_last_stage(m),
+               .M = num_micro, .grad_scale = grad_scale, .batch = batch, .ctx = ctx, .acc = acc};
+    /* forwards only: everything in slot 0 (nothing is kept) */
+    p.slots = backward ? mc_pipeline_model_slots(m, g, num_micro) : 1;
+    if (backward) TRY(mc_model_set_slots(m, p.slots, err));
+    size_t nbuf = (size_t)v + (backward ? (size_t)v * (size_t)p.slots : 0);
+    if (!(p.buf = mc_balloc(be, nbuf * p.n * sizeof(float), err)))
+        return err ? err->code : MC_ERR_NOMEM;
+    mc_status st = interleaved(&p, err);
+    mc_bfree(be, p.buf);
     return st;
 }

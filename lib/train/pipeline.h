@@ -22,6 +22,10 @@ typedef void (*mc_pipe_last_fn)(void *ctx);
 /* Activation slots a stage needs for num_micro micro-batches in flight
  * under 1F1B: min(pp - pp_rank, num_micro). */
 int mc_pipeline_slots(const mc_grid *g, int64_t num_micro);
+/* The slots the model needs for training: mc_pipeline_slots with one chunk,
+ * the most micro-batches in flight under the interleaved schedule with
+ * several (lib/train/pipeline.c). */
+int mc_pipeline_model_slots(const mc_model *m, const mc_grid *g, int64_t num_micro);
 
 /* One iteration's micro-batches through the stages. backward set: Megatron's
  * forward_backward_pipelining_without_interleaving (1F1B: pp - rank - 1
@@ -29,7 +33,10 @@ int mc_pipeline_slots(const mc_grid *g, int64_t num_micro);
  * remaining backwards), the model holding mc_pipeline_slots slots;
  * backward 0: forwards only (evaluation), slot 0. acc[0] += loss x tokens
  * and acc[1] += tokens of every micro-batch on the last stage (nothing on
- * the others). last may be NULL. */
+ * the others). last may be NULL. With several model chunks
+ * (mc_model_num_chunks): Megatron's interleaved schedule (pipeline.c),
+ * num_micro a multiple of pp, last not called (the data-parallel
+ * reduction runs after it). */
 mc_status mc_pipeline_run(mc_model *m, const mc_grid *g, mc_backend *be, int64_t num_micro,
                           int backward, float grad_scale, mc_pipe_batch_fn batch,
                           mc_pipe_last_fn last, void *ctx, double acc[2], mc_error *err);

@@ -68,7 +68,7 @@ enum {
     OPT_DATA_PATH, OPT_SPLIT, OPT_DATA_CACHE_PATH, OPT_MOCK_DATA,
     /* distributed */
     OPT_TP, OPT_PP, OPT_CP, OPT_SEQUENCE_PARALLEL, OPT_DIST_OPT, OPT_OVERLAP_GRAD,
-    OPT_OVERLAP_PARAM, OPT_DIST_TIMEOUT, OPT_DDP_BUCKET, OPT_PP_FIRST, OPT_PP_LAST,
+    OPT_OVERLAP_PARAM, OPT_DIST_TIMEOUT, OPT_DDP_BUCKET, OPT_PP_FIRST, OPT_PP_LAST, OPT_VPP,
     /* planning */
     OPT_DRY_RUN, OPT_WORLD_SIZE
 };
@@ -216,6 +216,8 @@ static const mc_option options[] = {
      "Pipeline stages (1); the layers split evenly over them unless given below."},
     {"decoder-first-pipeline-num-layers", MC_OPT_REQUIRED, OPT_PP_FIRST, "N",
      "Layers on the first pipeline stage (the rest split evenly)."},
+    {"num-layers-per-virtual-pipeline-stage", MC_OPT_REQUIRED, OPT_VPP, "N",
+     "Interleaved pipeline schedule: N layers per virtual stage (chunk)."},
     {"decoder-last-pipeline-num-layers", MC_OPT_REQUIRED, OPT_PP_LAST, "N",
      "Layers on the last pipeline stage (the rest split evenly)."},
     {"context-parallel-size", MC_OPT_REQUIRED, OPT_CP, "N",
@@ -269,6 +271,7 @@ typedef struct args {
     mc_train_config t;
     int64_t tp, pp, cp;     /* grid sizes (1) */
     int64_t pp_first, pp_last; /* --decoder-first/last-pipeline-num-layers (0: even) */
+    int64_t vpp;               /* --num-layers-per-virtual-pipeline-stage (0: none) */
     int sequence_parallel;
     double dist_timeout;    /* --distributed-timeout-minutes (0: the grid's 10) */
     json_t *argv_json; /* every option as given, for the checkpoint */
@@ -560,6 +563,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_PP: st = parse_int("--pipeline-model-parallel-size", arg, 1, 65536, &a->pp, err); break;
         case OPT_PP_FIRST: st = parse_int("--decoder-first-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_first, err); break;
         case OPT_PP_LAST: st = parse_int("--decoder-last-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_last, err); break;
+        case OPT_VPP: st = parse_int("--num-layers-per-virtual-pipeline-stage", arg, 1, 1 << 20, &a->vpp, err); break;
         case OPT_CP: st = parse_int("--context-parallel-size", arg, 1, 65536, &a->cp, err); break;
         case OPT_SEQUENCE_PARALLEL: a->sequence_parallel = 1; break;
         case OPT_DIST_OPT: t->use_distributed_optimizer = 1; break;
@@ -666,6 +670,7 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     c->sequence_parallel = a->sequence_parallel && a->tp > 1;
     c->decoder_first_pipeline_num_layers = (int)a->pp_first;
     c->decoder_last_pipeline_num_layers = (int)a->pp_last;
+    c->num_layers_per_virtual_pipeline_stage = (int)a->vpp;
     /* A preset's sequence length may be overridden below its position
      * table; a longer one needs the table to grow with it. */
     if ((a->set & SET_SEQ) && !(a->set & SET_MAXPOS) && c->max_position_embeddings &&
