@@ -32,6 +32,10 @@ struct mc_request {
     int done;          /* collectives: set by the worker under the lock */
     mc_status st;
     mc_error err;
+    int P, me;         /* group size and rank, for the counters */
+    double t_issue;    /* mc_comm_now() at issue */
+    double t_end;      /* collectives: when the body finished (worker) */
+    double blocked;    /* time the issuing call itself ran the body (no worker) */
     struct mc_request *next;
 };
 
@@ -75,6 +79,7 @@ static void *worker(void *arg)
         if (!a->head) a->tail = NULL;
         pthread_mutex_unlock(&a->mu);
         execute(r, &a->scratch);
+        r->t_end = mc_comm_now();
         pthread_mutex_lock(&a->mu);
         a->pending[r->k]--;
         r->done = 1; /* r belongs to mc_wait from here on */
@@ -156,7 +161,8 @@ static mc_status submit(const mc_grid *g, enum req_op op, const char *name, mc_g
     mc_request *r = calloc(1, sizeof *r);
     if (!r) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", name);
     *r = (mc_request){.op = op, .name = name, .k = k, .c = c, .be = be, .in = in, .out = out,
-                      .n = n};
+                      .n = n, .P = mc_grid_group_size(g, k), .me = mc_grid_group_rank(g, k),
+                      .t_issue = mc_comm_now()};
     mc_async *a;
     if ((st = async_get(cm, &a, err))) {
         free(r);
@@ -166,6 +172,8 @@ static mc_status submit(const mc_grid *g, enum req_op op, const char *name, mc_g
         mc_watchdog_enter(cm->wd, name, k);
         execute(r, &cm->scratch);
         mc_watchdog_leave(cm->wd);
+        r->t_end = mc_comm_now();
+        r->blocked = r->t_end - r->t_issue;
         r->done = 1;
     } else {
         pthread_mutex_lock(&a->mu);
@@ -219,7 +227,8 @@ static mc_status p2p(const mc_grid *g, enum req_op op, mc_group_kind k, mc_backe
     mc_request *r = calloc(1, sizeof *r);
     if (!r) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", name);
     *r = (mc_request){.op = op, .name = name, .k = k, .c = c, .be = be, .out = x, .n = n,
-                      .peer = peer};
+                      .peer = peer, .P = mc_grid_group_size(g, k),
+                      .me = mc_grid_group_rank(g, k), .t_issue = mc_comm_now()};
     int rc = op == OP_SEND ? MPI_Isend(x, (int)n, MPI_FLOAT, peer, 0, c, &r->mpi)
                            : MPI_Irecv(x, (int)n, MPI_FLOAT, peer, 0, c, &r->mpi);
     if (rc != MPI_SUCCESS) {
@@ -243,11 +252,37 @@ mc_status mc_irecv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, 
     return p2p(g, OP_RECV, k, be, x, n, peer, req, err);
 }
 
+/* The counters of a request waited for since t0 (stats.c; bytes as in
+ * reduce.c's entry points). Point to point completes, as far as we can
+ * see, when MPI_Wait returns. */
+static void count(mc_comm *cm, const mc_request *r, double t0)
+{
+    double t1 = mc_comm_now(), n = (double)r->n, P = r->P;
+    double end = r->op == OP_SEND || r->op == OP_RECV ? t1 : r->t_end;
+    double bytes = 4.0 * n, wire = 0;
+    mc_coll_kind c = MC_COLL_SENDRECV;
+    switch (r->op) {
+    case OP_ALLREDUCE:
+        c = MC_COLL_ALLREDUCE, wire = mc_comm_allreduce_wire(r->n, r->P, r->me);
+        break;
+    case OP_REDUCE_SCATTER:
+        c = MC_COLL_REDUCE_SCATTER, bytes = 4.0 * P * n, wire = 4.0 * (P - 1) * n;
+        break;
+    case OP_ALLGATHER:
+        c = MC_COLL_ALLGATHER, bytes = 4.0 * P * n, wire = 4.0 * (P - 1) * n;
+        break;
+    case OP_SEND: wire = 4.0 * n; break;
+    case OP_RECV: break;
+    }
+    mc_comm_count_async(cm, r->k, c, bytes, wire, end - r->t_issue, r->blocked + (t1 - t0));
+}
+
 mc_status mc_wait(const mc_grid *g, mc_request *r, mc_error *err)
 {
     if (!r) return MC_OK;
     mc_comm *cm = g->impl;
     mc_status st;
+    double t0 = mc_comm_now();
     mc_watchdog_enter(cm->wd, r->name, r->k);
     if (r->op == OP_SEND || r->op == OP_RECV) {
         MPI_Status s;
@@ -267,6 +302,7 @@ mc_status mc_wait(const mc_grid *g, mc_request *r, mc_error *err)
         st = r->st;
         if (st && err) *err = r->err;
     }
+    count(cm, r, t0);
     free(r);
     return st;
 }

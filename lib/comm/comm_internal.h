@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include "mc/comm.h"
+#include "mc/comm_stats.h"
 
 /* Deadline keeper: the main thread marks the start and end of every blocking
  * call; the watchdog thread aborts the job when one lasts too long. */
@@ -36,6 +37,7 @@ typedef struct mc_comm {
     mc_watchdog *wd;               /* NULL for a world of 1 */
     mc_scratch scratch;            /* the main thread's */
     mc_async *async;               /* NULL until the first non-blocking collective */
+    mc_comm_stat stats[MC_GROUP_COUNT][MC_COLL_COUNT]; /* stats.c; the calling thread's */
 } mc_comm;
 
 /* The blocking bodies (reduce.c), run by the caller's thread or the worker;
@@ -60,6 +62,17 @@ mc_status mc_comm_recv_status(const MPI_Status *s, size_t n, int peer, mc_group_
                               mc_error *err);
 /* An MPI error code as one line: "OP on the GROUP: MPI's text". */
 mc_status mc_comm_mpi_error(mc_error *err, int rc, const char *op, mc_group_kind k);
+
+/* stats.c: counting, on the calling thread (see mc/comm_stats.h). */
+double mc_comm_now(void); /* monotonic seconds */
+/* A blocking call of group k, kind c done: bytes handed, bytes sent, seconds blocked. */
+void mc_comm_count(mc_comm *cm, mc_group_kind k, mc_coll_kind c, double bytes, double wire,
+                   double blocked);
+/* A non-blocking one waited for: also issue-to-completion seconds. */
+void mc_comm_count_async(mc_comm *cm, mc_group_kind k, mc_coll_kind c, double bytes,
+                         double wire, double elapsed, double waited);
+/* Bytes member me of P sends in reduce.c's all-reduce of n floats. */
+double mc_comm_allreduce_wire(size_t n, int P, int me);
 
 /* async.c */
 void mc_async_free(mc_async *a);

@@ -161,9 +161,14 @@ mc_status mc_comm_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const f
  * order on the communicator is the issue order) and run under the deadline. */
 #define BEGIN(op, k)                                                           \
     mc_comm *cm = g->impl;                                                     \
+    double t0_ = mc_comm_now();                                                \
     if (mc_async_busy(cm, k) && (st = mc_async_drain(cm, k, op, err))) return st; \
     mc_watchdog_enter(cm->wd, op, k)
-#define END() mc_watchdog_leave(cm->wd)
+/* Leave the deadline and count the call (stats.c): kind, bytes handed,
+ * bytes this rank sent, the time blocked since BEGIN (a drain included). */
+#define END(kind, bytes, wire)                                                 \
+    mc_watchdog_leave(cm->wd);                                                 \
+    mc_comm_count(cm, k, kind, bytes, wire, mc_comm_now() - t0_)
 
 mc_status mc_allreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
                            mc_error *err)
@@ -174,7 +179,8 @@ mc_status mc_allreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, fl
     if ((st = check_count(n, "all-reduce", k, err))) return st;
     BEGIN("all-reduce", k);
     st = mc_comm_allreduce_sum(c, k, &cm->scratch, be, x, n, err);
-    END();
+    END(MC_COLL_ALLREDUCE, 4.0 * (double)n,
+        mc_comm_allreduce_wire(n, mc_grid_group_size(g, k), mc_grid_group_rank(g, k)));
     return st;
 }
 
@@ -187,7 +193,8 @@ mc_status mc_allreduce_max(const mc_grid *g, mc_group_kind k, mc_backend *be, fl
     if ((st = check_count(n, "all-reduce (max)", k, err))) return st;
     BEGIN("all-reduce (max)", k);
     int rc = MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_MAX, c);
-    END();
+    int P = mc_grid_group_size(g, k);
+    END(MC_COLL_ALLREDUCE, 4.0 * (double)n, 4.0 * 2.0 * (P - 1) / P * (double)n);
     return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "all-reduce (max)", k);
 }
 
@@ -204,7 +211,7 @@ mc_status mc_allreduce_sum_f64(const mc_grid *g, mc_group_kind k, double *x, siz
     if (!all) return mc_error_set(err, MC_ERR_NOMEM, "all-reduce: out of memory");
     BEGIN("all-reduce", k);
     int rc = MPI_Allgather(x, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, c);
-    END();
+    END(MC_COLL_SCALAR, 8.0 * (double)n, 8.0 * (double)(P - 1) * (double)n);
     if (rc == MPI_SUCCESS)
         for (size_t i = 0; i < n; i++) {
             double s = all[i];
@@ -228,7 +235,8 @@ mc_status mc_allgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
     if ((st = check_count(n, "all-gather", k, err))) return st;
     BEGIN("all-gather", k);
     st = mc_comm_allgather(c, k, be, in, out, n, err);
-    END();
+    double P = mc_grid_group_size(g, k);
+    END(MC_COLL_ALLGATHER, 4.0 * P * (double)n, 4.0 * (P - 1) * (double)n);
     return st;
 }
 
@@ -245,7 +253,8 @@ mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *b
     if ((st = check_count(n, "reduce-scatter", k, err))) return st;
     BEGIN("reduce-scatter", k);
     st = mc_comm_reduce_scatter_sum(c, k, &cm->scratch, be, in, out, n, err);
-    END();
+    double P = mc_grid_group_size(g, k);
+    END(MC_COLL_REDUCE_SCATTER, 4.0 * P * (double)n, 4.0 * (P - 1) * (double)n);
     return st;
 }
 
@@ -262,7 +271,9 @@ mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float 
     if ((st = check_count(n, "broadcast", k, err))) return st;
     BEGIN("broadcast", k);
     int rc = MPI_Bcast(x, (int)n, MPI_FLOAT, root, c);
-    END();
+    int root_me = mc_grid_group_rank(g, k) == root;
+    END(MC_COLL_BROADCAST, 4.0 * (double)n,
+        root_me ? 4.0 * (mc_grid_group_size(g, k) - 1) * (double)n : 0.0);
     return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "broadcast", k);
 }
 
@@ -286,7 +297,7 @@ mc_status mc_send(const mc_grid *g, mc_group_kind k, mc_backend *be, const float
     if (st) return st;
     BEGIN("send", k);
     int rc = MPI_Send(x, (int)n, MPI_FLOAT, peer, 0, c);
-    END();
+    END(MC_COLL_SENDRECV, 4.0 * (double)n, 4.0 * (double)n);
     return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "send", k);
 }
 
@@ -311,7 +322,7 @@ mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, s
     MPI_Status s;
     BEGIN("receive", k);
     int rc = MPI_Recv(x, (int)n, MPI_FLOAT, peer, 0, c, &s);
-    END();
+    END(MC_COLL_SENDRECV, 4.0 * (double)n, 0.0);
     if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, "receive", k);
     return mc_comm_recv_status(&s, n, peer, k, err);
 }

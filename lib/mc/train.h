@@ -135,6 +135,7 @@ typedef struct mc_train_config {
     int64_t eval_interval;      /* --eval-interval (1000) */
     int64_t eval_iters;         /* --eval-iters (100; 0 turns evaluation off) */
     int64_t log_interval;       /* --log-interval (100) */
+    int log_comm;               /* --log-comm: traffic per group after the log line */
     const char *tensorboard_dir;/* --tensorboard-dir */
     const char *log_json;       /* --log-json */
     double peak_tflops;         /* --peak-tflops (0: no MFU) */

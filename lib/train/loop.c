@@ -31,6 +31,7 @@
 #include "mc/gptdata.h"
 #include "mc/metrics.h"
 #include "mc/train.h"
+#include "train/commlog.h"
 #include "train/grad_buckets.h"
 #include "train/pipeline.h"
 #include "train/state.h"
@@ -647,12 +648,15 @@ static mc_status train_loop(run *r, mc_error *err)
     memset(&w, 0, sizeof w);
     w.t0 = now_s();
     int64_t bad_in_a_row = 0;
+    mc_comm_log comm = {0}; /* --log-comm: the steps' traffic only */
     r->rep->exit_reason = "train-iters";
     while (r->s.iteration < r->train_iters) {
         double loss, norm;
         int skipped, nan, overflow;
+        mc_comm_log_start(r->g);
         if ((st = train_step(r, &loss, &norm, &skipped, &nan, &overflow, err)))
             return st;
+        mc_comm_log_end(&comm, r->g);
         int at_min = r->s.scaler.scale <= r->s.scaler.min_scale;
         mc_loss_scaler_update(&r->s.scaler, skipped);
         if (!skipped)
@@ -707,6 +711,8 @@ static mc_status train_loop(run *r, mc_error *err)
             st = mc_metrics_samples(r->metrics, it, r->s.consumed_samples, err);
         if (!st && it % c->log_interval == 0)
             st = log_line(r, &w, norm, !overflow, err);
+        if (!st && c->log_comm && it % c->log_interval == 0)
+            st = mc_comm_log_emit(&comm, r->g, r->metrics, it, c->print, c->print_ctx, err);
         if (!st)
             st = mc_metrics_flush(r->metrics, err);
         if (st)

@@ -169,10 +169,14 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
                 if (last) a_calls += 4, a_bytes += X + 3 * N * 4; /* head dX, CE stats */
             } else {
                 g_calls += 10.0 * nl, g_bytes += 10.0 * nl * X;
-                a_calls += nl, a_bytes += nl * (ln ? 4 : 2) * C * 4; /* norm weights */
+                /* norm weight gradients: one all-reduce per norm, two per layer */
+                a_calls += 2.0 * nl, a_bytes += nl * (ln ? 4 : 2) * C * 4;
                 if (first) g_calls += 2, g_bytes += 2 * X;          /* RS fwd, AG bwd */
                 if (last) {
-                    g_calls += 3, g_bytes += 3 * X;                 /* AG, RS, re-gather */
+                    /* AG of the final norm's output, RS of its gradient: the
+                     * head runs forward and backward together (model.c),
+                     * so nothing is gathered again (bench/comm measured) */
+                    g_calls += 2, g_bytes += 2 * X;
                     a_calls += 4, a_bytes += 3 * N * 4 + (ln ? 2 : 1) * C * 4;
                 }
             }

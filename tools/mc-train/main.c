@@ -60,7 +60,7 @@ enum {
     OPT_WD_INCR_STYLE,
     /* validation and logging */
     OPT_EVAL_INTERVAL, OPT_EVAL_ITERS, OPT_LOG_INTERVAL, OPT_TENSORBOARD_DIR, OPT_LOG_JSON,
-    OPT_PEAK_TFLOPS,
+    OPT_PEAK_TFLOPS, OPT_LOG_COMM,
     /* checkpointing */
     OPT_SAVE, OPT_LOAD, OPT_SAVE_INTERVAL, OPT_FINETUNE, OPT_NO_LOAD_OPTIM, OPT_NO_SAVE_OPTIM,
     OPT_CKPT_COMPRESSION,
@@ -191,6 +191,8 @@ static const mc_option options[] = {
     {"log-json", MC_OPT_REQUIRED, OPT_LOG_JSON, "FILE", "Append the metrics as JSON lines."},
     {"peak-tflops", MC_OPT_REQUIRED, OPT_PEAK_TFLOPS, "X",
      "Peak TFLOP/s of the machine, for the MFU column."},
+    {"log-comm", MC_OPT_NONE, OPT_LOG_COMM, NULL,
+     "After each log line, the bytes and time of each group's collectives per iteration."},
     /* checkpointing */
     {"save", MC_OPT_REQUIRED, OPT_SAVE, "DIR", "Checkpoint directory to write."},
     {"load", MC_OPT_REQUIRED, OPT_LOAD, "DIR", "Checkpoint directory (or iteration) to resume from."},
@@ -538,6 +540,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_LOG_INTERVAL: st = parse_int("--log-interval", arg, 1, INT64_MAX / 2, &t->log_interval, err); break;
         case OPT_TENSORBOARD_DIR: t->tensorboard_dir = arg; break;
         case OPT_LOG_JSON: t->log_json = arg; break;
+        case OPT_LOG_COMM: t->log_comm = 1; break;
         case OPT_PEAK_TFLOPS: st = parse_real("--peak-tflops", arg, 1e-9, 1e12, &t->peak_tflops, err); break;
         case OPT_SAVE: t->save = arg; break;
         case OPT_LOAD: t->load = arg; break;

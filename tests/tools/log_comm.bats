@@ -1,0 +1,125 @@
+#!/usr/bin/env bats
+# mc-train --log-comm (issue 4, section 9): after every log line rank 0
+# prints one line of its traffic per iteration, per group and collective
+# kind, and the same figures go to --log-json. The bytes handed to the
+# collectives and the bytes this rank sent ("wire") must equal --dry-run's
+# theoretical figures for the tensor- and data-parallel groups: both count
+# the same tensors, so the tolerance is the line's resolution, 1e-6 MB = 1
+# byte per iteration (the calls must match exactly too).
+
+bats_require_minimum_version 1.5.0
+load common
+
+MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
+
+# Tiny GPT, 4 sequences of 16 tokens per iteration in micro-batches of 1.
+args=(--model tiny-gpt --seq-length 16 --micro-batch-size 1 --global-batch-size 4 --threads 1
+      --lr 1e-3 --log-interval 5 --eval-iters 0 --mock-data --vocab-size 64
+      --make-vocab-size-divisible-by 16 --train-iters 10 --lr-warmup-iters 2)
+
+setup() {
+    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
+    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
+        skip "mpirun not found (Debian package openmpi-bin)"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+    cd "$BATS_TEST_TMPDIR"
+}
+
+# mpi N ARGS...: mc-train on N ranks, stderr to err.txt.
+mpi() {
+    local n=$1
+    shift
+    timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" \
+        "$MC_TRAIN" "$@" 2>err.txt
+}
+
+# measured GROUP FIELD: from the last comm line of err.txt, the sum over the
+# group's kinds (host scalars left out) of bytes ("MB" x 1e6), "wire" bytes
+# or "calls".
+measured() {
+    grep '^ comm per iteration:' err.txt | tail -1 | sed 's/^ comm per iteration://' |
+        tr '|' '\n' | awk -v g="$1" -v f="$2" '
+        $1 == g && $2 != "scalar:" {
+            # " tp all-reduce: 13 calls, 0.041152 MB, wire 0.041152 MB, 3.4 ms "
+            if (f == "calls") s += $3
+            else if (f == "MB") s += $5 * 1e6
+            else if (f == "wire") s += $8 * 1e6
+        }
+        END { printf "%.0f\n", s }'
+}
+
+# planned GROUP-NAME FIELD WORLD ARGS...: the dry run's stage-0 figure for
+# "tensor-parallel" or "data-parallel": bytes, wire or calls.
+planned() {
+    local grp=$1 f=$2 world=$3
+    shift 3
+    "$MC_TRAIN" --dry-run "$@" --world-size "$world" |
+        awk -v g="$grp group:" -v f="$f" 'index($0, g) && !done {
+            # "    tensor-parallel group: 41152 / 41152 bytes, 13 calls"
+            n = split($0, w, " ")
+            print (f == "bytes" ? w[3] : f == "wire" ? w[5] : w[7]); done = 1 }'
+}
+
+# same GROUP DRYNAME WORLD ARGS...: bytes and wire within 1 byte, calls equal
+# (calls left out when $FIELDS says so: the plan counts the bucketed
+# reduction as one call).
+same() {
+    local grp=$1 name=$2 world=$3
+    shift 3
+    local f m p
+    for f in ${FIELDS:-bytes wire calls}; do
+        m=$(measured "$grp" "$([ $f = bytes ] && echo MB || echo $f)")
+        p=$(planned "$name" "$f" "$world" "$@")
+        echo "# $grp $f: measured $m, planned $p" >&3
+        [ -n "$p" ] && [ "$p" -gt 0 ]
+        awk -v a="$m" -v b="$p" 'BEGIN { d = a - b; exit !(d <= 1 && d >= -1) }'
+    done
+}
+
+@test "log-comm: TP=2 prints a comm line after every log line; tp bytes, wire and calls are the dry run's" {
+    mpi 2 "${args[@]}" --tensor-model-parallel-size 2 --log-comm --log-json log.json
+    [ "$(grep -c ' iteration ' err.txt)" -eq 2 ]
+    [ "$(grep -c '^ comm per iteration:' err.txt)" -eq 2 ]
+    # the comm line follows the iteration line
+    run -0 grep -A1 ' iteration  *10/' err.txt
+    assert_line --index 1 --regexp '^ comm per iteration: tp all-reduce: [0-9.]+ calls, [0-9.]+ MB, wire [0-9.]+ MB, [0-9.]+ ms \|'
+    assert_line --index 1 --partial '| dp overlap: - |'
+    same tp tensor-parallel 2 "${args[@]}" --tensor-model-parallel-size 2
+    # log-json: the same bytes per iteration at step 10
+    local mb
+    mb=$(grep '"step": 10,' log.json | grep -o '"comm tp all-reduce MB": [0-9.e+-]*' | sed 's/.*: //')
+    [ -n "$mb" ]
+    awk -v a="$mb" -v b="$(measured tp MB)" 'BEGIN { d = a * 1e6 - b; exit !(d <= 1 && d >= -1) }'
+}
+
+@test "log-comm: DP=2 with overlapped buckets: dp all-reduce bytes are the dry run's, overlap in [0, 1]" {
+    local o=(--overlap-grad-reduce --ddp-bucket-size 2000)
+    mpi 2 "${args[@]}" "${o[@]}" --log-comm --log-json log.json
+    FIELDS="bytes wire" same dp data-parallel 2 "${args[@]}" "${o[@]}"
+    # 433152 bytes of gradients in buckets of 2000 elements or so: many calls
+    [ "$(grep '^ comm' err.txt | tail -1 | grep -o 'dp all-reduce: [0-9]* calls' | grep -o '[0-9]*')" -gt 1 ]
+    local f
+    f=$(grep '^ comm' err.txt | tail -1 | grep -o 'dp overlap: [0-9.]*' | sed 's/.*: //')
+    echo "# overlap $f" >&3
+    awk -v f="$f" 'BEGIN { exit !(f != "" && f >= 0 && f <= 1) }'
+    grep -q '"comm dp overlap": ' log.json
+}
+
+@test "log-comm: TP=2 x DP=2, sequence parallel, distributed optimizer: tp and dp are the dry run's" {
+    local o=(--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer)
+    mpi 4 "${args[@]}" "${o[@]}" --log-comm
+    grep '^ comm' err.txt | tail -1 | grep -q 'tp all-gather: .*tp reduce-scatter: .*dp all-gather: .*dp reduce-scatter: '
+    same tp tensor-parallel 4 "${args[@]}" "${o[@]}"
+    same dp data-parallel 4 "${args[@]}" "${o[@]}"
+}
+
+@test "log-comm: one process has no traffic; without --log-comm no comm line; --log-comm takes no value" {
+    "$MC_TRAIN" "${args[@]}" --log-comm 2>err.txt
+    [ "$(grep -c '^ comm per iteration: dp overlap: - |$' err.txt)" -eq 2 ]
+    "$MC_TRAIN" "${args[@]}" 2>err.txt
+    run -1 grep -c '^ comm' err.txt
+    assert_output 0
+    run -2 "$MC_TRAIN" "${args[@]}" --log-comm=1
+    assert_output --partial "option '--log-comm' doesn't allow an argument"
+}
