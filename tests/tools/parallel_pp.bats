@@ -25,6 +25,9 @@ common=(--seq-length 16 --micro-batch-size 1 --threads 1 --lr 1e-3 --log-interva
         --train-iters 20 --lr-warmup-iters 2 --num-layers 4 --global-batch-size 4)
 gpt=(--model tiny-gpt "${common[@]}")
 llama=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 "${common[@]}")
+# 8 layers, for the interleaved schedule on 4 stages (v = 8 / (4 x 1) = 2)
+gpt8=("${gpt[@]}" --num-layers 8)
+llama8=("${llama[@]}" --num-layers 8)
 
 setup() {
     MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
@@ -177,4 +180,61 @@ equivalent() {
     run "$MC_TRAIN" "${gpt[@]}" --decoder-last-pipeline-num-layers 2
     assert_failure
     assert_output --partial "need --pipeline-model-parallel-size > 1"
+}
+
+# The interleaved schedule (Megatron's forward_backward_pipelining_with_
+# interleaving): each rank holds v model chunks, chunk c on rank p layers
+# [(c pp + p) N, + N). PP=4 with 4 micro-batches takes Megatron's
+# all-warm-up path, 8 micro-batches (--global-batch-size 8, its own
+# reference) the warm-up / steady / cool-down one; PP=2 with v=2 and v=4.
+@test "interleaved schedule: PP=4 (8 layers, N=1: v=2) and PP=2 (4 layers, N=1: v=2) match one process, GPT and Llama" {
+    equivalent gpt-vpp4 4 gpt8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1
+    equivalent llama-vpp4 4 llama8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1
+    equivalent gpt-vpp2 2 gpt --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+}
+
+@test "interleaved schedule: PP=2 with v=4 and 8 micro-batches, and untied x DP=2, match one process" {
+    gpt8b=("${gpt8[@]}" --global-batch-size 8)
+    equivalent gpt-vpp2-v4 2 gpt8b --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+    equivalent gpt-vpp2-dp2 4 gpt --untie-embeddings-and-output-weights \
+        --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --overlap-grad-reduce
+}
+
+@test "interleaved schedule: evaluation through the chunks equals one process's" {
+    local ev=(--eval-iters 2 --eval-interval 10 --train-iters 10)
+    run "$MC_TRAIN" "${gpt8[@]}" "${ev[@]}"
+    assert_success
+    local one
+    one=$(grep -o 'validation loss at [^|]*| lm loss value: [^ ]*' <<<"$output")
+    [ "$(wc -l <<<"$one")" -eq 2 ]
+    run mpi 4 "${gpt8[@]}" "${ev[@]}" --pipeline-model-parallel-size 4 \
+        --num-layers-per-virtual-pipeline-stage 1
+    assert_success
+    local four
+    four=$(grep -o 'validation loss at [^|]*| lm loss value: [^ ]*' <<<"$output")
+    echo "# one process: $one" >&3
+    echo "# PP=4, v=2:   $four" >&3
+    [ "$one" = "$four" ]
+}
+
+@test "a bad --num-layers-per-virtual-pipeline-stage is refused with the numbers (exit 1, once)" {
+    run mpi 4 "${gpt8[@]}" --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 3
+    assert_failure 1
+    [ "$(grep -c '^mc-train: error:' <<<"$output")" -eq 1 ]
+    assert_output --partial "--num-layers (8) must be a multiple of --pipeline-model-parallel-size (4) x --num-layers-per-virtual-pipeline-stage (3) = 12"
+    run mpi 2 "${gpt[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
+        --global-batch-size 3
+    assert_failure 1
+    [ "$(grep -c '^mc-train: error:' <<<"$output")" -eq 1 ]
+    assert_output --partial "the interleaved schedule needs the number of micro-batches (3) to be a multiple of --pipeline-model-parallel-size (2)"
+    run mpi 2 "${gpt[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
+        --decoder-first-pipeline-num-layers 2
+    assert_failure 1
+    assert_output --partial "does not combine with --decoder-first/last-pipeline-num-layers"
+    run "$MC_TRAIN" "${gpt[@]}" --num-layers-per-virtual-pipeline-stage 1
+    assert_failure
+    assert_output --partial "--num-layers-per-virtual-pipeline-stage (1) needs --pipeline-model-parallel-size > 1 (got 1)"
+    run "$MC_TRAIN" "${gpt[@]}" --num-layers-per-virtual-pipeline-stage 0
+    assert_failure
+    assert_output --partial "--num-layers-per-virtual-pipeline-stage"
 }
