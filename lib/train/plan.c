@@ -131,6 +131,10 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
                             "--dry-run: global batch %lld is not a multiple of micro-batch %lld x "
                             "data-parallel %d",
                             (long long)global_batch, (long long)micro_batch, dp);
+    if (c.num_layers_per_virtual_pipeline_stage > 0)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dry-run does not model the interleaved schedule "
+                            "(--num-layers-per-virtual-pipeline-stage) yet");
     out->world = world, out->tp = tp, out->pp = pp, out->cp = 1, out->dp = dp;
     out->sequence_parallel = c.sequence_parallel && tp > 1;
     out->distributed_optimizer = distributed_optimizer;
