@@ -99,3 +99,11 @@ field() {
         printf "# measured %.1f MiB, planned %.1f MiB, ratio %.3f\n", m / 1048576, p / 1048576, r
         exit !(r > 0.85 && r < 1.15) }' >&3
 }
+
+@test "dry-run: the interleaved schedule is refused, not mis-planned" {
+    run "$MC_TRAIN" --dry-run --model gpt2-124m "${base[@]}" --world-size 4 \
+        --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 \
+        --global-batch-size 4 --micro-batch-size 1
+    assert_failure
+    assert_output --partial "--dry-run does not model the interleaved schedule"
+}
