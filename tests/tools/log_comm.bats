@@ -9,6 +9,7 @@
 
 bats_require_minimum_version 1.5.0
 load common
+load mpi_common
 
 MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
 
@@ -18,11 +19,7 @@ args=(--model tiny-gpt --seq-length 16 --micro-batch-size 1 --global-batch-size 
       --make-vocab-size-divisible-by 16 --train-iters 10 --lr-warmup-iters 2)
 
 setup() {
-    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
-    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
-        skip "mpirun not found (Debian package openmpi-bin)"
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+    mpi_setup
     cd "$BATS_TEST_TMPDIR"
 }
 
@@ -30,8 +27,7 @@ setup() {
 mpi() {
     local n=$1
     shift
-    timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" \
-        "$MC_TRAIN" "$@" 2>err.txt
+    mpi_exec 120 "$n" "$MC_TRAIN" "$@" 2>err.txt
 }
 
 # measured GROUP FIELD: from the last comm line of err.txt, the sum over the

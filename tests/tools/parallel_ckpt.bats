@@ -12,16 +12,13 @@
 
 bats_require_minimum_version 1.5.0
 load common
+load mpi_common
 
 TEST_CKPT_PAR="$top_builddir/tests/parallel/test_ckpt_par"
 
 setup() {
-    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
-    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
-        skip "mpirun not found (Debian package openmpi-bin)"
+    mpi_setup
     [ -x "$TEST_CKPT_PAR" ] || skip "$TEST_CKPT_PAR not built (make check builds it)"
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
     cd "$BATS_TEST_TMPDIR"
 }
 
@@ -29,8 +26,7 @@ setup() {
 mpi() {
     local n=$1
     shift
-    run timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader \
-        -np "$n" "$TEST_CKPT_PAR" "$@"
+    run mpi_exec 120 "$n" "$TEST_CKPT_PAR" "$@"
     echo "# $n ranks, $*: status $status" >&3
 }
 

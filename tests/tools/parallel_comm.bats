@@ -10,18 +10,13 @@
 
 bats_require_minimum_version 1.5.0
 load common
+load mpi_common
 
 TEST_COMM="$top_builddir/tests/parallel/test_comm"
 
 setup() {
-    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
-    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
-        skip "mpirun not found (Debian package openmpi-bin)"
+    mpi_setup
     [ -x "$TEST_COMM" ] || skip "$TEST_COMM not built (make check builds it)"
-    # Open MPI refuses root without these; oversubscribed ranks must yield
-    # the 2 cores rather than spin.
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
     cd "$BATS_TEST_TMPDIR"
 }
 
@@ -33,8 +28,7 @@ mpi() {
     shift
     local t0 t1
     t0=$(date +%s%N)
-    run timeout -k 5 60 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader \
-        -np "$n" "$TEST_COMM" "$@"
+    run mpi_exec 60 "$n" "$TEST_COMM" "$@"
     t1=$(date +%s%N)
     elapsed=$(( (t1 - t0) / 1000000 ))
     elapsed="$((elapsed / 1000)).$(printf %03d $((elapsed % 1000)))"

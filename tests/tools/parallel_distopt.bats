@@ -15,20 +15,14 @@
 
 bats_require_minimum_version 1.5.0
 load common
+load mpi_common
 
 TEST_DISTOPT="$top_builddir/tests/parallel/test_distopt"
 
 setup() {
     [ -x "$TEST_DISTOPT" ] || skip "$TEST_DISTOPT not built (make check builds it)"
-    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+    mpi_env
     cd "$BATS_TEST_TMPDIR"
-}
-
-need_mpirun() {
-    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
-        skip "mpirun not found (Debian package openmpi-bin)"
 }
 
 # mpi N TP: test_distopt on N ranks, N / TP data-parallel ones; `timeout`
@@ -36,9 +30,8 @@ need_mpirun() {
 mpi() {
     local n=$1
     shift
-    need_mpirun
-    run timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader \
-        -np "$n" "$TEST_DISTOPT" "$@"
+    mpi_need
+    run mpi_exec 120 "$n" "$TEST_DISTOPT" "$@"
     echo "$output" | grep '^#' >&3 || true
 }
 

@@ -11,6 +11,7 @@
 
 bats_require_minimum_version 1.5.0
 load common
+load mpi_common
 
 TEST_MODEL_TP="$top_builddir/tests/parallel/test_model_tp"
 
@@ -19,24 +20,13 @@ setup() {
     cd "$BATS_TEST_TMPDIR"
 }
 
-need_mpirun() {
-    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
-    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
-        skip "mpirun not found (Debian package openmpi-bin)"
-    # Open MPI refuses root without these; oversubscribed ranks must yield
-    # the 2 cores rather than spin.
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
-}
-
 # tp N FAMILY GROUPS [break]: the model on N tensor-parallel ranks; the
 # timeout is only a safety net.
 tp() {
     local n=$1
     shift
-    need_mpirun
-    run timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader \
-        -np "$n" "$TEST_MODEL_TP" run "$1" "$2" "$n" "${@:3}"
+    mpi_setup
+    run mpi_exec 120 "$n" "$TEST_MODEL_TP" run "$1" "$2" "$n" "${@:3}"
     echo "$output" | grep '^#' >&3 || true
 }
 
@@ -69,9 +59,8 @@ tp() {
 }
 
 @test "TP=2 groups inside a 4-rank grid (DP=2): each replica equals one process" {
-    need_mpirun
-    run timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader \
-        -np 4 "$TEST_MODEL_TP" run llama 2 2
+    mpi_setup
+    run mpi_exec 120 4 "$TEST_MODEL_TP" run llama 2 2
     assert_success
     assert_output --regexp 'ok [0-9]+ checks on 4 ranks'
     refute_output --partial FAILED

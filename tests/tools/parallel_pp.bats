@@ -15,6 +15,7 @@
 
 bats_require_minimum_version 1.5.0
 load common
+load mpi_common
 
 MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
 
@@ -30,70 +31,8 @@ gpt8=("${gpt[@]}" --num-layers 8)
 llama8=("${llama[@]}" --num-layers 8)
 
 setup() {
-    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
-    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
-        skip "mpirun not found (Debian package openmpi-bin)"
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+    mpi_setup
     cd "$BATS_TEST_TMPDIR"
-}
-
-mpi() {
-    local n=$1
-    shift
-    timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" \
-        "$MC_TRAIN" "$@"
-}
-
-losses() {
-    grep -o '"lm loss": [^,}]*' "$1" | sed 's/.*: //'
-}
-
-# same_losses A B: 20 losses, each within 1e-6 relative.
-same_losses() {
-    paste <(losses "$1") <(losses "$2") | awk -v a="$1" -v b="$2" '
-        NF != 2 { bad = 1 }
-        { d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r;
-          if (r > 1e-6) bad = 1; n++ }
-        END { printf "# %s vs %s: %d losses, max relative difference %.3g\n", a, b, n, m > "/dev/fd/3";
-              exit (bad || n != 20) }'
-}
-
-# same_weights A B: every tensor of the two checkpoints present in both and
-# within 1e-6 (relative to the tensor's largest value when above 1); the
-# key rows of linear_qkv.bias within 1e-4 (their true gradient is zero).
-same_weights() {
-    "$MC_PYTHON" - "$1" "$2" <<'PY' >&3
-import json, sys, h5py, numpy as np
-a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
-cfg = a.attrs["config"]
-cfg = json.loads(cfg if isinstance(cfg, str) else cfg.decode())["model"]
-Q, G, D = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["kv_channels"]
-per = (Q // G + 2) * D
-def names(f):
-    out = []
-    f["model"].visititems(lambda n, o: out.append(n) if isinstance(o, h5py.Dataset) else None)
-    return sorted(out)
-na, nb = names(a), names(b)
-if na != nb or not na:
-    print("# tensors differ: %s" % sorted(set(na) ^ set(nb))[:3]); sys.exit(1)
-worst, worst_k, bad = 0.0, 0.0, []
-for n in na:
-    x, y = a["model"][n][()].astype(np.float64), b["model"][n][()].astype(np.float64)
-    if x.shape != y.shape:
-        bad.append(n); continue
-    d = np.abs(x - y) / max(1.0, float(np.max(np.abs(y))))
-    if n.endswith("linear_qkv.bias"):
-        key = (np.arange(x.shape[0]) % per) // D == Q // G
-        worst_k = max(worst_k, float(np.max(d[key])))
-        if float(np.max(d[key])) > 1e-4: bad.append(n)
-        d = d[~key]
-    worst = max(worst, float(np.max(d)))
-    if float(np.max(d)) > 1e-6: bad.append(n)
-print("# %d tensors, max difference %.3g (key biases %.3g), %d over: %s"
-      % (len(na), worst, worst_k, len(bad), bad[:3]))
-sys.exit(1 if bad else 0)
-PY
 }
 
 # equivalent NAME N MODEL-ARRAY-NAME ARGS...: the run on N ranks against one
@@ -115,7 +54,7 @@ equivalent() {
     [ "$(grep -c '] iteration ' <<<"$stderr")" -eq 4 ]
     same_losses "$name.jsonl" "$ref.jsonl"
     if "$MC_PYTHON" -c 'import h5py' 2>/dev/null; then
-        same_weights "$name/iter_0000020/model.h5" "$ref/iter_0000020/model.h5"
+        same_weights "$name/iter_0000020/model.h5" "$ref/iter_0000020/model.h5" same-names
     else
         echo "# weights not compared: no h5py in $MC_PYTHON" >&3
     fi

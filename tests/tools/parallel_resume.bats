@@ -11,6 +11,7 @@
 
 bats_require_minimum_version 1.5.0
 load common
+load mpi_common
 
 MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
 
@@ -20,21 +21,17 @@ common=(--model tiny-gpt --seq-length 16 --micro-batch-size 1 --threads 1 --lr 1
         --train-iters 10)
 
 setup() {
-    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
-    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
-        skip "mpirun not found (Debian package openmpi-bin)"
+    mpi_setup
     [ -x "$MC_TRAIN" ] || skip "$MC_TRAIN not built"
     require_python_module json
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
     cd "$BATS_TEST_TMPDIR"
 }
 
+# mpi N ARGS...: mc-train on N ranks with the common arguments.
 mpi() {
     local n=$1
     shift
-    timeout -k 5 120 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" \
-        "$MC_TRAIN" "${common[@]}" "$@"
+    mpi_exec 120 "$n" "$MC_TRAIN" "${common[@]}" "$@"
 }
 
 # losses FILE: the "lm loss" values of a --log-json file, one per line.

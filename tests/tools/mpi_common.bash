@@ -1,0 +1,105 @@
+# Helpers shared by the bats tests that run programs under mpirun
+# (parallel_*.bats, log_comm.bats): finding mpirun, the Open MPI settings,
+# the mpirun command line, and the comparisons of two mc-train runs
+# (losses of --log-json files, weights of checkpoints). Load it with
+# `load mpi_common` after `load common`.
+
+# mpi_env: $MPIRUN (the environment's, else the one on $PATH) and the Open
+# MPI settings. Open MPI refuses root without the first two; oversubscribed
+# ranks must yield the 2 cores rather than spin.
+mpi_env() {
+    MPIRUN="${MPIRUN:-$(command -v mpirun || true)}"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+}
+
+# mpi_need: skip the test, saying why, when $MPIRUN is not usable.
+mpi_need() {
+    [ -n "$MPIRUN" ] && [ "$MPIRUN" != no ] && [ -x "$MPIRUN" ] ||
+        skip "mpirun not found (Debian package openmpi-bin)"
+}
+
+# mpi_setup: both, for the tests that all need mpirun.
+mpi_setup() {
+    mpi_env
+    mpi_need
+}
+
+# mpi_exec TIMEOUT N PROGRAM ARGS...: PROGRAM on N ranks; `timeout` (seconds)
+# is only a safety net: a hang is a failure of the test, not a wait.
+mpi_exec() {
+    local t=$1 n=$2
+    shift 2
+    timeout -k 5 "$t" "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" "$@"
+}
+
+# mpi N ARGS...: mc-train ($MC_TRAIN) on N ranks. Files that run another
+# program define their own mpi after loading this one.
+mpi() {
+    local n=$1
+    shift
+    mpi_exec 120 "$n" "$MC_TRAIN" "$@"
+}
+
+# losses FILE: the "lm loss" values of a --log-json file, one per line.
+losses() {
+    grep -o '"lm loss": [^,}]*' "$1" | sed 's/.*: //'
+}
+
+# same_losses A B: 20 losses in each, each within 1e-6 relative; prints the
+# largest difference for the log.
+same_losses() {
+    paste <(losses "$1") <(losses "$2") | awk -v a="$1" -v b="$2" '
+        NF != 2 { bad = 1 }
+        { d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r;
+          if (r > 1e-6) bad = 1; n++ }
+        END { printf "# %s vs %s: %d losses, max relative difference %.3g\n", a, b, n, m > "/dev/fd/3";
+              exit (bad || n != 20) }'
+}
+
+# same_weights A B [same-names]: every parameter of two checkpoints within
+# 1e-6 (absolute, or relative to the tensor's largest value when above 1),
+# except the key rows of linear_qkv.bias, within 1e-4: their true gradient
+# is exactly zero (softmax ignores a shift shared by every key), so Adam
+# turns rounding noise (~1e-10) into steps of up to lr x noise / eps ~ 1e-5,
+# and any change in the order of the sums shows there first. The tensors
+# compared are those of A; with "same-names" both files must also hold the
+# same set of tensors.
+same_weights() {
+    "$MC_PYTHON" - "$1" "$2" "${3:-}" <<'EOF' >&3
+import json, sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+strict = sys.argv[3] == "same-names"
+cfg = a.attrs["config"]
+cfg = json.loads(cfg if isinstance(cfg, str) else cfg.decode())["model"]
+Q, G, D = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["kv_channels"]
+per = (Q // G + 2) * D            # rows per query group: its queries, a key, a value
+def tensors(f):
+    out = []
+    f["model"].visititems(lambda n, o: out.append(n) if isinstance(o, h5py.Dataset) else None)
+    return sorted(out) if strict else out
+names = tensors(a)
+if strict:
+    nb = tensors(b)
+    if names != nb or not names:
+        print("# tensors differ: %s" % sorted(set(names) ^ set(nb))[:3]); sys.exit(1)
+assert names, "no tensors"
+worst, worst_k, bad = 0.0, 0.0, []
+for n in names:
+    x, y = a["model"][n][()].astype(np.float64), b["model"][n][()].astype(np.float64)
+    if x.shape != y.shape:
+        bad.append(n); continue
+    d = np.abs(x - y) / max(1.0, float(np.max(np.abs(y))))
+    if n.endswith("linear_qkv.bias"):
+        key = (np.arange(x.shape[0]) % per) // D == Q // G
+        dk = float(np.max(d[key]))
+        worst_k = max(worst_k, dk)
+        if dk > 1e-4: bad.append(n)
+        d = d[~key]
+    worst = max(worst, float(np.max(d)))
+    if float(np.max(d)) > 1e-6: bad.append(n)
+print("# %d tensors, max difference %.3g (key biases %.3g), %d over: %s"
+      % (len(names), worst, worst_k, len(bad), bad[:3]))
+sys.exit(1 if bad else 0)
+EOF
+}
