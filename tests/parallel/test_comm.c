@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "mc/comm.h"
+#include "rank_check.h"
 
 typedef struct ctx {
     mc_grid g;
@@ -35,16 +36,6 @@ typedef struct ctx {
     int checks, failed;
 } ctx;
 
-#define CHECK(c, cond, ...)                                                   \
-    do {                                                                      \
-        (c)->checks++;                                                        \
-        if (!(cond)) {                                                        \
-            (c)->failed++;                                                    \
-            fprintf(stderr, "rank %d: FAILED %s:%d: ", (c)->g.rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                     \
-            fprintf(stderr, "\n");                                            \
-        }                                                                     \
-    } while (0)
 
 #define OK(c, call)                                                           \
     do {                                                                      \

@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mc/distopt.h"
+#include "rank_check.h"
 
 typedef struct ctx {
     mc_grid g;
@@ -51,16 +52,6 @@ typedef struct ctx {
     int checks, failed;
 } ctx;
 
-#define CHECK(c, cond, ...)                                                   \
-    do {                                                                      \
-        (c)->checks++;                                                        \
-        if (!(cond)) {                                                        \
-            (c)->failed++;                                                    \
-            fprintf(stderr, "rank %d: FAILED %s:%d: ", (c)->g.rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                     \
-            fprintf(stderr, "\n");                                            \
-        }                                                                     \
-    } while (0)
 
 #define GUARD 8
 #define GUARD_VALUE 12345.0f

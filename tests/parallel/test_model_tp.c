@@ -38,6 +38,7 @@
 
 #include "mc/comm.h"
 #include "mc/model.h"
+#include "rank_check.h"
 
 typedef struct ctx {
     mc_grid g;
@@ -47,16 +48,6 @@ typedef struct ctx {
     double max_loss_rel, max_grad_rel, max_sp_grad_rel, max_sp_loss_rel;
 } ctx;
 
-#define CHECK(c, cond, ...)                                                                     \
-    do {                                                                                        \
-        (c)->checks++;                                                                          \
-        if (!(cond)) {                                                                          \
-            (c)->failed++;                                                                      \
-            fprintf(stderr, "rank %d: FAILED %s:%d: ", (c)->g.rank, __FILE__, __LINE__);        \
-            fprintf(stderr, __VA_ARGS__);                                                       \
-            fprintf(stderr, "\n");                                                              \
-        }                                                                                       \
-    } while (0)
 
 #define LOSS_TOL 1e-6
 #define GRAD_TOL 1e-5
