@@ -61,6 +61,9 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_ref  # noqa: E402
+
 ITERS = 20
 MBS = 2
 GBS = 4
@@ -193,71 +196,11 @@ def linear(prec, x, w, b=None):
     return y + b if b is not None else y
 
 
-def norm(cfg, x, w, b):
-    eps = cfg["norm_epsilon"]
-    if cfg["normalization"] == "LayerNorm":
-        return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
-    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
-
-
-def rope(cfg, x):
-    # x [B, T, H, D]; Megatron's non-interleaved rotation: pairs (i, i + D/2),
-    # angle t * base^(-2i/D)
-    T, D = x.shape[1], x.shape[3]
-    half = D // 2
-    inv = cfg["rotary_base"] ** (-torch.arange(half, dtype=torch.float64) * 2 / D)
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    cos = torch.cos(ang).to(x.dtype)[None, :, None, :]
-    sin = torch.sin(ang).to(x.dtype)[None, :, None, :]
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-
-
 def forward(cfg, P, prec, tokens, targets):
     """Mean cross-entropy of one micro-batch."""
-    B, T = tokens.shape
-    Q, G, D = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["kv_channels"]
-    ln = cfg["normalization"] == "LayerNorm"
-    use_rope = cfg["position_embedding_type"] == "rope"
-    x = P["embedding.word_embeddings.weight"][tokens]
-    if not use_rope:
-        x = x + P["embedding.position_embeddings.weight"][:T][None]
-    for l in range(cfg["num_layers"]):
-        a = f"decoder.layers.{l}.self_attention"
-        h = norm(cfg, x, P[a + ".linear_qkv.layer_norm_weight"],
-                 P.get(a + ".linear_qkv.layer_norm_bias") if ln else None)
-        qkv = linear(prec, h, P[a + ".linear_qkv.weight"], P.get(a + ".linear_qkv.bias"))
-        # Megatron's layout: per group, Q/G query heads, then k, then v
-        qkv = qkv.view(B, T, G, Q // G + 2, D)
-        q = qkv[:, :, :, : Q // G].reshape(B, T, Q, D)
-        k = qkv[:, :, :, Q // G]
-        v = qkv[:, :, :, Q // G + 1]
-        if use_rope:
-            q, k = rope(cfg, q), rope(cfg, k)
-        k = k.repeat_interleave(Q // G, dim=2)
-        v = v.repeat_interleave(Q // G, dim=2)
-        s = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(D)
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-        s = s.masked_fill(mask, float("-inf"))
-        o = torch.einsum("bhts,bshd->bthd", torch.softmax(s, -1), v).reshape(B, T, Q * D)
-        x = x + linear(prec, o, P[a + ".linear_proj.weight"], P.get(a + ".linear_proj.bias"))
-        m = f"decoder.layers.{l}.mlp"
-        h = norm(cfg, x, P[m + ".linear_fc1.layer_norm_weight"],
-                 P.get(m + ".linear_fc1.layer_norm_bias") if ln else None)
-        u = linear(prec, h, P[m + ".linear_fc1.weight"], P.get(m + ".linear_fc1.bias"))
-        if cfg["swiglu"]:
-            gate, up = u.chunk(2, dim=-1)
-            u = torch.nn.functional.silu(gate) * up
-        else:
-            u = torch.nn.functional.gelu(u, approximate="tanh")
-        x = x + linear(prec, u, P[m + ".linear_fc2.weight"], P.get(m + ".linear_fc2.bias"))
-    x = norm(cfg, x, P["decoder.final_layernorm.weight"],
-             P.get("decoder.final_layernorm.bias") if ln else None)
-    untied = cfg["untie_embeddings_and_output_weights"]
-    wout = P["output_layer.weight"] if untied else P["embedding.word_embeddings.weight"]
-    logits = linear(prec, x, wout)
-    return torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="mean")
+    return torch_ref.forward(cfg, P, tokens, targets, lambda x, w, b: linear(prec, x, w, b),
+                             cfg["position_embedding_type"] == "rope",
+                             cfg["untie_embeddings_and_output_weights"])
 
 
 # ----------------------------------------------------------------- training
