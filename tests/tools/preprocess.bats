@@ -116,6 +116,20 @@ null_args=(--tokenizer-type NullTokenizer --vocab-size 100)
     cmp doc2.txt back2.txt
 }
 
+@test "tokenizer options may come before --tokenizer-type" {
+    ranks="$top_srcdir/tests/data/tokenizer/tiktoken.ranks"
+    printf 'hello world\n' > hw.txt
+    tik=(--input-format text --tokenizer-model "$ranks" --tiktoken-pattern v1)
+    "$MC_PREPROCESS" --tiktoken-num-special-tokens 10 --tokenizer-type TikTokenizer "${tik[@]}" \
+        --output-prefix early hw.txt
+    "$MC_PREPROCESS" --tokenizer-type TikTokenizer --tiktoken-num-special-tokens 10 "${tik[@]}" \
+        --output-prefix late hw.txt
+    "$MC_PREPROCESS" --tokenizer-type TikTokenizer "${tik[@]}" --output-prefix default hw.txt
+    cmp early_text_document.bin late_text_document.bin
+    # the default 1000 special ids shift every id: the option was not lost
+    ! cmp -s early_text_document.bin default_text_document.bin
+}
+
 @test "--lines makes one document per line; blank lines are not documents" {
     printf '1 2\n3\n\n4 5 6\n\n' > ids.txt
     "$MC_PREPROCESS" "${null_args[@]}" --input-format text --lines --output-prefix l ids.txt

@@ -181,13 +181,9 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
             mc_tokenizer_kind k;
             st = mc_tokenizer_kind_parse(arg, &k, err);
             if (st == MC_OK) {
-                mc_tokenizer_spec keep = a->tok;
-                mc_tokenizer_spec_init(&a->tok, k);
-                /* keep file options given before --tokenizer-type */
-                if (keep.model) a->tok.model = keep.model;
-                if (keep.vocab_file) a->tok.vocab_file = keep.vocab_file;
-                if (keep.merge_file) a->tok.merge_file = keep.merge_file;
-                if (keep.tiktoken_pattern) a->tok.tiktoken_pattern = keep.tiktoken_pattern;
+                /* the spec's defaults do not depend on the kind (main sets
+                 * them), so options given before --tokenizer-type stay */
+                a->tok.kind = k;
                 tok_kind_set = 1;
             }
             break;

@@ -477,11 +477,9 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             mc_tokenizer_kind k;
             st = mc_tokenizer_kind_parse(arg, &k, err);
             if (!st) {
-                mc_tokenizer_spec keep = a->tok;
-                mc_tokenizer_spec_init(&a->tok, k);
-                a->tok.model = keep.model;
-                a->tok.vocab_file = keep.vocab_file;
-                a->tok.merge_file = keep.merge_file;
+                /* the spec's defaults do not depend on the kind (main sets
+                 * them), so options given before --tokenizer-type stay */
+                a->tok.kind = k;
                 a->have_tokenizer = 1;
             }
             break;
