@@ -45,7 +45,9 @@
 #include <stdint.h>
 #include <jansson.h>
 #include "mc/comm.h"
+#include "mc/model.h"
 #include "mc/status.h"
+#include "mc/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -183,6 +185,38 @@ mc_status mc_ckpt_read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows,
  * "optimizer/exp_avg"), sorted; *names is one malloc'd block (free it). */
 mc_status mc_ckpt_list(mc_ckpt_reader *r, const char *group, char ***names, size_t *n,
                        mc_error *err);
+
+
+/* ------------------------------------------------------------ model and tokenizer
+ * (lib/fmt/ckpt_model.c) */
+
+/* The model configuration as the JSON object stored under "model" in the
+ * root attribute "config" (field names in mc-formats(5)); caller decrefs. */
+json_t *mc_model_config_json(const mc_model_config *c);
+/* Parse that object (every field required); MC_ERR_FORMAT names the field.
+ * The result still goes through mc_model_config_finish. */
+mc_status mc_model_config_from_json(const json_t *model, mc_model_config *c, mc_error *err);
+/* config.model of a checkpoint, parsed; errors name the file. */
+mc_status mc_ckpt_read_model_config(mc_ckpt_reader *r, mc_model_config *c, mc_error *err);
+/* Write the root attribute config = {"model": {...}} (a checkpoint made by a
+ * tool other than mc-train, which adds "train" and "args"). */
+mc_status mc_ckpt_write_model_config(mc_ckpt_writer *w, const mc_model_config *c, mc_error *err);
+
+/* Store the tokenizer of spec: its kind and options as the root attribute
+ * "tokenizer" and the bytes of its files as datasets tokenizer_model,
+ * tokenizer_vocab, tokenizer_merges. */
+mc_status mc_ckpt_write_tokenizer(mc_ckpt_writer *w, const mc_tokenizer_spec *spec, mc_error *err);
+/* 1 when the checkpoint holds a tokenizer. */
+int mc_ckpt_has_tokenizer(mc_ckpt_reader *r);
+/* Load the stored tokenizer; MC_ERR_NOTFOUND (naming the file) when none. */
+mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error *err);
+/* The raw bytes of a stored tokenizer file, which = "model" (tokenizer.json
+ * or tiktoken ranks), "vocab" or "merges"; *data malloc'd. The root
+ * attribute "tokenizer" (mc_ckpt_read_json) says the type and file names. */
+mc_status mc_ckpt_read_tokenizer_file(mc_ckpt_reader *r, const char *which, void **data, size_t *n,
+                                      mc_error *err);
+/* Copy the tokenizer (attribute and files) from r to w; none is no error. */
+mc_status mc_ckpt_copy_tokenizer(mc_ckpt_reader *r, mc_ckpt_writer *w, mc_error *err);
 
 #ifdef __cplusplus
 }

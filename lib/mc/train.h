@@ -161,6 +161,9 @@ typedef struct mc_train_config {
     /* The command line as a JSON object, stored in checkpoints beside the
      * model configuration (may be NULL). */
     const char *args_json;
+    /* The tokenizer the data was made with, stored in every checkpoint so
+     * mc-eval and mc-export need nothing else (NULL: none stored). */
+    const struct mc_tokenizer_spec *tokenizer;
     /* data parallelism (issue 4): --use-distributed-optimizer,
      * --overlap-grad-reduce, --overlap-param-gather, and --ddp-bucket-size
      * (elements per gradient bucket; 0: Megatron's default, one bucket
@@ -206,6 +209,14 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
  * before any work with one message. */
 mc_status mc_train_check_grid(const mc_train_config *c, const mc_model_config *model_cfg,
                               const mc_grid *g, mc_error *err);
+
+/* Build a model from a checkpoint (any checkpoint path mc_ckpt_open takes)
+ * for evaluation or export: its stored configuration, seq_length replaced
+ * when > 0, micro-batches of micro_batch sequences, GEMMs in prec, weights
+ * loaded as the grid g needs them (NULL: one process; collective over g's
+ * world otherwise, every rank getting the same status). */
+mc_status mc_train_load_model(const char *path, const mc_grid *g, mc_backend *be, int micro_batch,
+                              int seq_length, mc_prec prec, mc_model **out, mc_error *err);
 
 #ifdef __cplusplus
 }

@@ -272,7 +272,8 @@ static mc_status save(run *r, mc_error *err)
     r->s.optim_steps = mc_optim_steps(r->optim);
     double t0 = now_s();
     mc_status st = mc_train_state_save(c->save, r->g, r->be, r->model, c->no_save_optim ? NULL : r->optim,
-                                       &r->s, r->config_json, c->ckpt_compression,
+                                       &r->s, r->config_json, c->tokenizer,
+                                       c->ckpt_compression,
                                        r->rep->last_checkpoint, sizeof r->rep->last_checkpoint,
                                        err);
     if (st)
@@ -327,7 +328,7 @@ static mc_status config_json(run *r, const mc_model_config *m, mc_error *err)
 {
     const mc_train_config *c = r->c;
     json_t *root = json_object();
-    json_object_set_new(root, "model", mc_train_model_config_json(m));
+    json_object_set_new(root, "model", mc_model_config_json(m));
     json_t *t = json_pack(
         "{s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:f, s:s, s:I, s:I}",
         "micro_batch_size", (json_int_t)c->micro_batch_size, "global_batch_size",

@@ -33,26 +33,6 @@
 #include "mc/distopt.h"
 #include "mc/kern.h"
 
-json_t *mc_train_model_config_json(const mc_model_config *c)
-{
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:I, s:s, s:f, s:b, "
-                     "s:s, s:f, s:b, s:b, s:f}",
-                     "num_layers", c->num_layers, "hidden_size", c->hidden_size,
-                     "num_attention_heads", c->num_attention_heads, "num_query_groups",
-                     c->num_query_groups, "ffn_hidden_size", c->ffn_hidden_size, "kv_channels",
-                     c->kv_channels, "seq_length", c->seq_length, "max_position_embeddings",
-                     c->max_position_embeddings, "vocab_size", (json_int_t)c->vocab_size,
-                     "make_vocab_size_divisible_by", c->make_vocab_size_divisible_by,
-                     "padded_vocab_size", (json_int_t)c->padded_vocab_size, "normalization",
-                     c->normalization == MC_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
-                     "norm_epsilon", (double)c->norm_epsilon, "swiglu", c->swiglu,
-                     "position_embedding_type",
-                     c->position_embedding_type == MC_POS_ROPE ? "rope" : "learned_absolute",
-                     "rotary_base", (double)c->rotary_base, "untie_embeddings_and_output_weights",
-                     c->untie_embeddings_and_output_weights, "add_bias_linear",
-                     c->add_bias_linear, "init_method_std", (double)c->init_method_std);
-}
-
 /* ckpt.h's shape convention: cols 0 for a 1-D tensor. */
 static int64_t ckpt_cols(const mc_param *p) { return p->ndim == 1 ? 0 : p->cols; }
 
@@ -123,7 +103,8 @@ static int writes_param(const mc_grid *g, const mc_param *p)
 
 mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be, mc_model *m,
                               mc_optim *o, const mc_train_state *s, const char *config_json,
-                              int compression, char *out_dir, size_t cap, mc_error *err)
+                              const mc_tokenizer_spec *tok, int compression, char *out_dir,
+                              size_t cap, mc_error *err)
 {
     mc_grid one;
     if (!g) {
@@ -184,6 +165,8 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
         st = mc_ckpt_write_int(w, "has_optimizer", o != NULL, err);
     if (!st && config_json)
         st = mc_ckpt_write_json(w, "config", config_json, err);
+    if (!st && tok)
+        st = mc_ckpt_write_tokenizer(w, tok, err);
     if (!st) {
         json_t *ts = json_pack("{s:f, s:b, s:f, s:i, s:i, s:i, s:i}", "loss_scale", s->scaler.scale,
                                "dynamic", s->scaler.dynamic, "min_loss_scale",
@@ -213,12 +196,14 @@ static mc_status check_config(mc_ckpt_reader *r, const mc_model_config *mine, mc
     if (mc_ckpt_read_json(r, "config", &cfg, err))
         return mc_error_prefix(err, "%s", mc_ckpt_file(r));
     json_t *theirs = json_object_get(cfg, "model");
-    json_t *ours = mc_train_model_config_json(mine);
+    json_t *ours = mc_model_config_json(mine);
     mc_status st = MC_OK;
     const char *key;
     json_t *v;
     json_object_foreach(ours, key, v) {
-        if (!strcmp(key, "vocab_size"))
+        /* The sequence length is a run's choice (positions are bounded
+         * by max_position_embeddings, which must match). */
+        if (!strcmp(key, "vocab_size") || !strcmp(key, "seq_length"))
             continue;
         json_t *t = theirs ? json_object_get(theirs, key) : NULL;
         if (t && json_equal(t, v))
@@ -351,4 +336,43 @@ mc_status mc_train_state_load(const char *path, const mc_grid *g, mc_backend *be
     /* A rank's failure (or a checkpoint one rank cannot see) is every
      * rank's: they start from the same state or stop together. */
     return mc_ckpt_agree(g, load(path, be, m, o, s, dir_out, cap, err), err);
+}
+
+mc_status mc_train_load_model(const char *path, const mc_grid *g, mc_backend *be, int micro_batch,
+                              int seq_length, mc_prec prec, mc_model **out, mc_error *err)
+{
+    *out = NULL;
+    mc_grid one;
+    if (!g) {
+        mc_grid_single(&one);
+        g = &one;
+    }
+    mc_ckpt_reader *r = NULL;
+    mc_model_config c;
+    mc_status st = mc_ckpt_open(path, &r, err);
+    if (!st)
+        st = mc_ckpt_read_model_config(r, &c, err);
+    mc_ckpt_close(r);
+    if (!st && seq_length > 0)
+        c.seq_length = seq_length;
+    if (!st && c.position_embedding_type == MC_POS_LEARNED && c.seq_length > c.max_position_embeddings)
+        st = mc_error_set(err, MC_ERR_USAGE,
+                          "%s: sequence length %d exceeds the model's %d learned positions", path,
+                          c.seq_length, c.max_position_embeddings);
+    if (!st)
+        st = mc_model_config_finish(&c, g->tp, err);
+    mc_model *m = NULL;
+    if (!st)
+        st = mc_model_new(&c, g, be, micro_batch, prec, &m, err);
+    char dir[4096];
+    if (!st)
+        st = mc_train_state_load(path, g, be, m, NULL, NULL, dir, sizeof dir, err);
+    else
+        st = mc_ckpt_agree(g, st, err);
+    if (st) {
+        mc_model_free(m);
+        return st;
+    }
+    *out = m;
+    return MC_OK;
 }

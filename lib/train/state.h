@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "mc/model.h"
 #include "mc/status.h"
+#include "mc/tokenizer.h"
 #include "mc/train.h"
 
 typedef struct mc_train_state {
@@ -31,7 +32,8 @@ typedef struct mc_train_state {
  * ones; every rank gets the same status. */
 mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be, mc_model *m,
                               mc_optim *o, const mc_train_state *s, const char *config_json,
-                              int compression, char *out_dir, size_t cap, mc_error *err);
+                              const mc_tokenizer_spec *tok, int compression, char *out_dir,
+                              size_t cap, mc_error *err);
 
 /* Read a checkpoint into the model (every parameter must exist with the
  * model's global shape: the error names the tensor and both shapes, or the
@@ -47,10 +49,5 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
 mc_status mc_train_state_load(const char *path, const mc_grid *g, mc_backend *be, mc_model *m,
                               mc_optim *o, mc_train_state *s, char *dir_out, size_t cap,
                               mc_error *err);
-
-/* The model configuration as a JSON object (caller decrefs); used both to
- * write the checkpoint and to compare it on load. */
-struct json_t;
-struct json_t *mc_train_model_config_json(const mc_model_config *c);
 
 #endif

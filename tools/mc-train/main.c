@@ -919,6 +919,7 @@ int main(int argc, char **argv)
         goto fail;
 
     a.t.args_json = args_text;
+    a.t.tokenizer = a.have_tokenizer ? &a.tok : NULL;
     a.t.stop = &stop_requested;
     /* One voice: rank 0 prints the log lines and writes the metrics (every
      * rank has the same losses, reduced over the grid; Megatron writes them
