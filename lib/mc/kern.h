@@ -1,7 +1,8 @@
 /*
  * kern.h - the kernel interface: the only code that reads or writes tensor
- * elements. Model and training code call these; a backend (cpu/, later
- * cuda/) implements them. All tensor pointers are backend memory from
+ * elements. Model and training code call these; a backend (kern/cpu,
+ * kern/cuda) implements them, and kern/dispatch.c routes each call to the
+ * backend it was given. All tensor pointers are backend memory from
  * mc_balloc; the host moves bytes in and out only with mc_bcopy_*.
  *
  * Conventions (every kernel):
@@ -39,6 +40,13 @@ typedef struct mc_backend mc_backend;
 
 /* CPU backend; threads <= 0 means the cores present (OpenMP and BLAS). */
 mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err);
+/* CUDA backend on GPU `device`; device < 0 picks this process's GPU from its
+ * local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID or
+ * LOCAL_RANK, modulo the GPUs visible). Fails with one clear message when mc
+ * was built without CUDA or there is no usable GPU. */
+mc_status mc_backend_cuda_new(int device, mc_backend **out, mc_error *err);
+/* GPUs the CUDA backend can use: 0 when built without it or none present. */
+int mc_backend_cuda_devices(void);
 void mc_backend_free(mc_backend *be);
 const char *mc_backend_name(const mc_backend *be); /* "cpu", "cuda" */
 int mc_backend_threads(const mc_backend *be);

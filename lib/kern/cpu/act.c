@@ -47,7 +47,7 @@ ACT_CLONES static void gelu_bwd_span(float *restrict dx, const float *restrict d
     }
 }
 
-void mc_k_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n) {
+void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n) {
     size_t items = (n + SPAN - 1) / SPAN;
 #pragma omp parallel for num_threads(be->threads) if (items > 4) schedule(static)
     for (size_t it = 0; it < items; it++) {
@@ -56,7 +56,7 @@ void mc_k_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n) {
     }
 }
 
-void mc_k_gelu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t n) {
+void mc_cpu_gelu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t n) {
     size_t items = (n + SPAN - 1) / SPAN;
 #pragma omp parallel for num_threads(be->threads) if (items > 4) schedule(static)
     for (size_t it = 0; it < items; it++) {
@@ -86,7 +86,7 @@ ACT_CLONES static void swiglu_bwd_row(float *restrict da, float *restrict db,
     }
 }
 
-void mc_k_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_t F) {
+void mc_cpu_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_t F) {
 #pragma omp parallel for num_threads(be->threads) if (N * F > 4 * SPAN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         const float *a = x + i * 2 * F;
@@ -94,7 +94,7 @@ void mc_k_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_
     }
 }
 
-void mc_k_swiglu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t N,
+void mc_cpu_swiglu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t N,
                      size_t F) {
 #pragma omp parallel for num_threads(be->threads) if (N * F > 4 * SPAN) schedule(static)
     for (size_t i = 0; i < N; i++) {

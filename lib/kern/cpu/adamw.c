@@ -31,7 +31,7 @@ adamw_span(float *restrict p, const float *restrict grad, float *restrict m, flo
     }
 }
 
-void mc_k_adamw(mc_backend *be, float *p, const float *grad, float *m, float *v, size_t n,
+void mc_cpu_adamw(mc_backend *be, float *p, const float *grad, float *m, float *v, size_t n,
                 float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
                 float grad_scale) {
     size_t items = (n + SPAN - 1) / SPAN;

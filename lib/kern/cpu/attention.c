@@ -215,7 +215,7 @@ ATT_CLONES static void bwd_item(const att_args *A, size_t it, float *ws) {
     }
 }
 
-void mc_k_attention_fwd(mc_backend *be, float *out, float *lse, const float *q, const float *k,
+void mc_cpu_attention_fwd(mc_backend *be, float *out, float *lse, const float *q, const float *k,
                         const float *v, size_t B, size_t T, size_t Q, size_t G, size_t D,
                         float scale) {
     assert(G > 0 && Q % G == 0 && D > 0);
@@ -233,7 +233,7 @@ void mc_k_attention_fwd(mc_backend *be, float *out, float *lse, const float *q, 
     }
 }
 
-void mc_k_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const float *dout,
+void mc_cpu_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const float *dout,
                         const float *q, const float *k, const float *v, const float *out,
                         const float *lse, size_t B, size_t T, size_t Q, size_t G, size_t D,
                         float scale) {

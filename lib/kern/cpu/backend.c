@@ -1,7 +1,8 @@
 /*
  * backend.c - the CPU backend object: thread count (OpenMP and OpenBLAS),
  * backend memory (64-byte aligned, zero-filled host memory), copies, and the
- * scratch buffers the kernels reuse from call to call.
+ * scratch buffers the kernels reuse from call to call. The public mc_b*
+ * functions of kern.h reach these through lib/kern/dispatch.c.
  */
 #include <assert.h>
 #include <errno.h>
@@ -37,6 +38,7 @@ mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err) {
     if (!be) return mc_error_set(err, MC_ERR_NOMEM, "kern/cpu: out of memory creating the backend");
     if (threads <= 0) threads = omp_get_num_procs();
     if (threads <= 0) threads = 1;
+    be->kind = MC_BACKEND_CPU;
     be->name = "cpu";
     be->threads = threads;
     /* The kernels' parallel regions also say num_threads(be->threads); these
@@ -48,15 +50,11 @@ mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err) {
     return MC_OK;
 }
 
-void mc_backend_free(mc_backend *be) {
+void mc_cpu_backend_free(mc_backend *be) {
     if (!be) return;
     for (int i = 0; i < MC_CPU_SCRATCH_N; i++) free(be->scratch[i]);
     free(be);
 }
-
-const char *mc_backend_name(const mc_backend *be) { return be->name; }
-
-int mc_backend_threads(const mc_backend *be) { return be->threads; }
 
 void *mc_cpu_scratch(mc_backend *be, int slot, size_t bytes) {
     assert(slot >= 0 && slot < MC_CPU_SCRATCH_N);
@@ -71,7 +69,7 @@ void *mc_cpu_scratch(mc_backend *be, int slot, size_t bytes) {
     return p;
 }
 
-void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err) {
+void *mc_cpu_balloc(mc_backend *be, size_t bytes, mc_error *err) {
     (void)be;
     size_t n = round_up64(bytes ? bytes : 1);
     if (n < bytes) {
@@ -87,24 +85,24 @@ void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err) {
     return p;
 }
 
-void mc_bfree(mc_backend *be, void *p) {
+void mc_cpu_bfree(mc_backend *be, void *p) {
     (void)be;
     free(p);
 }
 
-void mc_bcopy_from_host(mc_backend *be, void *dst, const void *host, size_t bytes) {
+void mc_cpu_bcopy_from_host(mc_backend *be, void *dst, const void *host, size_t bytes) {
     (void)be;
     if (bytes) memmove(dst, host, bytes);
 }
 
-void mc_bcopy_to_host(mc_backend *be, void *host, const void *src, size_t bytes) {
+void mc_cpu_bcopy_to_host(mc_backend *be, void *host, const void *src, size_t bytes) {
     (void)be;
     if (bytes) memmove(host, src, bytes);
 }
 
-void mc_bcopy(mc_backend *be, void *dst, const void *src, size_t bytes) {
+void mc_cpu_bcopy(mc_backend *be, void *dst, const void *src, size_t bytes) {
     (void)be;
     if (bytes) memmove(dst, src, bytes);
 }
 
-void mc_bsync(mc_backend *be) { (void)be; }
+void mc_cpu_bsync(mc_backend *be) { (void)be; }

@@ -15,22 +15,22 @@
 #define REDUCE_CHUNK ((size_t)1 << 15)
 #define PAR_MIN ((size_t)1 << 14) /* below this, threads cost more than they save */
 
-void mc_k_fill(mc_backend *be, float *x, float v, size_t n) {
+void mc_cpu_fill(mc_backend *be, float *x, float v, size_t n) {
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) x[i] = v;
 }
 
-void mc_k_scale(mc_backend *be, float *x, float s, size_t n) {
+void mc_cpu_scale(mc_backend *be, float *x, float s, size_t n) {
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-void mc_k_add(mc_backend *be, float *out, const float *a, const float *b, size_t n) {
+void mc_cpu_add(mc_backend *be, float *out, const float *a, const float *b, size_t n) {
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void mc_k_acc(mc_backend *be, float *acc, const float *x, size_t n) {
+void mc_cpu_acc(mc_backend *be, float *acc, const float *x, size_t n) {
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
@@ -55,13 +55,13 @@ static double chunked_sum(mc_backend *be, const float *x, size_t n, int square) 
     return s;
 }
 
-double mc_k_sumsq(mc_backend *be, const float *x, size_t n) { return chunked_sum(be, x, n, 1); }
+double mc_cpu_sumsq(mc_backend *be, const float *x, size_t n) { return chunked_sum(be, x, n, 1); }
 
-double mc_k_mean(mc_backend *be, const float *x, size_t n) {
+double mc_cpu_mean(mc_backend *be, const float *x, size_t n) {
     return n ? chunked_sum(be, x, n, 0) / (double)n : 0.0;
 }
 
-int mc_k_all_finite(mc_backend *be, const float *x, size_t n) {
+int mc_cpu_all_finite(mc_backend *be, const float *x, size_t n) {
     /* an fp32 is finite iff its exponent bits are not all ones; counting the
      * non-finite ones is branch-free and order-independent */
     size_t bad = 0;
@@ -74,28 +74,28 @@ int mc_k_all_finite(mc_backend *be, const float *x, size_t n) {
     return bad == 0;
 }
 
-void mc_k_round(mc_backend *be, float *x, size_t n, mc_prec prec) {
+void mc_cpu_round(mc_backend *be, float *x, size_t n, mc_prec prec) {
     if (prec == MC_PREC_FP32) return;
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) x[i] = mc_round_prec(x[i], prec);
 }
 
-void mc_k_cast_to_bf16(mc_backend *be, uint16_t *out, const float *x, size_t n) {
+void mc_cpu_cast_to_bf16(mc_backend *be, uint16_t *out, const float *x, size_t n) {
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = mc_f32_to_bf16(x[i]);
 }
 
-void mc_k_cast_from_bf16(mc_backend *be, float *out, const uint16_t *x, size_t n) {
+void mc_cpu_cast_from_bf16(mc_backend *be, float *out, const uint16_t *x, size_t n) {
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = mc_bf16_to_f32(x[i]);
 }
 
-void mc_k_cast_to_fp16(mc_backend *be, uint16_t *out, const float *x, size_t n) {
+void mc_cpu_cast_to_fp16(mc_backend *be, uint16_t *out, const float *x, size_t n) {
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = mc_f32_to_fp16(x[i]);
 }
 
-void mc_k_cast_from_fp16(mc_backend *be, float *out, const uint16_t *x, size_t n) {
+void mc_cpu_cast_from_fp16(mc_backend *be, float *out, const uint16_t *x, size_t n) {
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = mc_fp16_to_f32(x[i]);
 }

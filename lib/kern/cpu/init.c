@@ -28,7 +28,7 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-void mc_k_init_normal(mc_backend *be, float *x, size_t rows, size_t cols, uint64_t global_cols,
+void mc_cpu_init_normal(mc_backend *be, float *x, size_t rows, size_t cols, uint64_t global_cols,
                       uint64_t row0, uint64_t col0, uint64_t seed, uint64_t key, float std) {
     const uint64_t stream = mix64(seed * GOLDEN + mix64(key ^ 0x6a09e667f3bcc909ull));
     const double two_pi = 6.283185307179586476925286766559;

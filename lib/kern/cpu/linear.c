@@ -64,7 +64,7 @@ static void gemm(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t 
 }
 
 /* out[n,o] = beta out[n,o] + sum_i x[n,i] W[o,i] + b[o] */
-void mc_k_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W,
+void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W,
                      const float *b, size_t N, size_t I, size_t O, float beta) {
     assert(beta == 0.0f || beta == 1.0f);
     gemm(be, prec, 0, 1, N, O, I, x, N * I, MC_CPU_SCRATCH_GEMM_A, W, O * I,
@@ -79,7 +79,7 @@ void mc_k_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, c
 
 /* dx[n,i] += sum_o dout[n,o] W[o,i];  dW[o,i] += sum_n dout[n,o] x[n,i];
  * db[o] += sum_n dout[n,o] */
-void mc_k_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db,
+void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db,
                      const float *dout, const float *x, const float *W, size_t N, size_t I,
                      size_t O) {
     /* each product converts its own operands; conversion is O(N*O + O*I)

@@ -16,7 +16,7 @@
 
 /* mean = sum_c x / C;  rstd = 1 / sqrt(sum_c (x - mean)^2 / C + eps)
  * out = (x - mean) rstd w + b */
-void mc_k_layernorm_fwd(mc_backend *be, float *out, float *mean, float *rstd, const float *x,
+void mc_cpu_layernorm_fwd(mc_backend *be, float *out, float *mean, float *rstd, const float *x,
                         const float *w, const float *b, size_t N, size_t C, float eps) {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
@@ -39,7 +39,7 @@ void mc_k_layernorm_fwd(mc_backend *be, float *out, float *mean, float *rstd, co
 /* xhat = (x - mean) rstd, g = dout w:
  * dx += rstd (g - mean_c(g) - xhat mean_c(g xhat));  dw += sum_rows dout xhat;
  * db += sum_rows dout */
-void mc_k_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const float *dout,
+void mc_cpu_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const float *dout,
                         const float *x, const float *w, const float *mean, const float *rstd,
                         size_t N, size_t C) {
     if (dx) {
@@ -83,7 +83,7 @@ void mc_k_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const f
 }
 
 /* rstd = 1 / sqrt(sum_c x^2 / C + eps);  out = x rstd w */
-void mc_k_rmsnorm_fwd(mc_backend *be, float *out, float *rstd, const float *x, const float *w,
+void mc_cpu_rmsnorm_fwd(mc_backend *be, float *out, float *rstd, const float *x, const float *w,
                       size_t N, size_t C, float eps) {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
@@ -98,7 +98,7 @@ void mc_k_rmsnorm_fwd(mc_backend *be, float *out, float *rstd, const float *x, c
 }
 
 /* g = dout w:  dx += rstd (g - x rstd^2 mean_c(g x));  dw += sum_rows dout x rstd */
-void mc_k_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout, const float *x,
+void mc_cpu_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout, const float *x,
                       const float *w, const float *rstd, size_t N, size_t C) {
     if (dx) {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)

@@ -7,7 +7,7 @@
 #include <assert.h>
 #include "kern/cpu/cpu.h"
 
-void mc_k_qkv_split(mc_backend *be, float *q, float *k, float *v, const float *qkv, size_t N,
+void mc_cpu_qkv_split(mc_backend *be, float *q, float *k, float *v, const float *qkv, size_t N,
                     size_t Q, size_t G, size_t D) {
     assert(G > 0 && Q % G == 0);
     size_t hpg = Q / G, row = G * (hpg + 2) * D;
@@ -23,7 +23,7 @@ void mc_k_qkv_split(mc_backend *be, float *q, float *k, float *v, const float *q
 }
 
 /* dqkv += the inverse gather of (dq, dk, dv); a NULL part adds nothing */
-void mc_k_qkv_split_bwd(mc_backend *be, float *dqkv, const float *dq, const float *dk,
+void mc_cpu_qkv_split_bwd(mc_backend *be, float *dqkv, const float *dq, const float *dk,
                         const float *dv, size_t N, size_t Q, size_t G, size_t D) {
     assert(G > 0 && Q % G == 0);
     size_t hpg = Q / G, row = G * (hpg + 2) * D;

@@ -40,12 +40,12 @@ static void rope(mc_backend *be, float *x, size_t B, size_t T, size_t H, size_t 
     }
 }
 
-void mc_k_rope_fwd(mc_backend *be, float *x, size_t B, size_t T, size_t H, size_t D, float base,
+void mc_cpu_rope_fwd(mc_backend *be, float *x, size_t B, size_t T, size_t H, size_t D, float base,
                    size_t pos0) {
     rope(be, x, B, T, H, D, base, pos0, 1.0f);
 }
 
-void mc_k_rope_bwd(mc_backend *be, float *dx, size_t B, size_t T, size_t H, size_t D, float base,
+void mc_cpu_rope_bwd(mc_backend *be, float *dx, size_t B, size_t T, size_t H, size_t D, float base,
                    size_t pos0) {
     rope(be, dx, B, T, H, D, base, pos0, -1.0f);
 }

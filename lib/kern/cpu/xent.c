@@ -10,7 +10,7 @@
 #define PAR_MIN 16384
 
 /* rowmax[i] = max_j logits[i,j] */
-void mc_k_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N, size_t vl) {
+void mc_cpu_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N, size_t vl) {
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         const float *l = logits + i * vl;
@@ -22,7 +22,7 @@ void mc_k_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N,
 
 /* sumexp[i] = sum_j exp(logits[i,j] - rowmax[i]);
  * tlogit[i] = logits[i, targets[i] - v0] when the target is in this shard */
-void mc_k_xent_sumexp(mc_backend *be, float *sumexp, float *tlogit, const float *logits,
+void mc_cpu_xent_sumexp(mc_backend *be, float *sumexp, float *tlogit, const float *logits,
                       const float *rowmax, const int32_t *targets, int64_t v0, size_t N,
                       size_t vl) {
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
@@ -38,7 +38,7 @@ void mc_k_xent_sumexp(mc_backend *be, float *sumexp, float *tlogit, const float 
 }
 
 /* loss[i] = log(sumexp[i]) + rowmax[i] - tlogit[i], 0 for ignored targets */
-void mc_k_xent_loss(mc_backend *be, float *loss, const float *rowmax, const float *sumexp,
+void mc_cpu_xent_loss(mc_backend *be, float *loss, const float *rowmax, const float *sumexp,
                     const float *tlogit, const int32_t *targets, size_t N) {
     (void)be;
     for (size_t i = 0; i < N; i++)
@@ -48,7 +48,7 @@ void mc_k_xent_loss(mc_backend *be, float *loss, const float *rowmax, const floa
 /* dlogits[i,j] = w_i (exp(logits[i,j] - rowmax[i]) / sumexp[i] - [j == targets[i] - v0])
  * with w_i = dloss[i] (or scale), 0 for ignored targets. Each element is read
  * before it is written, so dlogits may be logits. */
-void mc_k_xent_bwd(mc_backend *be, float *dlogits, const float *logits, const float *rowmax,
+void mc_cpu_xent_bwd(mc_backend *be, float *dlogits, const float *logits, const float *rowmax,
                    const float *sumexp, const int32_t *targets, int64_t v0, size_t N, size_t vl,
                    const float *dloss, float scale) {
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)

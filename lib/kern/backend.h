@@ -1,0 +1,33 @@
+/*
+ * backend.h - the backend object every backend shares, private to lib/kern
+ * (the dispatcher, kern/cpu, and the C side of kern/cuda). kern.h keeps
+ * struct mc_backend opaque; here it is defined once, with the kind the
+ * dispatcher (dispatch.c) routes on.
+ */
+#ifndef MC_KERN_BACKEND_H
+#define MC_KERN_BACKEND_H
+
+#include <stddef.h>
+#include "mc/kern.h"
+
+typedef enum mc_backend_kind { MC_BACKEND_CPU = 0, MC_BACKEND_CUDA = 1 } mc_backend_kind;
+
+/* The CUDA backend's state (kern/cuda/cuda.h); opaque to everyone else. */
+typedef struct mc_cuda mc_cuda;
+
+#define MC_BACKEND_SCRATCH_SLOTS 4
+
+struct mc_backend {
+    mc_backend_kind kind; /* what dispatch.c routes on */
+    const char *name;     /* "cpu", "cuda" */
+    int threads;          /* host threads of the CPU kernels (1 for CUDA) */
+    /* CPU backend (kern/cpu) */
+    int dnnl_bf16; /* 1 when oneDNN's bf16 GEMM ran at creation */
+    /* 64-byte aligned, grown on demand, never shrunk; slots in cpu.h */
+    void *scratch[MC_BACKEND_SCRATCH_SLOTS];
+    size_t scratch_cap[MC_BACKEND_SCRATCH_SLOTS];
+    /* CUDA backend (kern/cuda): streams, cuBLASLt handle, allocator */
+    mc_cuda *cuda;
+};
+
+#endif
