@@ -344,3 +344,20 @@ make_dataset() {
     assert_failure 2
     assert_output --partial "--data-path"
 }
+
+@test "the checkpoint stores the tokenizer: its files byte for byte and its type" {
+    tok="$top_srcdir/tests/data/tokenizer/hf_bytelevel.json"
+    run "$MC_TRAIN" "${gpt[@]}" --mock-data --tokenizer-type HuggingFaceTokenizer \
+        --tokenizer-model "$tok" --train-iters 1 --save ck
+    assert_success
+    h5dump -d /tokenizer_model -b LE -o stored.bin ck/iter_0000001/model.h5 >/dev/null
+    cmp stored.bin "$tok"
+    run h5dump -a tokenizer ck/iter_0000001/model.h5
+    assert_output --partial '"type":"HuggingFaceTokenizer"'
+    assert_output --partial '"model":"hf_bytelevel.json"'
+    # Without a tokenizer there is none to store.
+    run "$MC_TRAIN" "${gpt[@]}" "${mock[@]}" --train-iters 1 --save ck2
+    assert_success
+    run h5dump -a tokenizer ck2/iter_0000001/model.h5
+    refute_output --partial 'HuggingFaceTokenizer'
+}
