@@ -175,6 +175,14 @@ void mc_k_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const f
                         const float *q, const float *k, const float *v, const float *out,
                         const float *lse, size_t B, size_t T, size_t Q, size_t G, size_t D,
                         float scale);
+/* Inference: n new query rows q[n,Q,D] at positions pos0 .. pos0+n-1 of one
+ * sequence against the key/value cache kc, vc[L,G,D] that already holds
+ * positions 0 .. pos0+n-1 (the new rows' own keys included; L is the cache's
+ * capacity). Row i attends keys 0 .. pos0+i; out[n,Q,D]. No lse (there is no
+ * backward). pos0 = 0, n = T is mc_k_attention_fwd's forward for B = 1. */
+void mc_k_attention_kv_fwd(mc_backend *be, float *out, const float *q, const float *kc,
+                           const float *vc, size_t n, size_t pos0, size_t Q, size_t G, size_t D,
+                           float scale);
 
 /* ------------------------------------------------------------ cross-entropy */
 
