@@ -249,6 +249,8 @@ void mc_k_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const f
 
 void mc_k_attention_kv_fwd(mc_backend *be, float *out, const float *q, const float *kc, const float *vc, size_t n, size_t pos0, size_t Q, size_t G, size_t D, float scale) {
     ROUTE_CPU_ONLY(attention_kv_fwd, out, q, kc, vc, n, pos0, Q, G, D, scale);
+}
+
 void mc_k_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N, size_t vl) {
     ROUTE(xent_max, rowmax, logits, N, vl);
 }
