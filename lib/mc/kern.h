@@ -134,6 +134,18 @@ void mc_k_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *
                      const float *dout, const float *x, const float *W, size_t N, size_t Cin,
                      size_t Cout);
 
+/* Weight-only int8 linear for inference. W is held as int8 codes Wq[Cout,Cin]
+ * with one fp32 scale per output row: mc_k_quantize_q8_rows makes them from
+ * fp32 W (scale = absmax / 127, code = round-half-even(w / scale), the int8
+ * quantization of mc-formats(5)), and mc_k_linear_q8_fwd computes
+ * out[N,Cout] = beta * out + x . (Wq * scale)^T (+ b), fp32 activations and
+ * accumulation. Wq and scale are backend memory (Wq from mc_balloc too). */
+void mc_k_quantize_q8_rows(mc_backend *be, int8_t *Wq, float *scale, const float *W, size_t rows,
+                           size_t cols);
+void mc_k_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8_t *Wq,
+                        const float *scale, const float *b, size_t N, size_t Cin, size_t Cout,
+                        float beta);
+
 /* ------------------------------------------------------------ activations */
 
 /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */

@@ -64,6 +64,8 @@ void mc_cpu_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const
 void mc_cpu_rmsnorm_fwd(mc_backend *be, float *out, float *rstd, const float *x, const float *w, size_t N, size_t C, float eps);
 void mc_cpu_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, size_t N, size_t C);
 void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W, const float *b, size_t N, size_t Cin, size_t Cout, float beta);
+void mc_cpu_quantize_q8_rows(mc_backend *be, int8_t *Wq, float *scale, const float *W, size_t rows, size_t cols);
+void mc_cpu_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8_t *Wq, const float *scale, const float *b, size_t N, size_t Cin, size_t Cout, float beta);
 void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db, const float *dout, const float *x, const float *W, size_t N, size_t Cin, size_t Cout);
 void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n);
 void mc_cpu_gelu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t n);
