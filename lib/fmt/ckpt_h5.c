@@ -66,8 +66,15 @@ const char *mc_ckpt_dtype_name(mc_ckpt_dtype d) {
     case MC_CKPT_FLOAT32: return "float32";
     case MC_CKPT_BFLOAT16: return "bfloat16";
     case MC_CKPT_FLOAT16: return "float16";
+    case MC_CKPT_INT8: return "int8";
+    case MC_CKPT_FP8_E4M3: return "fp8_e4m3";
+    case MC_CKPT_INT4: return "int4";
     }
     return NULL;
+}
+
+int mc_ckpt_dtype_is_quantized(mc_ckpt_dtype d) {
+    return d == MC_CKPT_INT8 || d == MC_CKPT_FP8_E4M3 || d == MC_CKPT_INT4;
 }
 
 mc_status mc_ckpt_dtype_parse(const char *s, mc_ckpt_dtype *out, mc_error *err) {
@@ -317,8 +324,8 @@ hid_t ck_file_type(mc_ckpt_dtype d) {
     case MC_CKPT_FLOAT32: return H5Tcopy(H5T_IEEE_F32LE);
     case MC_CKPT_BFLOAT16: return H5Tcopy(H5T_STD_U16LE);
     case MC_CKPT_FLOAT16: return ck_half_type();
+    default: return -1; /* quantized: ckpt_quant.c */
     }
-    return -1;
 }
 
 hid_t ck_mem_type(mc_ckpt_dtype d) {
@@ -362,8 +369,8 @@ mc_status ck_write_header(hid_t fid, int64_t iteration, mc_error *err, const cha
 /* Dataset creation properties: chunks of ~CK_CHUNK_TARGET bytes (whole rows
  * when a row fits), then zstd when asked, then Fletcher-32 over the stored
  * bytes (checked before anything is decompressed). */
-static hid_t tensor_dcpl(mc_ckpt_compression comp, int level, int nd, const hsize_t *dims,
-                         size_t esize) {
+hid_t ck_tensor_dcpl(mc_ckpt_compression comp, int level, int nd, const hsize_t *dims,
+                     size_t esize) {
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hsize_t chunk[2];
     hsize_t target = CK_CHUNK_TARGET / esize;
@@ -406,7 +413,7 @@ mc_status ck_create_tensor(hid_t fid, const char *where, const char *path, int64
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = -1, ds = -1;
     mc_status st = MC_OK;
     if (ft < 0 || sp < 0 || lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0 ||
-        (dcpl = tensor_dcpl(comp, level, nd, dims, H5Tget_size(ft))) < 0)
+        (dcpl = ck_tensor_dcpl(comp, level, nd, dims, H5Tget_size(ft))) < 0)
         st = ck_h5fail(err, MC_ERR_INTERNAL, "%s: %s: cannot set up the dataset", where, path);
     else if ((ds = H5Dcreate2(fid, path, ft, sp, lcpl, dcpl, H5P_DEFAULT)) < 0)
         st = ck_h5fail(err, MC_ERR_IO, "%s: %s: cannot create the dataset", where, path);

@@ -6,6 +6,10 @@
  *   ckpt_write.c  the writer: one process, or the front of ckpt_par.c
  *   ckpt_par.c    the collective writer of a grid over parallel HDF5
  *   ckpt_read.c   the reader
+ *   ckpt_quant.c  quantized tensors: quantizing, storing with their
+ *                 scales, reading back dequantized
+ *   ckpt_shard.c  sharded checkpoints: the split, the shard files and the
+ *                 index (writer), assembling blocks from shards (reader)
  */
 #ifndef MC_FMT_CKPT_INTERNAL_H
 #define MC_FMT_CKPT_INTERNAL_H
@@ -13,6 +17,7 @@
 #include <hdf5.h>
 #include <stdint.h>
 #include "mc/ckpt.h"
+#include "mc/buf.h"
 #include "mc/comm.h"
 
 #define CK_FORMAT_NAME "mc-checkpoint"
@@ -80,6 +85,9 @@ mc_status ck_create_tensor(hid_t fid, const char *where, const char *path, int64
                            mc_error *err);
 /* Dataset creation properties of a 1-D byte dataset of n > 0 bytes. */
 hid_t ck_bytes_dcpl(size_t n);
+/* Those of a tensor dataset of nd dims and esize-byte elements. */
+hid_t ck_tensor_dcpl(mc_ckpt_compression comp, int level, int nd, const hsize_t *dims,
+                     size_t esize);
 
 /* ------------------------------------------------------------ ckpt_dir.c */
 
@@ -106,6 +114,7 @@ typedef struct ck_tensor {
 } ck_tensor;
 
 typedef struct ck_par ck_par; /* ckpt_par.c */
+typedef struct ck_shardw ck_shardw; /* ckpt_shard.c */
 
 struct mc_ckpt_writer {
     char *dir, *final, *final_file, *tmp, *tmp_file;
@@ -116,6 +125,7 @@ struct mc_ckpt_writer {
     ck_tensor *t;
     size_t nt, ct;
     ck_par *par;             /* NULL: this process writes alone */
+    ck_shardw *shard;        /* a sharded checkpoint: fid is index.h5 */
 };
 
 /* Find or add (after checks) the tensor `path` in w's table; *created is 1
@@ -124,6 +134,87 @@ mc_status ck_writer_tensor(mc_ckpt_writer *w, const char *where, const char *pat
                            int64_t cols, mc_ckpt_dtype dtype, ck_tensor **out, int *created,
                            mc_error *err);
 void ck_writer_free(mc_ckpt_writer *w);
+
+/* Begin a one-process writer whose file in the iteration directory is
+ * named fname (MC_CKPT_FILE, or CK_INDEX_FILE for a sharded one). */
+mc_status ck_writer_begin_named(const char *dir, int64_t iteration, const char *fname,
+                                mc_ckpt_writer **out, mc_error *err);
+
+/* ------------------------------------------------------------ reading any dataset */
+
+/* Open dataset `path` of the file fid (named `file` in messages) as a
+ * tensor: its logical shape (cols 0: 1-D) and stored dtype, any of
+ * mc_ckpt_dtype (quantized ones by their attributes). */
+mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *ds, int64_t *rows,
+                         int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err);
+/* Read the block [row0, +lrows) x [col0, +lcols) of that dataset, in its
+ * own coordinates (cols 0: col0 0, lcols 1), as fp32. */
+mc_status ck_read_block(hid_t fid, const char *file, const char *path, int64_t row0, int64_t col0,
+                        int64_t lrows, int64_t lcols, float *out, mc_error *err);
+/* 1 when the link path exists in fid, 0 when not, -1 when HDF5 cannot tell. */
+int ck_exists(hid_t fid, const char *path);
+
+/* ------------------------------------------------------------ ckpt_quant.c */
+
+#define CK_SCALES_GROUP "scales" /* scales of model/X are at scales/model/X */
+
+/* A tensor quantized whole: levels (int8, int4 unpacked -7..7) or E4M3FN
+ * bits (fp8), and the scales (rows; 1; rows x ngroups). */
+typedef struct ck_qtensor {
+    mc_ckpt_dtype dtype;
+    int64_t rows, cols, group_size, ngroups;
+    int8_t *q;
+    float *scale;
+} ck_qtensor;
+/* where = "FILE: PATH" for the errors. */
+mc_status ck_quantize(const char *where, const float *x, int64_t rows, int64_t cols,
+                      mc_ckpt_dtype dtype, int64_t group_size, ck_qtensor *out, mc_error *err);
+void ck_qtensor_free(ck_qtensor *q);
+
+/* Row ranges of a global tensor that make up a local one, in order. */
+typedef struct ck_range {
+    int64_t row0, rows;
+} ck_range;
+
+/* Write the local tensor made of rows rg[0..nrg) and columns
+ * [col0, col0 + ncols) of the quantized global tensor as dataset `path`
+ * of fid (its scales at scales/<path>). */
+mc_status ck_write_quant_local(hid_t fid, const char *where, const char *path, const ck_qtensor *qt,
+                               const ck_range *rg, int nrg, int64_t col0, int64_t ncols,
+                               mc_ckpt_compression comp, int level, mc_error *err);
+/* Read a block of an opened quantized dataset (ck_open_tensor) as fp32. */
+mc_status ck_read_quant(hid_t fid, hid_t ds, const char *where, const char *path,
+                        mc_ckpt_dtype dtype, int64_t row0, int64_t col0, int64_t lrows,
+                        int64_t lcols, float *out, mc_error *err);
+
+/* ------------------------------------------------------------ ckpt_shard.c */
+
+#define CK_INDEX_FILE "index.h5"
+#define CK_INDEX_DATASET "shard_index"
+
+/* Writer: the sharded part of mc_ckpt_write_whole, and the commit's first
+ * step (write the index into w->fid, close and fsync the shard files). */
+mc_status ck_shard_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
+                               const float *host, mc_ckpt_dtype dtype, int64_t group_size,
+                               mc_error *err);
+mc_status ck_shard_finish(mc_ckpt_writer *w, mc_error *err);
+void ck_shard_free(ck_shardw *s);
+
+/* Reader: a sharded checkpoint's table, from index.h5 (fid). */
+typedef struct ck_shardr ck_shardr;
+mc_status ck_shardr_open(hid_t index_fid, const char *index_file, const char *dir, ck_shardr **out,
+                         mc_error *err);
+void ck_shardr_close(ck_shardr *s);
+void ck_shardr_grid(const ck_shardr *s, int *tp, int *pp);
+int ck_shardr_has(const ck_shardr *s, const char *path);
+mc_status ck_shardr_info(const ck_shardr *s, const char *path, int64_t *rows, int64_t *cols,
+                         mc_ckpt_dtype *dtype, mc_error *err);
+/* Assemble the block from the shards holding it (shape already checked). */
+mc_status ck_shardr_read(ck_shardr *s, const char *path, int64_t row0, int64_t col0, int64_t lrows,
+                         int64_t lcols, float *out, mc_error *err);
+/* The names directly under group, sorted, NUL-separated in *buf (count *n). */
+mc_status ck_shardr_list(const ck_shardr *s, const char *group, mc_buf *buf, size_t *n,
+                         mc_error *err);
 
 /* ------------------------------------------------------------ ckpt_par.c */
 

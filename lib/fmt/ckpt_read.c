@@ -3,8 +3,10 @@
  * through its latest pointer, checks the file's format and iteration, and
  * reads attributes, byte datasets and blocks of global tensors (any block:
  * a rank of any grid reads its own slice), converting stored dtypes to
- * fp32. Many processes may read one file at once: each opens it on its own
- * (HDF5's default driver, read-only).
+ * fp32 (and quantized ones, dequantized). Many processes may read one file
+ * at once: each opens it on its own (HDF5's default driver, read-only).
+ * A sharded checkpoint (index.h5 and shard files, ckpt_shard.c) opens the
+ * same way; its tensors are assembled from the shards.
  */
 #include "config.h"
 
@@ -24,18 +26,26 @@
 struct mc_ckpt_reader {
     char *dir, *file;
     int64_t iteration;
-    hid_t fid;
+    hid_t fid;        /* model.h5, or index.h5 of a sharded checkpoint */
+    ck_shardr *shard; /* NULL: one file */
 };
 
 int64_t mc_ckpt_iteration(const mc_ckpt_reader *r) { return r->iteration; }
 const char *mc_ckpt_dir(const mc_ckpt_reader *r) { return r->dir; }
 const char *mc_ckpt_file(const mc_ckpt_reader *r) { return r->file; }
 
+void mc_ckpt_shards(const mc_ckpt_reader *r, int *tp, int *pp) {
+    *tp = *pp = 0;
+    if (r->shard)
+        ck_shardr_grid(r->shard, tp, pp);
+}
+
 void mc_ckpt_close(mc_ckpt_reader *r) {
     if (!r)
         return;
     ck_quiet q;
     ck_quiet_on(&q);
+    ck_shardr_close(r->shard);
     ck_close(&r->fid);
     ck_quiet_off(&q);
     free(r->dir);
@@ -94,6 +104,13 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
             free(latest);
             return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
         }
+        char *ix = NULL;
+        if (!is_file(f) && (ix = ck_printf("%s/" CK_INDEX_FILE, path)) && is_file(ix)) {
+            free(f);
+            f = ix; /* a sharded checkpoint */
+            ix = NULL;
+        }
+        free(ix);
         if (is_file(f)) {
             r->file = f;
             r->dir = strdup(path);
@@ -106,6 +123,15 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
                 return st;
             r->dir = ck_printf("%s/iter_%07" PRId64, path, named);
             r->file = r->dir ? ck_printf("%s/" MC_CKPT_FILE, r->dir) : NULL;
+            if (r->file && !is_file(r->file)) {
+                char *ix = ck_printf("%s/" CK_INDEX_FILE, r->dir);
+                if (ix && is_file(ix)) {
+                    free(r->file);
+                    r->file = ix;
+                } else {
+                    free(ix);
+                }
+            }
             if (r->file && !is_file(r->file))
                 return mc_error_set(err, MC_ERR_FORMAT, "%s/" MC_CKPT_LATEST ": names iteration %" PRId64
                                     " but %s does not exist", path, named, r->file);
@@ -113,7 +139,8 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
             free(f);
             free(latest);
             return mc_error_set(err, MC_ERR_NOTFOUND,
-                                "%s: not a checkpoint: no " MC_CKPT_LATEST " and no " MC_CKPT_FILE, path);
+                                "%s: not a checkpoint: no " MC_CKPT_LATEST ", " MC_CKPT_FILE
+                                " or " CK_INDEX_FILE, path);
         }
     } else {
         return mc_error_errno(err, MC_ERR_NOTFOUND, errno, "%s: cannot open checkpoint", path);
@@ -141,7 +168,25 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
     if (named >= 0 && named != r->iteration)
         return mc_error_set(err, MC_ERR_FORMAT, "%s: holds iteration %" PRId64 ", the directory says %" PRId64,
                             r->file, r->iteration, named);
-    return MC_OK;
+    /* "layout": absent in one-file checkpoints, "sharded" in index.h5,
+     * "shard" in a shard file (a part, not a checkpoint). */
+    char *layout = NULL;
+    st = ck_read_str_attr(r->fid, "layout", &layout, err, r->file);
+    if (st == MC_ERR_NOTFOUND) {
+        mc_error_clear(err);
+        return MC_OK;
+    }
+    if (st != MC_OK)
+        return st;
+    if (strcmp(layout, "sharded") == 0) {
+        free(layout);
+        return ck_shardr_open(r->fid, r->file, r->dir, &r->shard, err);
+    }
+    st = strcmp(layout, "shard") == 0
+             ? mc_error_set(err, MC_ERR_FORMAT, "%s: one shard of a sharded checkpoint; open its directory", r->file)
+             : mc_error_set(err, MC_ERR_FORMAT, "%s: unknown layout '%s'", r->file, layout);
+    free(layout);
+    return st;
 }
 
 mc_status mc_ckpt_open(const char *path, mc_ckpt_reader **out, mc_error *err) {
@@ -192,7 +237,7 @@ mc_status mc_ckpt_read_int(mc_ckpt_reader *r, const char *key, int64_t *out, mc_
 
 /* 1 when the link path exists, 0 when it does not, -1 when HDF5 cannot
  * tell (a damaged group; its error stack is left for ck_h5fail). */
-static int exists(hid_t fid, const char *path) {
+int ck_exists(hid_t fid, const char *path) {
     /* H5Lexists on "a/b" fails when "a" is missing: check each prefix. */
     char buf[1024];
     size_t n = strlen(path);
@@ -213,7 +258,7 @@ static int exists(hid_t fid, const char *path) {
 }
 
 static mc_status read_bytes(mc_ckpt_reader *r, const char *key, void **data, size_t *n, mc_error *err) {
-    int there = exists(r->fid, key);
+    int there = ck_exists(r->fid, key);
     if (there < 0)
         return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", r->file, key);
     if (!there)
@@ -255,41 +300,44 @@ mc_status mc_ckpt_read_bytes(mc_ckpt_reader *r, const char *key, void **data, si
     return st;
 }
 
-/* Open a tensor and learn its global shape and stored dtype. A dataset
+/* Open a tensor and learn its logical shape and stored dtype. A dataset
  * written by another tool without a dtype attribute is read by its HDF5
  * type: any float (float64 is rounded to fp32); uint16 needs
- * dtype="bfloat16". */
-static mc_status open_tensor(mc_ckpt_reader *r, const char *path, hid_t *ds_out, int64_t *rows,
-                             int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err) {
+ * dtype="bfloat16". Quantized datasets (ckpt_quant.c) are int8/uint8 with
+ * dtype "int8", "fp8_e4m3" or "int4"; an int4 one holds two elements per
+ * byte and keeps its logical column count in the attribute "cols". */
+mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *ds_out, int64_t *rows,
+                         int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err) {
+    *ds_out = -1;
     if (!ck_valid_path(path))
-        return mc_error_set(err, MC_ERR_USAGE, "%s: %s: invalid tensor path", r->file, path ? path : "(null)");
-    int there = exists(r->fid, path);
+        return mc_error_set(err, MC_ERR_USAGE, "%s: %s: invalid tensor path", file, path ? path : "(null)");
+    int there = ck_exists(fid, path);
     if (there < 0)
-        return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", r->file, path);
+        return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", file, path);
     if (!there)
-        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: %s: no such tensor in the checkpoint", r->file, path);
-    hid_t ds = H5Dopen2(r->fid, path, H5P_DEFAULT), sp = -1, t = -1;
+        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: %s: no such tensor in the checkpoint", file, path);
+    hid_t ds = H5Dopen2(fid, path, H5P_DEFAULT), sp = -1, t = -1;
     mc_status st = MC_OK;
     char *dname = NULL;
     hsize_t dims[2] = {0, 0};
     int nd = -1;
     if (ds < 0 || (sp = H5Dget_space(ds)) < 0 || (t = H5Dget_type(ds)) < 0 ||
         (nd = H5Sget_simple_extent_ndims(sp)) < 0) {
-        st = ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: not a readable dataset", r->file, path);
+        st = ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: not a readable dataset", file, path);
         goto done;
     }
     if (nd < 1 || nd > 2) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: %d dimensions, a tensor has 1 or 2", r->file, path, nd);
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: %d dimensions, a tensor has 1 or 2", file, path, nd);
         goto done;
     }
     H5Sget_simple_extent_dims(sp, dims, NULL);
     if (dims[0] < 1 || (nd == 2 && dims[1] < 1)) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: empty tensor", r->file, path);
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: empty tensor", file, path);
         goto done;
     }
     *rows = (int64_t)dims[0];
     *cols = nd == 2 ? (int64_t)dims[1] : 0;
-    st = ck_read_str_attr(ds, "dtype", &dname, err, r->file);
+    st = ck_read_str_attr(ds, "dtype", &dname, err, file);
     if (st == MC_ERR_NOTFOUND) {
         st = MC_OK;
         mc_error_clear(err);
@@ -301,15 +349,28 @@ static mc_status open_tensor(mc_ckpt_reader *r, const char *path, hid_t *ds_out,
     if (dname && strcmp(dname, "bfloat16") == 0) {
         *dtype = MC_CKPT_BFLOAT16;
         if (cls != H5T_INTEGER || size != 2)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype bfloat16 needs 16-bit integer storage", r->file, path);
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype bfloat16 needs 16-bit integer storage", file, path);
+    } else if (dname && (!strcmp(dname, "int8") || !strcmp(dname, "fp8_e4m3") || !strcmp(dname, "int4"))) {
+        *dtype = dname[1] == 'p' ? MC_CKPT_FP8_E4M3 : dname[3] == '8' ? MC_CKPT_INT8 : MC_CKPT_INT4;
+        if (cls != H5T_INTEGER || size != 1 || nd != 2) {
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype %s needs 2-D 8-bit integer storage", file,
+                              path, dname);
+        } else if (*dtype == MC_CKPT_INT4) {
+            int64_t lc = 0;
+            st = ck_read_int_attr(ds, "cols", &lc, err, file);
+            if (st == MC_OK && (lc < 1 || (lc + 1) / 2 != *cols))
+                st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: int4 attribute cols %" PRId64
+                                  " does not fit %" PRId64 " bytes per row", file, path, lc, *cols);
+            *cols = lc;
+        }
     } else if (dname && strcmp(dname, "float16") != 0 && strcmp(dname, "float32") != 0) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: unknown dtype '%s'", r->file, path, dname);
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: unknown dtype '%s'", file, path, dname);
     } else if (cls != H5T_FLOAT) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: not stored as floating point", r->file, path);
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: not stored as floating point", file, path);
     } else {
         *dtype = size == 2 ? MC_CKPT_FLOAT16 : MC_CKPT_FLOAT32;
         if (dname && strcmp(dname, mc_ckpt_dtype_name(*dtype)) != 0)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype '%s' but %zu-byte floats", r->file, path,
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype '%s' but %zu-byte floats", file, path,
                               dname, size);
     }
 done:
@@ -323,9 +384,11 @@ done:
 }
 
 int mc_ckpt_has_tensor(mc_ckpt_reader *r, const char *path) {
+    if (r->shard)
+        return ck_valid_path(path) && ck_shardr_has(r->shard, path);
     ck_quiet q;
     ck_quiet_on(&q);
-    int e = ck_valid_path(path) && exists(r->fid, path) > 0;
+    int e = ck_valid_path(path) && ck_exists(r->fid, path) > 0;
     H5Eclear2(H5E_DEFAULT);
     ck_quiet_off(&q);
     return e;
@@ -338,7 +401,8 @@ mc_status mc_ckpt_tensor_info(mc_ckpt_reader *r, const char *path, int64_t *rows
     hid_t ds = -1;
     ck_quiet q;
     ck_quiet_on(&q);
-    mc_status st = open_tensor(r, path, &ds, &rr, &cc, &dd, err);
+    mc_status st = r->shard ? ck_shardr_info(r->shard, path, &rr, &cc, &dd, err)
+                            : ck_open_tensor(r->fid, r->file, path, &ds, &rr, &cc, &dd, err);
     ck_close(&ds);
     ck_quiet_off(&q);
     if (st == MC_OK) {
@@ -352,31 +416,29 @@ mc_status mc_ckpt_tensor_info(mc_ckpt_reader *r, const char *path, int64_t *rows
     return st;
 }
 
-static mc_status read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, int64_t cols, int64_t row0,
-                             int64_t col0, int64_t lrows, int64_t lcols, float *out, mc_error *err) {
+mc_status ck_read_block(hid_t fid, const char *file, const char *path, int64_t row0, int64_t col0,
+                        int64_t lrows, int64_t lcols, float *out, mc_error *err) {
     char where[512];
-    snprintf(where, sizeof where, "%s: %s", r->file, path ? path : "(null)");
-    mc_status st = ck_check_block(where, rows, cols, row0, col0, lrows, lcols, err);
-    if (st != MC_OK)
-        return st;
-    if (cols == 0)
-        col0 = 0, lcols = 1;
+    snprintf(where, sizeof where, "%s: %s", file, path);
     int64_t frows, fcols;
     mc_ckpt_dtype dtype;
     hid_t ds = -1, fs = -1, ms = -1;
-    if ((st = open_tensor(r, path, &ds, &frows, &fcols, &dtype, err)) != MC_OK)
+    mc_status st = ck_open_tensor(fid, file, path, &ds, &frows, &fcols, &dtype, err);
+    if (st != MC_OK)
         return st;
-    if (frows != rows || fcols != cols) {
-        char a[64], b[64];
-        ck_shape_str(a, sizeof a, frows, fcols);
-        ck_shape_str(b, sizeof b, rows, cols);
+    if ((st = ck_check_block(where, frows, fcols, row0, col0, lrows, lcols, err)) != MC_OK) {
         ck_close(&ds);
-        return mc_error_set(err, MC_ERR_FORMAT, "%s: shape %s in the checkpoint, %s expected", where, a, b);
+        return err->code = MC_ERR_FORMAT; /* a dataset smaller than its index says */
+    }
+    if (mc_ckpt_dtype_is_quantized(dtype)) {
+        st = ck_read_quant(fid, ds, where, path, dtype, row0, col0, lrows, lcols, out, err);
+        ck_close(&ds);
+        return st;
     }
     size_t n = (size_t)lrows * (size_t)lcols;
     if (n > 0) {
         hid_t mt = dtype == MC_CKPT_BFLOAT16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;
-        if ((fs = H5Dget_space(ds)) < 0 || ck_block_spaces(fs, cols, row0, col0, lrows, lcols, &ms) != MC_OK)
+        if ((fs = H5Dget_space(ds)) < 0 || ck_block_spaces(fs, fcols, row0, col0, lrows, lcols, &ms) != MC_OK)
             st = ck_h5fail(err, MC_ERR_INTERNAL, "%s: cannot select the block", where);
         else if (H5Dread(ds, mt, ms, fs, H5P_DEFAULT, out) < 0)
             st = ck_h5fail(err, MC_ERR_FORMAT, "%s: read failed", where);
@@ -396,6 +458,36 @@ static mc_status read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, 
     ck_close(&fs);
     ck_close(&ds);
     return st;
+}
+
+static mc_status read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, int64_t cols, int64_t row0,
+                             int64_t col0, int64_t lrows, int64_t lcols, float *out, mc_error *err) {
+    char where[512];
+    snprintf(where, sizeof where, "%s: %s", r->file, path ? path : "(null)");
+    mc_status st = ck_check_block(where, rows, cols, row0, col0, lrows, lcols, err);
+    if (st != MC_OK)
+        return st;
+    if (cols == 0)
+        col0 = 0, lcols = 1;
+    int64_t frows, fcols;
+    mc_ckpt_dtype dtype;
+    hid_t ds = -1;
+    if (r->shard)
+        st = ck_shardr_info(r->shard, path, &frows, &fcols, &dtype, err);
+    else
+        st = ck_open_tensor(r->fid, r->file, path, &ds, &frows, &fcols, &dtype, err);
+    ck_close(&ds);
+    if (st != MC_OK)
+        return st;
+    if (frows != rows || fcols != cols) {
+        char a[64], b[64];
+        ck_shape_str(a, sizeof a, frows, fcols);
+        ck_shape_str(b, sizeof b, rows, cols);
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: shape %s in the checkpoint, %s expected", where, a, b);
+    }
+    if (r->shard)
+        return ck_shardr_read(r->shard, path, row0, col0, lrows, lcols, out, err);
+    return ck_read_block(r->fid, r->file, path, row0, col0, lrows, lcols, out, err);
 }
 
 mc_status mc_ckpt_read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, int64_t cols, int64_t row0,
@@ -429,8 +521,25 @@ static herr_t list_cb(hid_t g, const char *name, const H5L_info_t *info, void *d
     return 0;
 }
 
+static mc_status names_vector(mc_ckpt_reader *r, mc_buf *buf, size_t count, char ***names, size_t *n,
+                              mc_error *err);
+
 static mc_status list_group(mc_ckpt_reader *r, const char *group, char ***names, size_t *n, mc_error *err) {
-    int there = exists(r->fid, group);
+    if (r->shard) {
+        mc_buf b = MC_BUF_INIT;
+        size_t k = 0;
+        mc_status st = ck_shardr_list(r->shard, group, &b, &k, err);
+        if (st != MC_OK) {
+            mc_buf_free(&b);
+            return st;
+        }
+        if (k == 0) {
+            mc_buf_free(&b);
+            return mc_error_set(err, MC_ERR_NOTFOUND, "%s: no group '%s'", r->file, group);
+        }
+        return names_vector(r, &b, k, names, n, err);
+    }
+    int there = ck_exists(r->fid, group);
     if (there < 0)
         return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", r->file, group);
     if (!there)
@@ -446,6 +555,14 @@ static mc_status list_group(mc_ckpt_reader *r, const char *group, char ***names,
         mc_buf_free(&c.names);
         return err && err->code ? err->code : ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot list it", r->file, group);
     }
+    return names_vector(r, &c.names, c.n, names, n, err);
+}
+
+/* The NUL-separated names in buf as one malloc'd block: the pointer
+ * array, then the strings. Frees buf. */
+static mc_status names_vector(mc_ckpt_reader *r, mc_buf *buf, size_t count, char ***names, size_t *n,
+                              mc_error *err) {
+    list_ctx c = {*buf, count, err};
     /* One block: the pointer array, then the strings. */
     char **v = malloc((c.n + 1) * sizeof *v + c.names.len + 1);
     if (!v) {

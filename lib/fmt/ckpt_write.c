@@ -28,6 +28,7 @@ void ck_writer_free(mc_ckpt_writer *w) {
     for (size_t i = 0; i < w->nt; i++)
         free(w->t[i].path);
     ck_par_free(w->par);
+    ck_shard_free(w->shard);
     free(w->t);
     free(w->dir);
     free(w->final);
@@ -46,7 +47,8 @@ static void writer_discard(mc_ckpt_writer *w) {
 }
 
 /* The names every writer needs; the temporary keeps its XXXXXX template. */
-static mc_status writer_new(const char *dir, int64_t iteration, mc_ckpt_writer **out, mc_error *err) {
+static mc_status writer_new(const char *dir, int64_t iteration, const char *fname, mc_ckpt_writer **out,
+                            mc_error *err) {
     mc_ckpt_writer *w = calloc(1, sizeof *w);
     if (!w)
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
@@ -54,7 +56,7 @@ static mc_status writer_new(const char *dir, int64_t iteration, mc_ckpt_writer *
     w->iteration = iteration;
     w->dir = strdup(dir);
     w->final = ck_printf("%s/iter_%07" PRId64, dir, iteration);
-    w->final_file = ck_printf("%s/" MC_CKPT_FILE, w->final ? w->final : "");
+    w->final_file = ck_printf("%s/%s", w->final ? w->final : "", fname);
     w->tmp = ck_printf("%s/.iter_%07" PRId64 ".tmp.XXXXXX", dir, iteration);
     if (!w->dir || !w->final || !w->final_file || !w->tmp) {
         ck_writer_free(w);
@@ -64,9 +66,10 @@ static mc_status writer_new(const char *dir, int64_t iteration, mc_ckpt_writer *
     return MC_OK;
 }
 
-static mc_status writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer **out, mc_error *err) {
+static mc_status writer_begin(const char *dir, int64_t iteration, const char *fname, mc_ckpt_writer **out,
+                              mc_error *err) {
     mc_ckpt_writer *w;
-    mc_status st = writer_new(dir, iteration, &w, err);
+    mc_status st = writer_new(dir, iteration, fname, &w, err);
     hid_t fapl = -1;
     if (st != MC_OK)
         return st;
@@ -81,7 +84,7 @@ static mc_status writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer
         ck_writer_free(w);
         return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot create a temporary directory", dir);
     }
-    if (!(w->tmp_file = ck_printf("%s/" MC_CKPT_FILE, w->tmp))) {
+    if (!(w->tmp_file = ck_printf("%s/%s", w->tmp, fname))) {
         writer_discard(w);
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
     }
@@ -108,6 +111,11 @@ static mc_status writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer
 }
 
 mc_status mc_ckpt_writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer **out, mc_error *err) {
+    return ck_writer_begin_named(dir, iteration, MC_CKPT_FILE, out, err);
+}
+
+mc_status ck_writer_begin_named(const char *dir, int64_t iteration, const char *fname,
+                                mc_ckpt_writer **out, mc_error *err) {
     *out = NULL;
     if (!dir || !*dir)
         return mc_error_set(err, MC_ERR_USAGE, "checkpoint directory: empty name");
@@ -115,7 +123,7 @@ mc_status mc_ckpt_writer_begin(const char *dir, int64_t iteration, mc_ckpt_write
         return mc_error_set(err, MC_ERR_USAGE, "%s: negative iteration %" PRId64, dir, iteration);
     ck_quiet q;
     ck_quiet_on(&q);
-    mc_status st = writer_begin(dir, iteration, out, err);
+    mc_status st = writer_begin(dir, iteration, fname, out, err);
     ck_quiet_off(&q);
     return st;
 }
@@ -132,7 +140,7 @@ mc_status mc_ckpt_writer_begin_grid(const char *dir, int64_t iteration, const mc
     if (iteration < 0)
         return mc_error_set(err, MC_ERR_USAGE, "%s: negative iteration %" PRId64, dir, iteration);
     mc_ckpt_writer *w;
-    mc_status st = writer_new(dir, iteration, &w, err);
+    mc_status st = writer_new(dir, iteration, MC_CKPT_FILE, &w, err);
     /* Every rank reaches ck_par_begin even when out of memory here, so that
      * the others learn of it instead of waiting. */
     if ((st = ck_par_begin(st == MC_OK ? w : NULL, g, err)) != MC_OK) {
@@ -200,6 +208,9 @@ static mc_status write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows,
         return mc_error_set(err, MC_ERR_USAGE, "%s: invalid tensor path", where);
     if (!mc_ckpt_dtype_name(dtype))
         return mc_error_set(err, MC_ERR_USAGE, "%s: unknown dtype %d", where, (int)dtype);
+    if (mc_ckpt_dtype_is_quantized(dtype) || w->shard)
+        return mc_error_set(err, MC_ERR_USAGE, "%s: %s: write it whole (mc_ckpt_write_whole)", where,
+                            w->shard ? "a sharded checkpoint" : "a quantized tensor");
     mc_status st = ck_check_block(where, rows, cols, row0, col0, lrows, lcols, err);
     if (st != MC_OK)
         return st;
@@ -363,6 +374,8 @@ static mc_status writer_commit(mc_ckpt_writer *w, mc_error *err) {
                                 "%s: %s: %" PRId64 " of %" PRId64 " elements written; not saving a partial tensor",
                                 w->final_file, t->path, t->written, numel);
     }
+    if (w->shard && (st = ck_shard_finish(w, err)) != MC_OK)
+        return st;
     if (H5Fclose(w->fid) < 0) {
         w->fid = -1;
         return ck_h5fail(err, MC_ERR_IO, "%s: closing the HDF5 file failed", w->final_file);

@@ -60,12 +60,21 @@ extern "C" {
 typedef enum mc_ckpt_dtype {
     MC_CKPT_FLOAT32 = 0,
     MC_CKPT_BFLOAT16 = 1,
-    MC_CKPT_FLOAT16 = 2
+    MC_CKPT_FLOAT16 = 2,
+    /* Quantized 2-D weights (mc/quant.h), each with its scales; written
+     * whole by mc_ckpt_write_whole, read back dequantized to fp32. */
+    MC_CKPT_INT8 = 3,     /* per row */
+    MC_CKPT_FP8_E4M3 = 4, /* per tensor */
+    MC_CKPT_INT4 = 5      /* per group of a row */
 } mc_ckpt_dtype;
 
-/* "float32", "bfloat16", "float16"; NULL for an unknown value. */
+/* "float32", "bfloat16", "float16", "int8", "fp8_e4m3", "int4"; NULL for
+ * an unknown value. */
 const char *mc_ckpt_dtype_name(mc_ckpt_dtype d);
-/* Parse one of those names; MC_ERR_USAGE naming the choices otherwise. */
+/* 1 for the quantized dtypes. */
+int mc_ckpt_dtype_is_quantized(mc_ckpt_dtype d);
+/* Parse one of the three float names (the only ones mc_ckpt_write_tensor
+ * takes); MC_ERR_USAGE naming the choices otherwise. */
 mc_status mc_ckpt_dtype_parse(const char *s, mc_ckpt_dtype *out, mc_error *err);
 
 typedef enum mc_ckpt_compression {
@@ -144,21 +153,63 @@ void mc_ckpt_writer_abort(mc_ckpt_writer *w);
 /* The final directory this writer will produce ("DIR/iter_0000500"). */
 const char *mc_ckpt_writer_dir(const mc_ckpt_writer *w);
 
+/* ------------------------------------------------------------ whole tensors,
+ * quantized tensors and sharded checkpoints (lib/fmt/ckpt_shard.c,
+ * lib/fmt/ckpt_quant.c; layouts in mc-formats(5))
+ *
+ * A checkpoint may also be written pre-split for a grid of tp x pp ranks:
+ *   DIR/iter_0000500/index.h5            root attributes, tokenizer, and the
+ *                                        index: which file holds which block
+ *   DIR/iter_0000500/mp_rank_TT_PPP.h5   the blocks of tensor-parallel rank
+ *                                        TT on pipeline stage PPP, each
+ *                                        dataset the rank's local tensor
+ * so that each rank of that grid reads only its own file. mc_ckpt_open
+ * reads such a directory like one model.h5: blocks of any grid are
+ * assembled from the shards, mc_ckpt_list gives the union, attributes come
+ * from index.h5. Writing one is for one process (mc-reshard). */
+
+/* Write the whole tensor `path` [rows, cols] (cols 0: 1-D) from the global
+ * host[rows * max(cols, 1)], stored as dtype: a float type, or a quantized
+ * one (2-D only; group_size is int4's, > 0). On a sharded writer the tensor
+ * is split into the blocks of every shard that holds it. Quantized tensors
+ * and sharded writers are for one process (MC_ERR_USAGE on a grid writer).
+ * A non-finite value in a tensor to quantize is MC_ERR_FORMAT naming the
+ * element. */
+mc_status mc_ckpt_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
+                              const float *host, mc_ckpt_dtype dtype, int64_t group_size,
+                              mc_error *err);
+
+/* Begin a checkpoint pre-split for tp x pp ranks (one process). The model
+ * configuration decides the split (Megatron's: column-parallel weights by
+ * rows, row-parallel by columns, the rest replicated on every
+ * tensor-parallel rank; layers on the pipeline stages of
+ * mc_model_stage_layers); it must pass mc_model_config_finish for tp, and
+ * every split tensor must divide evenly (else MC_ERR_USAGE naming it).
+ * tp = pp = 1 is one shard. The root attributes and byte datasets go to
+ * index.h5; tensors only through mc_ckpt_write_whole. */
+mc_status mc_ckpt_writer_begin_sharded(const char *dir, int64_t iteration, int tp, int pp,
+                                       const mc_model_config *model, mc_ckpt_writer **out,
+                                       mc_error *err);
+
 /* ------------------------------------------------------------ reading */
 
 typedef struct mc_ckpt_reader mc_ckpt_reader;
 
 /* Open a checkpoint: `path` is a checkpoint directory (resolved through its
  * latest_checkpointed_iteration.txt), an iteration directory holding
- * model.h5, or the model.h5 file itself. */
+ * model.h5 (or index.h5 and the shards of a sharded checkpoint), or the
+ * model.h5 (index.h5) file itself. */
 mc_status mc_ckpt_open(const char *path, mc_ckpt_reader **out, mc_error *err);
 void mc_ckpt_close(mc_ckpt_reader *r); /* NULL is allowed */
 
 int64_t mc_ckpt_iteration(const mc_ckpt_reader *r);
 /* The iteration directory ("DIR/iter_0000500"): what mc-train prints. */
 const char *mc_ckpt_dir(const mc_ckpt_reader *r);
-/* The file ("DIR/iter_0000500/model.h5"), the prefix of every message. */
+/* The file ("DIR/iter_0000500/model.h5", or .../index.h5 for a sharded
+ * checkpoint), the prefix of every message. */
 const char *mc_ckpt_file(const mc_ckpt_reader *r);
+/* The grid a sharded checkpoint was split for; 0 and 0 for one file. */
+void mc_ckpt_shards(const mc_ckpt_reader *r, int *tp, int *pp);
 
 /* Root attribute written by mc_ckpt_write_json, parsed (caller decrefs). */
 mc_status mc_ckpt_read_json(mc_ckpt_reader *r, const char *key, json_t **out, mc_error *err);

@@ -1,0 +1,261 @@
+/*
+ * ckpt_quant.c - quantized tensors in checkpoints: quantizing a global
+ * tensor (mc/quant.h), storing a local part of it (the whole tensor in
+ * model.h5, a rank's block in a shard file) with its scales, and reading
+ * any block back dequantized to fp32, which is all a loader ever sees.
+ *
+ * Layout (mc-formats(5), QUANTIZED TENSORS), for a tensor at PATH:
+ *   PATH          int8  H5T_STD_I8LE [rows, cols]        dtype="int8"
+ *                 fp8   H5T_STD_U8LE [rows, cols]        dtype="fp8_e4m3"
+ *                 int4  H5T_STD_U8LE [rows, (cols+1)/2]  dtype="int4",
+ *                       attributes cols, group_size, group_offset
+ *   scales/PATH   float32: [rows] (int8), [1] (fp8),
+ *                 [rows, groups] (int4; element c of a row uses group
+ *                 (c + group_offset) / group_size)
+ * group_offset is 0 in one-file checkpoints; a shard holding columns
+ * [c0, ...) of a tensor keeps the global groups, so its first column sits
+ * c0 mod group_size into its first group.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmt/ckpt_internal.h"
+#include "mc/quant.h"
+
+void ck_qtensor_free(ck_qtensor *q) {
+    free(q->q);
+    free(q->scale);
+    q->q = NULL;
+    q->scale = NULL;
+}
+
+mc_status ck_quantize(const char *where, const float *x, int64_t rows, int64_t cols, mc_ckpt_dtype dtype,
+                      int64_t group_size, ck_qtensor *out, mc_error *err) {
+    memset(out, 0, sizeof *out);
+    if (cols < 1)
+        return mc_error_set(err, MC_ERR_USAGE, "%s: only 2-D tensors are quantized", where);
+    out->dtype = dtype;
+    out->rows = rows;
+    out->cols = cols;
+    out->group_size = dtype == MC_CKPT_INT4 ? group_size : 0;
+    out->ngroups = dtype == MC_CKPT_INT4 ? mc_quant_int4_groups(cols, group_size) : 1;
+    size_t nscale = dtype == MC_CKPT_INT8 ? (size_t)rows
+                  : dtype == MC_CKPT_FP8_E4M3 ? 1 : (size_t)(rows * out->ngroups);
+    out->q = malloc((size_t)(rows * cols));
+    out->scale = malloc(nscale * sizeof *out->scale);
+    if (!out->q || !out->scale) {
+        ck_qtensor_free(out);
+        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
+    }
+    int64_t bad;
+    if (dtype == MC_CKPT_INT8)
+        bad = mc_quant_int8(x, rows, cols, out->q, out->scale);
+    else if (dtype == MC_CKPT_FP8_E4M3)
+        bad = mc_quant_fp8(x, rows * cols, (uint8_t *)out->q, out->scale);
+    else
+        bad = mc_quant_int4(x, rows, cols, group_size, out->q, out->scale);
+    if (bad >= 0) {
+        ck_qtensor_free(out);
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "%s: element [%" PRId64 ", %" PRId64 "] is %g; only finite values can be quantized",
+                            where, bad / cols, bad % cols, (double)x[bad]);
+    }
+    return MC_OK;
+}
+
+/* Create and write one dataset (chunked, Fletcher-32, as the tensors). */
+static mc_status put_dataset(hid_t fid, const char *where, const char *path, hid_t ftype, hid_t mtype,
+                             int nd, const hsize_t *dims, size_t esize, const void *data,
+                             mc_ckpt_compression comp, int level, hid_t *ds_out, mc_error *err) {
+    hid_t sp = H5Screate_simple(nd, dims, NULL), lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = -1, ds = -1;
+    mc_status st = MC_OK;
+    if (sp < 0 || lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0 ||
+        (dcpl = ck_tensor_dcpl(comp, level, nd, dims, esize)) < 0)
+        st = ck_h5fail(err, MC_ERR_INTERNAL, "%s: %s: cannot set up the dataset", where, path);
+    else if ((ds = H5Dcreate2(fid, path, ftype, sp, lcpl, dcpl, H5P_DEFAULT)) < 0)
+        st = ck_h5fail(err, MC_ERR_IO, "%s: %s: cannot create the dataset", where, path);
+    else if (H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+        st = ck_h5fail(err, MC_ERR_IO, "%s: %s: write failed", where, path);
+    ck_close(&dcpl);
+    ck_close(&lcpl);
+    ck_close(&sp);
+    if (st != MC_OK || !ds_out)
+        ck_close(&ds);
+    else
+        *ds_out = ds;
+    return st;
+}
+
+mc_status ck_write_quant_local(hid_t fid, const char *where, const char *path, const ck_qtensor *qt,
+                               const ck_range *rg, int nrg, int64_t col0, int64_t ncols,
+                               mc_ckpt_compression comp, int level, mc_error *err) {
+    int64_t lrows = 0, gs = qt->group_size;
+    for (int i = 0; i < nrg; i++)
+        lrows += rg[i].rows;
+    int int4 = qt->dtype == MC_CKPT_INT4;
+    int64_t g0 = int4 ? col0 / gs : 0, g1 = int4 ? (col0 + ncols - 1) / gs : 0, ngl = g1 - g0 + 1;
+    int64_t bcols = int4 ? (ncols + 1) / 2 : ncols;
+    int64_t nscale = qt->dtype == MC_CKPT_INT8 ? lrows : qt->dtype == MC_CKPT_FP8_E4M3 ? 1 : lrows * ngl;
+    int8_t *q = malloc((size_t)(lrows * ncols));
+    uint8_t *packed = int4 ? malloc((size_t)(lrows * bcols)) : NULL;
+    float *sc = malloc((size_t)nscale * sizeof *sc);
+    char *spath = ck_printf(CK_SCALES_GROUP "/%s", path);
+    mc_status st = MC_OK;
+    hid_t ds = -1;
+    if (!q || !sc || !spath || (int4 && !packed)) {
+        st = mc_error_set(err, MC_ERR_NOMEM, "%s: %s: out of memory", where, path);
+        goto done;
+    }
+    int64_t lr = 0;
+    for (int i = 0; i < nrg; i++)
+        for (int64_t r = rg[i].row0; r < rg[i].row0 + rg[i].rows; r++, lr++) {
+            memcpy(q + lr * ncols, qt->q + r * qt->cols + col0, (size_t)ncols);
+            if (qt->dtype == MC_CKPT_INT8)
+                sc[lr] = qt->scale[r];
+            else if (int4)
+                memcpy(sc + lr * ngl, qt->scale + r * qt->ngroups + g0, (size_t)ngl * sizeof *sc);
+        }
+    if (qt->dtype == MC_CKPT_FP8_E4M3)
+        sc[0] = qt->scale[0];
+    if (int4)
+        mc_int4_pack(q, lrows, ncols, packed);
+    hsize_t dims[2] = {(hsize_t)lrows, (hsize_t)bcols};
+    hid_t ftype = qt->dtype == MC_CKPT_INT8 ? H5T_STD_I8LE : H5T_STD_U8LE;
+    hid_t mtype = qt->dtype == MC_CKPT_INT8 ? H5T_NATIVE_INT8 : H5T_NATIVE_UINT8;
+    if ((st = put_dataset(fid, where, path, ftype, mtype, 2, dims, 1, int4 ? (void *)packed : (void *)q,
+                          comp, level, &ds, err)) != MC_OK)
+        goto done;
+    if ((st = ck_write_str_attr(ds, "dtype", mc_ckpt_dtype_name(qt->dtype), err, where)) != MC_OK ||
+        (st = ck_write_str_attr(ds, "scales", spath, err, where)) != MC_OK)
+        goto done;
+    if (int4 && ((st = ck_write_int_attr(ds, "cols", ncols, err, where)) != MC_OK ||
+                 (st = ck_write_int_attr(ds, "group_size", gs, err, where)) != MC_OK ||
+                 (st = ck_write_int_attr(ds, "group_offset", col0 - g0 * gs, err, where)) != MC_OK))
+        goto done;
+    hsize_t sdims[2] = {(hsize_t)(qt->dtype == MC_CKPT_FP8_E4M3 ? 1 : lrows), (hsize_t)ngl};
+    st = put_dataset(fid, where, spath, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, int4 ? 2 : 1, sdims, 4, sc,
+                     comp, level, NULL, err);
+done:
+    ck_close(&ds);
+    free(q);
+    free(packed);
+    free(sc);
+    free(spath);
+    return st;
+}
+
+/* Read [start, +count) of a dataset of nd dims as mtype into buf. */
+static mc_status read_slab(hid_t ds, hid_t mtype, int nd, const hsize_t *start, const hsize_t *count,
+                           void *buf, const char *where, mc_error *err) {
+    hid_t fs = H5Dget_space(ds), ms = H5Screate_simple(nd, count, NULL);
+    mc_status st = MC_OK;
+    if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
+        st = ck_h5fail(err, MC_ERR_INTERNAL, "%s: cannot select the block", where);
+    else if (H5Dread(ds, mtype, ms, fs, H5P_DEFAULT, buf) < 0)
+        st = ck_h5fail(err, MC_ERR_FORMAT, "%s: read failed", where);
+    ck_close(&ms);
+    ck_close(&fs);
+    return st;
+}
+
+/* Open scales/<path> and check its shape (nd dims, d0 x d1). */
+static mc_status open_scales(hid_t fid, const char *where, const char *path, int nd, int64_t d0, int64_t d1,
+                             hid_t *out, mc_error *err) {
+    char spath[1024];
+    snprintf(spath, sizeof spath, CK_SCALES_GROUP "/%s", path);
+    *out = -1;
+    int there = ck_exists(fid, spath);
+    if (there <= 0)
+        return there < 0 ? ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", where, spath)
+                         : mc_error_set(err, MC_ERR_FORMAT, "%s: quantized, but its scales %s are missing",
+                                        where, spath);
+    hid_t ds = H5Dopen2(fid, spath, H5P_DEFAULT), sp = ds >= 0 ? H5Dget_space(ds) : -1;
+    hsize_t dims[2] = {0, 0};
+    mc_status st = MC_OK;
+    if (sp < 0 || H5Sget_simple_extent_ndims(sp) != nd || H5Sget_simple_extent_dims(sp, dims, NULL) < 0 ||
+        (int64_t)dims[0] != d0 || (nd == 2 && (int64_t)dims[1] < d1))
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: not the shape its tensor needs", where, spath);
+    H5Eclear2(H5E_DEFAULT);
+    ck_close(&sp);
+    if (st != MC_OK)
+        ck_close(&ds);
+    *out = ds;
+    return st;
+}
+
+mc_status ck_read_quant(hid_t fid, hid_t ds, const char *where, const char *path, mc_ckpt_dtype dtype,
+                        int64_t row0, int64_t col0, int64_t lrows, int64_t lcols, float *out, mc_error *err) {
+    size_t n = (size_t)lrows * (size_t)lcols;
+    if (n == 0)
+        return MC_OK;
+    hid_t sds = -1, sp = H5Dget_space(ds);
+    hsize_t dims[2] = {0, 0};
+    H5Sget_simple_extent_dims(sp, dims, NULL);
+    ck_close(&sp);
+    int64_t drows = (int64_t)dims[0];
+    mc_status st = MC_OK;
+    uint8_t *q = NULL;
+    float *sc = NULL;
+    if (dtype == MC_CKPT_INT8 || dtype == MC_CKPT_FP8_E4M3) {
+        int fp8 = dtype == MC_CKPT_FP8_E4M3;
+        hsize_t start[2] = {(hsize_t)row0, (hsize_t)col0}, count[2] = {(hsize_t)lrows, (hsize_t)lcols};
+        hsize_t s1[1] = {fp8 ? 0 : (hsize_t)row0}, c1[1] = {fp8 ? 1 : (hsize_t)lrows};
+        q = malloc(n);
+        sc = malloc((size_t)c1[0] * sizeof *sc);
+        if (!q || !sc)
+            st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
+        if (!st)
+            st = open_scales(fid, where, path, 1, fp8 ? 1 : drows, 0, &sds, err);
+        if (!st)
+            st = read_slab(ds, fp8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_INT8, 2, start, count, q, where, err);
+        if (!st)
+            st = read_slab(sds, H5T_NATIVE_FLOAT, 1, s1, c1, sc, where, err);
+        for (int64_t i = 0; i < lrows && !st; i++)
+            for (int64_t j = 0; j < lcols; j++) {
+                size_t k = (size_t)(i * lcols + j);
+                out[k] = fp8 ? mc_fp8_e4m3_to_f32(q[k]) * sc[0] : (float)(int8_t)q[k] * sc[i];
+            }
+    } else {
+        int64_t gs = 0, goff = 0, dcols = 0;
+        if ((st = ck_read_int_attr(ds, "group_size", &gs, err, where)) == MC_OK &&
+            (st = ck_read_int_attr(ds, "group_offset", &goff, err, where)) == MC_OK &&
+            (st = ck_read_int_attr(ds, "cols", &dcols, err, where)) == MC_OK &&
+            (gs < 1 || goff < 0 || goff >= gs))
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: int4 group_size %" PRId64 " or group_offset %" PRId64
+                              " out of range", where, gs, goff);
+        if (st)
+            return st;
+        int64_t b0 = col0 / 2, b1 = (col0 + lcols - 1) / 2, nb = b1 - b0 + 1;
+        int64_t k0 = (col0 + goff) / gs, k1 = (col0 + lcols - 1 + goff) / gs, nk = k1 - k0 + 1;
+        int64_t ngroups = gs ? (dcols - 1 + goff) / gs + 1 : 0;
+        if (!st) {
+            q = malloc((size_t)(lrows * nb));
+            sc = malloc((size_t)(lrows * nk) * sizeof *sc);
+            if (!q || !sc)
+                st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
+        }
+        if (!st)
+            st = open_scales(fid, where, path, 2, drows, ngroups, &sds, err);
+        hsize_t start[2] = {(hsize_t)row0, (hsize_t)b0}, count[2] = {(hsize_t)lrows, (hsize_t)nb};
+        hsize_t s2[2] = {(hsize_t)row0, (hsize_t)k0}, c2[2] = {(hsize_t)lrows, (hsize_t)nk};
+        if (!st)
+            st = read_slab(ds, H5T_NATIVE_UINT8, 2, start, count, q, where, err);
+        if (!st)
+            st = read_slab(sds, H5T_NATIVE_FLOAT, 2, s2, c2, sc, where, err);
+        for (int64_t i = 0; i < lrows && !st; i++)
+            for (int64_t j = 0; j < lcols; j++) {
+                int64_t c = col0 + j;
+                unsigned b = q[i * nb + (c >> 1) - b0];
+                int v = (int)(((c & 1) ? b >> 4 : b & 15u) ^ 8u) - 8;
+                out[i * lcols + j] = (float)v * sc[i * nk + (c + goff) / gs - k0];
+            }
+    }
+    ck_close(&sds);
+    free(q);
+    free(sc);
+    return st;
+}
