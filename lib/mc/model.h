@@ -230,6 +230,44 @@ mc_status mc_model_backward(mc_model *m, int slot, const float *dout, const floa
  * data-parallel reduction. A no-op elsewhere. */
 mc_status mc_model_allreduce_embedding_grads(mc_model *m, mc_error *err);
 
+/* ------------------------------------------------------------ inference
+ * (lib/model/infer.c)
+ *
+ * Forward-only evaluation of one sequence at a time with a key/value cache,
+ * for mc-eval (perplexity, log-likelihoods of continuations, generation).
+ * The context borrows the model's parameters (its training activations are
+ * left alone) and runs on one pipeline stage under any tensor parallelism:
+ * every rank of the tensor-parallel group calls each function alike and gets
+ * the same results. Each new position costs one row of work: keys and values
+ * of earlier positions stay in the cache. */
+typedef struct mc_infer mc_infer;
+
+/* A context for sequences of up to max_len positions (the cache), running
+ * at most max_rows positions per forward (longer inputs are split). Refuses
+ * pipeline parallelism and, with learned positions, max_len beyond the
+ * position table (MC_ERR_USAGE). */
+mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, mc_error *err);
+void mc_infer_free(mc_infer *inf); /* NULL is allowed */
+int mc_infer_capacity(const mc_infer *inf);
+int mc_infer_length(const mc_infer *inf); /* positions in the cache */
+/* Forget positions >= len (0: start a new sequence); the cache below len is
+ * kept, so a shared prefix is computed once. */
+void mc_infer_truncate(mc_infer *inf, int len);
+/* Run n tokens (host ids) at positions length .. length+n-1, appending them
+ * to the cache. targets (NULL: nothing scored) are n ids, < 0 where nothing
+ * is scored; for each scored row i, logprob[i] = log softmax(logits_i)
+ * [targets[i]] over the padded vocabulary (as the training loss) and
+ * greedy[i] = 1 when no logit of row i exceeds the target's (a tie counts as
+ * greedy); unscored rows get 0. Either output may be NULL. Scored rows go
+ * through the LM head in chunks, never as an [n, V] tensor. MC_ERR_LIMIT
+ * when length + n exceeds the capacity, MC_ERR_FORMAT for an id outside the
+ * vocabulary. */
+mc_status mc_infer_extend(mc_infer *inf, const int32_t *tokens, int n, const int32_t *targets,
+                          float *logprob, int *greedy, mc_error *err);
+/* The logits of the last position run, the whole padded vocabulary
+ * (gathered over the tensor-parallel group) into host[padded_vocab_size]. */
+mc_status mc_infer_logits(mc_infer *inf, float *host, mc_error *err);
+
 /* FLOPs of one forward+backward over `tokens` tokens, Megatron's formula
  * (documented in mc-train(1)). */
 double mc_model_flops_per_token(const mc_model_config *c);

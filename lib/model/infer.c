@@ -1,0 +1,353 @@
+/*
+ * infer.c - forward-only evaluation of one sequence with a key/value cache
+ * (model.h, "inference"): what mc-eval's perplexity, log-likelihoods and
+ * generation run on.
+ *
+ * The context borrows the model's parameters and owns everything else: per
+ * layer a key and a value cache [max_len, Gl, D] (this rank's query groups,
+ * keys after RoPE), and scratch for max_rows new positions. mc_infer_extend
+ * runs n new tokens at positions len .. len+n-1, chunk by chunk:
+ *   x = embed(tokens) (+ positions len..)           all-reduce over tp
+ *   per layer: h = norm1(x); q,k,v = split(h Wqkv^T + b), k and v written
+ *     straight into the cache at row len; rope(q, k) at offset len;
+ *     a = attention_kv(q against cache rows 0 .. len+i); x += a Wproj^T + b
+ *     (row-parallel: partial sums all-reduced, the bias added by tp rank 0);
+ *     h = norm2(x); x += act(h Wfc1^T + b) Wfc2^T + b   (all-reduced)
+ *   y = normf(x)
+ * the same operations, in the same order, as model.c's forward (without
+ * sequence parallelism, which changes where rows live but not the sums), so
+ * a prefill gives the training forward's values to rounding (the attention
+ * kernel sums in another order: test_infer holds them to 1e-5).
+ *
+ * Scoring: the rows with a target are copied together and sent through the
+ * LM head in chunks of HEAD_ROWS, with model.c's vocab-parallel
+ * cross-entropy (row max all-reduced MAX, exp-sums and target logits SUM),
+ * so no [n, V] tensor exists; log p(target) = -loss, and the target is
+ * greedy when its logit equals the row's maximum (the reduced values are
+ * exact copies: the target logit is summed with zeros). The last row's
+ * normed state is kept for mc_infer_logits, which all-gathers the vocab
+ * slices into the whole padded vocabulary.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+/* LM-head rows per chunk when scoring: logits of HEAD_ROWS x V/tp floats. */
+#define HEAD_ROWS 128
+
+struct mc_infer {
+    mc_model *m;
+    mc_backend *be;
+    int max_len, max_rows, len;
+    size_t C, D, Ql, Gl, Fl, fc1_out, qkv_out, hr;
+    int64_t v0, vl;
+    float **kc, **vc;               /* [nlocal] caches, [max_len, Gl, D] each */
+    void *block;                    /* everything below, one allocation */
+    float *x, *h, *qkv, *q, *att, *tmp, *fc1, *act, *mean, *rstd, *lnf;
+    float *last;                    /* [C] normed state of the last row run */
+    float *hrows, *logits, *rowmax, *sumexp, *tlogit, *loss; /* head scratch */
+    float *gathered;                /* [tp * vl] */
+    int32_t *dtok, *dtgt;
+    int have_last;
+    /* host scratch of the scoring */
+    int32_t *htgt;
+    int *hrow;
+    float *hloss, *hmax, *htl;
+};
+
+#define TRY(call)                  \
+    do {                           \
+        mc_status st_ = (call);    \
+        if (st_) return st_;       \
+    } while (0)
+
+static float *P(mc_model *m, int i) { return i < 0 ? NULL : m->p + m->params[i].offset; }
+
+typedef struct carver {
+    char *base;
+    size_t off;
+} carver;
+
+static float *carve(carver *cv, size_t n)
+{
+    float *p = cv->base ? (float *)(cv->base + cv->off) : NULL;
+    cv->off += (n * sizeof(float) + 63) / 64 * 64;
+    return p;
+}
+
+static void layout(mc_infer *f, carver *cv)
+{
+    mc_model *m = f->m;
+    size_t R = (size_t)f->max_rows, L = (size_t)f->max_len, C = f->C;
+    for (int l = 0; l < m->nlocal; l++) {
+        f->kc[l] = carve(cv, L * f->Gl * f->D);
+        f->vc[l] = carve(cv, L * f->Gl * f->D);
+    }
+    f->x = carve(cv, R * C);
+    f->h = carve(cv, R * C);
+    f->qkv = carve(cv, R * f->qkv_out);
+    f->q = carve(cv, R * f->Ql * f->D);
+    f->att = carve(cv, R * f->Ql * f->D);
+    f->tmp = carve(cv, R * C);
+    f->fc1 = carve(cv, R * f->fc1_out);
+    f->act = carve(cv, R * f->Fl);
+    f->mean = carve(cv, R);
+    f->rstd = carve(cv, R);
+    f->lnf = carve(cv, R * C);
+    f->last = carve(cv, C);
+    f->hrows = carve(cv, f->hr * C);
+    f->logits = carve(cv, f->hr * (size_t)f->vl);
+    f->rowmax = carve(cv, f->hr);
+    f->sumexp = carve(cv, f->hr);
+    f->tlogit = carve(cv, f->hr);
+    f->loss = carve(cv, f->hr);
+    f->gathered = carve(cv, (size_t)m->grid.tp * (size_t)f->vl);
+    f->dtok = (int32_t *)carve(cv, R);
+    f->dtgt = (int32_t *)carve(cv, f->hr);
+}
+
+mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, mc_error *err)
+{
+    *out = NULL;
+    const mc_model_config *c = &m->cfg;
+    if (m->grid.pp > 1 || m->nchunks != 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "evaluation runs on one pipeline stage: pipeline parallelism (%d "
+                            "stages) is not supported; use --tensor-model-parallel-size",
+                            m->grid.pp);
+    if (max_len < 1 || max_rows < 1)
+        return mc_error_set(err, MC_ERR_USAGE, "inference context of %d positions, %d rows",
+                            max_len, max_rows);
+    if (c->position_embedding_type == MC_POS_LEARNED && max_len > c->max_position_embeddings)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "a context of %d positions exceeds the model's %d learned positions",
+                            max_len, c->max_position_embeddings);
+    if (max_rows > max_len) max_rows = max_len;
+    mc_infer *f = calloc(1, sizeof *f);
+    if (!f) return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
+    f->m = m;
+    f->be = m->be;
+    f->max_len = max_len;
+    f->max_rows = max_rows;
+    f->C = m->C;
+    f->D = m->D;
+    f->Ql = m->Ql;
+    f->Gl = m->Gl;
+    f->Fl = m->Fl;
+    f->fc1_out = m->fc1_out;
+    f->qkv_out = m->qkv_out;
+    f->v0 = m->v0;
+    f->vl = m->vl;
+    f->hr = (size_t)(max_rows < HEAD_ROWS ? max_rows : HEAD_ROWS);
+    size_t nl = (size_t)m->nlocal + 1;
+    f->kc = calloc(nl, sizeof *f->kc);
+    f->vc = calloc(nl, sizeof *f->vc);
+    f->htgt = malloc(f->hr * sizeof *f->htgt);
+    f->hrow = malloc(f->hr * sizeof *f->hrow);
+    f->hloss = malloc(f->hr * sizeof *f->hloss);
+    f->hmax = malloc(f->hr * sizeof *f->hmax);
+    f->htl = malloc(f->hr * sizeof *f->htl);
+    if (!f->kc || !f->vc || !f->htgt || !f->hrow || !f->hloss || !f->hmax || !f->htl) {
+        mc_infer_free(f);
+        return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
+    }
+    carver cv = {NULL, 0};
+    layout(f, &cv);
+    f->block = mc_balloc(f->be, cv.off, err);
+    if (!f->block) {
+        mc_status st = err ? err->code : MC_ERR_NOMEM;
+        mc_error_prefix(err, "inference context of %d positions (%.1f MiB)", max_len,
+                        (double)cv.off / 1048576.0);
+        mc_infer_free(f);
+        return st;
+    }
+    cv.base = f->block;
+    cv.off = 0;
+    layout(f, &cv);
+    *out = f;
+    return MC_OK;
+}
+
+void mc_infer_free(mc_infer *f)
+{
+    if (!f) return;
+    if (f->block) mc_bfree(f->be, f->block);
+    free(f->kc);
+    free(f->vc);
+    free(f->htgt);
+    free(f->hrow);
+    free(f->hloss);
+    free(f->hmax);
+    free(f->htl);
+    free(f);
+}
+
+int mc_infer_capacity(const mc_infer *f) { return f->max_len; }
+int mc_infer_length(const mc_infer *f) { return f->len; }
+
+void mc_infer_truncate(mc_infer *f, int len)
+{
+    if (len < 0) len = 0;
+    if (len < f->len) {
+        f->len = len;
+        f->have_last = 0;
+    }
+}
+
+static void norm(mc_infer *f, float *out, const float *x, int w, int b, size_t n)
+{
+    mc_model *m = f->m;
+    if (m->cfg.normalization == MC_NORM_LAYERNORM)
+        mc_k_layernorm_fwd(f->be, out, f->mean, f->rstd, x, P(m, w), P(m, b), n, f->C,
+                           m->cfg.norm_epsilon);
+    else
+        mc_k_rmsnorm_fwd(f->be, out, f->rstd, x, P(m, w), n, f->C, m->cfg.norm_epsilon);
+}
+
+/* x += (in W^T, summed over the tensor-parallel group) + b, for a
+ * row-parallel linear of input width I. */
+static mc_status row_parallel(mc_infer *f, const float *in, int w, int b, size_t I, size_t n,
+                              mc_error *err)
+{
+    mc_model *m = f->m;
+    const float *bias = m->grid.tp_rank == 0 ? P(m, b) : NULL;
+    mc_k_linear_fwd(f->be, m->prec, f->tmp, in, P(m, w), bias, n, I, f->C, 0.0f);
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, f->be, f->tmp, n * f->C, err));
+    mc_k_acc(f->be, f->x, f->tmp, n * f->C);
+    return MC_OK;
+}
+
+/* One chunk of n <= max_rows tokens at positions f->len .. f->len + n - 1;
+ * f->lnf gets the final norm's output. */
+static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_error *err)
+{
+    mc_model *m = f->m;
+    const mc_model_config *c = &m->cfg;
+    mc_backend *be = f->be;
+    size_t C = f->C, D = f->D, pos0 = (size_t)f->len;
+    float scale = 1.0f / sqrtf((float)D);
+
+    mc_bcopy_from_host(be, f->dtok, tokens, n * sizeof(int32_t));
+    mc_k_embed_fwd(be, f->x, f->dtok, n, P(m, m->wte), f->v0, f->vl, C);
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, f->x, n * C, err));
+    if (m->wpe >= 0) mc_k_posemb_fwd(be, f->x, P(m, m->wpe), 1, n, C, pos0);
+
+    for (int l = m->cl0[0]; l < m->cl1[0]; l++) {
+        const mc_layer_params *lp = &m->lp[l];
+        float *kc = f->kc[m->lidx[l]], *vc = f->vc[m->lidx[l]];
+        float *kn = kc + pos0 * f->Gl * D, *vn = vc + pos0 * f->Gl * D;
+        norm(f, f->h, f->x, lp->ln1_w, lp->ln1_b, n);
+        mc_k_linear_fwd(be, m->prec, f->qkv, f->h, P(m, lp->qkv_w), P(m, lp->qkv_b), n, C,
+                        f->qkv_out, 0.0f);
+        mc_k_qkv_split(be, f->q, kn, vn, f->qkv, n, f->Ql, f->Gl, D);
+        if (c->position_embedding_type == MC_POS_ROPE) {
+            mc_k_rope_fwd(be, f->q, 1, n, f->Ql, D, c->rotary_base, pos0);
+            mc_k_rope_fwd(be, kn, 1, n, f->Gl, D, c->rotary_base, pos0);
+        }
+        mc_k_attention_kv_fwd(be, f->att, f->q, kc, vc, n, pos0, f->Ql, f->Gl, D, scale);
+        TRY(row_parallel(f, f->att, lp->proj_w, lp->proj_b, f->Ql * D, n, err));
+
+        norm(f, f->h, f->x, lp->ln2_w, lp->ln2_b, n);
+        mc_k_linear_fwd(be, m->prec, f->fc1, f->h, P(m, lp->fc1_w), P(m, lp->fc1_b), n, C,
+                        f->fc1_out, 0.0f);
+        if (c->swiglu)
+            mc_k_swiglu_fwd(be, f->act, f->fc1, n, f->Fl);
+        else
+            mc_k_gelu_fwd(be, f->act, f->fc1, n * f->Fl);
+        TRY(row_parallel(f, f->act, lp->fc2_w, lp->fc2_b, f->Fl, n, err));
+    }
+    norm(f, f->lnf, f->x, m->lnf_w, m->lnf_b, n);
+    mc_bcopy(be, f->last, f->lnf + (n - 1) * C, C * sizeof(float));
+    f->have_last = 1;
+    f->len += (int)n;
+    return MC_OK;
+}
+
+static const float *head_weight(mc_infer *f)
+{
+    mc_model *m = f->m;
+    return P(m, m->out_w >= 0 ? m->out_w : m->wte);
+}
+
+/* Score the k rows f->hrow[0..k) of f->lnf against f->htgt[0..k). */
+static mc_status score_rows(mc_infer *f, size_t k, float *logprob, int *greedy, mc_error *err)
+{
+    mc_model *m = f->m;
+    mc_backend *be = f->be;
+    size_t C = f->C, vl = (size_t)f->vl;
+    for (size_t i = 0; i < k; i++)
+        mc_bcopy(be, f->hrows + i * C, f->lnf + (size_t)f->hrow[i] * C, C * sizeof(float));
+    mc_bcopy_from_host(be, f->dtgt, f->htgt, k * sizeof(int32_t));
+    mc_k_linear_fwd(be, m->prec, f->logits, f->hrows, head_weight(f), NULL, k, C, vl, 0.0f);
+    mc_k_xent_max(be, f->rowmax, f->logits, k, vl);
+    TRY(mc_allreduce_max(&m->grid, MC_GROUP_TP, be, f->rowmax, k, err));
+    mc_k_xent_sumexp(be, f->sumexp, f->tlogit, f->logits, f->rowmax, f->dtgt, f->v0, k, vl);
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, f->sumexp, k, err));
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, f->tlogit, k, err));
+    mc_k_xent_loss(be, f->loss, f->rowmax, f->sumexp, f->tlogit, f->dtgt, k);
+    mc_bcopy_to_host(be, f->hloss, f->loss, k * sizeof(float));
+    mc_bcopy_to_host(be, f->hmax, f->rowmax, k * sizeof(float));
+    mc_bcopy_to_host(be, f->htl, f->tlogit, k * sizeof(float));
+    for (size_t i = 0; i < k; i++) {
+        if (logprob) logprob[f->hrow[i]] = -f->hloss[i];
+        if (greedy) greedy[f->hrow[i]] = f->htl[i] >= f->hmax[i];
+    }
+    return MC_OK;
+}
+
+mc_status mc_infer_extend(mc_infer *f, const int32_t *tokens, int n, const int32_t *targets,
+                          float *logprob, int *greedy, mc_error *err)
+{
+    int64_t V = f->m->cfg.padded_vocab_size;
+    if (n < 0 || f->len + n > f->max_len)
+        return mc_error_set(err, MC_ERR_LIMIT,
+                            "%d more positions do not fit the context of %d (%d in use)", n,
+                            f->max_len, f->len);
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return mc_error_set(err, MC_ERR_FORMAT,
+                                "token id %d at position %d is outside the vocabulary [0, %lld)",
+                                tokens[i], f->len + i, (long long)V);
+        if (targets && targets[i] >= V)
+            return mc_error_set(err, MC_ERR_FORMAT,
+                                "target id %d at position %d is outside the vocabulary [0, %lld)",
+                                targets[i], f->len + i, (long long)V);
+    }
+    for (int i0 = 0; i0 < n; i0 += f->max_rows) {
+        size_t c = (size_t)(n - i0 < f->max_rows ? n - i0 : f->max_rows);
+        TRY(forward_chunk(f, tokens + i0, c, err));
+        if (!targets) continue;
+        /* the chunk's scored rows, HEAD_ROWS at a time */
+        size_t k = 0;
+        for (size_t i = 0; i < c; i++) {
+            if (logprob) logprob[i0 + i] = 0.0f;
+            if (greedy) greedy[i0 + i] = 0;
+            if (targets[i0 + i] < 0) continue;
+            f->hrow[k] = (int)i;
+            f->htgt[k++] = targets[i0 + i];
+            if (k == f->hr) {
+                TRY(score_rows(f, k, logprob ? logprob + i0 : NULL, greedy ? greedy + i0 : NULL,
+                               err));
+                k = 0;
+            }
+        }
+        if (k)
+            TRY(score_rows(f, k, logprob ? logprob + i0 : NULL, greedy ? greedy + i0 : NULL,
+                           err));
+    }
+    return MC_OK;
+}
+
+mc_status mc_infer_logits(mc_infer *f, float *host, mc_error *err)
+{
+    mc_model *m = f->m;
+    if (!f->have_last)
+        return mc_error_set(err, MC_ERR_INTERNAL, "inference: no position has been run");
+    size_t vl = (size_t)f->vl;
+    mc_k_linear_fwd(f->be, m->prec, f->logits, f->last, head_weight(f), NULL, 1, f->C, vl, 0.0f);
+    TRY(mc_allgather(&m->grid, MC_GROUP_TP, f->be, f->logits, f->gathered, vl, err));
+    mc_bcopy_to_host(f->be, host, f->gathered, (size_t)m->grid.tp * vl * sizeof(float));
+    return MC_OK;
+}
