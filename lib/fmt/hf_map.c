@@ -1,0 +1,529 @@
+/*
+ * hf_map.c - how an mc model is a Hugging Face model: which architecture
+ * expresses it (GPT2LMHeadModel or LlamaForCausalLM), its config.json in
+ * both directions, and the table from Megatron Core tensor names and
+ * layouts to Hugging Face ones (hf_internal.h), used by both hf_export.c
+ * and hf_import.c so the two cannot disagree.
+ *
+ * Layouts (mc-formats(5)):
+ *   mc linear_qkv.weight rows, per query group g: its Q/G query heads, one
+ *   key head, one value head (D rows each). Llama's q_proj is the query
+ *   heads in order, k_proj/v_proj the key/value heads in order; GPT-2's
+ *   c_attn is [q; k; v] (out features) stored transposed, [C, 3C].
+ *   mc linear_fc1 under SwiGLU is [gate; up]: Llama's gate_proj, up_proj.
+ *   mc's RoPE rotates the pairs (i, i + D/2) like Hugging Face's
+ *   rotate_half, so q and k rows need no permutation.
+ *   Word embeddings and the output layer lose mc's vocabulary padding.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmt/hf_internal.h"
+
+const char *hf_arch_name(hf_arch a)
+{
+    return a == HF_LLAMA ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+}
+
+mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err)
+{
+    const char *need = NULL, *has = NULL;
+    if (c->position_embedding_type == MC_POS_LEARNED) {
+        *out = HF_GPT2;
+        if (c->normalization != MC_NORM_LAYERNORM)
+            need = "LayerNorm", has = "RMSNorm";
+        else if (c->swiglu)
+            need = "a GELU MLP", has = "SwiGLU";
+        else if (!c->add_bias_linear)
+            need = "biases in every linear layer", has = "none (--disable-bias-linear)";
+        else if (c->num_query_groups != c->num_attention_heads)
+            need = "one key/value head per query head", has = "grouped-query attention";
+        else if ((int64_t)c->kv_channels * c->num_attention_heads != c->hidden_size)
+            need = "head dim x heads = hidden size", has = "a different --kv-channels";
+        if (need)
+            return mc_error_set(err, MC_ERR_FORMAT,
+                                "GPT2LMHeadModel (the format for learned absolute positions) needs "
+                                "%s; this model has %s",
+                                need, has);
+        return MC_OK;
+    }
+    *out = HF_LLAMA;
+    if (c->normalization != MC_NORM_RMSNORM)
+        need = "RMSNorm", has = "LayerNorm";
+    else if (!c->swiglu)
+        need = "a SwiGLU MLP", has = "GELU";
+    if (need)
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "LlamaForCausalLM (the format for rotary positions) needs %s; this "
+                            "model has %s",
+                            need, has);
+    return MC_OK;
+}
+
+/* ------------------------------------------------------------ the table */
+
+typedef struct builder {
+    hf_map *m;
+    mc_error *err;
+    int failed;
+} builder;
+
+static hf_entry *entry(builder *b, const char *mc, int64_t mc_rows, int64_t mc_cols, int transpose,
+                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* A new entry (no ranges yet) for mc tensor `mc` of shape [mc_rows, mc_cols]. */
+static hf_entry *entry(builder *b, const char *mc, int64_t mc_rows, int64_t mc_cols, int transpose,
+                       const char *fmt, ...)
+{
+    hf_map *m = b->m;
+    if (b->failed)
+        return NULL;
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 64;
+        hf_entry *e = realloc(m->e, cap * sizeof *e);
+        if (!e) {
+            b->failed = 1;
+            mc_error_set(b->err, MC_ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        m->e = e;
+        m->cap = cap;
+    }
+    hf_entry *e = &m->e[m->n++];
+    memset(e, 0, sizeof *e);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->hf, sizeof e->hf, fmt, ap);
+    va_end(ap);
+    snprintf(e->mc, sizeof e->mc, "%s", mc);
+    e->mc_rows = mc_rows;
+    e->mc_cols = mc_cols;
+    e->cols = mc_cols;
+    e->transpose = transpose;
+    return e;
+}
+
+/* Append rows [row0, row0 + n) (merged with the previous range when they
+ * touch). */
+static void rows(builder *b, hf_entry *e, int64_t row0, int64_t n)
+{
+    if (!e || b->failed)
+        return;
+    e->rows += n;
+    if (e->nranges && e->ranges[e->nranges - 1].row0 + e->ranges[e->nranges - 1].n == row0) {
+        e->ranges[e->nranges - 1].n += n;
+        return;
+    }
+    hf_range *r = realloc(e->ranges, (size_t)(e->nranges + 1) * sizeof *r);
+    if (!r) {
+        b->failed = 1;
+        mc_error_set(b->err, MC_ERR_NOMEM, "out of memory");
+        return;
+    }
+    e->ranges = r;
+    e->ranges[e->nranges++] = (hf_range){row0, n};
+}
+
+/* A whole tensor, row for row. */
+static void whole(builder *b, const char *mc, int64_t mc_rows, int64_t mc_cols, int transpose,
+                  const char *hf)
+{
+    hf_entry *e = entry(b, mc, mc_rows, mc_cols, transpose, "%s", hf);
+    rows(b, e, 0, mc_rows);
+}
+
+void hf_map_free(hf_map *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        free(m->e[i].ranges);
+    free(m->e);
+    memset(m, 0, sizeof *m);
+}
+
+/* Which rows of linear_qkv hold the query (part 0), key (1) or value (2)
+ * heads, in head order. */
+static void qkv_rows(builder *b, hf_entry *e, const mc_model_config *c, int part)
+{
+    int64_t Q = c->num_attention_heads, G = c->num_query_groups, D = c->kv_channels;
+    int64_t per = Q / G + 2; /* heads per group in the fused layout */
+    for (int64_t g = 0; g < G; g++) {
+        if (part == 0)
+            rows(b, e, g * per * D, Q / G * D);
+        else
+            rows(b, e, (g * per + Q / G + part - 1) * D, D);
+    }
+}
+
+mc_status hf_map_build(const mc_model_config *c, hf_arch arch, hf_map *m, mc_error *err)
+{
+    memset(m, 0, sizeof *m);
+    m->arch = arch;
+    builder b = {m, err, 0};
+    int64_t C = c->hidden_size, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int64_t Q = c->num_attention_heads, G = c->num_query_groups, D = c->kv_channels;
+    int64_t F = c->ffn_hidden_size, QKV = (Q + 2 * G) * D;
+    int gpt = arch == HF_GPT2, bias = c->add_bias_linear;
+    char mc[128], hf[160];
+    hf_entry *e;
+
+    e = entry(&b, "embedding.word_embeddings.weight", Vp, C, 0, "%s",
+              gpt ? "transformer.wte.weight" : "model.embed_tokens.weight");
+    rows(&b, e, 0, V);
+    if (gpt)
+        whole(&b, "embedding.position_embeddings.weight", c->max_position_embeddings, C, 0,
+              "transformer.wpe.weight");
+    for (int l = 0; l < c->num_layers && !b.failed; l++) {
+        char a[64], p[64];
+        snprintf(a, sizeof a, "decoder.layers.%d.self_attention", l);
+        snprintf(p, sizeof p, gpt ? "transformer.h.%d" : "model.layers.%d", l);
+#define MC(fmt) (snprintf(mc, sizeof mc, fmt, a), mc)
+#define HF(fmt) (snprintf(hf, sizeof hf, fmt, p), hf)
+        whole(&b, MC("%s.linear_qkv.layer_norm_weight"), C, 0, 0,
+              HF(gpt ? "%s.ln_1.weight" : "%s.input_layernorm.weight"));
+        if (gpt)
+            whole(&b, MC("%s.linear_qkv.layer_norm_bias"), C, 0, 0, HF("%s.ln_1.bias"));
+        for (int w = 0; w < 1 + bias; w++) {
+            const char *kind = w ? "bias" : "weight";
+            snprintf(mc, sizeof mc, "%s.linear_qkv.%s", a, kind);
+            if (gpt) {
+                e = entry(&b, mc, QKV, w ? 0 : C, !w, "%s.attn.c_attn.%s", p, kind);
+                for (int part = 0; part < 3; part++)
+                    qkv_rows(&b, e, c, part);
+            } else {
+                static const char *const names[3] = {"q_proj", "k_proj", "v_proj"};
+                for (int part = 0; part < 3; part++) {
+                    e = entry(&b, mc, QKV, w ? 0 : C, 0, "%s.self_attn.%s.%s", p, names[part], kind);
+                    qkv_rows(&b, e, c, part);
+                }
+            }
+        }
+        whole(&b, MC("%s.linear_proj.weight"), C, Q * D, gpt,
+              HF(gpt ? "%s.attn.c_proj.weight" : "%s.self_attn.o_proj.weight"));
+        if (bias)
+            whole(&b, MC("%s.linear_proj.bias"), C, 0, 0,
+                  HF(gpt ? "%s.attn.c_proj.bias" : "%s.self_attn.o_proj.bias"));
+        snprintf(a, sizeof a, "decoder.layers.%d.mlp", l);
+        whole(&b, MC("%s.linear_fc1.layer_norm_weight"), C, 0, 0,
+              HF(gpt ? "%s.ln_2.weight" : "%s.post_attention_layernorm.weight"));
+        if (gpt)
+            whole(&b, MC("%s.linear_fc1.layer_norm_bias"), C, 0, 0, HF("%s.ln_2.bias"));
+        for (int w = 0; w < 1 + bias; w++) {
+            const char *kind = w ? "bias" : "weight";
+            snprintf(mc, sizeof mc, "%s.linear_fc1.%s", a, kind);
+            if (gpt) {
+                whole(&b, mc, F, w ? 0 : C, !w, HF(w ? "%s.mlp.c_fc.bias" : "%s.mlp.c_fc.weight"));
+            } else {
+                e = entry(&b, mc, 2 * F, w ? 0 : C, 0, "%s.mlp.gate_proj.%s", p, kind);
+                rows(&b, e, 0, F);
+                e = entry(&b, mc, 2 * F, w ? 0 : C, 0, "%s.mlp.up_proj.%s", p, kind);
+                rows(&b, e, F, F);
+            }
+        }
+        whole(&b, MC("%s.linear_fc2.weight"), C, F, gpt,
+              HF(gpt ? "%s.mlp.c_proj.weight" : "%s.mlp.down_proj.weight"));
+        if (bias)
+            whole(&b, MC("%s.linear_fc2.bias"), C, 0, 0,
+                  HF(gpt ? "%s.mlp.c_proj.bias" : "%s.mlp.down_proj.bias"));
+#undef MC
+#undef HF
+    }
+    whole(&b, "decoder.final_layernorm.weight", C, 0, 0,
+          gpt ? "transformer.ln_f.weight" : "model.norm.weight");
+    if (gpt)
+        whole(&b, "decoder.final_layernorm.bias", C, 0, 0, "transformer.ln_f.bias");
+    if (c->untie_embeddings_and_output_weights) {
+        e = entry(&b, "output_layer.weight", Vp, C, 0, "lm_head.weight");
+        rows(&b, e, 0, V);
+    }
+    if (b.failed) {
+        hf_map_free(m);
+        return err ? err->code : MC_ERR_NOMEM;
+    }
+    return MC_OK;
+}
+
+/* ------------------------------------------------------------ config.json */
+
+/* A float as the shortest decimal that reads back as the same float, so
+ * config.json says 1e-05 rather than 9.999999747378752e-06. */
+static json_t *real(float x)
+{
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)x);
+        if (strtof(buf, NULL) == x)
+            break;
+    }
+    return json_real(strtod(buf, NULL));
+}
+
+json_t *hf_config_json(const mc_model_config *c, hf_arch arch, int64_t eos_id,
+                       const char *torch_dtype)
+{
+    json_t *o = json_object();
+    json_t *eos = eos_id >= 0 ? json_integer(eos_id) : json_null();
+    json_object_set_new(o, "architectures", json_pack("[s]", hf_arch_name(arch)));
+    if (arch == HF_GPT2) {
+        json_object_set_new(o, "model_type", json_string("gpt2"));
+        json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+        json_object_set_new(o, "n_positions", json_integer(c->max_position_embeddings));
+        json_object_set_new(o, "n_ctx", json_integer(c->max_position_embeddings));
+        json_object_set_new(o, "n_embd", json_integer(c->hidden_size));
+        json_object_set_new(o, "n_layer", json_integer(c->num_layers));
+        json_object_set_new(o, "n_head", json_integer(c->num_attention_heads));
+        json_object_set_new(o, "n_inner", json_integer(c->ffn_hidden_size));
+        json_object_set_new(o, "activation_function", json_string("gelu_new"));
+        json_object_set_new(o, "layer_norm_epsilon", real(c->norm_epsilon));
+        /* mc trains without dropout */
+        json_object_set_new(o, "resid_pdrop", json_real(0));
+        json_object_set_new(o, "embd_pdrop", json_real(0));
+        json_object_set_new(o, "attn_pdrop", json_real(0));
+        json_object_set_new(o, "scale_attn_weights", json_true());
+        json_object_set_new(o, "bos_token_id", json_copy(eos));
+    } else {
+        json_object_set_new(o, "model_type", json_string("llama"));
+        json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+        json_object_set_new(o, "hidden_size", json_integer(c->hidden_size));
+        json_object_set_new(o, "intermediate_size", json_integer(c->ffn_hidden_size));
+        json_object_set_new(o, "num_hidden_layers", json_integer(c->num_layers));
+        json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
+        json_object_set_new(o, "num_key_value_heads", json_integer(c->num_query_groups));
+        json_object_set_new(o, "head_dim", json_integer(c->kv_channels));
+        json_object_set_new(o, "hidden_act", json_string("silu"));
+        json_object_set_new(o, "max_position_embeddings", json_integer(c->max_position_embeddings));
+        json_object_set_new(o, "rms_norm_eps", real(c->norm_epsilon));
+        json_object_set_new(o, "rope_theta", real(c->rotary_base));
+        json_object_set_new(o, "rope_scaling", json_null());
+        json_object_set_new(o, "attention_bias", json_boolean(c->add_bias_linear));
+        json_object_set_new(o, "mlp_bias", json_boolean(c->add_bias_linear));
+        json_object_set_new(o, "attention_dropout", json_real(0));
+        json_object_set_new(o, "pretraining_tp", json_integer(1));
+        json_object_set_new(o, "bos_token_id", json_null());
+    }
+    json_object_set_new(o, "eos_token_id", eos);
+    json_object_set_new(o, "tie_word_embeddings",
+                        json_boolean(!c->untie_embeddings_and_output_weights));
+    json_object_set_new(o, "initializer_range", real(c->init_method_std));
+    json_object_set_new(o, "use_cache", json_true());
+    json_object_set_new(o, "torch_dtype", json_string(torch_dtype));
+    return o;
+}
+
+/* Reading: every field is optional and defaults as in transformers'
+ * config class; a present field of the wrong type is an error. */
+typedef struct reader {
+    const json_t *o;
+    const char *where;
+    mc_error *err;
+    mc_status st;
+} reader;
+
+static int64_t get_int(reader *r, const char *k, int64_t def, int64_t lo)
+{
+    json_t *x = json_object_get(r->o, k);
+    if (r->st || !x || json_is_null(x))
+        return def;
+    if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > INT32_MAX) {
+        r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: expected an integer >= %lld",
+                             r->where, k, (long long)lo);
+        return def;
+    }
+    return json_integer_value(x);
+}
+
+static double get_num(reader *r, const char *k, double def)
+{
+    json_t *x = json_object_get(r->o, k);
+    if (r->st || !x || json_is_null(x))
+        return def;
+    if (!json_is_number(x) || !(json_number_value(x) > 0)) {
+        r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: expected a positive number",
+                             r->where, k);
+        return def;
+    }
+    return json_number_value(x);
+}
+
+static int get_bool(reader *r, const char *k, int def)
+{
+    json_t *x = json_object_get(r->o, k);
+    if (r->st || !x || json_is_null(x))
+        return def;
+    if (!json_is_boolean(x)) {
+        r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: expected true or false", r->where, k);
+        return def;
+    }
+    return json_is_true(x);
+}
+
+static const char *get_str(reader *r, const char *k, const char *def)
+{
+    json_t *x = json_object_get(r->o, k);
+    if (r->st || !x || json_is_null(x))
+        return def;
+    if (!json_is_string(x)) {
+        r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: expected a string", r->where, k);
+        return def;
+    }
+    return json_string_value(x);
+}
+
+/* Refuse a field whose value changes the math in a way mc does not do. */
+static void refuse(reader *r, const char *k, const char *why)
+{
+    if (!r->st)
+        r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: %s", r->where, k, why);
+}
+
+static hf_arch detect(reader *r)
+{
+    const char *a = json_string_value(json_array_get(json_object_get(r->o, "architectures"), 0));
+    const char *t = get_str(r, "model_type", NULL);
+    if (a && !strcmp(a, "GPT2LMHeadModel"))
+        return HF_GPT2;
+    if (a && !strcmp(a, "LlamaForCausalLM"))
+        return HF_LLAMA;
+    if (!a && t && !strcmp(t, "gpt2"))
+        return HF_GPT2;
+    if (!a && t && !strcmp(t, "llama"))
+        return HF_LLAMA;
+    if (!r->st) {
+        if (a)
+            r->st = mc_error_set(r->err, MC_ERR_FORMAT,
+                                 "%s: architectures: %s is not supported (mc imports "
+                                 "GPT2LMHeadModel and LlamaForCausalLM)",
+                                 r->where, a);
+        else
+            r->st = mc_error_set(r->err, MC_ERR_FORMAT,
+                                 "%s: architectures: missing, and model_type %s%s%s is not gpt2 or "
+                                 "llama",
+                                 r->where, t ? "\"" : "", t ? t : "missing", t ? "\"" : "");
+    }
+    return HF_GPT2;
+}
+
+static void parse_gpt2(reader *r, mc_model_config *c)
+{
+    c->hidden_size = (int)get_int(r, "n_embd", 768, 1);
+    c->num_layers = (int)get_int(r, "n_layer", 12, 1);
+    c->num_attention_heads = (int)get_int(r, "n_head", 12, 1);
+    c->max_position_embeddings = (int)get_int(r, "n_positions", 1024, 1);
+    c->vocab_size = get_int(r, "vocab_size", 50257, 1);
+    c->ffn_hidden_size = (int)get_int(r, "n_inner", 4 * (int64_t)c->hidden_size, 1);
+    c->norm_epsilon = (float)get_num(r, "layer_norm_epsilon", 1e-5);
+    c->init_method_std = (float)get_num(r, "initializer_range", 0.02);
+    c->untie_embeddings_and_output_weights = !get_bool(r, "tie_word_embeddings", 1);
+    const char *act = get_str(r, "activation_function", "gelu_new");
+    if (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
+        refuse(r, "activation_function",
+               "mc's GPT uses the tanh GELU (gelu_new or gelu_pytorch_tanh)");
+    if (!get_bool(r, "scale_attn_weights", 1))
+        refuse(r, "scale_attn_weights", "mc always scales attention by 1/sqrt(head dim)");
+    if (get_bool(r, "scale_attn_by_inverse_layer_idx", 0))
+        refuse(r, "scale_attn_by_inverse_layer_idx", "not supported by mc");
+    if (get_bool(r, "add_cross_attention", 0))
+        refuse(r, "add_cross_attention", "mc has no cross-attention");
+    c->normalization = MC_NORM_LAYERNORM;
+    c->position_embedding_type = MC_POS_LEARNED;
+    c->swiglu = 0;
+    c->add_bias_linear = 1;
+}
+
+static void parse_llama(reader *r, mc_model_config *c)
+{
+    c->hidden_size = (int)get_int(r, "hidden_size", 4096, 1);
+    c->ffn_hidden_size = (int)get_int(r, "intermediate_size", 11008, 1);
+    c->num_layers = (int)get_int(r, "num_hidden_layers", 32, 1);
+    c->num_attention_heads = (int)get_int(r, "num_attention_heads", 32, 1);
+    c->num_query_groups = (int)get_int(r, "num_key_value_heads", c->num_attention_heads, 1);
+    if (!r->st && c->hidden_size % c->num_attention_heads && !json_object_get(r->o, "head_dim"))
+        refuse(r, "head_dim", "missing, and hidden_size is not a multiple of num_attention_heads");
+    c->kv_channels = (int)get_int(r, "head_dim", c->hidden_size / c->num_attention_heads, 1);
+    c->max_position_embeddings = (int)get_int(r, "max_position_embeddings", 2048, 1);
+    c->vocab_size = get_int(r, "vocab_size", 32000, 1);
+    c->norm_epsilon = (float)get_num(r, "rms_norm_eps", 1e-6);
+    c->init_method_std = (float)get_num(r, "initializer_range", 0.02);
+    c->untie_embeddings_and_output_weights = !get_bool(r, "tie_word_embeddings", 0);
+    const char *act = get_str(r, "hidden_act", "silu");
+    if (strcmp(act, "silu"))
+        refuse(r, "hidden_act", "mc's SwiGLU uses silu");
+    double theta = get_num(r, "rope_theta", 10000.0);
+    json_t *rs = json_object_get(r->o, "rope_scaling");
+    if (rs && !json_is_null(rs))
+        refuse(r, "rope_scaling", "RoPE scaling is not supported by mc (only plain RoPE)");
+    /* transformers 5 writes rope_parameters {"rope_type", "rope_theta"} */
+    json_t *rp = json_object_get(r->o, "rope_parameters");
+    if (rp && !json_is_null(rp)) {
+        const char *type = json_string_value(json_object_get(rp, "rope_type"));
+        json_t *th = json_object_get(rp, "rope_theta");
+        if (!json_is_object(rp) || (type && strcmp(type, "default")))
+            refuse(r, "rope_parameters.rope_type",
+                   "RoPE scaling is not supported by mc (only \"default\")");
+        else if (th && !(json_is_number(th) && json_number_value(th) > 0))
+            refuse(r, "rope_parameters.rope_theta", "expected a positive number");
+        else if (th)
+            theta = json_number_value(th);
+        json_t *prf = json_object_get(rp, "partial_rotary_factor");
+        if (prf && !(json_is_number(prf) && json_number_value(prf) == 1.0))
+            refuse(r, "rope_parameters.partial_rotary_factor", "mc rotates the whole head");
+    }
+    json_t *prf = json_object_get(r->o, "partial_rotary_factor");
+    if (prf && !json_is_null(prf) && !(json_is_number(prf) && json_number_value(prf) == 1.0))
+        refuse(r, "partial_rotary_factor", "mc rotates the whole head");
+    c->rotary_base = (float)theta;
+    int ab = get_bool(r, "attention_bias", 0), mb = get_bool(r, "mlp_bias", 0);
+    if (ab != mb)
+        refuse(r, "mlp_bias",
+               "mc has biases in all linear layers or in none (attention_bias differs)");
+    c->add_bias_linear = ab;
+    c->normalization = MC_NORM_RMSNORM;
+    c->position_embedding_type = MC_POS_ROPE;
+    c->swiglu = 1;
+}
+
+mc_status hf_config_parse(const json_t *cfg, const char *where, mc_model_config *c, hf_arch *arch,
+                          mc_error *err)
+{
+    reader r = {cfg, where, err, MC_OK};
+    mc_model_config_init(c);
+    if (!json_is_object(cfg))
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: not a JSON object", where);
+    *arch = detect(&r);
+    if (r.st)
+        return r.st;
+    if (*arch == HF_GPT2)
+        parse_gpt2(&r, c);
+    else
+        parse_llama(&r, c);
+    if (r.st)
+        return r.st;
+    /* A run's length, not the model's: the positions, up to 4096 (mc-train
+     * and mc-eval take --seq-length). */
+    c->seq_length = c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096;
+    /* No padding rows: mc's cross-entropy (Megatron's) normalizes over the
+     * padded vocabulary, and zero rows would give every padding class logit
+     * 0, far above a trained model's usual logits (GPT-2's are mostly well
+     * below -20), changing the model. The largest power of two up to
+     * Megatron's 128 that divides the vocabulary pads nothing. */
+    c->make_vocab_size_divisible_by = 128;
+    while (c->vocab_size % c->make_vocab_size_divisible_by)
+        c->make_vocab_size_divisible_by /= 2;
+    mc_status st = mc_model_config_finish(c, 1, err);
+    if (st) {
+        err->code = MC_ERR_FORMAT;
+        return mc_error_prefix(err, "%s", where);
+    }
+    /* hf_arch_for must pick the same architecture back (export of an
+     * import); a GPT-2 head dim other than hidden / heads cannot happen. */
+    hf_arch back;
+    if (hf_arch_for(c, &back, err))
+        return mc_error_prefix(err, "%s", where);
+    return MC_OK;
+}

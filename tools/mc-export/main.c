@@ -1,0 +1,228 @@
+/*
+ * mc-export - an mc checkpoint out to other ecosystems:
+ *   --format hf     a Hugging Face model directory (GPT2LMHeadModel or
+ *                   LlamaForCausalLM, safetensors; lib/fmt/hf_export.c)
+ *   --format llmc   llm.c's GPT-2 model file (lib/fmt/llmc.c)
+ *   --format gguf   GGUF for llama.cpp (lib/fmt/gguf.c)
+ * This file only parses options and calls libmc. The checkpoint comes as
+ * an argument, or as one line on stdin (the pipeline contract); stdout
+ * carries exactly one line, the path written.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mc/ckpt.h"
+#include "mc/hf.h"
+#include "mc/llmc.h"
+#include "mc/log.h"
+#include "mc/opt.h"
+
+static const char PROG[] = "mc-export";
+
+enum { OPT_FORMAT = 256, OPT_OUTPUT = 'o', OPT_DTYPE = 257, OPT_MAX_SHARD_SIZE, OPT_QUIET };
+
+static const mc_option options[] = {
+    {"format", MC_OPT_REQUIRED, OPT_FORMAT, "FMT",
+     "hf (Hugging Face directory), llmc (llm.c model file) or gguf (llama.cpp)."},
+    {"output", MC_OPT_REQUIRED, OPT_OUTPUT, "PATH",
+     "What to write (-o): a directory for hf, a file for llmc and gguf. Written under a "
+     "temporary name and renamed into place."},
+    {"dtype", MC_OPT_REQUIRED, OPT_DTYPE, "TYPE",
+     "Stored type of the weights: fp32, fp16 or bf16 (hf), fp32 or bf16 (llmc); default: as "
+     "stored in the checkpoint."},
+    {"max-shard-size", MC_OPT_REQUIRED, OPT_MAX_SHARD_SIZE, "SIZE",
+     "hf: split the weights into shards of at most SIZE bytes (e.g. 5GB, 100MB, 2G; "
+     "default 5GB; 0: one file) with model.safetensors.index.json."},
+    /* --format gguf options go here */
+    {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "No notes on stderr."},
+    {NULL, 0, 0, NULL, NULL},
+};
+
+typedef enum fmt { FMT_NONE, FMT_HF, FMT_LLMC, FMT_GGUF } fmt;
+
+typedef struct args {
+    const char *ckpt;
+    fmt format;
+    const char *output;
+    const char *dtype;
+    uint64_t max_shard_size;
+    int quiet;
+    int exit_now;
+} args;
+
+static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
+{
+    const char *arg;
+    int key;
+    while ((key = mc_cli_next(cli, &arg, err)) >= 0) {
+        mc_status st = MC_OK;
+        switch (key) {
+        case OPT_FORMAT:
+            if (!strcmp(arg, "hf"))
+                a->format = FMT_HF;
+            else if (!strcmp(arg, "llmc"))
+                a->format = FMT_LLMC;
+            else if (!strcmp(arg, "gguf"))
+                a->format = FMT_GGUF;
+            else
+                st = mc_error_set(err, MC_ERR_USAGE,
+                                  "--format: expected hf, llmc or gguf, got '%s'", arg);
+            break;
+        case OPT_OUTPUT: a->output = arg; break;
+        case OPT_DTYPE: a->dtype = arg; break;
+        case OPT_MAX_SHARD_SIZE:
+            st = mc_parse_size("--max-shard-size", arg, &a->max_shard_size, err);
+            break;
+        /* --format gguf options: handled here */
+        case OPT_QUIET: a->quiet = 1; break;
+        default: st = mc_error_set(err, MC_ERR_INTERNAL, "unhandled option %d", key);
+        }
+        if (st)
+            return st;
+    }
+    if (key == MC_CLI_EXIT) {
+        a->exit_now = 1;
+        return MC_OK;
+    }
+    if (key == MC_CLI_ERROR)
+        return err->code ? err->code : MC_ERR_USAGE;
+    int n = cli->argc - cli->optind;
+    if (n > 1)
+        return mc_error_set(err, MC_ERR_USAGE, "one checkpoint at a time (got %d arguments)", n);
+    a->ckpt = n == 1 ? cli->argv[cli->optind] : NULL;
+    if (a->format == FMT_NONE)
+        return mc_error_set(err, MC_ERR_USAGE, "--format is required (hf, llmc or gguf)");
+    if (!a->output || !*a->output)
+        return mc_error_set(err, MC_ERR_USAGE, "-o/--output is required");
+    return MC_OK;
+}
+
+/* The --dtype of hf and llmc as an mc_ckpt_dtype (-1: as stored). */
+static mc_status weight_dtype(const args *a, int *out, mc_error *err)
+{
+    *out = -1;
+    if (!a->dtype)
+        return MC_OK;
+    if (!strcmp(a->dtype, "fp32") || !strcmp(a->dtype, "float32"))
+        *out = MC_CKPT_FLOAT32;
+    else if (!strcmp(a->dtype, "bf16") || !strcmp(a->dtype, "bfloat16"))
+        *out = MC_CKPT_BFLOAT16;
+    else if ((!strcmp(a->dtype, "fp16") || !strcmp(a->dtype, "float16")) && a->format == FMT_HF)
+        *out = MC_CKPT_FLOAT16;
+    else
+        return mc_error_set(err, MC_ERR_USAGE, "--dtype: --format %s takes %s, got '%s'",
+                            a->format == FMT_HF ? "hf" : "llmc",
+                            a->format == FMT_HF ? "fp32, fp16 or bf16" : "fp32 or bf16", a->dtype);
+    return MC_OK;
+}
+
+/* The checkpoint path from stdin: its first line. */
+static mc_status read_stdin_path(char **out, mc_error *err)
+{
+    if (isatty(STDIN_FILENO))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "no checkpoint given, and stdin is a terminal: give CKPT or pipe "
+                            "in its path (mc-train ... | mc-export ...)");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = 0;
+    if (n <= 0) {
+        free(line);
+        return mc_error_set(err, MC_ERR_USAGE, "stdin: no checkpoint path (empty input)");
+    }
+    *out = line;
+    return MC_OK;
+}
+
+static void print_note(void *ctx, const char *msg)
+{
+    const mc_logger *lg = ctx;
+    mc_log_warn(lg, "%s", msg);
+}
+
+int main(int argc, char **argv)
+{
+    mc_logger lg;
+    mc_logger_init(&lg, PROG);
+    mc_error err;
+    mc_error_clear(&err);
+    /* A file-size limit must surface as a write error (EFBIG), not a kill. */
+    signal(SIGXFSZ, SIG_IGN);
+
+    args a;
+    memset(&a, 0, sizeof a);
+    a.max_shard_size = 5000000000ull;
+    char *stdin_path = NULL;
+    mc_cli cli;
+    mc_status st = mc_cli_init(&cli, PROG, "[OPTION]... [CKPT]",
+                               "Export an mc checkpoint (a checkpoint directory, an iteration "
+                               "directory or its model.h5; read from stdin when CKPT is omitted "
+                               "or '-') as a Hugging Face directory, an llm.c model file or a "
+                               "GGUF file. Prints the path written.",
+                               options, argc, argv, &err);
+    if (st)
+        return mc_log_fail(&lg, &err);
+    st = parse_args(&cli, &a, &err);
+    if (!st && a.exit_now) {
+        mc_cli_free(&cli);
+        return 0;
+    }
+    int dtype = -1;
+    if (!st && a.format != FMT_GGUF)
+        st = weight_dtype(&a, &dtype, &err);
+    if (!st && (!a.ckpt || !strcmp(a.ckpt, "-"))) {
+        st = read_stdin_path(&stdin_path, &err);
+        a.ckpt = stdin_path;
+    }
+    if (st == MC_ERR_USAGE) {
+        mc_log_error(&lg, "%s (try '%s --help')", err.msg, PROG);
+        free(stdin_path);
+        mc_cli_free(&cli);
+        return 2;
+    }
+    if (!st) {
+        switch (a.format) {
+        case FMT_HF: {
+            mc_hf_export_options o;
+            mc_hf_export_options_init(&o);
+            o.dtype = dtype;
+            o.max_shard_size = a.max_shard_size;
+            o.note = a.quiet ? NULL : print_note;
+            o.note_ctx = &lg;
+            st = mc_hf_export(a.ckpt, a.output, &o, &err);
+            break;
+        }
+        case FMT_LLMC:
+            st = mc_llmc_export(a.ckpt, a.output, dtype, &err);
+            break;
+        case FMT_GGUF:
+            /* ---- --format gguf: lib/fmt/gguf.c (mc/gguf.h) goes here ---- */
+            st = mc_error_set(&err, MC_ERR_USAGE, "--format gguf is not built yet");
+            break;
+        default:
+            st = mc_error_set(&err, MC_ERR_INTERNAL, "no format");
+        }
+    }
+    int rc = 0;
+    if (st)
+        rc = st == MC_ERR_USAGE ? (mc_log_error(&lg, "%s (try '%s --help')", err.msg, PROG), 2)
+                                : mc_log_fail(&lg, &err);
+    else
+        printf("%s\n", a.output);
+    if (fflush(stdout) != 0 && rc == 0) {
+        mc_log_error(&lg, "stdout: write failed");
+        rc = 1;
+    }
+    free(stdin_path);
+    mc_cli_free(&cli);
+    return rc;
+}
