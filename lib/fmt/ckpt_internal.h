@@ -206,6 +206,7 @@ mc_status ck_shardr_open(hid_t index_fid, const char *index_file, const char *di
                          mc_error *err);
 void ck_shardr_close(ck_shardr *s);
 void ck_shardr_grid(const ck_shardr *s, int *tp, int *pp);
+void ck_shardr_prefer(ck_shardr *s, int tp_rank, int pp_rank);
 int ck_shardr_has(const ck_shardr *s, const char *path);
 mc_status ck_shardr_info(const ck_shardr *s, const char *path, int64_t *rows, int64_t *cols,
                          mc_ckpt_dtype *dtype, mc_error *err);

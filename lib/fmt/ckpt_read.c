@@ -34,6 +34,11 @@ int64_t mc_ckpt_iteration(const mc_ckpt_reader *r) { return r->iteration; }
 const char *mc_ckpt_dir(const mc_ckpt_reader *r) { return r->dir; }
 const char *mc_ckpt_file(const mc_ckpt_reader *r) { return r->file; }
 
+void mc_ckpt_prefer_shard(mc_ckpt_reader *r, int tp_rank, int pp_rank) {
+    if (r->shard)
+        ck_shardr_prefer(r->shard, tp_rank, pp_rank);
+}
+
 void mc_ckpt_shards(const mc_ckpt_reader *r, int *tp, int *pp) {
     *tp = *pp = 0;
     if (r->shard)

@@ -418,6 +418,7 @@ struct ck_shardr {
     int tp, pp, nfiles;
     char **files; /* full paths */
     hid_t *fid;   /* -1 until first needed */
+    int prefer;   /* the file of the reading rank (-1: none named) */
     stensor *t;
     size_t nt;
 };
@@ -425,6 +426,11 @@ struct ck_shardr {
 void ck_shardr_grid(const ck_shardr *s, int *tp, int *pp) {
     *tp = s->tp;
     *pp = s->pp;
+}
+
+void ck_shardr_prefer(ck_shardr *s, int tp_rank, int pp_rank) {
+    /* files are named mp_rank_TT_PPP.h5 at index p * tp + t */
+    s->prefer = tp_rank >= 0 && tp_rank < s->tp && pp_rank >= 0 && pp_rank < s->pp ? pp_rank * s->tp + tp_rank : -1;
 }
 
 void ck_shardr_close(ck_shardr *s) {
@@ -565,6 +571,7 @@ mc_status ck_shardr_open(hid_t fid, const char *index_file, const char *dir, ck_
         free(s);
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", index_file);
     }
+    s->prefer = -1;
     mc_status st = ck_read_int_attr(fid, "iteration", &s->iteration, err, index_file);
     hid_t ds = -1, sp = -1;
     char *text = NULL;
@@ -664,13 +671,21 @@ mc_status ck_shardr_read(ck_shardr *s, const char *path, int64_t row0, int64_t c
         int64_t c1 = b->col0 + b->cols < col0 + lcols ? b->col0 + b->cols : col0 + lcols;
         if (r0 >= r1 || c0 >= c1)
             continue;
-        /* Of the replicas of this region, one whose file is open. */
-        const sblock *use = b;
-        for (int j = i; j < t->nb; j++)
-            if (same_region(b, &t->b[j]) && s->fid[t->b[j].file] >= 0) {
-                use = &t->b[j];
+        /* Of the replicas of this region: the reading rank's own file,
+         * else one already open, else the first. */
+        const sblock *use = b, *open_one = NULL;
+        for (int j = i; j < t->nb; j++) {
+            if (!same_region(b, &t->b[j]))
+                continue;
+            if (t->b[j].file == s->prefer) {
+                open_one = &t->b[j];
                 break;
             }
+            if (!open_one && s->fid[t->b[j].file] >= 0)
+                open_one = &t->b[j];
+        }
+        if (open_one)
+            use = open_one;
         if ((st = open_file(s, use->file, err)) != MC_OK)
             break;
         size_t n = (size_t)((r1 - r0) * (c1 - c0));

@@ -210,6 +210,13 @@ const char *mc_ckpt_dir(const mc_ckpt_reader *r);
 const char *mc_ckpt_file(const mc_ckpt_reader *r);
 /* The grid a sharded checkpoint was split for; 0 and 0 for one file. */
 void mc_ckpt_shards(const mc_ckpt_reader *r, int *tp, int *pp);
+/* Tell the reader of a sharded checkpoint which rank reads it: of the
+ * files holding copies of a block (replicated tensors, the tied
+ * embeddings' copy on the last stage), it then prefers the file of this
+ * tensor-parallel rank and pipeline stage, so a rank of the grid the
+ * checkpoint was split for opens only its own file. Without the hint it
+ * prefers files already open, then the first. No effect on one file. */
+void mc_ckpt_prefer_shard(mc_ckpt_reader *r, int tp_rank, int pp_rank);
 
 /* Root attribute written by mc_ckpt_write_json, parsed (caller decrefs). */
 mc_status mc_ckpt_read_json(mc_ckpt_reader *r, const char *key, json_t **out, mc_error *err);

@@ -1,0 +1,619 @@
+/*
+ * mc-reshard - anything in, an mc checkpoint out: converts a checkpoint's
+ * precision (--dtype), quantizes its weight matrices (--quantize), drops
+ * the optimizer state, writes it pre-split for a grid or merged into one
+ * file, or averages several checkpoints of one model (--average). A
+ * Hugging Face model directory is imported first (lib/fmt/hf_*.c).
+ *
+ * The output is a new checkpoint directory with the input's iteration,
+ * configuration, tokenizer and counters; stdout carries only the path of
+ * the iteration directory written, so the tool sits in a pipeline:
+ *   mc-train ... | mc-reshard --dtype bf16 -o ckpt-bf16 | mc-export ...
+ * This file parses options, checks the inputs against each other and
+ * copies tensor by tensor through libmc (ckpt.h does the storing).
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mc/ckpt.h"
+#include "mc/hf.h"
+#include "mc/log.h"
+#include "mc/opt.h"
+
+static const char PROG[] = "mc-reshard";
+
+enum {
+    OPT_OUTPUT = 'o',
+    OPT_DTYPE = 256, OPT_DROP_OPTIMIZER, OPT_QUANTIZE, OPT_GROUP_SIZE, OPT_TARGET_TP,
+    OPT_TARGET_PP, OPT_MERGE, OPT_AVERAGE, OPT_COMPRESSION, OPT_QUIET
+};
+
+static const mc_option options[] = {
+    {"output", MC_OPT_REQUIRED, OPT_OUTPUT, "DIR",
+     "Checkpoint directory to write (default: the input's checkpoint directory with a suffix "
+     "naming the conversion, e.g. ckpt-bf16)."},
+    {"dtype", MC_OPT_REQUIRED, OPT_DTYPE, "TYPE",
+     "Store the model's tensors as fp32, bf16 or fp16 (default: as they are stored in the input)."},
+    {"drop-optimizer", MC_OPT_NONE, OPT_DROP_OPTIMIZER, NULL,
+     "Leave out the optimizer state (Adam's moments)."},
+    {"quantize", MC_OPT_REQUIRED, OPT_QUANTIZE, "FMT",
+     "Quantize every 2-D model tensor: int8 (per row), fp8 (E4M3, per tensor) or int4 "
+     "(per group of a row); 1-D tensors keep --dtype."},
+    {"group-size", MC_OPT_REQUIRED, OPT_GROUP_SIZE, "N",
+     "With --quantize int4: elements of a row per scale (default 128)."},
+    {"target-tensor-parallel-size", MC_OPT_REQUIRED, OPT_TARGET_TP, "N",
+     "Write the checkpoint pre-split for N tensor-parallel ranks (one file per rank and stage)."},
+    {"target-pipeline-parallel-size", MC_OPT_REQUIRED, OPT_TARGET_PP, "N",
+     "Write the checkpoint pre-split for N pipeline stages."},
+    {"merge", MC_OPT_NONE, OPT_MERGE, NULL,
+     "Write one file, model.h5 (the default without --target-*-parallel-size)."},
+    {"average", MC_OPT_NONE, OPT_AVERAGE, NULL,
+     "Average the model tensors of all the checkpoints given (same configuration and shapes); "
+     "the output has no optimizer state."},
+    {"ckpt-compression", MC_OPT_REQUIRED, OPT_COMPRESSION, "none|zstd",
+     "Compress the tensors with zstd (HDF5 filter 32015; default none)."},
+    {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "No summary on stderr."},
+    {NULL, 0, 0, NULL, NULL},
+};
+
+typedef struct args {
+    const char *output;
+    int dtype_set;
+    mc_ckpt_dtype dtype;
+    const char *dtype_tag;
+    int drop_optimizer;
+    mc_ckpt_dtype quant; /* MC_CKPT_FLOAT32: none */
+    const char *quant_tag;
+    int64_t group_size;
+    int group_size_set;
+    int64_t tp, pp;
+    int merge, average, quiet;
+    mc_ckpt_compression comp;
+    char **inputs;
+    size_t n_inputs;
+    int exit_now;
+} args;
+
+static mc_status push_input(args *a, const char *s, mc_error *err) {
+    char **v = realloc(a->inputs, (a->n_inputs + 1) * sizeof *v);
+    if (!v || !(s = strdup(s))) {
+        if (v)
+            a->inputs = v;
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
+    a->inputs = v;
+    v[a->n_inputs++] = (char *)s;
+    return MC_OK;
+}
+
+static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
+    const char *arg;
+    int key;
+    while ((key = mc_cli_next(cli, &arg, err)) >= 0) {
+        mc_status st = MC_OK;
+        switch (key) {
+        case OPT_OUTPUT: a->output = arg; break;
+        case OPT_DTYPE:
+            a->dtype_set = 1;
+            if (!strcmp(arg, "fp32") || !strcmp(arg, "float32"))
+                a->dtype = MC_CKPT_FLOAT32, a->dtype_tag = "fp32";
+            else if (!strcmp(arg, "bf16") || !strcmp(arg, "bfloat16"))
+                a->dtype = MC_CKPT_BFLOAT16, a->dtype_tag = "bf16";
+            else if (!strcmp(arg, "fp16") || !strcmp(arg, "float16"))
+                a->dtype = MC_CKPT_FLOAT16, a->dtype_tag = "fp16";
+            else
+                st = mc_error_set(err, MC_ERR_USAGE, "--dtype: expected fp32, bf16 or fp16, got '%s'", arg);
+            break;
+        case OPT_DROP_OPTIMIZER: a->drop_optimizer = 1; break;
+        case OPT_QUANTIZE:
+            if (!strcmp(arg, "int8"))
+                a->quant = MC_CKPT_INT8;
+            else if (!strcmp(arg, "fp8") || !strcmp(arg, "fp8_e4m3"))
+                a->quant = MC_CKPT_FP8_E4M3;
+            else if (!strcmp(arg, "int4"))
+                a->quant = MC_CKPT_INT4;
+            else
+                st = mc_error_set(err, MC_ERR_USAGE, "--quantize: expected int8, fp8 or int4, got '%s'", arg);
+            a->quant_tag = a->quant == MC_CKPT_FP8_E4M3 ? "fp8" : arg;
+            break;
+        case OPT_GROUP_SIZE:
+            a->group_size_set = 1;
+            st = mc_parse_i64("--group-size", arg, 1, INT32_MAX, &a->group_size, err);
+            break;
+        case OPT_TARGET_TP:
+            st = mc_parse_i64("--target-tensor-parallel-size", arg, 1, 1024, &a->tp, err);
+            break;
+        case OPT_TARGET_PP:
+            st = mc_parse_i64("--target-pipeline-parallel-size", arg, 1, 1024, &a->pp, err);
+            break;
+        case OPT_MERGE: a->merge = 1; break;
+        case OPT_AVERAGE: a->average = 1; break;
+        case OPT_COMPRESSION:
+            st = mc_ckpt_compression_parse(arg, &a->comp, err);
+            if (st)
+                mc_error_prefix(err, "--ckpt-compression");
+            break;
+        case OPT_QUIET: a->quiet = 1; break;
+        default: st = mc_error_set(err, MC_ERR_INTERNAL, "unhandled option %d", key); break;
+        }
+        if (st)
+            return err->code;
+    }
+    if (key == MC_CLI_EXIT) {
+        a->exit_now = 1;
+        return MC_OK;
+    }
+    if (key == MC_CLI_ERROR)
+        return MC_ERR_USAGE;
+    for (int i = cli->optind; i < cli->argc; i++)
+        if (strcmp(cli->argv[i], "-") && push_input(a, cli->argv[i], err))
+            return err->code;
+    if (a->group_size_set && a->quant != MC_CKPT_INT4)
+        return mc_error_set(err, MC_ERR_USAGE, "--group-size applies to --quantize int4 only");
+    if (a->merge && (a->tp > 1 || a->pp > 1))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--merge writes one file; it excludes --target-tensor/pipeline-parallel-size > 1");
+    if (!a->average && a->n_inputs > 1)
+        return mc_error_set(err, MC_ERR_USAGE, "one input checkpoint (%zu given; several only with --average)",
+                            a->n_inputs);
+    if (a->average && a->n_inputs == 1)
+        return mc_error_set(err, MC_ERR_USAGE, "--average needs at least two checkpoints");
+    return MC_OK;
+}
+
+/* The input path(s) from stdin, one a line (the pipeline contract): the
+ * first line, or every line with --average. */
+static mc_status read_stdin_inputs(args *a, mc_error *err) {
+    if (isatty(0))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "no checkpoint given and stdin is a terminal: name one, or pipe in the path "
+                            "mc-train prints");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    mc_status st = MC_OK;
+    while (!st && (n = getline(&line, &cap, stdin)) > 0) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' '))
+            line[--n] = '\0';
+        if (!n)
+            continue;
+        st = push_input(a, line, err);
+        if (!a->average)
+            break;
+    }
+    free(line);
+    if (!st && a->n_inputs == 0)
+        st = mc_error_set(err, MC_ERR_USAGE, "no checkpoint given and stdin holds no path");
+    if (!st && a->average && a->n_inputs < 2)
+        st = mc_error_set(err, MC_ERR_USAGE, "--average needs at least two checkpoints");
+    return st;
+}
+
+/* ---------------------------------------------------------------- the work */
+
+typedef struct job {
+    args *a;
+    mc_ckpt_reader **r;
+    size_t nr;
+    char *out;        /* output checkpoint directory */
+    int out_made;     /* we created it: removed again on failure */
+    char *import_dir; /* a Hugging Face import in progress, removed at the end */
+    int64_t tensors, params;
+} job;
+
+static char *dirname_of(const char *p) {
+    const char *s = strrchr(p, '/');
+    if (!s)
+        return strdup(".");
+    if (s == p)
+        return strdup("/");
+    return strndup(p, (size_t)(s - p));
+}
+
+/* Default output: the input's checkpoint directory, suffixed. */
+static mc_status default_output(job *j, const char *base, mc_error *err) {
+    args *a = j->a;
+    char tag[128] = "";
+    size_t n = 0;
+#define TAG(...) n += (size_t)snprintf(tag + n, sizeof tag - n, __VA_ARGS__)
+    if (j->import_dir)
+        TAG("-mc");
+    if (a->average)
+        TAG("-avg");
+    if (a->dtype_set)
+        TAG("-%s", a->dtype_tag);
+    if (a->quant != MC_CKPT_FLOAT32)
+        TAG("-%s", a->quant_tag);
+    if (a->tp > 1 || a->pp > 1)
+        TAG("-tp%" PRId64 "pp%" PRId64, a->tp, a->pp);
+    if (a->drop_optimizer)
+        TAG("-noopt");
+    if (!n)
+        TAG("-resharded");
+#undef TAG
+    size_t bl = strlen(base);
+    while (bl > 1 && base[bl - 1] == '/')
+        bl--;
+    const char *leaf = base + bl;
+    while (leaf > base && leaf[-1] != '/')
+        leaf--;
+    if (!strncmp(leaf, ".", (size_t)(base + bl - leaf)) || !strncmp(leaf, "..", (size_t)(base + bl - leaf)) ||
+        leaf == base + bl)
+        return mc_error_set(err, MC_ERR_USAGE, "cannot name an output after '%s': give -o DIR", base);
+    if (asprintf(&j->out, "%.*s%s", (int)bl, base, tag) < 0)
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    return MC_OK;
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int f, struct FTW *w) {
+    (void)sb, (void)f, (void)w;
+    return remove(p);
+}
+
+/* Configurations and tensor sets of the inputs of --average must agree. */
+static mc_status check_same_model(job *j, mc_error *err) {
+    mc_ckpt_reader *r0 = j->r[0];
+    json_t *c0 = NULL;
+    int has0 = mc_ckpt_read_json(r0, "config", &c0, err) == MC_OK;
+    mc_error_clear(err);
+    mc_status st = MC_OK;
+    for (size_t k = 1; k < j->nr && !st; k++) {
+        mc_ckpt_reader *r = j->r[k];
+        json_t *ck = NULL;
+        int hask = mc_ckpt_read_json(r, "config", &ck, err) == MC_OK;
+        mc_error_clear(err);
+        json_t *m0 = json_object_get(c0, "model"), *mk = json_object_get(ck, "model");
+        if (has0 != hask) {
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s a model configuration, %s %s", mc_ckpt_file(r),
+                              hask ? "has" : "has no", mc_ckpt_file(r0), has0 ? "has one" : "has none");
+        } else if (m0 || mk) {
+            const char *key;
+            json_t *v;
+            for (int pass = 0; pass < 2 && !st; pass++) {
+                json_t *x = pass ? mk : m0, *y = pass ? m0 : mk;
+                json_object_foreach(x, key, v) {
+                    json_t *o = json_object_get(y, key);
+                    if (o && json_equal(o, v))
+                        continue;
+                    char *a = json_dumps(pass ? v : o, JSON_ENCODE_ANY), *b = json_dumps(pass ? o : v, JSON_ENCODE_ANY);
+                    st = mc_error_set(err, MC_ERR_FORMAT, "%s: config.model.%s is %s, %s in %s", mc_ckpt_file(r),
+                                      key, a ? a : "missing", b ? b : "missing", mc_ckpt_file(r0));
+                    free(a);
+                    free(b);
+                    break;
+                }
+            }
+        }
+        json_decref(ck);
+        /* The same tensors, in both directions. */
+        for (int pass = 0; pass < 2 && !st; pass++) {
+            mc_ckpt_reader *x = pass ? r : r0, *y = pass ? r0 : r;
+            char **names = NULL;
+            size_t n = 0;
+            if ((st = mc_ckpt_list(x, "model", &names, &n, err)) != MC_OK)
+                break;
+            char path[1024];
+            for (size_t i = 0; i < n && !st; i++) {
+                snprintf(path, sizeof path, "model/%s", names[i]);
+                int64_t r1, c1, r2, c2;
+                if (!mc_ckpt_has_tensor(y, path)) {
+                    if (pass)
+                        st = mc_error_set(err, MC_ERR_FORMAT, "%s: has tensor %s, which %s has not", mc_ckpt_file(r),
+                                          path, mc_ckpt_file(r0));
+                    else
+                        st = mc_error_set(err, MC_ERR_FORMAT, "%s: no tensor %s, which %s has", mc_ckpt_file(r), path,
+                                          mc_ckpt_file(r0));
+                } else if (!pass && (st = mc_ckpt_tensor_info(x, path, &r1, &c1, NULL, err)) == MC_OK &&
+                           (st = mc_ckpt_tensor_info(y, path, &r2, &c2, NULL, err)) == MC_OK &&
+                           (r1 != r2 || c1 != c2)) {
+                    st = mc_error_set(err, MC_ERR_FORMAT,
+                                      "%s: %s has shape [%" PRId64 ", %" PRId64 "], [%" PRId64 ", %" PRId64 "] in %s",
+                                      mc_ckpt_file(r), path, r2, c2, r1, c1, mc_ckpt_file(r0));
+                }
+            }
+            free(names);
+        }
+    }
+    json_decref(c0);
+    return st;
+}
+
+static mc_status copy_attributes(job *j, mc_ckpt_writer *w, int wrote_optimizer, mc_error *err) {
+    mc_ckpt_reader *r = j->r[0];
+    static const char *const ints[] = {"consumed_samples", "scheduler_samples", "optimizer_steps"};
+    static const char *const jsons[] = {"config", "train_state"};
+    mc_status st = MC_OK;
+    mc_error e;
+    for (size_t i = 0; i < 3 && !st; i++) {
+        int64_t v;
+        if (mc_ckpt_read_int(r, ints[i], &v, &e) == MC_OK)
+            st = mc_ckpt_write_int(w, ints[i], v, err);
+    }
+    if (!st)
+        st = mc_ckpt_write_int(w, "has_optimizer", wrote_optimizer, err);
+    for (size_t i = 0; i < 2 && !st; i++) {
+        json_t *v = NULL;
+        if (mc_ckpt_read_json(r, jsons[i], &v, &e) == MC_OK) {
+            char *text = json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(17));
+            st = text ? mc_ckpt_write_json(w, jsons[i], text, err) : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+            free(text);
+        }
+        json_decref(v);
+    }
+    if (!st)
+        st = mc_ckpt_copy_tokenizer(r, w, err);
+    void *rng = NULL;
+    size_t nrng = 0;
+    if (!st && mc_ckpt_read_bytes(r, "rng", &rng, &nrng, &e) == MC_OK)
+        st = mc_ckpt_write_bytes(w, "rng", rng, nrng, err);
+    free(rng);
+    /* Where this checkpoint came from and what was done to it. */
+    if (!st) {
+        args *a = j->a;
+        json_t *from = json_array();
+        for (size_t k = 0; k < j->nr; k++)
+            json_array_append_new(from, json_string(mc_ckpt_dir(j->r[k])));
+        json_t *p = json_pack("{s:o, s:s, s:s?, s:I, s:I, s:I, s:b, s:b}", "from", from, "dtype",
+                              a->dtype_set ? mc_ckpt_dtype_name(a->dtype) : "as stored", "quantize",
+                              a->quant != MC_CKPT_FLOAT32 ? mc_ckpt_dtype_name(a->quant) : NULL,
+                              "group_size", (json_int_t)(a->quant == MC_CKPT_INT4 ? a->group_size : 0),
+                              "tensor_parallel_size", (json_int_t)a->tp, "pipeline_parallel_size",
+                              (json_int_t)a->pp, "average", a->average, "drop_optimizer", !wrote_optimizer);
+        char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
+        st = text ? mc_ckpt_write_json(w, "reshard", text, err) : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+        free(text);
+        json_decref(p);
+    }
+    return st;
+}
+
+/* Copy (average) one tensor. */
+static mc_status copy_tensor(job *j, mc_ckpt_writer *w, const char *group, const char *path, float **buf,
+                             size_t *cap, double **acc, size_t *acap, mc_error *err) {
+    args *a = j->a;
+    int64_t rows, cols;
+    mc_ckpt_dtype in;
+    mc_status st = mc_ckpt_tensor_info(j->r[0], path, &rows, &cols, &in, err);
+    if (st)
+        return st;
+    size_t n = (size_t)rows * (size_t)(cols ? cols : 1);
+    if (n > *cap) {
+        float *nb = realloc(*buf, n * sizeof *nb);
+        if (!nb)
+            return mc_error_set(err, MC_ERR_NOMEM, "%s: %s: out of memory", mc_ckpt_file(j->r[0]), path);
+        *buf = nb;
+        *cap = n;
+    }
+    if ((st = mc_ckpt_read_tensor(j->r[0], path, rows, cols, 0, 0, rows, cols ? cols : 1, *buf, err)))
+        return st;
+    if (j->nr > 1) {
+        /* The mean in double, rounded once: (a + b) / 2 of two fp32
+         * values is then the correctly rounded mean. */
+        if (n > *acap) {
+            double *na = realloc(*acc, n * sizeof *na);
+            if (!na)
+                return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
+            *acc = na;
+            *acap = n;
+        }
+        for (size_t i = 0; i < n; i++)
+            (*acc)[i] = (*buf)[i];
+        for (size_t k = 1; k < j->nr; k++) {
+            if ((st = mc_ckpt_read_tensor(j->r[k], path, rows, cols, 0, 0, rows, cols ? cols : 1, *buf, err)))
+                return st;
+            for (size_t i = 0; i < n; i++)
+                (*acc)[i] += (*buf)[i];
+        }
+        for (size_t i = 0; i < n; i++)
+            (*buf)[i] = (float)((*acc)[i] / (double)j->nr);
+    }
+    int model = !strcmp(group, "model");
+    mc_ckpt_dtype out = mc_ckpt_dtype_is_quantized(in) ? MC_CKPT_FLOAT32 : in;
+    if (model && a->dtype_set)
+        out = a->dtype;
+    if (model && cols > 0 && a->quant != MC_CKPT_FLOAT32)
+        out = a->quant;
+    if ((st = mc_ckpt_write_whole(w, path, rows, cols, *buf, out, a->group_size, err)))
+        return st;
+    j->tensors++;
+    if (model)
+        j->params += (int64_t)n;
+    return MC_OK;
+}
+
+static mc_status reshard(job *j, mc_error *err) {
+    args *a = j->a;
+    mc_ckpt_reader *r0 = j->r[0];
+    mc_status st = MC_OK;
+    if (j->nr > 1 && (st = check_same_model(j, err)))
+        return st;
+    mc_model_config cfg;
+    int sharded = a->tp > 1 || a->pp > 1, have_cfg = 0;
+    if (sharded) {
+        if ((st = mc_ckpt_read_model_config(r0, &cfg, err)))
+            return mc_error_prefix(err, "cannot split it for a grid");
+        have_cfg = 1;
+        /* Megatron pads the vocabulary to a multiple of
+         * make_vocab_size_divisible_by x TP, so the grid may want other
+         * shapes than the checkpoint has (mc-train would refuse it). */
+        mc_model_config c = cfg;
+        mc_error e;
+        if (mc_model_config_finish(&c, (int)a->tp, &e) == MC_OK && c.padded_vocab_size != cfg.padded_vocab_size)
+            fprintf(stderr,
+                    "%s: warning: %s: under tensor-parallel size %" PRId64 " mc-train pads the vocabulary of %"
+                    PRId64 " to %" PRId64 ", not to the %" PRId64 " stored, and will not load this checkpoint\n",
+                    PROG, mc_ckpt_file(r0), a->tp, cfg.vocab_size, c.padded_vocab_size, cfg.padded_vocab_size);
+    }
+    struct stat sb;
+    j->out_made = stat(j->out, &sb) != 0;
+    mc_ckpt_writer *w = NULL;
+    int64_t it = mc_ckpt_iteration(r0);
+    st = sharded ? mc_ckpt_writer_begin_sharded(j->out, it, (int)a->tp, (int)a->pp, have_cfg ? &cfg : NULL, &w, err)
+                 : mc_ckpt_writer_begin(j->out, it, &w, err);
+    if (st)
+        return st;
+    if (a->comp)
+        st = mc_ckpt_writer_set_compression(w, a->comp, 0, err);
+    static const char *const groups[] = {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
+    int ngroups = a->drop_optimizer || a->average ? 1 : 3, wrote_optim = 0;
+    float *buf = NULL;
+    double *acc = NULL;
+    size_t cap = 0, acap = 0;
+    for (int g = 0; g < ngroups && !st; g++) {
+        char **names = NULL;
+        size_t n = 0;
+        st = mc_ckpt_list(r0, groups[g], &names, &n, err);
+        if (st == MC_ERR_NOTFOUND && g > 0) {
+            mc_error_clear(err);
+            st = MC_OK;
+            continue;
+        }
+        wrote_optim |= g > 0 && n > 0;
+        char path[1024];
+        for (size_t i = 0; i < n && !st; i++) {
+            snprintf(path, sizeof path, "%s/%s", groups[g], names[i]);
+            st = copy_tensor(j, w, groups[g], path, &buf, &cap, &acc, &acap, err);
+        }
+        free(names);
+    }
+    free(buf);
+    free(acc);
+    if (!st)
+        st = copy_attributes(j, w, wrote_optim, err);
+    if (st) {
+        mc_ckpt_writer_abort(w);
+        return st;
+    }
+    char *dir = strdup(mc_ckpt_writer_dir(w));
+    if (!dir) {
+        mc_ckpt_writer_abort(w);
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
+    if ((st = mc_ckpt_writer_commit(w, err)) == MC_OK)
+        printf("%s\n", dir);
+    free(dir);
+    return st;
+}
+
+static mc_status run(args *a, mc_error *err) {
+    job j = {.a = a};
+    mc_status st = MC_OK;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    j.r = calloc(a->n_inputs, sizeof *j.r);
+    if (!j.r)
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    /* Where the output goes, before anything is opened, so a Hugging Face
+     * import can be staged inside it. */
+    char *in_dir = NULL;
+    if (a->output && !(j.out = strdup(a->output)))
+        st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; k < a->n_inputs && !st; k++) {
+        const char *in = a->inputs[k];
+        if (mc_hf_is_model_dir(in)) {
+            st = mc_error_set(err, MC_ERR_FORMAT,
+                              "%s: a Hugging Face model directory; this mc-reshard cannot import it yet", in);
+            break;
+        }
+        st = mc_ckpt_open(in, &j.r[k], err);
+        if (!st)
+            j.nr++;
+    }
+    if (!st && !j.out) {
+        in_dir = dirname_of(mc_ckpt_dir(j.r[0]));
+        st = in_dir ? default_output(&j, in_dir, err) : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
+    /* Never write into the directory being read. */
+    for (size_t k = 0; k < j.nr && !st; k++) {
+        char *d = dirname_of(mc_ckpt_dir(j.r[k]));
+        char ra[PATH_MAX], rb[PATH_MAX];
+        if (d && realpath(d, ra) && realpath(j.out, rb) && !strcmp(ra, rb))
+            st = mc_error_set(err, MC_ERR_USAGE, "-o %s: that is the input checkpoint's directory; write elsewhere",
+                              j.out);
+        free(d);
+    }
+    if (!st)
+        st = reshard(&j, err);
+    if (st && j.out_made && j.out)
+        rmdir(j.out); /* only when empty: what we made, nothing of anyone's */
+    if (j.import_dir)
+        nftw(j.import_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!st && !a->quiet)
+        fprintf(stderr, "%s: %" PRId64 " tensors (%" PRId64 " model parameters) from %s%s to %s in %.2f s\n", PROG,
+                j.tensors, j.params, mc_ckpt_dir(j.r[0]), j.nr > 1 ? " and others" : "", j.out,
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    for (size_t k = 0; k < j.nr; k++)
+        mc_ckpt_close(j.r[k]);
+    free(j.r);
+    free(j.out);
+    free(j.import_dir);
+    free(in_dir);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    mc_logger lg;
+    mc_logger_init(&lg, PROG);
+    mc_error err;
+    mc_error_clear(&err);
+    args a;
+    memset(&a, 0, sizeof a);
+    a.group_size = 128;
+    a.tp = a.pp = 1;
+    a.quant = MC_CKPT_FLOAT32;
+    mc_cli cli;
+    mc_status st = mc_cli_init(&cli, PROG, "[OPTION]... [CKPT]...",
+                               "Convert an mc checkpoint (or a Hugging Face model directory) into a new "
+                               "mc checkpoint: precision, quantization, optimizer state, pre-split for a "
+                               "grid or merged, or the average of several. CKPT omitted or '-': read "
+                               "from stdin. Prints the iteration directory written on stdout.",
+                               options, argc, argv, &err);
+    if (st != MC_OK)
+        return mc_log_fail(&lg, &err);
+    st = parse_args(&cli, &a, &err);
+    if (st == MC_OK && a.exit_now) {
+        mc_cli_free(&cli);
+        return 0;
+    }
+    if (st == MC_OK && a.n_inputs == 0)
+        st = read_stdin_inputs(&a, &err);
+    int rc = 0;
+    if (st == MC_ERR_USAGE) {
+        mc_log_error(&lg, "%s (try '%s --help')", err.msg, PROG);
+        rc = 2;
+    } else {
+        if (st == MC_OK)
+            st = run(&a, &err);
+        if (st == MC_ERR_USAGE) {
+            mc_log_error(&lg, "%s", err.msg);
+            rc = 2;
+        } else if (st != MC_OK) {
+            rc = mc_log_fail(&lg, &err);
+            if (rc == 2)
+                rc = 1;
+        }
+    }
+    if (fflush(stdout) != 0 && rc == 0) {
+        mc_log_error(&lg, "stdout: write failed");
+        rc = 1;
+    }
+    for (size_t i = 0; i < a.n_inputs; i++)
+        free(a.inputs[i]);
+    free(a.inputs);
+    mc_cli_free(&cli);
+    return rc;
+}
