@@ -65,10 +65,28 @@ static void no_cuda_kernel(const char *fn) {
 mc_status mc_backend_cuda_new(int device, mc_backend **out, mc_error *err) {
     (void)device;
     *out = NULL;
-    return mc_error_set(err, MC_ERR_USAGE, "this mc was built without the CUDA backend");
+    return mc_error_set(err, MC_ERR_IO, "this mc was built without the CUDA backend");
 }
 
 int mc_backend_cuda_devices(void) { return 0; }
+#else
+mc_status mc_backend_cuda_new(int device, mc_backend **out, mc_error *err) {
+    *out = NULL;
+    mc_backend *be = calloc(1, sizeof *be);
+    if (!be) return mc_error_set(err, MC_ERR_NOMEM, "kern/cuda: out of memory creating the backend");
+    be->kind = MC_BACKEND_CUDA;
+    be->name = "cuda";
+    be->threads = 1;
+    mc_status st = mc_cuda_new(device, &be->cuda, err);
+    if (st) {
+        free(be);
+        return st;
+    }
+    *out = be;
+    return MC_OK;
+}
+
+int mc_backend_cuda_devices(void) { return mc_cuda_device_count(); }
 #endif
 
 void mc_backend_free(mc_backend *be) {

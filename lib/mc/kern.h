@@ -11,7 +11,9 @@
  *   says how the multiplication is computed: MC_PREC_FP32 exactly in fp32;
  *   MC_PREC_BF16 / MC_PREC_FP16 with both operands rounded to that type
  *   (round to nearest even) and products accumulated in fp32, as a bf16/fp16
- *   GEMM with fp32 accumulation does on a GPU.
+ *   GEMM with fp32 accumulation does on a GPU; MC_PREC_TF32 likewise with
+ *   operands rounded to TF32 (on the GPU: cuBLAS's TF32 tensor-core mode,
+ *   whose operand rounding may differ in the last TF32 bit).
  * - Backward kernels ADD into every gradient output (dx, dW, db: +=), so
  *   gradients accumulate over micro-batches and over residual branches; the
  *   caller zeroes what must start at zero. A NULL gradient output is skipped.
@@ -32,7 +34,12 @@
 extern "C" {
 #endif
 
-typedef enum mc_prec { MC_PREC_FP32 = 0, MC_PREC_BF16 = 1, MC_PREC_FP16 = 2 } mc_prec;
+typedef enum mc_prec {
+    MC_PREC_FP32 = 0,
+    MC_PREC_BF16 = 1,
+    MC_PREC_FP16 = 2,
+    MC_PREC_TF32 = 3 /* fp32 operands rounded to 10 mantissa bits (tensor cores' TF32) */
+} mc_prec;
 
 typedef struct mc_backend mc_backend;
 

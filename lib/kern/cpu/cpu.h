@@ -144,10 +144,24 @@ static inline float mc_fp16_to_f32(uint16_t h) {
     return f;
 }
 
+/* TF32 (8-bit exponent, 10-bit mantissa) held in an fp32: drop the low 13
+ * mantissa bits, rounding to nearest even; inf and NaN pass through. */
+static inline float mc_round_tf32(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7f800000u) != 0x7f800000u) {
+        x += 0xfffu + ((x >> 13) & 1u);
+        x &= 0xffffe000u;
+    }
+    memcpy(&f, &x, 4);
+    return f;
+}
+
 /* Round to the nearest value of prec and back to fp32. */
 static inline float mc_round_prec(float f, mc_prec prec) {
     if (prec == MC_PREC_BF16) return mc_bf16_to_f32(mc_f32_to_bf16(f));
     if (prec == MC_PREC_FP16) return mc_fp16_to_f32(mc_f32_to_fp16(f));
+    if (prec == MC_PREC_TF32) return mc_round_tf32(f);
     return f;
 }
 

@@ -1,6 +1,6 @@
 /*
  * linear.c - the linear layer y = x W^T + b with W stored [out, in] as
- * Megatron stores it, forward and backward, in three precisions:
+ * Megatron stores it, forward and backward, in four precisions:
  *   FP32: OpenBLAS sgemm.
  *   BF16: both operands rounded to bf16 (nearest even) into backend scratch,
  *         then oneDNN's bf16 GEMM with fp32 accumulation (AVX512-BF16/AMX
@@ -8,8 +8,8 @@
  *         CPU, the rounded values are widened into fp32 scratch and go
  *         through sgemm: a product of two bf16 values is exact in fp32, so
  *         that is the same computation.
- *   FP16: operands rounded to fp16 values held in fp32 scratch, then sgemm
- *         (products of fp16 values are exact in fp32 as well).
+ *   FP16, TF32: operands rounded to fp16 / tf32 values held in fp32
+ *         scratch, then sgemm (their products are exact in fp32 as well).
  * Bias add and the bias-gradient reduction are OpenMP loops.
  */
 #include <assert.h>
