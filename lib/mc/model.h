@@ -250,6 +250,8 @@ mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, m
 void mc_infer_free(mc_infer *inf); /* NULL is allowed */
 int mc_infer_capacity(const mc_infer *inf);
 int mc_infer_length(const mc_infer *inf); /* positions in the cache */
+/* The model's padded vocabulary: the length of mc_infer_logits's row. */
+int64_t mc_infer_padded_vocab(const mc_infer *inf);
 /* Forget positions >= len (0: start a new sequence); the cache below len is
  * kept, so a shared prefix is computed once. */
 void mc_infer_truncate(mc_infer *inf, int len);

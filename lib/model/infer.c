@@ -186,6 +186,7 @@ void mc_infer_free(mc_infer *f)
 
 int mc_infer_capacity(const mc_infer *f) { return f->max_len; }
 int mc_infer_length(const mc_infer *f) { return f->len; }
+int64_t mc_infer_padded_vocab(const mc_infer *f) { return f->m->cfg.padded_vocab_size; }
 
 void mc_infer_truncate(mc_infer *f, int len)
 {
