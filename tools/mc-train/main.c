@@ -144,7 +144,8 @@ static const mc_option options[] = {
     {"exit-duration-in-mins", MC_OPT_REQUIRED, OPT_EXIT_DURATION, "MIN",
      "Save and exit after training for MIN minutes."},
     {"seed", MC_OPT_REQUIRED, OPT_SEED, "N", "Seed of initialization and data order (1234)."},
-    {"device", MC_OPT_REQUIRED, OPT_DEVICE, "DEV", "cpu (cuda is not built yet)."},
+    {"device", MC_OPT_REQUIRED, OPT_DEVICE, "DEV",
+     "cpu or cuda (default: cuda when the CUDA backend is built and a GPU is present)."},
     {"threads", MC_OPT_REQUIRED, OPT_THREADS, "N", "CPU threads (default: the cores present)."},
     /* learning rate */
     {"lr", MC_OPT_REQUIRED, OPT_LR, "X", "Peak learning rate (required)."},
@@ -596,13 +597,9 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
 static mc_status check_args(args *a, mc_error *err)
 {
     mc_train_config *t = &a->t;
-    if (a->device && strcmp(a->device, "cpu")) {
-        if (!strcmp(a->device, "cuda"))
-            return mc_error_set(err, MC_ERR_USAGE,
-                                "--device cuda: the CUDA backend is not built yet; use --device cpu");
+    if (a->device && strcmp(a->device, "cpu") && strcmp(a->device, "cuda"))
         return mc_error_set(err, MC_ERR_USAGE, "--device: expected cpu or cuda, got '%s'",
                             a->device);
-    }
     if (t->init_only ? t->train_samples > 0 : (t->train_iters > 0) == (t->train_samples > 0))
         return mc_error_set(err, MC_ERR_USAGE,
                             "give exactly one of --train-iters and --train-samples");
@@ -915,8 +912,16 @@ int main(int argc, char **argv)
         }
     }
 
-    if ((st = mc_backend_cpu_new((int)a.threads, &be, &err)))
+    /* --device: cuda by default where it can run; asked for and impossible
+     * (no GPU, or built without CUDA) is a run-time failure, exit 1 */
+    if (a.device ? !strcmp(a.device, "cuda") : mc_backend_cuda_devices() > 0) {
+        if ((st = mc_backend_cuda_new(-1, &be, &err))) {
+            mc_error_prefix(&err, "--device cuda");
+            goto fail;
+        }
+    } else if ((st = mc_backend_cpu_new((int)a.threads, &be, &err))) {
         goto fail;
+    }
 
     a.t.args_json = args_text;
     a.t.tokenizer = a.have_tokenizer ? &a.tok : NULL;

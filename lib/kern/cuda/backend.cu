@@ -62,7 +62,10 @@ extern "C" mc_status mc_cuda_new(int device, mc_cuda **out, mc_error *err) {
     if (e != cudaSuccess || n == 0) {
         cudaGetLastError();
         return mc_error_set(err, MC_ERR_IO, "no CUDA GPU is available (%s)",
-                            e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+                            e == cudaSuccess || e == cudaErrorNoDevice ? "no device found"
+                            : e == cudaErrorInsufficientDriver
+                                ? "no NVIDIA driver, or one older than this CUDA runtime"
+                                : cudaGetErrorString(e));
     }
     if (device < 0) device = local_rank() % n;
     if (device >= n)

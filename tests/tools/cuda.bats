@@ -1,0 +1,52 @@
+#!/usr/bin/env bats
+# The CUDA backend as CI sees it (nvcc, no GPU) and as a GPU machine does:
+# mc-train --device, and tests/cuda/check_kern, which compares every CUDA
+# kernel with the CPU backend. Where there is no GPU the GPU checks skip,
+# saying so; tests/cuda/run.sh is the full GPU verification.
+
+bats_require_minimum_version 1.5.0
+load common
+
+MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
+CHECK_KERN="$top_builddir/tests/cuda/check_kern"
+
+gpt=(--mock-data --vocab-size 64 --model tiny-gpt --num-layers 1 --hidden-size 32
+     --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --threads 1 --lr 1e-3
+     --log-interval 1 --eval-iters 0 --train-iters 2)
+
+setup() {
+    cd "$BATS_TEST_TMPDIR"
+    gpus=$("$CHECK_KERN" --devices)
+}
+
+@test "--device cuda without a GPU: one line naming the option, exit 1, nothing written" {
+    [ "$gpus" = 0 ] || skip "a GPU is present ($gpus): the failure cannot happen here"
+    run --separate-stderr "$MC_TRAIN" "${gpt[@]}" --device cuda --save ck
+    assert_failure 1
+    [ -z "$output" ]
+    [ "$(printf '%s\n' "$stderr" | wc -l)" = 1 ]
+    [[ "$stderr" == "mc-train: error: --device cuda: "* ]]
+    [[ "$stderr" == *"no CUDA GPU is available"* || "$stderr" == *"built without the CUDA backend"* ]]
+    [ ! -e ck ]
+}
+
+@test "--device: anything but cpu or cuda is bad usage (exit 2); the default runs here" {
+    run "$MC_TRAIN" "${gpt[@]}" --device tpu
+    assert_failure 2
+    assert_output --partial "--device: expected cpu or cuda, got 'tpu'"
+    run "$MC_TRAIN" "${gpt[@]}" --device cpu
+    assert_success
+    [ "$gpus" = 0 ] || skip "a GPU is present: the default is cuda, run by tests/cuda/run.sh"
+    run "$MC_TRAIN" "${gpt[@]}"
+    assert_success
+}
+
+@test "every CUDA kernel matches the CPU backend (tests/cuda/check_kern)" {
+    run "$CHECK_KERN"
+    if [ "$status" = 77 ]; then
+        assert_output "no GPU: skipped"
+        skip "no GPU: the CUDA kernels are checked by tests/cuda/run.sh on a GPU machine"
+    fi
+    assert_success
+    assert_output --partial "0 of"
+}
