@@ -1,0 +1,171 @@
+#!/usr/bin/env bats
+# mc-export --format gguf: every type written for a GPT (gpt2) and a Llama
+# (llama, grouped-query, untied, an MLP width that is not a multiple of 32)
+# checkpoint, read back by the gguf Python package and compared with the
+# checkpoint read by h5py (tests/golden/gguf_check.py: every key, tensor,
+# shape and type; f32 exact, f16/bf16 bit-equal to nearest-even rounding,
+# q8_0/q4_0 byte-equal to ggml's reference quantizer and within the
+# documented error bounds); the refusals. With LLAMA_CPP_DIR (a llama.cpp
+# build directory) also llama.cpp itself: it loads the files, generates,
+# and its perplexity agrees with the reference transformer's.
+
+bats_require_minimum_version 1.5.0
+load common
+
+MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
+MC_EXPORT="$top_builddir/tools/mc-export/mc-export"
+CHECK="$top_srcdir/tests/golden/gguf_check.py"
+
+common=(--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 2
+        --threads 1 --lr 1e-3 --train-iters 1 --eval-iters 0 --seed 5)
+
+setup_file() {
+    cd "$BATS_FILE_TMPDIR"
+    [ -d "$DOCS" ] || return 0
+    local tok
+    tok=$(small_tokenizer)
+    "$MC_PREPROCESS" --quiet --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$tok" \
+        --input-format text --append-eod --output-prefix docs "$DOCS"/tutorial/*.txt >/dev/null
+    local data=(--data-path docs_text_document --split 100,0,0 --data-cache-path cache
+                --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$tok")
+    "$MC_TRAIN" "${common[@]}" "${data[@]}" --num-layers 2 --hidden-size 64 \
+        --num-attention-heads 2 --save gpt >/dev/null 2>&1
+    "$MC_TRAIN" "${common[@]}" "${data[@]}" --num-layers 2 --hidden-size 64 \
+        --num-attention-heads 4 --num-query-groups 2 --ffn-hidden-size 80 \
+        --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear \
+        --untie-embeddings-and-output-weights --save llama >/dev/null 2>&1
+    # the same GPT with no tokenizer, and a mix GGUF has no architecture for
+    "$MC_TRAIN" "${common[@]}" --mock-data --vocab-size 64 --num-layers 1 --hidden-size 32 \
+        --num-attention-heads 2 --save notok >/dev/null 2>&1
+    "$MC_TRAIN" "${common[@]}" "${data[@]}" --num-layers 1 --hidden-size 32 \
+        --num-attention-heads 2 --swiglu --save mixed >/dev/null 2>&1
+}
+
+setup() {
+    [ -d "$DOCS" ] || skip "demo corpus $DOCS missing (Debian package python3.11-doc)"
+    [ -x "$MC_EXPORT" ] || skip "mc-export is not built"
+    cd "$BATS_TEST_TMPDIR"
+    D=$BATS_FILE_TMPDIR
+}
+
+# export MODEL TYPE, check it against the checkpoint
+export_and_check() {
+    require_python_module gguf
+    require_python_module h5py
+    run "$MC_EXPORT" --format gguf --dtype "$2" -o "$1.$2.gguf" "$D/$1"
+    assert_success
+    assert_output "$1.$2.gguf"
+    run ls -A
+    assert_output "$1.$2.gguf"
+    run "$MC_PYTHON" "$CHECK" "$1.$2.gguf" "$D/$1/iter_0000001/model.h5" "$2"
+    echo "$output"
+    assert_success
+}
+
+@test "gpt2 f32: every key and tensor as written, values exact" { export_and_check gpt f32; }
+@test "gpt2 f16: bit-equal to nearest-even rounding" { export_and_check gpt f16; }
+@test "gpt2 bf16: bit-equal to nearest-even rounding" { export_and_check gpt bf16; }
+@test "gpt2 q8_0: ggml's bytes, error within the bound" { export_and_check gpt q8_0; }
+@test "gpt2 q4_0: ggml's bytes, error within the bound" { export_and_check gpt q4_0; }
+@test "llama f32: q/k rows permuted, [gate; up] split, GQA, untied" { export_and_check llama f32; }
+@test "llama f16" { export_and_check llama f16; }
+@test "llama bf16" { export_and_check llama bf16; }
+@test "llama q8_0: ffn_down (rows of 80) falls back to f16" {
+    export_and_check llama q8_0
+    assert_output --partial "Q8_0 max error"
+}
+@test "llama q4_0" { export_and_check llama q4_0; }
+
+@test "the checkpoint comes on stdin, --dtype defaults to f16, --name sets general.name" {
+    require_python_module gguf
+    run bash -c "echo '$D/gpt' | '$MC_EXPORT' --format gguf --name tiny -o m.gguf"
+    assert_success
+    assert_output m.gguf
+    run "$MC_PYTHON" -c "
+import gguf
+r = gguf.GGUFReader('m.gguf')
+print(r.fields['general.name'].contents(), r.fields['general.file_type'].contents(),
+      r.fields['general.architecture'].contents())"
+    assert_output "tiny 1 gpt2"
+}
+
+@test "a checkpoint without a tokenizer is refused, nothing left behind" {
+    run "$MC_EXPORT" --format gguf -o m.gguf "$D/notok"
+    assert_failure 1
+    assert_output --regexp "^mc-export: error: .*notok/iter_0000001/model.h5: GGUF needs the tokenizer"
+    run ls -A
+    assert_output ""
+}
+
+@test "a model GGUF has no architecture for (LayerNorm + SwiGLU) is refused" {
+    run "$MC_EXPORT" --format gguf -o m.gguf "$D/mixed"
+    assert_failure 1
+    assert_output --partial "GGUF has no architecture for this model (LayerNorm, SwiGLU, learned positions)"
+    run ls -A
+    assert_output ""
+}
+
+@test "a bad --dtype is a usage error naming the choices" {
+    run "$MC_EXPORT" --format gguf --dtype q5_k -o m.gguf "$D/gpt"
+    assert_failure 2
+    assert_output --partial "'q5_k' is not a GGUF type (f32, f16, bf16, q8_0 or q4_0)"
+    run ls -A
+    assert_output ""
+}
+
+@test "an output in a missing directory is refused" {
+    run "$MC_EXPORT" --format gguf -o nodir/m.gguf "$D/gpt"
+    assert_failure 1
+    assert_output --regexp "^mc-export: error: nodir/m.gguf: directory 'nodir' does not exist"
+    run ls -A
+    assert_output ""
+}
+
+@test "a full disk (file-size limit) fails cleanly and leaves nothing" {
+    run bash -c "ulimit -f 64; '$MC_EXPORT' --format gguf --dtype f32 -o m.gguf '$D/gpt'"
+    assert_failure 1
+    assert_output --partial "m.gguf"
+    assert_output --partial "File too large"
+    run ls -A
+    assert_output ""
+}
+
+# ---- llama.cpp itself (LLAMA_CPP_DIR: a build directory with bin/)
+
+llama_bin() {
+    [ -n "${LLAMA_CPP_DIR:-}" ] || skip "LLAMA_CPP_DIR is not set (a llama.cpp build directory)"
+    [ -x "$LLAMA_CPP_DIR/bin/$1" ] || skip "$LLAMA_CPP_DIR/bin/$1 is not built"
+    echo "$LLAMA_CPP_DIR/bin/$1"
+}
+
+@test "llama.cpp loads every type of both models and generates" {
+    local gen
+    gen=$(llama_bin llama-completion)
+    for m in gpt llama; do
+        for t in f32 f16 bf16 q8_0 q4_0; do
+            "$MC_EXPORT" --format gguf --dtype $t -o $m.$t.gguf "$D/$m" >/dev/null
+            run "$gen" -m $m.$t.gguf -p "The Python" -n 8 --temp 0 -t 1 -no-cnv --no-warmup
+            assert_success
+        done
+    done
+}
+
+@test "llama-perplexity agrees with the reference transformer (f32 within 1e-3 relative)" {
+    local ppl PY=${MC_PYTHON_HEAVY:-/opt/mcheavy/bin/python}
+    ppl=$(llama_bin llama-perplexity)
+    "$PY" -c "import torch, h5py, tokenizers" 2>/dev/null || skip "no torch/h5py/tokenizers in $PY"
+    cat "$DOCS"/howto/argparse.rst.txt > text.txt
+    for m in gpt llama; do
+        "$MC_EXPORT" --format gguf --dtype f32 -o $m.gguf "$D/$m" >/dev/null
+        run "$PY" "$top_srcdir/tests/golden/gguf_ppl_ref.py" "$D/$m/iter_0000001/model.h5" \
+            text.txt 32 20
+        assert_success
+        local want=${output##*PPL = }
+        run "$ppl" -m $m.gguf -f text.txt -c 32 -b 32 --chunks 20 -t 1
+        assert_success
+        local got
+        got=$(echo "$output" | sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p')
+        echo "$m: llama.cpp $got, reference $want"
+        awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-3 * b) }'
+    done
+}
