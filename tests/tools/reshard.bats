@@ -11,6 +11,7 @@ load mpi_common
 
 MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
 MC_RESHARD="$top_builddir/tools/mc-reshard/mc-reshard"
+MC_EXPORT="$top_builddir/tools/mc-export/mc-export"
 
 # Tiny models; 64 ids (63 and the EOD) with --make-vocab-size-divisible-by
 # 32 pad to 64 under TP=1 and TP=2 alike, so a checkpoint loads under both.
@@ -324,4 +325,30 @@ $F/gpt7"
     assert_failure 1
     assert_output --partial "sh/iter_0000003/mp_rank_01_000.h5: cannot open this shard"
     [ ! -e x ]
+}
+
+@test "a Hugging Face directory is imported: the tensors mc-export wrote come back identical; the import is removed" {
+    [ -x "$MC_EXPORT" ] || skip "mc-export is not built"
+    "$MC_EXPORT" --format hf --quiet -o hf "$F/gpt" >/dev/null
+    run --separate-stderr "$MC_RESHARD" hf --quiet
+    assert_success
+    assert_output "hf-mc/iter_0000000"
+    [ -z "$(ls -A hf-mc | grep -v -e iter_0000000 -e latest)" ]
+    py "$F/gpt/iter_0000003/model.h5" hf-mc/iter_0000000/model.h5 <<'EOF'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+assert sorted(a["model"]) == sorted(b["model"]), set(a["model"]) ^ set(b["model"])
+bad = [k for k in a["model"] if not np.array_equal(a["model"][k][()], b["model"][k][()])]
+assert not bad, bad
+print("# %d tensors identical after export and import" % len(a["model"]))
+EOF
+    # with options, into a new directory; a failing import leaves none
+    run --separate-stderr "$MC_RESHARD" hf --dtype bf16 --target-tensor-parallel-size 2 -o hf2 --quiet
+    assert_output "hf2/iter_0000000"
+    [ -f hf2/iter_0000000/mp_rank_01_000.h5 ] && [ -z "$(ls -A hf2 | grep -v -e iter_ -e latest)" ]
+    sed -i 's/"gpt2"/"bert"/; s/GPT2LMHeadModel/BertModel/' hf/config.json
+    run "$MC_RESHARD" hf -o bad
+    assert_failure 1
+    assert_output --partial "mc-reshard: error: hf/config.json: architectures: BertModel is not supported"
+    [ ! -e bad ]
 }

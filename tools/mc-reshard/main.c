@@ -365,7 +365,7 @@ static mc_status copy_attributes(job *j, mc_ckpt_writer *w, int wrote_optimizer,
         args *a = j->a;
         json_t *from = json_array();
         for (size_t k = 0; k < j->nr; k++)
-            json_array_append_new(from, json_string(mc_ckpt_dir(j->r[k])));
+            json_array_append_new(from, json_string(a->inputs[k]));
         json_t *p = json_pack("{s:o, s:s, s:s?, s:I, s:I, s:I, s:b, s:b}", "from", from, "dtype",
                               a->dtype_set ? mc_ckpt_dtype_name(a->dtype) : "as stored", "quantize",
                               a->quant != MC_CKPT_FLOAT32 ? mc_ckpt_dtype_name(a->quant) : NULL,
@@ -455,10 +455,11 @@ static mc_status reshard(job *j, mc_error *err) {
             fprintf(stderr,
                     "%s: warning: %s: under tensor-parallel size %" PRId64 " mc-train pads the vocabulary of %"
                     PRId64 " to %" PRId64 ", not to the %" PRId64 " stored, and will not load this checkpoint\n",
-                    PROG, mc_ckpt_file(r0), a->tp, cfg.vocab_size, c.padded_vocab_size, cfg.padded_vocab_size);
+                    PROG, a->inputs[0], a->tp, cfg.vocab_size, c.padded_vocab_size, cfg.padded_vocab_size);
     }
     struct stat sb;
-    j->out_made = stat(j->out, &sb) != 0;
+    if (!j->import_dir)
+        j->out_made = stat(j->out, &sb) != 0;
     mc_ckpt_writer *w = NULL;
     int64_t it = mc_ckpt_iteration(r0);
     st = sharded ? mc_ckpt_writer_begin_sharded(j->out, it, (int)a->tp, (int)a->pp, have_cfg ? &cfg : NULL, &w, err)
@@ -508,6 +509,42 @@ static mc_status reshard(job *j, mc_error *err) {
     return st;
 }
 
+/* Import the Hugging Face model in `in` (input k) into a hidden temporary
+ * directory inside the output directory (made first, so that the import
+ * lands on the output's file system and is removed with nothing else);
+ * its iteration directory goes to path. */
+static mc_status hf_import(job *j, const char *in, size_t k, char *path, size_t cap, mc_error *err) {
+    mc_status st;
+    if (!j->out) {
+        j->import_dir = strdup(""); /* marks the default name as an import's */
+        st = default_output(j, in, err);
+        free(j->import_dir);
+        j->import_dir = NULL;
+        if (st)
+            return st;
+    }
+    if (!j->import_dir) {
+        struct stat sb;
+        j->out_made = stat(j->out, &sb) != 0;
+        char *cmd = NULL;
+        if (j->out_made && mkdir(j->out, 0777) != 0)
+            return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot create directory", j->out);
+        if (asprintf(&cmd, "%s/.mc-reshard-import.XXXXXX", j->out) < 0)
+            return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+        if (!mkdtemp(cmd)) {
+            int e = errno;
+            free(cmd);
+            return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot create a temporary directory", j->out);
+        }
+        j->import_dir = cmd;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%zu", j->import_dir, k);
+    if (!j->a->quiet)
+        fprintf(stderr, "%s: importing the Hugging Face model %s\n", PROG, in);
+    return mc_hf_import(in, dir, path, cap, err);
+}
+
 static mc_status run(args *a, mc_error *err) {
     job j = {.a = a};
     mc_status st = MC_OK;
@@ -523,10 +560,11 @@ static mc_status run(args *a, mc_error *err) {
         st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     for (size_t k = 0; k < a->n_inputs && !st; k++) {
         const char *in = a->inputs[k];
+        char imported[4096];
         if (mc_hf_is_model_dir(in)) {
-            st = mc_error_set(err, MC_ERR_FORMAT,
-                              "%s: a Hugging Face model directory; this mc-reshard cannot import it yet", in);
-            break;
+            if ((st = hf_import(&j, in, k, imported, sizeof imported, err)))
+                break;
+            in = imported;
         }
         st = mc_ckpt_open(in, &j.r[k], err);
         if (!st)
@@ -547,17 +585,17 @@ static mc_status run(args *a, mc_error *err) {
     }
     if (!st)
         st = reshard(&j, err);
-    if (st && j.out_made && j.out)
-        rmdir(j.out); /* only when empty: what we made, nothing of anyone's */
+    for (size_t k = 0; k < j.nr; k++) /* before an import's files go */
+        mc_ckpt_close(j.r[k]);
     if (j.import_dir)
         nftw(j.import_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    if (st && j.out_made && j.out)
+        rmdir(j.out); /* only when empty: what we made, nothing of anyone's */
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!st && !a->quiet)
         fprintf(stderr, "%s: %" PRId64 " tensors (%" PRId64 " model parameters) from %s%s to %s in %.2f s\n", PROG,
-                j.tensors, j.params, mc_ckpt_dir(j.r[0]), j.nr > 1 ? " and others" : "", j.out,
+                j.tensors, j.params, a->inputs[0], j.nr > 1 ? " and others" : "", j.out,
                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
-    for (size_t k = 0; k < j.nr; k++)
-        mc_ckpt_close(j.r[k]);
     free(j.r);
     free(j.out);
     free(j.import_dir);
