@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "mc/ckpt.h"
+#include "mc/gguf.h"
 #include "mc/hf.h"
 #include "mc/llmc.h"
 #include "mc/log.h"
@@ -26,21 +27,24 @@
 
 static const char PROG[] = "mc-export";
 
+enum { OPT_GGUF_NAME = 300 };
 enum { OPT_FORMAT = 256, OPT_OUTPUT = 'o', OPT_DTYPE = 257, OPT_MAX_SHARD_SIZE, OPT_QUIET };
 
 static const mc_option options[] = {
     {"format", MC_OPT_REQUIRED, OPT_FORMAT, "FMT",
      "hf (Hugging Face directory), llmc (llm.c model file) or gguf (llama.cpp)."},
     {"output", MC_OPT_REQUIRED, OPT_OUTPUT, "PATH",
-     "What to write (-o): a directory for hf, a file for llmc and gguf. Written under a "
+     "What to write: a directory for hf, a file for llmc and gguf. Written under a "
      "temporary name and renamed into place."},
     {"dtype", MC_OPT_REQUIRED, OPT_DTYPE, "TYPE",
      "Stored type of the weights: fp32, fp16 or bf16 (hf), fp32 or bf16 (llmc); default: as "
-     "stored in the checkpoint."},
+     "stored in the checkpoint. gguf: f32, f16, bf16, q8_0 or q4_0 for the matrices (default "
+     "f16; norms and biases stay f32)."},
     {"max-shard-size", MC_OPT_REQUIRED, OPT_MAX_SHARD_SIZE, "SIZE",
      "hf: split the weights into shards of at most SIZE bytes (e.g. 5GB, 100MB, 2G; "
      "default 5GB; 0: one file) with model.safetensors.index.json."},
     /* --format gguf options go here */
+    {"name", MC_OPT_REQUIRED, OPT_GGUF_NAME, "NAME", "gguf: general.name (default mc)."},
     {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "No notes on stderr."},
     {NULL, 0, 0, NULL, NULL},
 };
@@ -52,7 +56,9 @@ typedef struct args {
     fmt format;
     const char *output;
     const char *dtype;
+    const char *gguf_name;
     uint64_t max_shard_size;
+    int max_shard_given;
     int quiet;
     int exit_now;
 } args;
@@ -79,8 +85,10 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
         case OPT_DTYPE: a->dtype = arg; break;
         case OPT_MAX_SHARD_SIZE:
             st = mc_parse_size("--max-shard-size", arg, &a->max_shard_size, err);
+            a->max_shard_given = 1;
             break;
         /* --format gguf options: handled here */
+        case OPT_GGUF_NAME: a->gguf_name = arg; break;
         case OPT_QUIET: a->quiet = 1; break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "unhandled option %d", key);
         }
@@ -101,6 +109,8 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
         return mc_error_set(err, MC_ERR_USAGE, "--format is required (hf, llmc or gguf)");
     if (!a->output || !*a->output)
         return mc_error_set(err, MC_ERR_USAGE, "-o/--output is required");
+    if (a->max_shard_given && a->format != FMT_HF)
+        return mc_error_set(err, MC_ERR_USAGE, "--max-shard-size applies to --format hf only");
     return MC_OK;
 }
 
@@ -204,10 +214,17 @@ int main(int argc, char **argv)
         case FMT_LLMC:
             st = mc_llmc_export(a.ckpt, a.output, dtype, &err);
             break;
-        case FMT_GGUF:
-            /* ---- --format gguf: lib/fmt/gguf.c (mc/gguf.h) goes here ---- */
-            st = mc_error_set(&err, MC_ERR_USAGE, "--format gguf is not built yet");
+        case FMT_GGUF: {
+            /* ---- --format gguf: lib/fmt/gguf.c (mc/gguf.h) ---- */
+            mc_gguf_options o;
+            mc_gguf_options_init(&o);
+            o.name = a.gguf_name;
+            if (a.dtype)
+                st = mc_gguf_type_parse(a.dtype, &o.type, &err);
+            if (!st)
+                st = mc_export_gguf(a.ckpt, &o, a.output, &err);
             break;
+        }
         default:
             st = mc_error_set(&err, MC_ERR_INTERNAL, "no format");
         }
