@@ -105,13 +105,13 @@ mc_status mc_ppl_run(mc_infer *inf, const mc_ppl_config *c, const int32_t *ids, 
     switch (c->mode) {
     case MC_PPL_PLAIN:
         if (n < 2)
-            return mc_error_set(err, MC_ERR_USAGE,
+            return mc_error_set(err, MC_ERR_LIMIT,
                                 "the text has %zu tokens: perplexity needs at least 2", n);
         nwin = (n - 1 + ctx - 1) / ctx;
         break;
     case MC_PPL_LLAMA:
         if (n < 2 * ctx)
-            return mc_error_set(err, MC_ERR_USAGE,
+            return mc_error_set(err, MC_ERR_LIMIT,
                                 "the text has %zu tokens: --ppl-mode llama needs at least 2 x "
                                 "--ctx-size = %zu",
                                 n, 2 * ctx);
@@ -125,7 +125,7 @@ mc_status mc_ppl_run(mc_infer *inf, const mc_ppl_config *c, const int32_t *ids, 
             return mc_error_set(err, MC_ERR_USAGE, "--stride %zu exceeds --ctx-size %zu", stride,
                                 ctx);
         if (n < 2)
-            return mc_error_set(err, MC_ERR_USAGE,
+            return mc_error_set(err, MC_ERR_LIMIT,
                                 "the text has %zu tokens: perplexity needs at least 2", n);
         /* windows begin at 0, stride, ... until one reaches the end */
         nwin = n <= ctx ? 1 : (n - ctx + stride - 1) / stride + 1;

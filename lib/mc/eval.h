@@ -169,8 +169,8 @@ char *mc_task_hellaswag_preprocess(const char *s);
  * then a draw from what is left; temperature 0 is greedy (the first largest
  * logit). Only ids below vocab_size are candidates (never Megatron's
  * padding). Draws come from a counter-based generator keyed by (seed,
- * stream, step): prompt k of a run is stream k, so a prompt's text does not
- * depend on the others, the thread count or the grid. */
+ * stream, step): prompt k of a run is stream k, so its text depends on
+ * neither what the other prompts are, the thread count nor the grid. */
 typedef struct mc_gen_config {
     int max_new_tokens;
     double temperature; /* 0: greedy */
