@@ -85,6 +85,23 @@ json() {
     [ "$(json all.json 'd["perplexity"]["documents"]')" = 200 ]
 }
 
+@test "resharded checkpoints (bf16, int8) evaluate through the pipeline, within a small margin of fp32" {
+    require_python_module json
+    MC_RESHARD="$top_builddir/tools/mc-reshard/mc-reshard"
+    [ -x "$MC_RESHARD" ] || skip "mc-reshard is not built"
+    "$MC_EVAL" "$G" --quiet --ctx-size 32 --text-file "$D/text.txt" > fp32.json
+    "$MC_RESHARD" "$G" --dtype bf16 -o bf16 2>/dev/null |
+        "$MC_EVAL" --quiet --ctx-size 32 --text-file "$D/text.txt" > bf16.json
+    "$MC_RESHARD" "$G" --quantize int8 -o int8 2>/dev/null |
+        "$MC_EVAL" --quiet --ctx-size 32 --text-file "$D/text.txt" > int8.json
+    ref=$(json fp32.json 'd["perplexity"]["nll"]')
+    for q in bf16:1e-3 int8:1e-3; do
+        got=$(json ${q%%:*}.json 'd["perplexity"]["nll"]')
+        echo "# ${q%%:*}: NLL $got vs fp32 $ref (margin ${q#*:} relative)" >&3
+        awk -v a="$got" -v b="$ref" -v t="${q#*:}" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t * b) }'
+    done
+}
+
 @test "sampling: the same seed gives the same text, another seed another; top-k 1 and temperature 0 are greedy" {
     require_python_module json
     args=(--quiet --prompt "The river" --prompt "In Python" --max-new-tokens 16)
