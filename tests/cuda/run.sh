@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# tests/cuda/run.sh - the CUDA backend's verification, in one call on a GPU
+# machine (issue 6, section 4). Builds mc (configure finds nvcc), then:
+#   1. kernels: tests/cuda/check_kern, every CUDA kernel against the CPU
+#      backend on fresh random inputs of several shapes (outputs NaN-poisoned;
+#      relative error bounds fp32 1e-5, tf32 1e-3, bf16/fp16 1e-2);
+#   2. training: 50 iterations of a tiny GPT and a tiny Llama, --bf16, on the
+#      GPU and on the CPU from the same initialization (counter-based, so the
+#      same weights) and the same mock data; every iteration's loss must
+#      agree within bf16 tolerance (relative 2e-2), and two GPU runs must give
+#      the same bits (determinism);
+#   3. checkpoints: GPU trains 10 iterations and saves; the CPU loads that and
+#      trains to 15 and saves; the GPU loads that and trains to 20. Losses of
+#      iterations 11..20 must match an uninterrupted GPU run (fp32, relative
+#      1e-4: CPU and GPU differ only by rounding);
+#   4. compute-sanitizer --tool memcheck over 3 GPU training iterations of
+#      each model (and racecheck over one).
+# Prints a short table last; exit 0 only when every step passed.
+#
+# Usage: tests/cuda/run.sh [BUILD-DIR]
+#   BUILD-DIR: an existing build to use (default: build one in $TMPDIR).
+# Environment: MC_CONFIGURE_FLAGS (extra configure flags), JOBS (make -j,
+# default the cores present), KEEP=1 to keep the work directory,
+# MC_GPU_DEVICE=cpu to run the script's own logic without a GPU (every "GPU"
+# run then uses the CPU backend: a check of the script, not of CUDA).
+set -uo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/mc-cuda.XXXXXX")
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
+jobs=${JOBS:-$(nproc)}
+declare -a rows
+status=0
+row() { # NAME RESULT DETAIL
+    rows+=("$(printf '%-34s %-5s %s' "$1" "$2" "$3")")
+    [ "$2" = ok ] || status=1
+}
+finish() {
+    echo
+    echo "== tests/cuda/run.sh summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
+    printf '%s\n' "${rows[@]}"
+    exit $status
+}
+
+gpu=${MC_GPU_DEVICE:-cuda}
+if [ "$gpu" = cuda ]; then
+    nvidia-smi -L 2>/dev/null || { echo "run.sh: no GPU (nvidia-smi lists none)"; row gpu FAIL "none found"; finish; }
+fi
+
+# ---------------------------------------------------------------- build
+if [ $# -ge 1 ]; then
+    build=$(cd "$1" && pwd)
+else
+    build=$work/build
+    mkdir -p "$build"
+    t0=$(date +%s)
+    if [ ! -x "$src/configure" ]; then (cd "$src" && ./autogen.sh) >"$work/autogen.log" 2>&1 ||
+        { tail -20 "$work/autogen.log"; row build FAIL "autogen.sh"; finish; }; fi
+    (cd "$build" && "$src/configure" -q --with-cuda ${MC_CONFIGURE_FLAGS:-}) >"$work/configure.log" 2>&1 ||
+        { tail -20 "$work/configure.log"; row build FAIL "configure (see above: a missing dependency?)"; finish; }
+    make -C "$build" -j"$jobs" all >"$work/make.log" 2>&1 &&
+        make -C "$build" -j"$jobs" tests/cuda/check_kern >>"$work/make.log" 2>&1 ||
+        { tail -30 "$work/make.log"; row build FAIL make; finish; }
+    row build ok "$(( $(date +%s) - t0 )) s"
+fi
+grep -q '^#define HAVE_CUDA 1' "$build/config.h" || row "CUDA backend built" FAIL "$build/config.h has no HAVE_CUDA"
+train=$build/tools/mc-train/mc-train
+[ -x "$train" ] || { row build FAIL "$train missing"; finish; }
+
+# ---------------------------------------------------------------- 1. kernels
+echo "== 1. kernels"
+"$build/tests/cuda/check_kern" | tee "$work/kern.log"
+rc=${PIPESTATUS[0]}
+nk=$(grep -c '^ok ' "$work/kern.log"); nf=$(grep -c '^not ok ' "$work/kern.log")
+row "kernels vs CPU (check_kern)" "$([ $rc = 0 ] && echo ok || echo FAIL)" "$nk passed, $nf failed"
+grep '^# ' "$work/kern.log" | sed -n '/worst err/,$p' > "$work/kern_table"
+
+# ---------------------------------------------------------------- helpers
+gpt=(--model tiny-gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
+     --max-position-embeddings 64)
+llama=(--model tiny-llama --num-layers 2 --hidden-size 64 --num-attention-heads 4
+       --group-query-attention --num-query-groups 2 --seq-length 64)
+common=(--mock-data --vocab-size 512 --micro-batch-size 4 --global-batch-size 8 --lr 3e-3
+        --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 --seed 7 --threads "$(nproc)")
+losses() { grep -o '"lm loss": [^,}]*' "$1" | cut -d' ' -f3; }
+# max relative difference of two loss lists (and the count compared)
+maxrel() {
+    paste "$1" "$2" | awk 'NF == 2 { d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2);
+        if (r > m) m = r; n++ } END { if (n == 0) { print "none"; exit 1 } printf "%.2e %d\n", m, n }'
+}
+run_train() { # LOG-JSON DEVICE ARGS...
+    local lj=$1 dev=$2
+    shift 2
+    "$train" "${common[@]}" "$@" --device "$dev" --log-json "$lj" >"$lj.out" 2>"$lj.err"
+}
+
+# ---------------------------------------------------------------- 2. training
+echo "== 2. training: 50 iterations, GPU vs CPU, bf16"
+for m in gpt llama; do
+    declare -n args=$m
+    ok=1
+    run_train "$work/$m-gpu.json" "$gpu" "${args[@]}" --bf16 --train-iters 50 || ok=0
+    run_train "$work/$m-gpu2.json" "$gpu" "${args[@]}" --bf16 --train-iters 50 || ok=0
+    run_train "$work/$m-cpu.json" cpu "${args[@]}" --bf16 --train-iters 50 || ok=0
+    if [ $ok = 0 ]; then
+        tail -3 "$work/$m-"*.json.err
+        row "train $m 50 it (gpu vs cpu, bf16)" FAIL "a run failed"
+        continue
+    fi
+    losses "$work/$m-gpu.json" > "$work/$m-gpu.l"
+    losses "$work/$m-gpu2.json" > "$work/$m-gpu2.l"
+    losses "$work/$m-cpu.json" > "$work/$m-cpu.l"
+    read -r r n < <(maxrel "$work/$m-gpu.l" "$work/$m-cpu.l")
+    first=$(head -1 "$work/$m-gpu.l"); last_g=$(tail -1 "$work/$m-gpu.l"); last_c=$(tail -1 "$work/$m-cpu.l")
+    good=$(awk -v r="$r" -v n="$n" 'BEGIN { print (n == 50 && r <= 2e-2) ? "ok" : "FAIL" }')
+    row "train $m 50 it (gpu vs cpu, bf16)" "$good" "max rel $r over $n its; loss $first -> gpu $last_g cpu $last_c"
+    if cmp -s "$work/$m-gpu.l" "$work/$m-gpu2.l"; then
+        row "train $m: gpu run twice" ok "same losses, bit for bit"
+    else
+        row "train $m: gpu run twice" FAIL "losses differ: $(maxrel "$work/$m-gpu.l" "$work/$m-gpu2.l")"
+    fi
+    unset -n args
+done
+
+# ---------------------------------------------------------------- 3. checkpoints
+echo "== 3. checkpoint GPU -> CPU -> GPU (fp32)"
+for m in gpt llama; do
+    declare -n args=$m
+    d=$work/ck-$m
+    ok=1
+    run_train "$d-ref.json" "$gpu" "${args[@]}" --lr-decay-iters 20 --train-iters 20 || ok=0
+    run_train "$d-a.json" "$gpu" "${args[@]}" --lr-decay-iters 20 --train-iters 10 --save "$d" --save-interval 10 || ok=0
+    run_train "$d-b.json" cpu "${args[@]}" --lr-decay-iters 20 --train-iters 15 --load "$d" --save "$d" --save-interval 15 || ok=0
+    run_train "$d-c.json" "$gpu" "${args[@]}" --lr-decay-iters 20 --train-iters 20 --load "$d" --save "$d" --save-interval 20 || ok=0
+    if [ $ok = 0 ]; then
+        tail -3 "$d"-*.json.err
+        row "ckpt $m gpu->cpu->gpu" FAIL "a run failed"
+    else
+        losses "$d-ref.json" | tail -n 10 > "$d-ref.l"
+        cat "$d-b.json" "$d-c.json" | grep -o '"lm loss": [^,}]*' | cut -d' ' -f3 > "$d-bc.l"
+        read -r r n < <(maxrel "$d-bc.l" "$d-ref.l")
+        good=$(awk -v r="$r" -v n="$n" 'BEGIN { print (n == 10 && r <= 1e-4) ? "ok" : "FAIL" }')
+        row "ckpt $m gpu->cpu->gpu" "$good" "its 11-20 vs one gpu run: max rel $r over $n"
+    fi
+    unset -n args
+done
+
+# ---------------------------------------------------------------- 4. sanitizer
+echo "== 4. compute-sanitizer"
+san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+if [ -z "$san" ]; then
+    row "compute-sanitizer" FAIL "not found"
+else
+    for m in gpt llama; do
+        declare -n args=$m
+        "$san" --tool memcheck --error-exitcode 9 --leak-check full "$train" "${common[@]}" \
+            "${args[@]}" --bf16 --train-iters 3 --device "$gpu" >"$work/san-$m.log" 2>&1
+        rc=$?
+        summary=$(grep -m1 'ERROR SUMMARY' "$work/san-$m.log" | sed 's/^=* *//')
+        row "memcheck train $m 3 it" "$([ $rc = 0 ] && echo ok || echo FAIL)" "rc=$rc ${summary:-}"
+        [ $rc = 0 ] || grep -m 20 -E 'Invalid|Error|at ' "$work/san-$m.log"
+        unset -n args
+    done
+    "$san" --tool racecheck --error-exitcode 9 "$train" "${common[@]}" "${gpt[@]}" --train-iters 1 \
+        --device "$gpu" >"$work/race.log" 2>&1
+    rc=$?
+    row "racecheck train gpt 1 it" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+        "rc=$rc $(grep -m1 'RACECHECK SUMMARY\|ERROR SUMMARY' "$work/race.log" | sed 's/^=* *//')"
+fi
+
+echo
+echo "== worst kernel errors (check_kern)"
+cat "$work/kern_table" 2>/dev/null | sed 's/^# //' | awk '$2 != "0.00e+00" || /kernel/' | head -60
+finish
