@@ -352,3 +352,19 @@ EOF
     assert_output --partial "mc-reshard: error: hf/config.json: architectures: BertModel is not supported"
     [ ! -e bad ]
 }
+
+@test "errors: a NaN in a tensor to quantize fails naming the tensor and element; other conversions keep it" {
+    cp -r "$F/gpt" nan
+    py nan/iter_0000003/model.h5 <<'EOF'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["model/decoder.layers.1.mlp.linear_fc2.weight"]
+    x = d[()]; x[3, 5] = np.nan; d[...] = x
+EOF
+    run "$MC_RESHARD" --quantize int8 -o q nan
+    assert_failure 1
+    assert_output "mc-reshard: error: nan/iter_0000003/model.h5: model/decoder.layers.1.mlp.linear_fc2.weight: element [3, 5] is nan; only finite values can be quantized"
+    [ ! -e q ]
+    run "$MC_RESHARD" --dtype bf16 -o b nan --quiet
+    assert_success
+}

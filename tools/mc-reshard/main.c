@@ -21,6 +21,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,6 +427,13 @@ static mc_status copy_tensor(job *j, mc_ckpt_writer *w, const char *group, const
         out = a->dtype;
     if (model && cols > 0 && a->quant != MC_CKPT_FLOAT32)
         out = a->quant;
+    /* The quantizers refuse non-finite values; name the input holding one. */
+    for (size_t i = 0; mc_ckpt_dtype_is_quantized(out) && i < n; i++)
+        if (!isfinite((*buf)[i]))
+            return mc_error_set(err, MC_ERR_FORMAT,
+                                "%s: %s: element [%zu, %zu] is %g; only finite values can be quantized",
+                                j->nr > 1 ? "the average" : mc_ckpt_file(j->r[0]), path, i / (size_t)cols,
+                                i % (size_t)cols, (double)(*buf)[i]);
     if ((st = mc_ckpt_write_whole(w, path, rows, cols, *buf, out, a->group_size, err)))
         return st;
     j->tensors++;
