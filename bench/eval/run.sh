@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# bench/eval/run.sh - evaluation throughput (issue 5, section 5), in one run,
+# THREADS threads each, on one model exported from one mc checkpoint:
+#   perplexity tokens/s: mc-eval --ppl-mode llama vs transformers
+#     (hf_eval.py on the mc-export --format hf directory), same text, same
+#     windows (CTX tokens, the first CHUNKS windows, batch 1, fp32);
+#   generation tokens/s: mc-eval (fp32 checkpoint, KV cache, greedy) vs
+#     llama.cpp's llama-completion on the q8_0 GGUF (mc-export --format gguf
+#     --dtype q8_0), same prompt, NTOK new tokens, greedy; both figures count
+#     the generated tokens only (llama.cpp's "eval time", mc-eval's
+#     "generation: ... tokens/s").
+# Each measurement runs REPS times, the sides alternating; the medians and
+# the ratios are printed with the targets (mc-eval >= 2x transformers on
+# perplexity; generation within 1.5x of llama.cpp at q8_0).
+#
+# The model (unless CKPT is given): a GPT-2 124M shape (12 layers, 768
+# hidden, 12 heads, T=CTX) with a 4096-token BPE tokenizer trained on the
+# Python documentation (Debian's python3.11-doc), after 2 training
+# iterations: throughput does not depend on the weights.
+#
+# Usage: bench/eval/run.sh [BUILD-DIR]
+# Environment: LLAMA_CPP_DIR (a llama.cpp build directory with
+# bin/llama-completion; required; llama.cpp is never committed to mc),
+# MC_PYTHON_HEAVY (torch, transformers, tokenizers; /opt/mcheavy/bin/python),
+# THREADS (2), REPS (3), CTX (256), CHUNKS (16), NTOK (128), CKPT (a
+# checkpoint with a HuggingFaceTokenizer to use instead of training one).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$here/build}
+threads=${THREADS:-2} reps=${REPS:-3} ctx=${CTX:-256} chunks=${CHUNKS:-16} ntok=${NTOK:-128}
+pyh=${MC_PYTHON_HEAVY:-/opt/mcheavy/bin/python}
+llama=${LLAMA_CPP_DIR:?set LLAMA_CPP_DIR to a llama.cpp build directory}/bin
+bin=$build/tools
+docs=/usr/share/doc/python3.11/html/_sources
+for p in "$bin/mc-eval/mc-eval" "$bin/mc-export/mc-export" "$llama/llama-completion"; do
+    [ -x "$p" ] || { echo "run.sh: $p not found" >&2; exit 1; }
+done
+"$pyh" -c "import torch, transformers, tokenizers" ||
+    { echo "run.sh: $pyh lacks torch/transformers/tokenizers" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"\
+     "load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
+
+ckpt=${CKPT:-}
+if [ -z "$ckpt" ]; then
+    echo "== training the model (tokenizer, dataset, 2 iterations)" >&2
+    tok=$("$bin/mc-preprocess/mc-preprocess" --train-tokenizer --vocab-size 4096 --quiet \
+            --input-format text --output "$work/tok.json" "$docs/library/*.txt")
+    prefix=$("$bin/mc-preprocess/mc-preprocess" --tokenizer-type HuggingFaceTokenizer \
+            --tokenizer-model "$tok" --input-format text --append-eod --quiet \
+            --output-prefix "$work/lib" "$docs/library/*.txt")
+    ckpt=$("$bin/mc-train/mc-train" --num-layers 12 --hidden-size 768 --num-attention-heads 12 \
+            --seq-length "$ctx" --max-position-embeddings "$ctx" --data-path "$prefix" \
+            --split 100,0,0 --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$tok" \
+            --micro-batch-size 4 --global-batch-size 4 --train-iters 2 --lr 6e-4 \
+            --eval-iters 0 --log-interval 10 --threads "$threads" --save "$work/ckpt" \
+            --data-cache-path "$work/cache" 2>/dev/null)
+fi
+"$bin/mc-export/mc-export" --format hf -o "$work/hf" "$ckpt" >/dev/null
+"$bin/mc-export/mc-export" --format gguf --dtype q8_0 -o "$work/m.q8_0.gguf" "$ckpt" >/dev/null
+cat "$docs"/howto/*.txt > "$work/text.txt" # not in the training text
+prompt="The Python interpreter"
+
+med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+for r in $(seq "$reps"); do
+    # perplexity: mc-eval's tokens/s as windows x ctx / seconds (every
+    # token of a window passes through the model), as hf_eval.py counts
+    "$bin/mc-eval/mc-eval" "$ckpt" --text-file "$work/text.txt" --ppl-mode llama -c "$ctx" \
+        --chunks "$chunks" --threads "$threads" --quiet -o "$work/ppl.json" >/dev/null 2>&1
+    "$pyh" - "$work/ppl.json" "$ctx" >> "$work/mc_ppl" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))["perplexity"]
+print(p["windows"] * int(sys.argv[2]) / p["seconds"], p["ppl"])
+EOF
+    "$pyh" "$here/bench/eval/hf_eval.py" "$work/hf" "$work/text.txt" "$ctx" "$chunks" "$threads" \
+        2>/dev/null | awk '{ print $10, $2 }' >> "$work/hf_ppl"
+    # generation
+    "$bin/mc-eval/mc-eval" "$ckpt" --prompt "$prompt" --max-new-tokens "$ntok" -c "$ctx" \
+        --threads "$threads" -o "$work/gen.json" 2> "$work/gen.err" >/dev/null
+    sed -n 's/.*generation: .* tokens in .* s (\([0-9.]*\) tokens\/s).*/\1/p' "$work/gen.err" \
+        >> "$work/mc_gen"
+    # llama.cpp logs through a thread that can lose its last lines on a
+    # pipe: read them from a file
+    "$llama/llama-completion" -m "$work/m.q8_0.gguf" -p "$prompt" -n "$ntok" --temp 0 \
+        -t "$threads" -c "$ctx" --ignore-eos -no-cnv --no-warmup --log-file "$work/lc.log" \
+        </dev/null >/dev/null 2>&1
+    sed -n 's/.* eval time = .*runs .*, *\([0-9.]*\) tokens per second).*/\1/p' "$work/lc.log" \
+        | grep -v '^$' | tail -n 1 >> "$work/lc_gen"
+    rm -f "$work/lc.log"
+done
+
+mcp=$(cut -d' ' -f1 "$work/mc_ppl" | med) hfp=$(cut -d' ' -f1 "$work/hf_ppl" | med)
+mcg=$(med < "$work/mc_gen") lcg=$(med < "$work/lc_gen")
+echo "model: $(grep -o '"parameters": [0-9]*' "$work/gen.json" | head -1), ctx $ctx," \
+     "$chunks windows, $ntok new tokens, $threads threads, $reps runs alternating (medians)"
+echo "perplexity values: mc-eval $(cut -d' ' -f2 "$work/mc_ppl" | head -1)," \
+     "transformers $(cut -d' ' -f2 "$work/hf_ppl" | head -1)"
+printf 'perplexity tokens/s: mc-eval %.1f (%s)  transformers %.1f (%s)\n' "$mcp" \
+    "$(cut -d' ' -f1 "$work/mc_ppl" | tr '\n' ' ')" "$hfp" "$(cut -d' ' -f1 "$work/hf_ppl" | tr '\n' ' ')"
+printf 'generation tokens/s: mc-eval fp32 %.1f (%s)  llama.cpp q8_0 %.1f (%s)\n' "$mcg" \
+    "$(tr '\n' ' ' < "$work/mc_gen")" "$lcg" "$(tr '\n' ' ' < "$work/lc_gen")"
+awk -v a="$mcp" -v b="$hfp" -v c="$mcg" -v d="$lcg" 'BEGIN {
+    r1 = a / b; r2 = d / c
+    printf "perplexity: mc-eval / transformers = %.2fx (target >= 2x: %s)\n", r1, (r1 >= 2 ? "met" : "MISSED")
+    printf "generation: llama.cpp q8_0 / mc-eval = %.2fx (target <= 1.5x: %s)\n", r2, (r2 <= 1.5 ? "met" : "MISSED") }'
