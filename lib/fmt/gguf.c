@@ -52,18 +52,19 @@
 
 #define GGUF_VERSION 3
 #define GGUF_ALIGN 32
-#define QK 32 /* elements per q8_0 / q4_0 block */
+#define QK 32   /* elements per q8_0 / q4_0 block */
+#define QK_K 256 /* elements per q4_K super-block */
 
 /* GGUF metadata value types. */
 enum { KV_U32 = 4, KV_I32 = 5, KV_F32 = 6, KV_BOOL = 7, KV_STRING = 8, KV_ARRAY = 9 };
 /* ggml tensor types. */
-enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_BF16 = 30 };
+enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_Q4_K = 12, GGML_BF16 = 30 };
 
-static const char *const TYPE_NAMES[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
-static const int TYPE_GGML[] = {GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0};
+static const char *const TYPE_NAMES[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K"};
+static const int TYPE_GGML[] = {GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_K};
 /* general.file_type: llama.cpp's llama_ftype (ALL_F32, MOSTLY_F16, MOSTLY_BF16,
- * MOSTLY_Q8_0, MOSTLY_Q4_0). */
-static const uint32_t TYPE_FTYPE[] = {0, 1, 32, 7, 2};
+ * MOSTLY_Q8_0, MOSTLY_Q4_0, MOSTLY_Q4_K_S). */
+static const uint32_t TYPE_FTYPE[] = {0, 1, 32, 7, 2, 14};
 
 const char *mc_gguf_type_name(mc_gguf_type t)
 {
@@ -78,7 +79,7 @@ mc_status mc_gguf_type_parse(const char *s, mc_gguf_type *out, mc_error *err)
             return MC_OK;
         }
     return mc_error_set(err, MC_ERR_USAGE,
-                        "--dtype '%s' is not a GGUF type (f32, f16, bf16, q8_0 or q4_0)",
+                        "--dtype '%s' is not a GGUF type (f32, f16, bf16, q8_0, q4_0 or q4_K)",
                         s ? s : "");
 }
 
@@ -159,6 +160,82 @@ void mc_gguf_quantize_q4_0(const float *x, size_t n, void *out)
     }
 }
 
+/* fp16 bits back to float (normal, subnormal, zero; no inf/NaN here). */
+static float f16_to_f32(uint16_t h)
+{
+    int e = (h >> 10) & 0x1f;
+    float m = (float)(h & 0x3ff);
+    float v = e ? ldexpf(1024.0f + m, e - 25) : ldexpf(m, -24);
+    return h & 0x8000 ? -v : v;
+}
+
+/* The smallest fp16 >= v (v >= 0, finite, below 65504). */
+static uint16_t f16_up(float v)
+{
+    uint16_t h = mc_gguf_f32_to_f16(v);
+    return f16_to_f32(h) < v ? (uint16_t)(h + 1) : h;
+}
+
+/* q4_K: in each sub-block j of 32, the offset m_j = -min(0, min x) and the
+ * step s_j = (max x + m_j) / 15; the super-block stores d >= max s_j / 63
+ * and dmin >= max m_j / 63 as fp16 (rounded up), each sub-block
+ * sc_j = ceil(s_j / d) and m_j' = ceil(m_j / dmin) in 6 bits (rounding up,
+ * no value falls below q = 0, and only by at most dmin above q = 15), then
+ * q = clamp(round((x + dmin m_j') / (d sc_j)), 0, 15). Error at most
+ * (S + d) / 2 + dmin, S = max s_j. */
+void mc_gguf_quantize_q4_K(const float *x, size_t n, void *out)
+{
+    unsigned char *o = out;
+    for (size_t b = 0; b < n / QK_K; b++, x += QK_K, o += 4 + 12 + QK_K / 2) {
+        float s[8], m[8], smax = 0, mmax = 0;
+        for (int j = 0; j < 8; j++) {
+            float lo = 0, hi = -INFINITY;
+            for (int l = 0; l < 32; l++) {
+                lo = fminf(lo, x[32 * j + l]);
+                hi = fmaxf(hi, x[32 * j + l]);
+            }
+            m[j] = -lo;
+            s[j] = (hi - lo) / 15;
+            smax = fmaxf(smax, s[j]);
+            mmax = fmaxf(mmax, m[j]);
+        }
+        uint16_t dh = f16_up(smax / 63), mh = f16_up(mmax / 63);
+        float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+        unsigned char sc[8], mq[8], *scales = o + 4, *qs = o + 16;
+        for (int j = 0; j < 8; j++) {
+            float a = d > 0 ? ceilf(s[j] / d) : 0, c = dmin > 0 ? ceilf(m[j] / dmin) : 0;
+            sc[j] = (unsigned char)(a > 63 ? 63 : a);
+            mq[j] = (unsigned char)(c > 63 ? 63 : c);
+        }
+        memcpy(o, &dh, 2);
+        memcpy(o + 2, &mh, 2);
+        memset(scales, 0, 12);
+        for (int j = 0; j < 8; j++) { /* ggml's 12-byte packing of 6-bit pairs */
+            if (j < 4) {
+                scales[j] = sc[j];
+                scales[j + 4] = mq[j];
+            } else {
+                scales[j + 4] = (unsigned char)((sc[j] & 0xf) | (mq[j] & 0xf) << 4);
+                scales[j - 4] |= (unsigned char)((sc[j] >> 4) << 6);
+                scales[j] |= (unsigned char)((mq[j] >> 4) << 6);
+            }
+        }
+        unsigned char q[QK_K];
+        for (int j = 0; j < 8; j++) {
+            float dj = d * sc[j], mj = dmin * mq[j];
+            for (int l = 0; l < 32; l++) {
+                float v = dj > 0 ? rintf((x[32 * j + l] + mj) / dj) : 0;
+                q[32 * j + l] = (unsigned char)(v < 0 ? 0 : v > 15 ? 15 : v);
+            }
+        }
+        /* each 64 elements: 32 bytes, sub-block 2i in the low nibbles and
+         * 2i + 1 in the high ones */
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                qs[32 * c + l] = (unsigned char)(q[64 * c + l] | q[64 * c + 32 + l] << 4);
+    }
+}
+
 static int ggml_of(int t) { return TYPE_GGML[t]; }
 
 /* Bytes of a tensor of rows x cols elements (cols: the row length) stored as
@@ -170,6 +247,7 @@ static uint64_t tensor_bytes(int g, int64_t rows, int64_t cols)
     case GGML_F32: return 4 * n;
     case GGML_F16: case GGML_BF16: return 2 * n;
     case GGML_Q8_0: return n / QK * (2 + QK);
+    case GGML_Q4_K: return n / QK_K * (4 + 12 + QK_K / 2);
     default: return n / QK * (2 + QK / 2);
     }
 }
@@ -224,8 +302,11 @@ static mc_status plan_add(plan *p, const char *name, const char *src, xform x, i
     t->src_cols = src_cols;
     if (cols == 0) {
         t->ggml = GGML_F32; /* norms and biases stay f32, as llama.cpp's converter keeps them */
-    } else if ((ggml == GGML_Q8_0 || ggml == GGML_Q4_0) && cols % QK) {
+    } else if ((ggml == GGML_Q8_0 || ggml == GGML_Q4_0 || ggml == GGML_Q4_K) && cols % QK) {
         t->ggml = GGML_F16;
+        p->fallback++;
+    } else if (ggml == GGML_Q4_K && cols % QK_K) {
+        t->ggml = GGML_Q8_0; /* rows that hold no whole super-block */
         p->fallback++;
     } else {
         t->ggml = ggml;
@@ -534,6 +615,7 @@ static mc_status write_tensor(mc_ckpt_reader *r, const plan *p, const tplan *t, 
     case GGML_F16: for (size_t i = 0; i < n; i++) h[i] = mc_gguf_f32_to_f16(x[i]); break;
     case GGML_BF16: for (size_t i = 0; i < n; i++) h[i] = mc_gguf_f32_to_bf16(x[i]); break;
     case GGML_Q8_0: mc_gguf_quantize_q8_0(x, n, *conv); break;
+    case GGML_Q4_K: mc_gguf_quantize_q4_K(x, n, *conv); break;
     default: mc_gguf_quantize_q4_0(x, n, *conv); break;
     }
     free(tmp);

@@ -16,7 +16,11 @@ Tolerances: f32 exact; f16 bit-equal to numpy's float16 rounding; bf16
 bit-equal to nearest-even rounding; q8_0 and q4_0 byte-equal to the gguf
 package's reference quantizer (ggml's rules), and dequantized within the
 documented bounds: per 32-element block with largest magnitude a,
-q8_0 |x - x'| <= a (1/254 + 2^-11), q4_0 |x - x'| <= a/8 (1 + 2^-8).
+q8_0 |x - x'| <= a (1/254 + 2^-11), q4_0 |x - x'| <= a/8 (1 + 2^-8); q4_K
+(no reference quantizer in the gguf package) dequantized within its bound:
+per 256-element super-block, with S the largest sub-block step
+(max - min(0, min)) / 15 over its 8 sub-blocks of 32 and M the largest
+-min(0, min), |x - x'| <= S/2 + (S/2 + M) / 63 (1 + 2^-10).
 Prints one line per check group; exits 1 on the first difference, 77
 (with "SKIP: reason") when gguf, h5py or numpy is missing.
 """
@@ -32,8 +36,9 @@ except ImportError as e:
     print(f"SKIP: {e}")
     sys.exit(77)
 
-TYPES = {"f32": QT.F32, "f16": QT.F16, "bf16": QT.BF16, "q8_0": QT.Q8_0, "q4_0": QT.Q4_0}
-FTYPE = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2}
+TYPES = {"f32": QT.F32, "f16": QT.F16, "bf16": QT.BF16, "q8_0": QT.Q8_0, "q4_0": QT.Q4_0,
+         "q4_K": QT.Q4_K}
+FTYPE = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2, "q4_K": 14}
 GPT2_RE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
              r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -212,8 +217,10 @@ def main():
         x = exp[t.name]
         matrix = x.ndim == 2
         want_t = TYPES[tname] if matrix and t.name != "position_embd.weight" else QT.F32
-        if want_t in (QT.Q8_0, QT.Q4_0) and x.shape[-1] % 32:
+        if want_t in (QT.Q8_0, QT.Q4_0, QT.Q4_K) and x.shape[-1] % 32:
             want_t = QT.F16
+        elif want_t == QT.Q4_K and x.shape[-1] % 256:
+            want_t = QT.Q8_0
         if t.tensor_type != want_t:
             fail(f"{t.name}: type {t.tensor_type.name} != {want_t.name}")
         if list(t.shape) != list(reversed(x.shape)):
@@ -228,6 +235,18 @@ def main():
         elif want_t == QT.BF16:
             if not np.array_equal(data.reshape(-1).view(np.uint16), bf16_bits(x).reshape(-1)):
                 fail(f"{t.name}: bf16 values are not x rounded to nearest even")
+        elif want_t == QT.Q4_K:
+            deq = gguf.quants.dequantize(data, want_t).reshape(x.shape)
+            sb = x.reshape(-1, 8, 32).astype(np.float64)
+            lo = np.minimum(sb.min(axis=2), 0)
+            S = ((sb.max(axis=2) - lo) / 15).max(axis=1, keepdims=True)
+            M = (-lo).max(axis=1, keepdims=True)
+            bound = S / 2 + (S / 2 + M) / 63 * (1 + 2**-10)
+            err = np.abs(deq.reshape(-1, 256).astype(np.float64) - sb.reshape(-1, 256))
+            if (err > bound * (1 + 1e-6)).any():
+                fail(f"{t.name}: q4_K dequantized error {err.max()} above the bound")
+            rel = float((err / np.maximum(bound, 1e-30)).max())
+            worst[want_t.name] = max(worst.get(want_t.name, 0), rel)
         else:
             ref = gguf.quants.quantize(x, want_t)
             if not np.array_equal(data.reshape(-1).view(np.uint8), ref.reshape(-1)):
