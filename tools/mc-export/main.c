@@ -38,7 +38,7 @@ static const mc_option options[] = {
      "temporary name and renamed into place."},
     {"dtype", MC_OPT_REQUIRED, OPT_DTYPE, "TYPE",
      "Stored type of the weights: fp32, fp16 or bf16 (hf), fp32 or bf16 (llmc); default: as "
-     "stored in the checkpoint. gguf: f32, f16, bf16, q8_0 or q4_0 for the matrices (default "
+     "stored in the checkpoint. gguf: f32, f16, bf16, q8_0, q4_0 or q4_K for the matrices (default "
      "f16; norms and biases stay f32)."},
     {"max-shard-size", MC_OPT_REQUIRED, OPT_MAX_SHARD_SIZE, "SIZE",
      "hf: split the weights into shards of at most SIZE bytes (e.g. 5GB, 100MB, 2G; "
