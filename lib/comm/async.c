@@ -32,6 +32,8 @@ struct mc_request {
     int done;          /* collectives: set by the worker under the lock */
     mc_status st;
     mc_error err;
+    void *event;       /* NCCL collectives: the CUDA event mc_wait waits for */
+    float *host;       /* point to point of device memory: the host copy */
     int P, me;         /* group size and rank, for the counters */
     double t_issue;    /* mc_comm_now() at issue */
     double t_end;      /* collectives: when the body finished (worker) */
@@ -163,6 +165,19 @@ static mc_status submit(const mc_grid *g, enum req_op op, const char *name, mc_g
     *r = (mc_request){.op = op, .name = name, .k = k, .c = c, .be = be, .in = in, .out = out,
                       .n = n, .P = mc_grid_group_size(g, k), .me = mc_grid_group_rank(g, k),
                       .t_issue = mc_comm_now()};
+    if (mc_nccl_wanted(be)) { /* device memory: NCCL's stream is the worker */
+        static const mc_nccl_op ops[] = {[OP_ALLREDUCE] = MC_NCCL_ALLREDUCE_SUM,
+                                         [OP_REDUCE_SCATTER] = MC_NCCL_REDUCE_SCATTER,
+                                         [OP_ALLGATHER] = MC_NCCL_ALLGATHER};
+        if ((st = mc_nccl_run(cm, k, be, ops[op], in, out, n, 0, &r->event, err))) {
+            free(r);
+            return st;
+        }
+        r->t_end = mc_comm_now();
+        r->done = 1;
+        *req = r;
+        return MC_OK;
+    }
     mc_async *a;
     if ((st = async_get(cm, &a, err))) {
         free(r);
@@ -229,9 +244,19 @@ static mc_status p2p(const mc_grid *g, enum req_op op, mc_group_kind k, mc_backe
     *r = (mc_request){.op = op, .name = name, .k = k, .c = c, .be = be, .out = x, .n = n,
                       .peer = peer, .P = mc_grid_group_size(g, k),
                       .me = mc_grid_group_rank(g, k), .t_issue = mc_comm_now()};
-    int rc = op == OP_SEND ? MPI_Isend(x, (int)n, MPI_FLOAT, peer, 0, c, &r->mpi)
-                           : MPI_Irecv(x, (int)n, MPI_FLOAT, peer, 0, c, &r->mpi);
+    /* device memory through host memory (reduce.c, mc_comm_stage) */
+    float *buf = x;
+    if (mc_nccl_wanted(be)) {
+        buf = r->host = op == OP_SEND ? mc_comm_stage(be, x, n) : malloc(n * sizeof(float) + 1);
+        if (!buf) {
+            free(r);
+            return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", name);
+        }
+    }
+    int rc = op == OP_SEND ? MPI_Isend(buf, (int)n, MPI_FLOAT, peer, 0, c, &r->mpi)
+                           : MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, 0, c, &r->mpi);
     if (rc != MPI_SUCCESS) {
+        free(r->host);
         free(r);
         return mc_comm_mpi_error(err, rc, name, k);
     }
@@ -291,6 +316,9 @@ mc_status mc_wait(const mc_grid *g, mc_request *r, mc_error *err)
         if (rc != MPI_SUCCESS) st = mc_comm_mpi_error(err, rc, r->name, r->k);
         else if (r->op == OP_RECV) st = mc_comm_recv_status(&s, r->n, r->peer, r->k, err);
         else st = MC_OK;
+        if (!st && r->host && r->op == OP_RECV)
+            mc_bcopy_from_host(r->be, r->out, r->host, r->n * sizeof(float));
+        free(r->host);
     } else {
         mc_async *a = cm->async;
         if (a) {
@@ -301,6 +329,7 @@ mc_status mc_wait(const mc_grid *g, mc_request *r, mc_error *err)
         mc_watchdog_leave(cm->wd);
         st = r->st;
         if (st && err) *err = r->err;
+        if (!st && r->event) st = mc_nccl_wait(r->be, r->event, r->name, r->k, err);
     }
     count(cm, r, t0);
     free(r);

@@ -29,6 +29,7 @@ typedef struct mc_scratch {
 } mc_scratch;
 
 typedef struct mc_async mc_async; /* async.c: queue and worker */
+typedef struct mc_nccl mc_nccl;   /* nccl.c: NCCL communicators (CUDA builds) */
 
 typedef struct mc_comm {
     MPI_Comm comm[MC_GROUP_COUNT]; /* MPI_COMM_NULL where this rank is no member */
@@ -37,6 +38,7 @@ typedef struct mc_comm {
     mc_watchdog *wd;               /* NULL for a world of 1 */
     mc_scratch scratch;            /* the main thread's */
     mc_async *async;               /* NULL until the first non-blocking collective */
+    mc_nccl *nccl;                 /* NULL until the first collective on device memory */
     mc_comm_stat stats[MC_GROUP_COUNT][MC_COLL_COUNT]; /* stats.c; the calling thread's */
 } mc_comm;
 
@@ -57,6 +59,8 @@ mc_status mc_comm_group(const mc_grid *g, mc_group_kind k, mc_backend *be, const
 /* Point to point: checks the peer (another member) and the count. */
 mc_status mc_comm_peer(const mc_grid *g, mc_group_kind k, mc_backend *be, const char *op, int peer,
                        size_t n, MPI_Comm *c, mc_error *err);
+/* Point to point stages a CUDA backend's memory in host memory (reduce.c). */
+float *mc_comm_stage(mc_backend *be, const float *x, size_t n);
 /* A receive of n floats from peer got exactly n. */
 mc_status mc_comm_recv_status(const MPI_Status *s, size_t n, int peer, mc_group_kind k,
                               mc_error *err);
@@ -73,6 +77,31 @@ void mc_comm_count_async(mc_comm *cm, mc_group_kind k, mc_coll_kind c, double by
                          double wire, double elapsed, double waited);
 /* Bytes member me of P sends in reduce.c's all-reduce of n floats. */
 double mc_comm_allreduce_wire(size_t n, int P, int me);
+
+/* nccl.c: device memory of a CUDA backend goes through NCCL (MC_CUDA_BACKEND
+ * builds; elsewhere mc_nccl_wanted is 0). mc_nccl_run enqueues one
+ * operation on the backend's communication stream; with event NULL the
+ * compute stream then waits for it (a blocking call), else *event is what
+ * mc_nccl_wait makes the compute stream wait for. in/out/n as the MPI calls;
+ * peer: the root of a broadcast. Point to point stays on MPI (reduce.c). */
+typedef enum {
+    MC_NCCL_ALLREDUCE_SUM, MC_NCCL_ALLREDUCE_MAX, MC_NCCL_REDUCE_SCATTER, MC_NCCL_ALLGATHER,
+    MC_NCCL_BROADCAST
+} mc_nccl_op;
+#ifdef MC_CUDA_BACKEND
+int mc_nccl_wanted(const mc_backend *be);
+mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op op,
+                      const float *in, float *out, size_t n, int peer, void **event,
+                      mc_error *err);
+mc_status mc_nccl_wait(mc_backend *be, void *event, const char *op, mc_group_kind k,
+                       mc_error *err);
+void mc_nccl_free(mc_nccl *nc);
+#else
+#define mc_nccl_wanted(be) 0
+#define mc_nccl_run(cm, k, be, op, in, out, n, peer, event, err) ((void)(op), MC_ERR_INTERNAL)
+#define mc_nccl_wait(be, event, op, k, err) MC_ERR_INTERNAL
+#define mc_nccl_free(nc) ((void)(nc))
+#endif
 
 /* async.c */
 void mc_async_free(mc_async *a);

@@ -72,6 +72,7 @@ static int color_of(const mc_grid *g, mc_group_kind k)
 
 static void free_comm(mc_comm *cm)
 {
+    mc_nccl_free(cm->nccl); /* before the MPI communicators it was made over */
     for (int k = 0; k < MC_GROUP_COUNT; k++)
         if (cm->comm[k] != MPI_COMM_NULL) MPI_Comm_free(&cm->comm[k]);
     mc_scratch_free(&cm->scratch);

@@ -46,10 +46,11 @@ mc_status mc_comm_group(const mc_grid *g, mc_group_kind k, mc_backend *be, const
                             "%s on the %s: a grid of %d ranks needs the MPI transport "
                             "(mc_grid_init_mpi)",
                             op, mc_group_name(k), g->world);
-    /* The seam for NCCL: device memory cannot go through host MPI. */
-    if (be && strcmp(mc_backend_name(be), "cpu") != 0)
+    /* Device memory cannot go through host MPI: a CUDA backend's goes
+     * through NCCL (nccl.c), bootstrapped over this communicator. */
+    if (be && strcmp(mc_backend_name(be), "cpu") != 0 && !mc_nccl_wanted(be))
         return mc_error_set(err, MC_ERR_USAGE,
-                            "%s on the %s: %s memory needs NCCL, which is not built yet", op,
+                            "%s on the %s: %s memory needs NCCL, which is not built", op,
                             mc_group_name(k), mc_backend_name(be));
     *c = ((mc_comm *)g->impl)->comm[k];
     return MC_OK;
@@ -178,7 +179,8 @@ mc_status mc_allreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, fl
     if (st || c == MPI_COMM_NULL || n == 0) return st;
     if ((st = check_count(n, "all-reduce", k, err))) return st;
     BEGIN("all-reduce", k);
-    st = mc_comm_allreduce_sum(c, k, &cm->scratch, be, x, n, err);
+    st = mc_nccl_wanted(be) ? mc_nccl_run(cm, k, be, MC_NCCL_ALLREDUCE_SUM, x, x, n, 0, NULL, err)
+                            : mc_comm_allreduce_sum(c, k, &cm->scratch, be, x, n, err);
     END(MC_COLL_ALLREDUCE, 4.0 * (double)n,
         mc_comm_allreduce_wire(n, mc_grid_group_size(g, k), mc_grid_group_rank(g, k)));
     return st;
@@ -192,9 +194,14 @@ mc_status mc_allreduce_max(const mc_grid *g, mc_group_kind k, mc_backend *be, fl
     if (st || c == MPI_COMM_NULL || n == 0) return st;
     if ((st = check_count(n, "all-reduce (max)", k, err))) return st;
     BEGIN("all-reduce (max)", k);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_MAX, c);
+    int rc = MPI_SUCCESS;
+    if (mc_nccl_wanted(be))
+        st = mc_nccl_run(cm, k, be, MC_NCCL_ALLREDUCE_MAX, x, x, n, 0, NULL, err);
+    else
+        rc = MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_MAX, c);
     int P = mc_grid_group_size(g, k);
     END(MC_COLL_ALLREDUCE, 4.0 * (double)n, 4.0 * 2.0 * (P - 1) / P * (double)n);
+    if (st) return st;
     return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "all-reduce (max)", k);
 }
 
@@ -234,7 +241,8 @@ mc_status mc_allgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
     }
     if ((st = check_count(n, "all-gather", k, err))) return st;
     BEGIN("all-gather", k);
-    st = mc_comm_allgather(c, k, be, in, out, n, err);
+    st = mc_nccl_wanted(be) ? mc_nccl_run(cm, k, be, MC_NCCL_ALLGATHER, in, out, n, 0, NULL, err)
+                            : mc_comm_allgather(c, k, be, in, out, n, err);
     double P = mc_grid_group_size(g, k);
     END(MC_COLL_ALLGATHER, 4.0 * P * (double)n, 4.0 * (P - 1) * (double)n);
     return st;
@@ -252,7 +260,9 @@ mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *b
     }
     if ((st = check_count(n, "reduce-scatter", k, err))) return st;
     BEGIN("reduce-scatter", k);
-    st = mc_comm_reduce_scatter_sum(c, k, &cm->scratch, be, in, out, n, err);
+    st = mc_nccl_wanted(be)
+             ? mc_nccl_run(cm, k, be, MC_NCCL_REDUCE_SCATTER, in, out, n, 0, NULL, err)
+             : mc_comm_reduce_scatter_sum(c, k, &cm->scratch, be, in, out, n, err);
     double P = mc_grid_group_size(g, k);
     END(MC_COLL_REDUCE_SCATTER, 4.0 * P * (double)n, 4.0 * (P - 1) * (double)n);
     return st;
@@ -270,11 +280,28 @@ mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float 
     if (c == MPI_COMM_NULL || n == 0) return MC_OK;
     if ((st = check_count(n, "broadcast", k, err))) return st;
     BEGIN("broadcast", k);
-    int rc = MPI_Bcast(x, (int)n, MPI_FLOAT, root, c);
+    int rc = MPI_SUCCESS;
+    if (mc_nccl_wanted(be))
+        st = mc_nccl_run(cm, k, be, MC_NCCL_BROADCAST, x, x, n, root, NULL, err);
+    else
+        rc = MPI_Bcast(x, (int)n, MPI_FLOAT, root, c);
     int root_me = mc_grid_group_rank(g, k) == root;
     END(MC_COLL_BROADCAST, 4.0 * (double)n,
         root_me ? 4.0 * (mc_grid_group_size(g, k) - 1) * (double)n : 0.0);
+    if (st) return st;
     return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "broadcast", k);
+}
+
+/* Point to point moves device memory through host memory with MPI, also
+ * for a CUDA backend: NCCL's send and receive on one stream would deadlock
+ * where both peers send first, which MPI's buffered sends allow. The host
+ * copy of x (malloc'ed; x itself for host memory; NULL when out of memory). */
+float *mc_comm_stage(mc_backend *be, const float *x, size_t n)
+{
+    if (!mc_nccl_wanted(be)) return (float *)x;
+    float *h = malloc(n * sizeof(float) + 1);
+    if (h) mc_bcopy_to_host(be, h, x, n * sizeof(float));
+    return h;
 }
 
 /* Point to point: the peer must be another member. */
@@ -296,7 +323,10 @@ mc_status mc_send(const mc_grid *g, mc_group_kind k, mc_backend *be, const float
     mc_status st = mc_comm_peer(g, k, be, "send", peer, n, &c, err);
     if (st) return st;
     BEGIN("send", k);
-    int rc = MPI_Send(x, (int)n, MPI_FLOAT, peer, 0, c);
+    /* device memory goes through host memory (see mc_comm_stage) */
+    float *h = mc_comm_stage(be, x, n);
+    int rc = h || !n ? MPI_Send(h ? h : x, (int)n, MPI_FLOAT, peer, 0, c) : MPI_ERR_NO_MEM;
+    if (h != x) free(h);
     END(MC_COLL_SENDRECV, 4.0 * (double)n, 4.0 * (double)n);
     return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "send", k);
 }
@@ -321,7 +351,12 @@ mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, s
     if (st) return st;
     MPI_Status s;
     BEGIN("receive", k);
-    int rc = MPI_Recv(x, (int)n, MPI_FLOAT, peer, 0, c, &s);
+    float *h = mc_nccl_wanted(be) ? malloc(n * sizeof(float) + 1) : x;
+    int rc = h ? MPI_Recv(h, (int)n, MPI_FLOAT, peer, 0, c, &s) : MPI_ERR_NO_MEM;
+    if (h && h != x) {
+        if (rc == MPI_SUCCESS) mc_bcopy_from_host(be, x, h, n * sizeof(float));
+        free(h);
+    }
     END(MC_COLL_SENDRECV, 4.0 * (double)n, 0.0);
     if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, "receive", k);
     return mc_comm_recv_status(&s, n, peer, k, err);
