@@ -24,6 +24,7 @@ per 256-element super-block, with S the largest sub-block step
 Prints one line per check group; exits 1 on the first difference, 77
 (with "SKIP: reason") when gguf, h5py or numpy is missing.
 """
+import base64
 import json
 import sys
 
@@ -91,11 +92,64 @@ def expected_tokenizer(h5, vocab_size):
         merges = [ln.rstrip("\r") for k, ln in enumerate(lines)
                   if ln.strip() and not (k == 0 and ln.startswith("#version"))]
         pre = "gpt-2"
+    elif meta["type"] == "TikTokenizer":
+        return expected_tiktoken(h5, meta, vocab_size)
     else:
         fail(f"gguf_check.py does not know tokenizer type {meta['type']}")
     tokens = [t if t is not None else f"[PAD{i}]" for i, t in enumerate(tokens)]
     types = [ty if tokens[i] != f"[PAD{i}]" else 5 for i, ty in enumerate(types)]
     return pre, tokens, types, merges, eod
+
+
+def bytelevel(b):
+    """GPT-2's byte-level spelling of bytes b."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for x in range(256):
+        if x not in bs:
+            bs.append(x)
+            cs.append(256 + n)
+            n += 1
+    table = dict(zip(bs, (chr(c) for c in cs)))
+    return "".join(table[x] for x in b)
+
+
+def expected_tiktoken(h5, meta, vocab_size):
+    """Megatron's TikTokenizer ids (specials first) and the merges tiktoken's
+    rank rule implies: for each token, the two parts left by merging its
+    bytes with only lower-ranked tokens (the lowest-ranked pair first)."""
+    if meta.get("tiktoken_pattern", "v2") != "v2":
+        fail("only the v2 pattern has a llama.cpp pre-tokenizer")
+    nsp = meta["tiktoken_num_special_tokens"]
+    names = list(meta["tiktoken_special_tokens"]) or ["<unk>", "<s>", "</s>"]
+    names += [f"<SPECIAL_{i}>" for i in range(len(names), nsp)]
+    ranks = {}
+    for line in bytes(h5["tokenizer_model"][()]).decode().split("\n"):
+        if line.strip():
+            b64, r = line.split()
+            ranks[base64.b64decode(b64)] = int(r)
+    by_rank = sorted(ranks, key=ranks.get)[: vocab_size - nsp]
+    ranks = {b: r for r, b in enumerate(by_rank)}
+    tokens = names[:vocab_size] + [bytelevel(b) for b in by_rank]
+    types = [3] * min(nsp, vocab_size) + [1] * len(by_rank)
+    merges = []
+    for r, b in enumerate(by_rank):
+        parts = [b[i:i + 1] for i in range(len(b))]
+        while len(parts) > 2:
+            best = None
+            for k in range(len(parts) - 1):
+                q = ranks.get(parts[k] + parts[k + 1])
+                if q is not None and q < r and (best is None or q < best[0]):
+                    best = (q, k)
+            if best is None:
+                break
+            k = best[1]
+            parts[k:k + 2] = [parts[k] + parts[k + 1]]
+        if len(parts) == 2:
+            merges.append(bytelevel(parts[0]) + " " + bytelevel(parts[1]))
+    tokens += [f"[PAD{i}]" for i in range(len(tokens), vocab_size)]
+    types += [5] * (vocab_size - len(types))
+    return "tekken", tokens, types, merges, names.index("</s>")
 
 
 def expected_tensors(h5, cfg, llama):

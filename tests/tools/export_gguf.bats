@@ -41,6 +41,51 @@ setup_file() {
         --num-attention-heads 2 --save notok >/dev/null 2>&1
     "$MC_TRAIN" "${common[@]}" "${data[@]}" --num-layers 1 --hidden-size 32 \
         --num-attention-heads 2 --swiglu --save mixed >/dev/null 2>&1
+    # the same vocabulary as GPT-2's vocab.json/merges.txt and as a tiktoken
+    # rank file (ids are ranks: BPE training adds tokens in merge order)
+    [ -x "$MC_PYTHON" ] && "$MC_PYTHON" -c "import tokenizers" 2>/dev/null || return 0
+    "$MC_PYTHON" - "$tok" <<'PY'
+import base64, json, sys
+tj = json.load(open(sys.argv[1]))
+v = dict(tj["model"]["vocab"], **{a["content"]: a["id"] for a in tj["added_tokens"]})
+json.dump(v, open("vocab.json", "w"))
+with open("merges.txt", "w") as f:
+    f.write("#version: 0.2\n")
+    f.writelines((m if isinstance(m, str) else " ".join(m)) + "\n" for m in tj["model"]["merges"])
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs = bs[:]
+for x in range(256):
+    if x not in bs:
+        bs.append(x)
+        cs.append(256 + len(cs) - 188)
+byte = {chr(c): b for b, c in zip(bs, cs)}
+with open("ranks.tiktoken", "w") as f:
+    for t, i in sorted(tj["model"]["vocab"].items(), key=lambda x: x[1]):
+        if t != "<|endoftext|>":
+            f.write(base64.b64encode(bytes(byte[c] for c in t)).decode() + f" {i}\n")
+PY
+    "$MC_PREPROCESS" --quiet --tokenizer-type GPT2BPETokenizer --vocab-file vocab.json \
+        --merge-file merges.txt --input-format text --append-eod --output-prefix g2 \
+        "$DOCS"/tutorial/*.txt >/dev/null
+    "$MC_TRAIN" "${common[@]}" --data-path g2_text_document --split 100,0,0 \
+        --data-cache-path cache --tokenizer-type GPT2BPETokenizer --vocab-file vocab.json \
+        --merge-file merges.txt --num-layers 1 --hidden-size 64 --num-attention-heads 2 \
+        --make-vocab-size-divisible-by 8 --save gpt2bpe >/dev/null 2>&1
+    "$MC_PREPROCESS" --quiet --tokenizer-type TikTokenizer --tokenizer-model ranks.tiktoken \
+        --input-format text --append-eod --output-prefix tk "$DOCS"/tutorial/*.txt >/dev/null
+    "$MC_TRAIN" "${common[@]}" --data-path tk_text_document --split 100,0,0 \
+        --data-cache-path cache --tokenizer-type TikTokenizer --tokenizer-model ranks.tiktoken \
+        --num-layers 1 --hidden-size 64 --num-attention-heads 2 \
+        --make-vocab-size-divisible-by 1 --save tiktoken_v2 >/dev/null 2>&1
+    # the same checkpoint saying it splits with Megatron's v1 pattern
+    cp -r tiktoken_v2 tiktoken_v1
+    "$MC_PYTHON" - tiktoken_v1/iter_0000001/model.h5 <<'PY'
+import json, sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    t = json.loads(f.attrs["tokenizer"])
+    t["tiktoken_pattern"] = "v1"
+    f.attrs["tokenizer"] = json.dumps(t)
+PY
 }
 
 setup() {
@@ -84,6 +129,27 @@ export_and_check() {
 @test "gpt2 q4_K: rows of 64 hold no super-block and fall back to q8_0" {
     export_and_check gpt q4_K
     assert_output --partial "Q8_0 max error"
+}
+
+@test "GPT2BPETokenizer: vocab.json and merges.txt as tokens and merges (gpt-2)" {
+    [ -d "$D/gpt2bpe" ] || skip "no GPT2BPETokenizer checkpoint (needs $MC_PYTHON)"
+    export_and_check gpt2bpe f32
+    assert_output --partial "pre gpt-2"
+}
+
+@test "TikTokenizer: 1000 specials first, merges derived from the ranks (tekken)" {
+    [ -d "$D/tiktoken_v2" ] || skip "no TikTokenizer checkpoint (needs $MC_PYTHON)"
+    export_and_check tiktoken_v2 q8_0
+    assert_output --partial "(1599 tokens, 343 merges, pre tekken)"
+}
+
+@test "a TikTokenizer with the v1 pattern is refused (llama.cpp has no such pre-tokenizer)" {
+    [ -d "$D/tiktoken_v1" ] || skip "no TikTokenizer checkpoint (needs $MC_PYTHON)"
+    run "$MC_EXPORT" --format gguf -o m.gguf "$D/tiktoken_v1"
+    assert_failure 1
+    assert_output --partial "llama.cpp has no pre-tokenizer for this TikTokenizer pattern"
+    run ls -A
+    assert_output ""
 }
 
 @test "the checkpoint comes on stdin, --dtype defaults to f16, --name sets general.name" {
@@ -191,8 +257,9 @@ llama_bin() {
     done
 }
 
-# Only for the unpadded vocabulary: with padding, mc's softmax also spans
-# the padding classes, which the GGUF file leaves out.
+# Only for unpadded vocabularies: with padding, mc's softmax also spans the
+# padding classes, which the GGUF file leaves out. The GPT-2 BPE and
+# tiktoken models check that llama.cpp tokenizes the text as mc does.
 @test "llama-perplexity agrees with mc-eval --ppl-mode llama on every type (unpadded vocab)" {
     local ppl MC_EVAL="$top_builddir/tools/mc-eval/mc-eval"
     ppl=$(llama_bin llama-perplexity)
@@ -200,7 +267,8 @@ llama_bin() {
     cat "$DOCS"/howto/argparse.rst.txt > text.txt
     # relative tolerance of llama.cpp's figure on each type against mc's fp32 one
     declare -A tol=([f32]=1e-4 [f16]=1e-3 [bf16]=1e-2 [q8_0]=1e-2 [q4_0]=5e-2 [q4_K]=5e-2)
-    for m in llama; do
+    for m in llama gpt2bpe tiktoken_v2; do
+        [ -d "$D/$m" ] || continue
         run "$MC_EVAL" "$D/$m" --text-file text.txt --ppl-mode llama -c 32 --chunks 20 --threads 1
         assert_success
         local want
