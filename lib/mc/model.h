@@ -266,6 +266,12 @@ void mc_infer_truncate(mc_infer *inf, int len);
  * vocabulary. */
 mc_status mc_infer_extend(mc_infer *inf, const int32_t *tokens, int n, const int32_t *targets,
                           float *logprob, int *greedy, mc_error *err);
+/* Weight-only int8 from now on: the linear layers and the LM head run on
+ * int8 codes with one scale per output row (the int8 checkpoint format's
+ * rule, kern.h mc_k_quantize_q8_rows), fp32 activations; an int8
+ * checkpoint thus runs on its own codes. Costs a quarter of the weights'
+ * fp32 bytes more memory. */
+mc_status mc_infer_use_int8(mc_infer *inf, mc_error *err);
 /* The logits of the last position run, the whole padded vocabulary
  * (gathered over the tensor-parallel group) into host[padded_vocab_size]. */
 mc_status mc_infer_logits(mc_infer *inf, float *host, mc_error *err);

@@ -27,6 +27,14 @@
  * exact copies: the target logit is summed with zeros). The last row's
  * normed state is kept for mc_infer_logits, which all-gathers the vocab
  * slices into the whole padded vocabulary.
+ *
+ * Weight-only int8 (mc_infer_use_int8): every linear's weight and the LM
+ * head get int8 codes with per-row scales (kern.h mc_k_quantize_q8_rows,
+ * the int8 checkpoint format's rule), and the linears run through
+ * mc_k_linear_q8_fwd. Generation reads each weight once per token, so it
+ * moves a quarter of the bytes. Codes made from an int8 checkpoint's
+ * dequantized values are its own codes again (the row maximum is code 127
+ * times the scale), so such a checkpoint runs on exactly its stored codes.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -51,6 +59,10 @@ struct mc_infer {
     float *gathered;                /* [tp * vl] */
     int32_t *dtok, *dtgt;
     int have_last;
+    /* weight-only int8: codes and row scales per parameter index (NULL:
+     * fp32), see mc_infer_use_int8 */
+    int8_t **q8w;
+    float **q8s;
     /* host scratch of the scoring */
     int32_t *htgt;
     int *hrow;
@@ -64,6 +76,18 @@ struct mc_infer {
     } while (0)
 
 static float *P(mc_model *m, int i) { return i < 0 ? NULL : m->p + m->params[i].offset; }
+
+/* out[n, O] = in[n, I] W^T (+ b) for the weight of parameter w: int8 codes
+ * when mc_infer_use_int8 made them, the fp32 weights otherwise. */
+static void linear(mc_infer *f, float *out, const float *in, int w, const float *b, size_t n,
+                   size_t I, size_t O)
+{
+    mc_model *m = f->m;
+    if (f->q8w && f->q8w[w])
+        mc_k_linear_q8_fwd(f->be, out, in, f->q8w[w], f->q8s[w], b, n, I, O, 0.0f);
+    else
+        mc_k_linear_fwd(f->be, m->prec, out, in, P(m, w), b, n, I, O, 0.0f);
+}
 
 typedef struct carver {
     char *base;
@@ -174,6 +198,12 @@ void mc_infer_free(mc_infer *f)
 {
     if (!f) return;
     if (f->block) mc_bfree(f->be, f->block);
+    for (size_t i = 0; f->q8w && i < f->m->nparams; i++) {
+        if (f->q8w[i]) mc_bfree(f->be, f->q8w[i]);
+        if (f->q8s[i]) mc_bfree(f->be, f->q8s[i]);
+    }
+    free(f->q8w);
+    free(f->q8s);
     free(f->kc);
     free(f->vc);
     free(f->htgt);
@@ -214,7 +244,7 @@ static mc_status row_parallel(mc_infer *f, const float *in, int w, int b, size_t
 {
     mc_model *m = f->m;
     const float *bias = m->grid.tp_rank == 0 ? P(m, b) : NULL;
-    mc_k_linear_fwd(f->be, m->prec, f->tmp, in, P(m, w), bias, n, I, f->C, 0.0f);
+    linear(f, f->tmp, in, w, bias, n, I, f->C);
     TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, f->be, f->tmp, n * f->C, err));
     mc_k_acc(f->be, f->x, f->tmp, n * f->C);
     return MC_OK;
@@ -240,8 +270,7 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
         float *kc = f->kc[m->lidx[l]], *vc = f->vc[m->lidx[l]];
         float *kn = kc + pos0 * f->Gl * D, *vn = vc + pos0 * f->Gl * D;
         norm(f, f->h, f->x, lp->ln1_w, lp->ln1_b, n);
-        mc_k_linear_fwd(be, m->prec, f->qkv, f->h, P(m, lp->qkv_w), P(m, lp->qkv_b), n, C,
-                        f->qkv_out, 0.0f);
+        linear(f, f->qkv, f->h, lp->qkv_w, P(m, lp->qkv_b), n, C, f->qkv_out);
         mc_k_qkv_split(be, f->q, kn, vn, f->qkv, n, f->Ql, f->Gl, D);
         if (c->position_embedding_type == MC_POS_ROPE) {
             mc_k_rope_fwd(be, f->q, 1, n, f->Ql, D, c->rotary_base, pos0);
@@ -251,8 +280,7 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
         TRY(row_parallel(f, f->att, lp->proj_w, lp->proj_b, f->Ql * D, n, err));
 
         norm(f, f->h, f->x, lp->ln2_w, lp->ln2_b, n);
-        mc_k_linear_fwd(be, m->prec, f->fc1, f->h, P(m, lp->fc1_w), P(m, lp->fc1_b), n, C,
-                        f->fc1_out, 0.0f);
+        linear(f, f->fc1, f->h, lp->fc1_w, P(m, lp->fc1_b), n, C, f->fc1_out);
         if (c->swiglu)
             mc_k_swiglu_fwd(be, f->act, f->fc1, n, f->Fl);
         else
@@ -266,10 +294,10 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
     return MC_OK;
 }
 
-static const float *head_weight(mc_infer *f)
+static int head_weight(mc_infer *f)
 {
     mc_model *m = f->m;
-    return P(m, m->out_w >= 0 ? m->out_w : m->wte);
+    return m->out_w >= 0 ? m->out_w : m->wte;
 }
 
 /* Score the k rows f->hrow[0..k) of f->lnf against f->htgt[0..k). */
@@ -281,7 +309,7 @@ static mc_status score_rows(mc_infer *f, size_t k, float *logprob, int *greedy, 
     for (size_t i = 0; i < k; i++)
         mc_bcopy(be, f->hrows + i * C, f->lnf + (size_t)f->hrow[i] * C, C * sizeof(float));
     mc_bcopy_from_host(be, f->dtgt, f->htgt, k * sizeof(int32_t));
-    mc_k_linear_fwd(be, m->prec, f->logits, f->hrows, head_weight(f), NULL, k, C, vl, 0.0f);
+    linear(f, f->logits, f->hrows, head_weight(f), NULL, k, C, vl);
     mc_k_xent_max(be, f->rowmax, f->logits, k, vl);
     TRY(mc_allreduce_max(&m->grid, MC_GROUP_TP, be, f->rowmax, k, err));
     mc_k_xent_sumexp(be, f->sumexp, f->tlogit, f->logits, f->rowmax, f->dtgt, f->v0, k, vl);
@@ -347,8 +375,37 @@ mc_status mc_infer_logits(mc_infer *f, float *host, mc_error *err)
     if (!f->have_last)
         return mc_error_set(err, MC_ERR_INTERNAL, "inference: no position has been run");
     size_t vl = (size_t)f->vl;
-    mc_k_linear_fwd(f->be, m->prec, f->logits, f->last, head_weight(f), NULL, 1, f->C, vl, 0.0f);
+    linear(f, f->logits, f->last, head_weight(f), NULL, 1, f->C, vl);
     TRY(mc_allgather(&m->grid, MC_GROUP_TP, f->be, f->logits, f->gathered, vl, err));
     mc_bcopy_to_host(f->be, host, f->gathered, (size_t)m->grid.tp * vl * sizeof(float));
+    return MC_OK;
+}
+
+mc_status mc_infer_use_int8(mc_infer *f, mc_error *err)
+{
+    mc_model *m = f->m;
+    if (f->q8w) return MC_OK;
+    f->q8w = calloc(m->nparams, sizeof *f->q8w);
+    f->q8s = calloc(m->nparams, sizeof *f->q8s);
+    if (!f->q8w || !f->q8s) return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
+    int n = 0, want[5 * 1024 + 1];
+    for (int l = m->cl0[0]; l < m->cl1[0] && n < 5 * 1024; l++) {
+        const mc_layer_params *lp = &m->lp[l];
+        want[n++] = lp->qkv_w;
+        want[n++] = lp->proj_w;
+        want[n++] = lp->fc1_w;
+        want[n++] = lp->fc2_w;
+    }
+    want[n++] = head_weight(f);
+    for (int i = 0; i < n; i++) {
+        const mc_param *p = &m->params[want[i]];
+        size_t rows = (size_t)p->local_rows, cols = (size_t)p->local_cols;
+        if (want[i] == m->wte) rows = (size_t)f->vl; /* the head's rows: this rank's vocab */
+        f->q8w[want[i]] = mc_balloc(f->be, rows * cols, err);
+        f->q8s[want[i]] = mc_balloc(f->be, rows * sizeof(float), err);
+        if (!f->q8w[want[i]] || !f->q8s[want[i]])
+            return mc_error_prefix(err, "inference: int8 copy of %s", p->name);
+        mc_k_quantize_q8_rows(f->be, f->q8w[want[i]], f->q8s[want[i]], P(m, want[i]), rows, cols);
+    }
     return MC_OK;
 }
