@@ -225,13 +225,16 @@ static mc_status check_config(mc_ckpt_reader *r, const mc_model_config *mine, mc
     return st;
 }
 
-static mc_status load(const char *path, mc_backend *be, mc_model *m, mc_optim *o, mc_train_state *s,
-                     char *dir_out, size_t cap, mc_error *err)
+static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_model *m,
+                     mc_optim *o, mc_train_state *s, char *dir_out, size_t cap, mc_error *err)
 {
     mc_ckpt_reader *r = NULL;
     mc_status st = mc_ckpt_open(path, &r, err);
     if (st)
         return st;
+    /* a checkpoint pre-split for this grid: each rank opens only its file */
+    if (g)
+        mc_ckpt_prefer_shard(r, g->tp_rank, g->pp_rank);
     snprintf(dir_out, cap, "%s", mc_ckpt_dir(r));
     size_t maxn = max_param_numel(m), np = mc_model_num_params(m);
     float *host = malloc(maxn * sizeof *host);
@@ -335,7 +338,7 @@ mc_status mc_train_state_load(const char *path, const mc_grid *g, mc_backend *be
 {
     /* A rank's failure (or a checkpoint one rank cannot see) is every
      * rank's: they start from the same state or stop together. */
-    return mc_ckpt_agree(g, load(path, be, m, o, s, dir_out, cap, err), err);
+    return mc_ckpt_agree(g, load(path, g, be, m, o, s, dir_out, cap, err), err);
 }
 
 mc_status mc_train_load_model(const char *path, const mc_grid *g, mc_backend *be, int micro_batch,

@@ -358,3 +358,35 @@ make_dataset() {
     run h5dump -a tokenizer ck2/iter_0000001/model.h5
     refute_output --partial 'HuggingFaceTokenizer'
 }
+
+@test "--use-checkpoint-args takes the architecture and vocabulary from --load" {
+    # a Llama of a shape no preset has, and a vocabulary given only here
+    shape=(--num-layers 2 --hidden-size 48 --num-attention-heads 4 --num-query-groups 2
+           --group-query-attention --ffn-hidden-size 80 --seq-length 16)
+    run "$MC_TRAIN" "${llama[@]}" "${shape[@]}" --mock-data --vocab-size 70 \
+        --make-vocab-size-divisible-by 8 --train-iters 2 --save ck
+    assert_success
+    # fine-tune it twice: from the checkpoint's args, and from the same flags
+    run "$MC_TRAIN" --load ck --use-checkpoint-args --finetune --mock-data --micro-batch-size 2 \
+        --global-batch-size 4 --threads 1 --lr 1e-3 --log-interval 1 --eval-iters 0 \
+        --train-iters 2 --log-json a.jsonl
+    assert_success
+    run "$MC_TRAIN" "${llama[@]}" "${shape[@]}" --mock-data --vocab-size 70 \
+        --make-vocab-size-divisible-by 8 --load ck --finetune --train-iters 2 --log-json b.jsonl
+    assert_success
+    [ -n "$(losses a.jsonl)" ]
+    [ "$(losses a.jsonl)" = "$(losses b.jsonl)" ]
+    # a model flag still overrides: another width no longer fits the tensors
+    run "$MC_TRAIN" --load ck --use-checkpoint-args --finetune --mock-data --hidden-size 64 \
+        --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --train-iters 1
+    assert_failure 1
+    assert_output --partial "has shape [72, 48] in the checkpoint, the model needs [72, 64]"
+    run "$MC_TRAIN" --use-checkpoint-args --mock-data --lr 1e-3 --train-iters 1 \
+        --micro-batch-size 2 --global-batch-size 4
+    assert_failure 2
+    assert_output --partial "--use-checkpoint-args needs --load"
+    run "$MC_TRAIN" --model tiny-gpt --load ck --use-checkpoint-args --mock-data --lr 1e-3 \
+        --train-iters 1 --micro-batch-size 2 --global-batch-size 4
+    assert_failure 2
+    assert_output --partial "exclude each other"
+}

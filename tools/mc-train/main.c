@@ -62,7 +62,7 @@ enum {
     OPT_EVAL_INTERVAL, OPT_EVAL_ITERS, OPT_LOG_INTERVAL, OPT_TENSORBOARD_DIR, OPT_LOG_JSON,
     OPT_PEAK_TFLOPS, OPT_LOG_COMM,
     /* checkpointing */
-    OPT_SAVE, OPT_LOAD, OPT_SAVE_INTERVAL, OPT_FINETUNE, OPT_NO_LOAD_OPTIM, OPT_NO_SAVE_OPTIM,
+    OPT_SAVE, OPT_LOAD, OPT_SAVE_INTERVAL, OPT_FINETUNE, OPT_USE_CKPT_ARGS, OPT_NO_LOAD_OPTIM, OPT_NO_SAVE_OPTIM,
     OPT_CKPT_COMPRESSION,
     /* data */
     OPT_DATA_PATH, OPT_SPLIT, OPT_DATA_CACHE_PATH, OPT_MOCK_DATA,
@@ -201,6 +201,9 @@ static const mc_option options[] = {
      "Save every N iterations (and always at the end)."},
     {"finetune", MC_OPT_NONE, OPT_FINETUNE, NULL,
      "Load only the weights and start at iteration 0."},
+    {"use-checkpoint-args", MC_OPT_NONE, OPT_USE_CKPT_ARGS, NULL,
+     "Take the model's architecture and vocabulary size from the --load checkpoint (model flags "
+     "given still override), e.g. to fine-tune a Hugging Face import."},
     {"no-load-optim", MC_OPT_NONE, OPT_NO_LOAD_OPTIM, NULL, "Do not load the optimizer state."},
     {"no-save-optim", MC_OPT_NONE, OPT_NO_SAVE_OPTIM, NULL, "Do not save the optimizer state."},
     {"ckpt-compression", MC_OPT_REQUIRED, OPT_CKPT_COMPRESSION, "none|zstd",
@@ -258,6 +261,7 @@ enum {
 
 typedef struct args {
     const char *preset;
+    int use_ckpt_args; /* --use-checkpoint-args: the base is --load's config */
     mc_model_config m; /* values of the flags in `set` */
     unsigned set;
     int gqa;
@@ -545,6 +549,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_LOAD: t->load = arg; break;
         case OPT_SAVE_INTERVAL: st = parse_int("--save-interval", arg, 1, INT64_MAX / 2, &t->save_interval, err); break;
         case OPT_FINETUNE: t->finetune = 1; break;
+        case OPT_USE_CKPT_ARGS: a->use_ckpt_args = 1; break;
         case OPT_NO_LOAD_OPTIM: t->no_load_optim = 1; break;
         case OPT_NO_SAVE_OPTIM: t->no_save_optim = 1; break;
         case OPT_CKPT_COMPRESSION: {
@@ -611,9 +616,16 @@ static mc_status check_args(args *a, mc_error *err)
         return mc_error_set(err, MC_ERR_USAGE, "--finetune needs --load");
     if (t->loss_scale > 0 && t->prec != MC_PREC_FP16)
         return mc_error_set(err, MC_ERR_USAGE, "--loss-scale needs --fp16");
-    if (!a->preset && !(a->set & SET_SEQ))
+    if (a->use_ckpt_args && !t->load)
+        return mc_error_set(err, MC_ERR_USAGE, "--use-checkpoint-args needs --load");
+    if (a->use_ckpt_args && a->preset)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--use-checkpoint-args and --model exclude each other");
+    /* With --use-checkpoint-args the architecture and vocabulary come from
+     * the checkpoint. */
+    if (!a->use_ckpt_args && !a->preset && !(a->set & SET_SEQ))
         return mc_error_set(err, MC_ERR_USAGE, "--seq-length is required (or a --model preset)");
-    if (!a->preset && (a->set & (SET_LAYERS | SET_HIDDEN | SET_HEADS)) !=
+    if (!a->use_ckpt_args && !a->preset && (a->set & (SET_LAYERS | SET_HIDDEN | SET_HEADS)) !=
                           (SET_LAYERS | SET_HIDDEN | SET_HEADS))
         return mc_error_set(err, MC_ERR_USAGE,
                             "--num-layers, --hidden-size and --num-attention-heads are required "
@@ -627,7 +639,7 @@ static mc_status check_args(args *a, mc_error *err)
     if (t->overlap_param_gather && !t->use_distributed_optimizer)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--overlap-param-gather needs --use-distributed-optimizer");
-    if (!a->have_tokenizer && a->vocab_size <= 0)
+    if (!a->have_tokenizer && a->vocab_size <= 0 && !a->use_ckpt_args)
         return mc_error_set(err, MC_ERR_USAGE,
                             "the vocabulary size is unknown: give --tokenizer-type (with its "
                             "files) or --vocab-size");
@@ -638,6 +650,15 @@ static mc_status check_args(args *a, mc_error *err)
 static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
 {
     mc_model_config_init(c);
+    if (a->use_ckpt_args) {
+        mc_ckpt_reader *r = NULL;
+        mc_status st = mc_ckpt_open(a->t.load, &r, err);
+        if (!st)
+            st = mc_ckpt_read_model_config(r, c, err);
+        mc_ckpt_close(r);
+        if (st)
+            return mc_error_prefix(err, "--use-checkpoint-args");
+    }
     if (a->preset) {
         mc_status st = mc_model_preset(a->preset, c, err);
         if (st) {
@@ -757,7 +778,7 @@ static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
             return st;
         mcfg->vocab_size = mc_tokenizer_vocab_size(tok);
         mc_tokenizer_free(tok);
-    } else {
+    } else if (!(a->use_ckpt_args && a->vocab_size <= 0)) {
         mcfg->vocab_size = a->vocab_size;
     }
     int64_t world = a->world_size ? a->world_size : a->tp * a->pp;
@@ -873,7 +894,7 @@ int main(int argc, char **argv)
             goto fail;
         mcfg.vocab_size = mc_tokenizer_vocab_size(tok);
         eod = mc_tokenizer_eod(tok);
-    } else {
+    } else if (!(a.use_ckpt_args && a.vocab_size <= 0)) {
         mcfg.vocab_size = a.vocab_size;
     }
     if (eod < 0)
