@@ -276,8 +276,7 @@ typedef struct tplan {
 typedef struct plan {
     tplan *t;
     size_t n, cap;
-    int64_t Q, G, D;   /* heads, query groups, head dim */
-    int fallback;      /* matrices written f16 because their rows do not fill blocks */
+    int64_t Q, G, D; /* heads, query groups, head dim */
 } plan;
 
 static mc_status plan_add(plan *p, const char *name, const char *src, xform x, int64_t rows,
@@ -303,11 +302,9 @@ static mc_status plan_add(plan *p, const char *name, const char *src, xform x, i
     if (cols == 0) {
         t->ggml = GGML_F32; /* norms and biases stay f32, as llama.cpp's converter keeps them */
     } else if ((ggml == GGML_Q8_0 || ggml == GGML_Q4_0 || ggml == GGML_Q4_K) && cols % QK) {
-        t->ggml = GGML_F16;
-        p->fallback++;
+        t->ggml = GGML_F16; /* rows that hold no whole block: the converter's fallback */
     } else if (ggml == GGML_Q4_K && cols % QK_K) {
         t->ggml = GGML_Q8_0; /* rows that hold no whole super-block */
-        p->fallback++;
     } else {
         t->ggml = ggml;
     }
