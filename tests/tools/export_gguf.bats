@@ -221,15 +221,18 @@ llama_ppl() {
     return 1
 }
 
+# llama_bin NAME: the program's path in $llama, or skip the test (called
+# directly, not in $(...), where skip would only leave the subshell)
 llama_bin() {
     [ -n "${LLAMA_CPP_DIR:-}" ] || skip "LLAMA_CPP_DIR is not set (a llama.cpp build directory)"
     [ -x "$LLAMA_CPP_DIR/bin/$1" ] || skip "$LLAMA_CPP_DIR/bin/$1 is not built"
-    echo "$LLAMA_CPP_DIR/bin/$1"
+    llama="$LLAMA_CPP_DIR/bin/$1"
 }
 
 @test "llama.cpp loads every type of both models and generates" {
     local gen
-    gen=$(llama_bin llama-completion)
+    llama_bin llama-completion
+    gen=$llama
     for m in gpt llama; do
         for t in f32 f16 bf16 q8_0 q4_0 q4_K; do
             "$MC_EXPORT" --format gguf --dtype $t -o $m.$t.gguf "$D/$m" >/dev/null
@@ -241,7 +244,8 @@ llama_bin() {
 
 @test "llama-perplexity agrees with the reference transformer (f32 within 1e-3 relative)" {
     local ppl PY=${MC_PYTHON_HEAVY:-/opt/mcheavy/bin/python}
-    ppl=$(llama_bin llama-perplexity)
+    llama_bin llama-perplexity
+    ppl=$llama
     "$PY" -c "import torch, h5py, tokenizers" 2>/dev/null || skip "no torch/h5py/tokenizers in $PY"
     cat "$DOCS"/howto/argparse.rst.txt > text.txt
     for m in gpt llama; do
@@ -262,7 +266,8 @@ llama_bin() {
 # tiktoken models check that llama.cpp tokenizes the text as mc does.
 @test "llama-perplexity agrees with mc-eval --ppl-mode llama on every type (unpadded vocab)" {
     local ppl MC_EVAL="$top_builddir/tools/mc-eval/mc-eval"
-    ppl=$(llama_bin llama-perplexity)
+    llama_bin llama-perplexity
+    ppl=$llama
     [ -x "$MC_EVAL" ] || skip "mc-eval is not built"
     cat "$DOCS"/howto/argparse.rst.txt > text.txt
     # relative tolerance of llama.cpp's figure on each type against mc's fp32 one
