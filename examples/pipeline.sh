@@ -85,7 +85,7 @@ echo "(unigram entropy $entropy nats = perplexity $(awk -v h="$entropy" 'BEGIN {
 
 echo "== 8. generate (bf16 checkpoint, top-k sampling)" >&2
 "$bin/mc-eval/mc-eval" "$bf16" --text --max-new-tokens 48 --temperature 0.8 --top-k 40 --seed 7 \
-    --prompt "The Python interpreter" --prompt "To open a file," 2>/dev/null >&2
+    --prompt "The Python interpreter" --prompt "To open a file," >&2 2>/dev/null
 echo >&2
 echo "checkpoint: $ckpt  bf16: $bf16  int8: $int8  gguf: $gguf  hf: $hf" >&2
 echo "$gguf"
