@@ -52,6 +52,22 @@ __attribute__((target("avx512f,avx512bw"))) static void dots_avx512(float *acc, 
     for (size_t i = 0; i < m; i++)
         s[i] = _mm512_setzero_ps();
     size_t c = 0;
+    if (m == 1) {
+        /* one input row (generation): four independent sums, so the loop
+         * is not bound by the latency of one chain of FMAs */
+        __m512 s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+        for (; c + 64 <= n; c += 64) {
+            __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c))));
+            __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c + 16))));
+            __m512 w2 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c + 32))));
+            __m512 w3 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c + 48))));
+            s[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + c), s[0]);
+            s1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + c + 16), s1);
+            s2 = _mm512_fmadd_ps(w2, _mm512_loadu_ps(x + c + 32), s2);
+            s3 = _mm512_fmadd_ps(w3, _mm512_loadu_ps(x + c + 48), s3);
+        }
+        s[0] = _mm512_add_ps(_mm512_add_ps(s[0], s1), _mm512_add_ps(s2, s3));
+    }
     for (; c + 16 <= n; c += 16) {
         __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c))));
         for (size_t i = 0; i < m; i++)
