@@ -231,6 +231,33 @@ static void timing(mc_backend *be) {
     free(a.x), free(a.W), free(a.b), free(a.out), free(a.dx), free(a.dW), free(a.db);
 }
 
+/* The bf16 operands are rounded exactly as mc_k_round rounds: nearest
+ * even on ties, NaN kept. x = e_0 picks column 0 of W, so out[o] is the
+ * rounded W[o, 0] itself; W has 40 rows (vector blocks of 16 and a tail),
+ * with ties to even both ways, values just past a tie, and a NaN. */
+static void check_bf16_rounding(mc_backend *be) {
+    enum { O = 40, I = 24 };
+    static const uint32_t bits[] = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0xbf818000u,
+                                    0x4049ffffu, 0x7f7fffffu, 0x00008000u, 0x7fc00001u};
+    float *W = kt_falloc(O * I), *x = kt_falloc(I), *out = kt_falloc(O), *want = kt_falloc(O);
+    kt_rng r = {7};
+    kt_fill(&r, W, O * I, -2, 2);
+    for (size_t o = 0; o < O; o++)
+        if (o % 5 < 2) memcpy(&W[o * I], &bits[o % 8], 4);
+    x[0] = 1.0f;
+    for (size_t o = 0; o < O; o++) want[o] = W[o * I];
+    mc_k_round(be, want, O, MC_PREC_BF16);
+    /* NaN * 0 would poison the other rows: the NaN row is checked alone */
+    mc_k_linear_fwd(be, MC_PREC_BF16, out, x, W, NULL, 1, I, O, 0.0f);
+    int bad = 0;
+    for (size_t o = 0; o < O; o++) {
+        if (isnan(want[o])) bad += !isnan(out[o]);
+        else bad += memcmp(&out[o], &want[o], 4) != 0;
+    }
+    TAP_OK(bad == 0, "bf16 GEMM operands round as mc_k_round (ties to even, NaN kept): %d differ", bad);
+    free(W), free(x), free(out), free(want);
+}
+
 int main(void) {
     mc_backend *be = kt_backend(0);
     TAP_DIAG("bf16 GEMM path: %s", be->dnnl_bf16 ? "oneDNN dnnl_gemm_bf16bf16f32"
@@ -239,6 +266,7 @@ int main(void) {
     check_fp32(be, 33, 40, 17);
     check_fp32(be, 1, 64, 1);
     check_fp32_determinism(be);
+    check_bf16_rounding(be);
     check_lowp(be, MC_PREC_BF16, 37, 64, 29);
     check_lowp(be, MC_PREC_BF16, 128, 256, 96);
     check_lowp(be, MC_PREC_FP16, 37, 64, 29);
