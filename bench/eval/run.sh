@@ -94,6 +94,14 @@ import json, sys
 p = json.load(open(sys.argv[1]))["perplexity"]
 print(p["windows"] * int(sys.argv[2]) / p["seconds"], p["ppl"])
 EOF
+    # the same with bf16 GEMMs (fp32 accumulation)
+    "$bin/mc-eval/mc-eval" "$ckpt" --text-file "$work/text.txt" --ppl-mode llama -c "$ctx" \
+        --chunks "$chunks" --threads "$threads" --bf16 --quiet -o "$work/ppl.json" >/dev/null 2>&1
+    "$pyh" - "$work/ppl.json" "$ctx" >> "$work/mc_ppl_bf16" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))["perplexity"]
+print(p["windows"] * int(sys.argv[2]) / p["seconds"], p["ppl"])
+EOF
     "$pyh" "$here/bench/eval/hf_eval.py" "$work/hf" "$work/text.txt" "$ctx" "$chunks" "$threads" \
         2>/dev/null | awk '{ print $10, $2 }' >> "$work/hf_ppl"
     # generation: mc-eval on int8 weights (one scale per row, as q8_0 has one
@@ -111,6 +119,7 @@ EOF
 done
 
 mcp=$(cut -d' ' -f1 "$work/mc_ppl" | med) hfp=$(cut -d' ' -f1 "$work/hf_ppl" | med)
+mcb=$(cut -d' ' -f1 "$work/mc_ppl_bf16" | med)
 mcg=$(med < "$work/mc_gen_int8") mcf=$(med < "$work/mc_gen_fp32")
 lcg=$(med < "$work/lc_gen_q8_0") lcf=$(med < "$work/lc_gen_f32")
 echo "model: $(grep -o '"parameters": [0-9]*' "$work/gen.json" | head -1), ctx $ctx," \
@@ -119,6 +128,8 @@ echo "perplexity values: mc-eval $(cut -d' ' -f2 "$work/mc_ppl" | head -1)," \
      "transformers $(cut -d' ' -f2 "$work/hf_ppl" | head -1)"
 printf 'perplexity tokens/s: mc-eval %.1f (%s)  transformers %.1f (%s)\n' "$mcp" \
     "$(cut -d' ' -f1 "$work/mc_ppl" | tr '\n' ' ')" "$hfp" "$(cut -d' ' -f1 "$work/hf_ppl" | tr '\n' ' ')"
+printf 'perplexity tokens/s: mc-eval --bf16 %.1f (%s), PPL %s\n' "$mcb" \
+    "$(cut -d' ' -f1 "$work/mc_ppl_bf16" | tr '\n' ' ')" "$(cut -d' ' -f2 "$work/mc_ppl_bf16" | head -1)"
 printf 'generation tokens/s: mc-eval int8 %.1f (%s)  llama.cpp q8_0 %.1f (%s)\n' \
     "$mcg" "$(tr '\n' ' ' < "$work/mc_gen_int8")" "$lcg" "$(tr '\n' ' ' < "$work/lc_gen_q8_0")"
 printf 'generation tokens/s: mc-eval fp32 %.1f (%s)  llama.cpp f32 %.1f (%s)\n' \
@@ -128,8 +139,9 @@ printf 'best of %s (the least disturbed run on a shared machine): perplexity mc-
     "$reps" "$(cut -d' ' -f1 "$work/mc_ppl" | best)" "$(cut -d' ' -f1 "$work/hf_ppl" | best)" \
     "$(best < "$work/mc_gen_int8")" "$(best < "$work/lc_gen_q8_0")" \
     "$(best < "$work/mc_gen_fp32")" "$(best < "$work/lc_gen_f32")"
-awk -v a="$mcp" -v b="$hfp" -v c="$mcg" -v d="$lcg" -v e="$lcf" -v f="$mcf" 'BEGIN {
+awk -v a="$mcp" -v b="$hfp" -v c="$mcg" -v d="$lcg" -v e="$lcf" -v f="$mcf" -v g="$mcb" 'BEGIN {
     r1 = a / b; r2 = d / c
+    printf "perplexity: mc-eval --bf16 / transformers (fp32) = %.2fx\n", g / b
     printf "generation in fp32: llama.cpp f32 / mc-eval fp32 = %.2fx\n", e / f
     printf "perplexity: mc-eval / transformers = %.2fx (target >= 2x: %s)\n", r1, (r1 >= 2 ? "met" : "MISSED")
     printf "generation: llama.cpp q8_0 / mc-eval int8 = %.2fx (target <= 1.5x: %s)\n", r2, (r2 <= 1.5 ? "met" : "MISSED") }'
