@@ -74,6 +74,26 @@ void mc_unmap(mc_map *m)
 
 /* ---- whole-file reads ---------------------------------------------------- */
 
+mc_status mc_read_stdin_line(char **out, mc_error *err)
+{
+    *out = NULL;
+    if (isatty(STDIN_FILENO))
+        return mc_error_set(err, MC_ERR_USAGE, "stdin is a terminal");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, stdin)) > 0) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' '))
+            line[--n] = '\0';
+        if (n) {
+            *out = line;
+            return MC_OK;
+        }
+    }
+    free(line);
+    return MC_OK;
+}
+
 mc_status mc_read_file(const char *path, char **data, size_t *len, mc_error *err)
 {
     *data = NULL;

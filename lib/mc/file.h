@@ -50,6 +50,13 @@ mc_status mc_check_output_dir(const char *path, mc_error *err);
 /* Read a whole (small) file into a NUL-terminated malloc'd buffer. */
 mc_status mc_read_file(const char *path, char **data, size_t *len, mc_error *err);
 
+/* The pipeline contract's input (each tool prints the path it wrote; the
+ * next reads it on stdin): the next non-blank line of stdin, without its
+ * trailing newline, carriage return and spaces, malloc'd into *out; *out
+ * NULL at the end of the input. MC_ERR_USAGE when stdin is a terminal
+ * (nothing is piped in): the caller says what it wanted. */
+mc_status mc_read_stdin_line(char **out, mc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

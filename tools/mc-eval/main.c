@@ -321,20 +321,12 @@ static mc_status check_args(const args *a, mc_error *err)
 /* One line of stdin (the checkpoint path of the pipeline contract). */
 static mc_status read_stdin_line(char **out, mc_error *err)
 {
-    if (isatty(0))
+    if (mc_read_stdin_line(out, err))
         return mc_error_set(err, MC_ERR_USAGE,
                             "no checkpoint given and stdin is a terminal: give its path, or pipe "
                             "in what mc-train prints");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n = getline(&line, &cap, stdin);
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' '))
-        line[--n] = '\0';
-    if (n <= 0) {
-        free(line);
+    if (!*out)
         return mc_error_set(err, MC_ERR_USAGE, "no checkpoint given and stdin holds no path");
-    }
-    *out = line;
     return MC_OK;
 }
 

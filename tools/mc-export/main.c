@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mc/file.h"
 #include "mc/ckpt.h"
 #include "mc/gguf.h"
 #include "mc/hf.h"
@@ -136,20 +137,12 @@ static mc_status weight_dtype(const args *a, int *out, mc_error *err)
 /* The checkpoint path from stdin: its first line. */
 static mc_status read_stdin_path(char **out, mc_error *err)
 {
-    if (isatty(STDIN_FILENO))
+    if (mc_read_stdin_line(out, err))
         return mc_error_set(err, MC_ERR_USAGE,
                             "no checkpoint given, and stdin is a terminal: give CKPT or pipe "
                             "in its path (mc-train ... | mc-export ...)");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n = getline(&line, &cap, stdin);
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-        line[--n] = 0;
-    if (n <= 0) {
-        free(line);
+    if (!*out)
         return mc_error_set(err, MC_ERR_USAGE, "stdin: no checkpoint path (empty input)");
-    }
-    *out = line;
     return MC_OK;
 }
 

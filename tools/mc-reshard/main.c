@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mc/file.h"
 #include "mc/ckpt.h"
 #include "mc/hf.h"
 #include "mc/log.h"
@@ -178,24 +179,19 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
 /* The input path(s) from stdin, one a line (the pipeline contract): the
  * first line, or every line with --average. */
 static mc_status read_stdin_inputs(args *a, mc_error *err) {
-    if (isatty(0))
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "no checkpoint given and stdin is a terminal: name one, or pipe in the path "
-                            "mc-train prints");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
     mc_status st = MC_OK;
-    while (!st && (n = getline(&line, &cap, stdin)) > 0) {
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' '))
-            line[--n] = '\0';
-        if (!n)
-            continue;
-        st = push_input(a, line, err);
-        if (!a->average)
-            break;
+    int more = 1;
+    while (!st && more) {
+        char *line = NULL;
+        if (mc_read_stdin_line(&line, err))
+            return mc_error_set(err, MC_ERR_USAGE,
+                                "no checkpoint given and stdin is a terminal: name one, or pipe "
+                                "in the path mc-train prints");
+        more = line && a->average;
+        if (line)
+            st = push_input(a, line, err);
+        free(line);
     }
-    free(line);
     if (!st && a->n_inputs == 0)
         st = mc_error_set(err, MC_ERR_USAGE, "no checkpoint given and stdin holds no path");
     if (!st && a->average && a->n_inputs < 2)

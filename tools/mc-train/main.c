@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "mc/file.h"
 #include "mc/ckpt.h"
 #include "mc/comm.h"
 #include "mc/gptdata.h"
@@ -701,25 +702,13 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
 /* Read the dataset prefix from stdin (the pipeline contract). */
 static mc_status read_stdin_prefix(char **out, mc_error *err)
 {
-    if (isatty(0))
+    if (mc_read_stdin_line(out, err))
         return mc_error_set(err, MC_ERR_USAGE,
                             "no --data-path or --mock-data, and stdin is a terminal: pipe in "
                             "the prefix mc-preprocess prints");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n = getline(&line, &cap, stdin);
-    if (n <= 0) {
-        free(line);
+    if (!*out)
         return mc_error_set(err, MC_ERR_USAGE,
                             "no --data-path or --mock-data, and stdin holds no dataset prefix");
-    }
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' '))
-        line[--n] = '\0';
-    if (!n) {
-        free(line);
-        return mc_error_set(err, MC_ERR_USAGE, "stdin: the dataset prefix line is empty");
-    }
-    *out = line;
     return MC_OK;
 }
 
