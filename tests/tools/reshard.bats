@@ -229,6 +229,7 @@ EOF
 
 @test "mpirun: shards loaded under TP=2 x PP=2 (their grid) and TP=2 x PP=1 continue as the original does" {
     mpi_setup
+    require_python_module h5py # same_weights compares with h5py
     "$MC_RESHARD" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 -o sh "$F/llama" --quiet
     "$MC_TRAIN" "${llama[@]}" --train-iters 5 --load "$F/llama" --save one 2>/dev/null
     run mpi 4 "${llama[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
