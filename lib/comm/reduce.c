@@ -292,6 +292,34 @@ mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float 
     return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "broadcast", k);
 }
 
+mc_status mc_broadcast_text(const mc_grid *g, mc_status st, char **s, mc_error *err)
+{
+    if (g->world == 1) return st;
+    /* the length, then the bytes, as floats (exact below 2^24) */
+    float len = g->rank == 0 && !st ? (float)strlen(*s) : -1.0f;
+    mc_error berr;
+    if (mc_broadcast(g, MC_GROUP_WORLD, NULL, &len, 1, 0, &berr)) return *err = berr, berr.code;
+    if (len < 0)
+        return g->rank == 0 ? st
+                            : mc_error_set(err, MC_ERR_USAGE, "rank 0 could not read its input");
+    size_t n = (size_t)len;
+    float *f = malloc((n + 1) * sizeof *f);
+    char *t = g->rank == 0 ? *s : malloc(n + 1);
+    if (!f || !t) {
+        /* memory for a line of text: not worth agreeing on; the job ends */
+        free(f);
+        if (t != *s) free(t);
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) f[i] = (float)(unsigned char)t[i];
+    st = mc_broadcast(g, MC_GROUP_WORLD, NULL, f, n, 0, err);
+    for (size_t i = 0; i < n; i++) t[i] = (char)(unsigned char)f[i];
+    t[n] = '\0';
+    free(f);
+    *s = t;
+    return st;
+}
+
 /* Point to point moves device memory through host memory with MPI, also
  * for a CUDA backend: NCCL's send and receive on one stream would deadlock
  * where both peers send first, which MPI's buffered sends allow. The host

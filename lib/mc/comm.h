@@ -127,6 +127,12 @@ mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *b
 /* x[0..n) of group rank root to every member. */
 mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
                        int root, mc_error *err);
+/* Rank 0's text to every rank of the world (what a tool read from stdin,
+ * which mpirun gives to rank 0 alone). Rank 0 passes st, its status of
+ * producing *s; on success every rank returns with *s a malloc'd copy (rank
+ * 0 keeps its own); when st failed, rank 0 returns st and the others
+ * MC_ERR_USAGE "rank 0 could not read its input". One process: returns st. */
+mc_status mc_broadcast_text(const mc_grid *g, mc_status st, char **s, mc_error *err);
 /* Point to point with group rank peer of group k (the pipeline: MC_GROUP_PP,
  * pp_rank +- 1). Messages between two ranks arrive in the order sent. */
 mc_status mc_send(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *x, size_t n,

@@ -225,3 +225,28 @@ finish_job() {
     grep -q "did not complete within" err
     (( elapsed < 20 ))
 }
+
+@test "pipeline contract under mpirun: the prefix on stdin reaches every rank (rank 0 reads it)" {
+    MC_PREPROCESS="$top_builddir/tools/mc-preprocess/mc-preprocess"
+    awk 'BEGIN { srand(7); for (d = 0; d < 200; d++) { n = 5 + int(rand() * 40); s = "";
+         for (i = 0; i < n; i++) s = s (i ? " " : "") int(rand() * 50);
+         printf "{\"text\": \"%s\"}\n", s } }' > docs.jsonl
+    "$MC_PREPROCESS" --quiet --tokenizer-type NullTokenizer --vocab-size 50 --append-eod \
+        --output-prefix d docs.jsonl > prefix.txt
+    data=(--model tiny-gpt --seq-length 16 --micro-batch-size 1 --global-batch-size 4 --threads 1
+          --lr 1e-3 --eval-iters 0 --tokenizer-type NullTokenizer --vocab-size 50
+          --make-vocab-size-divisible-by 16 --train-iters 3 --log-interval 1 --split 90,5,5)
+    "$MC_TRAIN" "${data[@]}" --data-path "$(cat prefix.txt)" --log-json one.jsonl 2>/dev/null
+    run --separate-stderr mpi_exec 120 2 "$MC_TRAIN" "${data[@]}" --log-json two.jsonl --save ck \
+        < prefix.txt
+    assert_success
+    assert_output "ck/iter_0000003"
+    [ "$(losses one.jsonl | wc -l)" -eq 3 ]
+    # DP=2 sums in another order: the same losses within 1e-6 relative
+    paste <(losses one.jsonl) <(losses two.jsonl) |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * $1) exit 1 }'
+    # an empty stdin: one usage error, every rank stops
+    run mpi_exec 120 2 "$MC_TRAIN" "${data[@]}" </dev/null
+    assert_failure
+    assert_output --partial "stdin holds no dataset prefix"
+}

@@ -717,35 +717,8 @@ static mc_status read_stdin_prefix(char **out, mc_error *err)
  * message only on rank 0. */
 static mc_status share_stdin_prefix(const mc_grid *g, char **out, mc_error *err)
 {
-    mc_status st = MC_OK;
-    if (g->rank == 0)
-        st = read_stdin_prefix(out, err);
-    if (g->world == 1)
-        return st;
-    /* Length, then the bytes, as floats (exact below 2^24). */
-    float len = st ? -1.0f : (float)strlen(*out);
-    mc_error berr;
-    if (mc_broadcast(g, MC_GROUP_WORLD, NULL, &len, 1, 0, &berr))
-        return *err = berr, berr.code;
-    if (len < 0)
-        return g->rank == 0 ? st : mc_error_set(err, MC_ERR_USAGE, "rank 0 could not read stdin");
-    size_t n = (size_t)len;
-    float *f = malloc((n + 1) * sizeof *f);
-    char *s = g->rank == 0 ? *out : malloc(n + 1);
-    if (!f || !s) {
-        /* Memory for a path: not worth agreeing on; the job ends. */
-        free(f);
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < n; i++)
-        f[i] = (float)(unsigned char)s[i];
-    st = mc_broadcast(g, MC_GROUP_WORLD, NULL, f, n, 0, err);
-    for (size_t i = 0; i < n; i++)
-        s[i] = (char)(unsigned char)f[i];
-    s[n] = '\0';
-    free(f);
-    *out = s;
-    return st;
+    mc_status st = g->rank == 0 ? read_stdin_prefix(out, err) : MC_OK;
+    return mc_broadcast_text(g, st, out, err);
 }
 
 static void print_stdout(void *ctx, const char *line)
