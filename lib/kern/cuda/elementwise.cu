@@ -109,22 +109,22 @@ extern "C" int mc_cuda_all_finite(mc_cuda *cu, const float *x, size_t n) {
 
 __global__ void k_round(float *x, size_t n, int prec) {
     GRID_STRIDE(i, n) {
-        x[i] = prec == MC_PREC_BF16   ? mc_d_bf16_to_f32(mc_d_f32_to_bf16(x[i]))
-               : prec == MC_PREC_FP16 ? mc_d_fp16_to_f32(mc_d_f32_to_fp16(x[i]))
-                                      : mc_d_round_tf32(x[i]);
+        x[i] = prec == MC_PREC_BF16   ? mc_bf16_to_f32(mc_f32_to_bf16(x[i]))
+               : prec == MC_PREC_FP16 ? mc_fp16_to_f32(mc_f32_to_fp16(x[i]))
+                                      : mc_round_tf32(x[i]);
     }
 }
 __global__ void k_to_bf16(uint16_t *o, const float *x, size_t n) {
-    GRID_STRIDE(i, n) o[i] = mc_d_f32_to_bf16(x[i]);
+    GRID_STRIDE(i, n) o[i] = mc_f32_to_bf16(x[i]);
 }
 __global__ void k_from_bf16(float *o, const uint16_t *x, size_t n) {
-    GRID_STRIDE(i, n) o[i] = mc_d_bf16_to_f32(x[i]);
+    GRID_STRIDE(i, n) o[i] = mc_bf16_to_f32(x[i]);
 }
 __global__ void k_to_fp16(uint16_t *o, const float *x, size_t n) {
-    GRID_STRIDE(i, n) o[i] = mc_d_f32_to_fp16(x[i]);
+    GRID_STRIDE(i, n) o[i] = mc_f32_to_fp16(x[i]);
 }
 __global__ void k_from_fp16(float *o, const uint16_t *x, size_t n) {
-    GRID_STRIDE(i, n) o[i] = mc_d_fp16_to_f32(x[i]);
+    GRID_STRIDE(i, n) o[i] = mc_fp16_to_f32(x[i]);
 }
 
 extern "C" void mc_cuda_round(mc_cuda *cu, float *x, size_t n, mc_prec prec) {

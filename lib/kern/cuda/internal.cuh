@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "kern/cuda/cuda.h"
+#include "kern/fpconv.h"
 
 /* Scratch slots, one per kernel family so live buffers never alias. */
 enum {
@@ -72,62 +73,6 @@ static inline unsigned mc_cu_blocks(size_t n, unsigned threads) {
 
 #define GRID_STRIDE(i, n) \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
-
-/* ---------------------------------------------------- conversions (cpu.h) */
-
-__device__ __forceinline__ uint16_t mc_d_f32_to_bf16(float f) {
-    uint32_t x = __float_as_uint(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-__device__ __forceinline__ float mc_d_bf16_to_f32(uint16_t h) {
-    return __uint_as_float((uint32_t)h << 16);
-}
-
-__device__ __forceinline__ uint16_t mc_d_f32_to_fp16(float f) {
-    uint32_t x = __float_as_uint(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    x &= 0x7fffffffu;
-    if (x >= 0x7f800000u)
-        return (uint16_t)(sign | (x > 0x7f800000u ? 0x7e00u | ((x >> 13) & 0x3ffu) : 0x7c00u));
-    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-    if (x < 0x38800000u) {
-        if (x <= 0x33000000u) return sign;
-        uint32_t e = x >> 23, m = (x & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e, h = m >> shift;
-        uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-        if (rem > half || (rem == half && (h & 1u))) h++;
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = (x - 0x38000000u) >> 13, rem = x & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-}
-
-__device__ __forceinline__ float mc_d_fp16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    if (e == 0x1fu) {
-        x = sign | 0x7f800000u | (m << 13);
-    } else if (e != 0) {
-        x = sign | ((e + 112u) << 23) | (m << 13);
-    } else if (m == 0) {
-        x = sign;
-    } else {
-        x = __float_as_uint((float)m * 0x1p-24f) | sign;
-    }
-    return __uint_as_float(x);
-}
-
-__device__ __forceinline__ float mc_d_round_tf32(float f) {
-    uint32_t x = __float_as_uint(f);
-    if ((x & 0x7f800000u) != 0x7f800000u) {
-        x += 0xfffu + ((x >> 13) & 1u);
-        x &= 0xffffe000u;
-    }
-    return __uint_as_float(x);
-}
 
 /* ---------------------------------------------------- warp reductions */
 

@@ -126,7 +126,7 @@ static int gemm(mc_cuda *cu, mc_prec prec, int ta, int tb, int64_t m, int64_t n,
 }
 
 __global__ void k_round_to16(uint16_t *o, const float *x, size_t n, int bf16) {
-    GRID_STRIDE(i, n) o[i] = bf16 ? mc_d_f32_to_bf16(x[i]) : mc_d_f32_to_fp16(x[i]);
+    GRID_STRIDE(i, n) o[i] = bf16 ? mc_f32_to_bf16(x[i]) : mc_f32_to_fp16(x[i]);
 }
 
 /* The operand as the GEMM reads it: x itself (fp32, tf32) or its bf16/fp16
