@@ -89,18 +89,6 @@ static void linear(mc_infer *f, float *out, const float *in, int w, const float 
         mc_k_linear_fwd(f->be, m->prec, out, in, P(m, w), b, n, I, O, 0.0f);
 }
 
-typedef struct carver {
-    char *base;
-    size_t off;
-} carver;
-
-static float *carve(carver *cv, size_t n)
-{
-    float *p = cv->base ? (float *)(cv->base + cv->off) : NULL;
-    cv->off += (n * sizeof(float) + 63) / 64 * 64;
-    return p;
-}
-
 static void layout(mc_infer *f, carver *cv)
 {
     mc_model *m = f->m;

@@ -79,19 +79,6 @@
  * (256 x 50304 x 4 bytes = 51 MB for GPT-2) while keeping the GEMM wide. */
 #define LM_CHUNK_ROWS 256
 
-/* Lay out the activation block: with base NULL only the size is counted. */
-typedef struct carver {
-    char *base;
-    size_t off;
-} carver;
-
-static float *carve(carver *cv, size_t n)
-{
-    float *p = cv->base ? (float *)(cv->base + cv->off) : NULL;
-    cv->off += (n * sizeof(float) + 63) / 64 * 64;
-    return p;
-}
-
 static void layout_acts(mc_model *m, carver *cv)
 {
     const mc_model_config *c = &m->cfg;

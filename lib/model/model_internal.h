@@ -98,4 +98,19 @@ struct mc_model {
 /* Fill m->params, m->lp and the indices from m->cfg and m->grid (params.c). */
 mc_status mc_model_build_registry(mc_model *m, mc_error *err);
 
+/* Carving one backend block into 64-byte-aligned arrays (model.c's
+ * activations, infer.c's context): a first pass with base NULL only counts
+ * the bytes, a second with the allocated block hands out the pointers. */
+typedef struct carver {
+    char *base;
+    size_t off;
+} carver;
+
+static inline float *carve(carver *cv, size_t n)
+{
+    float *p = cv->base ? (float *)(cv->base + cv->off) : NULL;
+    cv->off += (n * sizeof(float) + 63) / 64 * 64;
+    return p;
+}
+
 #endif
