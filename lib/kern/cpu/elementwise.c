@@ -5,8 +5,9 @@
  * conversion to bf16 and fp16.
  *
  * Reductions are split into fixed chunks of REDUCE_CHUNK elements whatever
- * the thread count; each chunk is summed in order and the chunk sums are
- * added in order, so the result is the same bits for any thread count.
+ * the thread count; each chunk is summed in a fixed order (chunk_sum) and
+ * the chunk sums are added in order, so the result is the same bits for any
+ * thread count.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -35,6 +36,30 @@ void mc_cpu_acc(mc_backend *be, float *acc, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
+/* One chunk's sum of x (square = 0) or x^2 (square = 1) in double. LANES
+ * independent accumulators, lane j taking the elements lo + j, lo + j +
+ * LANES, ..., then added in lane order: a fixed order (so the same bits on
+ * every CPU and thread count) that the compiler can keep in vector
+ * registers, where a single running sum waits on each add's latency. */
+#define LANES 16
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) static double
+chunk_sum(const float *x, size_t n, int square) {
+    double acc[LANES] = {0};
+    size_t i = 0;
+    if (square)
+        for (; i + LANES <= n; i += LANES)
+#pragma omp simd
+            for (size_t j = 0; j < LANES; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
+    else
+        for (; i + LANES <= n; i += LANES)
+#pragma omp simd
+            for (size_t j = 0; j < LANES; j++) acc[j] += (double)x[i + j];
+    for (size_t j = 0; i < n; i++, j++) acc[j] += square ? (double)x[i] * (double)x[i] : x[i];
+    double s = 0.0;
+    for (size_t j = 0; j < LANES; j++) s += acc[j];
+    return s;
+}
+
 /* sum_i f(x_i) in double: chunk sums in parallel, then the chunks in order. */
 static double chunked_sum(mc_backend *be, const float *x, size_t n, int square) {
     size_t nch = (n + REDUCE_CHUNK - 1) / REDUCE_CHUNK;
@@ -43,12 +68,7 @@ static double chunked_sum(mc_backend *be, const float *x, size_t n, int square) 
 #pragma omp parallel for num_threads(be->threads) if (nch > 1) schedule(static)
     for (size_t c = 0; c < nch; c++) {
         size_t lo = c * REDUCE_CHUNK, hi = lo + REDUCE_CHUNK < n ? lo + REDUCE_CHUNK : n;
-        double s = 0.0;
-        if (square)
-            for (size_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
-        else
-            for (size_t i = lo; i < hi; i++) s += (double)x[i];
-        part[c] = s;
+        part[c] = chunk_sum(x + lo, hi - lo, square);
     }
     double s = 0.0;
     for (size_t c = 0; c < nch; c++) s += part[c];

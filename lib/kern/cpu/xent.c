@@ -6,17 +6,58 @@
  */
 #include <math.h>
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/vexp.h"
 
 #define PAR_MIN 16384
+#define LANES 16
+#define XENT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+/* The row loops below keep LANES independent partial results (lane j takes
+ * the elements j, j + LANES, ...) combined in lane order: a fixed order, so
+ * the bits do not depend on the CPU or the thread count, that the compiler
+ * keeps in vector registers. exp is vexp.h's polynomial (about 1 ulp). */
+
+XENT_CLONES static float row_max(const float *l, size_t vl) {
+    float acc[LANES];
+    for (size_t j = 0; j < LANES; j++) acc[j] = -INFINITY;
+    size_t i = 0;
+    for (; i + LANES <= vl; i += LANES)
+#pragma omp simd
+        for (size_t j = 0; j < LANES; j++) acc[j] = l[i + j] > acc[j] ? l[i + j] : acc[j];
+    float m = -INFINITY;
+    for (; i < vl; i++) m = l[i] > m ? l[i] : m;
+    for (size_t j = 0; j < LANES; j++) m = acc[j] > m ? acc[j] : m;
+    return m;
+}
+
+XENT_CLONES static double row_sumexp(const float *l, float m, size_t vl) {
+    double acc[LANES] = {0};
+    size_t i = 0;
+    for (; i + LANES <= vl; i += LANES) {
+        float e[LANES];
+#pragma omp simd
+        for (size_t j = 0; j < LANES; j++) e[j] = mc_exp_fast(l[i + j] - m);
+#pragma omp simd
+        for (size_t j = 0; j < LANES; j++) acc[j] += (double)e[j];
+    }
+    for (size_t j = 0; i < vl; i++, j++) acc[j] += (double)mc_exp_fast(l[i] - m);
+    double s = 0.0;
+    for (size_t j = 0; j < LANES; j++) s += acc[j];
+    return s;
+}
+
+XENT_CLONES static void row_grad(float *d, const float *l, float m, float inv, float w,
+                                 size_t vl) {
+    /* d may be l itself: each element is read before it is written */
+#pragma omp simd
+    for (size_t j = 0; j < vl; j++) d[j] = w * (mc_exp_fast(l[j] - m) * inv);
+}
 
 /* rowmax[i] = max_j logits[i,j] */
 void mc_cpu_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N, size_t vl) {
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
-        const float *l = logits + i * vl;
-        float m = -INFINITY;
-        for (size_t j = 0; j < vl; j++) m = l[j] > m ? l[j] : m;
-        rowmax[i] = m;
+        rowmax[i] = row_max(logits + i * vl, vl);
     }
 }
 
@@ -28,10 +69,7 @@ void mc_cpu_xent_sumexp(mc_backend *be, float *sumexp, float *tlogit, const floa
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         const float *l = logits + i * vl;
-        float m = rowmax[i];
-        double s = 0.0;
-        for (size_t j = 0; j < vl; j++) s += expf(l[j] - m);
-        sumexp[i] = (float)s;
+        sumexp[i] = (float)row_sumexp(l, rowmax[i], vl);
         int64_t t = (int64_t)targets[i] - v0;
         tlogit[i] = targets[i] >= 0 && t >= 0 && t < (int64_t)vl ? l[t] : 0.0f;
     }
@@ -60,7 +98,7 @@ void mc_cpu_xent_bwd(mc_backend *be, float *dlogits, const float *logits, const 
             continue;
         }
         float w = dloss ? dloss[i] : scale, m = rowmax[i], inv = 1.0f / sumexp[i];
-        for (size_t j = 0; j < vl; j++) d[j] = w * (expf(l[j] - m) * inv);
+        row_grad(d, l, m, inv, w, vl);
         int64_t t = (int64_t)targets[i] - v0;
         if (t >= 0 && t < (int64_t)vl) d[t] -= w;
     }
