@@ -217,8 +217,8 @@ void mc_k_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout, c
     ROUTE(rmsnorm_bwd, dx, dw, dout, x, w, rstd, N, C);
 }
 
-void mc_k_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W, const float *b, size_t N, size_t Cin, size_t Cout, float beta) {
-    ROUTE(linear_fwd, prec, out, x, W, b, N, Cin, Cout, beta);
+void mc_k_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W, const uint16_t *Wb, const float *b, size_t N, size_t Cin, size_t Cout, float beta) {
+    ROUTE(linear_fwd, prec, out, x, W, Wb, b, N, Cin, Cout, beta);
 }
 
 void mc_k_quantize_q8_rows(mc_backend *be, int8_t *Wq, float *scale, const float *W, size_t rows, size_t cols) {
@@ -229,8 +229,8 @@ void mc_k_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8_t
     ROUTE_CPU_ONLY(linear_q8_fwd, out, x, Wq, scale, b, N, Cin, Cout, beta);
 }
 
-void mc_k_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db, const float *dout, const float *x, const float *W, size_t N, size_t Cin, size_t Cout) {
-    ROUTE(linear_bwd, prec, dx, dW, db, dout, x, W, N, Cin, Cout);
+void mc_k_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db, const float *dout, const float *x, const float *W, const uint16_t *Wb, size_t N, size_t Cin, size_t Cout) {
+    ROUTE(linear_bwd, prec, dx, dW, db, dout, x, W, Wb, N, Cin, Cout);
 }
 
 void mc_k_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n) {

@@ -133,13 +133,20 @@ void mc_k_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout, c
 /* ------------------------------------------------------------ linear */
 
 /* out[N,Cout] = x[N,Cin] . W[Cout,Cin]^T (+ b[Cout]); W is stored as Megatron
- * stores it, [output, input]. beta = 0 overwrites out, 1 adds to it. */
+ * stores it, [output, input]. beta = 0 overwrites out, 1 adds to it.
+ * Wb: NULL, or W already rounded to bf16 (mc_k_cast_to_bf16's bits, same
+ * layout), which a backend may use instead of rounding W itself when prec is
+ * MC_PREC_BF16: the caller rounds a weight once for all the products that
+ * use it (the model: once per forward pass, not per GEMM). The result is
+ * the same bits either way. */
 void mc_k_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W,
-                     const float *b, size_t N, size_t Cin, size_t Cout, float beta);
-/* dx[N,Cin] += dout . W; dW[Cout,Cin] += dout^T . x; db[Cout] += sum_rows dout. */
+                     const uint16_t *Wb, const float *b, size_t N, size_t Cin, size_t Cout,
+                     float beta);
+/* dx[N,Cin] += dout . W; dW[Cout,Cin] += dout^T . x; db[Cout] += sum_rows dout.
+ * Wb as for mc_k_linear_fwd. */
 void mc_k_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db,
-                     const float *dout, const float *x, const float *W, size_t N, size_t Cin,
-                     size_t Cout);
+                     const float *dout, const float *x, const float *W, const uint16_t *Wb,
+                     size_t N, size_t Cin, size_t Cout);
 
 /* Weight-only int8 linear for inference. W is held as int8 codes Wq[Cout,Cin]
  * with one fp32 scale per output row: mc_k_quantize_q8_rows makes them from

@@ -245,7 +245,9 @@ typedef struct mc_infer mc_infer;
 /* A context for sequences of up to max_len positions (the cache), running
  * at most max_rows positions per forward (longer inputs are split). Refuses
  * pipeline parallelism and, with learned positions, max_len beyond the
- * position table (MC_ERR_USAGE). */
+ * position table (MC_ERR_USAGE). A bf16 model on the CPU has its weights'
+ * bf16 rounding made here, once: the context sees the weights as they are
+ * now (as mc_infer_use_int8 does). */
 mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, mc_error *err);
 void mc_infer_free(mc_infer *inf); /* NULL is allowed */
 int mc_infer_capacity(const mc_infer *inf);

@@ -52,6 +52,9 @@ int mc_cpu_all_finite(mc_backend *be, const float *x, size_t n);
 double mc_cpu_mean(mc_backend *be, const float *x, size_t n);
 void mc_cpu_round(mc_backend *be, float *x, size_t n, mc_prec prec);
 void mc_cpu_cast_to_bf16(mc_backend *be, uint16_t *out, const float *x, size_t n);
+/* dst[i] = mc_f32_to_bf16(src[i]) on the calling thread, vectorized where
+ * the CPU allows (elementwise.c) */
+void mc_cpu_bf16_span(uint16_t *dst, const float *src, size_t n);
 void mc_cpu_cast_from_bf16(mc_backend *be, float *out, const uint16_t *x, size_t n);
 void mc_cpu_cast_to_fp16(mc_backend *be, uint16_t *out, const float *x, size_t n);
 void mc_cpu_cast_from_fp16(mc_backend *be, float *out, const uint16_t *x, size_t n);
@@ -64,10 +67,10 @@ void mc_cpu_layernorm_fwd(mc_backend *be, float *out, float *mean, float *rstd, 
 void mc_cpu_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, const float *mean, const float *rstd, size_t N, size_t C);
 void mc_cpu_rmsnorm_fwd(mc_backend *be, float *out, float *rstd, const float *x, const float *w, size_t N, size_t C, float eps);
 void mc_cpu_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, size_t N, size_t C);
-void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W, const float *b, size_t N, size_t Cin, size_t Cout, float beta);
+void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W, const uint16_t *Wb, const float *b, size_t N, size_t Cin, size_t Cout, float beta);
 void mc_cpu_quantize_q8_rows(mc_backend *be, int8_t *Wq, float *scale, const float *W, size_t rows, size_t cols);
 void mc_cpu_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8_t *Wq, const float *scale, const float *b, size_t N, size_t Cin, size_t Cout, float beta);
-void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db, const float *dout, const float *x, const float *W, size_t N, size_t Cin, size_t Cout);
+void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db, const float *dout, const float *x, const float *W, const uint16_t *Wb, size_t N, size_t Cin, size_t Cout);
 void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n);
 void mc_cpu_gelu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t n);
 void mc_cpu_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_t F);

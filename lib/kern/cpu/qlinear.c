@@ -138,7 +138,7 @@ void mc_cpu_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8
         for (size_t r = 0; r < Cout; r++)
             for (size_t c = 0; c < Cin; c++)
                 W[r * Cin + c] = (float)Wq[r * Cin + c] * scale[r];
-        mc_cpu_linear_fwd(be, MC_PREC_FP32, out, x, W, b, N, Cin, Cout, beta);
+        mc_cpu_linear_fwd(be, MC_PREC_FP32, out, x, W, NULL, b, N, Cin, Cout, beta);
         return;
     }
     static dots_fn dots;

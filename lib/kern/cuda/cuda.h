@@ -62,8 +62,8 @@ void mc_cuda_layernorm_fwd(mc_cuda *cu, float *out, float *mean, float *rstd, co
 void mc_cuda_layernorm_bwd(mc_cuda *cu, float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, const float *mean, const float *rstd, size_t N, size_t C);
 void mc_cuda_rmsnorm_fwd(mc_cuda *cu, float *out, float *rstd, const float *x, const float *w, size_t N, size_t C, float eps);
 void mc_cuda_rmsnorm_bwd(mc_cuda *cu, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, size_t N, size_t C);
-void mc_cuda_linear_fwd(mc_cuda *cu, mc_prec prec, float *out, const float *x, const float *W, const float *b, size_t N, size_t Cin, size_t Cout, float beta);
-void mc_cuda_linear_bwd(mc_cuda *cu, mc_prec prec, float *dx, float *dW, float *db, const float *dout, const float *x, const float *W, size_t N, size_t Cin, size_t Cout);
+void mc_cuda_linear_fwd(mc_cuda *cu, mc_prec prec, float *out, const float *x, const float *W, const uint16_t *Wb, const float *b, size_t N, size_t Cin, size_t Cout, float beta);
+void mc_cuda_linear_bwd(mc_cuda *cu, mc_prec prec, float *dx, float *dW, float *db, const float *dout, const float *x, const float *W, const uint16_t *Wb, size_t N, size_t Cin, size_t Cout);
 void mc_cuda_gelu_fwd(mc_cuda *cu, float *out, const float *x, size_t n);
 void mc_cuda_gelu_bwd(mc_cuda *cu, float *dx, const float *dout, const float *x, size_t n);
 void mc_cuda_swiglu_fwd(mc_cuda *cu, float *out, const float *x, size_t N, size_t F);
