@@ -3,8 +3,9 @@
  * rows against a key/value cache (inference): against the causal softmax in
  * float64 for several (pos0, n) and grouped-query shapes; prefill (pos0 = 0)
  * against the training kernel mc_k_attention_fwd; one row at a time
- * (decoding) against the rows of one prefill; the same bits for 1 and 2
- * threads.
+ * (decoding) against the rows of one prefill, which the kernel computes in
+ * register tiles of four rows (head sizes 64, 80, 128 and others); the same
+ * bits for 1 and 2 threads.
  */
 #include "kern_test.h"
 
@@ -112,7 +113,15 @@ int main(void) {
     check_ref(be, 17, 0, 4, 4, 8);    /* prefill */
     check_ref(be, 45, 70, 6, 2, 12);  /* a chunk after a cached prefix, across blocks */
     check_ref(be, 100, 5, 2, 1, 32);  /* several query blocks */
+    check_ref(be, 70, 0, 4, 2, 64);   /* register tiles: 64 columns of the output at once */
+    check_ref(be, 66, 61, 2, 2, 80);  /* tiles, a 16-column rest, rows across key blocks */
+    check_ref(be, 9, 130, 2, 1, 128); /* a tile's rows with different key counts */
+    check_ref(be, 3, 64, 2, 2, 68);   /* rows fewer than a tile; 4 columns one by one */
     check_prefill_decode(be, 150, 4, 2, 16);
+    /* tiles (prefill) and single rows (decoding) must do each element's
+     * arithmetic in the same order: equal bits */
+    check_prefill_decode(be, 203, 4, 4, 64);
+    check_prefill_decode(be, 97, 2, 1, 80);
     check_threads();
     mc_backend_free(be);
     return tap_done();

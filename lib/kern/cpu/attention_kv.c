@@ -25,12 +25,8 @@
 #include "kern/cpu/vexp.h"
 
 #define BQ 32 /* query rows per work item */
-#define BK 64 /* keys per block */
-
-static inline void kv_axpy(float *restrict y, float a, const float *restrict x, size_t n) {
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) y[i] += a * x[i];
-}
+#define BK 64 /* keys per block (kv_scores holds a block's 64 scores in 4 vectors) */
+#define RT 4  /* query rows per register tile */
 
 static size_t kv_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -40,6 +36,24 @@ static size_t kv_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 #define KV_CLONES
 #endif
 
+/* 16 floats as one value (GCC vector extension): a zmm register on
+ * x86-64-v4, two ymm on v3, four xmm otherwise; the same operations on
+ * each element whatever the width. Unaligned loads and stores through memcpy. */
+typedef float vf16 __attribute__((vector_size(64)));
+/* (macros, not functions: a function taking or returning a 64-byte vector
+ * would have a different ABI in each clone) */
+#define vld(p)                      \
+    __extension__({                 \
+        vf16 v_;                    \
+        memcpy(&v_, (p), sizeof v_); \
+        v_;                         \
+    })
+#define vst(p, v)                    \
+    do {                             \
+        vf16 t_ = (v);               \
+        memcpy((p), &t_, sizeof t_); \
+    } while (0)
+
 typedef struct {
     float *out;
     const float *q, *kc, *vc;
@@ -47,19 +61,96 @@ typedef struct {
     float scale;
 } kv_args;
 
-/* Workspace per thread: Kt[D*BK] (a key block transposed), s[BK], o[BQ*D],
- * m[BQ], l[BQ]. */
+/* Workspace per thread: Kt[D*BK] (a key block transposed, zero past the
+ * block's keys), S[RT*BK] (scores, then probabilities), o[BQ*D], m[BQ],
+ * l[BQ]. */
 static size_t kv_slab(size_t D) {
-    return kv_round16(D * BK) + kv_round16(BK) + kv_round16(BQ * D) + 2 * kv_round16(BQ);
+    return kv_round16(D * BK) + RT * BK + kv_round16(BQ * D) + 2 * kv_round16(BQ);
+}
+
+/* S[r][c] = sum_d q_r[d] Kt[d][c] (d in order) for RT = 4 rows and the BK =
+ * 64 keys of a block: 16 vector accumulators, each key-block row of Kt
+ * loaded once for the four query rows. */
+static inline __attribute__((always_inline)) void kv_scores(float *S, const float *const qr[RT], const float *Kt, size_t D) {
+    vf16 acc[RT][BK / 16];
+#pragma GCC unroll 4
+    for (int r = 0; r < RT; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < BK / 16; j++) acc[r][j] = (vf16){0};
+    for (size_t d = 0; d < D; d++) {
+        vf16 k[BK / 16];
+#pragma GCC unroll 4
+        for (int j = 0; j < BK / 16; j++) k[j] = vld(Kt + d * BK + 16 * j);
+#pragma GCC unroll 4
+        for (int r = 0; r < RT; r++) {
+            float x = qr[r][d];
+#pragma GCC unroll 4
+            for (int j = 0; j < BK / 16; j++) acc[r][j] += x * k[j];
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RT; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < BK / 16; j++) vst(S + r * BK + 16 * j, acc[r][j]);
+}
+
+/* For rows r < nr (nr = RT: a tile; otherwise one row at a time):
+ * o_r = o_r * corr_r + sum_{c0 <= c < c1} P[r][c] v_c, keys in order, the
+ * columns of o in vectors of 64 and 16 and then one by one: each element
+ * sees the same operations in the same order whichever path it takes. */
+static inline __attribute__((always_inline)) void kv_out(float *o, size_t D, const float *P, const float *corr, const float *v,
+                          size_t vstride, size_t c0, size_t c1, int nr) {
+    size_t d = 0;
+    if (nr == RT) {
+        for (; d + 64 <= D; d += 64) {
+            vf16 acc[RT][4];
+#pragma GCC unroll 4
+            for (int r = 0; r < RT; r++)
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) acc[r][j] = vld(o + r * D + d + 16 * j) * corr[r];
+            for (size_t c = c0; c < c1; c++) {
+                vf16 vv[4];
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) vv[j] = vld(v + c * vstride + d + 16 * j);
+#pragma GCC unroll 4
+                for (int r = 0; r < RT; r++) {
+                    float p = P[r * BK + c];
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++) acc[r][j] += p * vv[j];
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < RT; r++)
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) vst(o + r * D + d + 16 * j, acc[r][j]);
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float *orow = o + r * D;
+        const float *pr = P + r * BK;
+        size_t e = d;
+        for (; e + 16 <= D; e += 16) {
+            vf16 acc = vld(orow + e) * corr[r];
+            for (size_t c = c0; c < c1; c++) acc += pr[c] * vld(v + c * vstride + e);
+            vst(orow + e, acc);
+        }
+        for (; e < D; e++) {
+            float acc = orow[e] * corr[r];
+            for (size_t c = c0; c < c1; c++) acc += pr[c] * v[c * vstride + e];
+            orow[e] = acc;
+        }
+    }
 }
 
 KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
     const size_t Q = A->Q, G = A->G, D = A->D, pos0 = A->pos0, n = A->n;
-    float *Kt = ws, *s = Kt + kv_round16(D * BK), *o = s + kv_round16(BK);
+    float *Kt = ws, *S = Kt + kv_round16(D * BK), *o = S + RT * BK;
     float *m = o + kv_round16(BQ * D), *l = m + kv_round16(BQ);
     size_t h = it / A->nqb, qb = it % A->nqb, g = h / A->hpg;
     size_t i0 = qb * BQ, i1 = i0 + BQ < n ? i0 + BQ : n, nq = i1 - i0;
     size_t kend = pos0 + i1; /* keys this block of rows may see */
+    const float *vbase = A->vc + g * D;
+    const size_t vstride = G * D;
     for (size_t r = 0; r < nq; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
@@ -67,32 +158,52 @@ KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
     memset(o, 0, nq * D * sizeof(float));
     for (size_t j0 = 0; j0 < kend; j0 += BK) {
         size_t nk = j0 + BK < kend ? BK : kend - j0;
-        for (size_t c = 0; c < nk; c++)
-            for (size_t d = 0; d < D; d++) Kt[d * BK + c] = A->kc[((j0 + c) * G + g) * D + d];
-        for (size_t r = 0; r < nq; r++) {
-            size_t p = pos0 + i0 + r; /* this row's position: keys 0..p */
-            if (j0 > p) continue; /* rows are not block-aligned: later rows may see it */
-            size_t nc = p - j0 + 1 < nk ? p - j0 + 1 : nk;
-            const float *qr = A->q + ((i0 + r) * Q + h) * D;
-            for (size_t c = 0; c < nc; c++) s[c] = 0.0f;
-            for (size_t d = 0; d < D; d++) kv_axpy(s, qr[d], Kt + d * BK, nc);
-            float mx = m[r];
-            for (size_t c = 0; c < nc; c++) {
-                s[c] *= A->scale;
-                mx = s[c] > mx ? s[c] : mx;
-            }
-            float corr = mc_exp_fast(m[r] - mx); /* 0 on the first block: m = -inf */
-            if (m[r] == -INFINITY) corr = 0.0f;
-            float sum = 0.0f;
+        for (size_t d = 0; d < D; d++) {
+            for (size_t c = 0; c < nk; c++) Kt[d * BK + c] = A->kc[((j0 + c) * G + g) * D + d];
+            for (size_t c = nk; c < BK; c++) Kt[d * BK + c] = 0.0f;
+        }
+        /* rows see keys 0..pos0 + i0 + r: those that see this block are a
+         * suffix of the item's rows */
+        size_t r0 = pos0 + i0 >= j0 ? 0 : j0 - (pos0 + i0);
+        for (; r0 < nq; r0 += RT) {
+            int nr = nq - r0 < RT ? (int)(nq - r0) : RT;
+            const float *qr[RT];
+            for (int r = 0; r < RT; r++)
+                qr[r] = A->q + ((i0 + r0 + (size_t)(r < nr ? r : nr - 1)) * Q + h) * D;
+            kv_scores(S, qr, Kt, D);
+            size_t nc[RT];
+            float corr[RT];
+            for (int r = 0; r < nr; r++) {
+                size_t p = pos0 + i0 + r0 + (size_t)r; /* this row's position: keys 0..p */
+                nc[r] = p - j0 + 1 < nk ? p - j0 + 1 : nk;
+                float *s = S + r * BK, mr = m[r0 + r], mx = mr;
+                for (size_t c = 0; c < nc[r]; c++) {
+                    s[c] *= A->scale;
+                    mx = s[c] > mx ? s[c] : mx;
+                }
+                corr[r] = mr == -INFINITY ? 0.0f : mc_exp_fast(mr - mx); /* first block: 0 */
+                float sum = 0.0f;
 #pragma omp simd
-            for (size_t c = 0; c < nc; c++) s[c] = mc_exp_fast(s[c] - mx);
-            for (size_t c = 0; c < nc; c++) sum += s[c];
-            l[r] = l[r] * corr + sum;
-            m[r] = mx;
-            float *orow = o + r * D;
-            for (size_t d = 0; d < D; d++) orow[d] *= corr;
-            for (size_t c = 0; c < nc; c++)
-                kv_axpy(orow, s[c], A->vc + ((j0 + c) * G + g) * D, D);
+                for (size_t c = 0; c < nc[r]; c++) s[c] = mc_exp_fast(s[c] - mx);
+                for (size_t c = 0; c < nc[r]; c++) sum += s[c];
+                l[r0 + r] = l[r0 + r] * corr[r] + sum;
+                m[r0 + r] = mx;
+            }
+            float *orow = o + r0 * D;
+            if (nr == RT) {
+                /* keys all four rows see as a tile, then each row's rest
+                 * (rows are in position order: nc[0] is the least) */
+                kv_out(orow, D, S, corr, vbase + j0 * vstride, vstride, 0, nc[0], RT);
+                const float one[RT] = {1.0f, 1.0f, 1.0f, 1.0f};
+                for (int r = 1; r < RT; r++)
+                    if (nc[r] > nc[0])
+                        kv_out(orow + r * D, D, S + r * BK, one, vbase + j0 * vstride, vstride,
+                               nc[0], nc[r], 1);
+            } else {
+                for (int r = 0; r < nr; r++)
+                    kv_out(orow + r * D, D, S + r * BK, corr + r, vbase + j0 * vstride, vstride,
+                           0, nc[r], 1);
+            }
         }
     }
     for (size_t r = 0; r < nq; r++) {
