@@ -94,6 +94,7 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
 #pragma omp parallel for num_threads(be->threads) if (N * O > PAR_MIN) schedule(static)
     for (size_t n = 0; n < N; n++) {
         float *o = out + n * O;
+#pragma omp simd
         for (size_t j = 0; j < O; j++) o[j] += b[j];
     }
 }
