@@ -242,6 +242,8 @@ int main(void) {
     check_shape(be, 1, 130, 4, 1, 8, 120); /* three key blocks, G = 1 (MQA) */
     check_shape(be, 1, 64, 2, 2, 16, 120); /* exactly one block, plain MHA */
     check_shape(be, 2, 33, 3, 3, 8, 120);
+    check_shape(be, 1, 70, 2, 1, 64, 60); /* D = 64: whole register tiles (att_tile.h) */
+    check_shape(be, 1, 67, 2, 2, 80, 60); /* D = 80: a tile of 64 columns and one of 16 */
     check_null_grads(be);
     check_long(be);
     check_qkv_split(be);

@@ -1,32 +1,36 @@
 /*
- * attention_kv.c - causal attention of new query rows against a key/value
- * cache, for inference (lib/model/infer.c): n queries at positions
+ * attention_kv.c - the causal attention forward: of training (attention.c's
+ * mc_cpu_attention_fwd, pos0 = 0, with the log-sum-exp the backward needs)
+ * and of new query rows against a key/value cache, for inference
+ * (lib/model/infer.c): n queries at positions
  * pos0 .. pos0 + n - 1 of one sequence, keys and values of positions
  * 0 .. pos0 + n - 1 already in the cache (the new rows' own keys included).
  * Prefill is pos0 = 0, n = prompt length; each generated token is n = 1.
  *
- * Layout: q[n,Q,D], kc,vc[L,G,D] (L >= pos0 + n: the cache's capacity, only
- * the first pos0 + n positions read), out[n,Q,D]. Query head h reads group
- * h / (Q/G). Query row i sees keys j <= pos0 + i:
+ * Layout, for each of B sequences: q[n,Q,D], kc,vc[L,G,D] (L >= pos0 + n:
+ * the cache's capacity, only the first pos0 + n positions read), out[n,Q,D],
+ * lse[Q,n]. Query head h reads group h / (Q/G). Query row i sees keys
+ * j <= pos0 + i:
  *   s_j = scale q_i . k_j;  out_i = sum_j exp(s_j - m) v_j / sum_j exp(s_j - m)
  * with m = max_j s_j, computed blockwise with the online softmax of
  * attention.c (running max, rescaled sum and output), so no row of scores
  * longer than a key block is stored.
  *
- * One work item = (head, block of BQ query rows); items go to threads
- * dynamically and each owns its output rows, so the schedule changes no bit.
- * Dot products and sums run in index order, and the exp is vexp.h's, so
- * every vector width gives the same bits.
+ * One work item = (sequence, head, block of BQ query rows); items go to
+ * threads dynamically and each owns its output rows, so the schedule changes
+ * no bit. Dot products and sums run in index order, and the exp is vexp.h's,
+ * so every vector width gives the same bits; a row's arithmetic does not
+ * depend on which rows share its work item or register tile, so decoding
+ * one row at a time gives the prefill's bits.
  */
 #include <assert.h>
 #include <math.h>
 #include <omp.h>
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/vexp.h"
+#include "kern/cpu/att_tile.h"
 
 #define BQ 32 /* query rows per work item */
-#define BK 64 /* keys per block (kv_scores holds a block's 64 scores in 4 vectors) */
-#define RT 4  /* query rows per register tile */
 
 static size_t kv_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -36,28 +40,10 @@ static size_t kv_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 #define KV_CLONES
 #endif
 
-/* 16 floats as one value (GCC vector extension): a zmm register on
- * x86-64-v4, two ymm on v3, four xmm otherwise; the same operations on
- * each element whatever the width. Unaligned loads and stores through memcpy. */
-typedef float vf16 __attribute__((vector_size(64)));
-/* (macros, not functions: a function taking or returning a 64-byte vector
- * would have a different ABI in each clone) */
-#define vld(p)                      \
-    __extension__({                 \
-        vf16 v_;                    \
-        memcpy(&v_, (p), sizeof v_); \
-        v_;                         \
-    })
-#define vst(p, v)                    \
-    do {                             \
-        vf16 t_ = (v);               \
-        memcpy((p), &t_, sizeof t_); \
-    } while (0)
-
 typedef struct {
-    float *out;
+    float *out, *lse;
     const float *q, *kc, *vc;
-    size_t n, pos0, Q, G, D, hpg, nqb;
+    size_t n, pos0, L, Q, G, D, hpg, nqb;
     float scale;
 } kv_args;
 
@@ -68,88 +54,17 @@ static size_t kv_slab(size_t D) {
     return kv_round16(D * BK) + RT * BK + kv_round16(BQ * D) + 2 * kv_round16(BQ);
 }
 
-/* S[r][c] = sum_d q_r[d] Kt[d][c] (d in order) for RT = 4 rows and the BK =
- * 64 keys of a block: 16 vector accumulators, each key-block row of Kt
- * loaded once for the four query rows. */
-static inline __attribute__((always_inline)) void kv_scores(float *S, const float *const qr[RT], const float *Kt, size_t D) {
-    vf16 acc[RT][BK / 16];
-#pragma GCC unroll 4
-    for (int r = 0; r < RT; r++)
-#pragma GCC unroll 4
-        for (int j = 0; j < BK / 16; j++) acc[r][j] = (vf16){0};
-    for (size_t d = 0; d < D; d++) {
-        vf16 k[BK / 16];
-#pragma GCC unroll 4
-        for (int j = 0; j < BK / 16; j++) k[j] = vld(Kt + d * BK + 16 * j);
-#pragma GCC unroll 4
-        for (int r = 0; r < RT; r++) {
-            float x = qr[r][d];
-#pragma GCC unroll 4
-            for (int j = 0; j < BK / 16; j++) acc[r][j] += x * k[j];
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < RT; r++)
-#pragma GCC unroll 4
-        for (int j = 0; j < BK / 16; j++) vst(S + r * BK + 16 * j, acc[r][j]);
-}
-
-/* For rows r < nr (nr = RT: a tile; otherwise one row at a time):
- * o_r = o_r * corr_r + sum_{c0 <= c < c1} P[r][c] v_c, keys in order, the
- * columns of o in vectors of 64 and 16 and then one by one: each element
- * sees the same operations in the same order whichever path it takes. */
-static inline __attribute__((always_inline)) void kv_out(float *o, size_t D, const float *P, const float *corr, const float *v,
-                          size_t vstride, size_t c0, size_t c1, int nr) {
-    size_t d = 0;
-    if (nr == RT) {
-        for (; d + 64 <= D; d += 64) {
-            vf16 acc[RT][4];
-#pragma GCC unroll 4
-            for (int r = 0; r < RT; r++)
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) acc[r][j] = vld(o + r * D + d + 16 * j) * corr[r];
-            for (size_t c = c0; c < c1; c++) {
-                vf16 vv[4];
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) vv[j] = vld(v + c * vstride + d + 16 * j);
-#pragma GCC unroll 4
-                for (int r = 0; r < RT; r++) {
-                    float p = P[r * BK + c];
-#pragma GCC unroll 4
-                    for (int j = 0; j < 4; j++) acc[r][j] += p * vv[j];
-                }
-            }
-#pragma GCC unroll 4
-            for (int r = 0; r < RT; r++)
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) vst(o + r * D + d + 16 * j, acc[r][j]);
-        }
-    }
-    for (int r = 0; r < nr; r++) {
-        float *orow = o + r * D;
-        const float *pr = P + r * BK;
-        size_t e = d;
-        for (; e + 16 <= D; e += 16) {
-            vf16 acc = vld(orow + e) * corr[r];
-            for (size_t c = c0; c < c1; c++) acc += pr[c] * vld(v + c * vstride + e);
-            vst(orow + e, acc);
-        }
-        for (; e < D; e++) {
-            float acc = orow[e] * corr[r];
-            for (size_t c = c0; c < c1; c++) acc += pr[c] * v[c * vstride + e];
-            orow[e] = acc;
-        }
-    }
-}
-
 KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
     const size_t Q = A->Q, G = A->G, D = A->D, pos0 = A->pos0, n = A->n;
     float *Kt = ws, *S = Kt + kv_round16(D * BK), *o = S + RT * BK;
     float *m = o + kv_round16(BQ * D), *l = m + kv_round16(BQ);
-    size_t h = it / A->nqb, qb = it % A->nqb, g = h / A->hpg;
+    /* the last query blocks have the most keys: hand them out first */
+    size_t qb = A->nqb - 1 - it % A->nqb, bh = it / A->nqb, b = bh / Q, h = bh % Q;
+    size_t g = h / A->hpg;
     size_t i0 = qb * BQ, i1 = i0 + BQ < n ? i0 + BQ : n, nq = i1 - i0;
     size_t kend = pos0 + i1; /* keys this block of rows may see */
-    const float *vbase = A->vc + g * D;
+    const float *q = A->q + b * n * Q * D, *kc = A->kc + b * A->L * G * D;
+    const float *vbase = A->vc + b * A->L * G * D + g * D;
     const size_t vstride = G * D;
     for (size_t r = 0; r < nq; r++) {
         m[r] = -INFINITY;
@@ -159,7 +74,7 @@ KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
     for (size_t j0 = 0; j0 < kend; j0 += BK) {
         size_t nk = j0 + BK < kend ? BK : kend - j0;
         for (size_t d = 0; d < D; d++) {
-            for (size_t c = 0; c < nk; c++) Kt[d * BK + c] = A->kc[((j0 + c) * G + g) * D + d];
+            for (size_t c = 0; c < nk; c++) Kt[d * BK + c] = kc[((j0 + c) * G + g) * D + d];
             for (size_t c = nk; c < BK; c++) Kt[d * BK + c] = 0.0f;
         }
         /* rows see keys 0..pos0 + i0 + r: those that see this block are a
@@ -169,8 +84,8 @@ KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
             int nr = nq - r0 < RT ? (int)(nq - r0) : RT;
             const float *qr[RT];
             for (int r = 0; r < RT; r++)
-                qr[r] = A->q + ((i0 + r0 + (size_t)(r < nr ? r : nr - 1)) * Q + h) * D;
-            kv_scores(S, qr, Kt, D);
+                qr[r] = q + ((i0 + r0 + (size_t)(r < nr ? r : nr - 1)) * Q + h) * D;
+            att_scores(S, qr, Kt, D);
             size_t nc[RT];
             float corr[RT];
             for (int r = 0; r < nr; r++) {
@@ -193,37 +108,44 @@ KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
             if (nr == RT) {
                 /* keys all four rows see as a tile, then each row's rest
                  * (rows are in position order: nc[0] is the least) */
-                kv_out(orow, D, S, corr, vbase + j0 * vstride, vstride, 0, nc[0], RT);
+                att_rows(orow, D, D, S, corr, vbase + j0 * vstride, vstride, 0, nc[0], RT);
                 const float one[RT] = {1.0f, 1.0f, 1.0f, 1.0f};
                 for (int r = 1; r < RT; r++)
                     if (nc[r] > nc[0])
-                        kv_out(orow + r * D, D, S + r * BK, one, vbase + j0 * vstride, vstride,
+                        att_rows(orow + r * D, D, D, S + r * BK, one, vbase + j0 * vstride, vstride,
                                nc[0], nc[r], 1);
             } else {
                 for (int r = 0; r < nr; r++)
-                    kv_out(orow + r * D, D, S + r * BK, corr + r, vbase + j0 * vstride, vstride,
+                    att_rows(orow + r * D, D, D, S + r * BK, corr + r, vbase + j0 * vstride, vstride,
                            0, nc[r], 1);
             }
         }
     }
     for (size_t r = 0; r < nq; r++) {
         float inv = 1.0f / l[r];
-        float *dst = A->out + ((i0 + r) * Q + h) * D;
+        float *dst = A->out + ((b * n + i0 + r) * Q + h) * D;
         for (size_t d = 0; d < D; d++) dst[d] = o[r * D + d] * inv;
+        if (A->lse) A->lse[(b * Q + h) * n + i0 + r] = m[r] + logf(l[r]);
     }
 }
 
-void mc_cpu_attention_kv_fwd(mc_backend *be, float *out, const float *q, const float *kc,
-                             const float *vc, size_t n, size_t pos0, size_t Q, size_t G, size_t D,
-                             float scale) {
-    assert(G > 0 && Q % G == 0 && D > 0);
-    if (n == 0) return;
-    kv_args A = {out, q, kc, vc, n, pos0, Q, G, D, Q / G, (n + BQ - 1) / BQ, scale};
-    size_t items = Q * A.nqb, slab = kv_slab(D);
+void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const float *q,
+                               const float *kc, const float *vc, size_t B, size_t n, size_t pos0,
+                               size_t L, size_t Q, size_t G, size_t D, float scale) {
+    assert(G > 0 && Q % G == 0 && D > 0 && L >= pos0 + n);
+    if (n == 0 || B == 0) return;
+    kv_args A = {out, lse, q, kc, vc, n, pos0, L, Q, G, D, Q / G, (n + BQ - 1) / BQ, scale};
+    size_t items = B * Q * A.nqb, slab = kv_slab(D);
     int nt = be->threads;
     if ((size_t)nt > items) nt = (int)items;
     float *ws = mc_cpu_scratch(be, MC_CPU_SCRATCH_WORK, (size_t)nt * slab * sizeof(float));
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t it = 0; it < items; it++)
         kv_item(&A, it, ws + (size_t)omp_get_thread_num() * slab);
+}
+
+void mc_cpu_attention_kv_fwd(mc_backend *be, float *out, const float *q, const float *kc,
+                             const float *vc, size_t n, size_t pos0, size_t Q, size_t G, size_t D,
+                             float scale) {
+    mc_cpu_attention_rows_fwd(be, out, NULL, q, kc, vc, 1, n, pos0, pos0 + n, Q, G, D, scale);
 }

@@ -81,6 +81,10 @@ void mc_cpu_rope_fwd(mc_backend *be, float *x, size_t B, size_t T, size_t H, siz
 void mc_cpu_rope_bwd(mc_backend *be, float *dx, size_t B, size_t T, size_t H, size_t D, float base, size_t pos0);
 void mc_cpu_attention_fwd(mc_backend *be, float *out, float *lse, const float *q, const float *k, const float *v, size_t B, size_t T, size_t Q, size_t G, size_t D, float scale);
 void mc_cpu_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v, const float *out, const float *lse, size_t B, size_t T, size_t Q, size_t G, size_t D, float scale);
+/* The causal attention forward of both (attention_kv.c): B sequences of n
+ * query rows at positions pos0.., keys/values [B, L, G, D] (L >= pos0 + n),
+ * out [B, n, Q, D], lse [B, Q, n] (log-sum-exp per row, NULL: not kept). */
+void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const float *q, const float *kc, const float *vc, size_t B, size_t n, size_t pos0, size_t L, size_t Q, size_t G, size_t D, float scale);
 void mc_cpu_attention_kv_fwd(mc_backend *be, float *out, const float *q, const float *kc, const float *vc, size_t n, size_t pos0, size_t Q, size_t G, size_t D, float scale);
 void mc_cpu_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N, size_t vl);
 void mc_cpu_xent_sumexp(mc_backend *be, float *sumexp, float *tlogit, const float *logits, const float *rowmax, const int32_t *targets, int64_t v0, size_t N, size_t vl);
