@@ -232,6 +232,8 @@ static void afile_discard(mc_afile *f)
         unlink(f->tmp);
         free(f->tmp);
         f->tmp = NULL;
+        if (f->fd >= 0)
+            mc_temp_end();
     }
     f->fd = -1;
     f->len = 0;
@@ -287,6 +289,7 @@ mc_status mc_afile_open(mc_afile *f, const char *path, mc_error *err)
         }
         return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot create", path);
     }
+    mc_temp_begin(); /* ended when the temporary is renamed or unlinked */
     /* mkstemp creates 0600; give the file the mode open(..., 0666) would. */
     if (fchmod(f->fd, 0666 & ~current_umask()) != 0) {
         int e = errno;
@@ -335,10 +338,19 @@ static mc_status afile_check_open(const mc_afile *f, mc_error *err)
     return MC_OK;
 }
 
+/* A pending interrupt fails the write like a full disk would. */
+static mc_status afile_interrupted(mc_afile *f, mc_error *err)
+{
+    mc_status st = mc_interrupt_check(f->path, err);
+    if (st)
+        afile_discard(f);
+    return st;
+}
+
 mc_status mc_afile_write(mc_afile *f, const void *p, size_t n, mc_error *err)
 {
     mc_status st = afile_check_open(f, err);
-    if (st)
+    if (st || (st = afile_interrupted(f, err)))
         return st;
     const unsigned char *s = p;
     if (f->len + n <= f->cap) {
@@ -372,7 +384,7 @@ mc_status mc_afile_write(mc_afile *f, const void *p, size_t n, mc_error *err)
 mc_status mc_afile_pwrite(mc_afile *f, const void *p, size_t n, uint64_t off, mc_error *err)
 {
     mc_status st = afile_check_open(f, err);
-    if (st)
+    if (st || (st = afile_interrupted(f, err)))
         return st;
     if (off > f->written || n > f->written - off)
         return mc_error_set(err, MC_ERR_INTERNAL,
@@ -417,6 +429,7 @@ mc_status mc_afile_commit(mc_afile *f, mc_error *err)
     /* close() can report a deferred write error (NFS); treat it as one. */
     int fd = f->fd;
     f->fd = -1;
+    mc_temp_end(); /* from here on afile_discard sees fd -1 */
     if (close(fd) != 0) {
         afile_fail(f, errno, "close failed", err);
         afile_release(f);

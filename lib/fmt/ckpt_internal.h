@@ -19,6 +19,7 @@
 #include "mc/ckpt.h"
 #include "mc/buf.h"
 #include "mc/comm.h"
+#include "mc/file.h"
 
 #define CK_FORMAT_NAME "mc-checkpoint"
 /* Chunks of about this many stored bytes: large enough for zstd to find
@@ -126,6 +127,7 @@ struct mc_ckpt_writer {
     size_t nt, ct;
     ck_par *par;             /* NULL: this process writes alone */
     ck_shardw *shard;        /* a sharded checkpoint: fid is index.h5 */
+    int tmp_counted;         /* this process made tmp: mc_temp_end when freed */
 };
 
 /* Find or add (after checks) the tensor `path` in w's table; *created is 1

@@ -198,6 +198,10 @@ mc_status ck_par_begin(mc_ckpt_writer *w, const mc_grid *g, mc_error *err) {
     if (p->rank == 0) {
         if ((st = ck_mkdir_p(w->dir, err)) == MC_OK && ck_make_tmpdir(w->tmp) != 0)
             st = mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot create a temporary directory", w->dir);
+        else if (st == MC_OK) {
+            mc_temp_begin();
+            w->tmp_counted = 1;
+        }
     }
     if ((st = par_agree(p, st, err)) != MC_OK) {
         free(w->tmp);

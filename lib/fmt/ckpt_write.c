@@ -25,6 +25,8 @@ const char *mc_ckpt_writer_dir(const mc_ckpt_writer *w) {
 
 void ck_writer_free(mc_ckpt_writer *w) {
     ck_close(&w->fid);
+    if (w->tmp_counted)
+        mc_temp_end();
     for (size_t i = 0; i < w->nt; i++)
         free(w->t[i].path);
     ck_par_free(w->par);
@@ -84,6 +86,8 @@ static mc_status writer_begin(const char *dir, int64_t iteration, const char *fn
         ck_writer_free(w);
         return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot create a temporary directory", dir);
     }
+    mc_temp_begin();
+    w->tmp_counted = 1;
     if (!(w->tmp_file = ck_printf("%s/%s", w->tmp, fname))) {
         writer_discard(w);
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
@@ -204,6 +208,9 @@ static mc_status write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows,
                               mc_ckpt_dtype dtype, mc_error *err) {
     char where[512];
     snprintf(where, sizeof where, "%s: %s", w->final_file, path ? path : "(null)");
+    mc_status ist = mc_interrupt_check(w->final, err);
+    if (ist)
+        return ist;
     if (!ck_valid_path(path))
         return mc_error_set(err, MC_ERR_USAGE, "%s: invalid tensor path", where);
     if (!mc_ckpt_dtype_name(dtype))

@@ -419,8 +419,8 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
     }
     if (!st)
         st = check_replaceable(out_dir, err);
-    if (!st)
-        st = make_temp_dir(out_dir, &tmp, err);
+    if (!st && !(st = make_temp_dir(out_dir, &tmp, err)))
+        mc_temp_begin();
     if (!st)
         st = write_weights(r, &map, dt, tmp, o, err);
     if (!st) {
@@ -443,6 +443,8 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
         st = publish(tmp, out_dir, err);
     if (st && tmp)
         ck_rm_tree(tmp);
+    if (tmp)
+        mc_temp_end();
     free(tmp);
     json_decref(tok.attr);
     free(dt);

@@ -57,6 +57,22 @@ mc_status mc_read_file(const char *path, char **data, size_t *len, mc_error *err
  * (nothing is piped in): the caller says what it wanted. */
 mc_status mc_read_stdin_line(char **out, mc_error *err);
 
+/* Interrupts (interrupt.c). A tool that writes files calls
+ * mc_interrupt_install at start: SIGINT, SIGTERM or SIGHUP then kill at once
+ * while no temporary output exists, and otherwise make the next write fail
+ * (mc_afile, checkpoint and export writers check mc_interrupt_check), so
+ * the error path removes the temporaries; when the tool has reported the
+ * error and exits, mc_interrupt_reraise (registered with atexit) makes it
+ * die of the signal. Not for mc-train, which handles signals itself.
+ * Writers bracket the life of each temporary with mc_temp_begin/_end. */
+void mc_interrupt_install(void);
+void mc_temp_begin(void);
+void mc_temp_end(void);
+int mc_interrupt_signal(void); /* the pending signal, 0: none */
+/* MC_OK, or an error naming what (a path) and the signal */
+mc_status mc_interrupt_check(const char *what, mc_error *err);
+void mc_interrupt_reraise(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -158,6 +158,8 @@ int main(int argc, char **argv)
     mc_logger_init(&lg, PROG);
     mc_error err;
     mc_error_clear(&err);
+    /* SIGINT/SIGTERM/SIGHUP: temporaries removed, then the signal (file.h) */
+    mc_interrupt_install();
     /* A file-size limit must surface as a write error (EFBIG), not a kill. */
     signal(SIGXFSZ, SIG_IGN);
 

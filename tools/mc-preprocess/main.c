@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mc/file.h"
 #include "mc/bpe_train.h"
 #include "mc/docsource.h"
 #include "mc/indexed.h"
@@ -547,6 +548,8 @@ int main(int argc, char **argv) {
     mc_logger_init(&lg, PROG);
     mc_error err;
     mc_error_clear(&err);
+    /* SIGINT/SIGTERM/SIGHUP: temporaries removed, then the signal (file.h) */
+    mc_interrupt_install();
 
     /* A file-size limit must surface as a write error (EFBIG), not a kill. */
     signal(SIGXFSZ, SIG_IGN);

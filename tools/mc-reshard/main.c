@@ -612,6 +612,8 @@ int main(int argc, char **argv) {
     mc_logger_init(&lg, PROG);
     mc_error err;
     mc_error_clear(&err);
+    /* SIGINT/SIGTERM/SIGHUP: temporaries removed, then the signal (file.h) */
+    mc_interrupt_install();
     args a;
     memset(&a, 0, sizeof a);
     a.group_size = 128;
