@@ -52,9 +52,6 @@ int mc_cpu_all_finite(mc_backend *be, const float *x, size_t n);
 double mc_cpu_mean(mc_backend *be, const float *x, size_t n);
 void mc_cpu_round(mc_backend *be, float *x, size_t n, mc_prec prec);
 void mc_cpu_cast_to_bf16(mc_backend *be, uint16_t *out, const float *x, size_t n);
-/* dst[i] = mc_f32_to_bf16(src[i]) on the calling thread, vectorized where
- * the CPU allows (elementwise.c) */
-void mc_cpu_bf16_span(uint16_t *dst, const float *src, size_t n);
 void mc_cpu_cast_from_bf16(mc_backend *be, float *out, const uint16_t *x, size_t n);
 void mc_cpu_cast_to_fp16(mc_backend *be, uint16_t *out, const float *x, size_t n);
 void mc_cpu_cast_from_fp16(mc_backend *be, float *out, const uint16_t *x, size_t n);

@@ -123,7 +123,7 @@ __attribute__((target("avx512f,avx512bw"))) static void bf16_span_avx512(uint16_
     for (; i < n; i++) dst[i] = mc_f32_to_bf16(src[i]);
 }
 
-void mc_cpu_bf16_span(uint16_t *dst, const float *src, size_t n) {
+static void bf16_span(uint16_t *dst, const float *src, size_t n) {
     static int avx512 = -1;
     if (avx512 < 0) {
         __builtin_cpu_init();
@@ -141,7 +141,7 @@ void mc_cpu_cast_to_bf16(mc_backend *be, uint16_t *out, const float *x, size_t n
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t b = 0; b < nb; b++) {
         size_t i0 = b * 4096;
-        mc_cpu_bf16_span(out + i0, x + i0, n - i0 < 4096 ? n - i0 : 4096);
+        bf16_span(out + i0, x + i0, n - i0 < 4096 ? n - i0 : 4096);
     }
 }
 

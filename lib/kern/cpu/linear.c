@@ -5,11 +5,10 @@
  *   BF16: both operands rounded to bf16 (nearest even) into backend scratch
  *         (the weight not at all when the caller passes its rounding, Wb;
  *         dout once for both backward products), then oneDNN's bf16 GEMM
- *         with fp32 accumulation (AVX512-BF16/AMX
- *         where the CPU has them). Where oneDNN has no bf16 GEMM for this
- *         CPU, the rounded values are widened into fp32 scratch and go
- *         through sgemm: a product of two bf16 values is exact in fp32, so
- *         that is the same computation.
+ *         with fp32 accumulation (AVX512-BF16/AMX where the CPU has them).
+ *         Where oneDNN has no bf16 GEMM for this CPU, the rounded values
+ *         are widened into fp32 scratch and go through sgemm: a product of
+ *         two bf16 values is exact in fp32, so that is the same computation.
  *   FP16, TF32: operands rounded to fp16 / tf32 values held in fp32
  *         scratch, then sgemm (their products are exact in fp32 as well).
  * Bias add and the bias-gradient reduction are OpenMP loops.
@@ -24,15 +23,10 @@
 #define PAR_MIN 16384
 #define COL_BLOCK 64
 
-/* dst[i] = bf16(src[i]), in blocks over the threads */
+/* src rounded to bf16 into scratch slot `slot` */
 static const uint16_t *to_bf16(mc_backend *be, int slot, const float *src, size_t n) {
     uint16_t *dst = mc_cpu_scratch(be, slot, n * sizeof(uint16_t));
-    size_t nb = (n + 4095) / 4096;
-#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
-    for (size_t b = 0; b < nb; b++) {
-        size_t i0 = b * 4096, m = n - i0 < 4096 ? n - i0 : 4096;
-        mc_cpu_bf16_span(dst + i0, src + i0, m);
-    }
+    mc_cpu_cast_to_bf16(be, dst, src, n);
     return dst;
 }
 
