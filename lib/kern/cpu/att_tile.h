@@ -39,6 +39,18 @@ typedef float vf16 __attribute__((vector_size(64)));
 
 #define ATT_INLINE static inline __attribute__((always_inline))
 
+/* s[0] + ... + s[BK-1] in a fixed order: four 16-wide partial sums added
+ * pairwise, then the 16 lanes by halving (the same order at every vector
+ * width, and a short dependency chain where a running sum is 64 adds). */
+ATT_INLINE float att_rowsum(const float *s) {
+    vf16 a = (vld(s) + vld(s + 16)) + (vld(s + 32) + vld(s + 48));
+    float t[16];
+    vst(t, a);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) t[j] += t[j + w];
+    return t[0];
+}
+
 /* S[r][c] = sum_d q_r[d] Kt[d][c] (d in order) for RT = 4 rows and the BK =
  * 64 keys of a block: 16 vector accumulators, each key-block row of Kt
  * loaded once for the four query rows. */

@@ -30,7 +30,7 @@
 #include "kern/cpu/vexp.h"
 #include "kern/cpu/att_tile.h"
 
-#define BQ 32 /* query rows per work item */
+#define BQ 64 /* query rows per work item */
 
 static size_t kv_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -92,16 +92,18 @@ KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
                 size_t p = pos0 + i0 + r0 + (size_t)r; /* this row's position: keys 0..p */
                 nc[r] = p - j0 + 1 < nk ? p - j0 + 1 : nk;
                 float *s = S + r * BK, mr = m[r0 + r], mx = mr;
+                const float scale = A->scale;
+                /* max is exact in any order, so a vector reduction is safe */
+#pragma omp simd reduction(max : mx)
                 for (size_t c = 0; c < nc[r]; c++) {
-                    s[c] *= A->scale;
+                    s[c] *= scale;
                     mx = s[c] > mx ? s[c] : mx;
                 }
                 corr[r] = mr == -INFINITY ? 0.0f : mc_exp_fast(mr - mx); /* first block: 0 */
-                float sum = 0.0f;
 #pragma omp simd
                 for (size_t c = 0; c < nc[r]; c++) s[c] = mc_exp_fast(s[c] - mx);
-                for (size_t c = 0; c < nc[r]; c++) sum += s[c];
-                l[r0 + r] = l[r0 + r] * corr[r] + sum;
+                for (size_t c = nc[r]; c < BK; c++) s[c] = 0.0f;
+                l[r0 + r] = l[r0 + r] * corr[r] + att_rowsum(s);
                 m[r0 + r] = mx;
             }
             float *orow = o + r0 * D;
