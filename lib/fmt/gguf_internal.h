@@ -29,4 +29,12 @@ mc_status mc_gguf_read_vocab(mc_ckpt_reader *r, const mc_tokenizer *tok, mc_gguf
                              mc_error *err);
 void mc_gguf_vocab_free(mc_gguf_vocab *v);
 
+/* A Hugging Face tokenizer.json for the checkpoint's TikTokenizer (tok: it
+ * loaded, n: the model's vocab_size): byte-level BPE with the merges the
+ * ranks imply (as for GGUF), ignore_merges (a piece that is a token is
+ * taken whole, as tiktoken does), the tiktoken pattern as a Split
+ * pre-tokenizer, Megatron's special tokens as added tokens. */
+mc_status mc_tiktoken_hf_json(mc_ckpt_reader *r, const mc_tokenizer *tok, int64_t n,
+                              json_t **out, mc_error *err);
+
 #endif

@@ -270,12 +270,13 @@ static int64_t tk_rank(const tkent *sorted, size_t n, const char *s, size_t len)
 }
 
 static mc_status vocab_tiktoken(mc_gguf_vocab *v, const mc_tokenizer *tok, int64_t nspecial,
-                                const char *pattern, const char *where, mc_error *err)
+                                const char *pattern, int need_pre, const char *where,
+                                mc_error *err)
 {
     char tab[256][3];
     bytelevel_table(tab);
     v->pre = pre_of(pattern);
-    if (!v->pre)
+    if (!v->pre && need_pre)
         return mc_error_set(err, MC_ERR_FORMAT,
                             "%s: llama.cpp has no pre-tokenizer for this TikTokenizer pattern (mc "
                             "exports tiktoken v2 as \"tekken\")",
@@ -347,6 +348,80 @@ static mc_status vocab_tiktoken(mc_gguf_vocab *v, const mc_tokenizer *tok, int64
     return st;
 }
 
+/* A stored TikTokenizer's pre-tokenizer pattern and special-token count. */
+static void tiktoken_meta(json_t *meta, const char **pattern, json_int_t *nspecial)
+{
+    const char *pname = json_string_value(json_object_get(meta, "tiktoken_pattern"));
+    *pattern = mc_pattern_by_name(pname && !strcmp(pname, "v1") ? "tiktoken-v1" : "tiktoken-v2");
+    *nspecial = json_integer_value(json_object_get(meta, "tiktoken_num_special_tokens"));
+}
+
+mc_status mc_tiktoken_hf_json(mc_ckpt_reader *r, const mc_tokenizer *tok, int64_t n,
+                              json_t **out, mc_error *err)
+{
+    *out = NULL;
+    json_t *meta = NULL;
+    mc_status st = mc_ckpt_read_json(r, "tokenizer", &meta, err);
+    if (st) return st;
+    const char *pattern;
+    json_int_t nsp;
+    tiktoken_meta(meta, &pattern, &nsp);
+    json_decref(meta);
+    char where[1024];
+    snprintf(where, sizeof where, "%s: tokenizer_model", mc_ckpt_file(r));
+    mc_gguf_vocab v = {0};
+    v.n = n;
+    v.tok = calloc((size_t)n, sizeof *v.tok);
+    v.type = calloc((size_t)n, sizeof *v.type);
+    st = v.tok && v.type ? vocab_tiktoken(&v, tok, nsp, pattern, 0, where, err)
+                         : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    json_t *added = json_array(), *vocab = json_object(), *merges = json_array();
+    /* The special tokens are in the vocabulary as well: tokenizers gives
+     * an added token the vocabulary's id for its content, and one the
+     * vocabulary lacks the next free id past it, not the id written here. */
+    for (int64_t id = 0; id < n && !st; id++) {
+        if (!v.tok[id]) continue;
+        if (id < nsp)
+            json_array_append_new(added, json_pack("{s:I, s:s, s:b, s:b, s:b, s:b, s:b}", "id",
+                                                   (json_int_t)id, "content", v.tok[id],
+                                                   "single_word", 0, "lstrip", 0, "rstrip", 0,
+                                                   "normalized", 0, "special", 1));
+        json_t *had = json_object_get(vocab, v.tok[id]);
+        if (had)
+            st = mc_error_set(err, MC_ERR_FORMAT,
+                              "%s: special token %lld '%s' is also token %lld of the ranks: a "
+                              "tokenizer.json cannot hold both",
+                              where, (long long)json_integer_value(had), v.tok[id],
+                              (long long)id);
+        else
+            json_object_set_new(vocab, v.tok[id], json_integer(id));
+    }
+    for (size_t i = 0; i < v.n_merges && !st; i++)
+        json_array_append_new(merges, json_string(v.merges[i]));
+    if (!st) {
+        *out = json_pack(
+            "{s:s, s:n, s:n, s:o, s:n,"
+            " s:{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]},"
+            " s:n, s:{s:s, s:b, s:b, s:b},"
+            " s:{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}}",
+            "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer",
+            "pre_tokenizer", "type", "Sequence", "pretokenizers", "type", "Split", "pattern",
+            "Regex", pattern, "behavior", "Isolated", "invert", 0, "type", "ByteLevel",
+            "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0, "post_processor",
+            "decoder", "type", "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1,
+            "use_regex", 1, "model", "type", "BPE", "dropout", "unk_token",
+            "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 0,
+            "ignore_merges", 1, "vocab", vocab, "merges", merges);
+        if (!*out) st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    } else {
+        json_decref(added);
+        json_decref(vocab);
+        json_decref(merges);
+    }
+    mc_gguf_vocab_free(&v);
+    return st;
+}
+
 /* Read the checkpoint's tokenizer into v (v->n ids: the model's vocab_size). */
 mc_status mc_gguf_read_vocab(mc_ckpt_reader *r, const mc_tokenizer *tok, mc_gguf_vocab *v,
                              mc_error *err)
@@ -373,12 +448,11 @@ mc_status mc_gguf_read_vocab(mc_ckpt_reader *r, const mc_tokenizer *tok, mc_gguf
         if (!st) st = mc_ckpt_read_tokenizer_file(r, "merges", &b, &nb, err);
         if (!st) st = vocab_gpt2(v, tok, a, na, b, nb, where, err);
     } else if (type && !strcmp(type, "TikTokenizer")) {
-        const char *pname = json_string_value(json_object_get(meta, "tiktoken_pattern"));
-        const char *pattern = mc_pattern_by_name(pname && !strcmp(pname, "v1") ? "tiktoken-v1"
-                                                                                : "tiktoken-v2");
-        json_int_t nsp = json_integer_value(json_object_get(meta, "tiktoken_num_special_tokens"));
+        const char *pattern;
+        json_int_t nsp;
+        tiktoken_meta(meta, &pattern, &nsp);
         snprintf(where, sizeof where, "%s: tokenizer_model", file);
-        st = vocab_tiktoken(v, tok, nsp, pattern, where, err);
+        st = vocab_tiktoken(v, tok, nsp, pattern, 1, where, err);
     } else {
         st = mc_error_set(err, MC_ERR_FORMAT,
                           "%s: GGUF needs a BPE tokenizer, and the checkpoint's is %s", file,

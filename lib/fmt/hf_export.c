@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fmt/ckpt_internal.h"
+#include "fmt/gguf_internal.h"
 #include "fmt/hf_internal.h"
 #include "mc/ckpt.h"
 #include "mc/file.h"
@@ -151,10 +152,11 @@ static mc_status write_tokenizer(mc_ckpt_reader *r, const tok_info *t, const mc_
         return MC_OK;
     }
     int hf = !strcmp(t->type, "HuggingFaceTokenizer"), gpt2 = !strcmp(t->type, "GPT2BPETokenizer");
-    if (!hf && !gpt2) {
+    int tik = !strcmp(t->type, "TikTokenizer");
+    if (!hf && !gpt2 && !tik) {
         note(o,
-             "tokenizer %s has no Hugging Face form mc writes (only HuggingFaceTokenizer and "
-             "GPT2BPETokenizer): no tokenizer files written",
+             "tokenizer %s has no Hugging Face form mc writes (only HuggingFaceTokenizer, "
+             "GPT2BPETokenizer and TikTokenizer): no tokenizer files written",
              t->type);
         return MC_OK;
     }
@@ -163,7 +165,19 @@ static mc_status write_tokenizer(mc_ckpt_reader *r, const tok_info *t, const mc_
     mc_status st = MC_OK;
     const char *eos = NULL;
     json_t *tj = NULL;
-    if (hf) {
+    if (tik) {
+        /* no tokenizer.json was used in training: one converted from the
+         * ranks (gguf_vocab.c), which encodes as mc's TikTokenizer */
+        mc_tokenizer *tok = NULL;
+        st = mc_ckpt_read_tokenizer(r, &tok, err);
+        if (!st)
+            st = mc_tiktoken_hf_json(r, tok, c->padded_vocab_size, &tj, err);
+        mc_tokenizer_free(tok);
+        if (!st)
+            st = put_json(dir, "tokenizer.json", json_incref(tj), err);
+        if (!st && t->eod >= 0)
+            eos = token_text(tj, t->eod);
+    } else if (hf) {
         st = mc_ckpt_read_tokenizer_file(r, "model", &data, &n, err);
         if (!st)
             st = put_file(dir, "tokenizer.json", data, n, err);
@@ -193,9 +207,13 @@ static mc_status write_tokenizer(mc_ckpt_reader *r, const tok_info *t, const mc_
     /* PreTrainedTokenizerFast runs tokenizer.json exactly as it is, which
      * is what mc trained with (a model-specific class may add tokens). */
     json_t *cfg = json_pack("{s:s, s:I, s:b}", "tokenizer_class",
-                            hf ? "PreTrainedTokenizerFast" : "GPT2Tokenizer", "model_max_length",
+                            gpt2 ? "GPT2Tokenizer" : "PreTrainedTokenizerFast", "model_max_length",
                             (json_int_t)c->max_position_embeddings, "clean_up_tokenization_spaces",
                             0);
+    /* Megatron's TikTokenizer encodes special-token text as plain text
+     * (encode_ordinary): transformers does so with split_special_tokens */
+    if (tik)
+        json_object_set_new(cfg, "split_special_tokens", json_true());
     if (eos) {
         json_object_set_new(cfg, "eos_token", json_string(eos));
         if (arch == HF_GPT2)

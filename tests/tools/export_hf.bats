@@ -158,7 +158,7 @@ EOF
     grep -q '"vocab_size": 2002' out/config.json
 }
 
-@test "a GPT2BPETokenizer goes out as vocab.json and merges.txt; TikTokenizer is said to be left out" {
+@test "a GPT2BPETokenizer goes out as vocab.json and merges.txt; NullTokenizer is said to be left out" {
     train g --model tiny-gpt --mock-data --tokenizer-type GPT2BPETokenizer \
         --vocab-file "$TOK/gpt2_vocab.json" --merge-file "$TOK/gpt2_merges.txt"
     run -0 "$MC_EXPORT" g --format hf -o out
@@ -166,14 +166,49 @@ EOF
     cmp out/merges.txt "$TOK/gpt2_merges.txt"
     grep -q '"tokenizer_class": "GPT2Tokenizer"' out/tokenizer_config.json
     [ ! -e out/tokenizer.json ]
+    train n --model tiny-gpt --mock-data --tokenizer-type NullTokenizer --vocab-size 64
+    run --separate-stderr "$MC_EXPORT" n --format hf -o nout
+    assert_success
+    assert_output "nout"
+    [[ "$stderr" == *"tokenizer NullTokenizer has no Hugging Face form mc writes"* ]]
+    run ls nout
+    assert_output $'config.json\ngeneration_config.json\nmodel.safetensors'
+}
+
+@test "a TikTokenizer goes out as a tokenizer.json that encodes and decodes as mc does" {
+    require_python_module tokenizers
     train t --model tiny-gpt --mock-data --tokenizer-type TikTokenizer \
         --tokenizer-model "$TOK/tiktoken.ranks"
-    run --separate-stderr "$MC_EXPORT" t --format hf -o tout
+    run --separate-stderr "$MC_EXPORT" t --format hf -o out
     assert_success
-    assert_output "tout"
-    [[ "$stderr" == *"tokenizer TikTokenizer has no Hugging Face form mc writes"* ]]
-    run ls tout
-    assert_output $'config.json\ngeneration_config.json\nmodel.safetensors'
+    [ -z "$stderr" ]
+    grep -q '"tokenizer_class": "PreTrainedTokenizerFast"' out/tokenizer_config.json
+    grep -q '"split_special_tokens": true' out/tokenizer_config.json
+    grep -q '"eos_token": "</s>"' out/tokenizer_config.json
+    grep -q '"eos_token_id": 2' out/config.json
+    # every line of the golden corpus, and special-token text (Megatron's
+    # TikTokenizer encodes it as plain text): the ids of mc's own encoder
+    # (encode_ids) and of the tokenizers package on the exported file; the
+    # ids decode back to the line
+    run -0 "$MC_PYTHON" - "$top_builddir/tests/unit/encode_ids" "$TOK/tiktoken.ranks" \
+        out/tokenizer.json "$TOK/corpus.json" <<'PY'
+import json, subprocess, sys
+from tokenizers import Tokenizer
+enc, ranks, tj, corpus = sys.argv[1:5]
+lines = [l for t in json.load(open(corpus))["texts"] for l in t.split("\n") if l]
+lines += ["text with <s>, </s> and <unk> inside", "<SPECIAL_7> x"]
+out = subprocess.run([enc, "--type", "TikTokenizer", ranks], input="\n".join(lines) + "\n",
+                     capture_output=True, text=True, check=True).stdout.split("\n")
+tok = Tokenizer.from_file(tj)
+tok.encode_special_tokens = True  # what transformers' split_special_tokens does
+bad = [l for l, o in zip(lines, out)
+       if list(map(int, o.split())) != tok.encode(l, add_special_tokens=False).ids
+       or tok.decode(list(map(int, o.split())), skip_special_tokens=False) != l]
+print(len(lines), "lines", len(bad), "differ", bad[:3])
+sys.exit(1 if bad or len(out) < len(lines) else 0)
+PY
+    echo "$output"
+    [[ "$output" == *" 0 differ"* ]]
 }
 
 @test "what the formats cannot express is refused with the reason, leaving nothing" {
