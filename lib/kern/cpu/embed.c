@@ -39,6 +39,7 @@ void mc_cpu_embed_bwd(mc_backend *be, float *dwte, const float *dout, const int3
             if (r < 0 || r >= vl) continue;
             float *d = dwte + (size_t)r * C;
             const float *g = dout + i * C;
+#pragma omp simd
             for (size_t c = c0; c < c1; c++) d[c] += g[c];
         }
     }

@@ -114,6 +114,7 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float
         float acc[COL_BLOCK] = {0};
         for (size_t n = 0; n < N; n++) {
             const float *g = dout + n * O;
+#pragma omp simd
             for (size_t c = c0; c < c1; c++) acc[c - c0] += g[c];
         }
         for (size_t c = c0; c < c1; c++) db[c] += acc[c - c0];

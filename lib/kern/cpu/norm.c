@@ -141,6 +141,7 @@ void mc_cpu_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const
         for (size_t i = 0; i < N; i++) {
             const float *xi = x + i * C, *gi = dout + i * C;
             float m = mean[i], r = rstd[i];
+#pragma omp simd
             for (size_t c = c0; c < c1; c++) {
                 aw[c - c0] += gi[c] * ((xi[c] - m) * r);
                 ab[c - c0] += gi[c];
@@ -177,6 +178,7 @@ void mc_cpu_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout,
         for (size_t i = 0; i < N; i++) {
             const float *xi = x + i * C, *gi = dout + i * C;
             float r = rstd[i];
+#pragma omp simd
             for (size_t c = c0; c < c1; c++) aw[c - c0] += gi[c] * xi[c] * r;
         }
         for (size_t c = c0; c < c1; c++) dw[c] += aw[c - c0];
