@@ -232,8 +232,7 @@ static void afile_discard(mc_afile *f)
         unlink(f->tmp);
         free(f->tmp);
         f->tmp = NULL;
-        if (f->fd >= 0)
-            mc_temp_end();
+        mc_temp_end(); /* begun before the temporary was created */
     }
     f->fd = -1;
     f->len = 0;
@@ -274,11 +273,15 @@ mc_status mc_afile_open(mc_afile *f, const char *path, mc_error *err)
     f->cap = AFILE_BUF_SIZE;
     memcpy(f->tmp, path, n);
     memcpy(f->tmp + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+    /* counted before it exists: a signal from here on is deferred until the
+     * temporary is gone (interrupt.c), never lands between */
+    mc_temp_begin();
     f->fd = mkostemp(f->tmp, O_CLOEXEC);
     if (f->fd < 0) {
         int e = errno;
         free(f->tmp);
         f->tmp = NULL;
+        mc_temp_end();
         afile_release(f);
         if (e == ENOENT) {
             char *dir = dir_of(path);
@@ -289,7 +292,6 @@ mc_status mc_afile_open(mc_afile *f, const char *path, mc_error *err)
         }
         return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot create", path);
     }
-    mc_temp_begin(); /* ended when the temporary is renamed or unlinked */
     /* mkstemp creates 0600; give the file the mode open(..., 0666) would. */
     if (fchmod(f->fd, 0666 & ~current_umask()) != 0) {
         int e = errno;
@@ -429,7 +431,6 @@ mc_status mc_afile_commit(mc_afile *f, mc_error *err)
     /* close() can report a deferred write error (NFS); treat it as one. */
     int fd = f->fd;
     f->fd = -1;
-    mc_temp_end(); /* from here on afile_discard sees fd -1 */
     if (close(fd) != 0) {
         afile_fail(f, errno, "close failed", err);
         afile_release(f);
@@ -442,6 +443,7 @@ mc_status mc_afile_commit(mc_afile *f, mc_error *err)
     }
     free(f->tmp);
     f->tmp = NULL;
+    mc_temp_end();
     /* Make the rename itself durable. Some file systems cannot fsync a
      * directory (EINVAL); the data is safe in the file either way. */
     char *dir = dir_of(f->path);

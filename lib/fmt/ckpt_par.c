@@ -196,11 +196,12 @@ mc_status ck_par_begin(mc_ckpt_writer *w, const mc_grid *g, mc_error *err) {
     /* Rank 0 makes the temporary directory; the others learn its name
      * (the template has the same length everywhere). */
     if (p->rank == 0) {
-        if ((st = ck_mkdir_p(w->dir, err)) == MC_OK && ck_make_tmpdir(w->tmp) != 0)
-            st = mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot create a temporary directory", w->dir);
-        else if (st == MC_OK) {
-            mc_temp_begin();
+        if ((st = ck_mkdir_p(w->dir, err)) == MC_OK) {
+            mc_temp_begin(); /* before it exists: ended when the writer is freed */
             w->tmp_counted = 1;
+            if (ck_make_tmpdir(w->tmp) != 0)
+                st = mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot create a temporary directory",
+                                    w->dir);
         }
     }
     if ((st = par_agree(p, st, err)) != MC_OK) {

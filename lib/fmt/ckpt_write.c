@@ -79,6 +79,9 @@ static mc_status writer_begin(const char *dir, int64_t iteration, const char *fn
         ck_writer_free(w);
         return st;
     }
+    /* counted before it exists: a signal is deferred until it is gone */
+    mc_temp_begin();
+    w->tmp_counted = 1;
     if (ck_make_tmpdir(w->tmp) != 0) {
         int e = errno;
         free(w->tmp);
@@ -86,8 +89,6 @@ static mc_status writer_begin(const char *dir, int64_t iteration, const char *fn
         ck_writer_free(w);
         return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot create a temporary directory", dir);
     }
-    mc_temp_begin();
-    w->tmp_counted = 1;
     if (!(w->tmp_file = ck_printf("%s/%s", w->tmp, fname))) {
         writer_discard(w);
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);

@@ -437,8 +437,13 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
     }
     if (!st)
         st = check_replaceable(out_dir, err);
-    if (!st && !(st = make_temp_dir(out_dir, &tmp, err)))
+    int counted = 0;
+    if (!st) {
+        /* counted before it exists: a signal is deferred until it is gone */
         mc_temp_begin();
+        counted = 1;
+        st = make_temp_dir(out_dir, &tmp, err);
+    }
     if (!st)
         st = write_weights(r, &map, dt, tmp, o, err);
     if (!st) {
@@ -461,7 +466,7 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
         st = publish(tmp, out_dir, err);
     if (st && tmp)
         ck_rm_tree(tmp);
-    if (tmp)
+    if (counted)
         mc_temp_end();
     free(tmp);
     json_decref(tok.attr);
