@@ -77,6 +77,20 @@ ATT_INLINE void att_scores(float *S, const float *const qr[RT], const float *Kt,
         for (int j = 0; j < BK / 16; j++) vst(S + r * BK + 16 * j, acc[r][j]);
 }
 
+/* The same for one row: S[c] = sum_d q[d] Kt[d][c]. */
+ATT_INLINE void att_scores1(float *S, const float *q, const float *Kt, size_t D) {
+    vf16 acc[BK / 16];
+#pragma GCC unroll 4
+    for (int j = 0; j < BK / 16; j++) acc[j] = (vf16){0};
+    for (size_t d = 0; d < D; d++) {
+        float x = q[d];
+#pragma GCC unroll 4
+        for (int j = 0; j < BK / 16; j++) acc[j] += x * vld(Kt + d * BK + 16 * j);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < BK / 16; j++) vst(S + 16 * j, acc[j]);
+}
+
 /* For rows r < nr (nr = RT: a tile; otherwise one row at a time), o_r at
  * o + r ostride, v_c at v + c vstride:
  * o_r = o_r * corr_r + sum_{c0 <= c < c1} P[r][c] v_c, keys in order, the
@@ -113,6 +127,18 @@ ATT_INLINE void att_rows(float *o, size_t ostride, size_t D, const float *P, con
         float *orow = o + r * ostride;
         const float *pr = P + r * BK;
         size_t e = d;
+        for (; e + 64 <= D; e += 64) { /* four independent sums at a time */
+            vf16 acc[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) acc[j] = vld(orow + e + 16 * j) * corr[r];
+            for (size_t c = c0; c < c1; c++) {
+                float p = pr[c];
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) acc[j] += p * vld(v + c * vstride + e + 16 * j);
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) vst(orow + e + 16 * j, acc[j]);
+        }
         for (; e + 16 <= D; e += 16) {
             vf16 acc = vld(orow + e) * corr[r];
             for (size_t c = c0; c < c1; c++) acc += pr[c] * vld(v + c * vstride + e);

@@ -85,7 +85,10 @@ KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
             const float *qr[RT];
             for (int r = 0; r < RT; r++)
                 qr[r] = q + ((i0 + r0 + (size_t)(r < nr ? r : nr - 1)) * Q + h) * D;
-            att_scores(S, qr, Kt, D);
+            if (nr == RT)
+                att_scores(S, qr, Kt, D);
+            else /* fewer rows than a tile (decoding: one): each alone */
+                for (int r = 0; r < nr; r++) att_scores1(S + r * BK, qr[r], Kt, D);
             size_t nc[RT];
             float corr[RT];
             for (int r = 0; r < nr; r++) {
