@@ -69,8 +69,9 @@ void *mc_cpu_scratch(mc_backend *be, int slot, size_t bytes) {
     return p;
 }
 
+#define ZERO_CHUNK ((size_t)1 << 20)
+
 void *mc_cpu_balloc(mc_backend *be, size_t bytes, mc_error *err) {
-    (void)be;
     size_t n = round_up64(bytes ? bytes : 1);
     if (n < bytes) {
         mc_error_set(err, MC_ERR_NOMEM, "kern/cpu: allocation of %zu bytes overflows", bytes);
@@ -81,7 +82,15 @@ void *mc_cpu_balloc(mc_backend *be, size_t bytes, mc_error *err) {
         mc_error_set(err, MC_ERR_NOMEM, "kern/cpu: out of memory allocating %zu bytes", bytes);
         return NULL;
     }
-    memset(p, 0, n);
+    /* Zeroed by all threads: the first touch of each page (a fault and the
+     * kernel clearing it) is what costs at start-up for the gigabytes of
+     * parameters, gradients and optimizer state, and it runs in parallel. */
+    size_t nb = (n + ZERO_CHUNK - 1) / ZERO_CHUNK;
+#pragma omp parallel for num_threads(be->threads) if (nb > 1) schedule(static)
+    for (size_t b = 0; b < nb; b++) {
+        size_t off = b * ZERO_CHUNK, len = n - off < ZERO_CHUNK ? n - off : ZERO_CHUNK;
+        memset((char *)p + off, 0, len);
+    }
     return p;
 }
 
