@@ -59,6 +59,8 @@ void mc_temp_end(void) { atomic_fetch_sub(&temps, 1); }
 
 int mc_interrupt_signal(void) { return pending; }
 
+volatile sig_atomic_t *mc_interrupt_flag(void) { return &pending; }
+
 mc_status mc_interrupt_check(const char *what, mc_error *err)
 {
     int sig = pending;

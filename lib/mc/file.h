@@ -11,6 +11,7 @@
 #ifndef MC_FILE_H
 #define MC_FILE_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "mc/status.h"
@@ -69,6 +70,9 @@ void mc_interrupt_install(void);
 void mc_temp_begin(void);
 void mc_temp_end(void);
 int mc_interrupt_signal(void); /* the pending signal, 0: none */
+/* The pending signal as a flag for loops that stop between units of work
+ * (mc_preprocess_config.cancel); write it only through the handler. */
+volatile sig_atomic_t *mc_interrupt_flag(void);
 /* MC_OK, or an error naming what (a path) and the signal */
 mc_status mc_interrupt_check(const char *what, mc_error *err);
 void mc_interrupt_reraise(void);

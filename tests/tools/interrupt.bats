@@ -1,9 +1,9 @@
 #!/usr/bin/env bats
 # interrupt.bats - SIGTERM (as SLURM's scancel sends, or a shell's kill)
 # and SIGHUP in the middle of writing: mc-export (a Hugging Face directory,
-# a GGUF file) and mc-reshard (a checkpoint) remove their temporary output,
-# leave no final output, say so on stderr and die of the signal (exit
-# status 128 + N). SIGINT takes the same path; a script's background jobs
+# a GGUF file), mc-reshard (a checkpoint) and mc-preprocess (a dataset)
+# remove their temporary output, leave no final output, say so on stderr
+# and die of the signal (exit status 128 + N). SIGINT takes the same path; a script's background jobs
 # ignore SIGINT, so the tests send SIGTERM and SIGHUP.
 
 bats_require_minimum_version 1.5.0
@@ -77,6 +77,19 @@ interrupt() {
     assert_output ""
     run -0 cat "$BATS_TEST_TMPDIR/err"
     assert_output --partial "interrupted by SIGTERM"
+}
+
+@test "SIGTERM during mc-preprocess: both temporary dataset files are removed, exit 143" {
+    [ -d "$DOCS" ] || skip "demo corpus $DOCS missing (Debian package python3.11-doc)"
+    for i in 1 2 3; do cat "$DOCS"/library/*.txt; done > "$BATS_TEST_TMPDIR/in.txt"
+    interrupt TERM 'p_text_document.*.tmp.*' "$MC_PREPROCESS" --tokenizer-type HuggingFaceTokenizer \
+        --tokenizer-model "$TOK/hf_bytelevel.json" --input-format text --workers 1 \
+        --output-prefix p "$BATS_TEST_TMPDIR/in.txt"
+    [ "$status" -eq 143 ]
+    run -0 bash -c 'ls -A'
+    assert_output ""
+    run -0 cat "$BATS_TEST_TMPDIR/err"
+    assert_output --partial "interrupted"
 }
 
 @test "without a signal the same commands complete (the interruptions above were mid-write)" {

@@ -132,12 +132,6 @@ typedef struct args {
     int exit_now; /* --help or --version was printed */
 } args;
 
-static volatile sig_atomic_t cancelled;
-static void on_signal(int sig) {
-    (void)sig;
-    cancelled = 1;
-}
-
 /* Append the comma-separated words of s to a growable list. */
 static int push_list(const char ***list, size_t *n, char *s) {
     for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
@@ -356,7 +350,7 @@ static mc_status run_preprocess(args *a, mc_error *err) {
     progress pr = {isatty(2), a->quiet, a->log_interval, (uint64_t)a->log_interval, 0};
     c.progress = on_progress;
     c.progress_ctx = &pr;
-    c.cancel = &cancelled;
+    c.cancel = mc_interrupt_flag();
 
     mc_preprocess_stats stats;
     st = mc_preprocess_run(&c, &stats, err);
@@ -414,7 +408,7 @@ static mc_status run_train_tokenizer(args *a, mc_error *err) {
         int eof = 0;
         st = mc_docsource_next(src, &rec, &eof, err);
         if (st != MC_OK || eof) break;
-        if (cancelled) {
+        if (*mc_interrupt_flag()) {
             st = mc_error_set(err, MC_ERR_IO, "interrupted");
             break;
         }
@@ -548,16 +542,12 @@ int main(int argc, char **argv) {
     mc_logger_init(&lg, PROG);
     mc_error err;
     mc_error_clear(&err);
-    /* SIGINT/SIGTERM/SIGHUP: temporaries removed, then the signal (file.h) */
+    /* SIGINT/SIGTERM/SIGHUP: the run stops at the next batch or write, its
+     * temporaries are removed, then the process dies of the signal (file.h) */
     mc_interrupt_install();
 
     /* A file-size limit must surface as a write error (EFBIG), not a kill. */
     signal(SIGXFSZ, SIG_IGN);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     args a;
