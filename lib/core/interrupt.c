@@ -54,7 +54,23 @@ void mc_interrupt_install(void)
     }
 }
 
-void mc_temp_begin(void) { atomic_fetch_add(&temps, 1); }
+/* MC_TEST_STOP_AT_TEMP set in the environment: the process stops itself
+ * (SIGSTOP) when it counts its first temporary, so a test can send a
+ * signal at exactly that point and then SIGCONT, whatever the machine's
+ * speed (tests/tools/interrupt.bats). */
+static void stop_for_test(void)
+{
+    static atomic_int stopped;
+    const char *v = getenv("MC_TEST_STOP_AT_TEMP");
+    if (v && *v && *v != '0' && atomic_exchange(&stopped, 1) == 0)
+        raise(SIGSTOP);
+}
+
+void mc_temp_begin(void)
+{
+    atomic_fetch_add(&temps, 1);
+    stop_for_test();
+}
 void mc_temp_end(void) { atomic_fetch_sub(&temps, 1); }
 
 int mc_interrupt_signal(void) { return pending; }
