@@ -26,11 +26,12 @@ mpi_setup() {
 }
 
 # mpi_exec TIMEOUT N PROGRAM ARGS...: PROGRAM on N ranks; `timeout` (seconds)
-# is only a safety net: a hang is a failure of the test, not a wait.
+# is only a safety net: a hang is a failure of the test, not a wait. When
+# it fires, stderr gets timeout's own line ("timeout: sending signal ...").
 mpi_exec() {
     local t=$1 n=$2
     shift 2
-    timeout -k 5 "$t" "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" "$@"
+    timeout --verbose -k 5 "$t" "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" "$@"
 }
 
 # mpi N ARGS...: mc-train ($MC_TRAIN) on N ranks. Files that run another

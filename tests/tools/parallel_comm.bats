@@ -38,6 +38,11 @@ mpi() {
 # Seconds as milliseconds, for comparisons.
 ms() { echo $(( ${1%.*} * 1000 + 10#${1#*.} )); }
 
+# The job ended by itself, not by mpi_exec's safety-net timeout (which says
+# so on stderr): what "at once" and "before the deadline" mean here, with no
+# bound on the wall time that a slow machine could break.
+ended_by_itself() { ! grep -q "timeout: sending signal" <<<"$output"; }
+
 # Every rank's error line, counted: the agreed errors print once.
 count_errors() { grep -c "^test_comm: error:" <<<"$output" || true; }
 
@@ -116,24 +121,24 @@ count_errors() { grep -c "^test_comm: error:" <<<"$output" || true; }
     assert_failure
     assert_output --regexp "test_comm: error: rank [013]: all-reduce on the world did not complete within 0.05 minutes; a rank may have died"
     (( $(ms "$elapsed") >= 3000 ))   # not before the deadline
-    (( $(ms "$elapsed") < 12000 ))   # and soon after it, not after the 30 s sleep
+    ended_by_itself                  # and by the watchdog (the message), not the sleep's end
 }
 
 @test "watchdog: a rank that finalizes and exits 1 while others wait (mpirun alone would hang)" {
     mpi 3 finalize 0.05 1
     assert_failure
     assert_output --partial "did not complete within 0.05 minutes; a rank may have died"
-    (( $(ms "$elapsed") < 12000 ))
+    ended_by_itself
 }
 
 @test "a rank that exits 1 before finalizing, or is killed: mpirun ends the job at once" {
     mpi 4 exit 0.05 2
     assert_failure
-    (( $(ms "$elapsed") < 12000 ))
+    ended_by_itself
     mpi 4 kill 0.05 3
     assert_failure
     assert_output --partial "exited on signal 9"
-    (( $(ms "$elapsed") < 12000 ))
+    ended_by_itself
 }
 
 @test "a rank that fails alone aborts the job (mc_grid_fail) before the deadline" {
@@ -141,5 +146,5 @@ count_errors() { grep -c "^test_comm: error:" <<<"$output" || true; }
     assert_failure
     assert_output --partial "test_comm: error: rank 1: something went wrong here"
     [ "$(count_errors)" -eq 1 ]
-    (( $(ms "$elapsed") < 12000 ))
+    ended_by_itself
 }

@@ -204,10 +204,11 @@ make_dataset() {
 @test "SIGTERM mid-run: finish the iteration, save, print the checkpoint, exit 0" {
     "$MC_TRAIN" "${mock[@]}" "${gpt[@]}" --train-iters 100000 --save ck >out 2>err &
     local pid=$!
-    for _ in $(seq 100); do
+    for _ in $(seq 1200); do
         grep -q 'iteration        2/' err 2>/dev/null && break
         sleep 0.1
     done
+    grep -q 'iteration        2/' err
     kill -TERM "$pid"
     local rc=0
     wait "$pid" || rc=$?
