@@ -36,12 +36,6 @@ struct mc_gpt_dataset {
     int built;
 };
 
-const char *mc_split_name(mc_split s)
-{
-    static const char *names[] = {"train", "valid", "test"};
-    return (unsigned)s < MC_SPLIT_COUNT ? names[s] : "?";
-}
-
 void mc_gptdata_config_init(mc_gptdata_config *c)
 {
     memset(c, 0, sizeof *c);

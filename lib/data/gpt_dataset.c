@@ -8,7 +8,8 @@
  * drawn from one numpy RandomState(seed) in Megatron's order, cached as .npy
  * under Megatron's names, and read back through file maps.
  *
- * Also the low-level dataset: an mc_idx, or mc's mock documents.
+ * Also the low-level dataset: an mc_idx, or mc's mock documents; and the
+ * splits' names (mc_split_name), which blend.c uses too.
  */
 #include "gpt_internal.h"
 
@@ -99,6 +100,12 @@ static void low_tokens(const mc_gpt_low *low, int64_t doc, int64_t off, int64_t 
 }
 
 /* ------------------------------------------------------------ helpers */
+
+const char *mc_split_name(mc_split s)
+{
+    static const char *names[] = {"train", "valid", "test"};
+    return (unsigned)s < MC_SPLIT_COUNT ? names[s] : "?";
+}
 
 char *mc_gpt_path(const char *base, const char *affix)
 {
