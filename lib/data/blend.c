@@ -28,19 +28,13 @@ struct mc_gpt_dataset {
     mc_gpt_params p;
     char *split_string;
     size_t n;
-    mc_gpt_low *low;
-    mc_gpt_mid (*mid)[MC_SPLIT_COUNT];
+    mc_gpt_docs *docs;
+    mc_gpt_samples (*samples)[MC_SPLIT_COUNT];
     int *exists;                         /* n * 3 */
     int blended;
     blend_split blend[MC_SPLIT_COUNT];
     int built;
 };
-
-const char *mc_split_name(mc_split s)
-{
-    static const char *names[] = {"train", "valid", "test"};
-    return (unsigned)s < MC_SPLIT_COUNT ? names[s] : "?";
-}
 
 void mc_gptdata_config_init(mc_gptdata_config *c)
 {
@@ -274,7 +268,7 @@ static mc_status build_blend(mc_gpt_dataset *ds, mc_split sp, const double *weig
 
     /* BlendedDataset's unique description */
     json_t *o = json_object(), *dl = json_array(), *wl = json_array();
-    for (size_t d = 0; d < n; d++) json_array_append(dl, ds->mid[d][sp].ids);
+    for (size_t d = 0; d < n; d++) json_array_append(dl, ds->samples[d][sp].ids);
     if (size >= 0) {
         nw = malloc(n * sizeof(double));
         normalize(weights, n, nw);
@@ -337,11 +331,12 @@ static mc_status build_blend(mc_gpt_dataset *ds, mc_split sp, const double *weig
     for (size_t d = 0; d < n; d++) {
         int64_t want = 0;
         for (int64_t k = 0; k < size; k++) want += di[k] == (int16_t)d;
-        if (want > ds->mid[d][sp].n_samples) {
+        if (want > ds->samples[d][sp].n_samples) {
             st = mc_error_set(err, MC_ERR_USAGE,
                               "%s: the %s blend takes %" PRId64 " samples from it but it has %" PRId64
-                              "; raise the mid-level surplus", ds->low[d].path, mc_split_name(sp), want,
-                              ds->mid[d][sp].n_samples);
+                              "; raise the mid-level surplus",
+                              ds->docs[d].path, mc_split_name(sp), want,
+                              ds->samples[d][sp].n_samples);
             goto done;
         }
     }
@@ -370,7 +365,10 @@ done:
 
 /* ------------------------------------------------------------ open */
 
-static int has_mid(const mc_gpt_dataset *ds, size_t d, int sp) { return ds->exists[d * 3 + sp]; }
+static int has_samples(const mc_gpt_dataset *ds, size_t d, int sp)
+{
+    return ds->exists[d * 3 + sp];
+}
 
 mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, mc_error *err)
 {
@@ -422,13 +420,16 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
     }
 
     ds->n = c->mock ? 1 : bl->n;
-    ds->low = calloc(ds->n, sizeof *ds->low);
-    ds->mid = calloc(ds->n, sizeof *ds->mid);
+    ds->docs = calloc(ds->n, sizeof *ds->docs);
+    ds->samples = calloc(ds->n, sizeof *ds->samples);
     ds->exists = calloc(ds->n * 3, sizeof(int));
-    if (!ds->low || !ds->mid || !ds->exists) { st = mc_error_set(err, MC_ERR_NOMEM, "out of memory"); goto fail; }
+    if (!ds->docs || !ds->samples || !ds->exists) {
+        st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     for (size_t d = 0; d < ds->n; d++) {
-        if (c->mock) mc_gpt_low_mock(&ds->low[d], c->seed, c->vocab_size, c->eod);
-        else if ((st = mc_gpt_low_open(&ds->low[d], bl->prefixes[d], err)) != MC_OK) goto fail;
+        if (c->mock) mc_gpt_docs_mock(&ds->docs[d], c->seed, c->vocab_size, c->eod);
+        else if ((st = mc_gpt_docs_open(&ds->docs[d], bl->prefixes[d], err)) != MC_OK) goto fail;
     }
 
     /* what each (dataset, split) is asked for */
@@ -447,7 +448,7 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
             }
     }
     for (size_t d = 0; d < ds->n; d++) {
-        int64_t n_elem = ds->low[d].n_docs;
+        int64_t n_elem = ds->docs[d].n_docs;
         for (int sp = 0; sp < MC_SPLIT_COUNT; sp++) {
             if (!split_exists[sp]) continue;
             /* int(round(b * N)): round half to even, like Python's round */
@@ -458,13 +459,13 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
             else if (weighted)
                 want = (int64_t)ceil(ceil((double)c->num_samples[sp] * w[d]) * (1 + c->mid_level_surplus));
             else want = -1;
-            if ((st = mc_gpt_mid_open(&ds->mid[d][sp], &ds->low[d], &ds->p, (mc_split)sp, beg, end, want,
-                                      err)) != MC_OK) {
+            if ((st = mc_gpt_samples_open(&ds->samples[d][sp], &ds->docs[d], &ds->p, (mc_split)sp,
+                                          beg, end, want, err)) != MC_OK) {
                 free(w);
                 goto fail;
             }
             ds->exists[d * 3 + sp] = 1;
-            ds->built += ds->mid[d][sp].built;
+            ds->built += ds->samples[d][sp].built;
         }
     }
 
@@ -487,13 +488,13 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
             } else {
                 int64_t total = 0;
                 for (size_t d = 0; d < ds->n; d++) {
-                    iw[d] = ds->mid[d][sp].n_samples;
+                    iw[d] = ds->samples[d][sp].n_samples;
                     bw[d] = (double)iw[d];
                     total += iw[d];
                     if (iw[d] <= 0) {
                         free(bw); free(iw); free(w);
                         st = mc_error_set(err, MC_ERR_USAGE, "%s: the %s split has no samples to blend",
-                                          ds->low[d].path, mc_split_name((mc_split)sp));
+                                          ds->docs[d].path, mc_split_name((mc_split)sp));
                         goto fail;
                     }
                 }
@@ -522,13 +523,13 @@ void mc_gpt_dataset_close(mc_gpt_dataset *ds)
         mc_npy_free(&ds->blend[sp].dataset_sample_index);
         free(ds->blend[sp].cache_base);
     }
-    if (ds->mid)
+    if (ds->samples)
         for (size_t d = 0; d < ds->n; d++)
-            for (int sp = 0; sp < MC_SPLIT_COUNT; sp++) mc_gpt_mid_free(&ds->mid[d][sp]);
-    if (ds->low)
-        for (size_t d = 0; d < ds->n; d++) mc_gpt_low_close(&ds->low[d]);
-    free(ds->mid);
-    free(ds->low);
+            for (int sp = 0; sp < MC_SPLIT_COUNT; sp++) mc_gpt_samples_free(&ds->samples[d][sp]);
+    if (ds->docs)
+        for (size_t d = 0; d < ds->n; d++) mc_gpt_docs_close(&ds->docs[d]);
+    free(ds->samples);
+    free(ds->docs);
     free(ds->exists);
     json_decref(ds->p.split_matrix);
     json_decref(ds->p.tokenizer);
@@ -542,7 +543,7 @@ int64_t mc_gpt_dataset_num_samples(const mc_gpt_dataset *ds, mc_split split)
 {
     if ((unsigned)split >= MC_SPLIT_COUNT) return 0;
     if (ds->blended) return ds->blend[split].exists ? ds->blend[split].size : 0;
-    return has_mid(ds, 0, split) ? ds->mid[0][split].n_samples : 0;
+    return has_samples(ds, 0, split) ? ds->samples[0][split].n_samples : 0;
 }
 
 mc_status mc_gpt_dataset_locate(const mc_gpt_dataset *ds, mc_split split, int64_t index,
@@ -576,7 +577,7 @@ mc_status mc_gpt_dataset_sample(const mc_gpt_dataset *ds, mc_split split, int64_
     int64_t s;
     mc_status st = mc_gpt_dataset_locate(ds, split, index, &d, &s, err);
     if (st != MC_OK) return st;
-    return mc_gpt_mid_sample(&ds->mid[d][split], s, tokens, err);
+    return mc_gpt_samples_get(&ds->samples[d][split], s, tokens, err);
 }
 
 int mc_gpt_dataset_built(const mc_gpt_dataset *ds) { return ds->built; }
@@ -585,6 +586,6 @@ const char *mc_gpt_dataset_cache_base(const mc_gpt_dataset *ds, int i, mc_split 
 {
     if ((unsigned)split >= MC_SPLIT_COUNT) return NULL;
     if (i < 0) return ds->blend[split].cache_base;
-    if ((size_t)i >= ds->n || !has_mid(ds, (size_t)i, split)) return NULL;
-    return ds->mid[i][split].cache_base;
+    if ((size_t)i >= ds->n || !has_samples(ds, (size_t)i, split)) return NULL;
+    return ds->samples[i][split].cache_base;
 }

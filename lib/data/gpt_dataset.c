@@ -8,7 +8,9 @@
  * drawn from one numpy RandomState(seed) in Megatron's order, cached as .npy
  * under Megatron's names, and read back through file maps.
  *
- * Also the low-level dataset: an mc_idx, or mc's mock documents.
+ * Also a dataset's documents (mc_gpt_docs, Megatron's low-level dataset):
+ * an mc_idx, or mc's mock documents; and the splits' names (mc_split_name),
+ * which blend.c uses too.
  */
 #include "gpt_internal.h"
 
@@ -20,17 +22,17 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* ------------------------------------------------------------ low level */
+/* ------------------------------------------------------------ documents */
 
-mc_status mc_gpt_low_open(mc_gpt_low *low, const char *prefix, mc_error *err)
+mc_status mc_gpt_docs_open(mc_gpt_docs *docs, const char *prefix, mc_error *err)
 {
-    memset(low, 0, sizeof *low);
-    mc_status st = mc_idx_open(prefix, &low->idx, err);
+    memset(docs, 0, sizeof *docs);
+    mc_status st = mc_idx_open(prefix, &docs->idx, err);
     if (st != MC_OK) return st;
-    low->n_docs = (int64_t)low->idx.n_seq;
-    low->path = strdup(prefix);
-    if (!low->path) {
-        mc_idx_close(&low->idx);
+    docs->n_docs = (int64_t)docs->idx.n_seq;
+    docs->path = strdup(prefix);
+    if (!docs->path) {
+        mc_idx_close(&docs->idx);
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", prefix);
     }
     return MC_OK;
@@ -45,48 +47,49 @@ static uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-void mc_gpt_low_mock(mc_gpt_low *low, uint32_t seed, int64_t vocab_size, int32_t eod)
+void mc_gpt_docs_mock(mc_gpt_docs *docs, uint32_t seed, int64_t vocab_size, int32_t eod)
 {
-    memset(low, 0, sizeof *low);
-    low->mock = 1;
-    low->seed = seed;
-    low->vocab_size = vocab_size;
-    low->eod = eod;
-    low->n_docs = MC_GPTDATA_MOCK_DOCS;
+    memset(docs, 0, sizeof *docs);
+    docs->mock = 1;
+    docs->seed = seed;
+    docs->vocab_size = vocab_size;
+    docs->eod = eod;
+    docs->n_docs = MC_GPTDATA_MOCK_DOCS;
 }
 
-void mc_gpt_low_close(mc_gpt_low *low)
+void mc_gpt_docs_close(mc_gpt_docs *docs)
 {
-    if (!low) return;
-    if (!low->mock) mc_idx_close(&low->idx);
-    free(low->path);
-    memset(low, 0, sizeof *low);
+    if (!docs) return;
+    if (!docs->mock) mc_idx_close(&docs->idx);
+    free(docs->path);
+    memset(docs, 0, sizeof *docs);
 }
 
-int64_t mc_gpt_low_length(const mc_gpt_low *low, int64_t doc)
+int64_t mc_gpt_docs_length(const mc_gpt_docs *docs, int64_t doc)
 {
-    if (low->mock) /* lengths in [1, MAXLEN) as Megatron's mock draws them */
-        return 1 + (int64_t)(mix64((uint64_t)low->seed << 32 ^ (uint64_t)doc) %
+    if (docs->mock) /* lengths in [1, MAXLEN) as Megatron's mock draws them */
+        return 1 + (int64_t)(mix64((uint64_t)docs->seed << 32 ^ (uint64_t)doc) %
                              (MC_GPTDATA_MOCK_MAXLEN - 1));
-    return mc_idx_length(&low->idx, (uint64_t)doc);
+    return mc_idx_length(&docs->idx, (uint64_t)doc);
 }
 
 /* Tokens [off, off+n) of document doc; the caller checked the range. */
-static void low_tokens(const mc_gpt_low *low, int64_t doc, int64_t off, int64_t n, int32_t *out)
+static void doc_tokens(const mc_gpt_docs *docs, int64_t doc, int64_t off, int64_t n, int32_t *out)
 {
-    if (low->mock) {
-        int64_t len = mc_gpt_low_length(low, doc);
+    if (docs->mock) {
+        int64_t len = mc_gpt_docs_length(docs, doc);
         for (int64_t i = 0; i < n; i++) {
             int64_t pos = off + i;
-            uint64_t h = mix64(mix64((uint64_t)low->seed << 32 ^ (uint64_t)doc) ^ (uint64_t)pos);
-            out[i] = pos == len - 1 ? low->eod : (int32_t)(h % (uint64_t)low->vocab_size);
+            uint64_t h = mix64(mix64((uint64_t)docs->seed << 32 ^ (uint64_t)doc) ^ (uint64_t)pos);
+            out[i] = pos == len - 1 ? docs->eod : (int32_t)(h % (uint64_t)docs->vocab_size);
         }
         return;
     }
-    size_t es = mc_dtype_size(low->idx.dtype);
-    const unsigned char *p = low->idx.bin.data + mc_idx_pointer(&low->idx, (uint64_t)doc) + off * es;
+    size_t es = mc_dtype_size(docs->idx.dtype);
+    const unsigned char *p =
+        docs->idx.bin.data + mc_idx_pointer(&docs->idx, (uint64_t)doc) + off * es;
     for (int64_t i = 0; i < n; i++, p += es) {
-        switch (low->idx.dtype) {
+        switch (docs->idx.dtype) {
         case MC_DTYPE_U8: out[i] = p[0]; break;
         case MC_DTYPE_I8: out[i] = (int8_t)p[0]; break;
         case MC_DTYPE_U16: { uint16_t v; memcpy(&v, p, 2); out[i] = v; break; }
@@ -99,6 +102,12 @@ static void low_tokens(const mc_gpt_low *low, int64_t doc, int64_t off, int64_t 
 }
 
 /* ------------------------------------------------------------ helpers */
+
+const char *mc_split_name(mc_split s)
+{
+    static const char *names[] = {"train", "valid", "test"};
+    return (unsigned)s < MC_SPLIT_COUNT ? names[s] : "?";
+}
 
 char *mc_gpt_path(const char *base, const char *affix)
 {
@@ -175,7 +184,7 @@ static int64_t num_epochs(int64_t tokens_per_epoch, int64_t num_samples, int64_t
 
 /* helpers.cpp build_sample_idx, into int64 pairs (doc index position,
  * offset); n_samples+1 rows. */
-static mc_status build_sample_idx(const mc_gpt_low *low, const int32_t *doc_index, int64_t n_doc,
+static mc_status build_sample_idx(const mc_gpt_docs *docs, const int32_t *doc_index, int64_t n_doc,
                                   int64_t T, int64_t epochs, int64_t tokens_per_epoch,
                                   int drop_last, int64_t extra, int64_t **out, int64_t *n_out,
                                   mc_error *err)
@@ -196,14 +205,14 @@ static mc_status build_sample_idx(const mc_gpt_low *low, const int32_t *doc_inde
          * sample starts `extra` tokens before this one ends */
         int64_t remaining = T + extra;
         while (remaining != 0) {
-            int64_t doc_len = mc_gpt_low_length(low, doc_index[d]) - off;
+            int64_t doc_len = mc_gpt_docs_length(docs, doc_index[d]) - off;
             remaining -= doc_len;
             if (remaining <= 0) {
                 off += remaining + doc_len - extra;
                 remaining = 0;
             } else {
                 if (d == n_doc - 1) { /* the last, partial sample */
-                    off = mc_gpt_low_length(low, doc_index[d]) - extra;
+                    off = mc_gpt_docs_length(docs, doc_index[d]) - extra;
                     break;
                 }
                 d++;
@@ -219,7 +228,7 @@ static mc_status build_sample_idx(const mc_gpt_low *low, const int32_t *doc_inde
     return MC_OK;
 }
 
-static mc_status own(mc_npy *a, mc_npy_type t, int ndim, int64_t d0, int64_t d1, void *data)
+static mc_status npy_adopt(mc_npy *a, mc_npy_type t, int ndim, int64_t d0, int64_t d1, void *data)
 {
     memset(a, 0, sizeof *a);
     a->owned = data;
@@ -231,16 +240,16 @@ static mc_status own(mc_npy *a, mc_npy_type t, int ndim, int64_t d0, int64_t d1,
     return MC_OK;
 }
 
-static mc_status build_indices(mc_gpt_mid *m, const mc_gpt_params *p, int64_t beg, int64_t end,
+static mc_status build_indices(mc_gpt_samples *m, const mc_gpt_params *p, int64_t beg, int64_t end,
                                mc_error *err)
 {
-    const mc_gpt_low *low = m->low;
+    const mc_gpt_docs *docs = m->docs;
     const int64_t T = p->seq_length, extra = p->add_extra_token ? 1 : 0, ndoc = end - beg;
-    const char *name = low->path ? low->path : "mock data";
+    const char *name = docs->path ? docs->path : "mock data";
     int64_t tokens = 0, max_len = 0;
-    for (int64_t i = beg; i < end; i++) tokens += mc_gpt_low_length(low, i);
-    for (int64_t i = 0; i < low->n_docs; i++) {
-        int64_t l = mc_gpt_low_length(low, i);
+    for (int64_t i = beg; i < end; i++) tokens += mc_gpt_docs_length(docs, i);
+    for (int64_t i = 0; i < docs->n_docs; i++) {
+        int64_t l = mc_gpt_docs_length(docs, i);
         if (l > max_len) max_len = l;
     }
     if (tokens <= 1)
@@ -281,7 +290,8 @@ static mc_status build_indices(mc_gpt_mid *m, const mc_gpt_params *p, int64_t be
 
     int drop = m->split == MC_SPLIT_VALID ? p->drop_last_partial_validation : 1;
     int64_t *si = NULL, n = 0;
-    mc_status st = build_sample_idx(low, di, n_doc_index, T, epochs, tokens, drop, extra, &si, &n, err);
+    mc_status st =
+        build_sample_idx(docs, di, n_doc_index, T, epochs, tokens, drop, extra, &si, &n, err);
     if (st != MC_OK) {
         free(di);
         return st;
@@ -327,9 +337,9 @@ static mc_status build_indices(mc_gpt_mid *m, const mc_gpt_params *p, int64_t be
         mc_mt_shuffle(&rs, (char *)sh + (size_t)first * mc_npy_type_size(sh_type), n - first,
                       mc_npy_type_size(sh_type));
 
-    own(&m->doc_index, MC_NPY_I32, 1, n_doc_index, 0, di);
-    own(&m->sample_index, st_type, 2, n + 1, 2, si);
-    own(&m->shuffle_index, sh_type, 1, n, 0, sh);
+    npy_adopt(&m->doc_index, MC_NPY_I32, 1, n_doc_index, 0, di);
+    npy_adopt(&m->sample_index, st_type, 2, n + 1, 2, si);
+    npy_adopt(&m->shuffle_index, sh_type, 1, n, 0, sh);
     m->n_samples = n;
     m->built = 1;
     return MC_OK;
@@ -340,12 +350,13 @@ static mc_status build_indices(mc_gpt_mid *m, const mc_gpt_params *p, int64_t be
 static const char *AFFIX[4] = {"description.txt", "document_index.npy", "sample_index.npy",
                                "shuffle_index.npy"};
 
-static mc_status describe(mc_gpt_mid *m, const mc_gpt_params *p, mc_buf *desc, mc_error *err)
+static mc_status describe(mc_gpt_samples *m, const mc_gpt_params *p, mc_buf *desc, mc_error *err)
 {
     json_t *o = json_object();
     if (!o) return mc_error_set(err, MC_ERR_NOMEM, "dataset description: out of memory");
     json_object_set_new(o, "class", json_string("GPTDataset"));
-    json_object_set_new(o, "dataset_path", m->low->path ? json_string(m->low->path) : json_null());
+    json_object_set_new(o, "dataset_path",
+                        m->docs->path ? json_string(m->docs->path) : json_null());
     json_object_set_new(o, "num_samples", m->num_samples < 0 ? json_null() : json_integer(m->num_samples));
     json_object_set_new(o, "index_split", json_string(mc_split_name(m->split)));
     json_object_set_new(o, "random_seed", json_integer(p->seed));
@@ -357,7 +368,7 @@ static mc_status describe(mc_gpt_mid *m, const mc_gpt_params *p, mc_buf *desc, m
     return mc_pyjson_dump(desc, o, 0, err);
 }
 
-static mc_status check_loaded(const mc_gpt_mid *m, const char *base, mc_error *err)
+static mc_status check_loaded(const mc_gpt_samples *m, const char *base, mc_error *err)
 {
     if (m->doc_index.ndim != 1 || m->doc_index.type != MC_NPY_I32 || m->sample_index.ndim != 2 ||
         m->sample_index.shape[1] != 2 || m->sample_index.shape[0] < 1 ||
@@ -368,12 +379,12 @@ static mc_status check_loaded(const mc_gpt_mid *m, const char *base, mc_error *e
     return MC_OK;
 }
 
-mc_status mc_gpt_mid_open(mc_gpt_mid *m, const mc_gpt_low *low, const mc_gpt_params *p,
-                          mc_split split, int64_t doc_beg, int64_t doc_end, int64_t num_samples,
-                          mc_error *err)
+mc_status mc_gpt_samples_open(mc_gpt_samples *m, const mc_gpt_docs *docs, const mc_gpt_params *p,
+                              mc_split split, int64_t doc_beg, int64_t doc_end,
+                              int64_t num_samples, mc_error *err)
 {
     memset(m, 0, sizeof *m);
-    m->low = low;
+    m->docs = docs;
     m->split = split;
     m->num_samples = num_samples;
     m->seq_length = p->seq_length;
@@ -385,17 +396,17 @@ mc_status mc_gpt_mid_open(mc_gpt_mid *m, const mc_gpt_low *low, const mc_gpt_par
 
     if (p->cache_dir) {
         dir = strdup(p->cache_dir);
-    } else if (!low->mock) {
+    } else if (!docs->mock) {
         /* Megatron: os.path.join(path_prefix, "cache", "GPTDataset_indices") */
-        size_t n = strlen(low->path) + 32;
+        size_t n = strlen(docs->path) + 32;
         dir = malloc(n);
-        if (dir) snprintf(dir, n, "%s/cache/GPTDataset_indices", low->path);
+        if (dir) snprintf(dir, n, "%s/cache/GPTDataset_indices", docs->path);
     }
-    if (!low->mock && !dir) {
+    if (!docs->mock && !dir) {
         st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if (dir && !low->mock) {
+    if (dir && !docs->mock) {
         char hash[33];
         mc_md5_hex(desc.data, desc.len, hash);
         size_t n = strlen(dir) + 80;
@@ -441,14 +452,15 @@ done:
     for (int i = 0; i < 4; i++) free(paths[i]);
     free(dir);
     mc_buf_free(&desc);
-    if (st != MC_OK) mc_gpt_mid_free(m);
+    if (st != MC_OK) mc_gpt_samples_free(m);
     return st;
 }
 
-mc_status mc_gpt_mid_sample(const mc_gpt_mid *m, int64_t index, int32_t *tokens, mc_error *err)
+mc_status mc_gpt_samples_get(const mc_gpt_samples *m, int64_t index, int32_t *tokens,
+                             mc_error *err)
 {
     const int64_t want = m->seq_length + m->add_extra;
-    const char *name = m->low->path ? m->low->path : "mock data";
+    const char *name = m->docs->path ? m->docs->path : "mock data";
     if (index < 0 || index >= m->n_samples)
         return mc_error_set(err, MC_ERR_USAGE, "%s: %s sample %" PRId64 " out of range [0, %" PRId64 ")",
                             name, mc_split_name(m->split), index, m->n_samples);
@@ -461,13 +473,13 @@ mc_status mc_gpt_mid_sample(const mc_gpt_mid *m, int64_t index, int32_t *tokens,
     int64_t got = 0;
     for (int64_t i = b; i <= e; i++) {
         int64_t doc = mc_npy_get(&m->doc_index, i);
-        if (doc < 0 || doc >= m->low->n_docs) goto corrupt;
-        int64_t len = mc_gpt_low_length(m->low, doc);
+        if (doc < 0 || doc >= m->docs->n_docs) goto corrupt;
+        int64_t len = mc_gpt_docs_length(m->docs, doc);
         int64_t off = i == b ? bo : 0;
         int64_t stop = i == e ? eo + m->add_extra : len;
         if (stop > len) stop = len;
         if (off > stop || got + (stop - off) > want) goto corrupt;
-        low_tokens(m->low, doc, off, stop - off, tokens + got);
+        doc_tokens(m->docs, doc, off, stop - off, tokens + got);
         got += stop - off;
     }
     for (; got < want; got++) tokens[got] = -1; /* Megatron's pad id for a partial sample */
@@ -478,7 +490,7 @@ corrupt:
                         m->cache_base ? m->cache_base : name, mc_split_name(m->split), index, name);
 }
 
-void mc_gpt_mid_free(mc_gpt_mid *m)
+void mc_gpt_samples_free(mc_gpt_samples *m)
 {
     if (!m) return;
     mc_npy_free(&m->doc_index);

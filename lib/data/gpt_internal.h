@@ -68,8 +68,9 @@ double mc_np_sum(const double *a, size_t n);
 #include "mc/gptdata.h"
 #include "mc/indexed.h"
 
-/* The low-level dataset: an indexed dataset, or mc's mock documents. */
-typedef struct mc_gpt_low {
+/* The documents of one dataset (Megatron's "low-level dataset"): an indexed
+ * dataset, or mc's mock documents. */
+typedef struct mc_gpt_docs {
     mc_idx idx;
     int mock;
     uint32_t seed;
@@ -77,12 +78,12 @@ typedef struct mc_gpt_low {
     int32_t eod;
     int64_t n_docs;
     char *path; /* the prefix as given (Megatron's dataset_path); NULL for mock */
-} mc_gpt_low;
+} mc_gpt_docs;
 
-mc_status mc_gpt_low_open(mc_gpt_low *low, const char *prefix, mc_error *err);
-void mc_gpt_low_mock(mc_gpt_low *low, uint32_t seed, int64_t vocab_size, int32_t eod);
-void mc_gpt_low_close(mc_gpt_low *low);
-int64_t mc_gpt_low_length(const mc_gpt_low *low, int64_t doc);
+mc_status mc_gpt_docs_open(mc_gpt_docs *docs, const char *prefix, mc_error *err);
+void mc_gpt_docs_mock(mc_gpt_docs *docs, uint32_t seed, int64_t vocab_size, int32_t eod);
+void mc_gpt_docs_close(mc_gpt_docs *docs);
+int64_t mc_gpt_docs_length(const mc_gpt_docs *docs, int64_t doc);
 
 /* What every split of every dataset shares. */
 typedef struct mc_gpt_params {
@@ -96,9 +97,11 @@ typedef struct mc_gpt_params {
     const char *cache_dir;  /* NULL: PREFIX/cache/GPTDataset_indices */
 } mc_gpt_params;
 
-/* One split of one dataset: Megatron's GPTDataset. */
-typedef struct mc_gpt_mid {
-    const mc_gpt_low *low;
+/* The samples of one split of one dataset: Megatron's GPTDataset (its
+ * "mid-level dataset"), the document, sample and shuffle indices over an
+ * mc_gpt_docs. mc_gpt_samples_get reads sample `index` through them. */
+typedef struct mc_gpt_samples {
+    const mc_gpt_docs *docs;
     mc_split split;
     int64_t num_samples; /* requested, -1 = None */
     int64_t add_extra;
@@ -108,13 +111,14 @@ typedef struct mc_gpt_mid {
     json_t *ids;         /* unique_identifiers (an ordered object) */
     char *cache_base;    /* "<dir>/<md5>-GPTDataset-<split>" or NULL */
     int built;           /* 1 when this open built the indices */
-} mc_gpt_mid;
+} mc_gpt_samples;
 
-mc_status mc_gpt_mid_open(mc_gpt_mid *m, const mc_gpt_low *low, const mc_gpt_params *p,
-                          mc_split split, int64_t doc_beg, int64_t doc_end, int64_t num_samples,
-                          mc_error *err);
-mc_status mc_gpt_mid_sample(const mc_gpt_mid *m, int64_t index, int32_t *tokens, mc_error *err);
-void mc_gpt_mid_free(mc_gpt_mid *m);
+mc_status mc_gpt_samples_open(mc_gpt_samples *m, const mc_gpt_docs *docs, const mc_gpt_params *p,
+                              mc_split split, int64_t doc_beg, int64_t doc_end,
+                              int64_t num_samples, mc_error *err);
+mc_status mc_gpt_samples_get(const mc_gpt_samples *m, int64_t index, int32_t *tokens,
+                             mc_error *err);
+void mc_gpt_samples_free(mc_gpt_samples *m);
 
 /* mkdir -p DIR; the error names the component that failed. */
 mc_status mc_gpt_mkdirs(const char *dir, mc_error *err);

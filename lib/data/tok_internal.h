@@ -115,7 +115,8 @@ struct mc_tokenizer {
     int64_t null_vocab; /* NullTokenizer */
 };
 
-/* Register token `id` decoding to bytes[0..len) (grows the id table). */
+/* The id table (tok_vocab.c). Register token `id` decoding to
+ * bytes[0..len) (grows the id table). */
 mc_status mc_tok_set_token(mc_tokenizer *t, int32_t id, const char *bytes, size_t len,
                            mc_error *err);
 /* Set eod to the first added token named in Megatron's usual EOD list. */
@@ -143,6 +144,9 @@ struct mc_encoder {
  * tokens out first, then the normalizer, the byte-level prefix space, the
  * pre-tokenizer and BPE. */
 mc_status mc_tok_encode_valid(mc_encoder *e, const char *s, size_t len);
-/* Encode one pre-tokenized segment (prefix space, regex, BPE). */
+/* Encode one pre-tokenized segment (prefix space, regex, BPE; tok_segment.c). */
 mc_status mc_tok_encode_segment(mc_encoder *e, const char *s, size_t len);
+/* Encode one piece of a segment (its prefix space, BPE): a pre-tokenizer
+ * callback (mc_pretok_split) with the encoder as ctx; nonzero on error. */
+int mc_tok_encode_piece(void *ctx, const char *piece, size_t len);
 #endif

@@ -1,11 +1,13 @@
 /*
  * tokenizer.c - the public tokenizer API: kinds and specs, loading dispatch,
- * the id table, encoders, the encode loop over valid/invalid UTF-8 runs,
- * decoding, and Megatron's NullTokenizer.
+ * encoders, the encode loop over valid/invalid UTF-8 runs, decoding, and
+ * Megatron's NullTokenizer.
  *
  * The formats themselves are read in tok_hf.c (tokenizer.json, vocab.json +
- * merges.txt) and tok_tiktoken.c; added tokens and normalizers are applied
- * in tok_added.c; merging is bpe.c's.
+ * merges.txt) and tok_tiktoken.c, into the id table of tok_vocab.c; added
+ * tokens and normalizers are applied in tok_added.c; segments are cut into
+ * pieces and encoded in tok_segment.c; merging is bpe.c's. The calls go one
+ * way: none of those files calls back here.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -50,46 +52,6 @@ void mc_tokenizer_spec_init(mc_tokenizer_spec *s, mc_tokenizer_kind kind)
     s->kind = kind;
     s->tiktoken_pattern = "v2";
     s->tiktoken_num_special_tokens = 1000;
-}
-
-/* ---- the id table ---- */
-
-mc_status mc_tok_set_token(mc_tokenizer *t, int32_t id, const char *bytes, size_t len,
-                           mc_error *err)
-{
-    if (id < 0) return mc_error_set(err, MC_ERR_FORMAT, "negative token id %" PRId32, id);
-    if ((size_t)id >= t->n_ids) {
-        size_t n = (size_t)id + 1, cap = t->n_ids ? t->n_ids : 1024;
-        while (cap < n) cap *= 2;
-        uint32_t *o = realloc(t->tok_off, cap * sizeof *o);
-        if (o) t->tok_off = o;
-        uint32_t *l = realloc(t->tok_len, cap * sizeof *l);
-        if (l) t->tok_len = l;
-        if (!o || !l) return mc_error_set(err, MC_ERR_NOMEM, "tokenizer: out of memory");
-        for (size_t i = t->n_ids; i < cap; i++) t->tok_len[i] = UINT32_MAX;
-        t->n_ids = n;
-    }
-    if (t->pool.len + len >= UINT32_MAX)
-        return mc_error_set(err, MC_ERR_LIMIT, "tokenizer: vocabulary exceeds 4 GiB");
-    t->tok_off[id] = (uint32_t)t->pool.len;
-    t->tok_len[id] = (uint32_t)len;
-    return mc_buf_append(&t->pool, bytes, len, err);
-}
-
-void mc_tok_pick_eod(mc_tokenizer *t)
-{
-    static const char *const names[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<|eot_id|>",
-                                        "<eos>"};
-    t->eod = -1;
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
-        for (size_t i = 0; i < t->n_added; i++) {
-            const mc_added_token *a = &t->added[i];
-            if (a->special && a->len == strlen(names[k]) &&
-                !memcmp(t->pool.data + a->off, names[k], a->len)) {
-                t->eod = a->id;
-                return;
-            }
-        }
 }
 
 /* ---- loading ---- */
@@ -243,36 +205,6 @@ static mc_status encode_null(const mc_tokenizer *t, const char *s, size_t len, m
     return MC_OK;
 }
 
-static int bpe_piece(void *ctx, const char *piece, size_t len)
-{
-    mc_encoder *e = ctx;
-    const char *p = piece;
-    if (e->t->prefix_space == MC_PREFIX_PIECE && len && piece[0] != ' ') {
-        e->piece.len = 0;
-        if (mc_buf_append(&e->piece, " ", 1, e->err) != MC_OK ||
-            mc_buf_append(&e->piece, piece, len, e->err) != MC_OK)
-            return 1;
-        p = e->piece.data;
-        len++;
-    }
-    return mc_bpe_encode(e->bpe, p, len, e->out, e->err) != MC_OK;
-}
-
-mc_status mc_tok_encode_segment(mc_encoder *e, const char *s, size_t len)
-{
-    if (len == 0) return MC_OK;
-    if (e->t->prefix_space == MC_PREFIX_SEGMENT && s[0] != ' ') {
-        e->seg.len = 0;
-        mc_status st = mc_buf_append(&e->seg, " ", 1, e->err);
-        if (st == MC_OK) st = mc_buf_append(&e->seg, s, len, e->err);
-        if (st != MC_OK) return st;
-        s = e->seg.data;
-        len++;
-    }
-    if (e->it) return mc_pretok_split(e->it, s, len, bpe_piece, e, e->err);
-    return bpe_piece(e, s, len) ? (e->err ? e->err->code : MC_ERR_INTERNAL) : MC_OK;
-}
-
 mc_status mc_encode(mc_encoder *e, const char *text, size_t len, mc_ids *out, mc_error *err)
 {
     const mc_tokenizer *t = e->t;
@@ -283,7 +215,7 @@ mc_status mc_encode(mc_encoder *e, const char *text, size_t len, mc_ids *out, mc
     /* No added tokens, normalizer or prefix space: the pre-tokenizer alone
      * splits valid and invalid runs in one pass. */
     if (!t->n_added && !t->n_normalizers && t->prefix_space == MC_PREFIX_NONE && e->it)
-        return mc_pretok_split(e->it, text, len, bpe_piece, e, err);
+        return mc_pretok_split(e->it, text, len, mc_tok_encode_piece, e, err);
     /* Otherwise each valid run is encoded as its own text (as HF would
      * encode it) and each invalid run is one byte-level piece. */
     size_t pos = 0;

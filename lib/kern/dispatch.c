@@ -6,17 +6,20 @@
  * only kern.h, so the same code runs on either backend.
  *
  * Adding a kernel mc_k_foo:
- *   1. declare it in lib/mc/kern.h (mc_backend *be first, then its arguments);
- *   2. CPU: write mc_cpu_foo(mc_backend *be, ...same arguments) in
- *      lib/kern/cpu/<family>.c and declare it in lib/kern/cpu/cpu.h;
- *   3. CUDA: write mc_cuda_foo(mc_cuda *cu, ...same arguments) in
- *      lib/kern/cuda/<family>.cu and declare it in lib/kern/cuda/cuda.h;
- *   4. here, one wrapper:
- *        void mc_k_foo(mc_backend *be, float *x, size_t n) { ROUTE(foo, x, n); }
- *      (ROUTE_RET for a kernel that returns a value). Until the CUDA kernel
- *      exists, use ROUTE_CPU_ONLY(foo, x, n): a CUDA backend then aborts
- *      naming the kernel, and the CPU build is unaffected;
- *   5. tests/cuda/check_kern.c compares the two on a GPU machine.
+ *   1. add its entry to lib/mc/kern_ops.def, with its documentation:
+ *        MC_KERNEL(foo, void, (float *x, size_t n), (x, n), CPU_CUDA)
+ *      That declares mc_k_foo (kern.h), mc_cpu_foo (kern/cpu/cpu.h) and
+ *      mc_cuda_foo (kern/cuda/cuda.h), and defines mc_k_foo here, routing
+ *      on the backend's kind. Until the CUDA kernel exists, write CPU_ONLY
+ *      instead of CPU_CUDA: mc_cuda_foo is then not declared, a CUDA
+ *      backend aborts naming the kernel, and the CPU build is unaffected;
+ *   2. write mc_cpu_foo(mc_backend *be, float *x, size_t n) in
+ *      lib/kern/cpu/<family>.c and (CPU_CUDA) mc_cuda_foo(mc_cuda *cu,
+ *      float *x, size_t n) in lib/kern/cuda/<family>.cu;
+ *   3. tests/cuda/check_kern.c compares the two on a GPU machine.
+ * A return type other than void, int and double needs its RETURN_ line
+ * below.
+ *
  * The CPU backend is the reference: a CUDA kernel must give the same result
  * within the tolerance of its precision (tests/cuda/run.sh).
  */
@@ -45,14 +48,9 @@
 #define ROUTE_RET(fn, ...) return mc_cpu_##fn(be, __VA_ARGS__)
 #endif
 
-/* A kernel with no CUDA implementation yet: a bug to reach on a GPU, so it
- * aborts (kernels cannot return a status, kern.h) with the kernel's name. */
-#define ROUTE_CPU_ONLY(fn, ...)                                                            \
-    do {                                                                                   \
-        if (IS_CUDA(be)) no_cuda_kernel(#fn);                                              \
-        mc_cpu_##fn(be, __VA_ARGS__);                                                      \
-    } while (0)
-
+/* A kernel with no CUDA implementation yet (CPU_ONLY): a bug to reach on a
+ * GPU, so it aborts (kernels cannot return a status, kern.h) with the
+ * kernel's name. */
 static void no_cuda_kernel(const char *fn) __attribute__((noreturn, unused));
 static void no_cuda_kernel(const char *fn) {
     fprintf(stderr, "mc: kern: mc_k_%s has no CUDA implementation\n", fn);
@@ -133,166 +131,31 @@ void mc_bsync(mc_backend *be) {
 
 /* ------------------------------------------------------------ kernels */
 
-void mc_k_fill(mc_backend *be, float *x, float v, size_t n) {
-    ROUTE(fill, x, v, n);
-}
+/* The wrappers of the kernel list: one mc_k_NAME per entry of
+ * mc/kern_ops.def, routed by its backends (CPU_CUDA or CPU_ONLY); RETURN_
+ * of the entry's return type is what precedes the call. */
+#define RETURN_void
+#define RETURN_int return
+#define RETURN_double return
+#ifdef MC_CUDA_BACKEND
+#define ROUTE_CPU_CUDA(ret, fn, ...)                                                       \
+    do {                                                                                   \
+        if (IS_CUDA(be))                                                                   \
+            RETURN_##ret mc_cuda_##fn(be->cuda, __VA_ARGS__);                              \
+        else                                                                               \
+            RETURN_##ret mc_cpu_##fn(be, __VA_ARGS__);                                     \
+    } while (0)
+#else
+#define ROUTE_CPU_CUDA(ret, fn, ...) RETURN_##ret mc_cpu_##fn(be, __VA_ARGS__)
+#endif
+#define ROUTE_CPU_ONLY(ret, fn, ...)                                                       \
+    do {                                                                                   \
+        if (IS_CUDA(be)) no_cuda_kernel(#fn);                                              \
+        RETURN_##ret mc_cpu_##fn(be, __VA_ARGS__);                                         \
+    } while (0)
 
-void mc_k_scale(mc_backend *be, float *x, float s, size_t n) {
-    ROUTE(scale, x, s, n);
-}
-
-void mc_k_add(mc_backend *be, float *out, const float *a, const float *b, size_t n) {
-    ROUTE(add, out, a, b, n);
-}
-
-void mc_k_acc(mc_backend *be, float *acc, const float *x, size_t n) {
-    ROUTE(acc, acc, x, n);
-}
-
-double mc_k_sumsq(mc_backend *be, const float *x, size_t n) {
-    ROUTE_RET(sumsq, x, n);
-}
-
-int mc_k_all_finite(mc_backend *be, const float *x, size_t n) {
-    ROUTE_RET(all_finite, x, n);
-}
-
-double mc_k_mean(mc_backend *be, const float *x, size_t n) {
-    ROUTE_RET(mean, x, n);
-}
-
-void mc_k_round(mc_backend *be, float *x, size_t n, mc_prec prec) {
-    ROUTE(round, x, n, prec);
-}
-
-void mc_k_cast_to_bf16(mc_backend *be, uint16_t *out, const float *x, size_t n) {
-    ROUTE(cast_to_bf16, out, x, n);
-}
-
-void mc_k_cast_from_bf16(mc_backend *be, float *out, const uint16_t *x, size_t n) {
-    ROUTE(cast_from_bf16, out, x, n);
-}
-
-void mc_k_cast_to_fp16(mc_backend *be, uint16_t *out, const float *x, size_t n) {
-    ROUTE(cast_to_fp16, out, x, n);
-}
-
-void mc_k_cast_from_fp16(mc_backend *be, float *out, const uint16_t *x, size_t n) {
-    ROUTE(cast_from_fp16, out, x, n);
-}
-
-void mc_k_init_normal(mc_backend *be, float *x, size_t rows, size_t cols, uint64_t global_cols, uint64_t row0, uint64_t col0, uint64_t seed, uint64_t key, float std) {
-    ROUTE(init_normal, x, rows, cols, global_cols, row0, col0, seed, key, std);
-}
-
-void mc_k_embed_fwd(mc_backend *be, float *out, const int32_t *ids, size_t N, const float *wte, int64_t v0, int64_t vl, size_t C) {
-    ROUTE(embed_fwd, out, ids, N, wte, v0, vl, C);
-}
-
-void mc_k_embed_bwd(mc_backend *be, float *dwte, const float *dout, const int32_t *ids, size_t N, int64_t v0, int64_t vl, size_t C) {
-    ROUTE(embed_bwd, dwte, dout, ids, N, v0, vl, C);
-}
-
-void mc_k_posemb_fwd(mc_backend *be, float *out, const float *wpe, size_t B, size_t T, size_t C, size_t pos0) {
-    ROUTE(posemb_fwd, out, wpe, B, T, C, pos0);
-}
-
-void mc_k_posemb_bwd(mc_backend *be, float *dwpe, const float *dout, size_t B, size_t T, size_t C, size_t pos0) {
-    ROUTE(posemb_bwd, dwpe, dout, B, T, C, pos0);
-}
-
-void mc_k_layernorm_fwd(mc_backend *be, float *out, float *mean, float *rstd, const float *x, const float *w, const float *b, size_t N, size_t C, float eps) {
-    ROUTE(layernorm_fwd, out, mean, rstd, x, w, b, N, C, eps);
-}
-
-void mc_k_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, const float *mean, const float *rstd, size_t N, size_t C) {
-    ROUTE(layernorm_bwd, dx, dw, db, dout, x, w, mean, rstd, N, C);
-}
-
-void mc_k_rmsnorm_fwd(mc_backend *be, float *out, float *rstd, const float *x, const float *w, size_t N, size_t C, float eps) {
-    ROUTE(rmsnorm_fwd, out, rstd, x, w, N, C, eps);
-}
-
-void mc_k_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, size_t N, size_t C) {
-    ROUTE(rmsnorm_bwd, dx, dw, dout, x, w, rstd, N, C);
-}
-
-void mc_k_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W, const uint16_t *Wb, const float *b, size_t N, size_t Cin, size_t Cout, float beta) {
-    ROUTE(linear_fwd, prec, out, x, W, Wb, b, N, Cin, Cout, beta);
-}
-
-void mc_k_quantize_q8_rows(mc_backend *be, int8_t *Wq, float *scale, const float *W, size_t rows, size_t cols) {
-    ROUTE_CPU_ONLY(quantize_q8_rows, Wq, scale, W, rows, cols);
-}
-
-void mc_k_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8_t *Wq, const float *scale, const float *b, size_t N, size_t Cin, size_t Cout, float beta) {
-    ROUTE_CPU_ONLY(linear_q8_fwd, out, x, Wq, scale, b, N, Cin, Cout, beta);
-}
-
-void mc_k_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db, const float *dout, const float *x, const float *W, const uint16_t *Wb, size_t N, size_t Cin, size_t Cout) {
-    ROUTE(linear_bwd, prec, dx, dW, db, dout, x, W, Wb, N, Cin, Cout);
-}
-
-void mc_k_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n) {
-    ROUTE(gelu_fwd, out, x, n);
-}
-
-void mc_k_gelu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t n) {
-    ROUTE(gelu_bwd, dx, dout, x, n);
-}
-
-void mc_k_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_t F) {
-    ROUTE(swiglu_fwd, out, x, N, F);
-}
-
-void mc_k_swiglu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t N, size_t F) {
-    ROUTE(swiglu_bwd, dx, dout, x, N, F);
-}
-
-void mc_k_qkv_split(mc_backend *be, float *q, float *k, float *v, const float *qkv, size_t N, size_t Q, size_t G, size_t D) {
-    ROUTE(qkv_split, q, k, v, qkv, N, Q, G, D);
-}
-
-void mc_k_qkv_split_bwd(mc_backend *be, float *dqkv, const float *dq, const float *dk, const float *dv, size_t N, size_t Q, size_t G, size_t D) {
-    ROUTE(qkv_split_bwd, dqkv, dq, dk, dv, N, Q, G, D);
-}
-
-void mc_k_rope_fwd(mc_backend *be, float *x, size_t B, size_t T, size_t H, size_t D, float base, size_t pos0) {
-    ROUTE(rope_fwd, x, B, T, H, D, base, pos0);
-}
-
-void mc_k_rope_bwd(mc_backend *be, float *dx, size_t B, size_t T, size_t H, size_t D, float base, size_t pos0) {
-    ROUTE(rope_bwd, dx, B, T, H, D, base, pos0);
-}
-
-void mc_k_attention_fwd(mc_backend *be, float *out, float *lse, const float *q, const float *k, const float *v, size_t B, size_t T, size_t Q, size_t G, size_t D, float scale) {
-    ROUTE(attention_fwd, out, lse, q, k, v, B, T, Q, G, D, scale);
-}
-
-void mc_k_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v, const float *out, const float *lse, size_t B, size_t T, size_t Q, size_t G, size_t D, float scale) {
-    ROUTE(attention_bwd, dq, dk, dv, dout, q, k, v, out, lse, B, T, Q, G, D, scale);
-}
-
-void mc_k_attention_kv_fwd(mc_backend *be, float *out, const float *q, const float *kc, const float *vc, size_t n, size_t pos0, size_t Q, size_t G, size_t D, float scale) {
-    ROUTE_CPU_ONLY(attention_kv_fwd, out, q, kc, vc, n, pos0, Q, G, D, scale);
-}
-
-void mc_k_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N, size_t vl) {
-    ROUTE(xent_max, rowmax, logits, N, vl);
-}
-
-void mc_k_xent_sumexp(mc_backend *be, float *sumexp, float *tlogit, const float *logits, const float *rowmax, const int32_t *targets, int64_t v0, size_t N, size_t vl) {
-    ROUTE(xent_sumexp, sumexp, tlogit, logits, rowmax, targets, v0, N, vl);
-}
-
-void mc_k_xent_loss(mc_backend *be, float *loss, const float *rowmax, const float *sumexp, const float *tlogit, const int32_t *targets, size_t N) {
-    ROUTE(xent_loss, loss, rowmax, sumexp, tlogit, targets, N);
-}
-
-void mc_k_xent_bwd(mc_backend *be, float *dlogits, const float *logits, const float *rowmax, const float *sumexp, const int32_t *targets, int64_t v0, size_t N, size_t vl, const float *dloss, float scale) {
-    ROUTE(xent_bwd, dlogits, logits, rowmax, sumexp, targets, v0, N, vl, dloss, scale);
-}
-
-void mc_k_adamw(mc_backend *be, float *p, const float *grad, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2, float grad_scale) {
-    ROUTE(adamw, p, grad, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, grad_scale);
-}
+#define MC_KERNEL(name, ret, params, args, backends)                                       \
+    ret mc_k_##name(mc_backend *be, MC_KERN_UNPAREN params) {                              \
+        ROUTE_##backends(ret, name, MC_KERN_UNPAREN args);                                 \
+    }
+#include "mc/kern_ops.def"

@@ -1,8 +1,11 @@
 /*
  * train.h - the trainer: AdamW with Megatron's gradient clipping and fp16
- * loss scaling (lib/train/optim.c), and the training loop that drives the
- * model over the GPT dataset with gradient accumulation, evaluation,
- * logging, checkpoints and clean exits (lib/train/loop.c).
+ * loss scaling (lib/train/optim.c; mc_optim_step, mc_optim_free and the
+ * moments, which depend on the optimizer's kind, in lib/train/distopt.c,
+ * which adds the distributed optimizer of mc/distopt.h to it), and the
+ * training loop that drives the model over the GPT dataset with gradient
+ * accumulation, evaluation, logging, checkpoints and clean exits
+ * (lib/train/loop.c).
  *
  * The semantics follow Megatron-LM's training.py and megatron/core/optimizer
  * (names of the options in comments); where mc differs, mc-train(1) says so.

@@ -75,7 +75,8 @@ struct mc_infer {
         if (st_) return st_;       \
     } while (0)
 
-static float *P(mc_model *m, int i) { return i < 0 ? NULL : m->p + m->params[i].offset; }
+/* Parameter i's values (NULL when the parameter is absent). */
+static float *param_val(mc_model *m, int i) { return i < 0 ? NULL : m->p + m->params[i].offset; }
 
 /* out[n, O] = in[n, I] W^T (+ b) for the weight of parameter w: int8 codes
  * when mc_infer_use_int8 made them, the fp32 weights otherwise. */
@@ -86,7 +87,7 @@ static void linear(mc_infer *f, float *out, const float *in, int w, const float 
     if (f->q8w && f->q8w[w])
         mc_k_linear_q8_fwd(f->be, out, in, f->q8w[w], f->q8s[w], b, n, I, O, 0.0f);
     else
-        mc_k_linear_fwd(f->be, m->prec, out, in, P(m, w),
+        mc_k_linear_fwd(f->be, m->prec, out, in, param_val(m, w),
                         m->pb ? m->pb + m->params[w].offset : NULL, b, n, I, O, 0.0f);
 }
 
@@ -223,10 +224,10 @@ static void norm(mc_infer *f, float *out, const float *x, int w, int b, size_t n
 {
     mc_model *m = f->m;
     if (m->cfg.normalization == MC_NORM_LAYERNORM)
-        mc_k_layernorm_fwd(f->be, out, f->mean, f->rstd, x, P(m, w), P(m, b), n, f->C,
-                           m->cfg.norm_epsilon);
+        mc_k_layernorm_fwd(f->be, out, f->mean, f->rstd, x, param_val(m, w), param_val(m, b), n,
+                           f->C, m->cfg.norm_epsilon);
     else
-        mc_k_rmsnorm_fwd(f->be, out, f->rstd, x, P(m, w), n, f->C, m->cfg.norm_epsilon);
+        mc_k_rmsnorm_fwd(f->be, out, f->rstd, x, param_val(m, w), n, f->C, m->cfg.norm_epsilon);
 }
 
 /* x += (in W^T, summed over the tensor-parallel group) + b, for a
@@ -235,7 +236,7 @@ static mc_status row_parallel(mc_infer *f, const float *in, int w, int b, size_t
                               mc_error *err)
 {
     mc_model *m = f->m;
-    const float *bias = m->grid.tp_rank == 0 ? P(m, b) : NULL;
+    const float *bias = m->grid.tp_rank == 0 ? param_val(m, b) : NULL;
     linear(f, f->tmp, in, w, bias, n, I, f->C);
     TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, f->be, f->tmp, n * f->C, err));
     mc_k_acc(f->be, f->x, f->tmp, n * f->C);
@@ -253,16 +254,16 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
     float scale = 1.0f / sqrtf((float)D);
 
     mc_bcopy_from_host(be, f->dtok, tokens, n * sizeof(int32_t));
-    mc_k_embed_fwd(be, f->x, f->dtok, n, P(m, m->wte), f->v0, f->vl, C);
+    mc_k_embed_fwd(be, f->x, f->dtok, n, param_val(m, m->wte), f->v0, f->vl, C);
     TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, f->x, n * C, err));
-    if (m->wpe >= 0) mc_k_posemb_fwd(be, f->x, P(m, m->wpe), 1, n, C, pos0);
+    if (m->wpe >= 0) mc_k_posemb_fwd(be, f->x, param_val(m, m->wpe), 1, n, C, pos0);
 
     for (int l = m->cl0[0]; l < m->cl1[0]; l++) {
         const mc_layer_params *lp = &m->lp[l];
         float *kc = f->kc[m->lidx[l]], *vc = f->vc[m->lidx[l]];
         float *kn = kc + pos0 * f->Gl * D, *vn = vc + pos0 * f->Gl * D;
         norm(f, f->h, f->x, lp->ln1_w, lp->ln1_b, n);
-        linear(f, f->qkv, f->h, lp->qkv_w, P(m, lp->qkv_b), n, C, f->qkv_out);
+        linear(f, f->qkv, f->h, lp->qkv_w, param_val(m, lp->qkv_b), n, C, f->qkv_out);
         mc_k_qkv_split(be, f->q, kn, vn, f->qkv, n, f->Ql, f->Gl, D);
         if (c->position_embedding_type == MC_POS_ROPE) {
             mc_k_rope_fwd(be, f->q, 1, n, f->Ql, D, c->rotary_base, pos0);
@@ -272,7 +273,7 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
         TRY(row_parallel(f, f->att, lp->proj_w, lp->proj_b, f->Ql * D, n, err));
 
         norm(f, f->h, f->x, lp->ln2_w, lp->ln2_b, n);
-        linear(f, f->fc1, f->h, lp->fc1_w, P(m, lp->fc1_b), n, C, f->fc1_out);
+        linear(f, f->fc1, f->h, lp->fc1_w, param_val(m, lp->fc1_b), n, C, f->fc1_out);
         if (c->swiglu)
             mc_k_swiglu_fwd(be, f->act, f->fc1, n, f->Fl);
         else
@@ -397,7 +398,8 @@ mc_status mc_infer_use_int8(mc_infer *f, mc_error *err)
         f->q8s[want[i]] = mc_balloc(f->be, rows * sizeof(float), err);
         if (!f->q8w[want[i]] || !f->q8s[want[i]])
             return mc_error_prefix(err, "inference: int8 copy of %s", p->name);
-        mc_k_quantize_q8_rows(f->be, f->q8w[want[i]], f->q8s[want[i]], P(m, want[i]), rows, cols);
+        mc_k_quantize_q8_rows(f->be, f->q8w[want[i]], f->q8s[want[i]], param_val(m, want[i]), rows,
+                              cols);
     }
     return MC_OK;
 }

@@ -262,9 +262,10 @@ void mc_model_free(mc_model *m)
 const mc_model_config *mc_model_get_config(const mc_model *m) { return &m->cfg; }
 
 /* Parameter i's values and gradient (NULL when the parameter is absent). */
-static float *P(mc_model *m, int i) { return i < 0 ? NULL : m->p + m->params[i].offset; }
+static float *param_val(mc_model *m, int i) { return i < 0 ? NULL : m->p + m->params[i].offset; }
+static float *param_grad(mc_model *m, int i) { return i < 0 ? NULL : m->g + m->params[i].offset; }
 /* parameter i's bf16 rounding (m->pb), NULL where the model keeps none */
-static const uint16_t *PB(mc_model *m, int i)
+static const uint16_t *param_bf16(mc_model *m, int i)
 {
     return i < 0 || !m->pb ? NULL : m->pb + m->params[i].offset;
 }
@@ -272,10 +273,9 @@ static const uint16_t *PB(mc_model *m, int i)
 static void round_weight(mc_model *m, int i)
 {
     if (i >= 0 && m->pb)
-        mc_k_cast_to_bf16(m->be, m->pb + m->params[i].offset, P(m, i),
+        mc_k_cast_to_bf16(m->be, m->pb + m->params[i].offset, param_val(m, i),
                           (size_t)m->params[i].numel);
 }
-static float *G(mc_model *m, int i) { return i < 0 ? NULL : m->g + m->params[i].offset; }
 
 #define TRY(call)                  \
     do {                           \
@@ -286,10 +286,10 @@ static float *G(mc_model *m, int i) { return i < 0 ? NULL : m->g + m->params[i].
 static void norm_fwd(mc_model *m, float *out, float *mean, float *rstd, const float *x, int w, int b)
 {
     if (m->cfg.normalization == MC_NORM_LAYERNORM)
-        mc_k_layernorm_fwd(m->be, out, mean, rstd, x, P(m, w), P(m, b), m->Nl, m->C,
-                           m->cfg.norm_epsilon);
+        mc_k_layernorm_fwd(m->be, out, mean, rstd, x, param_val(m, w), param_val(m, b), m->Nl,
+                           m->C, m->cfg.norm_epsilon);
     else
-        mc_k_rmsnorm_fwd(m->be, out, rstd, x, P(m, w), m->Nl, m->C, m->cfg.norm_epsilon);
+        mc_k_rmsnorm_fwd(m->be, out, rstd, x, param_val(m, w), m->Nl, m->C, m->cfg.norm_epsilon);
 }
 
 /* With sequence parallelism the weight and bias gradients of this rank's
@@ -300,17 +300,17 @@ static mc_status norm_bwd(mc_model *m, float *dx, const float *dout, const float
 {
     mc_backend *be = m->be;
     size_t C = m->C, nb = b >= 0 ? 2 * C : C;
-    float *dw = m->sp ? m->nrm_g : G(m, w);
-    float *db = b < 0 ? NULL : m->sp ? m->nrm_g + C : G(m, b);
+    float *dw = m->sp ? m->nrm_g : param_grad(m, w);
+    float *db = b < 0 ? NULL : m->sp ? m->nrm_g + C : param_grad(m, b);
     if (m->sp) mc_k_fill(be, m->nrm_g, 0.0f, nb);
     if (m->cfg.normalization == MC_NORM_LAYERNORM)
-        mc_k_layernorm_bwd(be, dx, dw, db, dout, x, P(m, w), mean, rstd, m->Nl, C);
+        mc_k_layernorm_bwd(be, dx, dw, db, dout, x, param_val(m, w), mean, rstd, m->Nl, C);
     else
-        mc_k_rmsnorm_bwd(be, dx, dw, dout, x, P(m, w), rstd, m->Nl, C);
+        mc_k_rmsnorm_bwd(be, dx, dw, dout, x, param_val(m, w), rstd, m->Nl, C);
     if (!m->sp) return MC_OK;
     TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->nrm_g, nb, err));
-    mc_k_acc(be, G(m, w), m->nrm_g, C);
-    if (b >= 0) mc_k_acc(be, G(m, b), m->nrm_g + C, C);
+    mc_k_acc(be, param_grad(m, w), m->nrm_g, C);
+    if (b >= 0) mc_k_acc(be, param_grad(m, b), m->nrm_g + C, C);
     return MC_OK;
 }
 
@@ -365,8 +365,9 @@ static mc_status tp_reduce(mc_model *m, float *full, float *local, float **out, 
 static mc_status row_parallel_fwd(mc_model *m, float **out, const float *x, int w, int b, size_t I,
                                   mc_error *err)
 {
-    const float *bias = m->grid.tp_rank == 0 ? P(m, b) : NULL;
-    mc_k_linear_fwd(m->be, m->prec, m->tmp, x, P(m, w), PB(m, w), bias, m->N, I, m->C, 0.0f);
+    const float *bias = m->grid.tp_rank == 0 ? param_val(m, b) : NULL;
+    mc_k_linear_fwd(m->be, m->prec, m->tmp, x, param_val(m, w), param_bf16(m, w), bias, m->N, I,
+                    m->C, 0.0f);
     return tp_reduce(m, m->tmp, m->loc, out, err);
 }
 
@@ -386,8 +387,8 @@ static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error
     round_weight(m, lp->fc2_w);
     norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
     TRY(tp_gather(m, a->ln1, &h, err));
-    mc_k_linear_fwd(be, m->prec, m->qkv, h, P(m, lp->qkv_w), PB(m, lp->qkv_w), P(m, lp->qkv_b),
-                    N, C, m->qkv_out, 0.0f);
+    mc_k_linear_fwd(be, m->prec, m->qkv, h, param_val(m, lp->qkv_w), param_bf16(m, lp->qkv_w),
+                    param_val(m, lp->qkv_b), N, C, m->qkv_out, 0.0f);
     mc_k_qkv_split(be, a->q, a->k, a->v, m->qkv, N, m->Ql, m->Gl, D);
     if (c->position_embedding_type == MC_POS_ROPE) {
         mc_k_rope_fwd(be, a->q, B, T, m->Ql, D, c->rotary_base, 0);
@@ -400,8 +401,8 @@ static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error
 
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
     TRY(tp_gather(m, a->ln2, &h, err));
-    mc_k_linear_fwd(be, m->prec, a->fc1, h, P(m, lp->fc1_w), PB(m, lp->fc1_w), P(m, lp->fc1_b),
-                    N, C, m->fc1_out, 0.0f);
+    mc_k_linear_fwd(be, m->prec, a->fc1, h, param_val(m, lp->fc1_w), param_bf16(m, lp->fc1_w),
+                    param_val(m, lp->fc1_b), N, C, m->fc1_out, 0.0f);
     if (c->swiglu)
         mc_k_swiglu_fwd(be, a->act, a->fc1, N, m->Fl);
     else
@@ -428,8 +429,8 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
      * sequence parallelism: the gather of its output gradient). */
     TRY(tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->dact, 0.0f, N * m->Fl);
-    mc_k_linear_bwd(be, pr, m->dact, G(m, lp->fc2_w), G(m, lp->fc2_b), dy, a->act,
-                    P(m, lp->fc2_w), PB(m, lp->fc2_w), N, m->Fl, C);
+    mc_k_linear_bwd(be, pr, m->dact, param_grad(m, lp->fc2_w), param_grad(m, lp->fc2_b), dy, a->act,
+                    param_val(m, lp->fc2_w), param_bf16(m, lp->fc2_w), N, m->Fl, C);
     mc_k_fill(be, m->dfc1, 0.0f, N * m->fc1_out);
     if (c->swiglu)
         mc_k_swiglu_bwd(be, m->dfc1, m->dact, a->fc1, N, m->Fl);
@@ -437,16 +438,16 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
         mc_k_gelu_bwd(be, m->dfc1, m->dact, a->fc1, N * m->Fl);
     TRY(tp_gather(m, a->ln2, &x, err));
     mc_k_fill(be, m->dln, 0.0f, N * C);
-    mc_k_linear_bwd(be, pr, m->dln, G(m, lp->fc1_w), G(m, lp->fc1_b), m->dfc1, x,
-                    P(m, lp->fc1_w), PB(m, lp->fc1_w), N, C, m->fc1_out);
+    mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b), m->dfc1, x,
+                    param_val(m, lp->fc1_w), param_bf16(m, lp->fc1_w), N, C, m->fc1_out);
     TRY(tp_reduce(m, m->dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, err));
 
     /* Attention branch. */
     TRY(tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->datt, 0.0f, N * m->Ql * D);
-    mc_k_linear_bwd(be, pr, m->datt, G(m, lp->proj_w), G(m, lp->proj_b), dy, a->att,
-                    P(m, lp->proj_w), PB(m, lp->proj_w), N, m->Ql * D, C);
+    mc_k_linear_bwd(be, pr, m->datt, param_grad(m, lp->proj_w), param_grad(m, lp->proj_b), dy,
+                    a->att, param_val(m, lp->proj_w), param_bf16(m, lp->proj_w), N, m->Ql * D, C);
     mc_k_fill(be, m->dq, 0.0f, N * m->Ql * D);
     mc_k_fill(be, m->dk, 0.0f, N * m->Gl * D);
     mc_k_fill(be, m->dv, 0.0f, N * m->Gl * D);
@@ -461,8 +462,8 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     mc_k_qkv_split_bwd(be, dqkv, m->dq, m->dk, m->dv, N, m->Ql, m->Gl, D);
     TRY(tp_gather(m, a->ln1, &x, err));
     mc_k_fill(be, m->dln, 0.0f, N * C);
-    mc_k_linear_bwd(be, pr, m->dln, G(m, lp->qkv_w), G(m, lp->qkv_b), dqkv, x,
-                    P(m, lp->qkv_w), PB(m, lp->qkv_w), N, C, m->qkv_out);
+    mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->qkv_w), param_grad(m, lp->qkv_b), dqkv, x,
+                    param_val(m, lp->qkv_w), param_bf16(m, lp->qkv_w), N, C, m->qkv_out);
     TRY(tp_reduce(m, m->dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, err));
     return MC_OK;
@@ -485,7 +486,8 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
         size_t R = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
         const float *x = lnf + r0 * C;
         const int32_t *tgt = sl->targets + r0;
-        mc_k_linear_fwd(be, m->prec, m->logits, x, P(m, w), PB(m, w), NULL, R, C, vl, 0.0f);
+        mc_k_linear_fwd(be, m->prec, m->logits, x, param_val(m, w), param_bf16(m, w), NULL, R, C,
+                        vl, 0.0f);
         mc_k_xent_max(be, m->rowmax + r0, m->logits, R, vl);
         TRY(mc_allreduce_max(&m->grid, MC_GROUP_TP, be, m->rowmax + r0, R, err));
         mc_k_xent_sumexp(be, m->sumexp + r0, m->tlogit + r0, m->logits, m->rowmax + r0, tgt,
@@ -496,8 +498,8 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
         if (!backward) continue;
         mc_k_xent_bwd(be, m->logits, m->logits, m->rowmax + r0, m->sumexp + r0, tgt, m->v0, R, vl,
                       NULL, scale);
-        mc_k_linear_bwd(be, m->prec, m->dln + r0 * C, G(m, w), NULL, m->logits, x, P(m, w),
-                        PB(m, w), R, C, vl);
+        mc_k_linear_bwd(be, m->prec, m->dln + r0 * C, param_grad(m, w), NULL, m->logits, x,
+                        param_val(m, w), param_bf16(m, w), R, C, vl);
     }
     /* column-parallel (over the vocabulary): sum the input gradient */
     if (backward) TRY(tp_reduce(m, m->dln, m->loc, dl, err));
@@ -574,9 +576,9 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
          * parallelism), then positions. */
         float *x0 = sl->acts[m->lidx[l0]].res, *e = m->sp ? m->tmp : x0;
         size_t pos0 = m->sp ? (size_t)m->grid.tp_rank * m->Tl : 0;
-        mc_k_embed_fwd(be, e, sl->tokens, N, P(m, m->wte), m->v0, m->vl, C);
+        mc_k_embed_fwd(be, e, sl->tokens, N, param_val(m, m->wte), m->v0, m->vl, C);
         TRY(tp_reduce(m, e, x0, &x0, err));
-        if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, P(m, m->wpe), B, m->Tl, C, pos0);
+        if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, param_val(m, m->wpe), B, m->Tl, C, pos0);
     }
     float *res_out = chunk_out(m, sl, chunk);
     for (int l = l0; l < l1; l++)
@@ -637,8 +639,8 @@ mc_status mc_model_backward_chunk(mc_model *m, int chunk, int slot, const float 
          * every row). */
         const float *dx0;
         TRY(tp_gather(m, m->dres, &dx0, err));
-        mc_k_embed_bwd(be, G(m, m->wte), dx0, sl->tokens, N, m->v0, m->vl, C);
-        if (m->wpe >= 0) mc_k_posemb_bwd(be, G(m, m->wpe), dx0, B, T, C, 0);
+        mc_k_embed_bwd(be, param_grad(m, m->wte), dx0, sl->tokens, N, m->v0, m->vl, C);
+        if (m->wpe >= 0) mc_k_posemb_bwd(be, param_grad(m, m->wpe), dx0, B, T, C, 0);
     } else if (din) {
         *din = m->dres;
     }

@@ -3,8 +3,12 @@
  * (lib/mc/distopt.h says what it computes and how the loop calls it): the
  * shard of the flat buffer each rank owns, the pieces of the step cut to it,
  * the gradient reduce-scatter, the parameter all-gather (blocking or
- * overlapped), and the moments' gather and scatter for checkpoints. Also
- * the plain optimizer's gradient all-reduce, so the loop calls one function.
+ * overlapped), and the moments' gather and scatter for checkpoints. Built
+ * on lib/train/optim.c's primitives (optim_internal.h), which never call
+ * back here. The public entry points whose work depends on the optimizer's
+ * kind are here too, for both kinds: the step, freeing, the gradient
+ * reduction (the plain optimizer's all-reduce as well, so the loop calls
+ * one function) and the moments for checkpoints.
  *
  * Why a main part plus a tail element instead of Megatron's padded buffer:
  * mc_reduce_scatter_sum and mc_allgather move DP equal chunks of one
@@ -33,60 +37,6 @@
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 static size_t zmin(size_t a, size_t b) { return a < b ? a : b; }
 
-/* ------------------------------------------------------------ layout */
-
-mc_status mc_optim_dist_layout(mc_optim *o, mc_error *err)
-{
-    size_t lo = 0, hi = o->numel;
-    o->dp = 1;
-    o->dp_rank = 0;
-    o->q = o->numel;
-    o->t = 0;
-    o->tail = SIZE_MAX;
-    if (o->distributed) {
-        o->dp = mc_grid_group_size(o->grid, MC_GROUP_DP_CP);
-        o->dp_rank = mc_grid_group_rank(o->grid, MC_GROUP_DP_CP);
-        if (o->dp < 1 || o->dp_rank < 0)
-            return mc_error_set(err, MC_ERR_INTERNAL,
-                                "distributed optimizer: this rank has no place in the %s",
-                                mc_group_name(MC_GROUP_DP_CP));
-        size_t dp = (size_t)o->dp, r = (size_t)o->dp_rank;
-        o->q = o->numel / dp;
-        o->t = o->numel - dp * o->q;
-        lo = r * o->q;
-        hi = lo + o->q;
-        if (r < o->t)
-            o->tail = dp * o->q + r;
-        o->scratch = mc_balloc(o->be, (2 * dp + 2) * sizeof(float), err);
-        if (!o->scratch)
-            return err ? err->code : MC_ERR_NOMEM;
-    }
-    o->mnumel = (hi - lo) + (o->tail != SIZE_MAX);
-
-    /* Each span gives at most one main piece and the tail piece. */
-    o->pieces = calloc(2 * o->nspans + 1, sizeof *o->pieces);
-    if (!o->pieces)
-        return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
-    for (size_t i = 0; i < o->nspans; i++) {
-        const mc_optim_span *s = &o->spans[i];
-        size_t a = zmax(s->offset, lo), b = zmin(s->offset + s->n, hi);
-        if (a >= b)
-            continue;
-        o->pieces[o->npieces++] = (mc_optim_piece){o->params + a, o->grads + a, a - lo, a, b - a,
-                                                   s->decay, s->in_norm};
-    }
-    /* The tail element comes last in the buffer, and so in the pieces. A
-     * tail that falls in a gap between parameters gets no piece: like the
-     * gaps of the main part, it is moved but never updated. */
-    for (size_t i = 0; i < o->nspans && o->tail != SIZE_MAX; i++) {
-        const mc_optim_span *s = &o->spans[i];
-        if (o->tail >= s->offset && o->tail < s->offset + s->n)
-            o->pieces[o->npieces++] = (mc_optim_piece){o->params + o->tail, TAIL_GRAD_OUT(o),
-                                                       hi - lo, o->tail, 1, s->decay, s->in_norm};
-    }
-    return MC_OK;
-}
-
 /* ------------------------------------------------------------ constructors */
 
 mc_status mc_optim_new_distributed(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
@@ -94,8 +44,41 @@ mc_status mc_optim_new_distributed(mc_backend *be, const mc_grid *g, const mc_op
                                    size_t nps, int overlap_param_gather, mc_optim **out,
                                    mc_error *err)
 {
-    return mc_optim_create(be, g, c, params, grads, numel, ps, nps, 1, overlap_param_gather != 0,
-                           out, err);
+    *out = NULL;
+    mc_optim *o;
+    mc_status st = mc_optim_alloc(be, g, c, params, grads, numel, ps, nps, &o, err);
+    if (st)
+        return st;
+    o->distributed = 1;
+    o->overlap = overlap_param_gather != 0;
+    o->dp = mc_grid_group_size(o->grid, MC_GROUP_DP_CP);
+    o->dp_rank = mc_grid_group_rank(o->grid, MC_GROUP_DP_CP);
+    if (o->dp < 1 || o->dp_rank < 0) {
+        st = mc_error_set(err, MC_ERR_INTERNAL,
+                          "distributed optimizer: this rank has no place in the %s",
+                          mc_group_name(MC_GROUP_DP_CP));
+        mc_optim_destroy(o);
+        return st;
+    }
+    /* The shard: main part [lo, hi) and the tail element, if any. */
+    size_t dp = (size_t)o->dp, r = (size_t)o->dp_rank;
+    o->q = o->numel / dp;
+    o->t = o->numel - dp * o->q;
+    size_t lo = r * o->q, hi = lo + o->q;
+    if (r < o->t)
+        o->tail = dp * o->q + r;
+    o->scratch = mc_balloc(o->be, (2 * dp + 2) * sizeof(float), err);
+    if (!o->scratch)
+        st = err ? err->code : MC_ERR_NOMEM;
+    /* The pieces cut to the shard; the tail's gradient is the scratch's. */
+    if (!st)
+        st = mc_optim_cut_pieces(o, lo, hi, o->tail, TAIL_GRAD_OUT(o), err);
+    if (st) {
+        mc_optim_destroy(o);
+        return st;
+    }
+    *out = o;
+    return MC_OK;
 }
 
 mc_status mc_optim_new_distributed_for_model(mc_backend *be, const mc_grid *g,
@@ -109,11 +92,22 @@ mc_status mc_optim_new_distributed_for_model(mc_backend *be, const mc_grid *g,
         return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
     for (size_t i = 0; i < nps; i++)
         ps[i] = *mc_model_param(m, i);
-    mc_status st = mc_optim_create(be, g, c, mc_model_params(m), mc_model_grads(m),
-                                   mc_model_numel(m), ps, nps, 1, overlap_param_gather != 0, out,
-                                   err);
+    mc_status st = mc_optim_new_distributed(be, g, c, mc_model_params(m), mc_model_grads(m),
+                                            mc_model_numel(m), ps, nps, overlap_param_gather,
+                                            out, err);
     free(ps);
     return st;
+}
+
+void mc_optim_free(mc_optim *o)
+{
+    if (!o)
+        return;
+    /* A parameter gather still in flight owns the buffers: finish it (its
+     * error, if any, has nowhere to go; the job is ending anyway). */
+    mc_error ignored;
+    mc_optim_wait_params(o, &ignored);
+    mc_optim_destroy(o);
 }
 
 int mc_optim_is_distributed(const mc_optim *o) { return o->distributed; }
@@ -155,7 +149,9 @@ mc_status mc_optim_reduce_grads(mc_optim *o, mc_error *err)
     return MC_OK;
 }
 
-mc_status mc_optim_dist_before_step(mc_optim *o, mc_error *err)
+/* Before the update: the distributed optimizer checks the gradients were
+ * reduced and finishes a pending parameter gather. */
+static mc_status before_step(mc_optim *o, mc_error *err)
 {
     int reduced = o->reduced;
     o->reduced = 0;
@@ -178,7 +174,9 @@ static void tail_params_land(mc_optim *o)
                  o->t * sizeof(float));
 }
 
-mc_status mc_optim_dist_after_step(mc_optim *o, mc_error *err)
+/* After the update: the distributed optimizer starts (overlap) or runs the
+ * parameter all-gather. */
+static mc_status after_step(mc_optim *o, mc_error *err)
 {
     if (!o->distributed || o->dp == 1)
         return MC_OK;
@@ -232,7 +230,31 @@ mc_status mc_optim_wait_params(mc_optim *o, mc_error *err)
     return MC_OK;
 }
 
+mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss_scale,
+                        mc_optim_result *r, mc_error *err)
+{
+    mc_status st = before_step(o, err);
+    if (st)
+        return st;
+    /* Megatron's grad-stats group. The plain optimizer's gradients are
+     * already summed over data parallelism, so the norm and the overflow
+     * flag are reduced over the model-parallel group only; the distributed
+     * one holds a shard of them, so every rank (data x model parallel)
+     * contributes its part. */
+    mc_group_kind stats_group = o->distributed ? MC_GROUP_WORLD : MC_GROUP_MP;
+    if ((st = mc_optim_update(o, stats_group, lr, weight_decay, loss_scale, r, err)))
+        return st;
+    if (r->found_inf)
+        return MC_OK;
+    return after_step(o, err);
+}
+
 /* ------------------------------------------------------------ checkpoints */
+
+/* The whole-buffer moments exist only for the plain optimizer; the
+ * distributed one's checkpoints go through mc_optim_gather_moments. */
+float *mc_optim_exp_avg(mc_optim *o) { return o->distributed ? NULL : o->m; }
+float *mc_optim_exp_avg_sq(mc_optim *o) { return o->distributed ? NULL : o->v; }
 
 static mc_status check_range(const mc_optim *o, size_t offset, size_t n, const char *what,
                              mc_error *err)

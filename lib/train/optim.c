@@ -7,8 +7,11 @@
  * parameters that share a weight-decay group and a norm rule, so one step is
  * a handful of mc_k_sumsq and mc_k_adamw calls rather than one per tensor.
  * The step runs over "pieces": the spans themselves, or, for the
- * distributed optimizer, the spans cut to this rank's data-parallel shard
- * (lib/train/distopt.c lays them out and does the communication).
+ * distributed optimizer, the spans cut to this rank's data-parallel shard.
+ * This file is the plain optimizer and the primitives the distributed one
+ * builds on (optim_internal.h); lib/train/distopt.c lays out the shard, does
+ * the communication, and holds the entry points that depend on the kind
+ * (mc_optim_step, mc_optim_free, ...). Nothing here calls distopt.c.
  * Only kernels touch the elements; this file does the bookkeeping.
  */
 #ifdef HAVE_CONFIG_H
@@ -19,6 +22,7 @@
 #include "optim_internal.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,9 +96,9 @@ static int cmp_param_offset(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-mc_status mc_optim_create(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
-                          float *params, float *grads, size_t numel, const mc_param *ps,
-                          size_t nps, int distributed, int overlap, mc_optim **out, mc_error *err)
+mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
+                         float *params, float *grads, size_t numel, const mc_param *ps,
+                         size_t nps, mc_optim **out, mc_error *err)
 {
     *out = NULL;
     if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
@@ -109,7 +113,7 @@ mc_status mc_optim_create(mc_backend *be, const mc_grid *g, const mc_optim_confi
         o->spans = calloc(nps ? nps : 1, sizeof *o->spans);
     if (!o || !order || !o->spans) {
         free(order);
-        mc_optim_free(o);
+        mc_optim_destroy(o);
         return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
     }
     o->be = be;
@@ -118,8 +122,12 @@ mc_status mc_optim_create(mc_backend *be, const mc_grid *g, const mc_optim_confi
     o->params = params;
     o->grads = grads;
     o->numel = numel;
-    o->distributed = distributed;
-    o->overlap = overlap;
+    /* The whole buffer on one rank until distopt.c lays out a shard. */
+    o->dp = 1;
+    o->dp_rank = 0;
+    o->q = numel;
+    o->t = 0;
+    o->tail = SIZE_MAX;
 
     /* Spans in buffer order; adjacent parameters with the same rules merge. */
     for (size_t i = 0; i < nps; i++)
@@ -131,7 +139,7 @@ mc_status mc_optim_create(mc_backend *be, const mc_grid *g, const mc_optim_confi
         const mc_param *p = order[i];
         if (p->offset < end || p->offset + p->numel > numel) {
             free(order);
-            mc_optim_free(o);
+            mc_optim_destroy(o);
             return mc_error_set(err, MC_ERR_INTERNAL,
                                 "optimizer: parameter %s [%zu, %zu) overlaps another or lies "
                                 "outside the buffer of %zu elements",
@@ -155,21 +163,43 @@ mc_status mc_optim_create(mc_backend *be, const mc_grid *g, const mc_optim_confi
             o->spans[o->nspans++] = s;
     }
     free(order);
-
-    /* The pieces this rank updates and the size of its moments: every span
-     * for the plain optimizer, the spans cut to the shard when distributed. */
-    mc_status st = mc_optim_dist_layout(o, err);
-    if (st) {
-        mc_optim_free(o);
-        return st;
-    }
-    o->m = mc_balloc(be, (o->mnumel ? o->mnumel : 1) * sizeof(float), err);
-    o->v = o->m ? mc_balloc(be, (o->mnumel ? o->mnumel : 1) * sizeof(float), err) : NULL;
-    if (!o->m || !o->v) {
-        mc_optim_free(o);
-        return err ? err->code : MC_ERR_NOMEM;
-    }
     *out = o;
+    return MC_OK;
+}
+
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+static size_t zmin(size_t a, size_t b) { return a < b ? a : b; }
+
+mc_status mc_optim_cut_pieces(mc_optim *o, size_t lo, size_t hi, size_t tail, float *tail_grad,
+                              mc_error *err)
+{
+    o->mnumel = (hi - lo) + (tail != SIZE_MAX);
+
+    /* Each span gives at most one main piece and the tail piece. */
+    o->pieces = calloc(2 * o->nspans + 1, sizeof *o->pieces);
+    if (!o->pieces)
+        return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
+    for (size_t i = 0; i < o->nspans; i++) {
+        const mc_optim_span *s = &o->spans[i];
+        size_t a = zmax(s->offset, lo), b = zmin(s->offset + s->n, hi);
+        if (a >= b)
+            continue;
+        o->pieces[o->npieces++] = (mc_optim_piece){o->params + a, o->grads + a, a - lo, a, b - a,
+                                                   s->decay, s->in_norm};
+    }
+    /* The tail element comes last in the buffer, and so in the pieces. A
+     * tail that falls in a gap between parameters gets no piece: like the
+     * gaps of the main part, it is moved but never updated. */
+    for (size_t i = 0; i < o->nspans && tail != SIZE_MAX; i++) {
+        const mc_optim_span *s = &o->spans[i];
+        if (tail >= s->offset && tail < s->offset + s->n)
+            o->pieces[o->npieces++] = (mc_optim_piece){o->params + tail, tail_grad, hi - lo, tail,
+                                                       1, s->decay, s->in_norm};
+    }
+    o->m = mc_balloc(o->be, (o->mnumel ? o->mnumel : 1) * sizeof(float), err);
+    o->v = o->m ? mc_balloc(o->be, (o->mnumel ? o->mnumel : 1) * sizeof(float), err) : NULL;
+    if (!o->m || !o->v)
+        return err ? err->code : MC_ERR_NOMEM;
     return MC_OK;
 }
 
@@ -177,7 +207,18 @@ mc_status mc_optim_new(mc_backend *be, const mc_grid *g, const mc_optim_config *
                        float *grads, size_t numel, const mc_param *ps, size_t nps, mc_optim **out,
                        mc_error *err)
 {
-    return mc_optim_create(be, g, c, params, grads, numel, ps, nps, 0, 0, out, err);
+    *out = NULL;
+    mc_optim *o;
+    mc_status st = mc_optim_alloc(be, g, c, params, grads, numel, ps, nps, &o, err);
+    if (st)
+        return st;
+    /* Every span is a piece; the moments cover the whole buffer. */
+    if ((st = mc_optim_cut_pieces(o, 0, numel, SIZE_MAX, NULL, err))) {
+        mc_optim_destroy(o);
+        return st;
+    }
+    *out = o;
+    return MC_OK;
 }
 
 mc_status mc_optim_new_for_model(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
@@ -195,14 +236,10 @@ mc_status mc_optim_new_for_model(mc_backend *be, const mc_grid *g, const mc_opti
     return st;
 }
 
-void mc_optim_free(mc_optim *o)
+void mc_optim_destroy(mc_optim *o)
 {
     if (!o)
         return;
-    /* A parameter gather still in flight owns the buffers: finish it (its
-     * error, if any, has nowhere to go; the job is ending anyway). */
-    mc_error ignored;
-    mc_optim_wait_params(o, &ignored);
     if (o->m)
         mc_bfree(o->be, o->m);
     if (o->v)
@@ -214,12 +251,10 @@ void mc_optim_free(mc_optim *o)
     free(o);
 }
 
-mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss_scale,
-                        mc_optim_result *r, mc_error *err)
+mc_status mc_optim_update(mc_optim *o, mc_group_kind stats_group, double lr, double weight_decay,
+                          double loss_scale, mc_optim_result *r, mc_error *err)
 {
-    mc_status st = mc_optim_dist_before_step(o, err);
-    if (st)
-        return st;
+    mc_status st;
     /* Sum of squares of the scaled gradients: what this rank counts toward
      * the norm, and everything it updates (for the finiteness check). The
      * finiteness test reads the double sums: a float gradient squared
@@ -236,12 +271,7 @@ mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss
     }
     if (isnan(stats[0]) || isinf(stats[0]))
         stats[1] = 1.0;
-    /* Megatron's grad-stats group. The plain optimizer's gradients are
-     * already summed over data parallelism, so the norm and the overflow
-     * flag are reduced over the model-parallel group only; the distributed
-     * one holds a shard of them, so every rank (data x model parallel)
-     * contributes its part. */
-    mc_group_kind stats_group = o->distributed ? MC_GROUP_WORLD : MC_GROUP_MP;
+    /* Megatron's grad-stats group (the caller's choice, mc_optim_step). */
     if ((st = mc_allreduce_sum_f64(o->grid, stats_group, stats, 2, err)))
         return st;
 
@@ -271,13 +301,9 @@ mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss
                    (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd, (float)bc1,
                    (float)bc2, gscale);
     }
-    return mc_optim_dist_after_step(o, err);
+    return MC_OK;
 }
 
-/* The whole-buffer moments exist only for the plain optimizer; the
- * distributed one's checkpoints go through mc_optim_gather_moments. */
-float *mc_optim_exp_avg(mc_optim *o) { return o->distributed ? NULL : o->m; }
-float *mc_optim_exp_avg_sq(mc_optim *o) { return o->distributed ? NULL : o->v; }
 size_t mc_optim_numel(const mc_optim *o) { return o->numel; }
 int64_t mc_optim_steps(const mc_optim *o) { return o->steps; }
 void mc_optim_set_steps(mc_optim *o, int64_t steps) { o->steps = steps; }

@@ -1,8 +1,13 @@
 /*
- * optim_internal.h - the optimizer's state, shared by lib/train/optim.c
- * (spans, the step) and lib/train/distopt.c (the data-parallel shard, the
- * gradient reduce-scatter, the parameter all-gather, moments for
- * checkpoints). Not installed.
+ * optim_internal.h - the optimizer's state and primitives, shared by
+ * lib/train/optim.c and lib/train/distopt.c. The calls go one way:
+ * optim.c is the plain optimizer (spans, pieces, the AdamW update, the
+ * moments' storage) and never calls distopt.c; distopt.c builds the
+ * distributed optimizer on optim.c's primitives (the data-parallel shard,
+ * the gradient reduce-scatter, the parameter all-gather, moments for
+ * checkpoints) and holds the public entry points whose work depends on the
+ * optimizer's kind, so every branch on o->distributed is there. Not
+ * installed.
  */
 #ifndef MC_OPTIM_INTERNAL_H
 #define MC_OPTIM_INTERNAL_H
@@ -57,18 +62,26 @@ struct mc_optim {
     int gather_pending;
 };
 
-/* distopt.c: the pieces of o (spans, or spans intersected with the shard)
- * and the moments' size; called once by the constructor after the spans. */
-/* optim.c: the constructor of both optimizers. */
-mc_status mc_optim_create(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
-                          float *params, float *grads, size_t numel, const mc_param *ps,
-                          size_t nps, int distributed, int overlap, mc_optim **out, mc_error *err);
+/* ---- optim.c's primitives, for distopt.c ---- */
 
-mc_status mc_optim_dist_layout(mc_optim *o, mc_error *err);
-/* Around the AdamW updates of mc_optim_step: before checks the gradients
- * were reduced (distributed) and finishes a pending parameter gather; after
- * starts (overlap) or runs the parameter all-gather. No-ops when plain. */
-mc_status mc_optim_dist_before_step(mc_optim *o, mc_error *err);
-mc_status mc_optim_dist_after_step(mc_optim *o, mc_error *err);
+/* A new optimizer over the buffers with its spans, the whole buffer on one
+ * rank (dp 1, q numel, no tail), not distributed, with no pieces or moments
+ * yet: mc_optim_cut_pieces comes next. Checks the configuration. */
+mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
+                         float *params, float *grads, size_t numel, const mc_param *ps,
+                         size_t nps, mc_optim **out, mc_error *err);
+/* The pieces this rank updates, the spans cut to elements [lo, hi) and to
+ * element tail (SIZE_MAX: none) whose gradient is read from tail_grad, and
+ * the moments, (hi - lo) + (tail != SIZE_MAX) floats each; once, after
+ * mc_optim_alloc. */
+mc_status mc_optim_cut_pieces(mc_optim *o, size_t lo, size_t hi, size_t tail, float *tail_grad,
+                              mc_error *err);
+/* The step's arithmetic over the pieces: the norm and finiteness of the
+ * gradients (summed over stats_group), clipping and AdamW. r->found_inf:
+ * nothing was updated. */
+mc_status mc_optim_update(mc_optim *o, mc_group_kind stats_group, double lr, double weight_decay,
+                          double loss_scale, mc_optim_result *r, mc_error *err);
+/* Free o and what it holds (nothing may be in flight). NULL is a no-op. */
+void mc_optim_destroy(mc_optim *o);
 
 #endif

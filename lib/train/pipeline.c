@@ -211,7 +211,7 @@ static float *dout_of(ipipe *p, int c, int64_t k)
 }
 
 /* Megatron's W. */
-static int64_t iwarmup(const ipipe *p)
+static int64_t interleaved_warmup(const ipipe *p)
 {
     int64_t total = p->M * p->v;
     if (!p->backward || p->M == p->pp) return total;
@@ -226,7 +226,7 @@ int mc_pipeline_model_slots(const mc_model *m, const mc_grid *g, int64_t num_mic
     /* Micro-batch k holds its slot from its chunk-0 forward to its chunk-0
      * backward, in order: replay the compute order and count. */
     ipipe p = {.pp = g->pp, .rank = g->pp_rank, .v = v, .M = num_micro, .backward = 1};
-    int64_t total = num_micro * v, w = iwarmup(&p), f0 = 0, b0 = 0, most = 1;
+    int64_t total = num_micro * v, w = interleaved_warmup(&p), f0 = 0, b0 = 0, most = 1;
     for (int64_t t = 0; t < 2 * total; t++) {
         /* event t: forwards 0..w-1, then F(w+i) B(i) pairs, then backwards */
         int64_t fj = -1, bj = -1;
@@ -243,8 +243,8 @@ int mc_pipeline_model_slots(const mc_model *m, const mc_grid *g, int64_t num_mic
 }
 
 /* One step's exchange; NULL: nothing that way. */
-static mc_status iexchange(ipipe *p, const float *send_next, float *recv_prev,
-                           const float *send_prev, float *recv_next, mc_error *err)
+static mc_status step_exchange(ipipe *p, const float *send_next, float *recv_prev,
+                               const float *send_prev, float *recv_next, mc_error *err)
 {
     int next = (p->rank + 1) % p->pp, prev = (p->rank + p->pp - 1) % p->pp;
     mc_request *rq[4] = {NULL, NULL, NULL, NULL};
@@ -265,7 +265,7 @@ static mc_status iexchange(ipipe *p, const float *send_next, float *recv_prev,
 }
 
 /* Forward of virtual micro-batch j; *out NULL when nothing goes on. */
-static mc_status ifwd(ipipe *p, int64_t j, const float **out, mc_error *err)
+static mc_status forward_virtual(ipipe *p, int64_t j, const float **out, mc_error *err)
 {
     int c = vchunk(p, j, 1);
     int64_t k = p->nf[c]++;
@@ -286,7 +286,7 @@ static mc_status ifwd(ipipe *p, int64_t j, const float **out, mc_error *err)
     return MC_OK;
 }
 
-static mc_status ibwd(ipipe *p, int64_t j, const float **din, mc_error *err)
+static mc_status backward_virtual(ipipe *p, int64_t j, const float **din, mc_error *err)
 {
     int c = vchunk(p, j, 0);
     int64_t k = p->nb[c]++;
@@ -298,28 +298,28 @@ static mc_status ibwd(ipipe *p, int64_t j, const float **din, mc_error *err)
 }
 
 /* Where the next gradient for chunk c lands. */
-static float *inext(ipipe *p, int c) { return dout_of(p, c, p->nrb[c]++); }
+static float *next_dout(ipipe *p, int c) { return dout_of(p, c, p->nrb[c]++); }
 
 static mc_status interleaved(ipipe *p, mc_error *err)
 {
-    int64_t total = p->M * p->v, w = iwarmup(p), rest = total - w;
+    int64_t total = p->M * p->v, w = interleaved_warmup(p), rest = total - w;
     int all_warm = p->backward && w == total;
     const float *out, *din;
-    if (!p->first) TRY(iexchange(p, NULL, staging(p, 0), NULL, NULL, err));
+    if (!p->first) TRY(step_exchange(p, NULL, staging(p, 0), NULL, NULL, err));
     for (int64_t k = 0; k < w; k++) {
-        TRY(ifwd(p, k, &out, err));
+        TRY(forward_virtual(p, k, &out, err));
         int nfc = vchunk(p, k + 1, 1);
         int recv_prev = !(p->first && nfc == 0) && k != total - 1;
         float *rp = recv_prev ? staging(p, nfc) : NULL;
         if (k == w - 1 && p->backward && !all_warm)
-            TRY(iexchange(p, out, rp, NULL, p->last ? NULL : inext(p, p->v - 1), err));
+            TRY(step_exchange(p, out, rp, NULL, p->last ? NULL : next_dout(p, p->v - 1), err));
         else
-            TRY(iexchange(p, out, rp, NULL, NULL, err));
+            TRY(step_exchange(p, out, rp, NULL, NULL, err));
     }
     for (int64_t i = 0; i < rest; i++) {
         int64_t fk = i + w;
-        TRY(ifwd(p, fk, &out, err));
-        TRY(ibwd(p, i, &din, err));
+        TRY(forward_virtual(p, fk, &out, err));
+        TRY(backward_virtual(p, i, &din, err));
         int recv_prev = 1, recv_next = 1, nfc, nbc;
         if (p->first) {
             nfc = vchunk(p, fk - (p->pp - 1), 1);
@@ -336,16 +336,16 @@ static mc_status interleaved(ipipe *p, mc_error *err)
             nbc = vchunk(p, i + 1, 0);
         }
         if (i == rest - 1) recv_prev = 0;
-        TRY(iexchange(p, out, recv_prev ? staging(p, nfc) : NULL, din,
-                      recv_next ? inext(p, nbc) : NULL, err));
+        TRY(step_exchange(p, out, recv_prev ? staging(p, nfc) : NULL, din,
+                          recv_next ? next_dout(p, nbc) : NULL, err));
     }
     if (!p->backward) return MC_OK;
-    if (all_warm && !p->last) TRY(iexchange(p, NULL, NULL, NULL, inext(p, p->v - 1), err));
+    if (all_warm && !p->last) TRY(step_exchange(p, NULL, NULL, NULL, next_dout(p, p->v - 1), err));
     for (int64_t k = rest; k < total; k++) {
-        TRY(ibwd(p, k, &din, err));
+        TRY(backward_virtual(p, k, &din, err));
         int nbc = vchunk(p, k + 1, 0);
         int recv_next = !(p->last && nbc == p->v - 1) && k != total - 1;
-        TRY(iexchange(p, NULL, NULL, din, recv_next ? inext(p, nbc) : NULL, err));
+        TRY(step_exchange(p, NULL, NULL, din, recv_next ? next_dout(p, nbc) : NULL, err));
     }
     return MC_OK;
 }

@@ -43,8 +43,8 @@
 
 static int64_t padded(int64_t n) { return (n + PARAM_ALIGN - 1) / PARAM_ALIGN * PARAM_ALIGN; }
 
-/* carve() of model.c: n floats, rounded up to 64 bytes. */
-static double cv(double n) { return (double)(((int64_t)n * 4 + 63) / 64 * 64); }
+/* The bytes carve() of model.c takes for n floats: rounded up to 64. */
+static double carved(double n) { return (double)(((int64_t)n * 4 + 63) / 64 * 64); }
 
 /* Add one parameter of `local` elements. */
 static void param(mc_plan_stage *s, int64_t local)
@@ -95,13 +95,15 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, in
     double Nl = sp ? N / tp : N, chunk = N < 256 ? N : 256;
     int ln = c->normalization == MC_NORM_LAYERNORM;
     (void)first;
-    double layer = 4 * cv(Nl * C) + (ln ? 2 * cv(Nl) : 0) + 2 * cv(Nl) + 2 * cv(N * Ql * D) +
-                   2 * cv(N * Gl * D) + cv(N * Ql) + cv(N * fc1) + cv(N * Fl);
-    double slot = nl * layer + cv(Nl * C) + 2 * cv(N);
-    if (last) slot += 2 * cv(Nl * C) + (ln ? cv(Nl) : 0) + cv(Nl);
-    double shared = cv(N * qkv) + cv(N * C) + cv(Nl * C) + cv(N * C) + cv(N * Fl) + cv(N * fc1) +
-                    2 * cv(N * Ql * D) + 2 * cv(N * Gl * D) + cv(chunk * vl) + 4 * cv(N);
-    if (sp) shared += 2 * cv(N * C) + cv(Nl * C) + cv(2 * C);
+    double layer = 4 * carved(Nl * C) + (ln ? 2 * carved(Nl) : 0) + 2 * carved(Nl) +
+                   2 * carved(N * Ql * D) + 2 * carved(N * Gl * D) + carved(N * Ql) +
+                   carved(N * fc1) + carved(N * Fl);
+    double slot = nl * layer + carved(Nl * C) + 2 * carved(N);
+    if (last) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
+    double shared = carved(N * qkv) + carved(N * C) + carved(Nl * C) + carved(N * C) +
+                    carved(N * Fl) + carved(N * fc1) + 2 * carved(N * Ql * D) +
+                    2 * carved(N * Gl * D) + carved(chunk * vl) + 4 * carved(N);
+    if (sp) shared += 2 * carved(N * C) + carved(Nl * C) + carved(2 * C);
     double pipe = last ? 0 : Nl * C * 4; /* pipeline.c's gradient buffer */
     return slots * slot + shared + pipe;
 }
