@@ -1,7 +1,9 @@
 /*
  * opt.c - command-line parsing for every mc tool: @FILE argument files,
  * getopt_long driven by the tool's mc_option table, the --help text built
- * from the same table, --version, and the value parsers.
+ * from the same table, --version, and the value parsers (numbers, sizes,
+ * choices among names, the learning-rate schedule's styles): every tool's
+ * option values are parsed here.
  *
  * getopt_long keeps its state in globals (optind, optarg, optopt); mc_cli
  * resets them (optind = 0 forces glibc to reinitialize) when a parse starts,
@@ -640,4 +642,118 @@ mc_status mc_parse_size(const char *opt, const char *s, uint64_t *out, mc_error 
                             opt, s);
     *out = v * *mult;
     return MC_OK;
+}
+
+mc_status mc_parse_int(const char *opt, const char *s, int min, int max, int *out, mc_error *err)
+{
+    int64_t v;
+    mc_status st = mc_parse_i64(opt, s, min, max, &v, err);
+    if (!st)
+        *out = (int)v;
+    return st;
+}
+
+mc_status mc_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
+                       mc_error *err)
+{
+    int64_t v;
+    mc_status st = mc_parse_i64(opt, s, (int64_t)min, (int64_t)max, &v, err);
+    if (!st)
+        *out = (uint64_t)v;
+    return st;
+}
+
+mc_status mc_parse_float(const char *opt, const char *s, double min, double max, float *out,
+                         mc_error *err)
+{
+    double v;
+    mc_status st = mc_parse_double(opt, s, min, max, &v, err);
+    if (!st)
+        *out = (float)v;
+    return st;
+}
+
+/* ---- choices -------------------------------------------------------------- */
+
+const char *mc_choice_name(const mc_choice *choices, int v)
+{
+    for (const mc_choice *c = choices; c->name; c++)
+        if (c->value == v)
+            return c->name;
+    return NULL;
+}
+
+mc_status mc_parse_choice(const char *opt, const char *what, const char *s,
+                          const mc_choice *choices, int *out, mc_error *err)
+{
+    for (const mc_choice *c = choices; c->name; c++)
+        if (s && !strcmp(s, c->name)) {
+            *out = c->value;
+            return MC_OK;
+        }
+    /* The first name of each value, in the table's order: "a, b or c", or
+     * "a, b, c" after "choose from". */
+    const char *names[64];
+    size_t n = 0;
+    for (const mc_choice *c = choices; c->name && n < 64; c++)
+        if (mc_choice_name(choices, c->value) == c->name)
+            names[n++] = c->name;
+    char list[512] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < n && len < sizeof list; i++) {
+        const char *sep = i == 0 ? "" : what || i + 1 < n ? ", " : " or ";
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", sep, names[i]);
+    }
+    if (what)
+        return mc_error_set(err, MC_ERR_USAGE, "%s%s: unknown %s '%s' (choose from %s)",
+                            dashes(opt), opt, what, s ? s : "", list);
+    return mc_error_set(err, MC_ERR_USAGE, "%s%s: expected %s, got '%s'", dashes(opt), opt, list,
+                        s ? s : "");
+}
+
+/* ---- the learning-rate schedule's styles ---------------------------------- */
+
+static const mc_choice decay_styles[] = {
+    {"constant", MC_LR_CONSTANT}, {"linear", MC_LR_LINEAR}, {"cosine", MC_LR_COSINE},
+    {"inverse-square-root", MC_LR_INVERSE_SQRT}, {"WSD", MC_LR_WSD}, {NULL, 0},
+};
+static const mc_choice wsd_styles[] = {
+    {"exponential", MC_WSD_EXPONENTIAL}, {"linear", MC_WSD_LINEAR}, {"cosine", MC_WSD_COSINE},
+    {"minus_sqrt", MC_WSD_MINUS_SQRT}, {NULL, 0},
+};
+static const mc_choice wd_styles[] = {
+    {"constant", MC_WD_CONSTANT}, {"linear", MC_WD_LINEAR}, {"cosine", MC_WD_COSINE}, {NULL, 0},
+};
+
+mc_status mc_lr_decay_style_parse(const char *name, mc_lr_decay_style *out, mc_error *err)
+{
+    int v;
+    mc_status st = mc_parse_choice("--lr-decay-style", "style", name, decay_styles, &v, err);
+    if (!st)
+        *out = (mc_lr_decay_style)v;
+    return st;
+}
+
+mc_status mc_wsd_decay_style_parse(const char *name, mc_wsd_decay_style *out, mc_error *err)
+{
+    int v;
+    mc_status st = mc_parse_choice("--lr-wsd-decay-style", "style", name, wsd_styles, &v, err);
+    if (!st)
+        *out = (mc_wsd_decay_style)v;
+    return st;
+}
+
+mc_status mc_wd_incr_style_parse(const char *name, mc_wd_incr_style *out, mc_error *err)
+{
+    int v;
+    mc_status st = mc_parse_choice("--weight-decay-incr-style", "style", name, wd_styles, &v, err);
+    if (!st)
+        *out = (mc_wd_incr_style)v;
+    return st;
+}
+
+const char *mc_lr_decay_style_name(mc_lr_decay_style s)
+{
+    const char *n = mc_choice_name(decay_styles, (int)s);
+    return n ? n : "?";
 }
