@@ -456,6 +456,68 @@ void mc_cli_free(mc_cli *cli)
     cli->argc = 0;
 }
 
+/* ---- options of several words ------------------------------------------- */
+
+static int looks_like_number(const char *s)
+{
+    char *end;
+    errno = 0;
+    strtod(s, &end);
+    return *s && end != s && *end == '\0';
+}
+
+/* Which table option a "--name" or "--name=value" word selects, allowing
+ * getopt's unambiguous abbreviations; NULL when none or several. */
+static const mc_option *resolve_long(const mc_option *opts, const char *word)
+{
+    if (strncmp(word, "--", 2) || !word[2])
+        return NULL;
+    const char *name = word + 2;
+    size_t len = strcspn(name, "=");
+    const mc_option *hit = NULL;
+    int hits = 0;
+    for (const mc_option *o = opts; o->name; o++) {
+        if (strncmp(o->name, name, len))
+            continue;
+        if (strlen(o->name) == len)
+            return o; /* exact */
+        hit = o;
+        hits++;
+    }
+    return hits == 1 ? hit : NULL;
+}
+
+mc_status mc_cli_expand_nargs(mc_cli *cli, int key, mc_error *err)
+{
+    for (int i = 1; i < cli->argc; i++) {
+        const char *w = cli->argv[i];
+        if (!strcmp(w, "--"))
+            break;
+        const mc_option *o = resolve_long(cli->opts, w);
+        if (!o)
+            continue;
+        int inline_arg = strchr(w, '=') != NULL;
+        if (o->key != key) {
+            if (o->has_arg == MC_OPT_REQUIRED && !inline_arg)
+                i++; /* its argument, whatever it looks like */
+            continue;
+        }
+        int j = i + (inline_arg ? 1 : 2);
+        for (; j < cli->argc; j++) {
+            const char *v = cli->argv[j];
+            if (v[0] == '-' && !looks_like_number(v))
+                break;
+            char *nw = NULL;
+            if (asprintf(&nw, "--%s=%s", o->name, v) < 0)
+                return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+            free(cli->argv[j]);
+            cli->argv[j] = nw;
+        }
+        i = j - 1;
+    }
+    return MC_OK;
+}
+
 /* ---- --help --------------------------------------------------------------- */
 
 /* Print text word-wrapped to HELP_WIDTH: the first line continues from column

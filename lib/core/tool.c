@@ -1,6 +1,8 @@
 /*
  * tool.c - the start and the end every tool shares (tool.h): logger and
- * signals, the path on stdin, the usage message, the flush of stdout.
+ * signals (mc-train's graceful stop among them), the path on stdin, the
+ * usage message, the flush of stdout. The stop flag is the one global:
+ * a signal handler has nowhere else to write.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -10,6 +12,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "mc/file.h"
 
@@ -20,6 +23,25 @@ void mc_tool_start(mc_logger *lg, const char *prog, unsigned flags)
         mc_interrupt_install();
     if (flags & MC_TOOL_EFBIG)
         signal(SIGXFSZ, SIG_IGN);
+}
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+    stop_requested = 1;
+    signal(sig, SIG_DFL);
+}
+
+volatile sig_atomic_t *mc_tool_stop_on_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    return &stop_requested;
 }
 
 mc_status mc_tool_stdin_path(char **out, const char *no_pipe, const char *empty, mc_error *err)

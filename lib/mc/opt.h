@@ -52,6 +52,14 @@ typedef struct mc_cli {
 mc_status mc_cli_init(mc_cli *cli, const char *prog, const char *synopsis,
                       const char *summary, const mc_option *opts,
                       int argc, char **argv, mc_error *err);
+/* Options of several words, as Megatron's nargs='*' ("--data-path 0.3 A
+ * 0.7 B") where getopt gives an option one argument: call it before the
+ * first mc_cli_next. Each word after an argument of option `key` that is
+ * not an option (it does not start with '-', or it reads as a number)
+ * becomes "--NAME=WORD", its own occurrence, in order. The words of other
+ * options' arguments are skipped over (so "--save --data-path" is left to
+ * getopt), abbreviations count as getopt takes them, "--" ends the scan. */
+mc_status mc_cli_expand_nargs(mc_cli *cli, int key, mc_error *err);
 /* Next option: returns its key with *arg set (or NULL), or one of MC_CLI_*. */
 int mc_cli_next(mc_cli *cli, const char **arg, mc_error *err);
 void mc_cli_help(const mc_cli *cli, FILE *out);

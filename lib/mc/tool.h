@@ -6,6 +6,7 @@
 #ifndef MC_TOOL_H
 #define MC_TOOL_H
 
+#include <signal.h>
 #include "mc/log.h"
 #include "mc/status.h"
 
@@ -26,6 +27,12 @@ enum {
 /* The first thing in a tool's main: lg set up for prog, and the signal
  * handling of flags. */
 void mc_tool_start(mc_logger *lg, const char *prog, unsigned flags);
+
+/* mc-train's signals, installed when training starts: the first SIGTERM or
+ * SIGINT sets the flag returned (the loop finishes the iteration, saves
+ * and exits 0, as Megatron's --exit-signal-handler); the default action
+ * comes back at once, so a second signal ends the process. */
+volatile sig_atomic_t *mc_tool_stop_on_signals(void);
 
 /* The pipeline contract's input (a tool reads the path the previous one
  * printed): the next non-blank line of stdin, malloc'd into *out
