@@ -43,36 +43,21 @@ enum { KEY_HELP = INT_MAX - 1, KEY_VERSION = INT_MAX - 2 };
 
 /* ---- @FILE expansion ----------------------------------------------------- */
 
-typedef struct argvec {
-    char **v;
-    int n, cap;
-} argvec;
-
-static mc_status argvec_push(argvec *a, char *s, mc_error *err)
+/* Take the malloc'd word s (NULL: out of memory) into the list out. */
+static mc_status push_word(mc_buf *out, char *s, mc_error *err)
 {
     if (!s)
         return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-    if (a->n + 1 >= a->cap) { /* +1: keep room for the NULL terminator */
-        if (a->cap > INT_MAX / 2) {
-            free(s);
-            return mc_error_set(err, MC_ERR_LIMIT, "too many arguments");
-        }
-        int cap = a->cap ? a->cap * 2 : 16;
-        char **v = realloc(a->v, (size_t)cap * sizeof *v);
-        if (!v) {
-            free(s);
-            return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-        }
-        a->v = v;
-        a->cap = cap;
-    }
-    a->v[a->n++] = s;
-    a->v[a->n] = NULL;
-    return MC_OK;
+    mc_status st = mc_buf_nstrs(out) >= INT_MAX - 1
+                       ? mc_error_set(err, MC_ERR_LIMIT, "too many arguments")
+                       : mc_buf_push_str(out, s, err);
+    if (st)
+        free(s);
+    return st;
 }
 
 typedef struct expander {
-    argvec out;
+    mc_buf out; /* the words, malloc'd */
     int dashdash; /* a "--" was seen: everything after it is taken as is */
 } expander;
 
@@ -207,7 +192,7 @@ static mc_status expand_word(expander *x, const char *word, int expandable, int 
     if (x->dashdash || !expandable || word[0] != '@' || word[1] == '\0') {
         if (strcmp(word, "--") == 0)
             x->dashdash = 1;
-        return argvec_push(&x->out, strdup(word), err);
+        return push_word(&x->out, strdup(word), err);
     }
     if (depth >= ARGFILE_MAX_DEPTH) {
         if (from)
@@ -222,27 +207,25 @@ static mc_status expand_word(expander *x, const char *word, int expandable, int 
 
 mc_status mc_argv_expand(int argc, char **argv, int *out_argc, char ***out_argv, mc_error *err)
 {
-    expander x = {{NULL, 0, 0}, 0};
+    expander x = {MC_BUF_INIT, 0};
     mc_status st = MC_OK;
     *out_argc = 0;
     *out_argv = NULL;
     for (int i = 0; i < argc && !st; i++) {
         if (i == 0) /* the program name is never an argument file */
-            st = argvec_push(&x.out, strdup(argv[0]), err);
+            st = push_word(&x.out, strdup(argv[0]), err);
         else
             st = expand_word(&x, argv[i], 1, 0, NULL, 0, err);
     }
-    if (!st && !x.out.v) { /* argc == 0: still hand back a terminated vector */
-        x.out.v = calloc(1, sizeof *x.out.v);
-        if (!x.out.v)
-            st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-    }
+    int n = (int)mc_buf_nstrs(&x.out);
+    if (!st) /* the terminator (argc == 0: the whole vector) */
+        st = mc_buf_push_str(&x.out, NULL, err);
     if (st) {
-        mc_argv_free(x.out.n, x.out.v);
+        mc_buf_free_strs(&x.out);
         return st;
     }
-    *out_argc = x.out.n;
-    *out_argv = x.out.v;
+    *out_argc = n;
+    *out_argv = (char **)(void *)x.out.data;
     return MC_OK;
 }
 
