@@ -113,22 +113,25 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
     return MC_OK;
 }
 
+static const mc_choice dtypes[] = {
+    {"fp32", MC_CKPT_FLOAT32}, {"float32", MC_CKPT_FLOAT32}, {"bf16", MC_CKPT_BFLOAT16},
+    {"bfloat16", MC_CKPT_BFLOAT16}, {"fp16", MC_CKPT_FLOAT16}, {"float16", MC_CKPT_FLOAT16},
+    {NULL, 0},
+};
+
 /* The --dtype of hf and llmc as an mc_ckpt_dtype (-1: as stored). */
 static mc_status weight_dtype(const args *a, int *out, mc_error *err)
 {
     *out = -1;
     if (!a->dtype)
         return MC_OK;
-    if (!strcmp(a->dtype, "fp32") || !strcmp(a->dtype, "float32"))
-        *out = MC_CKPT_FLOAT32;
-    else if (!strcmp(a->dtype, "bf16") || !strcmp(a->dtype, "bfloat16"))
-        *out = MC_CKPT_BFLOAT16;
-    else if ((!strcmp(a->dtype, "fp16") || !strcmp(a->dtype, "float16")) && a->format == FMT_HF)
-        *out = MC_CKPT_FLOAT16;
-    else
+    int v;
+    if (mc_parse_choice("--dtype", NULL, a->dtype, dtypes, &v, NULL) ||
+        (v == MC_CKPT_FLOAT16 && a->format != FMT_HF))
         return mc_error_set(err, MC_ERR_USAGE, "--dtype: --format %s takes %s, got '%s'",
                             a->format == FMT_HF ? "hf" : "llmc",
                             a->format == FMT_HF ? "fp32, fp16 or bf16" : "fp32 or bf16", a->dtype);
+    *out = v;
     return MC_OK;
 }
 
