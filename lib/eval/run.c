@@ -147,8 +147,8 @@ static mc_status read_inputs(mc_eval *ev, int *int8, mc_error *err)
         char qkv[128];
         mc_ckpt_dtype dt = MC_CKPT_FLOAT32;
         snprintf(qkv, sizeof qkv, "model/decoder.layers.0.self_attention.linear_qkv.weight");
-        *int8 = mc_ckpt_has_tensor(rd, qkv) && !mc_ckpt_tensor_info(rd, qkv, NULL, NULL, &dt, NULL) &&
-                dt == MC_CKPT_INT8;
+        *int8 = mc_ckpt_has_tensor(rd, qkv) &&
+                !mc_ckpt_tensor_info(rd, qkv, NULL, NULL, &dt, NULL) && dt == MC_CKPT_INT8;
     }
     ev->info.iteration = rd ? mc_ckpt_iteration(rd) : -1;
     if (rd) snprintf(ev->ckpt_dir, sizeof ev->ckpt_dir, "%s", mc_ckpt_dir(rd));

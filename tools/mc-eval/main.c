@@ -141,7 +141,9 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         switch (key) {
         case OPT_CTX: st = mc_parse_int("--ctx-size", arg, 2, 1 << 24, &e->ctx, err); break;
         case OPT_BF16: e->bf16 = 1; break;
-        case OPT_WEIGHTS: st = mc_parse_choice("--weights", "type", arg, weight_types, &e->weights, err); break;
+        case OPT_WEIGHTS:
+            st = mc_parse_choice("--weights", "type", arg, weight_types, &e->weights, err);
+            break;
         case OPT_THREADS: st = mc_parse_int("--threads", arg, 1, 4096, &e->threads, err); break;
         case OPT_DEVICE: a->device = arg; break;
         case OPT_TP: st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 4096, &a->tp, err); break;
@@ -152,7 +154,9 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_DATA_PATH: e->data_path = arg; break;
         case OPT_TEXT_FILE: e->text_file = arg; break;
         case OPT_SPLIT: e->split = arg; break;
-        case OPT_EVAL_SPLIT: st = mc_parse_choice("--eval-split", NULL, arg, eval_splits, &e->eval_split, err); break;
+        case OPT_EVAL_SPLIT:
+            st = mc_parse_choice("--eval-split", NULL, arg, eval_splits, &e->eval_split, err);
+            break;
         case OPT_PPL_MODE: st = mc_ppl_mode_parse(arg, &e->mode, err); break;
         case OPT_STRIDE: st = mc_parse_int("--stride", arg, 1, 1 << 24, &e->stride, err); a->have_stride = 1; break;
         case OPT_CHUNKS: st = mc_parse_i64("--chunks", arg, 1, INT64_MAX, &e->chunks, err); break;
@@ -187,7 +191,9 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_TOP_K: st = mc_parse_int("--top-k", arg, 0, INT32_MAX, &e->gen.top_k, err); break;
         case OPT_TOP_P:
             st = mc_parse_double("--top-p", arg, 0, 1, &e->gen.top_p, err);
-            if (!st && e->gen.top_p <= 0) st = mc_error_set(err, MC_ERR_USAGE, "--top-p: expected a number in (0, 1], got '%s'", arg);
+            if (!st && e->gen.top_p <= 0)
+                st = mc_error_set(err, MC_ERR_USAGE,
+                                  "--top-p: expected a number in (0, 1], got '%s'", arg);
             break;
         case OPT_NO_CACHE: e->gen.no_cache = 1; break;
         case OPT_TEXT: a->text = 1; break;

@@ -174,7 +174,9 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
             st = mc_parse_i64("--tiktoken-num-special-tokens", arg, 0, 1000000,
                               &a->tok.tiktoken_num_special_tokens, err);
             break;
-        case OPT_TIKTOKEN_SPECIAL: st = mc_buf_push_split(&a->tik_special, (char *)arg, ",", err); break;
+        case OPT_TIKTOKEN_SPECIAL:
+            st = mc_buf_push_split(&a->tik_special, (char *)arg, ",", err);
+            break;
         case OPT_APPEND_EOD: a->append_eod = 1; break;
         case OPT_WORKERS: st = mc_parse_i64("--workers", arg, 1, 1024, &a->workers, err); break;
         case OPT_LOG_INTERVAL: st = mc_parse_i64("--log-interval", arg, 1, INT64_MAX, &a->log_interval, err); break;
@@ -333,7 +335,8 @@ static mc_status run_preprocess(args *a, mc_error *err) {
     mc_preprocess_stats stats;
     st = mc_preprocess_run(&c, &stats, err);
     if (st == MC_OK) {
-        const char *const *keys = a->keys.len && a->source.format == MC_INPUT_JSONL ? c.json_keys : NULL;
+        const char *const *keys =
+            a->keys.len && a->source.format == MC_INPUT_JSONL ? c.json_keys : NULL;
         size_t n = keys ? c.n_json_keys : 1;
         for (size_t k = 0; k < n && st == MC_OK; k++) {
             char prefix[4096];
@@ -412,7 +415,8 @@ static mc_status run_merge(args *a, mc_error *err) {
         return mc_error_set(err, MC_ERR_USAGE, "--merge needs --output-prefix PREFIX");
     if (!a->inputs.len)
         return mc_error_set(err, MC_ERR_USAGE, "--merge needs the dataset prefixes to merge");
-    mc_status st = mc_idx_merge(mc_buf_strs(&a->inputs), mc_buf_nstrs(&a->inputs), a->output_prefix, err);
+    mc_status st =
+        mc_idx_merge(mc_buf_strs(&a->inputs), mc_buf_nstrs(&a->inputs), a->output_prefix, err);
     if (st == MC_OK) printf("%s\n", a->output_prefix);
     return st;
 }

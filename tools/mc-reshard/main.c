@@ -331,9 +331,9 @@ static mc_status copy_tensor(job *j, mc_ckpt_writer *w, const char *group, const
     if (model && cols > 0 && a->quant != MC_CKPT_FLOAT32)
         out = a->quant;
     /* The quantizers refuse non-finite values; name the input holding one. */
+    const char *from = j->nr > 1 ? "the average" : mc_ckpt_file(j->r[0]);
     if (mc_ckpt_dtype_is_quantized(out) &&
-        (st = mc_ckpt_check_quantizable(j->nr > 1 ? "the average" : mc_ckpt_file(j->r[0]), path, rows,
-                                        cols, *buf, err)))
+        (st = mc_ckpt_check_quantizable(from, path, rows, cols, *buf, err)))
         return st;
     if ((st = mc_ckpt_write_whole(w, path, rows, cols, *buf, out, a->group_size, err)))
         return st;

@@ -353,7 +353,8 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             break;
         case OPT_SWIGLU: a->m.swiglu = 1, a->set |= SET_SWIGLU; break;
         case OPT_POS_TYPE:
-            if (!(st = mc_parse_choice("--position-embedding-type", NULL, arg, position_types, &v, err)))
+            st = mc_parse_choice("--position-embedding-type", NULL, arg, position_types, &v, err);
+            if (!st)
                 a->m.position_embedding_type = (mc_pos_kind)v;
             a->set |= SET_POS;
             break;
