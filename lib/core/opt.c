@@ -1,9 +1,9 @@
 /*
  * opt.c - command-line parsing for every mc tool: @FILE argument files,
  * getopt_long driven by the tool's mc_option table, the --help text built
- * from the same table, --version, and the value parsers (numbers, sizes,
- * choices among names, the learning-rate schedule's styles): every tool's
- * option values are parsed here.
+ * from the same table, --version, Megatron's options of several words, and
+ * the value parsers (numbers, sizes, choices among names, the learning-rate
+ * schedule's styles): every tool's option values are parsed here.
  *
  * getopt_long keeps its state in globals (optind, optarg, optopt); mc_cli
  * resets them (optind = 0 forces glibc to reinitialize) when a parse starts,

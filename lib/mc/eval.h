@@ -1,7 +1,8 @@
 /*
  * eval.h - evaluating language models (lib/eval): perplexity under
  * Megatron's, llama.cpp's and Hugging Face's rules, lm-evaluation-harness
- * tasks read from local JSONL files, and text generation.
+ * tasks read from local JSONL files, text generation, and the evaluation
+ * run that loads a checkpoint and ties them together (mc-eval's work).
  *
  * Everything runs on an inference context (mc_infer, model.h), so the same
  * code serves one process and a tensor-parallel group: every rank of the
