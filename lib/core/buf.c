@@ -1,5 +1,6 @@
 /*
- * buf.c - growable byte buffers (mc_buf) and int32 id vectors (mc_ids).
+ * buf.c - growable byte buffers (mc_buf), lists on them, and int32 id
+ * vectors (mc_ids).
  *
  * Capacity doubles so appends are amortized O(1); every size computation is
  * checked for overflow, because a length read from a corrupt file can reach
@@ -83,6 +84,54 @@ void mc_buf_free(mc_buf *b)
     b->data = NULL;
     b->len = b->cap = 0;
 }
+
+/* ---- lists ---------------------------------------------------------------- */
+
+mc_status mc_buf_push(mc_buf *b, const void *elem, size_t size, mc_error *err)
+{
+    if (mc_buf_reserve(b, size, NULL))
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    memcpy(b->data + b->len, elem, size);
+    b->len += size;
+    return MC_OK;
+}
+
+mc_status mc_buf_push_str(mc_buf *b, const char *s, mc_error *err)
+{
+    return mc_buf_push(b, &s, sizeof s, err);
+}
+
+mc_status mc_buf_push_strdup(mc_buf *b, const char *s, mc_error *err)
+{
+    char *d = strdup(s);
+    if (!d)
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    mc_status st = mc_buf_push_str(b, d, err);
+    if (st)
+        free(d);
+    return st;
+}
+
+mc_status mc_buf_push_split(mc_buf *b, char *s, const char *seps, mc_error *err)
+{
+    char *save = NULL;
+    for (char *w = strtok_r(s, seps, &save); w; w = strtok_r(NULL, seps, &save)) {
+        mc_status st = mc_buf_push_str(b, w, err);
+        if (st)
+            return st;
+    }
+    return MC_OK;
+}
+
+void mc_buf_free_strs(mc_buf *b)
+{
+    const char **v = mc_buf_strs(b);
+    for (size_t i = 0; i < mc_buf_nstrs(b); i++)
+        free((char *)v[i]);
+    mc_buf_free(b);
+}
+
+/* ---- id vectors ------------------------------------------------------------ */
 
 mc_status mc_ids_reserve(mc_ids *v, size_t extra, mc_error *err)
 {

@@ -1,7 +1,9 @@
 /*
  * opt.c - command-line parsing for every mc tool: @FILE argument files,
  * getopt_long driven by the tool's mc_option table, the --help text built
- * from the same table, --version, and the value parsers.
+ * from the same table, --version, Megatron's options of several words, and
+ * the value parsers (numbers, sizes, choices among names, the learning-rate
+ * schedule's styles): every tool's option values are parsed here.
  *
  * getopt_long keeps its state in globals (optind, optarg, optopt); mc_cli
  * resets them (optind = 0 forces glibc to reinitialize) when a parse starts,
@@ -41,36 +43,21 @@ enum { KEY_HELP = INT_MAX - 1, KEY_VERSION = INT_MAX - 2 };
 
 /* ---- @FILE expansion ----------------------------------------------------- */
 
-typedef struct argvec {
-    char **v;
-    int n, cap;
-} argvec;
-
-static mc_status argvec_push(argvec *a, char *s, mc_error *err)
+/* Take the malloc'd word s (NULL: out of memory) into the list out. */
+static mc_status push_word(mc_buf *out, char *s, mc_error *err)
 {
     if (!s)
         return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-    if (a->n + 1 >= a->cap) { /* +1: keep room for the NULL terminator */
-        if (a->cap > INT_MAX / 2) {
-            free(s);
-            return mc_error_set(err, MC_ERR_LIMIT, "too many arguments");
-        }
-        int cap = a->cap ? a->cap * 2 : 16;
-        char **v = realloc(a->v, (size_t)cap * sizeof *v);
-        if (!v) {
-            free(s);
-            return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-        }
-        a->v = v;
-        a->cap = cap;
-    }
-    a->v[a->n++] = s;
-    a->v[a->n] = NULL;
-    return MC_OK;
+    mc_status st = mc_buf_nstrs(out) >= INT_MAX - 1
+                       ? mc_error_set(err, MC_ERR_LIMIT, "too many arguments")
+                       : mc_buf_push_str(out, s, err);
+    if (st)
+        free(s);
+    return st;
 }
 
 typedef struct expander {
-    argvec out;
+    mc_buf out; /* the words, malloc'd */
     int dashdash; /* a "--" was seen: everything after it is taken as is */
 } expander;
 
@@ -205,7 +192,7 @@ static mc_status expand_word(expander *x, const char *word, int expandable, int 
     if (x->dashdash || !expandable || word[0] != '@' || word[1] == '\0') {
         if (strcmp(word, "--") == 0)
             x->dashdash = 1;
-        return argvec_push(&x->out, strdup(word), err);
+        return push_word(&x->out, strdup(word), err);
     }
     if (depth >= ARGFILE_MAX_DEPTH) {
         if (from)
@@ -220,27 +207,25 @@ static mc_status expand_word(expander *x, const char *word, int expandable, int 
 
 mc_status mc_argv_expand(int argc, char **argv, int *out_argc, char ***out_argv, mc_error *err)
 {
-    expander x = {{NULL, 0, 0}, 0};
+    expander x = {MC_BUF_INIT, 0};
     mc_status st = MC_OK;
     *out_argc = 0;
     *out_argv = NULL;
     for (int i = 0; i < argc && !st; i++) {
         if (i == 0) /* the program name is never an argument file */
-            st = argvec_push(&x.out, strdup(argv[0]), err);
+            st = push_word(&x.out, strdup(argv[0]), err);
         else
             st = expand_word(&x, argv[i], 1, 0, NULL, 0, err);
     }
-    if (!st && !x.out.v) { /* argc == 0: still hand back a terminated vector */
-        x.out.v = calloc(1, sizeof *x.out.v);
-        if (!x.out.v)
-            st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-    }
+    int n = (int)mc_buf_nstrs(&x.out);
+    if (!st) /* the terminator (argc == 0: the whole vector) */
+        st = mc_buf_push_str(&x.out, NULL, err);
     if (st) {
-        mc_argv_free(x.out.n, x.out.v);
+        mc_buf_free_strs(&x.out);
         return st;
     }
-    *out_argc = x.out.n;
-    *out_argv = x.out.v;
+    *out_argc = n;
+    *out_argv = (char **)(void *)x.out.data;
     return MC_OK;
 }
 
@@ -454,6 +439,68 @@ void mc_cli_free(mc_cli *cli)
     cli->argc = 0;
 }
 
+/* ---- options of several words ------------------------------------------- */
+
+static int looks_like_number(const char *s)
+{
+    char *end;
+    errno = 0;
+    strtod(s, &end);
+    return *s && end != s && *end == '\0';
+}
+
+/* Which table option a "--name" or "--name=value" word selects, allowing
+ * getopt's unambiguous abbreviations; NULL when none or several. */
+static const mc_option *resolve_long(const mc_option *opts, const char *word)
+{
+    if (strncmp(word, "--", 2) || !word[2])
+        return NULL;
+    const char *name = word + 2;
+    size_t len = strcspn(name, "=");
+    const mc_option *hit = NULL;
+    int hits = 0;
+    for (const mc_option *o = opts; o->name; o++) {
+        if (strncmp(o->name, name, len))
+            continue;
+        if (strlen(o->name) == len)
+            return o; /* exact */
+        hit = o;
+        hits++;
+    }
+    return hits == 1 ? hit : NULL;
+}
+
+mc_status mc_cli_expand_nargs(mc_cli *cli, int key, mc_error *err)
+{
+    for (int i = 1; i < cli->argc; i++) {
+        const char *w = cli->argv[i];
+        if (!strcmp(w, "--"))
+            break;
+        const mc_option *o = resolve_long(cli->opts, w);
+        if (!o)
+            continue;
+        int inline_arg = strchr(w, '=') != NULL;
+        if (o->key != key) {
+            if (o->has_arg == MC_OPT_REQUIRED && !inline_arg)
+                i++; /* its argument, whatever it looks like */
+            continue;
+        }
+        int j = i + (inline_arg ? 1 : 2);
+        for (; j < cli->argc; j++) {
+            const char *v = cli->argv[j];
+            if (v[0] == '-' && !looks_like_number(v))
+                break;
+            char *nw = NULL;
+            if (asprintf(&nw, "--%s=%s", o->name, v) < 0)
+                return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+            free(cli->argv[j]);
+            cli->argv[j] = nw;
+        }
+        i = j - 1;
+    }
+    return MC_OK;
+}
+
 /* ---- --help --------------------------------------------------------------- */
 
 /* Print text word-wrapped to HELP_WIDTH: the first line continues from column
@@ -640,4 +687,118 @@ mc_status mc_parse_size(const char *opt, const char *s, uint64_t *out, mc_error 
                             opt, s);
     *out = v * *mult;
     return MC_OK;
+}
+
+mc_status mc_parse_int(const char *opt, const char *s, int min, int max, int *out, mc_error *err)
+{
+    int64_t v;
+    mc_status st = mc_parse_i64(opt, s, min, max, &v, err);
+    if (!st)
+        *out = (int)v;
+    return st;
+}
+
+mc_status mc_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
+                       mc_error *err)
+{
+    int64_t v;
+    mc_status st = mc_parse_i64(opt, s, (int64_t)min, (int64_t)max, &v, err);
+    if (!st)
+        *out = (uint64_t)v;
+    return st;
+}
+
+mc_status mc_parse_float(const char *opt, const char *s, double min, double max, float *out,
+                         mc_error *err)
+{
+    double v;
+    mc_status st = mc_parse_double(opt, s, min, max, &v, err);
+    if (!st)
+        *out = (float)v;
+    return st;
+}
+
+/* ---- choices -------------------------------------------------------------- */
+
+const char *mc_choice_name(const mc_choice *choices, int v)
+{
+    for (const mc_choice *c = choices; c->name; c++)
+        if (c->value == v)
+            return c->name;
+    return NULL;
+}
+
+mc_status mc_parse_choice(const char *opt, const char *what, const char *s,
+                          const mc_choice *choices, int *out, mc_error *err)
+{
+    for (const mc_choice *c = choices; c->name; c++)
+        if (s && !strcmp(s, c->name)) {
+            *out = c->value;
+            return MC_OK;
+        }
+    /* The first name of each value, in the table's order: "a, b or c", or
+     * "a, b, c" after "choose from". */
+    const char *names[64];
+    size_t n = 0;
+    for (const mc_choice *c = choices; c->name && n < 64; c++)
+        if (mc_choice_name(choices, c->value) == c->name)
+            names[n++] = c->name;
+    char list[512] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < n && len < sizeof list; i++) {
+        const char *sep = i == 0 ? "" : what || i + 1 < n ? ", " : " or ";
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", sep, names[i]);
+    }
+    if (what)
+        return mc_error_set(err, MC_ERR_USAGE, "%s%s: unknown %s '%s' (choose from %s)",
+                            dashes(opt), opt, what, s ? s : "", list);
+    return mc_error_set(err, MC_ERR_USAGE, "%s%s: expected %s, got '%s'", dashes(opt), opt, list,
+                        s ? s : "");
+}
+
+/* ---- the learning-rate schedule's styles ---------------------------------- */
+
+static const mc_choice decay_styles[] = {
+    {"constant", MC_LR_CONSTANT}, {"linear", MC_LR_LINEAR}, {"cosine", MC_LR_COSINE},
+    {"inverse-square-root", MC_LR_INVERSE_SQRT}, {"WSD", MC_LR_WSD}, {NULL, 0},
+};
+static const mc_choice wsd_styles[] = {
+    {"exponential", MC_WSD_EXPONENTIAL}, {"linear", MC_WSD_LINEAR}, {"cosine", MC_WSD_COSINE},
+    {"minus_sqrt", MC_WSD_MINUS_SQRT}, {NULL, 0},
+};
+static const mc_choice wd_styles[] = {
+    {"constant", MC_WD_CONSTANT}, {"linear", MC_WD_LINEAR}, {"cosine", MC_WD_COSINE}, {NULL, 0},
+};
+
+mc_status mc_lr_decay_style_parse(const char *name, mc_lr_decay_style *out, mc_error *err)
+{
+    int v;
+    mc_status st = mc_parse_choice("--lr-decay-style", "style", name, decay_styles, &v, err);
+    if (!st)
+        *out = (mc_lr_decay_style)v;
+    return st;
+}
+
+mc_status mc_wsd_decay_style_parse(const char *name, mc_wsd_decay_style *out, mc_error *err)
+{
+    int v;
+    mc_status st = mc_parse_choice("--lr-wsd-decay-style", "style", name, wsd_styles, &v, err);
+    if (!st)
+        *out = (mc_wsd_decay_style)v;
+    return st;
+}
+
+mc_status mc_wd_incr_style_parse(const char *name, mc_wd_incr_style *out, mc_error *err)
+{
+    int v;
+    mc_status st = mc_parse_choice("--weight-decay-incr-style", "style", name, wd_styles, &v, err);
+    if (!st)
+        *out = (mc_wd_incr_style)v;
+    return st;
+}
+
+const char *mc_lr_decay_style_name(mc_lr_decay_style s)
+{
+    const char *n = mc_choice_name(decay_styles, (int)s);
+    return n ? n : "?";
 }

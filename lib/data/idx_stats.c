@@ -1,5 +1,6 @@
 /*
- * idx_stats.c - statistics over a whole indexed dataset (mc --inspect).
+ * idx_stats.c - statistics over a whole indexed dataset and one document's
+ * ids (mc-preprocess --inspect).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -55,5 +56,29 @@ mc_status mc_idx_unigram_entropy(const mc_idx *x, double *nats, uint64_t *n_dist
     }
     free(count);
     mc_ids_free(&ids);
+    return st;
+}
+
+void mc_idx_length_stats(const mc_idx *x, uint64_t *tokens, int64_t *min_len, int64_t *max_len)
+{
+    uint64_t n = 0;
+    int64_t mn = 0, mx = 0;
+    for (uint64_t i = 0; i < x->n_seq; i++) {
+        int32_t l = mc_idx_length(x, i);
+        n += (uint64_t)l;
+        if (i == 0 || l < mn) mn = l;
+        if (i == 0 || l > mx) mx = l;
+    }
+    *tokens = n;
+    *min_len = mn;
+    *max_len = mx;
+}
+
+mc_status mc_idx_read_document(const mc_idx *x, uint64_t doc, mc_ids *out, mc_error *err)
+{
+    int64_t s0 = mc_idx_doc_index(x, doc), s1 = mc_idx_doc_index(x, doc + 1);
+    mc_status st = MC_OK;
+    for (int64_t s = s0; s < s1 && st == MC_OK; s++)
+        st = mc_idx_read(x, (uint64_t)s, out, err);
     return st;
 }

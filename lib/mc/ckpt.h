@@ -276,6 +276,28 @@ mc_status mc_ckpt_read_tokenizer_file(mc_ckpt_reader *r, const char *which, void
 /* Copy the tokenizer (attribute and files) from r to w; none is no error. */
 mc_status mc_ckpt_copy_tokenizer(mc_ckpt_reader *r, mc_ckpt_writer *w, mc_error *err);
 
+/* ------------------------------------------------------------ comparing and averaging
+ * (lib/ckpt/compare.c) */
+
+/* Whether the checkpoints r[0..n) hold one model: each has config.model as
+ * r[0] has it (the same fields and values) or none as r[0] has none, and the
+ * same model tensors with the same shapes. MC_ERR_FORMAT names the file and
+ * the first difference ("FILE: config.model.hidden_size is 64, 32 in FILE0"). */
+mc_status mc_ckpt_same_model(mc_ckpt_reader *const *r, size_t n, mc_error *err);
+
+/* The whole tensor `path` [rows, cols] (cols 0: 1-D) of r[0] into
+ * host[rows * max(cols, 1)], or for n > 1 its element-wise mean over
+ * r[0..n): summed in double in the order of r and divided once, so that the
+ * mean of two fp32 values is the correctly rounded one. */
+mc_status mc_ckpt_read_average(mc_ckpt_reader *const *r, size_t n, const char *path, int64_t rows,
+                               int64_t cols, float *host, mc_error *err);
+
+/* MC_OK when every element of host[rows * max(cols, 1)] is finite, else
+ * MC_ERR_FORMAT "WHAT: PATH: element [i, j] is nan; only finite values can
+ * be quantized" for the first that is not (what: the file, or "the average"). */
+mc_status mc_ckpt_check_quantizable(const char *what, const char *path, int64_t rows, int64_t cols,
+                                    const float *host, mc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

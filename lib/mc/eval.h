@@ -1,7 +1,8 @@
 /*
  * eval.h - evaluating language models (lib/eval): perplexity under
  * Megatron's, llama.cpp's and Hugging Face's rules, lm-evaluation-harness
- * tasks read from local JSONL files, and text generation.
+ * tasks read from local JSONL files, text generation, and the evaluation
+ * run that loads a checkpoint and ties them together (mc-eval's work).
  *
  * Everything runs on an inference context (mc_infer, model.h), so the same
  * code serves one process and a tensor-parallel group: every rank of the
@@ -14,7 +15,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 #include "mc/buf.h"
+#include "mc/comm.h"
 #include "mc/gptdata.h"
 #include "mc/model.h"
 #include "mc/status.h"
@@ -200,6 +203,113 @@ int32_t mc_sample(const mc_gen_config *c, const float *logits, uint64_t stream, 
  * to max_new_tokens ids, appended to out. */
 mc_status mc_generate(mc_infer *inf, const mc_gen_config *c, uint64_t stream, const int32_t *prompt,
                       size_t n, mc_ids *out, mc_gen_stop *stop, mc_error *err);
+
+/* ------------------------------------------------------------ an evaluation run
+ * (lib/eval/run.c)
+ *
+ * mc-eval's work for any front end: a checkpoint's model loaded for
+ * inference on a tensor-parallel grid, then perplexity, tasks and
+ * generation run on it, each returning its result and adding it to one
+ * JSON document (its fields in mc-eval(1)). Every rank of the grid calls
+ * the same functions with the same configuration; errors every rank meets
+ * while opening are agreed (mc_ckpt_agree), so all return the same. The
+ * caller prints: results and callbacks tell it what happened. Messages
+ * name mc-eval's options (--ctx-size, --add-bos, ...). */
+
+typedef struct mc_eval_task {
+    const char *name; /* the key of its results */
+    const char *file; /* the JSONL file */
+    mc_task_kind kind;
+} mc_eval_task;
+
+typedef struct mc_eval_config {
+    /* the model */
+    const char *ckpt; /* mc_ckpt_open's path */
+    int ctx;          /* the context; 0: the checkpoint's seq_length */
+    int threads;      /* CPU threads; 0: the cores present */
+    int bf16;         /* bf16 GEMMs with fp32 accumulation */
+    int weights;      /* 0: fp32, 1: int8 codes; -1 (default): int8 when the checkpoint
+                       * stores its first linear weight as int8 */
+    /* perplexity of data_path (an indexed dataset) or text_file */
+    const char *data_path, *text_file;
+    const char *split;      /* the dataset's split weights; NULL: 969,30,1 */
+    int eval_split;         /* an mc_split; -1 (default): every document */
+    mc_ppl_mode mode;
+    int stride;             /* sliding; 0: ctx / 2 */
+    int64_t chunks;         /* windows at most; 0: all */
+    int64_t eval_samples;   /* samples: the first N; 0: all of one epoch */
+    const char *data_cache; /* samples: the dataset's index cache */
+    int add_bos;            /* the BOS id before the text and each prompt */
+    int bos_id;             /* -1 (default): the end-of-document id */
+    uint64_t seed;          /* of the samples' order and of sampling (1234) */
+    /* tasks */
+    const mc_eval_task *tasks;
+    size_t ntasks;
+    int64_t limit;   /* each task's first documents; 0: all */
+    int log_samples; /* each document's scores in the document */
+    /* generation: the lines of prompt_file ("-": stdin; empty lines
+     * skipped), then prompts[0..nprompts) */
+    const char *prompt_file;
+    const char *const *prompts;
+    size_t nprompts;
+    mc_gen_config gen; /* seed, eod and vocab_size come from the run */
+} mc_eval_config;
+
+void mc_eval_config_init(mc_eval_config *c);
+
+typedef struct mc_eval mc_eval;
+
+/* What mc_eval_open loaded. */
+typedef struct mc_eval_info {
+    const char *checkpoint; /* the iteration directory */
+    int64_t iteration;
+    int64_t parameters;     /* the whole model's */
+    int ctx;                /* the context in use */
+    int int8;               /* the linear layers run on int8 codes */
+    size_t nprompts;        /* prompts to continue */
+} mc_eval_info;
+
+/* Open the checkpoint c->ckpt: its configuration, its tokenizer (when text
+ * is involved: text_file, tasks, prompts; or add_bos), the prompts, then
+ * the model and one inference context of ctx positions on the grid g
+ * (NULL: one process). Collective over g. c must outlive the run. */
+mc_status mc_eval_open(const mc_eval_config *c, const mc_grid *g, mc_eval **out, mc_error *err);
+void mc_eval_free(mc_eval *ev); /* NULL is allowed */
+const mc_eval_info *mc_eval_get_info(const mc_eval *ev);
+/* The document of the results so far (owned by ev). */
+json_t *mc_eval_doc(mc_eval *ev);
+
+typedef struct mc_eval_ppl {
+    mc_ppl_stats s;
+    int64_t documents; /* of the dataset; -1 for a text or samples */
+    double seconds;
+} mc_eval_ppl;
+
+/* Perplexity of c->data_path or c->text_file under c->mode; cb (may be
+ * NULL) hears of each window. Adds "perplexity" to the document. */
+mc_status mc_eval_perplexity(mc_eval *ev, mc_ppl_progress cb, void *cb_ctx, mc_eval_ppl *res,
+                             mc_error *err);
+
+/* Task i of c->tasks; cb (may be NULL) hears of each document. Adds the
+ * task under "tasks" (with c->log_samples, each document's scores). */
+mc_status mc_eval_run_task(mc_eval *ev, size_t i, mc_task_doc_fn cb, void *cb_ctx,
+                           mc_task_result *res, mc_error *err);
+
+typedef struct mc_eval_gen {
+    size_t prompts;  /* continued */
+    int64_t tokens;  /* generated */
+    double seconds;
+} mc_eval_gen;
+
+/* Called with each prompt and its continuation's text (without the
+ * end-of-document token) as it is made; an error stops the run. */
+typedef mc_status (*mc_eval_text_fn)(void *ctx, const char *prompt, const char *text, size_t len,
+                                     mc_error *err);
+
+/* Continue every prompt (c->gen, seeded by c->seed; prompt k is stream k).
+ * Adds "generations" to the document. */
+mc_status mc_eval_generate(mc_eval *ev, mc_eval_text_fn cb, void *cb_ctx, mc_eval_gen *res,
+                           mc_error *err);
 
 #ifdef __cplusplus
 }

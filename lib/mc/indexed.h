@@ -64,6 +64,12 @@ int64_t mc_idx_doc_index(const mc_idx *x, uint64_t i);
 /* Append the ids of sequence seq to out. */
 mc_status mc_idx_read(const mc_idx *x, uint64_t seq, mc_ids *out, mc_error *err);
 
+/* Tokens in all sequences, and the shortest and longest sequence (0 and 0
+ * for an empty dataset). */
+void mc_idx_length_stats(const mc_idx *x, uint64_t *tokens, int64_t *min_len, int64_t *max_len);
+/* Append the ids of every sequence of document doc (< the documents) to out. */
+mc_status mc_idx_read_document(const mc_idx *x, uint64_t doc, mc_ids *out, mc_error *err);
+
 /* Unigram entropy of all tokens, in nats: H = -sum_v p(v) ln p(v) with p the
  * token frequencies. A language model that has learned anything beyond token
  * frequencies has a cross-entropy below it. *n_distinct gets the number of

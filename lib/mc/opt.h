@@ -52,6 +52,14 @@ typedef struct mc_cli {
 mc_status mc_cli_init(mc_cli *cli, const char *prog, const char *synopsis,
                       const char *summary, const mc_option *opts,
                       int argc, char **argv, mc_error *err);
+/* Options of several words, as Megatron's nargs='*' ("--data-path 0.3 A
+ * 0.7 B") where getopt gives an option one argument: call it before the
+ * first mc_cli_next. Each word after an argument of option `key` that is
+ * not an option (it does not start with '-', or it reads as a number)
+ * becomes "--NAME=WORD", its own occurrence, in order. The words of other
+ * options' arguments are skipped over (so "--save --data-path" is left to
+ * getopt), abbreviations count as getopt takes them, "--" ends the scan. */
+mc_status mc_cli_expand_nargs(mc_cli *cli, int key, mc_error *err);
 /* Next option: returns its key with *arg set (or NULL), or one of MC_CLI_*. */
 int mc_cli_next(mc_cli *cli, const char **arg, mc_error *err);
 void mc_cli_help(const mc_cli *cli, FILE *out);
@@ -72,6 +80,59 @@ mc_status mc_parse_double(const char *opt, const char *s, double min, double max
                           double *out, mc_error *err);
 /* Sizes with optional suffix K, M, G, T (powers of 1024) or KB, MB, GB (1000). */
 mc_status mc_parse_size(const char *opt, const char *s, uint64_t *out, mc_error *err);
+
+/* Typed forms of the two for the usual destinations, with their messages;
+ * *out is written only on success. mc_parse_u64 takes max <= INT64_MAX. */
+mc_status mc_parse_int(const char *opt, const char *s, int min, int max, int *out, mc_error *err);
+mc_status mc_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out,
+                       mc_error *err);
+mc_status mc_parse_float(const char *opt, const char *s, double min, double max, float *out,
+                         mc_error *err);
+
+/* One of a fixed set of names. A table of mc_choice ends with {NULL, 0}; a
+ * value may have several names, the first of them the one messages list
+ * (later ones are aliases: "fp32" and "float32"). */
+typedef struct mc_choice {
+    const char *name;
+    int value;
+} mc_choice;
+
+/* s as one of the names of choices. MC_ERR_USAGE names the option and the
+ * choices: "--format: expected hf, llmc or gguf, got 'x'", or, with `what`
+ * given, "--weights: unknown type 'x' (choose from fp32, int8)". */
+mc_status mc_parse_choice(const char *opt, const char *what, const char *s,
+                          const mc_choice *choices, int *out, mc_error *err);
+/* The first name of value v in choices; NULL when none has it. */
+const char *mc_choice_name(const mc_choice *choices, int v);
+
+/* ---- Megatron's learning-rate schedule options (mc/schedule.h runs them) */
+
+typedef enum mc_lr_decay_style {
+    MC_LR_CONSTANT,
+    MC_LR_LINEAR, /* Megatron's default */
+    MC_LR_COSINE,
+    MC_LR_INVERSE_SQRT,
+    MC_LR_WSD
+} mc_lr_decay_style;
+
+typedef enum mc_wsd_decay_style {
+    MC_WSD_EXPONENTIAL, /* Megatron's default */
+    MC_WSD_LINEAR,
+    MC_WSD_COSINE,
+    MC_WSD_MINUS_SQRT
+} mc_wsd_decay_style;
+
+typedef enum mc_wd_incr_style { MC_WD_CONSTANT, MC_WD_LINEAR, MC_WD_COSINE } mc_wd_incr_style;
+
+/* Megatron's spellings: "constant" "linear" "cosine" "inverse-square-root"
+ * "WSD" (--lr-decay-style); "exponential" "linear" "cosine" "minus_sqrt"
+ * (--lr-wsd-decay-style); "constant" "linear" "cosine"
+ * (--weight-decay-incr-style). Unknown names are usage errors listing the
+ * choices. */
+mc_status mc_lr_decay_style_parse(const char *name, mc_lr_decay_style *out, mc_error *err);
+mc_status mc_wsd_decay_style_parse(const char *name, mc_wsd_decay_style *out, mc_error *err);
+mc_status mc_wd_incr_style_parse(const char *name, mc_wd_incr_style *out, mc_error *err);
+const char *mc_lr_decay_style_name(mc_lr_decay_style s);
 
 #ifdef __cplusplus
 }

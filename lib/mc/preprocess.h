@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mc/status.h"
+#include "mc/bpe_train.h"
 #include "mc/docsource.h"
 #include "mc/tokenizer.h"
 
@@ -66,6 +67,23 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
  * not fit. */
 mc_status mc_dataset_prefix(char *dst, size_t size, const char *output_prefix,
                             const char *key, mc_error *err);
+
+/* ---- the same inputs teaching a tokenizer (lib/data/bpe_input.c) */
+
+typedef struct mc_bpe_input_stats {
+    uint64_t documents; /* records fed */
+    uint64_t bytes;     /* bytes of text fed */
+    uint64_t skipped;   /* malformed records skipped (skip_invalid) */
+} mc_bpe_input_stats;
+
+/* Feed the records of c's inputs (none: stdin) to tr in order: a text
+ * record's text, or the value of each of c's json_keys (default "text") of
+ * a JSONL record. A record whose values cannot be extracted fails the run
+ * with its place, or with skip_invalid is skipped and counted; a non-zero
+ * *c->cancel stops it ("interrupted"). Reads inputs, source, json_keys,
+ * skip_invalid and cancel of c. */
+mc_status mc_bpe_trainer_add_inputs(mc_bpe_trainer *tr, const mc_preprocess_config *c,
+                                    mc_bpe_input_stats *s, mc_error *err);
 
 #ifdef __cplusplus
 }

@@ -35,28 +35,12 @@
 #define MC_SCHEDULE_H
 
 #include <stdint.h>
+#include "mc/opt.h" /* the styles, parsed with the other options */
 #include "mc/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum mc_lr_decay_style {
-    MC_LR_CONSTANT,
-    MC_LR_LINEAR, /* Megatron's default */
-    MC_LR_COSINE,
-    MC_LR_INVERSE_SQRT,
-    MC_LR_WSD
-} mc_lr_decay_style;
-
-typedef enum mc_wsd_decay_style {
-    MC_WSD_EXPONENTIAL, /* Megatron's default */
-    MC_WSD_LINEAR,
-    MC_WSD_COSINE,
-    MC_WSD_MINUS_SQRT
-} mc_wsd_decay_style;
-
-typedef enum mc_wd_incr_style { MC_WD_CONSTANT, MC_WD_LINEAR, MC_WD_COSINE } mc_wd_incr_style;
 
 /* Megatron's options. Counts of -1 and a negative fraction mean "not given";
  * mc_lr_config_defaults sets Megatron's defaults. Exactly one of train_iters
@@ -107,13 +91,8 @@ double mc_lr_at_samples(const mc_lr_schedule *s, double samples);
 double mc_wd_at(const mc_lr_schedule *s, int64_t iterations);
 double mc_wd_at_samples(const mc_lr_schedule *s, double samples);
 
-/* Megatron's spellings: "constant" "linear" "cosine" "inverse-square-root"
- * "WSD"; "exponential" "linear" "cosine" "minus_sqrt"; "constant" "linear"
- * "cosine". Unknown names are usage errors listing the choices. */
-mc_status mc_lr_decay_style_parse(const char *name, mc_lr_decay_style *out, mc_error *err);
-mc_status mc_wsd_decay_style_parse(const char *name, mc_wsd_decay_style *out, mc_error *err);
-mc_status mc_wd_incr_style_parse(const char *name, mc_wd_incr_style *out, mc_error *err);
-const char *mc_lr_decay_style_name(mc_lr_decay_style s);
+/* The styles (mc_lr_decay_style, mc_wsd_decay_style, mc_wd_incr_style), their
+ * parsers and names are option parsing: mc/opt.h. */
 
 #ifdef __cplusplus
 }

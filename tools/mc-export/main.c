@@ -12,7 +12,6 @@
 #include "config.h"
 #endif
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +24,7 @@
 #include "mc/llmc.h"
 #include "mc/log.h"
 #include "mc/opt.h"
+#include "mc/tool.h"
 
 static const char PROG[] = "mc-export";
 
@@ -64,23 +64,21 @@ typedef struct args {
     int exit_now;
 } args;
 
+static const mc_choice formats[] = {
+    {"hf", FMT_HF}, {"llmc", FMT_LLMC}, {"gguf", FMT_GGUF}, {NULL, 0},
+};
+
 static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
 {
     const char *arg;
     int key;
     while ((key = mc_cli_next(cli, &arg, err)) >= 0) {
         mc_status st = MC_OK;
+        int v;
         switch (key) {
         case OPT_FORMAT:
-            if (!strcmp(arg, "hf"))
-                a->format = FMT_HF;
-            else if (!strcmp(arg, "llmc"))
-                a->format = FMT_LLMC;
-            else if (!strcmp(arg, "gguf"))
-                a->format = FMT_GGUF;
-            else
-                st = mc_error_set(err, MC_ERR_USAGE,
-                                  "--format: expected hf, llmc or gguf, got '%s'", arg);
+            if (!(st = mc_parse_choice("--format", NULL, arg, formats, &v, err)))
+                a->format = (fmt)v;
             break;
         case OPT_OUTPUT: a->output = arg; break;
         case OPT_DTYPE: a->dtype = arg; break;
@@ -115,34 +113,25 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
     return MC_OK;
 }
 
+static const mc_choice dtypes[] = {
+    {"fp32", MC_CKPT_FLOAT32}, {"float32", MC_CKPT_FLOAT32}, {"bf16", MC_CKPT_BFLOAT16},
+    {"bfloat16", MC_CKPT_BFLOAT16}, {"fp16", MC_CKPT_FLOAT16}, {"float16", MC_CKPT_FLOAT16},
+    {NULL, 0},
+};
+
 /* The --dtype of hf and llmc as an mc_ckpt_dtype (-1: as stored). */
 static mc_status weight_dtype(const args *a, int *out, mc_error *err)
 {
     *out = -1;
     if (!a->dtype)
         return MC_OK;
-    if (!strcmp(a->dtype, "fp32") || !strcmp(a->dtype, "float32"))
-        *out = MC_CKPT_FLOAT32;
-    else if (!strcmp(a->dtype, "bf16") || !strcmp(a->dtype, "bfloat16"))
-        *out = MC_CKPT_BFLOAT16;
-    else if ((!strcmp(a->dtype, "fp16") || !strcmp(a->dtype, "float16")) && a->format == FMT_HF)
-        *out = MC_CKPT_FLOAT16;
-    else
+    int v;
+    if (mc_parse_choice("--dtype", NULL, a->dtype, dtypes, &v, NULL) ||
+        (v == MC_CKPT_FLOAT16 && a->format != FMT_HF))
         return mc_error_set(err, MC_ERR_USAGE, "--dtype: --format %s takes %s, got '%s'",
                             a->format == FMT_HF ? "hf" : "llmc",
                             a->format == FMT_HF ? "fp32, fp16 or bf16" : "fp32 or bf16", a->dtype);
-    return MC_OK;
-}
-
-/* The checkpoint path from stdin: its first line. */
-static mc_status read_stdin_path(char **out, mc_error *err)
-{
-    if (mc_read_stdin_line(out, err))
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "no checkpoint given, and stdin is a terminal: give CKPT or pipe "
-                            "in its path (mc-train ... | mc-export ...)");
-    if (!*out)
-        return mc_error_set(err, MC_ERR_USAGE, "stdin: no checkpoint path (empty input)");
+    *out = v;
     return MC_OK;
 }
 
@@ -155,13 +144,11 @@ static void print_note(void *ctx, const char *msg)
 int main(int argc, char **argv)
 {
     mc_logger lg;
-    mc_logger_init(&lg, PROG);
+    /* SIGINT/SIGTERM/SIGHUP: temporaries removed, then the signal (file.h);
+     * a file-size limit surfaces as a write error (EFBIG), not a kill */
+    mc_tool_start(&lg, PROG, MC_TOOL_INTERRUPT | MC_TOOL_EFBIG);
     mc_error err;
     mc_error_clear(&err);
-    /* SIGINT/SIGTERM/SIGHUP: temporaries removed, then the signal (file.h) */
-    mc_interrupt_install();
-    /* A file-size limit must surface as a write error (EFBIG), not a kill. */
-    signal(SIGXFSZ, SIG_IGN);
 
     args a;
     memset(&a, 0, sizeof a);
@@ -185,14 +172,17 @@ int main(int argc, char **argv)
     if (!st && a.format != FMT_GGUF)
         st = weight_dtype(&a, &dtype, &err);
     if (!st && (!a.ckpt || !strcmp(a.ckpt, "-"))) {
-        st = read_stdin_path(&stdin_path, &err);
+        /* the pipeline contract: the checkpoint path is stdin's first line */
+        st = mc_tool_stdin_path(&stdin_path,
+                                "no checkpoint given, and stdin is a terminal: give CKPT or pipe "
+                                "in its path (mc-train ... | mc-export ...)",
+                                "stdin: no checkpoint path (empty input)", &err);
         a.ckpt = stdin_path;
     }
     if (st == MC_ERR_USAGE) {
-        mc_log_error(&lg, "%s (try '%s --help')", err.msg, PROG);
         free(stdin_path);
         mc_cli_free(&cli);
-        return 2;
+        return mc_tool_usage(&lg, &err);
     }
     if (!st) {
         switch (a.format) {
@@ -226,14 +216,10 @@ int main(int argc, char **argv)
     }
     int rc = 0;
     if (st)
-        rc = st == MC_ERR_USAGE ? (mc_log_error(&lg, "%s (try '%s --help')", err.msg, PROG), 2)
-                                : mc_log_fail(&lg, &err);
+        rc = st == MC_ERR_USAGE ? mc_tool_usage(&lg, &err) : mc_log_fail(&lg, &err);
     else
         printf("%s\n", a.output);
-    if (fflush(stdout) != 0 && rc == 0) {
-        mc_log_error(&lg, "stdout: write failed");
-        rc = 1;
-    }
+    rc = mc_tool_exit(&lg, rc);
     free(stdin_path);
     mc_cli_free(&cli);
     return rc;

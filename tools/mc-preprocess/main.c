@@ -14,7 +14,6 @@
 #include "config.h"
 #endif
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +29,7 @@
 #include "mc/preprocess.h"
 #include "mc/pretok.h"
 #include "mc/tokenizer.h"
+#include "mc/tool.h"
 
 static const char PROG[] = "mc-preprocess";
 
@@ -104,16 +104,13 @@ static const mc_option options[] = {
 };
 
 typedef struct args {
-    const char **inputs;
-    size_t n_inputs;
+    mc_buf inputs; /* string lists (mc_buf_strs) */
     mc_docsource_config source;
-    const char **keys;
-    size_t n_keys;
+    mc_buf keys;
     const char *output_prefix;
     int have_tokenizer;
     mc_tokenizer_spec tok;
-    const char **tik_special;
-    size_t n_tik_special;
+    mc_buf tik_special;
     int64_t vocab_size;
     int append_eod;
     int64_t workers;
@@ -122,8 +119,7 @@ typedef struct args {
     int train_tokenizer;
     const char *output;
     const char *pattern;
-    const char **special;
-    size_t n_special;
+    mc_buf special;
     int64_t min_frequency;
     int merge;
     const char *inspect;
@@ -132,25 +128,10 @@ typedef struct args {
     int exit_now; /* --help or --version was printed */
 } args;
 
-/* Append the comma-separated words of s to a growable list. */
-static int push_list(const char ***list, size_t *n, char *s) {
-    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
-        if (!*tok) continue;
-        const char **nl = realloc(*list, (*n + 1) * sizeof *nl);
-        if (!nl) return -1;
-        nl[(*n)++] = tok;
-        *list = nl;
-    }
-    return 0;
-}
-
-static int push_one(const char ***list, size_t *n, const char *s) {
-    const char **nl = realloc(*list, (*n + 1) * sizeof *nl);
-    if (!nl) return -1;
-    nl[(*n)++] = s;
-    *list = nl;
-    return 0;
-}
+static const mc_choice input_formats[] = {
+    {"jsonl", MC_INPUT_JSONL}, {"json", MC_INPUT_JSONL}, {"text", MC_INPUT_TEXT}, {NULL, 0},
+};
+static const mc_choice tiktoken_patterns[] = {{"v1", 1}, {"v2", 2}, {NULL, 0}};
 
 static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
     const char *arg;
@@ -160,17 +141,15 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
         if (key == MC_CLI_END) break;
         mc_status st = MC_OK;
         uint64_t sz;
+        int v;
         switch (key) {
-        case OPT_INPUT: st = push_one(&a->inputs, &a->n_inputs, arg) ? MC_ERR_NOMEM : MC_OK; break;
+        case OPT_INPUT: st = mc_buf_push_str(&a->inputs, arg, err); break;
         case OPT_INPUT_FORMAT:
-            if (!strcmp(arg, "jsonl") || !strcmp(arg, "json")) a->source.format = MC_INPUT_JSONL;
-            else if (!strcmp(arg, "text")) a->source.format = MC_INPUT_TEXT;
-            else st = mc_error_set(err, MC_ERR_USAGE, "--input-format: expected jsonl or text, got '%s'", arg);
+            st = mc_parse_choice("--input-format", NULL, arg, input_formats, &v, err);
+            if (!st) a->source.format = (mc_input_format)v;
             break;
         case OPT_LINES: a->source.lines = 1; break;
-        case OPT_JSON_KEYS:
-            st = push_list(&a->keys, &a->n_keys, (char *)arg) ? MC_ERR_NOMEM : MC_OK;
-            break;
+        case OPT_JSON_KEYS: st = mc_buf_push_split(&a->keys, (char *)arg, ",", err); break;
         case OPT_OUTPUT_PREFIX: a->output_prefix = arg; break;
         case OPT_TOKENIZER_TYPE: {
             mc_tokenizer_kind k;
@@ -188,8 +167,7 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
         case OPT_MERGE_FILE: a->tok.merge_file = arg; break;
         case OPT_VOCAB_SIZE: st = mc_parse_i64("--vocab-size", arg, 1, INT32_MAX, &a->vocab_size, err); break;
         case OPT_TIKTOKEN_PATTERN:
-            if (strcmp(arg, "v1") && strcmp(arg, "v2"))
-                st = mc_error_set(err, MC_ERR_USAGE, "--tiktoken-pattern: expected v1 or v2, got '%s'", arg);
+            st = mc_parse_choice("--tiktoken-pattern", NULL, arg, tiktoken_patterns, &v, err);
             a->tok.tiktoken_pattern = arg;
             break;
         case OPT_TIKTOKEN_NUM_SPECIAL:
@@ -197,7 +175,7 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
                               &a->tok.tiktoken_num_special_tokens, err);
             break;
         case OPT_TIKTOKEN_SPECIAL:
-            st = push_list(&a->tik_special, &a->n_tik_special, (char *)arg) ? MC_ERR_NOMEM : MC_OK;
+            st = mc_buf_push_split(&a->tik_special, (char *)arg, ",", err);
             break;
         case OPT_APPEND_EOD: a->append_eod = 1; break;
         case OPT_WORKERS: st = mc_parse_i64("--workers", arg, 1, 1024, &a->workers, err); break;
@@ -216,9 +194,7 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
             if (!a->pattern)
                 st = mc_error_set(err, MC_ERR_USAGE, "--tokenizer-pattern: expected gpt2, llama3, tiktoken-v1 or tiktoken-v2, got '%s'", arg);
             break;
-        case OPT_SPECIAL_TOKENS:
-            st = push_list(&a->special, &a->n_special, (char *)arg) ? MC_ERR_NOMEM : MC_OK;
-            break;
+        case OPT_SPECIAL_TOKENS: st = mc_buf_push_split(&a->special, (char *)arg, ",", err); break;
         case OPT_MIN_FREQUENCY: st = mc_parse_i64("--min-frequency", arg, 1, INT64_MAX, &a->min_frequency, err); break;
         case OPT_MERGE: a->merge = 1; break;
         case OPT_INSPECT: a->inspect = arg; break;
@@ -232,7 +208,6 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
         case OPT_KEEP_SEQUENTIAL: break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "unhandled option %d", key); break;
         }
-        if (st == MC_ERR_NOMEM) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
         if (st != MC_OK) return err->code == MC_OK ? MC_ERR_USAGE : err->code;
     }
     if (key == MC_CLI_EXIT) {
@@ -241,8 +216,8 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
     }
     if (key == MC_CLI_ERROR) return MC_ERR_USAGE;
     for (int i = cli->optind; i < cli->argc; i++)
-        if (push_one(&a->inputs, &a->n_inputs, cli->argv[i]))
-            return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+        if (mc_buf_push_str(&a->inputs, cli->argv[i], err))
+            return err->code;
     a->have_tokenizer = tok_kind_set;
     return MC_OK;
 }
@@ -312,12 +287,25 @@ static void on_progress(void *ctx, const mc_preprocess_stats *s, int final) {
 
 /* ---------------------------------------------------------------- modes */
 
+/* The inputs as the library reads them: files (none: stdin), format, keys. */
+static void inputs_config(const args *a, mc_preprocess_config *c) {
+    static const char *const stdin_input[] = {"-"};
+    mc_preprocess_config_init(c);
+    c->inputs = a->inputs.len ? mc_buf_strs(&a->inputs) : stdin_input;
+    c->n_inputs = a->inputs.len ? mc_buf_nstrs(&a->inputs) : 1;
+    c->source = a->source;
+    c->json_keys = mc_buf_strs(&a->keys);
+    c->n_json_keys = mc_buf_nstrs(&a->keys);
+    c->skip_invalid = a->skip_invalid;
+    c->cancel = mc_interrupt_flag();
+}
+
 static mc_status load_tokenizer(args *a, mc_tokenizer **tok, mc_error *err) {
     if (!a->have_tokenizer)
         return mc_error_set(err, MC_ERR_USAGE, "--tokenizer-type is required (see --help)");
-    if (a->n_tik_special) {
-        a->tok.tiktoken_special_tokens = a->tik_special;
-        a->tok.n_tiktoken_special_tokens = a->n_tik_special;
+    if (a->tik_special.len) {
+        a->tok.tiktoken_special_tokens = mc_buf_strs(&a->tik_special);
+        a->tok.n_tiktoken_special_tokens = mc_buf_nstrs(&a->tik_special);
     }
     if (a->tok.kind == MC_TOKENIZER_NULL && !a->vocab_size)
         return mc_error_set(err, MC_ERR_USAGE, "NullTokenizer needs --vocab-size");
@@ -334,29 +322,22 @@ static mc_status run_preprocess(args *a, mc_error *err) {
     mc_status st = load_tokenizer(a, &tok, err);
     if (st != MC_OK) return st;
 
-    static const char *const stdin_input[] = {"-"};
     mc_preprocess_config c;
-    mc_preprocess_config_init(&c);
-    c.inputs = a->n_inputs ? a->inputs : stdin_input;
-    c.n_inputs = a->n_inputs ? a->n_inputs : 1;
-    c.source = a->source;
-    c.json_keys = a->keys;
-    c.n_json_keys = a->n_keys;
+    inputs_config(a, &c);
     c.tokenizer = tok;
     c.append_eod = a->append_eod;
     c.workers = (int)a->workers;
-    c.skip_invalid = a->skip_invalid;
     c.output_prefix = a->output_prefix;
     progress pr = {isatty(2), a->quiet, a->log_interval, (uint64_t)a->log_interval, 0};
     c.progress = on_progress;
     c.progress_ctx = &pr;
-    c.cancel = mc_interrupt_flag();
 
     mc_preprocess_stats stats;
     st = mc_preprocess_run(&c, &stats, err);
     if (st == MC_OK) {
-        const char *const *keys = a->n_keys && a->source.format == MC_INPUT_JSONL ? a->keys : NULL;
-        size_t n = keys ? a->n_keys : 1;
+        const char *const *keys =
+            a->keys.len && a->source.format == MC_INPUT_JSONL ? c.json_keys : NULL;
+        size_t n = keys ? c.n_json_keys : 1;
         for (size_t k = 0; k < n && st == MC_OK; k++) {
             char prefix[4096];
             st = mc_dataset_prefix(prefix, sizeof prefix, a->output_prefix, keys ? keys[k] : "text", err);
@@ -369,6 +350,10 @@ static mc_status run_preprocess(args *a, mc_error *err) {
     return st;
 }
 
+static double seconds_between(const struct timespec *a, const struct timespec *b) {
+    return (double)(b->tv_sec - a->tv_sec) + (b->tv_nsec - a->tv_nsec) * 1e-9;
+}
+
 static mc_status run_train_tokenizer(args *a, mc_error *err) {
     if (!a->output) return mc_error_set(err, MC_ERR_USAGE, "--train-tokenizer needs --output FILE");
     if (!a->vocab_size) return mc_error_set(err, MC_ERR_USAGE, "--train-tokenizer needs --vocab-size N");
@@ -376,9 +361,9 @@ static mc_status run_train_tokenizer(args *a, mc_error *err) {
     mc_bpe_trainer_config_init(&tc);
     tc.vocab_size = a->vocab_size;
     if (a->pattern) tc.pattern = a->pattern;
-    if (a->n_special) {
-        tc.special_tokens = a->special;
-        tc.n_special_tokens = a->n_special;
+    if (a->special.len) {
+        tc.special_tokens = mc_buf_strs(&a->special);
+        tc.n_special_tokens = mc_buf_nstrs(&a->special);
     }
     if (a->min_frequency) tc.min_frequency = a->min_frequency;
 
@@ -388,51 +373,12 @@ static mc_status run_train_tokenizer(args *a, mc_error *err) {
     st = mc_bpe_trainer_new(&tc, &tr, err);
     if (st != MC_OK) return st;
 
-    static const char *const stdin_input[] = {"-"};
-    static const char *const default_key[] = {"text"};
-    const char *const *keys = a->n_keys ? a->keys : default_key;
-    size_t n_keys = a->n_keys ? a->n_keys : 1;
-    mc_docsource *src = NULL;
-    mc_buf *vals = calloc(n_keys, sizeof *vals);
-    uint64_t docs = 0, bytes = 0, skipped = 0;
+    mc_preprocess_config c;
+    inputs_config(a, &c);
+    mc_bpe_input_stats in;
     struct timespec t0, t1, t2;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (!vals) {
-        st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    st = mc_docsource_open(a->n_inputs ? a->inputs : stdin_input, a->n_inputs ? a->n_inputs : 1,
-                           &a->source, &src, err);
-    while (st == MC_OK) {
-        mc_record rec;
-        int eof = 0;
-        st = mc_docsource_next(src, &rec, &eof, err);
-        if (st != MC_OK || eof) break;
-        if (*mc_interrupt_flag()) {
-            st = mc_error_set(err, MC_ERR_IO, "interrupted");
-            break;
-        }
-        if (a->source.format == MC_INPUT_TEXT) {
-            st = mc_bpe_trainer_add(tr, rec.data, rec.len, err);
-            bytes += rec.len;
-        } else {
-            mc_error e;
-            if (mc_jsonl_extract(&rec, keys, n_keys, vals, &e) != MC_OK) {
-                if (a->skip_invalid) {
-                    skipped++;
-                    continue;
-                }
-                *err = e;
-                st = e.code;
-                break;
-            }
-            for (size_t k = 0; k < n_keys && st == MC_OK; k++) {
-                st = mc_bpe_trainer_add(tr, vals[k].data, vals[k].len, err);
-                bytes += vals[k].len;
-            }
-        }
-        docs++;
-    }
+    st = mc_bpe_trainer_add_inputs(tr, &c, &in, err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     int64_t merges = 0;
     if (st == MC_OK) st = mc_bpe_trainer_train(tr, &merges, err);
@@ -440,15 +386,16 @@ static mc_status run_train_tokenizer(args *a, mc_error *err) {
     clock_gettime(CLOCK_MONOTONIC, &t2);
     if (st == MC_OK) {
         if (!a->quiet) {
-            double rd = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-            double tr_s = (double)(t2.tv_sec - t1.tv_sec) + (t2.tv_nsec - t1.tv_nsec) * 1e-9;
+            double rd = seconds_between(&t0, &t1), tr_s = seconds_between(&t1, &t2);
             fprintf(stderr,
                     "%s: done: tokenizer with %lld merges from %llu documents (%.1f MB) "
                     "in %.2f s (counting %.2f s, merging %.2f s)%s\n",
-                    PROG, (long long)merges, (unsigned long long)docs, (double)bytes / 1e6,
-                    rd + tr_s, rd, tr_s, skipped ? "; some records skipped" : "");
-            if (skipped)
-                fprintf(stderr, "%s: skipped %llu invalid records\n", PROG, (unsigned long long)skipped);
+                    PROG, (long long)merges, (unsigned long long)in.documents,
+                    (double)in.bytes / 1e6, rd + tr_s, rd, tr_s,
+                    in.skipped ? "; some records skipped" : "");
+            if (in.skipped)
+                fprintf(stderr, "%s: skipped %llu invalid records\n", PROG,
+                        (unsigned long long)in.skipped);
             int64_t want = tc.vocab_size - 256 - (int64_t)(tc.special_tokens ? tc.n_special_tokens : 0);
             if (merges < want)
                 fprintf(stderr,
@@ -459,11 +406,6 @@ static mc_status run_train_tokenizer(args *a, mc_error *err) {
         }
         printf("%s\n", a->output);
     }
-out:
-    if (src) mc_docsource_close(src);
-    if (vals)
-        for (size_t k = 0; k < n_keys; k++) mc_buf_free(&vals[k]);
-    free(vals);
     mc_bpe_trainer_free(tr);
     return st;
 }
@@ -471,9 +413,10 @@ out:
 static mc_status run_merge(args *a, mc_error *err) {
     if (!a->output_prefix)
         return mc_error_set(err, MC_ERR_USAGE, "--merge needs --output-prefix PREFIX");
-    if (a->n_inputs < 1)
+    if (!a->inputs.len)
         return mc_error_set(err, MC_ERR_USAGE, "--merge needs the dataset prefixes to merge");
-    mc_status st = mc_idx_merge(a->inputs, a->n_inputs, a->output_prefix, err);
+    mc_status st =
+        mc_idx_merge(mc_buf_strs(&a->inputs), mc_buf_nstrs(&a->inputs), a->output_prefix, err);
     if (st == MC_OK) printf("%s\n", a->output_prefix);
     return st;
 }
@@ -494,8 +437,7 @@ static mc_status run_inspect(args *a, mc_error *err) {
         mc_tokenizer *tok = NULL;
         if (a->have_tokenizer) st = load_tokenizer(a, &tok, err);
         mc_ids ids = MC_IDS_INIT;
-        int64_t s0 = mc_idx_doc_index(&x, (uint64_t)a->show), s1 = mc_idx_doc_index(&x, (uint64_t)a->show + 1);
-        for (int64_t s = s0; s < s1 && st == MC_OK; s++) st = mc_idx_read(&x, (uint64_t)s, &ids, err);
+        if (st == MC_OK) st = mc_idx_read_document(&x, (uint64_t)a->show, &ids, err);
         if (st == MC_OK && tok) {
             mc_buf text = MC_BUF_INIT;
             st = mc_decode(tok, ids.v, ids.n, &text, err);
@@ -511,14 +453,9 @@ static mc_status run_inspect(args *a, mc_error *err) {
         mc_idx_close(&x);
         return st;
     }
-    uint64_t tokens = 0;
-    int64_t mn = 0, mx = 0;
-    for (uint64_t i = 0; i < x.n_seq; i++) {
-        int32_t l = mc_idx_length(&x, i);
-        tokens += (uint64_t)l;
-        if (i == 0 || l < mn) mn = l;
-        if (i == 0 || l > mx) mx = l;
-    }
+    uint64_t tokens;
+    int64_t mn, mx;
+    mc_idx_length_stats(&x, &tokens, &mn, &mx);
     printf("prefix:     %s\n", a->inspect);
     printf("dtype:      %s\n", mc_dtype_name(x.dtype));
     printf("documents:  %llu\n", (unsigned long long)n_docs);
@@ -539,15 +476,12 @@ static mc_status run_inspect(args *a, mc_error *err) {
 
 int main(int argc, char **argv) {
     mc_logger lg;
-    mc_logger_init(&lg, PROG);
+    /* SIGINT/SIGTERM/SIGHUP: the run stops at the next batch or write, its
+     * temporaries are removed, then the process dies of the signal (file.h);
+     * a file-size limit surfaces as a write error (EFBIG), not a kill */
+    mc_tool_start(&lg, PROG, MC_TOOL_INTERRUPT | MC_TOOL_EFBIG);
     mc_error err;
     mc_error_clear(&err);
-    /* SIGINT/SIGTERM/SIGHUP: the run stops at the next batch or write, its
-     * temporaries are removed, then the process dies of the signal (file.h) */
-    mc_interrupt_install();
-
-    /* A file-size limit must surface as a write error (EFBIG), not a kill. */
-    signal(SIGXFSZ, SIG_IGN);
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     args a;
@@ -573,9 +507,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (st == MC_ERR_USAGE) {
-        mc_log_error(&lg, "%s (try '%s --help')", err.msg, PROG);
         mc_cli_free(&cli);
-        return 2;
+        return mc_tool_usage(&lg, &err);
     }
     int modes = a.train_tokenizer + a.merge + (a.inspect != NULL);
     if (st == MC_OK && modes > 1)
@@ -586,16 +519,11 @@ int main(int argc, char **argv) {
         else if (a.inspect) st = run_inspect(&a, &err);
         else st = run_preprocess(&a, &err);
     }
-    int rc = 0;
-    if (st != MC_OK) rc = mc_log_fail(&lg, &err);
-    if (fflush(stdout) != 0 && rc == 0) {
-        mc_log_error(&lg, "stdout: write failed");
-        rc = 1;
-    }
-    free(a.inputs);
-    free(a.keys);
-    free(a.tik_special);
-    free(a.special);
+    int rc = mc_tool_exit(&lg, st != MC_OK ? mc_log_fail(&lg, &err) : 0);
+    mc_buf_free(&a.inputs);
+    mc_buf_free(&a.keys);
+    mc_buf_free(&a.tik_special);
+    mc_buf_free(&a.special);
     mc_cli_free(&cli);
     return rc;
 }

@@ -9,8 +9,9 @@
  * configuration, tokenizer and counters; stdout carries only the path of
  * the iteration directory written, so the tool sits in a pipeline:
  *   mc-train ... | mc-reshard --dtype bf16 -o ckpt-bf16 | mc-export ...
- * This file parses options, checks the inputs against each other and
- * copies tensor by tensor through libmc (ckpt.h does the storing).
+ * This file parses options and copies tensor by tensor through libmc:
+ * ckpt.h does the storing, and the comparing and averaging of several
+ * inputs (lib/ckpt/compare.c).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -21,7 +22,6 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +34,7 @@
 #include "mc/hf.h"
 #include "mc/log.h"
 #include "mc/opt.h"
+#include "mc/tool.h"
 
 static const char PROG[] = "mc-reshard";
 
@@ -84,22 +85,28 @@ typedef struct args {
     int64_t tp, pp;
     int merge, average, quiet;
     mc_ckpt_compression comp;
-    char **inputs;
+    mc_buf inputs; /* the checkpoints, copies (mc_buf_free_strs) */
+    const char **in;
     size_t n_inputs;
     int exit_now;
 } args;
 
 static mc_status push_input(args *a, const char *s, mc_error *err) {
-    char **v = realloc(a->inputs, (a->n_inputs + 1) * sizeof *v);
-    if (!v || !(s = strdup(s))) {
-        if (v)
-            a->inputs = v;
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-    }
-    a->inputs = v;
-    v[a->n_inputs++] = (char *)s;
-    return MC_OK;
+    mc_status st = mc_buf_push_strdup(&a->inputs, s, err);
+    a->in = mc_buf_strs(&a->inputs);
+    a->n_inputs = mc_buf_nstrs(&a->inputs);
+    return st;
 }
+
+static const mc_choice dtypes[] = {
+    {"fp32", MC_CKPT_FLOAT32}, {"float32", MC_CKPT_FLOAT32}, {"bf16", MC_CKPT_BFLOAT16},
+    {"bfloat16", MC_CKPT_BFLOAT16}, {"fp16", MC_CKPT_FLOAT16}, {"float16", MC_CKPT_FLOAT16},
+    {NULL, 0},
+};
+static const mc_choice quantizations[] = {
+    {"int8", MC_CKPT_INT8}, {"fp8", MC_CKPT_FP8_E4M3}, {"fp8_e4m3", MC_CKPT_FP8_E4M3},
+    {"int4", MC_CKPT_INT4}, {NULL, 0},
+};
 
 static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
     const char *arg;
@@ -108,29 +115,21 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
         mc_status st = MC_OK;
         switch (key) {
         case OPT_OUTPUT: a->output = arg; break;
-        case OPT_DTYPE:
+        case OPT_DTYPE: {
+            int v;
             a->dtype_set = 1;
-            if (!strcmp(arg, "fp32") || !strcmp(arg, "float32"))
-                a->dtype = MC_CKPT_FLOAT32, a->dtype_tag = "fp32";
-            else if (!strcmp(arg, "bf16") || !strcmp(arg, "bfloat16"))
-                a->dtype = MC_CKPT_BFLOAT16, a->dtype_tag = "bf16";
-            else if (!strcmp(arg, "fp16") || !strcmp(arg, "float16"))
-                a->dtype = MC_CKPT_FLOAT16, a->dtype_tag = "fp16";
-            else
-                st = mc_error_set(err, MC_ERR_USAGE, "--dtype: expected fp32, bf16 or fp16, got '%s'", arg);
+            if (!(st = mc_parse_choice("--dtype", NULL, arg, dtypes, &v, err)))
+                a->dtype = (mc_ckpt_dtype)v, a->dtype_tag = mc_choice_name(dtypes, v);
             break;
+        }
         case OPT_DROP_OPTIMIZER: a->drop_optimizer = 1; break;
-        case OPT_QUANTIZE:
-            if (!strcmp(arg, "int8"))
-                a->quant = MC_CKPT_INT8;
-            else if (!strcmp(arg, "fp8") || !strcmp(arg, "fp8_e4m3"))
-                a->quant = MC_CKPT_FP8_E4M3;
-            else if (!strcmp(arg, "int4"))
-                a->quant = MC_CKPT_INT4;
-            else
-                st = mc_error_set(err, MC_ERR_USAGE, "--quantize: expected int8, fp8 or int4, got '%s'", arg);
+        case OPT_QUANTIZE: {
+            int v;
+            if (!(st = mc_parse_choice("--quantize", NULL, arg, quantizations, &v, err)))
+                a->quant = (mc_ckpt_dtype)v;
             a->quant_tag = a->quant == MC_CKPT_FP8_E4M3 ? "fp8" : arg;
             break;
+        }
         case OPT_GROUP_SIZE:
             a->group_size_set = 1;
             st = mc_parse_i64("--group-size", arg, 1, INT32_MAX, &a->group_size, err);
@@ -179,21 +178,18 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
 /* The input path(s) from stdin, one a line (the pipeline contract): the
  * first line, or every line with --average. */
 static mc_status read_stdin_inputs(args *a, mc_error *err) {
-    mc_status st = MC_OK;
-    int more = 1;
-    while (!st && more) {
-        char *line = NULL;
-        if (mc_read_stdin_line(&line, err))
-            return mc_error_set(err, MC_ERR_USAGE,
-                                "no checkpoint given and stdin is a terminal: name one, or pipe "
-                                "in the path mc-train prints");
-        more = line && a->average;
-        if (line)
-            st = push_input(a, line, err);
+    char *line = NULL;
+    mc_status st = mc_tool_stdin_path(&line,
+                                      "no checkpoint given and stdin is a terminal: name one, or "
+                                      "pipe in the path mc-train prints",
+                                      "no checkpoint given and stdin holds no path", err);
+    while (!st && line) {
+        st = push_input(a, line, err);
         free(line);
+        line = NULL;
+        if (!st && a->average)
+            st = mc_read_stdin_line(&line, err);
     }
-    if (!st && a->n_inputs == 0)
-        st = mc_error_set(err, MC_ERR_USAGE, "no checkpoint given and stdin holds no path");
     if (!st && a->average && a->n_inputs < 2)
         st = mc_error_set(err, MC_ERR_USAGE, "--average needs at least two checkpoints");
     return st;
@@ -260,74 +256,6 @@ static int rm_cb(const char *p, const struct stat *sb, int f, struct FTW *w) {
     return remove(p);
 }
 
-/* Configurations and tensor sets of the inputs of --average must agree. */
-static mc_status check_same_model(job *j, mc_error *err) {
-    mc_ckpt_reader *r0 = j->r[0];
-    json_t *c0 = NULL;
-    int has0 = mc_ckpt_read_json(r0, "config", &c0, err) == MC_OK;
-    mc_error_clear(err);
-    mc_status st = MC_OK;
-    for (size_t k = 1; k < j->nr && !st; k++) {
-        mc_ckpt_reader *r = j->r[k];
-        json_t *ck = NULL;
-        int hask = mc_ckpt_read_json(r, "config", &ck, err) == MC_OK;
-        mc_error_clear(err);
-        json_t *m0 = json_object_get(c0, "model"), *mk = json_object_get(ck, "model");
-        if (has0 != hask) {
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s a model configuration, %s %s", mc_ckpt_file(r),
-                              hask ? "has" : "has no", mc_ckpt_file(r0), has0 ? "has one" : "has none");
-        } else if (m0 || mk) {
-            const char *key;
-            json_t *v;
-            for (int pass = 0; pass < 2 && !st; pass++) {
-                json_t *x = pass ? mk : m0, *y = pass ? m0 : mk;
-                json_object_foreach(x, key, v) {
-                    json_t *o = json_object_get(y, key);
-                    if (o && json_equal(o, v))
-                        continue;
-                    char *a = json_dumps(pass ? v : o, JSON_ENCODE_ANY), *b = json_dumps(pass ? o : v, JSON_ENCODE_ANY);
-                    st = mc_error_set(err, MC_ERR_FORMAT, "%s: config.model.%s is %s, %s in %s", mc_ckpt_file(r),
-                                      key, a ? a : "missing", b ? b : "missing", mc_ckpt_file(r0));
-                    free(a);
-                    free(b);
-                    break;
-                }
-            }
-        }
-        json_decref(ck);
-        /* The same tensors, in both directions. */
-        for (int pass = 0; pass < 2 && !st; pass++) {
-            mc_ckpt_reader *x = pass ? r : r0, *y = pass ? r0 : r;
-            char **names = NULL;
-            size_t n = 0;
-            if ((st = mc_ckpt_list(x, "model", &names, &n, err)) != MC_OK)
-                break;
-            char path[1024];
-            for (size_t i = 0; i < n && !st; i++) {
-                snprintf(path, sizeof path, "model/%s", names[i]);
-                int64_t r1, c1, r2, c2;
-                if (!mc_ckpt_has_tensor(y, path)) {
-                    if (pass)
-                        st = mc_error_set(err, MC_ERR_FORMAT, "%s: has tensor %s, which %s has not", mc_ckpt_file(r),
-                                          path, mc_ckpt_file(r0));
-                    else
-                        st = mc_error_set(err, MC_ERR_FORMAT, "%s: no tensor %s, which %s has", mc_ckpt_file(r), path,
-                                          mc_ckpt_file(r0));
-                } else if (!pass && (st = mc_ckpt_tensor_info(x, path, &r1, &c1, NULL, err)) == MC_OK &&
-                           (st = mc_ckpt_tensor_info(y, path, &r2, &c2, NULL, err)) == MC_OK &&
-                           (r1 != r2 || c1 != c2)) {
-                    st = mc_error_set(err, MC_ERR_FORMAT,
-                                      "%s: %s has shape [%" PRId64 ", %" PRId64 "], [%" PRId64 ", %" PRId64 "] in %s",
-                                      mc_ckpt_file(r), path, r2, c2, r1, c1, mc_ckpt_file(r0));
-                }
-            }
-            free(names);
-        }
-    }
-    json_decref(c0);
-    return st;
-}
-
 static mc_status copy_attributes(job *j, mc_ckpt_writer *w, int wrote_optimizer, mc_error *err) {
     mc_ckpt_reader *r = j->r[0];
     static const char *const ints[] = {"consumed_samples", "scheduler_samples", "optimizer_steps"};
@@ -362,7 +290,7 @@ static mc_status copy_attributes(job *j, mc_ckpt_writer *w, int wrote_optimizer,
         args *a = j->a;
         json_t *from = json_array();
         for (size_t k = 0; k < j->nr; k++)
-            json_array_append_new(from, json_string(a->inputs[k]));
+            json_array_append_new(from, json_string(a->in[k]));
         json_t *p = json_pack("{s:o, s:s, s:s?, s:I, s:I, s:I, s:b, s:b}", "from", from, "dtype",
                               a->dtype_set ? mc_ckpt_dtype_name(a->dtype) : "as stored", "quantize",
                               a->quant != MC_CKPT_FLOAT32 ? mc_ckpt_dtype_name(a->quant) : NULL,
@@ -379,7 +307,7 @@ static mc_status copy_attributes(job *j, mc_ckpt_writer *w, int wrote_optimizer,
 
 /* Copy (average) one tensor. */
 static mc_status copy_tensor(job *j, mc_ckpt_writer *w, const char *group, const char *path, float **buf,
-                             size_t *cap, double **acc, size_t *acap, mc_error *err) {
+                             size_t *cap, mc_error *err) {
     args *a = j->a;
     int64_t rows, cols;
     mc_ckpt_dtype in;
@@ -394,29 +322,8 @@ static mc_status copy_tensor(job *j, mc_ckpt_writer *w, const char *group, const
         *buf = nb;
         *cap = n;
     }
-    if ((st = mc_ckpt_read_tensor(j->r[0], path, rows, cols, 0, 0, rows, cols ? cols : 1, *buf, err)))
+    if ((st = mc_ckpt_read_average(j->r, j->nr, path, rows, cols, *buf, err)))
         return st;
-    if (j->nr > 1) {
-        /* The mean in double, rounded once: (a + b) / 2 of two fp32
-         * values is then the correctly rounded mean. */
-        if (n > *acap) {
-            double *na = realloc(*acc, n * sizeof *na);
-            if (!na)
-                return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
-            *acc = na;
-            *acap = n;
-        }
-        for (size_t i = 0; i < n; i++)
-            (*acc)[i] = (*buf)[i];
-        for (size_t k = 1; k < j->nr; k++) {
-            if ((st = mc_ckpt_read_tensor(j->r[k], path, rows, cols, 0, 0, rows, cols ? cols : 1, *buf, err)))
-                return st;
-            for (size_t i = 0; i < n; i++)
-                (*acc)[i] += (*buf)[i];
-        }
-        for (size_t i = 0; i < n; i++)
-            (*buf)[i] = (float)((*acc)[i] / (double)j->nr);
-    }
     int model = !strcmp(group, "model");
     mc_ckpt_dtype out = mc_ckpt_dtype_is_quantized(in) ? MC_CKPT_FLOAT32 : in;
     if (model && a->dtype_set)
@@ -424,12 +331,10 @@ static mc_status copy_tensor(job *j, mc_ckpt_writer *w, const char *group, const
     if (model && cols > 0 && a->quant != MC_CKPT_FLOAT32)
         out = a->quant;
     /* The quantizers refuse non-finite values; name the input holding one. */
-    for (size_t i = 0; mc_ckpt_dtype_is_quantized(out) && i < n; i++)
-        if (!isfinite((*buf)[i]))
-            return mc_error_set(err, MC_ERR_FORMAT,
-                                "%s: %s: element [%zu, %zu] is %g; only finite values can be quantized",
-                                j->nr > 1 ? "the average" : mc_ckpt_file(j->r[0]), path, i / (size_t)cols,
-                                i % (size_t)cols, (double)(*buf)[i]);
+    const char *from = j->nr > 1 ? "the average" : mc_ckpt_file(j->r[0]);
+    if (mc_ckpt_dtype_is_quantized(out) &&
+        (st = mc_ckpt_check_quantizable(from, path, rows, cols, *buf, err)))
+        return st;
     if ((st = mc_ckpt_write_whole(w, path, rows, cols, *buf, out, a->group_size, err)))
         return st;
     j->tensors++;
@@ -442,7 +347,7 @@ static mc_status reshard(job *j, mc_error *err) {
     args *a = j->a;
     mc_ckpt_reader *r0 = j->r[0];
     mc_status st = MC_OK;
-    if (j->nr > 1 && (st = check_same_model(j, err)))
+    if (j->nr > 1 && (st = mc_ckpt_same_model(j->r, j->nr, err)))
         return st;
     mc_model_config cfg;
     int sharded = a->tp > 1 || a->pp > 1, have_cfg = 0;
@@ -459,7 +364,7 @@ static mc_status reshard(job *j, mc_error *err) {
             fprintf(stderr,
                     "%s: warning: %s: under tensor-parallel size %" PRId64 " mc-train pads the vocabulary of %"
                     PRId64 " to %" PRId64 ", not to the %" PRId64 " stored, and will not load this checkpoint\n",
-                    PROG, a->inputs[0], a->tp, cfg.vocab_size, c.padded_vocab_size, cfg.padded_vocab_size);
+                    PROG, a->in[0], a->tp, cfg.vocab_size, c.padded_vocab_size, cfg.padded_vocab_size);
     }
     struct stat sb;
     if (!j->import_dir)
@@ -475,8 +380,7 @@ static mc_status reshard(job *j, mc_error *err) {
     static const char *const groups[] = {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
     int ngroups = a->drop_optimizer || a->average ? 1 : 3, wrote_optim = 0;
     float *buf = NULL;
-    double *acc = NULL;
-    size_t cap = 0, acap = 0;
+    size_t cap = 0;
     for (int g = 0; g < ngroups && !st; g++) {
         char **names = NULL;
         size_t n = 0;
@@ -490,12 +394,11 @@ static mc_status reshard(job *j, mc_error *err) {
         char path[1024];
         for (size_t i = 0; i < n && !st; i++) {
             snprintf(path, sizeof path, "%s/%s", groups[g], names[i]);
-            st = copy_tensor(j, w, groups[g], path, &buf, &cap, &acc, &acap, err);
+            st = copy_tensor(j, w, groups[g], path, &buf, &cap, err);
         }
         free(names);
     }
     free(buf);
-    free(acc);
     if (!st)
         st = copy_attributes(j, w, wrote_optim, err);
     if (st) {
@@ -563,7 +466,7 @@ static mc_status run(args *a, mc_error *err) {
     if (a->output && !(j.out = strdup(a->output)))
         st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     for (size_t k = 0; k < a->n_inputs && !st; k++) {
-        const char *in = a->inputs[k];
+        const char *in = a->in[k];
         char imported[4096];
         if (mc_hf_is_model_dir(in)) {
             if ((st = hf_import(&j, in, k, imported, sizeof imported, err)))
@@ -598,7 +501,7 @@ static mc_status run(args *a, mc_error *err) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!st && !a->quiet)
         fprintf(stderr, "%s: %" PRId64 " tensors (%" PRId64 " model parameters) from %s%s to %s in %.2f s\n", PROG,
-                j.tensors, j.params, a->inputs[0], j.nr > 1 ? " and others" : "", j.out,
+                j.tensors, j.params, a->in[0], j.nr > 1 ? " and others" : "", j.out,
                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     free(j.r);
     free(j.out);
@@ -609,11 +512,10 @@ static mc_status run(args *a, mc_error *err) {
 
 int main(int argc, char **argv) {
     mc_logger lg;
-    mc_logger_init(&lg, PROG);
+    /* SIGINT/SIGTERM/SIGHUP: temporaries removed, then the signal (file.h) */
+    mc_tool_start(&lg, PROG, MC_TOOL_INTERRUPT);
     mc_error err;
     mc_error_clear(&err);
-    /* SIGINT/SIGTERM/SIGHUP: temporaries removed, then the signal (file.h) */
-    mc_interrupt_install();
     args a;
     memset(&a, 0, sizeof a);
     a.group_size = 128;
@@ -637,8 +539,7 @@ int main(int argc, char **argv) {
         st = read_stdin_inputs(&a, &err);
     int rc = 0;
     if (st == MC_ERR_USAGE) {
-        mc_log_error(&lg, "%s (try '%s --help')", err.msg, PROG);
-        rc = 2;
+        rc = mc_tool_usage(&lg, &err);
     } else {
         if (st == MC_OK)
             st = run(&a, &err);
@@ -651,13 +552,8 @@ int main(int argc, char **argv) {
                 rc = 1;
         }
     }
-    if (fflush(stdout) != 0 && rc == 0) {
-        mc_log_error(&lg, "stdout: write failed");
-        rc = 1;
-    }
-    for (size_t i = 0; i < a.n_inputs; i++)
-        free(a.inputs[i]);
-    free(a.inputs);
+    rc = mc_tool_exit(&lg, rc);
+    mc_buf_free_strs(&a.inputs);
     mc_cli_free(&cli);
     return rc;
 }

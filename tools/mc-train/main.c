@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +33,7 @@
 #include "mc/opt.h"
 #include "mc/plan.h"
 #include "mc/tokenizer.h"
+#include "mc/tool.h"
 #include "mc/train.h"
 
 static const char PROG[] = "mc-train";
@@ -269,8 +269,7 @@ typedef struct args {
     int have_tokenizer;
     mc_tokenizer_spec tok;
     int64_t vocab_size;
-    const char **data_path;
-    size_t n_data_path;
+    mc_buf data_path; /* the words of --data-path (mc_buf_strs) */
     const char *split;
     const char *data_cache_path;
     int mock;
@@ -287,16 +286,6 @@ typedef struct args {
     int64_t world_size; /* --world-size, for --dry-run (0: TP x PP) */
 } args;
 
-static volatile sig_atomic_t stop_requested;
-
-/* First SIGTERM/SIGINT: finish the iteration, save, exit 0. The default
- * action comes back at once, so a second signal ends the process. */
-static void on_signal(int sig)
-{
-    stop_requested = 1;
-    signal(sig, SIG_DFL);
-}
-
 static void print_line(void *ctx, const char *line)
 {
     (void)ctx;
@@ -304,107 +293,12 @@ static void print_line(void *ctx, const char *line)
     fflush(stderr);
 }
 
-static int looks_like_number(const char *s)
-{
-    char *end;
-    errno = 0;
-    strtod(s, &end);
-    return *s && end != s && *end == '\0';
-}
-
-/* Which table option a "--name" or "--name=value" word selects, allowing
- * getopt's unambiguous abbreviations; NULL when none or several. */
-static const mc_option *resolve_long(const char *word)
-{
-    if (strncmp(word, "--", 2) || !word[2])
-        return NULL;
-    const char *name = word + 2;
-    size_t len = strcspn(name, "=");
-    const mc_option *hit = NULL;
-    int hits = 0;
-    for (const mc_option *o = options; o->name; o++) {
-        if (strncmp(o->name, name, len))
-            continue;
-        if (strlen(o->name) == len)
-            return o; /* exact */
-        hit = o;
-        hits++;
-    }
-    return hits == 1 ? hit : NULL;
-}
-
-/*
- * Megatron's --data-path takes nargs='*' ("--data-path 0.3 A 0.7 B"), but
- * getopt gives an option one argument. So, before parsing, each word that
- * follows a --data-path's argument and is not an option (it does not start
- * with '-', or it reads as a number) is rewritten as "--data-path=WORD":
- * the words stay in order and each becomes its own occurrence. Words of
- * other options' arguments are skipped over so that, for instance,
- * "--save --data-path" is left to getopt; "--" ends the scan.
- */
-static mc_status expand_data_path(mc_cli *cli, mc_error *err)
-{
-    for (int i = 1; i < cli->argc; i++) {
-        const char *w = cli->argv[i];
-        if (!strcmp(w, "--"))
-            break;
-        const mc_option *o = resolve_long(w);
-        if (!o)
-            continue;
-        int inline_arg = strchr(w, '=') != NULL;
-        if (o->key != OPT_DATA_PATH) {
-            if (o->has_arg == MC_OPT_REQUIRED && !inline_arg)
-                i++; /* its argument, whatever it looks like */
-            continue;
-        }
-        int j = i + (inline_arg ? 1 : 2);
-        for (; j < cli->argc; j++) {
-            const char *v = cli->argv[j];
-            if (v[0] == '-' && !looks_like_number(v))
-                break;
-            size_t n = strlen(v) + sizeof "--data-path=";
-            char *nw = malloc(n);
-            if (!nw)
-                return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-            snprintf(nw, n, "--data-path=%s", v);
-            free(cli->argv[j]);
-            cli->argv[j] = nw;
-        }
-        i = j - 1;
-    }
-    return MC_OK;
-}
-
-static mc_status parse_int(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
-                           mc_error *err)
-{
-    return mc_parse_i64(opt, s, min, max, out, err);
-}
-
-static mc_status parse_int32(const char *opt, const char *s, int64_t min, int *out, mc_error *err)
-{
-    int64_t v;
-    mc_status st = mc_parse_i64(opt, s, min, INT32_MAX, &v, err);
-    if (!st)
-        *out = (int)v;
-    return st;
-}
-
-static mc_status parse_real(const char *opt, const char *s, double min, double max, double *out,
-                            mc_error *err)
-{
-    return mc_parse_double(opt, s, min, max, out, err);
-}
-
-static mc_status push_word(const char ***list, size_t *n, const char *s, mc_error *err)
-{
-    const char **nl = realloc(*list, (*n + 1) * sizeof *nl);
-    if (!nl)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-    nl[(*n)++] = s;
-    *list = nl;
-    return MC_OK;
-}
+static const mc_choice normalizations[] = {
+    {"LayerNorm", MC_NORM_LAYERNORM}, {"RMSNorm", MC_NORM_RMSNORM}, {NULL, 0},
+};
+static const mc_choice position_types[] = {
+    {"learned_absolute", MC_POS_LEARNED}, {"rope", MC_POS_ROPE}, {NULL, 0},
+};
 
 /* Record "--name value" in the JSON of the arguments (lists for repeated
  * options such as --data-path; true for flags). */
@@ -438,47 +332,45 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
                 o = p;
         if (o)
             record_arg(a->argv_json, o->name, arg);
-        double d;
-        int64_t i;
+        int v;
         switch (key) {
         case OPT_MODEL: a->preset = arg; break;
-        case OPT_NUM_LAYERS: st = parse_int32("--num-layers", arg, 1, &a->m.num_layers, err); a->set |= SET_LAYERS; break;
-        case OPT_HIDDEN_SIZE: st = parse_int32("--hidden-size", arg, 1, &a->m.hidden_size, err); a->set |= SET_HIDDEN; break;
-        case OPT_NUM_HEADS: st = parse_int32("--num-attention-heads", arg, 1, &a->m.num_attention_heads, err); a->set |= SET_HEADS; break;
-        case OPT_FFN_HIDDEN: st = parse_int32("--ffn-hidden-size", arg, 1, &a->m.ffn_hidden_size, err); a->set |= SET_FFN; break;
-        case OPT_KV_CHANNELS: st = parse_int32("--kv-channels", arg, 1, &a->m.kv_channels, err); a->set |= SET_KV; break;
-        case OPT_SEQ_LENGTH: st = parse_int32("--seq-length", arg, 1, &a->m.seq_length, err); a->set |= SET_SEQ; break;
-        case OPT_MAX_POS: st = parse_int32("--max-position-embeddings", arg, 1, &a->m.max_position_embeddings, err); a->set |= SET_MAXPOS; break;
+        case OPT_NUM_LAYERS: st = mc_parse_int("--num-layers", arg, 1, INT32_MAX, &a->m.num_layers, err); a->set |= SET_LAYERS; break;
+        case OPT_HIDDEN_SIZE: st = mc_parse_int("--hidden-size", arg, 1, INT32_MAX, &a->m.hidden_size, err); a->set |= SET_HIDDEN; break;
+        case OPT_NUM_HEADS: st = mc_parse_int("--num-attention-heads", arg, 1, INT32_MAX, &a->m.num_attention_heads, err); a->set |= SET_HEADS; break;
+        case OPT_FFN_HIDDEN: st = mc_parse_int("--ffn-hidden-size", arg, 1, INT32_MAX, &a->m.ffn_hidden_size, err); a->set |= SET_FFN; break;
+        case OPT_KV_CHANNELS: st = mc_parse_int("--kv-channels", arg, 1, INT32_MAX, &a->m.kv_channels, err); a->set |= SET_KV; break;
+        case OPT_SEQ_LENGTH: st = mc_parse_int("--seq-length", arg, 1, INT32_MAX, &a->m.seq_length, err); a->set |= SET_SEQ; break;
+        case OPT_MAX_POS: st = mc_parse_int("--max-position-embeddings", arg, 1, INT32_MAX, &a->m.max_position_embeddings, err); a->set |= SET_MAXPOS; break;
         case OPT_NORMALIZATION:
-            if (!strcmp(arg, "LayerNorm")) a->m.normalization = MC_NORM_LAYERNORM;
-            else if (!strcmp(arg, "RMSNorm")) a->m.normalization = MC_NORM_RMSNORM;
-            else st = mc_error_set(err, MC_ERR_USAGE, "--normalization: expected LayerNorm or RMSNorm, got '%s'", arg);
+            if (!(st = mc_parse_choice("--normalization", NULL, arg, normalizations, &v, err)))
+                a->m.normalization = (mc_norm_kind)v;
             a->set |= SET_NORM;
             break;
         case OPT_NORM_EPS:
-            st = parse_real("--norm-epsilon", arg, 1e-30, 1, &d, err);
-            a->m.norm_epsilon = (float)d, a->set |= SET_EPS;
+            st = mc_parse_float("--norm-epsilon", arg, 1e-30, 1, &a->m.norm_epsilon, err);
+            a->set |= SET_EPS;
             break;
         case OPT_SWIGLU: a->m.swiglu = 1, a->set |= SET_SWIGLU; break;
         case OPT_POS_TYPE:
-            if (!strcmp(arg, "learned_absolute")) a->m.position_embedding_type = MC_POS_LEARNED;
-            else if (!strcmp(arg, "rope")) a->m.position_embedding_type = MC_POS_ROPE;
-            else st = mc_error_set(err, MC_ERR_USAGE, "--position-embedding-type: expected learned_absolute or rope, got '%s'", arg);
+            st = mc_parse_choice("--position-embedding-type", NULL, arg, position_types, &v, err);
+            if (!st)
+                a->m.position_embedding_type = (mc_pos_kind)v;
             a->set |= SET_POS;
             break;
         case OPT_ROTARY_BASE:
-            st = parse_real("--rotary-base", arg, 1, 1e12, &d, err);
-            a->m.rotary_base = (float)d, a->set |= SET_ROPE_BASE;
+            st = mc_parse_float("--rotary-base", arg, 1, 1e12, &a->m.rotary_base, err);
+            a->set |= SET_ROPE_BASE;
             break;
         case OPT_GQA: a->gqa = 1; break;
-        case OPT_NUM_QUERY_GROUPS: st = parse_int32("--num-query-groups", arg, 1, &a->m.num_query_groups, err); a->set |= SET_GROUPS; break;
+        case OPT_NUM_QUERY_GROUPS: st = mc_parse_int("--num-query-groups", arg, 1, INT32_MAX, &a->m.num_query_groups, err); a->set |= SET_GROUPS; break;
         case OPT_UNTIE: a->m.untie_embeddings_and_output_weights = 1, a->set |= SET_UNTIE; break;
         case OPT_DISABLE_BIAS: a->m.add_bias_linear = 0, a->set |= SET_NOBIAS; break;
         case OPT_INIT_STD:
-            st = parse_real("--init-method-std", arg, 0, 10, &d, err);
-            a->m.init_method_std = (float)d, a->set |= SET_STD;
+            st = mc_parse_float("--init-method-std", arg, 0, 10, &a->m.init_method_std, err);
+            a->set |= SET_STD;
             break;
-        case OPT_VOCAB_DIVISIBLE: st = parse_int32("--make-vocab-size-divisible-by", arg, 1, &a->m.make_vocab_size_divisible_by, err); a->set |= SET_DIVISIBLE; break;
+        case OPT_VOCAB_DIVISIBLE: st = mc_parse_int("--make-vocab-size-divisible-by", arg, 1, INT32_MAX, &a->m.make_vocab_size_divisible_by, err); a->set |= SET_DIVISIBLE; break;
         case OPT_TOKENIZER_TYPE: {
             mc_tokenizer_kind k;
             st = mc_tokenizer_kind_parse(arg, &k, err);
@@ -493,62 +385,59 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_TOKENIZER_MODEL: a->tok.model = arg; break;
         case OPT_VOCAB_FILE: a->tok.vocab_file = arg; break;
         case OPT_MERGE_FILE: a->tok.merge_file = arg; break;
-        case OPT_VOCAB_SIZE: st = parse_int("--vocab-size", arg, 1, INT32_MAX, &a->vocab_size, err); break;
+        case OPT_VOCAB_SIZE: st = mc_parse_i64("--vocab-size", arg, 1, INT32_MAX, &a->vocab_size, err); break;
         case OPT_BF16: t->prec = MC_PREC_BF16; break;
         case OPT_FP16: t->prec = MC_PREC_FP16; break;
-        case OPT_LOSS_SCALE: st = parse_real("--loss-scale", arg, 1e-30, 1e38, &t->loss_scale, err); break;
-        case OPT_INITIAL_LOSS_SCALE: st = parse_real("--initial-loss-scale", arg, 1e-30, 1e38, &t->initial_loss_scale, err); break;
-        case OPT_MIN_LOSS_SCALE: st = parse_real("--min-loss-scale", arg, 1e-30, 1e38, &t->min_loss_scale, err); break;
-        case OPT_LOSS_SCALE_WINDOW: st = parse_int("--loss-scale-window", arg, 1, INT32_MAX, &t->loss_scale_window, err); break;
-        case OPT_HYSTERESIS: st = parse_int("--hysteresis", arg, 1, INT32_MAX, &t->hysteresis, err); break;
-        case OPT_MICRO_BATCH: st = parse_int("--micro-batch-size", arg, 1, INT32_MAX, &t->micro_batch_size, err); break;
-        case OPT_GLOBAL_BATCH: st = parse_int("--global-batch-size", arg, 1, INT32_MAX, &t->global_batch_size, err); break;
+        case OPT_LOSS_SCALE: st = mc_parse_double("--loss-scale", arg, 1e-30, 1e38, &t->loss_scale, err); break;
+        case OPT_INITIAL_LOSS_SCALE: st = mc_parse_double("--initial-loss-scale", arg, 1e-30, 1e38, &t->initial_loss_scale, err); break;
+        case OPT_MIN_LOSS_SCALE: st = mc_parse_double("--min-loss-scale", arg, 1e-30, 1e38, &t->min_loss_scale, err); break;
+        case OPT_LOSS_SCALE_WINDOW: st = mc_parse_i64("--loss-scale-window", arg, 1, INT32_MAX, &t->loss_scale_window, err); break;
+        case OPT_HYSTERESIS: st = mc_parse_i64("--hysteresis", arg, 1, INT32_MAX, &t->hysteresis, err); break;
+        case OPT_MICRO_BATCH: st = mc_parse_i64("--micro-batch-size", arg, 1, INT32_MAX, &t->micro_batch_size, err); break;
+        case OPT_GLOBAL_BATCH: st = mc_parse_i64("--global-batch-size", arg, 1, INT32_MAX, &t->global_batch_size, err); break;
         case OPT_TRAIN_ITERS:
             /* 0: save the initial state and train nothing (init_only) */
-            st = parse_int("--train-iters", arg, 0, INT64_MAX / 2, &t->train_iters, err);
+            st = mc_parse_i64("--train-iters", arg, 0, INT64_MAX / 2, &t->train_iters, err);
             t->init_only = !st && t->train_iters == 0;
             break;
-        case OPT_TRAIN_SAMPLES: st = parse_int("--train-samples", arg, 1, INT64_MAX / 2, &t->train_samples, err); break;
-        case OPT_MAX_NAN_ITERS: st = parse_int("--max-nan-iters", arg, 1, INT32_MAX, &t->max_nan_iters, err); break;
+        case OPT_TRAIN_SAMPLES: st = mc_parse_i64("--train-samples", arg, 1, INT64_MAX / 2, &t->train_samples, err); break;
+        case OPT_MAX_NAN_ITERS: st = mc_parse_i64("--max-nan-iters", arg, 1, INT32_MAX, &t->max_nan_iters, err); break;
         case OPT_EXIT_SIGNAL_HANDLER: break;
-        case OPT_EXIT_INTERVAL: st = parse_int("--exit-interval", arg, 1, INT64_MAX / 2, &t->exit_interval, err); break;
-        case OPT_EXIT_DURATION: st = parse_real("--exit-duration-in-mins", arg, 0, 1e9, &t->exit_duration_in_mins, err); break;
-        case OPT_SEED:
-            st = parse_int("--seed", arg, 0, UINT32_MAX, &i, err);
-            t->seed = (uint64_t)i;
-            break;
+        case OPT_EXIT_INTERVAL: st = mc_parse_i64("--exit-interval", arg, 1, INT64_MAX / 2, &t->exit_interval, err); break;
+        case OPT_EXIT_DURATION: st = mc_parse_double("--exit-duration-in-mins", arg, 0, 1e9, &t->exit_duration_in_mins, err); break;
+        case OPT_SEED: st = mc_parse_u64("--seed", arg, 0, UINT32_MAX, &t->seed, err); break;
         case OPT_DEVICE: a->device = arg; break;
-        case OPT_THREADS: st = parse_int("--threads", arg, 1, 4096, &a->threads, err); break;
-        case OPT_LR: st = parse_real("--lr", arg, 0, 1e30, &t->sched.lr, err); break;
-        case OPT_MIN_LR: st = parse_real("--min-lr", arg, 0, 1e30, &t->sched.min_lr, err); break;
+        case OPT_THREADS: st = mc_parse_i64("--threads", arg, 1, 4096, &a->threads, err); break;
+        case OPT_LR: st = mc_parse_double("--lr", arg, 0, 1e30, &t->sched.lr, err); break;
+        case OPT_MIN_LR: st = mc_parse_double("--min-lr", arg, 0, 1e30, &t->sched.min_lr, err); break;
         case OPT_LR_DECAY_STYLE: st = mc_lr_decay_style_parse(arg, &t->sched.decay_style, err); break;
-        case OPT_LR_DECAY_ITERS: st = parse_int("--lr-decay-iters", arg, 1, INT64_MAX / 2, &t->sched.lr_decay_iters, err); break;
-        case OPT_LR_DECAY_SAMPLES: st = parse_int("--lr-decay-samples", arg, 1, INT64_MAX / 2, &t->sched.lr_decay_samples, err); break;
-        case OPT_LR_WARMUP_ITERS: st = parse_int("--lr-warmup-iters", arg, 0, INT64_MAX / 2, &t->sched.lr_warmup_iters, err); break;
-        case OPT_LR_WARMUP_SAMPLES: st = parse_int("--lr-warmup-samples", arg, 0, INT64_MAX / 2, &t->sched.lr_warmup_samples, err); break;
-        case OPT_LR_WARMUP_FRACTION: st = parse_real("--lr-warmup-fraction", arg, 0, 1, &t->sched.lr_warmup_fraction, err); break;
-        case OPT_LR_WARMUP_INIT: st = parse_real("--lr-warmup-init", arg, 0, 1e30, &t->sched.lr_warmup_init, err); break;
+        case OPT_LR_DECAY_ITERS: st = mc_parse_i64("--lr-decay-iters", arg, 1, INT64_MAX / 2, &t->sched.lr_decay_iters, err); break;
+        case OPT_LR_DECAY_SAMPLES: st = mc_parse_i64("--lr-decay-samples", arg, 1, INT64_MAX / 2, &t->sched.lr_decay_samples, err); break;
+        case OPT_LR_WARMUP_ITERS: st = mc_parse_i64("--lr-warmup-iters", arg, 0, INT64_MAX / 2, &t->sched.lr_warmup_iters, err); break;
+        case OPT_LR_WARMUP_SAMPLES: st = mc_parse_i64("--lr-warmup-samples", arg, 0, INT64_MAX / 2, &t->sched.lr_warmup_samples, err); break;
+        case OPT_LR_WARMUP_FRACTION: st = mc_parse_double("--lr-warmup-fraction", arg, 0, 1, &t->sched.lr_warmup_fraction, err); break;
+        case OPT_LR_WARMUP_INIT: st = mc_parse_double("--lr-warmup-init", arg, 0, 1e30, &t->sched.lr_warmup_init, err); break;
         case OPT_LR_WSD_DECAY_STYLE: st = mc_wsd_decay_style_parse(arg, &t->sched.wsd_decay_style, err); break;
-        case OPT_LR_WSD_DECAY_ITERS: st = parse_int("--lr-wsd-decay-iters", arg, 0, INT64_MAX / 2, &t->sched.lr_wsd_decay_iters, err); break;
-        case OPT_LR_WSD_DECAY_SAMPLES: st = parse_int("--lr-wsd-decay-samples", arg, 0, INT64_MAX / 2, &t->sched.lr_wsd_decay_samples, err); break;
-        case OPT_WEIGHT_DECAY: st = parse_real("--weight-decay", arg, 0, 1e6, &t->sched.weight_decay, err); break;
-        case OPT_START_WD: st = parse_real("--start-weight-decay", arg, 0, 1e6, &t->sched.start_weight_decay, err); break;
-        case OPT_END_WD: st = parse_real("--end-weight-decay", arg, 0, 1e6, &t->sched.end_weight_decay, err); break;
+        case OPT_LR_WSD_DECAY_ITERS: st = mc_parse_i64("--lr-wsd-decay-iters", arg, 0, INT64_MAX / 2, &t->sched.lr_wsd_decay_iters, err); break;
+        case OPT_LR_WSD_DECAY_SAMPLES: st = mc_parse_i64("--lr-wsd-decay-samples", arg, 0, INT64_MAX / 2, &t->sched.lr_wsd_decay_samples, err); break;
+        case OPT_WEIGHT_DECAY: st = mc_parse_double("--weight-decay", arg, 0, 1e6, &t->sched.weight_decay, err); break;
+        case OPT_START_WD: st = mc_parse_double("--start-weight-decay", arg, 0, 1e6, &t->sched.start_weight_decay, err); break;
+        case OPT_END_WD: st = mc_parse_double("--end-weight-decay", arg, 0, 1e6, &t->sched.end_weight_decay, err); break;
         case OPT_WD_INCR_STYLE: st = mc_wd_incr_style_parse(arg, &t->sched.wd_incr_style, err); break;
-        case OPT_ADAM_BETA1: st = parse_real("--adam-beta1", arg, 0, 0.999999999, &t->optim.beta1, err); break;
-        case OPT_ADAM_BETA2: st = parse_real("--adam-beta2", arg, 0, 0.999999999, &t->optim.beta2, err); break;
-        case OPT_ADAM_EPS: st = parse_real("--adam-eps", arg, 1e-30, 1, &t->optim.eps, err); break;
-        case OPT_CLIP_GRAD: st = parse_real("--clip-grad", arg, 0, 1e30, &t->optim.clip_grad, err); break;
-        case OPT_EVAL_INTERVAL: st = parse_int("--eval-interval", arg, 1, INT64_MAX / 2, &t->eval_interval, err); break;
-        case OPT_EVAL_ITERS: st = parse_int("--eval-iters", arg, 0, INT64_MAX / 2, &t->eval_iters, err); break;
-        case OPT_LOG_INTERVAL: st = parse_int("--log-interval", arg, 1, INT64_MAX / 2, &t->log_interval, err); break;
+        case OPT_ADAM_BETA1: st = mc_parse_double("--adam-beta1", arg, 0, 0.999999999, &t->optim.beta1, err); break;
+        case OPT_ADAM_BETA2: st = mc_parse_double("--adam-beta2", arg, 0, 0.999999999, &t->optim.beta2, err); break;
+        case OPT_ADAM_EPS: st = mc_parse_double("--adam-eps", arg, 1e-30, 1, &t->optim.eps, err); break;
+        case OPT_CLIP_GRAD: st = mc_parse_double("--clip-grad", arg, 0, 1e30, &t->optim.clip_grad, err); break;
+        case OPT_EVAL_INTERVAL: st = mc_parse_i64("--eval-interval", arg, 1, INT64_MAX / 2, &t->eval_interval, err); break;
+        case OPT_EVAL_ITERS: st = mc_parse_i64("--eval-iters", arg, 0, INT64_MAX / 2, &t->eval_iters, err); break;
+        case OPT_LOG_INTERVAL: st = mc_parse_i64("--log-interval", arg, 1, INT64_MAX / 2, &t->log_interval, err); break;
         case OPT_TENSORBOARD_DIR: t->tensorboard_dir = arg; break;
         case OPT_LOG_JSON: t->log_json = arg; break;
         case OPT_LOG_COMM: t->log_comm = 1; break;
-        case OPT_PEAK_TFLOPS: st = parse_real("--peak-tflops", arg, 1e-9, 1e12, &t->peak_tflops, err); break;
+        case OPT_PEAK_TFLOPS: st = mc_parse_double("--peak-tflops", arg, 1e-9, 1e12, &t->peak_tflops, err); break;
         case OPT_SAVE: t->save = arg; break;
         case OPT_LOAD: t->load = arg; break;
-        case OPT_SAVE_INTERVAL: st = parse_int("--save-interval", arg, 1, INT64_MAX / 2, &t->save_interval, err); break;
+        case OPT_SAVE_INTERVAL: st = mc_parse_i64("--save-interval", arg, 1, INT64_MAX / 2, &t->save_interval, err); break;
         case OPT_FINETUNE: t->finetune = 1; break;
         case OPT_USE_CKPT_ARGS: a->use_ckpt_args = 1; break;
         case OPT_NO_LOAD_OPTIM: t->no_load_optim = 1; break;
@@ -563,24 +452,24 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             if (st) err->code = st = MC_ERR_USAGE;
             break;
         }
-        case OPT_DATA_PATH: st = push_word(&a->data_path, &a->n_data_path, arg, err); break;
+        case OPT_DATA_PATH: st = mc_buf_push_str(&a->data_path, arg, err); break;
         case OPT_SPLIT: a->split = arg; break;
         case OPT_DATA_CACHE_PATH: a->data_cache_path = arg; break;
         case OPT_MOCK_DATA: a->mock = 1; break;
-        case OPT_TP: st = parse_int("--tensor-model-parallel-size", arg, 1, 65536, &a->tp, err); break;
-        case OPT_PP: st = parse_int("--pipeline-model-parallel-size", arg, 1, 65536, &a->pp, err); break;
-        case OPT_PP_FIRST: st = parse_int("--decoder-first-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_first, err); break;
-        case OPT_PP_LAST: st = parse_int("--decoder-last-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_last, err); break;
-        case OPT_VPP: st = parse_int("--num-layers-per-virtual-pipeline-stage", arg, 1, 1 << 20, &a->vpp, err); break;
-        case OPT_CP: st = parse_int("--context-parallel-size", arg, 1, 65536, &a->cp, err); break;
+        case OPT_TP: st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 65536, &a->tp, err); break;
+        case OPT_PP: st = mc_parse_i64("--pipeline-model-parallel-size", arg, 1, 65536, &a->pp, err); break;
+        case OPT_PP_FIRST: st = mc_parse_i64("--decoder-first-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_first, err); break;
+        case OPT_PP_LAST: st = mc_parse_i64("--decoder-last-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_last, err); break;
+        case OPT_VPP: st = mc_parse_i64("--num-layers-per-virtual-pipeline-stage", arg, 1, 1 << 20, &a->vpp, err); break;
+        case OPT_CP: st = mc_parse_i64("--context-parallel-size", arg, 1, 65536, &a->cp, err); break;
         case OPT_SEQUENCE_PARALLEL: a->sequence_parallel = 1; break;
         case OPT_DIST_OPT: t->use_distributed_optimizer = 1; break;
         case OPT_OVERLAP_GRAD: t->overlap_grad_reduce = 1; break;
         case OPT_OVERLAP_PARAM: t->overlap_param_gather = 1; break;
         case OPT_DRY_RUN: a->dry_run = 1; break;
-        case OPT_WORLD_SIZE: st = parse_int("--world-size", arg, 1, 1 << 24, &a->world_size, err); break;
-        case OPT_DDP_BUCKET: st = parse_int("--ddp-bucket-size", arg, 1, INT64_MAX / 2, &t->ddp_bucket_size, err); break;
-        case OPT_DIST_TIMEOUT: st = parse_real("--distributed-timeout-minutes", arg, 1e-6, 1e7, &a->dist_timeout, err); break;
+        case OPT_WORLD_SIZE: st = mc_parse_i64("--world-size", arg, 1, 1 << 24, &a->world_size, err); break;
+        case OPT_DDP_BUCKET: st = mc_parse_i64("--ddp-bucket-size", arg, 1, INT64_MAX / 2, &t->ddp_bucket_size, err); break;
+        case OPT_DIST_TIMEOUT: st = mc_parse_double("--distributed-timeout-minutes", arg, 1e-6, 1e7, &a->dist_timeout, err); break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "option key %d not handled", key); break;
         }
         if (st)
@@ -611,7 +500,7 @@ static mc_status check_args(args *a, mc_error *err)
                             "give exactly one of --train-iters and --train-samples");
     if (t->sched.lr < 0)
         return mc_error_set(err, MC_ERR_USAGE, "--lr is required");
-    if (a->mock && a->n_data_path)
+    if (a->mock && a->data_path.len)
         return mc_error_set(err, MC_ERR_USAGE, "--mock-data and --data-path exclude each other");
     if (t->finetune && !t->load)
         return mc_error_set(err, MC_ERR_USAGE, "--finetune needs --load");
@@ -699,38 +588,19 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     return MC_OK;
 }
 
-/* Read the dataset prefix from stdin (the pipeline contract). */
-static mc_status read_stdin_prefix(char **out, mc_error *err)
-{
-    if (mc_read_stdin_line(out, err))
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "no --data-path or --mock-data, and stdin is a terminal: pipe in "
-                            "the prefix mc-preprocess prints");
-    if (!*out)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "no --data-path or --mock-data, and stdin holds no dataset prefix");
-    return MC_OK;
-}
-
-/* Under MPI, rank 0 reads the prefix from stdin (mpirun gives stdin to
- * rank 0 alone) and broadcasts it; every rank returns the same status, the
- * message only on rank 0. */
-static mc_status share_stdin_prefix(const mc_grid *g, char **out, mc_error *err)
-{
-    mc_status st = g->rank == 0 ? read_stdin_prefix(out, err) : MC_OK;
-    return mc_broadcast_text(g, st, out, err);
-}
-
 static void print_stdout(void *ctx, const char *line)
 {
     (void)ctx;
     printf("%s\n", line);
 }
 
-/* --dry-run: the plan of the grid, from the options alone (no MPI, no
- * allocation beyond the tokenizer that gives the vocabulary size). */
-static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
+/* The vocabulary comes from the tokenizer (padded later, as Megatron pads
+ * it); without one, --vocab-size is the size itself (none with
+ * --use-checkpoint-args: the checkpoint's). *eod: the tokenizer's
+ * end-of-document id, else the last id. */
+static mc_status vocabulary(args *a, mc_model_config *mcfg, int32_t *eod, mc_error *err)
 {
+    int32_t e = -1;
     if (a->have_tokenizer) {
         mc_tokenizer *tok = NULL;
         if (a->tok.kind == MC_TOKENIZER_NULL)
@@ -739,13 +609,26 @@ static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
         if (st)
             return st;
         mcfg->vocab_size = mc_tokenizer_vocab_size(tok);
+        e = mc_tokenizer_eod(tok);
         mc_tokenizer_free(tok);
     } else if (!(a->use_ckpt_args && a->vocab_size <= 0)) {
         mcfg->vocab_size = a->vocab_size;
     }
+    *eod = e >= 0 ? e : (int32_t)(mcfg->vocab_size - 1);
+    return MC_OK;
+}
+
+/* --dry-run: the plan of the grid, from the options alone (no MPI, no
+ * allocation beyond the tokenizer that gives the vocabulary size). */
+static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
+{
+    int32_t eod;
+    mc_status st = vocabulary(a, mcfg, &eod, err);
+    if (st)
+        return st;
     int64_t world = a->world_size ? a->world_size : a->tp * a->pp;
     mc_plan plan;
-    mc_status st = mc_plan_compute(mcfg, (int)world, (int)a->tp, (int)a->pp,
+    st = mc_plan_compute(mcfg, (int)world, (int)a->tp, (int)a->pp,
                                    a->t.micro_batch_size, a->t.global_batch_size,
                                    a->t.use_distributed_optimizer, &plan, err);
     if (st)
@@ -758,7 +641,9 @@ static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
 int main(int argc, char **argv)
 {
     mc_logger lg;
-    mc_logger_init(&lg, PROG);
+    /* no interrupt handling of file.h: SIGTERM/SIGINT stop training
+     * gracefully, installed below */
+    mc_tool_start(&lg, PROG, 0);
     mc_error err;
     mc_error_clear(&err);
     mc_cli cli;
@@ -769,7 +654,6 @@ int main(int argc, char **argv)
     mc_tokenizer_spec_init(&a.tok, MC_TOKENIZER_NULL);
     a.argv_json = json_object();
     char *stdin_prefix = NULL, *args_text = NULL;
-    mc_tokenizer *tok = NULL;
     mc_backend *be = NULL;
     mc_gptdata_config data;
     mc_gptdata_config_init(&data);
@@ -790,7 +674,7 @@ int main(int argc, char **argv)
                                "--tensor-model-parallel-size x data-parallel ranks.",
                                options, argc, argv, &err);
     if (!st)
-        st = expand_data_path(&cli, &err);
+        st = mc_cli_expand_nargs(&cli, OPT_DATA_PATH, &err);
     int exit_now = 0;
     if (!st)
         st = parse_args(&cli, &a, &exit_now, &err);
@@ -846,21 +730,9 @@ int main(int argc, char **argv)
     if ((st = mc_grid_check_config(&grid, args_text, strlen(args_text), &err)))
         goto fail_1;
 
-    /* The vocabulary comes from the tokenizer (padded later, as Megatron
-     * pads it); without one, --vocab-size is the size itself. */
-    int32_t eod = -1;
-    if (a.have_tokenizer) {
-        if (a.tok.kind == MC_TOKENIZER_NULL)
-            a.tok.vocab_size = a.vocab_size;
-        if ((st = mc_tokenizer_load(&a.tok, &tok, &err)))
-            goto fail;
-        mcfg.vocab_size = mc_tokenizer_vocab_size(tok);
-        eod = mc_tokenizer_eod(tok);
-    } else if (!(a.use_ckpt_args && a.vocab_size <= 0)) {
-        mcfg.vocab_size = a.vocab_size;
-    }
-    if (eod < 0)
-        eod = (int32_t)(mcfg.vocab_size - 1);
+    int32_t eod;
+    if ((st = vocabulary(&a, &mcfg, &eod, &err)))
+        goto fail;
 
     /* A grid that does not fit the model or the batch: refused before any
      * work, by every rank alike; exit 1 on a grid (the options are fine,
@@ -880,13 +752,23 @@ int main(int argc, char **argv)
         data.split = a.split;
     data.cache_dir = a.data_cache_path;
     if (!a.mock) {
-        if (!a.n_data_path) {
-            if ((st = share_stdin_prefix(&grid, &stdin_prefix, &err)))
+        if (!a.data_path.len) {
+            /* rank 0 reads the prefix (mpirun gives it stdin alone) and
+             * broadcasts it; every rank gets the same status */
+            st = grid.rank == 0 ? mc_tool_stdin_path(&stdin_prefix,
+                                                     "no --data-path or --mock-data, and stdin is "
+                                                     "a terminal: pipe in the prefix mc-preprocess "
+                                                     "prints",
+                                                     "no --data-path or --mock-data, and stdin "
+                                                     "holds no dataset prefix", &err)
+                                : MC_OK;
+            if ((st = mc_broadcast_text(&grid, st, &stdin_prefix, &err)))
                 goto fail;
             const char *one = stdin_prefix;
             st = mc_gptdata_parse_data_path(&one, 1, &data.blend, &err);
         } else {
-            st = mc_gptdata_parse_data_path(a.data_path, a.n_data_path, &data.blend, &err);
+            st = mc_gptdata_parse_data_path(mc_buf_strs(&a.data_path), mc_buf_nstrs(&a.data_path),
+                                            &data.blend, &err);
         }
         if (st) {
             mc_error_prefix(&err, "--data-path");
@@ -908,7 +790,6 @@ int main(int argc, char **argv)
 
     a.t.args_json = args_text;
     a.t.tokenizer = a.have_tokenizer ? &a.tok : NULL;
-    a.t.stop = &stop_requested;
     /* One voice: rank 0 prints the log lines and writes the metrics (every
      * rank has the same losses, reduced over the grid; Megatron writes them
      * from the last rank, which is the last pipeline stage: with one stage
@@ -922,12 +803,7 @@ int main(int argc, char **argv)
      * iteration, saves and exits 0, as Megatron's --exit-signal-handler.
      * Under MPI the loop shares the flag, so a signal to any rank stops
      * every rank after the same iteration. */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    a.t.stop = mc_tool_stop_on_signals();
 
     mc_train_report rep;
     st = mc_train_run(&a.t, &mcfg, &data, be, &grid, &rep, &err);
@@ -963,12 +839,11 @@ fail:
         mc_grid_fail(&grid, agreed);
 done:
     mc_gptdata_blend_free(&data.blend);
-    mc_tokenizer_free(tok);
     if (be)
         mc_backend_free(be);
     free(stdin_prefix);
     free(args_text);
-    free(a.data_path);
+    mc_buf_free(&a.data_path);
     json_decref(a.argv_json);
     mc_cli_free(&cli);
     return rc;
