@@ -28,14 +28,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include "comm_internal.h"
-#include "kern/backend.h"
-#include "kern/cuda/cuda.h"
+#include "mc/kern.h"
 
 struct mc_nccl {
     ncclComm_t comm[MC_GROUP_COUNT]; /* NULL until the group's first device collective */
 };
 
-int mc_nccl_wanted(const mc_backend *be) { return be && be->kind == MC_BACKEND_CUDA; }
+int mc_nccl_wanted(const mc_backend *be) { return mc_backend_is_device(be); }
 
 static mc_status nccl_error(mc_error *err, ncclResult_t r, const char *op, mc_group_kind k)
 {
@@ -91,9 +90,8 @@ mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op o
     ncclComm_t nc = NULL;
     mc_status st = get_comm(cm, k, name, &nc, err);
     if (st) return st;
-    mc_cuda *cu = be->cuda;
-    cudaStream_t s = (cudaStream_t)mc_cuda_comm_stream(cu);
-    mc_cuda_stream_wait(cu, 1, 0); /* communication waits for compute */
+    cudaStream_t s = (cudaStream_t)mc_backend_stream(be, MC_STREAM_COMM);
+    mc_backend_stream_wait(be, MC_STREAM_COMM, MC_STREAM_COMPUTE); /* after the kernels */
     ncclResult_t r;
     switch (op) {
     case MC_NCCL_ALLREDUCE_SUM: r = ncclAllReduce(out, out, n, ncclFloat32, ncclSum, nc, s); break;
@@ -106,7 +104,7 @@ mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op o
     }
     if (r != ncclSuccess) return nccl_error(err, r, name, k);
     if (!event) {
-        mc_cuda_stream_wait(cu, 0, 1); /* compute waits for communication */
+        mc_backend_stream_wait(be, MC_STREAM_COMPUTE, MC_STREAM_COMM); /* kernels after it */
         return MC_OK;
     }
     cudaEvent_t ev;
@@ -122,7 +120,7 @@ mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op o
 mc_status mc_nccl_wait(mc_backend *be, void *event, const char *op, mc_group_kind k,
                        mc_error *err)
 {
-    cudaStream_t s = (cudaStream_t)mc_cuda_stream(be->cuda);
+    cudaStream_t s = (cudaStream_t)mc_backend_stream(be, MC_STREAM_COMPUTE);
     cudaError_t e = cudaStreamWaitEvent(s, (cudaEvent_t)event, 0);
     cudaEventDestroy((cudaEvent_t)event);
     if (e != cudaSuccess)

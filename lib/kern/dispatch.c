@@ -103,6 +103,30 @@ const char *mc_backend_name(const mc_backend *be) { return be->name; }
 
 int mc_backend_threads(const mc_backend *be) { return be->threads; }
 
+int mc_backend_is_device(const mc_backend *be) { return be && IS_CUDA(be); }
+
+void *mc_backend_stream(mc_backend *be, mc_stream which)
+{
+#ifdef MC_CUDA_BACKEND
+    if (IS_CUDA(be))
+        return which == MC_STREAM_COMM ? mc_cuda_comm_stream(be->cuda) : mc_cuda_stream(be->cuda);
+#endif
+    (void)be;
+    (void)which;
+    return NULL;
+}
+
+void mc_backend_stream_wait(mc_backend *be, mc_stream waiter, mc_stream signaler)
+{
+#ifdef MC_CUDA_BACKEND
+    if (IS_CUDA(be))
+        mc_cuda_stream_wait(be->cuda, (int)waiter, (int)signaler);
+#endif
+    (void)be;
+    (void)waiter;
+    (void)signaler;
+}
+
 void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err) { ROUTE_RET(balloc, bytes, err); }
 
 void mc_bfree(mc_backend *be, void *p) { ROUTE(bfree, p); }

@@ -69,6 +69,18 @@ void mc_bcopy(mc_backend *be, void *dst, const void *src, size_t bytes);
 /* Wait until every kernel queued so far has finished (no-op on the CPU). */
 void mc_bsync(mc_backend *be);
 
+/* Device streams, for the communication layer (comm/nccl.c) to queue its
+ * collectives beside the kernels. MC_STREAM_COMPUTE runs the kernels,
+ * MC_STREAM_COMM the collectives. */
+typedef enum mc_stream { MC_STREAM_COMPUTE = 0, MC_STREAM_COMM = 1 } mc_stream;
+/* 1 when the backend's memory is device memory (CUDA). */
+int mc_backend_is_device(const mc_backend *be);
+/* The stream as a cudaStream_t; NULL on the CPU backend. */
+void *mc_backend_stream(mc_backend *be, mc_stream which);
+/* Make `waiter` wait for the work queued so far on `signaler` without
+ * blocking the host (no-op on the CPU backend). */
+void mc_backend_stream_wait(mc_backend *be, mc_stream waiter, mc_stream signaler);
+
 /* ------------------------------------------------------------ kernels */
 
 /* The kernels: mc_k_NAME(be, ...) for each entry MC_KERNEL(NAME, ...) of
