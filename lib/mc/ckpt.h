@@ -45,6 +45,7 @@
 #include <stdint.h>
 #include <jansson.h>
 #include "mc/comm.h"
+#include "mc/log.h"
 #include "mc/model.h"
 #include "mc/status.h"
 #include "mc/tokenizer.h"
@@ -297,6 +298,41 @@ mc_status mc_ckpt_read_average(mc_ckpt_reader *const *r, size_t n, const char *p
  * be quantized" for the first that is not (what: the file, or "the average"). */
 mc_status mc_ckpt_check_quantizable(const char *what, const char *path, int64_t rows, int64_t cols,
                                     const float *host, mc_error *err);
+
+/* ------------------------------------------------------------ converting
+ * (lib/ckpt/convert.c): what mc-reshard does once its inputs are open */
+
+typedef struct mc_ckpt_convert_opts {
+    int dtype_set;               /* store the model's tensors as dtype */
+    mc_ckpt_dtype dtype;         /* fp32, bf16, fp16 */
+    mc_ckpt_dtype quantize;      /* 2-D model tensors: int8, fp8, int4; FLOAT32: none */
+    int64_t group_size;          /* int4's elements per scale (128) */
+    int64_t tp, pp;              /* > 1: pre-split for that grid (sharded) */
+    int average;                 /* the mean of the inputs' model tensors, no optimizer */
+    int drop_optimizer;          /* leave the moments out */
+    mc_ckpt_compression compression;
+} mc_ckpt_convert_opts;
+
+/* No conversion: as stored, one file, optimizer kept, group size 128. */
+void mc_ckpt_convert_opts_init(mc_ckpt_convert_opts *o);
+
+typedef struct mc_ckpt_convert_stats {
+    int64_t tensors; /* written */
+    int64_t params;  /* elements of the model's tensors */
+} mc_ckpt_convert_stats;
+
+/* Write r[0] (or, with o->average, the mean of r[0..nr), which must hold
+ * one model: mc_ckpt_same_model) as a new checkpoint at its iteration in
+ * out_dir: every tensor converted as o says, the counters, configuration,
+ * train state, tokenizer and RNG state carried over, and a "reshard"
+ * attribute recording the conversion and its inputs (names[k], or the
+ * readers' directories when names is NULL). All or nothing (the writer's
+ * rules); on success *iter_dir is the iteration directory (malloc'd). A
+ * grid whose vocabulary padding differs from the stored one is warned
+ * about through lg (may be NULL). */
+mc_status mc_ckpt_convert(mc_ckpt_reader *const *r, size_t nr, const char *const *names,
+                          const mc_ckpt_convert_opts *o, const char *out_dir, char **iter_dir,
+                          mc_ckpt_convert_stats *stats, const mc_logger *lg, mc_error *err);
 
 #ifdef __cplusplus
 }

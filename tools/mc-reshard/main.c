@@ -9,9 +9,9 @@
  * configuration, tokenizer and counters; stdout carries only the path of
  * the iteration directory written, so the tool sits in a pipeline:
  *   mc-train ... | mc-reshard --dtype bf16 -o ckpt-bf16 | mc-export ...
- * This file parses options and copies tensor by tensor through libmc:
- * ckpt.h does the storing, and the comparing and averaging of several
- * inputs (lib/ckpt/compare.c).
+ * This file parses options, names the output, stages a Hugging Face
+ * import and reports; the conversion itself is mc_ckpt_convert
+ * (lib/ckpt/convert.c).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -20,7 +20,6 @@
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,161 +255,28 @@ static int rm_cb(const char *p, const struct stat *sb, int f, struct FTW *w) {
     return remove(p);
 }
 
-static mc_status copy_attributes(job *j, mc_ckpt_writer *w, int wrote_optimizer, mc_error *err) {
-    mc_ckpt_reader *r = j->r[0];
-    static const char *const ints[] = {"consumed_samples", "scheduler_samples", "optimizer_steps"};
-    static const char *const jsons[] = {"config", "train_state"};
-    mc_status st = MC_OK;
-    mc_error e;
-    for (size_t i = 0; i < 3 && !st; i++) {
-        int64_t v;
-        if (mc_ckpt_read_int(r, ints[i], &v, &e) == MC_OK)
-            st = mc_ckpt_write_int(w, ints[i], v, err);
-    }
-    if (!st)
-        st = mc_ckpt_write_int(w, "has_optimizer", wrote_optimizer, err);
-    for (size_t i = 0; i < 2 && !st; i++) {
-        json_t *v = NULL;
-        if (mc_ckpt_read_json(r, jsons[i], &v, &e) == MC_OK) {
-            char *text = json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(17));
-            st = text ? mc_ckpt_write_json(w, jsons[i], text, err) : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-            free(text);
-        }
-        json_decref(v);
-    }
-    if (!st)
-        st = mc_ckpt_copy_tokenizer(r, w, err);
-    void *rng = NULL;
-    size_t nrng = 0;
-    if (!st && mc_ckpt_read_bytes(r, "rng", &rng, &nrng, &e) == MC_OK)
-        st = mc_ckpt_write_bytes(w, "rng", rng, nrng, err);
-    free(rng);
-    /* Where this checkpoint came from and what was done to it. */
-    if (!st) {
-        args *a = j->a;
-        json_t *from = json_array();
-        for (size_t k = 0; k < j->nr; k++)
-            json_array_append_new(from, json_string(a->in[k]));
-        json_t *p = json_pack("{s:o, s:s, s:s?, s:I, s:I, s:I, s:b, s:b}", "from", from, "dtype",
-                              a->dtype_set ? mc_ckpt_dtype_name(a->dtype) : "as stored", "quantize",
-                              a->quant != MC_CKPT_FLOAT32 ? mc_ckpt_dtype_name(a->quant) : NULL,
-                              "group_size", (json_int_t)(a->quant == MC_CKPT_INT4 ? a->group_size : 0),
-                              "tensor_parallel_size", (json_int_t)a->tp, "pipeline_parallel_size",
-                              (json_int_t)a->pp, "average", a->average, "drop_optimizer", !wrote_optimizer);
-        char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
-        st = text ? mc_ckpt_write_json(w, "reshard", text, err) : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-        free(text);
-        json_decref(p);
-    }
-    return st;
-}
-
-/* Copy (average) one tensor. */
-static mc_status copy_tensor(job *j, mc_ckpt_writer *w, const char *group, const char *path, float **buf,
-                             size_t *cap, mc_error *err) {
+static mc_status reshard(job *j, const mc_logger *lg, mc_error *err) {
     args *a = j->a;
-    int64_t rows, cols;
-    mc_ckpt_dtype in;
-    mc_status st = mc_ckpt_tensor_info(j->r[0], path, &rows, &cols, &in, err);
-    if (st)
-        return st;
-    size_t n = (size_t)rows * (size_t)(cols ? cols : 1);
-    if (n > *cap) {
-        float *nb = realloc(*buf, n * sizeof *nb);
-        if (!nb)
-            return mc_error_set(err, MC_ERR_NOMEM, "%s: %s: out of memory", mc_ckpt_file(j->r[0]), path);
-        *buf = nb;
-        *cap = n;
-    }
-    if ((st = mc_ckpt_read_average(j->r, j->nr, path, rows, cols, *buf, err)))
-        return st;
-    int model = !strcmp(group, "model");
-    mc_ckpt_dtype out = mc_ckpt_dtype_is_quantized(in) ? MC_CKPT_FLOAT32 : in;
-    if (model && a->dtype_set)
-        out = a->dtype;
-    if (model && cols > 0 && a->quant != MC_CKPT_FLOAT32)
-        out = a->quant;
-    /* The quantizers refuse non-finite values; name the input holding one. */
-    const char *from = j->nr > 1 ? "the average" : mc_ckpt_file(j->r[0]);
-    if (mc_ckpt_dtype_is_quantized(out) &&
-        (st = mc_ckpt_check_quantizable(from, path, rows, cols, *buf, err)))
-        return st;
-    if ((st = mc_ckpt_write_whole(w, path, rows, cols, *buf, out, a->group_size, err)))
-        return st;
-    j->tensors++;
-    if (model)
-        j->params += (int64_t)n;
-    return MC_OK;
-}
-
-static mc_status reshard(job *j, mc_error *err) {
-    args *a = j->a;
-    mc_ckpt_reader *r0 = j->r[0];
-    mc_status st = MC_OK;
-    if (j->nr > 1 && (st = mc_ckpt_same_model(j->r, j->nr, err)))
-        return st;
-    mc_model_config cfg;
-    int sharded = a->tp > 1 || a->pp > 1, have_cfg = 0;
-    if (sharded) {
-        if ((st = mc_ckpt_read_model_config(r0, &cfg, err)))
-            return mc_error_prefix(err, "cannot split it for a grid");
-        have_cfg = 1;
-        /* Megatron pads the vocabulary to a multiple of
-         * make_vocab_size_divisible_by x TP, so the grid may want other
-         * shapes than the checkpoint has (mc-train would refuse it). */
-        mc_model_config c = cfg;
-        mc_error e;
-        if (mc_model_config_finish(&c, (int)a->tp, &e) == MC_OK && c.padded_vocab_size != cfg.padded_vocab_size)
-            fprintf(stderr,
-                    "%s: warning: %s: under tensor-parallel size %" PRId64 " mc-train pads the vocabulary of %"
-                    PRId64 " to %" PRId64 ", not to the %" PRId64 " stored, and will not load this checkpoint\n",
-                    PROG, a->in[0], a->tp, cfg.vocab_size, c.padded_vocab_size, cfg.padded_vocab_size);
-    }
+    mc_ckpt_convert_opts o;
+    mc_ckpt_convert_opts_init(&o);
+    o.dtype_set = a->dtype_set;
+    o.dtype = a->dtype;
+    o.quantize = a->quant;
+    o.group_size = a->group_size;
+    o.tp = a->tp;
+    o.pp = a->pp;
+    o.average = a->average;
+    o.drop_optimizer = a->drop_optimizer;
+    o.compression = a->comp;
     struct stat sb;
     if (!j->import_dir)
         j->out_made = stat(j->out, &sb) != 0;
-    mc_ckpt_writer *w = NULL;
-    int64_t it = mc_ckpt_iteration(r0);
-    st = sharded ? mc_ckpt_writer_begin_sharded(j->out, it, (int)a->tp, (int)a->pp, have_cfg ? &cfg : NULL, &w, err)
-                 : mc_ckpt_writer_begin(j->out, it, &w, err);
-    if (st)
-        return st;
-    if (a->comp)
-        st = mc_ckpt_writer_set_compression(w, a->comp, 0, err);
-    static const char *const groups[] = {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
-    int ngroups = a->drop_optimizer || a->average ? 1 : 3, wrote_optim = 0;
-    float *buf = NULL;
-    size_t cap = 0;
-    for (int g = 0; g < ngroups && !st; g++) {
-        char **names = NULL;
-        size_t n = 0;
-        st = mc_ckpt_list(r0, groups[g], &names, &n, err);
-        if (st == MC_ERR_NOTFOUND && g > 0) {
-            mc_error_clear(err);
-            st = MC_OK;
-            continue;
-        }
-        wrote_optim |= g > 0 && n > 0;
-        char path[1024];
-        for (size_t i = 0; i < n && !st; i++) {
-            snprintf(path, sizeof path, "%s/%s", groups[g], names[i]);
-            st = copy_tensor(j, w, groups[g], path, &buf, &cap, err);
-        }
-        free(names);
-    }
-    free(buf);
-    if (!st)
-        st = copy_attributes(j, w, wrote_optim, err);
-    if (st) {
-        mc_ckpt_writer_abort(w);
-        return st;
-    }
-    char *dir = strdup(mc_ckpt_writer_dir(w));
-    if (!dir) {
-        mc_ckpt_writer_abort(w);
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-    }
-    if ((st = mc_ckpt_writer_commit(w, err)) == MC_OK)
+    char *dir = NULL;
+    mc_ckpt_convert_stats stats;
+    mc_status st = mc_ckpt_convert(j->r, j->nr, a->in, &o, j->out, &dir, &stats, lg, err);
+    j->tensors = stats.tensors;
+    j->params = stats.params;
+    if (st == MC_OK)
         printf("%s\n", dir);
     free(dir);
     return st;
@@ -452,7 +318,7 @@ static mc_status hf_import(job *j, const char *in, size_t k, char *path, size_t 
     return mc_hf_import(in, dir, path, cap, err);
 }
 
-static mc_status run(args *a, mc_error *err) {
+static mc_status run(args *a, const mc_logger *lg, mc_error *err) {
     job j = {.a = a};
     mc_status st = MC_OK;
     struct timespec t0, t1;
@@ -491,7 +357,7 @@ static mc_status run(args *a, mc_error *err) {
         free(d);
     }
     if (!st)
-        st = reshard(&j, err);
+        st = reshard(&j, lg, err);
     for (size_t k = 0; k < j.nr; k++) /* before an import's files go */
         mc_ckpt_close(j.r[k]);
     if (j.import_dir)
@@ -542,7 +408,7 @@ int main(int argc, char **argv) {
         rc = mc_tool_usage(&lg, &err);
     } else {
         if (st == MC_OK)
-            st = run(&a, &err);
+            st = run(&a, &lg, &err);
         if (st == MC_ERR_USAGE) {
             mc_log_error(&lg, "%s", err.msg);
             rc = 2;
