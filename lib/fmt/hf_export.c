@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fmt/ckpt_internal.h"
+#include "ckpt/ckpt_internal.h"
 #include "fmt/gguf_internal.h"
 #include "fmt/hf_internal.h"
 #include "mc/ckpt.h"

@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fmt/ckpt_internal.h"
+#include "ckpt/ckpt_internal.h"
 #include "fmt/hf_internal.h"
 #include "mc/ckpt.h"
 #include "mc/hf.h"

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmt/ckpt_internal.h"
+#include "ckpt/ckpt_internal.h"
 #include "mc/ckpt.h"
 #include "mc/file.h"
 #include "mc/llmc.h"

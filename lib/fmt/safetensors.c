@@ -25,7 +25,7 @@
 
 #include <jansson.h>
 
-#include "fmt/ckpt_internal.h"
+#include "ckpt/ckpt_internal.h"
 #include "mc/file.h"
 #include "mc/json.h"
 #include "mc/safetensors.h"

@@ -1,5 +1,5 @@
 /*
- * ckpt_internal.h - what the checkpoint files of lib/fmt share (private):
+ * ckpt_internal.h - what the checkpoint files of lib/ckpt share (private):
  *   ckpt_h5.c     HDF5 errors, dtypes and their conversions, block shapes,
  *                 attributes, dataset creation properties
  *   ckpt_dir.c    directories: temporary, fsync, publish (rename + pointer)
@@ -11,8 +11,8 @@
  *   ckpt_shard.c  sharded checkpoints: the split, the shard files and the
  *                 index (writer), assembling blocks from shards (reader)
  */
-#ifndef MC_FMT_CKPT_INTERNAL_H
-#define MC_FMT_CKPT_INTERNAL_H
+#ifndef MC_CKPT_INTERNAL_H
+#define MC_CKPT_INTERNAL_H
 
 #include <hdf5.h>
 #include <stdint.h>

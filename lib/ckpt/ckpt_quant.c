@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmt/ckpt_internal.h"
+#include "ckpt/ckpt_internal.h"
 #include "mc/quant.h"
 
 void ck_qtensor_free(ck_qtensor *q) {

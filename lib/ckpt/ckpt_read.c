@@ -17,8 +17,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fmt/ckpt_internal.h"
-#include "fmt/h5zstd.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/h5zstd.h"
 #include "mc/buf.h"
 #include "mc/file.h"
 #include "mc/json.h"

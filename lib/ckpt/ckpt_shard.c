@@ -37,8 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmt/ckpt_internal.h"
-#include "fmt/h5zstd.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/h5zstd.h"
 
 /* ================================================================ the split */
 

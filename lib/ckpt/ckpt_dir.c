@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fmt/ckpt_internal.h"
+#include "ckpt/ckpt_internal.h"
 #include "mc/file.h"
 
 char *ck_printf(const char *fmt, ...) {

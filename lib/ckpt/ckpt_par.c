@@ -48,8 +48,8 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
-#include "fmt/ckpt_internal.h"
-#include "fmt/h5zstd.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/h5zstd.h"
 #include "mc/buf.h"
 
 typedef struct par_block {

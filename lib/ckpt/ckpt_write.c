@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmt/ckpt_internal.h"
-#include "fmt/h5zstd.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/h5zstd.h"
 #include "mc/json.h"
 
 const char *mc_ckpt_writer_dir(const mc_ckpt_writer *w) {
