@@ -811,12 +811,12 @@ int main(int argc, char **argv)
         st = push(&prompts, &nprompts, sizeof *prompts, &a.prompts[i], &err);
     if (!st && (a.nprompts || a.prompt_file) && nprompts == 0)
         st = mc_error_set(&err, MC_ERR_USAGE, "%s: no prompt in it", a.prompt_file);
-    st = mc_ckpt_agree(&grid, st, &err);
+    st = mc_grid_status_all(&grid, st, "checkpoint status", &err);
     if (st) goto fail;
 
     /* the model and the inference context */
     st = mc_backend_cpu_new((int)a.threads, &be, &err);
-    if ((st = mc_ckpt_agree(&grid, st, &err))) goto fail;
+    if ((st = mc_grid_status_all(&grid, st, "checkpoint status", &err))) goto fail;
     /* The model's own activations are sized for the shortest sequence the
      * configuration allows (tp positions); inference has its own. */
     st = mc_train_load_model(a.ckpt, &grid, be, 1, (int)a.tp,
@@ -827,7 +827,7 @@ int main(int argc, char **argv)
     st = mc_infer_new(model, r.ctx, r.ctx, &r.inf, &err);
     if (st) mc_error_prefix(&err, "--ctx-size %d", r.ctx);
     if (!st && a.weights > 0) st = mc_infer_use_int8(r.inf, &err);
-    if ((st = mc_ckpt_agree(&grid, st, &err))) goto fail;
+    if ((st = mc_grid_status_all(&grid, st, "checkpoint status", &err))) goto fail;
     if (r.say && !a.quiet)
         mc_log_info(&lg, "%s: iteration %" PRId64 ", %" PRId64 " parameters, context %d%s",
                     ckpt_dir, iteration, mc_model_global_numel(model), r.ctx,
