@@ -45,9 +45,6 @@ __attribute__((format(printf, 3, 4))) mc_status ck_h5fail(mc_error *err, mc_stat
 void ck_close(hid_t *id);
 
 hid_t ck_half_type(void); /* IEEE binary16 (h5py's float16) */
-uint16_t ck_f32_to_bf16(float f);
-float ck_bf16_to_f32(uint16_t h);
-uint16_t ck_f32_to_f16(float f);
 /* The file type of a stored dtype (a copy: ck_close it). */
 hid_t ck_file_type(mc_ckpt_dtype d);
 /* The memory type of a block already converted to dtype's stored form. */
@@ -92,9 +89,6 @@ hid_t ck_tensor_dcpl(mc_ckpt_compression comp, int level, int nd, const hsize_t 
 
 /* ------------------------------------------------------------ ckpt_dir.c */
 
-char *ck_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-int ck_rm_tree(const char *path);
-mc_status ck_fsync(const char *path, mc_error *err);
 /* mkdtemp with the final directory's mode (0777 less the umask). */
 int ck_make_tmpdir(char *tmpl);
 mc_status ck_mkdir_p(const char *dir, mc_error *err);

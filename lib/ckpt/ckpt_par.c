@@ -167,10 +167,10 @@ mc_status ck_par_begin(mc_ckpt_writer *w, const mc_grid *g, mc_error *err) {
     }
     if ((st = mc_grid_broadcast_bytes(g, w->tmp, strlen(w->tmp) + 1, 0, "checkpoint begin", err)))
         return st;
-    st = (w->tmp_file = ck_printf("%s/" MC_CKPT_FILE, w->tmp)) ? MC_OK
+    st = (w->tmp_file = mc_strprintf("%s/" MC_CKPT_FILE, w->tmp)) ? MC_OK
              : mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", w->dir);
     if ((st = status_all(p, st, err)) != MC_OK && p->rank == 0)
-        ck_rm_tree(w->tmp);
+        mc_remove_tree(w->tmp);
     return st;
 }
 
@@ -672,7 +672,7 @@ static mc_status write_file(mc_ckpt_writer *w, const utensor *u, size_t nu, mc_e
     mc_grid_deadline_end(&p->g);
     /* Each rank flushes what it wrote from its own node's cache. */
     if (!st)
-        st = ck_fsync(w->tmp_file, err);
+        st = mc_fsync_path(w->tmp_file, err);
     return st;
 }
 
@@ -707,7 +707,7 @@ static mc_status commit(mc_ckpt_writer *w, mc_status mine, mc_error *err) {
     if (st) {
         ck_close(&w->fid);
         if (p->rank == 0 && w->tmp)
-            ck_rm_tree(w->tmp);
+            mc_remove_tree(w->tmp);
     }
     return st;
 }

@@ -103,7 +103,7 @@ mc_status ck_write_quant_local(hid_t fid, const char *where, const char *path, c
     int8_t *q = malloc((size_t)(lrows * ncols));
     uint8_t *packed = int4 ? malloc((size_t)(lrows * bcols)) : NULL;
     float *sc = malloc((size_t)nscale * sizeof *sc);
-    char *spath = ck_printf(CK_SCALES_GROUP "/%s", path);
+    char *spath = mc_strprintf(CK_SCALES_GROUP "/%s", path);
     mc_status st = MC_OK;
     hid_t ds = -1;
     if (!q || !sc || !spath || (int4 && !packed)) {

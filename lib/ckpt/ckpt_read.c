@@ -20,6 +20,7 @@
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/h5zstd.h"
 #include "mc/buf.h"
+#include "mc/dtype.h"
 #include "mc/file.h"
 #include "mc/json.h"
 
@@ -103,14 +104,15 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
         r->file = strdup(path);
         r->dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
     } else if (is_dir(path)) {
-        char *f = ck_printf("%s/" MC_CKPT_FILE, path), *latest = ck_printf("%s/" MC_CKPT_LATEST, path);
+        char *f = mc_strprintf("%s/" MC_CKPT_FILE, path);
+        char *latest = mc_strprintf("%s/" MC_CKPT_LATEST, path);
         if (!f || !latest) {
             free(f);
             free(latest);
             return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
         }
         char *ix = NULL;
-        if (!is_file(f) && (ix = ck_printf("%s/" CK_INDEX_FILE, path)) && is_file(ix)) {
+        if (!is_file(f) && (ix = mc_strprintf("%s/" CK_INDEX_FILE, path)) && is_file(ix)) {
             free(f);
             f = ix; /* a sharded checkpoint */
             ix = NULL;
@@ -126,10 +128,10 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
             free(latest);
             if (st != MC_OK)
                 return st;
-            r->dir = ck_printf("%s/iter_%07" PRId64, path, named);
-            r->file = r->dir ? ck_printf("%s/" MC_CKPT_FILE, r->dir) : NULL;
+            r->dir = mc_strprintf("%s/iter_%07" PRId64, path, named);
+            r->file = r->dir ? mc_strprintf("%s/" MC_CKPT_FILE, r->dir) : NULL;
             if (r->file && !is_file(r->file)) {
-                char *ix = ck_printf("%s/" CK_INDEX_FILE, r->dir);
+                char *ix = mc_strprintf("%s/" CK_INDEX_FILE, r->dir);
                 if (ix && is_file(ix)) {
                     free(r->file);
                     r->file = ix;
@@ -454,7 +456,7 @@ mc_status ck_read_block(hid_t fid, const char *file, const char *path, int64_t r
             for (size_t i = n; i-- > 0;) {
                 uint16_t h;
                 memcpy(&h, b + 2 * i, 2);
-                float f = ck_bf16_to_f32(h);
+                float f = mc_dtype_bf16_to_f32(h);
                 memcpy((unsigned char *)out + 4 * i, &f, 4);
             }
         }

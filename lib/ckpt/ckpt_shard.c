@@ -117,7 +117,7 @@ static mc_status shard_files(mc_ckpt_writer *w, ck_shardw *s, int64_t iteration,
         int t = i % s->tp, p = i / s->tp;
         char where[512];
         snprintf(where, sizeof where, "%s/mp_rank_%02d_%03d.h5", w->final, t, p);
-        if (!(s->tmpfile[i] = ck_printf("%s/mp_rank_%02d_%03d.h5", w->tmp, t, p))) {
+        if (!(s->tmpfile[i] = mc_strprintf("%s/mp_rank_%02d_%03d.h5", w->tmp, t, p))) {
             st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
             break;
         }
@@ -340,7 +340,7 @@ mc_status ck_shard_finish(mc_ckpt_writer *w, mc_error *err) {
         if (e < 0)
             st = ck_h5fail(err, MC_ERR_IO, "%s: closing a shard file failed", s->tmpfile[i]);
         else
-            st = ck_fsync(s->tmpfile[i], err);
+            st = mc_fsync_path(s->tmpfile[i], err);
     }
     return st;
 }
@@ -514,7 +514,7 @@ static mc_status parse_index(ck_shardr *s, const char *dir, const json_t *ix, mc
         const char *name = json_string_value(json_array_get(files, (size_t)i));
         if (!name || !*name || strchr(name, '/') || name[0] == '.')
             return mc_error_set(err, MC_ERR_FORMAT, "%s: " CK_INDEX_DATASET ": file %d is not a plain file name", F, i);
-        if (!(s->files[i] = ck_printf("%s/%s", dir, name)))
+        if (!(s->files[i] = mc_strprintf("%s/%s", dir, name)))
             return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", F);
     }
     const char *path;

@@ -44,7 +44,7 @@ void ck_writer_free(mc_ckpt_writer *w) {
 static void writer_discard(mc_ckpt_writer *w) {
     ck_close(&w->fid);
     if (w->tmp)
-        ck_rm_tree(w->tmp);
+        mc_remove_tree(w->tmp);
     ck_writer_free(w);
 }
 
@@ -57,9 +57,9 @@ static mc_status writer_new(const char *dir, int64_t iteration, const char *fnam
     w->fid = -1;
     w->iteration = iteration;
     w->dir = strdup(dir);
-    w->final = ck_printf("%s/iter_%07" PRId64, dir, iteration);
-    w->final_file = ck_printf("%s/%s", w->final ? w->final : "", fname);
-    w->tmp = ck_printf("%s/.iter_%07" PRId64 ".tmp.XXXXXX", dir, iteration);
+    w->final = mc_strprintf("%s/iter_%07" PRId64, dir, iteration);
+    w->final_file = mc_strprintf("%s/%s", w->final ? w->final : "", fname);
+    w->tmp = mc_strprintf("%s/.iter_%07" PRId64 ".tmp.XXXXXX", dir, iteration);
     if (!w->dir || !w->final || !w->final_file || !w->tmp) {
         ck_writer_free(w);
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
@@ -89,7 +89,7 @@ static mc_status writer_begin(const char *dir, int64_t iteration, const char *fn
         ck_writer_free(w);
         return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot create a temporary directory", dir);
     }
-    if (!(w->tmp_file = ck_printf("%s/%s", w->tmp, fname))) {
+    if (!(w->tmp_file = mc_strprintf("%s/%s", w->tmp, fname))) {
         writer_discard(w);
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
     }
@@ -389,7 +389,7 @@ static mc_status writer_commit(mc_ckpt_writer *w, mc_error *err) {
         return ck_h5fail(err, MC_ERR_IO, "%s: closing the HDF5 file failed", w->final_file);
     }
     w->fid = -1;
-    if ((st = ck_fsync(w->tmp_file, err)) != MC_OK)
+    if ((st = mc_fsync_path(w->tmp_file, err)) != MC_OK)
         return st;
     int gone = 0;
     st = ck_publish(w->dir, w->tmp, w->final, w->iteration, &gone, err);
