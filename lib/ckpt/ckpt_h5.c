@@ -159,6 +159,28 @@ int ck_valid_key(const char *k) {
     return k && *k && !strchr(k, '/');
 }
 
+/* 1 when the link path exists, 0 when it does not, -1 when HDF5 cannot
+ * tell (a damaged group; its error stack is left for ck_h5fail). */
+int ck_exists(hid_t fid, const char *path) {
+    /* H5Lexists on "a/b" fails when "a" is missing: check each prefix. */
+    char buf[1024];
+    size_t n = strlen(path);
+    if (n >= sizeof buf)
+        return 0;
+    memcpy(buf, path, n + 1);
+    for (size_t i = 0; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            htri_t e = H5Lexists(fid, buf, H5P_DEFAULT);
+            buf[i] = c;
+            if (e <= 0)
+                return e < 0 ? -1 : 0;
+        }
+    }
+    return 1;
+}
+
 /* ------------------------------------------------------------ attributes */
 
 mc_status ck_write_str_attr(hid_t loc, const char *name, const char *s, mc_error *err,
@@ -382,4 +404,26 @@ hid_t ck_bytes_dcpl(size_t n) {
     if (dcpl >= 0 && (H5Pset_chunk(dcpl, 1, chunk) < 0 || H5Pset_fletcher32(dcpl) < 0))
         ck_close(&dcpl);
     return dcpl;
+}
+
+mc_status ck_write_bytes(hid_t fid, const char *file, const char *key, const void *data, size_t n,
+                         mc_error *err) {
+    hsize_t dims[1] = {n};
+    hid_t sp = H5Screate_simple(1, dims, NULL), dcpl = -1, ds = -1;
+    mc_status st = MC_OK;
+    if (H5Lexists(fid, key, H5P_DEFAULT) > 0) {
+        st = mc_error_set(err, MC_ERR_USAGE, "%s: %s: name already used in the file", file, key);
+        goto done;
+    }
+    /* An empty dataset cannot be chunked; there is nothing to checksum. */
+    dcpl = n > 0 ? ck_bytes_dcpl(n) : H5Pcreate(H5P_DATASET_CREATE);
+    if (sp < 0 || dcpl < 0 ||
+        (ds = H5Dcreate2(fid, key, H5T_STD_U8LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0 ||
+        (n > 0 && H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
+        st = ck_h5fail(err, MC_ERR_IO, "%s: %s: write failed", file, key);
+done:
+    ck_close(&ds);
+    ck_close(&dcpl);
+    ck_close(&sp);
+    return st;
 }

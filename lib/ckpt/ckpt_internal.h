@@ -1,15 +1,34 @@
 /*
- * ckpt_internal.h - what the checkpoint files of lib/ckpt share (private):
- *   ckpt_h5.c     HDF5 errors, dtypes and their conversions, block shapes,
- *                 attributes, dataset creation properties
- *   ckpt_dir.c    directories: temporary, fsync, publish (rename + pointer)
- *   ckpt_write.c  the writer: one process, or the front of ckpt_par.c
- *   ckpt_par.c    the collective writer of a grid over parallel HDF5
- *   ckpt_read.c   the reader
- *   ckpt_quant.c  quantized tensors: quantizing, storing with their
- *                 scales, reading back dequantized
- *   ckpt_shard.c  sharded checkpoints: the split, the shard files and the
- *                 index (writer), assembling blocks from shards (reader)
+ * ckpt_internal.h - what the checkpoint files of lib/ckpt share (private).
+ *
+ * Layers, top to bottom. A file calls only files listed below it, in its
+ * own layer or lower, never one above it: no cycle among the files.
+ *
+ *   top     ckpt_model.c  model configuration and tokenizer, through the
+ *                         public reader and writer calls alone
+ *   front   ckpt_write.c  the writer: every public writing call of
+ *                         mc/ckpt.h, its table of tensors, the one-process
+ *                         path (model.h5 as the calls come), and the front
+ *                         of the back ends below
+ *           ckpt_read.c   the reader: resolving a checkpoint, attributes,
+ *                         byte datasets, blocks, from one file or shards
+ *   back    ckpt_par.c    the collective writer of a grid over parallel
+ *   ends                  HDF5 (public comm calls: mc/comm.h, comm_mpi.h)
+ *           ckpt_shard.c  sharded checkpoints: the split, shard files and
+ *                         index (writer); assembling blocks (reader)
+ *           ckpt_quant.c  quantizing a tensor and storing a local part of
+ *                         it with its scales
+ *   bottom  ckpt_block.c  opening a stored tensor of any dtype and reading
+ *                         any block of it as fp32 (dequantizing)
+ *           ckpt_h5.c     HDF5 errors and ids, dtypes and conversions, block
+ *                         shapes and selections, attributes, dataset
+ *                         creation, byte datasets, link lookup
+ *           ckpt_dir.c    directories: temporary, mkdir -p, publish
+ *           h5zstd.c      the zstd filter (h5zstd.h)
+ *           quant.c       the quantizers (public: mc/quant.h)
+ *
+ * The back ends share the writer's struct (below) with ckpt_write.c: they
+ * read and fill their part of it, and call nothing of ckpt_write.c.
  */
 #ifndef MC_CKPT_INTERNAL_H
 #define MC_CKPT_INTERNAL_H
@@ -25,6 +44,9 @@
 /* Chunks of about this many stored bytes: large enough for zstd to find
  * its matches, small enough that a partial read stays cheap. */
 #define CK_CHUNK_TARGET (2u << 20)
+#define CK_SCALES_GROUP "scales" /* scales of quantized model/X: scales/model/X */
+#define CK_INDEX_FILE "index.h5"  /* a sharded checkpoint's root file */
+#define CK_INDEX_DATASET "shard_index"
 
 /* ------------------------------------------------------------ ckpt_h5.c */
 
@@ -86,6 +108,13 @@ hid_t ck_bytes_dcpl(size_t n);
 /* Those of a tensor dataset of nd dims and esize-byte elements. */
 hid_t ck_tensor_dcpl(mc_ckpt_compression comp, int level, int nd, const hsize_t *dims,
                      size_t esize);
+/* Write the byte dataset key (a new name) of the file fid, named file in
+ * messages (one process). */
+mc_status ck_write_bytes(hid_t fid, const char *file, const char *key, const void *data, size_t n,
+                         mc_error *err);
+/* 1 when the link path exists in fid, 0 when not, -1 when HDF5 cannot tell
+ * (its error stack is left for ck_h5fail). */
+int ck_exists(hid_t fid, const char *path);
 
 /* ------------------------------------------------------------ ckpt_dir.c */
 
@@ -99,7 +128,19 @@ mc_status ck_mkdir_p(const char *dir, mc_error *err);
 mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_t iteration,
                      int *tmp_gone, mc_error *err);
 
-/* ------------------------------------------------------------ writer */
+/* ------------------------------------------------------------ ckpt_block.c */
+
+/* Open dataset `path` of the file fid (named `file` in messages) as a
+ * tensor: its logical shape (cols 0: 1-D) and stored dtype, any of
+ * mc_ckpt_dtype (quantized ones by their attributes). */
+mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *ds, int64_t *rows,
+                         int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err);
+/* Read the block [row0, +lrows) x [col0, +lcols) of that dataset, in its
+ * own coordinates (cols 0: col0 0, lcols 1), as fp32. */
+mc_status ck_read_block(hid_t fid, const char *file, const char *path, int64_t row0, int64_t col0,
+                        int64_t lrows, int64_t lcols, float *out, mc_error *err);
+
+/* ------------------------------------------------------------ the writer (ckpt_write.c) */
 
 typedef struct ck_tensor {
     char *path;
@@ -124,35 +165,7 @@ struct mc_ckpt_writer {
     int tmp_counted;         /* this process made tmp: mc_temp_end when freed */
 };
 
-/* Find or add (after checks) the tensor `path` in w's table; *created is 1
- * when it was added. where = "FILE: PATH". */
-mc_status ck_writer_tensor(mc_ckpt_writer *w, const char *where, const char *path, int64_t rows,
-                           int64_t cols, mc_ckpt_dtype dtype, ck_tensor **out, int *created,
-                           mc_error *err);
-void ck_writer_free(mc_ckpt_writer *w);
-
-/* Begin a one-process writer whose file in the iteration directory is
- * named fname (MC_CKPT_FILE, or CK_INDEX_FILE for a sharded one). */
-mc_status ck_writer_begin_named(const char *dir, int64_t iteration, const char *fname,
-                                mc_ckpt_writer **out, mc_error *err);
-
-/* ------------------------------------------------------------ reading any dataset */
-
-/* Open dataset `path` of the file fid (named `file` in messages) as a
- * tensor: its logical shape (cols 0: 1-D) and stored dtype, any of
- * mc_ckpt_dtype (quantized ones by their attributes). */
-mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *ds, int64_t *rows,
-                         int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err);
-/* Read the block [row0, +lrows) x [col0, +lcols) of that dataset, in its
- * own coordinates (cols 0: col0 0, lcols 1), as fp32. */
-mc_status ck_read_block(hid_t fid, const char *file, const char *path, int64_t row0, int64_t col0,
-                        int64_t lrows, int64_t lcols, float *out, mc_error *err);
-/* 1 when the link path exists in fid, 0 when not, -1 when HDF5 cannot tell. */
-int ck_exists(hid_t fid, const char *path);
-
 /* ------------------------------------------------------------ ckpt_quant.c */
-
-#define CK_SCALES_GROUP "scales" /* scales of model/X are at scales/model/X */
 
 /* A tensor quantized whole: levels (int8, int4 unpacked -7..7) or E4M3FN
  * bits (fp8), and the scales (rows; 1; rows x ngroups). */
@@ -178,18 +191,17 @@ typedef struct ck_range {
 mc_status ck_write_quant_local(hid_t fid, const char *where, const char *path, const ck_qtensor *qt,
                                const ck_range *rg, int nrg, int64_t col0, int64_t ncols,
                                mc_ckpt_compression comp, int level, mc_error *err);
-/* Read a block of an opened quantized dataset (ck_open_tensor) as fp32. */
-mc_status ck_read_quant(hid_t fid, hid_t ds, const char *where, const char *path,
-                        mc_ckpt_dtype dtype, int64_t row0, int64_t col0, int64_t lrows,
-                        int64_t lcols, float *out, mc_error *err);
 
 /* ------------------------------------------------------------ ckpt_shard.c */
 
-#define CK_INDEX_FILE "index.h5"
-#define CK_INDEX_DATASET "shard_index"
-
-/* Writer: the sharded part of mc_ckpt_write_whole, and the commit's first
- * step (write the index into w->fid, close and fsync the shard files). */
+/* Writer: the split of a tp x pp grid for the model (checked), then, once
+ * the writer w of index.h5 holds it in w->shard, its root attributes and
+ * the shard files; the sharded part of mc_ckpt_write_whole; and the
+ * commit's first step (write the index into w->fid, close and fsync the
+ * shard files). */
+mc_status ck_shard_new(const char *dir, int tp, int pp, const mc_model_config *model, ck_shardw **out,
+                       mc_error *err);
+mc_status ck_shard_begin(mc_ckpt_writer *w, mc_error *err);
 mc_status ck_shard_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
                                const float *host, mc_ckpt_dtype dtype, int64_t group_size,
                                mc_error *err);

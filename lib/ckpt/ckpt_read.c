@@ -242,28 +242,6 @@ mc_status mc_ckpt_read_int(mc_ckpt_reader *r, const char *key, int64_t *out, mc_
     return st;
 }
 
-/* 1 when the link path exists, 0 when it does not, -1 when HDF5 cannot
- * tell (a damaged group; its error stack is left for ck_h5fail). */
-int ck_exists(hid_t fid, const char *path) {
-    /* H5Lexists on "a/b" fails when "a" is missing: check each prefix. */
-    char buf[1024];
-    size_t n = strlen(path);
-    if (n >= sizeof buf)
-        return 0;
-    memcpy(buf, path, n + 1);
-    for (size_t i = 0; i <= n; i++) {
-        if (buf[i] == '/' || buf[i] == 0) {
-            char c = buf[i];
-            buf[i] = 0;
-            htri_t e = H5Lexists(fid, buf, H5P_DEFAULT);
-            buf[i] = c;
-            if (e <= 0)
-                return e < 0 ? -1 : 0;
-        }
-    }
-    return 1;
-}
-
 static mc_status read_bytes(mc_ckpt_reader *r, const char *key, void **data, size_t *n, mc_error *err) {
     int there = ck_exists(r->fid, key);
     if (there < 0)
@@ -307,89 +285,6 @@ mc_status mc_ckpt_read_bytes(mc_ckpt_reader *r, const char *key, void **data, si
     return st;
 }
 
-/* Open a tensor and learn its logical shape and stored dtype. A dataset
- * written by another tool without a dtype attribute is read by its HDF5
- * type: any float (float64 is rounded to fp32); uint16 needs
- * dtype="bfloat16". Quantized datasets (ckpt_quant.c) are int8/uint8 with
- * dtype "int8", "fp8_e4m3" or "int4"; an int4 one holds two elements per
- * byte and keeps its logical column count in the attribute "cols". */
-mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *ds_out, int64_t *rows,
-                         int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err) {
-    *ds_out = -1;
-    if (!ck_valid_path(path))
-        return mc_error_set(err, MC_ERR_USAGE, "%s: %s: invalid tensor path", file, path ? path : "(null)");
-    int there = ck_exists(fid, path);
-    if (there < 0)
-        return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", file, path);
-    if (!there)
-        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: %s: no such tensor in the checkpoint", file, path);
-    hid_t ds = H5Dopen2(fid, path, H5P_DEFAULT), sp = -1, t = -1;
-    mc_status st = MC_OK;
-    char *dname = NULL;
-    hsize_t dims[2] = {0, 0};
-    int nd = -1;
-    if (ds < 0 || (sp = H5Dget_space(ds)) < 0 || (t = H5Dget_type(ds)) < 0 ||
-        (nd = H5Sget_simple_extent_ndims(sp)) < 0) {
-        st = ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: not a readable dataset", file, path);
-        goto done;
-    }
-    if (nd < 1 || nd > 2) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: %d dimensions, a tensor has 1 or 2", file, path, nd);
-        goto done;
-    }
-    H5Sget_simple_extent_dims(sp, dims, NULL);
-    if (dims[0] < 1 || (nd == 2 && dims[1] < 1)) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: empty tensor", file, path);
-        goto done;
-    }
-    *rows = (int64_t)dims[0];
-    *cols = nd == 2 ? (int64_t)dims[1] : 0;
-    st = ck_read_str_attr(ds, "dtype", &dname, err, file);
-    if (st == MC_ERR_NOTFOUND) {
-        st = MC_OK;
-        mc_error_clear(err);
-    } else if (st != MC_OK) {
-        goto done;
-    }
-    H5T_class_t cls = H5Tget_class(t);
-    size_t size = H5Tget_size(t);
-    if (dname && strcmp(dname, "bfloat16") == 0) {
-        *dtype = MC_CKPT_BFLOAT16;
-        if (cls != H5T_INTEGER || size != 2)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype bfloat16 needs 16-bit integer storage", file, path);
-    } else if (dname && (!strcmp(dname, "int8") || !strcmp(dname, "fp8_e4m3") || !strcmp(dname, "int4"))) {
-        *dtype = dname[1] == 'p' ? MC_CKPT_FP8_E4M3 : dname[3] == '8' ? MC_CKPT_INT8 : MC_CKPT_INT4;
-        if (cls != H5T_INTEGER || size != 1 || nd != 2) {
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype %s needs 2-D 8-bit integer storage", file,
-                              path, dname);
-        } else if (*dtype == MC_CKPT_INT4) {
-            int64_t lc = 0;
-            st = ck_read_int_attr(ds, "cols", &lc, err, file);
-            if (st == MC_OK && (lc < 1 || (lc + 1) / 2 != *cols))
-                st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: int4 attribute cols %" PRId64
-                                  " does not fit %" PRId64 " bytes per row", file, path, lc, *cols);
-            *cols = lc;
-        }
-    } else if (dname && strcmp(dname, "float16") != 0 && strcmp(dname, "float32") != 0) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: unknown dtype '%s'", file, path, dname);
-    } else if (cls != H5T_FLOAT) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: not stored as floating point", file, path);
-    } else {
-        *dtype = size == 2 ? MC_CKPT_FLOAT16 : MC_CKPT_FLOAT32;
-        if (dname && strcmp(dname, mc_ckpt_dtype_name(*dtype)) != 0)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype '%s' but %zu-byte floats", file, path,
-                              dname, size);
-    }
-done:
-    free(dname);
-    ck_close(&t);
-    ck_close(&sp);
-    if (st != MC_OK)
-        ck_close(&ds);
-    *ds_out = ds;
-    return st;
-}
-
 int mc_ckpt_has_tensor(mc_ckpt_reader *r, const char *path) {
     if (r->shard)
         return ck_valid_path(path) && ck_shardr_has(r->shard, path);
@@ -420,50 +315,6 @@ mc_status mc_ckpt_tensor_info(mc_ckpt_reader *r, const char *path, int64_t *rows
         if (dtype)
             *dtype = dd;
     }
-    return st;
-}
-
-mc_status ck_read_block(hid_t fid, const char *file, const char *path, int64_t row0, int64_t col0,
-                        int64_t lrows, int64_t lcols, float *out, mc_error *err) {
-    char where[512];
-    snprintf(where, sizeof where, "%s: %s", file, path);
-    int64_t frows, fcols;
-    mc_ckpt_dtype dtype;
-    hid_t ds = -1, fs = -1, ms = -1;
-    mc_status st = ck_open_tensor(fid, file, path, &ds, &frows, &fcols, &dtype, err);
-    if (st != MC_OK)
-        return st;
-    if ((st = ck_check_block(where, frows, fcols, row0, col0, lrows, lcols, err)) != MC_OK) {
-        ck_close(&ds);
-        return err->code = MC_ERR_FORMAT; /* a dataset smaller than its index says */
-    }
-    if (mc_ckpt_dtype_is_quantized(dtype)) {
-        st = ck_read_quant(fid, ds, where, path, dtype, row0, col0, lrows, lcols, out, err);
-        ck_close(&ds);
-        return st;
-    }
-    size_t n = (size_t)lrows * (size_t)lcols;
-    if (n > 0) {
-        hid_t mt = dtype == MC_CKPT_BFLOAT16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;
-        if ((fs = H5Dget_space(ds)) < 0 || ck_block_spaces(fs, fcols, row0, col0, lrows, lcols, &ms) != MC_OK)
-            st = ck_h5fail(err, MC_ERR_INTERNAL, "%s: cannot select the block", where);
-        else if (H5Dread(ds, mt, ms, fs, H5P_DEFAULT, out) < 0)
-            st = ck_h5fail(err, MC_ERR_FORMAT, "%s: read failed", where);
-        else if (dtype == MC_CKPT_BFLOAT16) {
-            /* The n uint16 values sit in the first half of out; widen from
-             * the end so that no value is overwritten before it is read. */
-            const unsigned char *b = (const unsigned char *)out;
-            for (size_t i = n; i-- > 0;) {
-                uint16_t h;
-                memcpy(&h, b + 2 * i, 2);
-                float f = mc_dtype_bf16_to_f32(h);
-                memcpy((unsigned char *)out + 4 * i, &f, 4);
-            }
-        }
-    }
-    ck_close(&ms);
-    ck_close(&fs);
-    ck_close(&ds);
     return st;
 }
 

@@ -137,9 +137,8 @@ static mc_status shard_files(mc_ckpt_writer *w, ck_shardw *s, int64_t iteration,
     return st;
 }
 
-mc_status mc_ckpt_writer_begin_sharded(const char *dir, int64_t iteration, int tp, int pp,
-                                       const mc_model_config *model, mc_ckpt_writer **out,
-                                       mc_error *err) {
+mc_status ck_shard_new(const char *dir, int tp, int pp, const mc_model_config *model, ck_shardw **out,
+                       mc_error *err) {
     *out = NULL;
     if (tp < 1 || pp < 1 || tp > 1024 || pp > 1024)
         return mc_error_set(err, MC_ERR_USAGE, "sharded checkpoint: grid %d x %d out of range [1, 1024]", tp, pp);
@@ -172,25 +171,18 @@ mc_status mc_ckpt_writer_begin_sharded(const char *dir, int64_t iteration, int t
         ck_shard_free(s);
         return st;
     }
-    mc_ckpt_writer *w;
-    if ((st = ck_writer_begin_named(dir, iteration, CK_INDEX_FILE, &w, err)) != MC_OK) {
-        ck_shard_free(s);
-        return st;
-    }
-    w->shard = s;
-    ck_quiet q;
-    ck_quiet_on(&q);
-    if ((st = ck_write_str_attr(w->fid, "layout", "sharded", err, w->final_file)) == MC_OK &&
-        (st = ck_write_int_attr(w->fid, "tensor_parallel_size", tp, err, w->final_file)) == MC_OK &&
-        (st = ck_write_int_attr(w->fid, "pipeline_parallel_size", pp, err, w->final_file)) == MC_OK)
-        st = shard_files(w, s, iteration, err);
-    ck_quiet_off(&q);
-    if (st) {
-        mc_ckpt_writer_abort(w);
-        return st;
-    }
-    *out = w;
+    *out = s;
     return MC_OK;
+}
+
+mc_status ck_shard_begin(mc_ckpt_writer *w, mc_error *err) {
+    ck_shardw *s = w->shard;
+    mc_status st;
+    if ((st = ck_write_str_attr(w->fid, "layout", "sharded", err, w->final_file)) == MC_OK &&
+        (st = ck_write_int_attr(w->fid, "tensor_parallel_size", s->tp, err, w->final_file)) == MC_OK &&
+        (st = ck_write_int_attr(w->fid, "pipeline_parallel_size", s->pp, err, w->final_file)) == MC_OK)
+        st = shard_files(w, s, w->iteration, err);
+    return st;
 }
 
 /* The "blocks" attribute of a shard dataset: int64 [n, 5] rows of
@@ -332,7 +324,7 @@ mc_status ck_shard_finish(mc_ckpt_writer *w, mc_error *err) {
     json_decref(ix);
     if (!text)
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", w->final_file);
-    mc_status st = mc_ckpt_write_bytes(w, CK_INDEX_DATASET, text, strlen(text), err);
+    mc_status st = ck_write_bytes(w->fid, w->final_file, CK_INDEX_DATASET, text, strlen(text), err);
     free(text);
     for (int i = 0; i < s->tp * s->pp && !st; i++) {
         herr_t e = H5Fclose(s->fid[i]);
@@ -342,58 +334,6 @@ mc_status ck_shard_finish(mc_ckpt_writer *w, mc_error *err) {
         else
             st = mc_fsync_path(s->tmpfile[i], err);
     }
-    return st;
-}
-
-/* ================================================================ whole tensors */
-
-mc_status mc_ckpt_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
-                              const float *host, mc_ckpt_dtype dtype, int64_t group_size,
-                              mc_error *err) {
-    char where[512];
-    snprintf(where, sizeof where, "%s: %s", w->final_file, path ? path : "(null)");
-    mc_status st = MC_OK;
-    int quant = mc_ckpt_dtype_is_quantized(dtype);
-    if (!ck_valid_path(path))
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: invalid tensor path", where);
-    else if (!mc_ckpt_dtype_name(dtype))
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: unknown dtype %d", where, (int)dtype);
-    else if (rows < 1 || cols < 0)
-        st = ck_check_block(where, rows, cols, 0, 0, rows, cols, err);
-    else if (quant && cols == 0)
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: only 2-D tensors are quantized", where);
-    else if (dtype == MC_CKPT_INT4 && group_size < 1)
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: int4 group size %" PRId64 " must be positive", where, group_size);
-    else if (!quant && !w->shard)
-        return mc_ckpt_write_tensor(w, path, rows, cols, 0, 0, rows, cols ? cols : 1, host, dtype, err);
-    else if (w->par)
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: quantized tensors are written by one process", where);
-    if (st)
-        return st;
-    ck_tensor *t;
-    int created;
-    if ((st = ck_writer_tensor(w, where, path, rows, cols, dtype, &t, &created, err)) != MC_OK)
-        return st;
-    if (!created)
-        return mc_error_set(err, MC_ERR_USAGE, "%s: written twice", where);
-    size_t ti = (size_t)(t - w->t);
-    ck_quiet q;
-    ck_quiet_on(&q);
-    if (w->shard) {
-        st = ck_shard_write_whole(w, path, rows, cols, host, dtype, group_size, err);
-    } else if (H5Lexists(w->fid, path, H5P_DEFAULT) > 0) {
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: name already used in the file", where);
-    } else {
-        ck_qtensor qt;
-        ck_range all = {0, rows};
-        H5Eclear2(H5E_DEFAULT);
-        if ((st = ck_quantize(where, host, rows, cols, dtype, group_size, &qt, err)) == MC_OK)
-            st = ck_write_quant_local(w->fid, w->final_file, path, &qt, &all, 1, 0, cols, w->comp, w->level, err);
-        ck_qtensor_free(&qt);
-    }
-    ck_quiet_off(&q);
-    if (st == MC_OK)
-        w->t[ti].written = rows * (cols ? cols : 1);
     return st;
 }
 
