@@ -150,7 +150,7 @@ typedef struct ck_tensor {
 } ck_tensor;
 
 typedef struct ck_par ck_par; /* ckpt_par.c */
-typedef struct ck_shardw ck_shardw; /* ckpt_shard.c */
+typedef struct ck_shard_writer ck_shard_writer; /* ckpt_shard.c */
 
 struct mc_ckpt_writer {
     char *dir, *final, *final_file, *tmp, *tmp_file;
@@ -161,7 +161,7 @@ struct mc_ckpt_writer {
     ck_tensor *t;
     size_t nt, ct;
     ck_par *par;             /* NULL: this process writes alone */
-    ck_shardw *shard;        /* a sharded checkpoint: fid is index.h5 */
+    ck_shard_writer *shard;        /* a sharded checkpoint: fid is index.h5 */
     int tmp_counted;         /* this process made tmp: mc_temp_end when freed */
 };
 
@@ -199,31 +199,31 @@ mc_status ck_write_quant_local(hid_t fid, const char *where, const char *path, c
  * the shard files; the sharded part of mc_ckpt_write_whole; and the
  * commit's first step (write the index into w->fid, close and fsync the
  * shard files). */
-mc_status ck_shard_new(const char *dir, int tp, int pp, const mc_model_config *model, ck_shardw **out,
-                       mc_error *err);
+mc_status ck_shard_new(const char *dir, int tp, int pp, const mc_model_config *model,
+                       ck_shard_writer **out, mc_error *err);
 mc_status ck_shard_begin(mc_ckpt_writer *w, mc_error *err);
 mc_status ck_shard_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
                                const float *host, mc_ckpt_dtype dtype, int64_t group_size,
                                mc_error *err);
 mc_status ck_shard_finish(mc_ckpt_writer *w, mc_error *err);
-void ck_shard_free(ck_shardw *s);
+void ck_shard_free(ck_shard_writer *s);
 
 /* Reader: a sharded checkpoint's table, from index.h5 (fid). */
-typedef struct ck_shardr ck_shardr;
-mc_status ck_shardr_open(hid_t index_fid, const char *index_file, const char *dir, ck_shardr **out,
-                         mc_error *err);
-void ck_shardr_close(ck_shardr *s);
-void ck_shardr_grid(const ck_shardr *s, int *tp, int *pp);
-void ck_shardr_prefer(ck_shardr *s, int tp_rank, int pp_rank);
-int ck_shardr_has(const ck_shardr *s, const char *path);
-mc_status ck_shardr_info(const ck_shardr *s, const char *path, int64_t *rows, int64_t *cols,
-                         mc_ckpt_dtype *dtype, mc_error *err);
+typedef struct ck_shard_reader ck_shard_reader;
+mc_status ck_shard_reader_open(hid_t index_fid, const char *index_file, const char *dir,
+                               ck_shard_reader **out, mc_error *err);
+void ck_shard_reader_close(ck_shard_reader *s);
+void ck_shard_reader_grid(const ck_shard_reader *s, int *tp, int *pp);
+void ck_shard_reader_prefer(ck_shard_reader *s, int tp_rank, int pp_rank);
+int ck_shard_reader_has(const ck_shard_reader *s, const char *path);
+mc_status ck_shard_reader_info(const ck_shard_reader *s, const char *path, int64_t *rows,
+                               int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err);
 /* Assemble the block from the shards holding it (shape already checked). */
-mc_status ck_shardr_read(ck_shardr *s, const char *path, int64_t row0, int64_t col0, int64_t lrows,
-                         int64_t lcols, float *out, mc_error *err);
+mc_status ck_shard_reader_read(ck_shard_reader *s, const char *path, int64_t row0, int64_t col0,
+                               int64_t lrows, int64_t lcols, float *out, mc_error *err);
 /* The names directly under group, sorted, NUL-separated in *buf (count *n). */
-mc_status ck_shardr_list(const ck_shardr *s, const char *group, mc_buf *buf, size_t *n,
-                         mc_error *err);
+mc_status ck_shard_reader_list(const ck_shard_reader *s, const char *group, mc_buf *buf,
+                               size_t *n, mc_error *err);
 
 /* ------------------------------------------------------------ ckpt_par.c */
 

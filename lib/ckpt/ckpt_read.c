@@ -28,7 +28,7 @@ struct mc_ckpt_reader {
     char *dir, *file;
     int64_t iteration;
     hid_t fid;        /* model.h5, or index.h5 of a sharded checkpoint */
-    ck_shardr *shard; /* NULL: one file */
+    ck_shard_reader *shard; /* NULL: one file */
 };
 
 int64_t mc_ckpt_iteration(const mc_ckpt_reader *r) { return r->iteration; }
@@ -37,13 +37,13 @@ const char *mc_ckpt_file(const mc_ckpt_reader *r) { return r->file; }
 
 void mc_ckpt_prefer_shard(mc_ckpt_reader *r, int tp_rank, int pp_rank) {
     if (r->shard)
-        ck_shardr_prefer(r->shard, tp_rank, pp_rank);
+        ck_shard_reader_prefer(r->shard, tp_rank, pp_rank);
 }
 
 void mc_ckpt_shards(const mc_ckpt_reader *r, int *tp, int *pp) {
     *tp = *pp = 0;
     if (r->shard)
-        ck_shardr_grid(r->shard, tp, pp);
+        ck_shard_reader_grid(r->shard, tp, pp);
 }
 
 void mc_ckpt_close(mc_ckpt_reader *r) {
@@ -51,7 +51,7 @@ void mc_ckpt_close(mc_ckpt_reader *r) {
         return;
     ck_quiet q;
     ck_quiet_on(&q);
-    ck_shardr_close(r->shard);
+    ck_shard_reader_close(r->shard);
     ck_close(&r->fid);
     ck_quiet_off(&q);
     free(r->dir);
@@ -187,7 +187,7 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
         return st;
     if (strcmp(layout, "sharded") == 0) {
         free(layout);
-        return ck_shardr_open(r->fid, r->file, r->dir, &r->shard, err);
+        return ck_shard_reader_open(r->fid, r->file, r->dir, &r->shard, err);
     }
     st = strcmp(layout, "shard") == 0
              ? mc_error_set(err, MC_ERR_FORMAT, "%s: one shard of a sharded checkpoint; open its directory", r->file)
@@ -287,7 +287,7 @@ mc_status mc_ckpt_read_bytes(mc_ckpt_reader *r, const char *key, void **data, si
 
 int mc_ckpt_has_tensor(mc_ckpt_reader *r, const char *path) {
     if (r->shard)
-        return ck_valid_path(path) && ck_shardr_has(r->shard, path);
+        return ck_valid_path(path) && ck_shard_reader_has(r->shard, path);
     ck_quiet q;
     ck_quiet_on(&q);
     int e = ck_valid_path(path) && ck_exists(r->fid, path) > 0;
@@ -303,7 +303,7 @@ mc_status mc_ckpt_tensor_info(mc_ckpt_reader *r, const char *path, int64_t *rows
     hid_t ds = -1;
     ck_quiet q;
     ck_quiet_on(&q);
-    mc_status st = r->shard ? ck_shardr_info(r->shard, path, &rr, &cc, &dd, err)
+    mc_status st = r->shard ? ck_shard_reader_info(r->shard, path, &rr, &cc, &dd, err)
                             : ck_open_tensor(r->fid, r->file, path, &ds, &rr, &cc, &dd, err);
     ck_close(&ds);
     ck_quiet_off(&q);
@@ -331,7 +331,7 @@ static mc_status read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, 
     mc_ckpt_dtype dtype;
     hid_t ds = -1;
     if (r->shard)
-        st = ck_shardr_info(r->shard, path, &frows, &fcols, &dtype, err);
+        st = ck_shard_reader_info(r->shard, path, &frows, &fcols, &dtype, err);
     else
         st = ck_open_tensor(r->fid, r->file, path, &ds, &frows, &fcols, &dtype, err);
     ck_close(&ds);
@@ -344,7 +344,7 @@ static mc_status read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, 
         return mc_error_set(err, MC_ERR_FORMAT, "%s: shape %s in the checkpoint, %s expected", where, a, b);
     }
     if (r->shard)
-        return ck_shardr_read(r->shard, path, row0, col0, lrows, lcols, out, err);
+        return ck_shard_reader_read(r->shard, path, row0, col0, lrows, lcols, out, err);
     return ck_read_block(r->fid, r->file, path, row0, col0, lrows, lcols, out, err);
 }
 
@@ -386,7 +386,7 @@ static mc_status list_group(mc_ckpt_reader *r, const char *group, char ***names,
     if (r->shard) {
         mc_buf b = MC_BUF_INIT;
         size_t k = 0;
-        mc_status st = ck_shardr_list(r->shard, group, &b, &k, err);
+        mc_status st = ck_shard_reader_list(r->shard, group, &b, &k, err);
         if (st != MC_OK) {
             mc_buf_free(&b);
             return st;

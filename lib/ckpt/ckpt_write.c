@@ -139,7 +139,7 @@ mc_status mc_ckpt_writer_begin_sharded(const char *dir, int64_t iteration, int t
                                        const mc_model_config *model, mc_ckpt_writer **out,
                                        mc_error *err) {
     *out = NULL;
-    ck_shardw *s;
+    ck_shard_writer *s;
     mc_status st = ck_shard_new(dir, tp, pp, model, &s, err);
     if (st)
         return st;
