@@ -1,8 +1,10 @@
 /*
- * ckpt_dir.c - the directories of a checkpoint: the hidden temporary
- * iteration directory, fsync, and publishing it (rename into place, then
- * the latest pointer), so that a crash at any point leaves the previous
- * checkpoint and pointer intact.
+ * ckpt_dir.c - the directories of a checkpoint (bottom layer): creating the
+ * checkpoint directory, the hidden temporary iteration directory, and
+ * publishing it (fsync, rename into place, fsync, then the latest
+ * pointer), so that a crash at any point leaves the previous checkpoint
+ * and pointer intact. fsync and removal of whole paths are lib/core's
+ * (mc/file.h).
  */
 #include "config.h"
 

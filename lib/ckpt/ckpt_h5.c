@@ -1,8 +1,9 @@
 /*
- * ckpt_h5.c - the HDF5 side of checkpoints shared by the writers and the
- * reader: error capture, the stored dtypes and their conversions from fp32,
- * block selections, string and integer attributes, and the creation
- * properties of tensor datasets (layout in mc-formats(5), CHECKPOINTS).
+ * ckpt_h5.c - the HDF5 side of checkpoints, bottom layer of every writer and
+ * reader (ckpt_internal.h): error capture, the stored dtypes and their
+ * conversions from fp32 (mc/dtype.h's), block shapes and selections, link
+ * lookup, string and integer attributes, the root header, and creating
+ * tensor and byte datasets (layout in mc-formats(5), CHECKPOINTS).
  *
  * Integrity: files use HDF5 1.10 format structures (superblock v3, version
  * 2 object headers, fixed-array chunk indexes), all of which carry

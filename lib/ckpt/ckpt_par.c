@@ -17,7 +17,8 @@
  * save.
  *
  * Commit, every rank in the same order:
- *   1. agree: a rank that aborted (or failed) makes every rank fail;
+ *   1. agree on the status (mc_grid_status_all): a rank that aborted (or
+ *      failed) makes every rank fail;
  *   2. all-gather the declarations (tensor, shape, dtype, blocks with an
  *      FNV-1a hash of their bytes, and a digest of the root attributes) and
  *      check them identically everywhere: one shape per tensor, blocks held
@@ -31,12 +32,14 @@
  *      k-th block of the tensor);
  *   4. close, fsync on every rank, agree;
  *   5. rank 0 renames the directory into place and moves the latest pointer
- *      (ckpt_dir.c), and broadcasts how that went.
+ *      (ckpt_dir.c); a last agreement tells every rank how that went.
  * Every failure is agreed: all ranks return the error of the lowest failing
  * rank, "rank R: ...", and the temporary is removed. A rank that dies while
  * others wait in a collective is caught by the grid's watchdog
  * (--distributed-timeout-minutes), which aborts the job; the pointer has
- * not moved.
+ * not moved. The collectives are the public calls of mc/comm.h, the
+ * HDF5 I/O bracketed by mc_grid_deadline_begin/_end; the only MPI here is
+ * the world communicator handed to HDF5 (mc/comm_mpi.h).
  */
 #include "config.h"
 

@@ -1,8 +1,9 @@
 /*
- * ckpt_quant.c - quantized tensors in checkpoints: quantizing a global
- * tensor (mc/quant.h), storing a local part of it (the whole tensor in
- * model.h5, a rank's block in a shard file) with its scales, and reading
- * any block back dequantized to fp32, which is all a loader ever sees.
+ * ckpt_quant.c - writing quantized tensors in checkpoints: quantizing a
+ * global tensor (quant.c, mc/quant.h) and storing a local part of it (the
+ * whole tensor in model.h5, a rank's block in a shard file) with its
+ * scales. Loaders read any block back dequantized to fp32, all they ever
+ * see, through ckpt_block.c.
  *
  * Layout (mc-formats(5), QUANTIZED TENSORS), for a tensor at PATH:
  *   PATH          int8  H5T_STD_I8LE [rows, cols]        dtype="int8"

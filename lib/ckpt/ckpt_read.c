@@ -1,12 +1,13 @@
 /*
- * ckpt_read.c - the checkpoint reader: resolves a checkpoint directory
+ * ckpt_read.c - the checkpoint reader, every public reading call of
+ * mc/ckpt.h but the model's (ckpt_model.c): resolves a checkpoint directory
  * through its latest pointer, checks the file's format and iteration, and
  * reads attributes, byte datasets and blocks of global tensors (any block:
- * a rank of any grid reads its own slice), converting stored dtypes to
- * fp32 (and quantized ones, dequantized). Many processes may read one file
- * at once: each opens it on its own (HDF5's default driver, read-only).
- * A sharded checkpoint (index.h5 and shard files, ckpt_shard.c) opens the
- * same way; its tensors are assembled from the shards.
+ * a rank of any grid reads its own slice) as fp32 through ckpt_block.c,
+ * which converts and dequantizes. Many processes may read one file at
+ * once: each opens it on its own (HDF5's default driver, read-only). A
+ * sharded checkpoint (index.h5 and shard files) opens the same way; its
+ * tensors are assembled from the shards by ckpt_shard.c's reader.
  */
 #include "config.h"
 

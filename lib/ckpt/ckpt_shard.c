@@ -1,7 +1,8 @@
 /*
  * ckpt_shard.c - checkpoints pre-split for a grid (mc-reshard
- * --target-tensor-parallel-size / --target-pipeline-parallel-size), and
- * mc_ckpt_write_whole, the whole-tensor entry point that also quantizes.
+ * --target-tensor-parallel-size / --target-pipeline-parallel-size): the
+ * back end of ckpt_write.c's sharded writer (the split, the shard files,
+ * the index) and of ckpt_read.c for sharded checkpoints (ck_shard_reader).
  *
  *   iter_0000500/index.h5            root attributes (layout="sharded",
  *                                    the grid), tokenizer datasets, and

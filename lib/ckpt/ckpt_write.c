@@ -1,11 +1,14 @@
 /*
- * ckpt_write.c - the all-or-nothing checkpoint writer: its front (argument
- * checks, the table of tensors and their shapes) and the one-process path,
- * which writes model.h5 in a hidden temporary directory through HDF5's
- * default driver as the calls come, then commits (completeness check,
- * fsync, rename, latest pointer). A writer begun on a grid of several
- * processes hands its blocks to ckpt_par.c instead, which writes them all
- * collectively at commit.
+ * ckpt_write.c - the all-or-nothing checkpoint writer, every public writing
+ * call of mc/ckpt.h: its front (argument checks, the table of tensors and
+ * their shapes) and the one-process path, which writes model.h5 in a
+ * hidden temporary directory through HDF5's default driver as the calls
+ * come, then commits (completeness check, fsync, rename, latest pointer).
+ * The back ends below it (ckpt_internal.h): a writer begun on a grid of
+ * several processes hands its blocks to ckpt_par.c, which writes them all
+ * collectively at commit; a sharded one (mc_ckpt_writer_begin_sharded)
+ * has ckpt_shard.c split each whole tensor into the shard files; whole
+ * tensors stored quantized (mc_ckpt_write_whole) are ckpt_quant.c's.
  */
 #include "config.h"
 
