@@ -1,6 +1,6 @@
 /*
- * buf.c - growable byte buffers (mc_buf), lists on them, and int32 id
- * vectors (mc_ids).
+ * buf.c - growable byte buffers (mc_buf), lists on them, int32 id vectors
+ * (mc_ids) and mc_strprintf.
  *
  * Capacity doubles so appends are amortized O(1); every size computation is
  * checked for overflow, because a length read from a corrupt file can reach
@@ -167,4 +167,15 @@ void mc_ids_free(mc_ids *v)
     free(v->v);
     v->v = NULL;
     v->n = v->cap = 0;
+}
+
+char *mc_strprintf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
 }

@@ -1,7 +1,7 @@
 /*
- * file.c - whole-file read-only maps, whole-file reads, and atomic file
+ * file.c - whole-file read-only maps, whole-file reads, atomic file
  * writing (temporary name in the same directory, fsync, rename, fsync of the
- * directory).
+ * directory), and fsync and removal of whole paths for directory writers.
  *
  * The promise this file keeps for every tool: nothing half-written ever
  * carries its final name. A failed write (full disk, file-size limit) closes
@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -470,4 +471,34 @@ void mc_afile_abort(mc_afile *f)
 {
     afile_discard(f);
     afile_release(f);
+}
+
+/* ---- paths --------------------------------------------------------------- */
+
+mc_status mc_fsync_path(const char *path, mc_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open to fsync", path);
+    /* Some file systems cannot fsync a directory; that is not a failure of ours. */
+    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS && errno != ENOTSUP) {
+        int e = errno;
+        close(fd);
+        return mc_error_errno(err, MC_ERR_IO, e, "%s: fsync failed", path);
+    }
+    close(fd);
+    return MC_OK;
+}
+
+static int remove_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p) != 0 ? -1 : 0;
+}
+
+int mc_remove_tree(const char *path)
+{
+    return nftw(path, remove_cb, 16, FTW_DEPTH | FTW_PHYS);
 }

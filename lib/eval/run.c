@@ -209,11 +209,11 @@ mc_status mc_eval_open(const mc_eval_config *c, const mc_grid *g, mc_eval **out,
     } else {
         st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     }
-    if ((st = mc_ckpt_agree(g, st, err))) goto fail;
+    if ((st = mc_grid_status_all(g, st, "checkpoint status", err))) goto fail;
 
     /* the model and the inference context */
     st = mc_backend_cpu_new(c->threads, &ev->be, err);
-    if ((st = mc_ckpt_agree(g, st, err))) goto fail;
+    if ((st = mc_grid_status_all(g, st, "checkpoint status", err))) goto fail;
     /* The model's own activations are sized for the shortest sequence the
      * configuration allows (tp positions); inference has its own. */
     st = mc_train_load_model(c->ckpt, g, ev->be, 1, g->tp, c->bf16 ? MC_PREC_BF16 : MC_PREC_FP32,
@@ -224,7 +224,7 @@ mc_status mc_eval_open(const mc_eval_config *c, const mc_grid *g, mc_eval **out,
     st = mc_infer_new(ev->model, ev->info.ctx, ev->info.ctx, &ev->inf, err);
     if (st) mc_error_prefix(err, "--ctx-size %d", ev->info.ctx);
     if (!st && int8 > 0) st = mc_infer_use_int8(ev->inf, err);
-    if ((st = mc_ckpt_agree(g, st, err))) goto fail;
+    if ((st = mc_grid_status_all(g, st, "checkpoint status", err))) goto fail;
 
     ev->info.checkpoint = ev->ckpt_dir;
     ev->info.parameters = mc_model_global_numel(ev->model);

@@ -21,9 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fmt/ckpt_internal.h"
 #include "fmt/gguf_internal.h"
 #include "fmt/hf_internal.h"
+#include "mc/buf.h"
 #include "mc/ckpt.h"
 #include "mc/file.h"
 #include "mc/hf.h"
@@ -65,7 +65,7 @@ static const char *torch_name(mc_st_dtype d)
 static mc_status put_file(const char *dir, const char *name, const void *data, size_t n,
                           mc_error *err)
 {
-    char *path = ck_printf("%s/%s", dir, name);
+    char *path = mc_strprintf("%s/%s", dir, name);
     if (!path)
         return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     mc_afile f;
@@ -267,8 +267,8 @@ static mc_status check_replaceable(const char *out, mc_error *err)
 static mc_status make_temp_dir(const char *out, char **tmp, mc_error *err)
 {
     const char *slash = strrchr(out, '/');
-    *tmp = slash ? ck_printf("%.*s/.%s.tmp.XXXXXX", (int)(slash - out), out, slash + 1)
-                 : ck_printf(".%s.tmp.XXXXXX", out);
+    *tmp = slash ? mc_strprintf("%.*s/.%s.tmp.XXXXXX", (int)(slash - out), out, slash + 1)
+                 : mc_strprintf(".%s.tmp.XXXXXX", out);
     if (!*tmp)
         return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     if (!mkdtemp(*tmp)) {
@@ -290,7 +290,7 @@ static mc_status make_temp_dir(const char *out, char **tmp, mc_error *err)
  * with it atomically and then removed. */
 static mc_status publish(const char *tmp, const char *out, mc_error *err)
 {
-    mc_status st = ck_fsync(tmp, err);
+    mc_status st = mc_fsync_path(tmp, err);
     if (st)
         return st;
     if (rename(tmp, out) == 0)
@@ -299,7 +299,7 @@ static mc_status publish(const char *tmp, const char *out, mc_error *err)
         return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot rename into place", out);
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0)
         return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot replace", out);
-    ck_rm_tree(tmp); /* now the old directory */
+    mc_remove_tree(tmp); /* now the old directory */
     return MC_OK;
 }
 
@@ -465,7 +465,7 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
     if (!st)
         st = publish(tmp, out_dir, err);
     if (st && tmp)
-        ck_rm_tree(tmp);
+        mc_remove_tree(tmp);
     if (counted)
         mc_temp_end();
     free(tmp);

@@ -24,8 +24,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fmt/ckpt_internal.h"
 #include "fmt/hf_internal.h"
+#include "mc/buf.h"
 #include "mc/ckpt.h"
 #include "mc/hf.h"
 #include "mc/json.h"
@@ -35,7 +35,7 @@
 int mc_hf_is_model_dir(const char *path)
 {
     struct stat sb;
-    char *cfg = ck_printf("%s/config.json", path);
+    char *cfg = mc_strprintf("%s/config.json", path);
     int ok = cfg && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && access(cfg, R_OK) == 0;
     free(cfg);
     if (!ok)
@@ -202,8 +202,8 @@ static mc_status write_tensors(const mc_st_model *m, const hf_map *map, mc_ckpt_
  * vocab.json + merges.txt; none is no error. */
 static mc_status write_tokenizer(const char *dir, mc_ckpt_writer *w, mc_error *err)
 {
-    char *tj = ck_printf("%s/tokenizer.json", dir), *vj = ck_printf("%s/vocab.json", dir),
-         *mt = ck_printf("%s/merges.txt", dir);
+    char *tj = mc_strprintf("%s/tokenizer.json", dir), *vj = mc_strprintf("%s/vocab.json", dir),
+         *mt = mc_strprintf("%s/merges.txt", dir);
     mc_status st = MC_OK;
     mc_tokenizer_spec spec;
     if (!tj || !vj || !mt) {
@@ -227,7 +227,7 @@ static mc_status write_tokenizer(const char *dir, mc_ckpt_writer *w, mc_error *e
 mc_status mc_hf_import(const char *hf_dir, const char *ckpt_dir, char *out_path, size_t cap,
                        mc_error *err)
 {
-    char *cfg_path = ck_printf("%s/config.json", hf_dir);
+    char *cfg_path = mc_strprintf("%s/config.json", hf_dir);
     if (!cfg_path)
         return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     json_t *cfg = NULL;

@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmt/ckpt_internal.h"
 #include "mc/ckpt.h"
+#include "mc/dtype.h"
 #include "mc/file.h"
 #include "mc/llmc.h"
 
@@ -69,7 +69,7 @@ static mc_status put(out *o, const float *x, size_t n, mc_error *err)
     for (size_t i = 0; i < n; i += 4096) {
         size_t k = n - i < 4096 ? n - i : 4096;
         for (size_t j = 0; j < k; j++)
-            o->buf[j] = ck_f32_to_bf16(x[i + j]);
+            o->buf[j] = mc_dtype_f32_to_bf16(x[i + j]);
         mc_status st = mc_afile_write(&o->f, o->buf, k * 2, err);
         if (st)
             return st;

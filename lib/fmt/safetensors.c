@@ -25,7 +25,7 @@
 
 #include <jansson.h>
 
-#include "fmt/ckpt_internal.h"
+#include "mc/dtype.h"
 #include "mc/file.h"
 #include "mc/json.h"
 #include "mc/safetensors.h"
@@ -451,7 +451,7 @@ mc_status mc_st_to_f32(const mc_st_tensor *t, float *out, mc_error *err)
     case MC_ST_F16:
         for (size_t i = 0; i < n; i++) {
             uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-            out[i] = t->dtype == MC_ST_BF16 ? ck_bf16_to_f32(h) : f16_to_f32(h);
+            out[i] = t->dtype == MC_ST_BF16 ? mc_dtype_bf16_to_f32(h) : f16_to_f32(h);
         }
         return MC_OK;
     default:
@@ -670,7 +670,8 @@ mc_status mc_st_writer_write_f32(mc_st_writer *w, const float *x, size_t n, mc_e
         for (size_t i = 0; i < n && !st; i += 4096) {
             size_t k = n - i < 4096 ? n - i : 4096;
             for (size_t j = 0; j < k; j++)
-                buf[j] = dt == MC_ST_BF16 ? ck_f32_to_bf16(x[i + j]) : ck_f32_to_f16(x[i + j]);
+                buf[j] = dt == MC_ST_BF16 ? mc_dtype_f32_to_bf16(x[i + j])
+                                          : mc_dtype_f32_to_f16(x[i + j]);
             st = mc_afile_write(f, buf, k * 2, err);
         }
     } else {

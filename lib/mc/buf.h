@@ -1,5 +1,6 @@
 /*
- * buf.h - growable byte buffers, growable lists and int32 vectors.
+ * buf.h - growable byte buffers, growable lists and int32 vectors, and
+ * malloc'd formatted strings.
  *
  * These hold host-side bookkeeping (text, token ids on their way to disk,
  * the values of a repeated option); tensor data lives in backend memory and
@@ -64,6 +65,9 @@ static inline size_t mc_buf_nstrs(const mc_buf *b)
 mc_status mc_ids_reserve(mc_ids *v, size_t extra, mc_error *err);
 mc_status mc_ids_push(mc_ids *v, int32_t id, mc_error *err);
 void mc_ids_free(mc_ids *v);
+
+/* printf into a malloc'd string (paths: "%s/%s"); NULL when out of memory. */
+char *mc_strprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #ifdef __cplusplus
 }

@@ -114,11 +114,6 @@ mc_status mc_ckpt_writer_begin(const char *dir, int64_t iteration, mc_ckpt_write
 mc_status mc_ckpt_writer_begin_grid(const char *dir, int64_t iteration, const mc_grid *g,
                                     mc_ckpt_writer **out, mc_error *err);
 
-/* Collective over the world of g: every rank passes its status of some
- * step (a load); all return MC_OK, or all the error of the lowest failing
- * rank ("rank R: ..."), with its code. One process: returns st as it is. */
-mc_status mc_ckpt_agree(const mc_grid *g, mc_status st, mc_error *err);
-
 /* Compression of the tensors created from now on; level is zstd's
  * (1..22, negative for faster; 0 means zstd's default, 3). */
 mc_status mc_ckpt_writer_set_compression(mc_ckpt_writer *w, mc_ckpt_compression c, int level,

@@ -107,6 +107,38 @@ mc_status mc_grid_set_timeout(mc_grid *g, double minutes, const char *prog, mc_e
  * whose configuration differs from rank 0's. */
 mc_status mc_grid_check_config(const mc_grid *g, const void *bytes, size_t n, mc_error *err);
 
+/* ------------------------------------------------------------ control over the world */
+
+/* Collectives on host bytes over the world for the library's own protocols
+ * (the collective checkpoint writer, agreeing on a load; lib/comm/world.c).
+ * Every rank calls them in the same order, from the thread that calls the
+ * other collectives. Each blocking MPI call runs under the deadline, op (a
+ * string that outlives the call) naming it in the watchdog's line and in
+ * MPI's errors ("OP on the world: ..."). Not counted in mc/comm_stats.h.
+ * g NULL or a grid of one process: no MPI call. */
+
+/* Every rank passes its status st of some step, with err holding its
+ * message when st failed; all return MC_OK, or all the status of the lowest
+ * failing rank with its message as "rank R: MESSAGE". One process: returns
+ * st as it is. */
+mc_status mc_grid_status_all(const mc_grid *g, mc_status st, const char *op, mc_error *err);
+/* Every rank's n bytes of in (n may differ from rank to rank), in rank
+ * order: *all (malloc'd) holds rank r's at [(*off)[r], (*off)[r + 1]), *off
+ * (malloc'd) has world + 1 entries. Every rank returns the same status: out
+ * of memory on one rank, or more than 2 GiB together (MPI's limit), fails
+ * all. */
+mc_status mc_grid_allgather_bytes(const mc_grid *g, const void *in, size_t n, const char *op,
+                                  unsigned char **all, size_t **off, mc_error *err);
+/* x[0..n) of world rank root to every rank (n the same everywhere). */
+mc_status mc_grid_broadcast_bytes(const mc_grid *g, void *x, size_t n, int root, const char *op,
+                                  mc_error *err);
+/* Collective calls made outside lib/comm on the world's communicator
+ * (mc/comm_mpi.h: parallel HDF5's I/O) under the deadline: the watchdog ends
+ * the job when more than --distributed-timeout-minutes pass between begin
+ * and end. Not nested, nor around the calls above. */
+void mc_grid_deadline_begin(const mc_grid *g, const char *op);
+void mc_grid_deadline_end(const mc_grid *g);
+
 /* Collectives on backend memory, in place. Every member of the group must
  * call them in the same order. */
 mc_status mc_allreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,

@@ -4,7 +4,9 @@
  *
  * Every collective and point-to-point call of lib/comm on a group of more
  * than one member is counted, per group kind and collective kind, in the
- * grid's transport state (mc_grid.impl; nothing for one process):
+ * grid's transport state (mc_grid.impl; nothing for one process), but for
+ * the control over the world (mc_grid_check_config, mc_grid_status_all and
+ * the other calls of that section of comm.h), which is no training traffic:
  *   calls    calls completed (non-blocking ones when mc_wait returns)
  *   bytes    the tensor handed to the call: all-reduce and broadcast n
  *            elements, all-gather the full output (size x n), reduce-scatter

@@ -212,7 +212,7 @@ mc_status mc_generate(mc_infer *inf, const mc_gen_config *c, uint64_t stream, co
  * generation run on it, each returning its result and adding it to one
  * JSON document (its fields in mc-eval(1)). Every rank of the grid calls
  * the same functions with the same configuration; errors every rank meets
- * while opening are agreed (mc_ckpt_agree), so all return the same. The
+ * while opening are agreed (mc_grid_status_all), so all return the same. The
  * caller prints: results and callbacks tell it what happened. Messages
  * name mc-eval's options (--ctx-size, --add-bos, ...). */
 

@@ -6,7 +6,9 @@
  * directory ("NAME.tmp.XXXXXX"), buffers the writes, and on commit fsyncs,
  * renames over the final name and fsyncs the directory; on abort (or any
  * failed write: a full disk, a file-size limit) it unlinks the temporary,
- * so nothing half-written ever carries the final name.
+ * so nothing half-written ever carries the final name. mc_fsync_path and
+ * mc_remove_tree serve writers that publish whole directories the same way
+ * (checkpoints, exports).
  */
 #ifndef MC_FILE_H
 #define MC_FILE_H
@@ -47,6 +49,14 @@ void mc_afile_abort(mc_afile *f); /* safe to call twice, or after commit */
 /* Whether the directory that would hold path exists and is writable; the
  * error names it ("out/x_text_document.bin: directory 'out' does not exist"). */
 mc_status mc_check_output_dir(const char *path, mc_error *err);
+
+/* fsync a file or a directory by name (a file system that cannot fsync a
+ * directory is no error): what makes a rename or a directory's new files
+ * durable. */
+mc_status mc_fsync_path(const char *path, mc_error *err);
+/* Remove path and everything under it, following no symbolic link: 0, or
+ * -1 with errno. */
+int mc_remove_tree(const char *path);
 
 /* Read a whole (small) file into a NUL-terminated malloc'd buffer. */
 mc_status mc_read_file(const char *path, char **data, size_t *len, mc_error *err);

@@ -338,7 +338,8 @@ mc_status mc_train_state_load(const char *path, const mc_grid *g, mc_backend *be
 {
     /* A rank's failure (or a checkpoint one rank cannot see) is every
      * rank's: they start from the same state or stop together. */
-    return mc_ckpt_agree(g, load(path, g, be, m, o, s, dir_out, cap, err), err);
+    mc_status st = load(path, g, be, m, o, s, dir_out, cap, err);
+    return mc_grid_status_all(g, st, "checkpoint status", err);
 }
 
 mc_status mc_train_load_model(const char *path, const mc_grid *g, mc_backend *be, int micro_batch,
@@ -371,7 +372,7 @@ mc_status mc_train_load_model(const char *path, const mc_grid *g, mc_backend *be
     if (!st)
         st = mc_train_state_load(path, g, be, m, NULL, NULL, dir, sizeof dir, err);
     else
-        st = mc_ckpt_agree(g, st, err);
+        st = mc_grid_status_all(g, st, "checkpoint status", err);
     if (st) {
         mc_model_free(m);
         return st;

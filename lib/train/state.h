@@ -45,7 +45,7 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
  * Any grid g (NULL: one process) loads a checkpoint of any other: each rank
  * reads its own blocks, and the moments are handed to the optimizer (which
  * keeps its shard). Collective over the world: every rank returns the same
- * status (mc_ckpt_agree). */
+ * status (mc_grid_status_all). */
 mc_status mc_train_state_load(const char *path, const mc_grid *g, mc_backend *be, mc_model *m,
                               mc_optim *o, mc_train_state *s, char *dir_out, size_t cap,
                               mc_error *err);

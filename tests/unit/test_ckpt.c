@@ -1,5 +1,5 @@
 /*
- * test_ckpt.c - checkpoints (lib/fmt/ckpt_*.c, lib/fmt/h5zstd.c): bit-exact
+ * test_ckpt.c - checkpoints (lib/ckpt/ckpt_*.c, lib/ckpt/h5zstd.c): bit-exact
  * round trips of matrices and vectors, a tensor written as two hyperslab
  * halves as two tensor-parallel ranks write it, reading a slice, bfloat16
  * and float16 storage against hand-worked roundings, zstd, the latest

@@ -1,16 +1,16 @@
 /*
- * ckpt_dir.c - the directories of a checkpoint: the hidden temporary
- * iteration directory, fsync, and publishing it (rename into place, then
- * the latest pointer), so that a crash at any point leaves the previous
- * checkpoint and pointer intact.
+ * ckpt_dir.c - the directories of a checkpoint (bottom layer): creating the
+ * checkpoint directory, the hidden temporary iteration directory, and
+ * publishing it (fsync, rename into place, fsync, then the latest
+ * pointer), so that a crash at any point leaves the previous checkpoint
+ * and pointer intact. fsync and removal of whole paths are lib/core's
+ * (mc/file.h).
  */
 #include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,43 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fmt/ckpt_internal.h"
+#include "ckpt/ckpt_internal.h"
 #include "mc/file.h"
-
-char *ck_printf(const char *fmt, ...) {
-    va_list ap;
-    char *s = NULL;
-    va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p) != 0 ? -1 : 0;
-}
-
-int ck_rm_tree(const char *path) {
-    return nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-mc_status ck_fsync(const char *path, mc_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open to fsync", path);
-    /* Some file systems cannot fsync a directory; that is not a failure of ours. */
-    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS && errno != ENOTSUP) {
-        int e = errno;
-        close(fd);
-        return mc_error_errno(err, MC_ERR_IO, e, "%s: fsync failed", path);
-    }
-    close(fd);
-    return MC_OK;
-}
 
 /* Not mkdtemp: its 0700 would stay on the directory, which is renamed,
  * not copied, into place. */
@@ -105,7 +70,7 @@ mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_
                      int *tmp_gone, mc_error *err) {
     mc_status st;
     *tmp_gone = 0;
-    if ((st = ck_fsync(tmp, err)) != MC_OK)
+    if ((st = mc_fsync_path(tmp, err)) != MC_OK)
         return st;
     /* An existing iteration directory is swapped out atomically (so the
      * pointer never names a missing directory) and removed afterwards. */
@@ -115,19 +80,19 @@ mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_
             return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot rename '%s' to it", final, tmp);
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
             /* No exchange on this file system: remove, then rename. */
-            if (ck_rm_tree(final) != 0 || rename(tmp, final) != 0)
+            if (mc_remove_tree(final) != 0 || rename(tmp, final) != 0)
                 return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot replace it", final);
-        } else if (ck_rm_tree(tmp) != 0) {
+        } else if (mc_remove_tree(tmp) != 0) {
             return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot remove the replaced copy '%s'",
                                   final, tmp);
         }
     }
-    if ((st = ck_fsync(dir, err)) != MC_OK)
+    if ((st = mc_fsync_path(dir, err)) != MC_OK)
         return st;
     /* The final directory is in place; from here a failure leaves the
      * previous pointer, which still names a complete checkpoint. */
     *tmp_gone = 1;
-    char *latest = ck_printf("%s/" MC_CKPT_LATEST, dir), num[32];
+    char *latest = mc_strprintf("%s/" MC_CKPT_LATEST, dir), num[32];
     if (!latest)
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
     int len = snprintf(num, sizeof num, "%" PRId64 "\n", iteration);

@@ -1,18 +1,37 @@
 /*
- * ckpt_internal.h - what the checkpoint files of lib/fmt share (private):
- *   ckpt_h5.c     HDF5 errors, dtypes and their conversions, block shapes,
- *                 attributes, dataset creation properties
- *   ckpt_dir.c    directories: temporary, fsync, publish (rename + pointer)
- *   ckpt_write.c  the writer: one process, or the front of ckpt_par.c
- *   ckpt_par.c    the collective writer of a grid over parallel HDF5
- *   ckpt_read.c   the reader
- *   ckpt_quant.c  quantized tensors: quantizing, storing with their
- *                 scales, reading back dequantized
- *   ckpt_shard.c  sharded checkpoints: the split, the shard files and the
- *                 index (writer), assembling blocks from shards (reader)
+ * ckpt_internal.h - what the checkpoint files of lib/ckpt share (private).
+ *
+ * Layers, top to bottom. A file calls only files listed below it, in its
+ * own layer or lower, never one above it: no cycle among the files.
+ *
+ *   top     ckpt_model.c  model configuration and tokenizer, through the
+ *                         public reader and writer calls alone
+ *   front   ckpt_write.c  the writer: every public writing call of
+ *                         mc/ckpt.h, its table of tensors, the one-process
+ *                         path (model.h5 as the calls come), and the front
+ *                         of the back ends below
+ *           ckpt_read.c   the reader: resolving a checkpoint, attributes,
+ *                         byte datasets, blocks, from one file or shards
+ *   back    ckpt_par.c    the collective writer of a grid over parallel
+ *   ends                  HDF5 (public comm calls: mc/comm.h, comm_mpi.h)
+ *           ckpt_shard.c  sharded checkpoints: the split, shard files and
+ *                         index (writer); assembling blocks (reader)
+ *           ckpt_quant.c  quantizing a tensor and storing a local part of
+ *                         it with its scales
+ *   bottom  ckpt_block.c  opening a stored tensor of any dtype and reading
+ *                         any block of it as fp32 (dequantizing)
+ *           ckpt_h5.c     HDF5 errors and ids, dtypes and conversions, block
+ *                         shapes and selections, attributes, dataset
+ *                         creation, byte datasets, link lookup
+ *           ckpt_dir.c    directories: temporary, mkdir -p, publish
+ *           h5zstd.c      the zstd filter (h5zstd.h)
+ *           quant.c       the quantizers (public: mc/quant.h)
+ *
+ * The back ends share the writer's struct (below) with ckpt_write.c: they
+ * read and fill their part of it, and call nothing of ckpt_write.c.
  */
-#ifndef MC_FMT_CKPT_INTERNAL_H
-#define MC_FMT_CKPT_INTERNAL_H
+#ifndef MC_CKPT_INTERNAL_H
+#define MC_CKPT_INTERNAL_H
 
 #include <hdf5.h>
 #include <stdint.h>
@@ -25,6 +44,9 @@
 /* Chunks of about this many stored bytes: large enough for zstd to find
  * its matches, small enough that a partial read stays cheap. */
 #define CK_CHUNK_TARGET (2u << 20)
+#define CK_SCALES_GROUP "scales" /* scales of quantized model/X: scales/model/X */
+#define CK_INDEX_FILE "index.h5"  /* a sharded checkpoint's root file */
+#define CK_INDEX_DATASET "shard_index"
 
 /* ------------------------------------------------------------ ckpt_h5.c */
 
@@ -45,9 +67,6 @@ __attribute__((format(printf, 3, 4))) mc_status ck_h5fail(mc_error *err, mc_stat
 void ck_close(hid_t *id);
 
 hid_t ck_half_type(void); /* IEEE binary16 (h5py's float16) */
-uint16_t ck_f32_to_bf16(float f);
-float ck_bf16_to_f32(uint16_t h);
-uint16_t ck_f32_to_f16(float f);
 /* The file type of a stored dtype (a copy: ck_close it). */
 hid_t ck_file_type(mc_ckpt_dtype d);
 /* The memory type of a block already converted to dtype's stored form. */
@@ -89,12 +108,16 @@ hid_t ck_bytes_dcpl(size_t n);
 /* Those of a tensor dataset of nd dims and esize-byte elements. */
 hid_t ck_tensor_dcpl(mc_ckpt_compression comp, int level, int nd, const hsize_t *dims,
                      size_t esize);
+/* Write the byte dataset key (a new name) of the file fid, named file in
+ * messages (one process). */
+mc_status ck_write_bytes(hid_t fid, const char *file, const char *key, const void *data, size_t n,
+                         mc_error *err);
+/* 1 when the link path exists in fid, 0 when not, -1 when HDF5 cannot tell
+ * (its error stack is left for ck_h5fail). */
+int ck_exists(hid_t fid, const char *path);
 
 /* ------------------------------------------------------------ ckpt_dir.c */
 
-char *ck_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-int ck_rm_tree(const char *path);
-mc_status ck_fsync(const char *path, mc_error *err);
 /* mkdtemp with the final directory's mode (0777 less the umask). */
 int ck_make_tmpdir(char *tmpl);
 mc_status ck_mkdir_p(const char *dir, mc_error *err);
@@ -105,44 +128,7 @@ mc_status ck_mkdir_p(const char *dir, mc_error *err);
 mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_t iteration,
                      int *tmp_gone, mc_error *err);
 
-/* ------------------------------------------------------------ writer */
-
-typedef struct ck_tensor {
-    char *path;
-    int64_t rows, cols;
-    mc_ckpt_dtype dtype;
-    int64_t written; /* elements written so far (by this process) */
-} ck_tensor;
-
-typedef struct ck_par ck_par; /* ckpt_par.c */
-typedef struct ck_shardw ck_shardw; /* ckpt_shard.c */
-
-struct mc_ckpt_writer {
-    char *dir, *final, *final_file, *tmp, *tmp_file;
-    int64_t iteration;
-    hid_t fid;               /* one process: open from begin to commit */
-    mc_ckpt_compression comp;
-    int level;
-    ck_tensor *t;
-    size_t nt, ct;
-    ck_par *par;             /* NULL: this process writes alone */
-    ck_shardw *shard;        /* a sharded checkpoint: fid is index.h5 */
-    int tmp_counted;         /* this process made tmp: mc_temp_end when freed */
-};
-
-/* Find or add (after checks) the tensor `path` in w's table; *created is 1
- * when it was added. where = "FILE: PATH". */
-mc_status ck_writer_tensor(mc_ckpt_writer *w, const char *where, const char *path, int64_t rows,
-                           int64_t cols, mc_ckpt_dtype dtype, ck_tensor **out, int *created,
-                           mc_error *err);
-void ck_writer_free(mc_ckpt_writer *w);
-
-/* Begin a one-process writer whose file in the iteration directory is
- * named fname (MC_CKPT_FILE, or CK_INDEX_FILE for a sharded one). */
-mc_status ck_writer_begin_named(const char *dir, int64_t iteration, const char *fname,
-                                mc_ckpt_writer **out, mc_error *err);
-
-/* ------------------------------------------------------------ reading any dataset */
+/* ------------------------------------------------------------ ckpt_block.c */
 
 /* Open dataset `path` of the file fid (named `file` in messages) as a
  * tensor: its logical shape (cols 0: 1-D) and stored dtype, any of
@@ -153,12 +139,33 @@ mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *d
  * own coordinates (cols 0: col0 0, lcols 1), as fp32. */
 mc_status ck_read_block(hid_t fid, const char *file, const char *path, int64_t row0, int64_t col0,
                         int64_t lrows, int64_t lcols, float *out, mc_error *err);
-/* 1 when the link path exists in fid, 0 when not, -1 when HDF5 cannot tell. */
-int ck_exists(hid_t fid, const char *path);
+
+/* ------------------------------------------------------------ the writer (ckpt_write.c) */
+
+typedef struct ck_tensor {
+    char *path;
+    int64_t rows, cols;
+    mc_ckpt_dtype dtype;
+    int64_t written; /* elements written so far (by this process) */
+} ck_tensor;
+
+typedef struct ck_par ck_par; /* ckpt_par.c */
+typedef struct ck_shard_writer ck_shard_writer; /* ckpt_shard.c */
+
+struct mc_ckpt_writer {
+    char *dir, *final, *final_file, *tmp, *tmp_file;
+    int64_t iteration;
+    hid_t fid;               /* one process: open from begin to commit */
+    mc_ckpt_compression comp;
+    int level;
+    ck_tensor *t;
+    size_t nt, ct;
+    ck_par *par;             /* NULL: this process writes alone */
+    ck_shard_writer *shard;        /* a sharded checkpoint: fid is index.h5 */
+    int tmp_counted;         /* this process made tmp: mc_temp_end when freed */
+};
 
 /* ------------------------------------------------------------ ckpt_quant.c */
-
-#define CK_SCALES_GROUP "scales" /* scales of model/X are at scales/model/X */
 
 /* A tensor quantized whole: levels (int8, int4 unpacked -7..7) or E4M3FN
  * bits (fp8), and the scales (rows; 1; rows x ngroups). */
@@ -184,40 +191,39 @@ typedef struct ck_range {
 mc_status ck_write_quant_local(hid_t fid, const char *where, const char *path, const ck_qtensor *qt,
                                const ck_range *rg, int nrg, int64_t col0, int64_t ncols,
                                mc_ckpt_compression comp, int level, mc_error *err);
-/* Read a block of an opened quantized dataset (ck_open_tensor) as fp32. */
-mc_status ck_read_quant(hid_t fid, hid_t ds, const char *where, const char *path,
-                        mc_ckpt_dtype dtype, int64_t row0, int64_t col0, int64_t lrows,
-                        int64_t lcols, float *out, mc_error *err);
 
 /* ------------------------------------------------------------ ckpt_shard.c */
 
-#define CK_INDEX_FILE "index.h5"
-#define CK_INDEX_DATASET "shard_index"
-
-/* Writer: the sharded part of mc_ckpt_write_whole, and the commit's first
- * step (write the index into w->fid, close and fsync the shard files). */
+/* Writer: the split of a tp x pp grid for the model (checked), then, once
+ * the writer w of index.h5 holds it in w->shard, its root attributes and
+ * the shard files; the sharded part of mc_ckpt_write_whole; and the
+ * commit's first step (write the index into w->fid, close and fsync the
+ * shard files). */
+mc_status ck_shard_new(const char *dir, int tp, int pp, const mc_model_config *model,
+                       ck_shard_writer **out, mc_error *err);
+mc_status ck_shard_begin(mc_ckpt_writer *w, mc_error *err);
 mc_status ck_shard_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
                                const float *host, mc_ckpt_dtype dtype, int64_t group_size,
                                mc_error *err);
 mc_status ck_shard_finish(mc_ckpt_writer *w, mc_error *err);
-void ck_shard_free(ck_shardw *s);
+void ck_shard_free(ck_shard_writer *s);
 
 /* Reader: a sharded checkpoint's table, from index.h5 (fid). */
-typedef struct ck_shardr ck_shardr;
-mc_status ck_shardr_open(hid_t index_fid, const char *index_file, const char *dir, ck_shardr **out,
-                         mc_error *err);
-void ck_shardr_close(ck_shardr *s);
-void ck_shardr_grid(const ck_shardr *s, int *tp, int *pp);
-void ck_shardr_prefer(ck_shardr *s, int tp_rank, int pp_rank);
-int ck_shardr_has(const ck_shardr *s, const char *path);
-mc_status ck_shardr_info(const ck_shardr *s, const char *path, int64_t *rows, int64_t *cols,
-                         mc_ckpt_dtype *dtype, mc_error *err);
+typedef struct ck_shard_reader ck_shard_reader;
+mc_status ck_shard_reader_open(hid_t index_fid, const char *index_file, const char *dir,
+                               ck_shard_reader **out, mc_error *err);
+void ck_shard_reader_close(ck_shard_reader *s);
+void ck_shard_reader_grid(const ck_shard_reader *s, int *tp, int *pp);
+void ck_shard_reader_prefer(ck_shard_reader *s, int tp_rank, int pp_rank);
+int ck_shard_reader_has(const ck_shard_reader *s, const char *path);
+mc_status ck_shard_reader_info(const ck_shard_reader *s, const char *path, int64_t *rows,
+                               int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err);
 /* Assemble the block from the shards holding it (shape already checked). */
-mc_status ck_shardr_read(ck_shardr *s, const char *path, int64_t row0, int64_t col0, int64_t lrows,
-                         int64_t lcols, float *out, mc_error *err);
+mc_status ck_shard_reader_read(ck_shard_reader *s, const char *path, int64_t row0, int64_t col0,
+                               int64_t lrows, int64_t lcols, float *out, mc_error *err);
 /* The names directly under group, sorted, NUL-separated in *buf (count *n). */
-mc_status ck_shardr_list(const ck_shardr *s, const char *group, mc_buf *buf, size_t *n,
-                         mc_error *err);
+mc_status ck_shard_reader_list(const ck_shard_reader *s, const char *group, mc_buf *buf,
+                               size_t *n, mc_error *err);
 
 /* ------------------------------------------------------------ ckpt_par.c */
 

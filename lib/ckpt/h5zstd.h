@@ -1,8 +1,8 @@
 /*
  * h5zstd.h - HDF5 filter 32015 (zstd), registered by libmc itself (private).
  */
-#ifndef MC_FMT_H5ZSTD_H
-#define MC_FMT_H5ZSTD_H
+#ifndef MC_CKPT_H5ZSTD_H
+#define MC_CKPT_H5ZSTD_H
 
 #include "mc/status.h"
 

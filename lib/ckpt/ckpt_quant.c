@@ -1,8 +1,9 @@
 /*
- * ckpt_quant.c - quantized tensors in checkpoints: quantizing a global
- * tensor (mc/quant.h), storing a local part of it (the whole tensor in
- * model.h5, a rank's block in a shard file) with its scales, and reading
- * any block back dequantized to fp32, which is all a loader ever sees.
+ * ckpt_quant.c - writing quantized tensors in checkpoints: quantizing a
+ * global tensor (quant.c, mc/quant.h) and storing a local part of it (the
+ * whole tensor in model.h5, a rank's block in a shard file) with its
+ * scales. Loaders read any block back dequantized to fp32, all they ever
+ * see, through ckpt_block.c.
  *
  * Layout (mc-formats(5), QUANTIZED TENSORS), for a tensor at PATH:
  *   PATH          int8  H5T_STD_I8LE [rows, cols]        dtype="int8"
@@ -23,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmt/ckpt_internal.h"
+#include "ckpt/ckpt_internal.h"
 #include "mc/quant.h"
 
 void ck_qtensor_free(ck_qtensor *q) {
@@ -103,7 +104,7 @@ mc_status ck_write_quant_local(hid_t fid, const char *where, const char *path, c
     int8_t *q = malloc((size_t)(lrows * ncols));
     uint8_t *packed = int4 ? malloc((size_t)(lrows * bcols)) : NULL;
     float *sc = malloc((size_t)nscale * sizeof *sc);
-    char *spath = ck_printf(CK_SCALES_GROUP "/%s", path);
+    char *spath = mc_strprintf(CK_SCALES_GROUP "/%s", path);
     mc_status st = MC_OK;
     hid_t ds = -1;
     if (!q || !sc || !spath || (int4 && !packed)) {
@@ -145,117 +146,5 @@ done:
     free(packed);
     free(sc);
     free(spath);
-    return st;
-}
-
-/* Read [start, +count) of a dataset of nd dims as mtype into buf. */
-static mc_status read_slab(hid_t ds, hid_t mtype, int nd, const hsize_t *start, const hsize_t *count,
-                           void *buf, const char *where, mc_error *err) {
-    hid_t fs = H5Dget_space(ds), ms = H5Screate_simple(nd, count, NULL);
-    mc_status st = MC_OK;
-    if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
-        st = ck_h5fail(err, MC_ERR_INTERNAL, "%s: cannot select the block", where);
-    else if (H5Dread(ds, mtype, ms, fs, H5P_DEFAULT, buf) < 0)
-        st = ck_h5fail(err, MC_ERR_FORMAT, "%s: read failed", where);
-    ck_close(&ms);
-    ck_close(&fs);
-    return st;
-}
-
-/* Open scales/<path> and check its shape (nd dims, d0 x d1). */
-static mc_status open_scales(hid_t fid, const char *where, const char *path, int nd, int64_t d0, int64_t d1,
-                             hid_t *out, mc_error *err) {
-    char spath[1024];
-    snprintf(spath, sizeof spath, CK_SCALES_GROUP "/%s", path);
-    *out = -1;
-    int there = ck_exists(fid, spath);
-    if (there <= 0)
-        return there < 0 ? ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", where, spath)
-                         : mc_error_set(err, MC_ERR_FORMAT, "%s: quantized, but its scales %s are missing",
-                                        where, spath);
-    hid_t ds = H5Dopen2(fid, spath, H5P_DEFAULT), sp = ds >= 0 ? H5Dget_space(ds) : -1;
-    hsize_t dims[2] = {0, 0};
-    mc_status st = MC_OK;
-    if (sp < 0 || H5Sget_simple_extent_ndims(sp) != nd || H5Sget_simple_extent_dims(sp, dims, NULL) < 0 ||
-        (int64_t)dims[0] != d0 || (nd == 2 && (int64_t)dims[1] < d1))
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: not the shape its tensor needs", where, spath);
-    H5Eclear2(H5E_DEFAULT);
-    ck_close(&sp);
-    if (st != MC_OK)
-        ck_close(&ds);
-    *out = ds;
-    return st;
-}
-
-mc_status ck_read_quant(hid_t fid, hid_t ds, const char *where, const char *path, mc_ckpt_dtype dtype,
-                        int64_t row0, int64_t col0, int64_t lrows, int64_t lcols, float *out, mc_error *err) {
-    size_t n = (size_t)lrows * (size_t)lcols;
-    if (n == 0)
-        return MC_OK;
-    hid_t sds = -1, sp = H5Dget_space(ds);
-    hsize_t dims[2] = {0, 0};
-    H5Sget_simple_extent_dims(sp, dims, NULL);
-    ck_close(&sp);
-    int64_t drows = (int64_t)dims[0];
-    mc_status st = MC_OK;
-    uint8_t *q = NULL;
-    float *sc = NULL;
-    if (dtype == MC_CKPT_INT8 || dtype == MC_CKPT_FP8_E4M3) {
-        int fp8 = dtype == MC_CKPT_FP8_E4M3;
-        hsize_t start[2] = {(hsize_t)row0, (hsize_t)col0}, count[2] = {(hsize_t)lrows, (hsize_t)lcols};
-        hsize_t s1[1] = {fp8 ? 0 : (hsize_t)row0}, c1[1] = {fp8 ? 1 : (hsize_t)lrows};
-        q = malloc(n);
-        sc = malloc((size_t)c1[0] * sizeof *sc);
-        if (!q || !sc)
-            st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
-        if (!st)
-            st = open_scales(fid, where, path, 1, fp8 ? 1 : drows, 0, &sds, err);
-        if (!st)
-            st = read_slab(ds, fp8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_INT8, 2, start, count, q, where, err);
-        if (!st)
-            st = read_slab(sds, H5T_NATIVE_FLOAT, 1, s1, c1, sc, where, err);
-        for (int64_t i = 0; i < lrows && !st; i++)
-            for (int64_t j = 0; j < lcols; j++) {
-                size_t k = (size_t)(i * lcols + j);
-                out[k] = fp8 ? mc_fp8_e4m3_to_f32(q[k]) * sc[0] : (float)(int8_t)q[k] * sc[i];
-            }
-    } else {
-        int64_t gs = 0, goff = 0, dcols = 0;
-        if ((st = ck_read_int_attr(ds, "group_size", &gs, err, where)) == MC_OK &&
-            (st = ck_read_int_attr(ds, "group_offset", &goff, err, where)) == MC_OK &&
-            (st = ck_read_int_attr(ds, "cols", &dcols, err, where)) == MC_OK &&
-            (gs < 1 || goff < 0 || goff >= gs))
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: int4 group_size %" PRId64 " or group_offset %" PRId64
-                              " out of range", where, gs, goff);
-        if (st)
-            return st;
-        int64_t b0 = col0 / 2, b1 = (col0 + lcols - 1) / 2, nb = b1 - b0 + 1;
-        int64_t k0 = (col0 + goff) / gs, k1 = (col0 + lcols - 1 + goff) / gs, nk = k1 - k0 + 1;
-        int64_t ngroups = gs ? (dcols - 1 + goff) / gs + 1 : 0;
-        if (!st) {
-            q = malloc((size_t)(lrows * nb));
-            sc = malloc((size_t)(lrows * nk) * sizeof *sc);
-            if (!q || !sc)
-                st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
-        }
-        if (!st)
-            st = open_scales(fid, where, path, 2, drows, ngroups, &sds, err);
-        hsize_t start[2] = {(hsize_t)row0, (hsize_t)b0}, count[2] = {(hsize_t)lrows, (hsize_t)nb};
-        hsize_t s2[2] = {(hsize_t)row0, (hsize_t)k0}, c2[2] = {(hsize_t)lrows, (hsize_t)nk};
-        if (!st)
-            st = read_slab(ds, H5T_NATIVE_UINT8, 2, start, count, q, where, err);
-        if (!st)
-            st = read_slab(sds, H5T_NATIVE_FLOAT, 2, s2, c2, sc, where, err);
-        for (int64_t i = 0; i < lrows && !st; i++)
-            for (int64_t j = 0; j < lcols; j++) {
-                int64_t c = col0 + j;
-                unsigned b = q[i * nb + (c >> 1) - b0];
-                int v = (int)(((c & 1) ? b >> 4 : b & 15u) ^ 8u) - 8;
-                out[i * lcols + j] = (float)v * sc[i * nk + (c + goff) / gs - k0];
-            }
-    }
-    ck_close(&sds);
-    free(q);
-    free(sc);
     return st;
 }

@@ -1,11 +1,14 @@
 /*
- * ckpt_write.c - the all-or-nothing checkpoint writer: its front (argument
- * checks, the table of tensors and their shapes) and the one-process path,
- * which writes model.h5 in a hidden temporary directory through HDF5's
- * default driver as the calls come, then commits (completeness check,
- * fsync, rename, latest pointer). A writer begun on a grid of several
- * processes hands its blocks to ckpt_par.c instead, which writes them all
- * collectively at commit.
+ * ckpt_write.c - the all-or-nothing checkpoint writer, every public writing
+ * call of mc/ckpt.h: its front (argument checks, the table of tensors and
+ * their shapes) and the one-process path, which writes model.h5 in a
+ * hidden temporary directory through HDF5's default driver as the calls
+ * come, then commits (completeness check, fsync, rename, latest pointer).
+ * The back ends below it (ckpt_internal.h): a writer begun on a grid of
+ * several processes hands its blocks to ckpt_par.c, which writes them all
+ * collectively at commit; a sharded one (mc_ckpt_writer_begin_sharded)
+ * has ckpt_shard.c split each whole tensor into the shard files; whole
+ * tensors stored quantized (mc_ckpt_write_whole) are ckpt_quant.c's.
  */
 #include "config.h"
 
@@ -15,15 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmt/ckpt_internal.h"
-#include "fmt/h5zstd.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/h5zstd.h"
 #include "mc/json.h"
 
 const char *mc_ckpt_writer_dir(const mc_ckpt_writer *w) {
     return w->final;
 }
 
-void ck_writer_free(mc_ckpt_writer *w) {
+static void writer_free(mc_ckpt_writer *w) {
     ck_close(&w->fid);
     if (w->tmp_counted)
         mc_temp_end();
@@ -44,8 +47,8 @@ void ck_writer_free(mc_ckpt_writer *w) {
 static void writer_discard(mc_ckpt_writer *w) {
     ck_close(&w->fid);
     if (w->tmp)
-        ck_rm_tree(w->tmp);
-    ck_writer_free(w);
+        mc_remove_tree(w->tmp);
+    writer_free(w);
 }
 
 /* The names every writer needs; the temporary keeps its XXXXXX template. */
@@ -57,11 +60,11 @@ static mc_status writer_new(const char *dir, int64_t iteration, const char *fnam
     w->fid = -1;
     w->iteration = iteration;
     w->dir = strdup(dir);
-    w->final = ck_printf("%s/iter_%07" PRId64, dir, iteration);
-    w->final_file = ck_printf("%s/%s", w->final ? w->final : "", fname);
-    w->tmp = ck_printf("%s/.iter_%07" PRId64 ".tmp.XXXXXX", dir, iteration);
+    w->final = mc_strprintf("%s/iter_%07" PRId64, dir, iteration);
+    w->final_file = mc_strprintf("%s/%s", w->final ? w->final : "", fname);
+    w->tmp = mc_strprintf("%s/.iter_%07" PRId64 ".tmp.XXXXXX", dir, iteration);
     if (!w->dir || !w->final || !w->final_file || !w->tmp) {
-        ck_writer_free(w);
+        writer_free(w);
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
     }
     *out = w;
@@ -76,7 +79,7 @@ static mc_status writer_begin(const char *dir, int64_t iteration, const char *fn
     if (st != MC_OK)
         return st;
     if ((st = ck_mkdir_p(dir, err)) != MC_OK) {
-        ck_writer_free(w);
+        writer_free(w);
         return st;
     }
     /* counted before it exists: a signal is deferred until it is gone */
@@ -86,10 +89,10 @@ static mc_status writer_begin(const char *dir, int64_t iteration, const char *fn
         int e = errno;
         free(w->tmp);
         w->tmp = NULL;
-        ck_writer_free(w);
+        writer_free(w);
         return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot create a temporary directory", dir);
     }
-    if (!(w->tmp_file = ck_printf("%s/%s", w->tmp, fname))) {
+    if (!(w->tmp_file = mc_strprintf("%s/%s", w->tmp, fname))) {
         writer_discard(w);
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
     }
@@ -115,12 +118,10 @@ static mc_status writer_begin(const char *dir, int64_t iteration, const char *fn
     return MC_OK;
 }
 
-mc_status mc_ckpt_writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer **out, mc_error *err) {
-    return ck_writer_begin_named(dir, iteration, MC_CKPT_FILE, out, err);
-}
-
-mc_status ck_writer_begin_named(const char *dir, int64_t iteration, const char *fname,
-                                mc_ckpt_writer **out, mc_error *err) {
+/* A one-process writer whose file in the iteration directory is named
+ * fname (MC_CKPT_FILE, or CK_INDEX_FILE for a sharded one). */
+static mc_status begin_named(const char *dir, int64_t iteration, const char *fname,
+                             mc_ckpt_writer **out, mc_error *err) {
     *out = NULL;
     if (!dir || !*dir)
         return mc_error_set(err, MC_ERR_USAGE, "checkpoint directory: empty name");
@@ -131,6 +132,36 @@ mc_status ck_writer_begin_named(const char *dir, int64_t iteration, const char *
     mc_status st = writer_begin(dir, iteration, fname, out, err);
     ck_quiet_off(&q);
     return st;
+}
+
+mc_status mc_ckpt_writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer **out, mc_error *err) {
+    return begin_named(dir, iteration, MC_CKPT_FILE, out, err);
+}
+
+mc_status mc_ckpt_writer_begin_sharded(const char *dir, int64_t iteration, int tp, int pp,
+                                       const mc_model_config *model, mc_ckpt_writer **out,
+                                       mc_error *err) {
+    *out = NULL;
+    ck_shard_writer *s;
+    mc_status st = ck_shard_new(dir, tp, pp, model, &s, err);
+    if (st)
+        return st;
+    mc_ckpt_writer *w;
+    if ((st = begin_named(dir, iteration, CK_INDEX_FILE, &w, err)) != MC_OK) {
+        ck_shard_free(s);
+        return st;
+    }
+    w->shard = s;
+    ck_quiet q;
+    ck_quiet_on(&q);
+    st = ck_shard_begin(w, err);
+    ck_quiet_off(&q);
+    if (st) {
+        mc_ckpt_writer_abort(w);
+        return st;
+    }
+    *out = w;
+    return MC_OK;
 }
 
 mc_status mc_ckpt_writer_begin_grid(const char *dir, int64_t iteration, const mc_grid *g,
@@ -150,7 +181,7 @@ mc_status mc_ckpt_writer_begin_grid(const char *dir, int64_t iteration, const mc
      * the others learn of it instead of waiting. */
     if ((st = ck_par_begin(st == MC_OK ? w : NULL, g, err)) != MC_OK) {
         if (w)
-            ck_writer_free(w);
+            writer_free(w);
         return st;
     }
     *out = w;
@@ -166,9 +197,11 @@ mc_status mc_ckpt_writer_set_compression(mc_ckpt_writer *w, mc_ckpt_compression 
     return MC_OK;
 }
 
-mc_status ck_writer_tensor(mc_ckpt_writer *w, const char *where, const char *path, int64_t rows,
-                           int64_t cols, mc_ckpt_dtype dtype, ck_tensor **out, int *created,
-                           mc_error *err) {
+/* Find or add (after checks) the tensor `path` in w's table; *created is 1
+ * when it was added. where = "FILE: PATH". */
+static mc_status writer_tensor(mc_ckpt_writer *w, const char *where, const char *path, int64_t rows,
+                               int64_t cols, mc_ckpt_dtype dtype, ck_tensor **out, int *created,
+                               mc_error *err) {
     *created = 0;
     for (size_t i = 0; i < w->nt; i++)
         if (strcmp(w->t[i].path, path) == 0) {
@@ -235,7 +268,7 @@ static mc_status write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows,
     H5Eclear2(H5E_DEFAULT);
     ck_tensor *t;
     int created;
-    if ((st = ck_writer_tensor(w, where, path, rows, cols, dtype, &t, &created, err)) != MC_OK)
+    if ((st = writer_tensor(w, where, path, rows, cols, dtype, &t, &created, err)) != MC_OK)
         return st;
     size_t ti = (size_t)(t - w->t);
     if (created && !w->par &&
@@ -288,6 +321,56 @@ mc_status mc_ckpt_write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows
     return st;
 }
 
+mc_status mc_ckpt_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
+                              const float *host, mc_ckpt_dtype dtype, int64_t group_size,
+                              mc_error *err) {
+    char where[512];
+    snprintf(where, sizeof where, "%s: %s", w->final_file, path ? path : "(null)");
+    mc_status st = MC_OK;
+    int quant = mc_ckpt_dtype_is_quantized(dtype);
+    if (!ck_valid_path(path))
+        st = mc_error_set(err, MC_ERR_USAGE, "%s: invalid tensor path", where);
+    else if (!mc_ckpt_dtype_name(dtype))
+        st = mc_error_set(err, MC_ERR_USAGE, "%s: unknown dtype %d", where, (int)dtype);
+    else if (rows < 1 || cols < 0)
+        st = ck_check_block(where, rows, cols, 0, 0, rows, cols, err);
+    else if (quant && cols == 0)
+        st = mc_error_set(err, MC_ERR_USAGE, "%s: only 2-D tensors are quantized", where);
+    else if (dtype == MC_CKPT_INT4 && group_size < 1)
+        st = mc_error_set(err, MC_ERR_USAGE, "%s: int4 group size %" PRId64 " must be positive", where, group_size);
+    else if (!quant && !w->shard)
+        return mc_ckpt_write_tensor(w, path, rows, cols, 0, 0, rows, cols ? cols : 1, host, dtype, err);
+    else if (w->par)
+        st = mc_error_set(err, MC_ERR_USAGE, "%s: quantized tensors are written by one process", where);
+    if (st)
+        return st;
+    ck_tensor *t;
+    int created;
+    if ((st = writer_tensor(w, where, path, rows, cols, dtype, &t, &created, err)) != MC_OK)
+        return st;
+    if (!created)
+        return mc_error_set(err, MC_ERR_USAGE, "%s: written twice", where);
+    size_t ti = (size_t)(t - w->t);
+    ck_quiet q;
+    ck_quiet_on(&q);
+    if (w->shard) {
+        st = ck_shard_write_whole(w, path, rows, cols, host, dtype, group_size, err);
+    } else if (H5Lexists(w->fid, path, H5P_DEFAULT) > 0) {
+        st = mc_error_set(err, MC_ERR_USAGE, "%s: name already used in the file", where);
+    } else {
+        ck_qtensor qt;
+        ck_range all = {0, rows};
+        H5Eclear2(H5E_DEFAULT);
+        if ((st = ck_quantize(where, host, rows, cols, dtype, group_size, &qt, err)) == MC_OK)
+            st = ck_write_quant_local(w->fid, w->final_file, path, &qt, &all, 1, 0, cols, w->comp, w->level, err);
+        ck_qtensor_free(&qt);
+    }
+    ck_quiet_off(&q);
+    if (st == MC_OK)
+        w->t[ti].written = rows * (cols ? cols : 1);
+    return st;
+}
+
 mc_status mc_ckpt_write_json(mc_ckpt_writer *w, const char *key, const char *json_text, mc_error *err) {
     if (!ck_valid_key(key) || !json_text) {
         mc_error_set(err, MC_ERR_USAGE, "%s: invalid attribute name or text", w->final_file);
@@ -333,27 +416,6 @@ mc_status mc_ckpt_write_int(mc_ckpt_writer *w, const char *key, int64_t value, m
     return st;
 }
 
-static mc_status write_bytes(mc_ckpt_writer *w, const char *key, const void *data, size_t n, mc_error *err) {
-    hsize_t dims[1] = {n};
-    hid_t sp = H5Screate_simple(1, dims, NULL), dcpl = -1, ds = -1;
-    mc_status st = MC_OK;
-    if (H5Lexists(w->fid, key, H5P_DEFAULT) > 0) {
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: %s: name already used in the file", w->final_file, key);
-        goto done;
-    }
-    /* An empty dataset cannot be chunked; there is nothing to checksum. */
-    dcpl = n > 0 ? ck_bytes_dcpl(n) : H5Pcreate(H5P_DATASET_CREATE);
-    if (sp < 0 || dcpl < 0 ||
-        (ds = H5Dcreate2(w->fid, key, H5T_STD_U8LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0 ||
-        (n > 0 && H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
-        st = ck_h5fail(err, MC_ERR_IO, "%s: %s: write failed", w->final_file, key);
-done:
-    ck_close(&ds);
-    ck_close(&dcpl);
-    ck_close(&sp);
-    return st;
-}
-
 mc_status mc_ckpt_write_bytes(mc_ckpt_writer *w, const char *key, const void *data, size_t n, mc_error *err) {
     if (!ck_valid_key(key) || (n && !data)) {
         mc_error_set(err, MC_ERR_USAGE, "%s: invalid dataset name or data", w->final_file);
@@ -367,7 +429,7 @@ mc_status mc_ckpt_write_bytes(mc_ckpt_writer *w, const char *key, const void *da
     }
     ck_quiet q;
     ck_quiet_on(&q);
-    mc_status st = write_bytes(w, key, data, n, err);
+    mc_status st = ck_write_bytes(w->fid, w->final_file, key, data, n, err);
     ck_quiet_off(&q);
     return st;
 }
@@ -389,7 +451,7 @@ static mc_status writer_commit(mc_ckpt_writer *w, mc_error *err) {
         return ck_h5fail(err, MC_ERR_IO, "%s: closing the HDF5 file failed", w->final_file);
     }
     w->fid = -1;
-    if ((st = ck_fsync(w->tmp_file, err)) != MC_OK)
+    if ((st = mc_fsync_path(w->tmp_file, err)) != MC_OK)
         return st;
     int gone = 0;
     st = ck_publish(w->dir, w->tmp, w->final, w->iteration, &gone, err);
@@ -403,7 +465,7 @@ static mc_status writer_commit(mc_ckpt_writer *w, mc_error *err) {
 mc_status mc_ckpt_writer_commit(mc_ckpt_writer *w, mc_error *err) {
     if (w->par) {
         mc_status st = ck_par_commit(w, err);
-        ck_writer_free(w);
+        writer_free(w);
         return st;
     }
     ck_quiet q;
@@ -419,7 +481,7 @@ void mc_ckpt_writer_abort(mc_ckpt_writer *w) {
         return;
     if (w->par) {
         ck_par_abort(w);
-        ck_writer_free(w);
+        writer_free(w);
         return;
     }
     ck_quiet q;

@@ -1,8 +1,9 @@
 /*
- * ckpt_h5.c - the HDF5 side of checkpoints shared by the writers and the
- * reader: error capture, the stored dtypes and their conversions from fp32,
- * block selections, string and integer attributes, and the creation
- * properties of tensor datasets (layout in mc-formats(5), CHECKPOINTS).
+ * ckpt_h5.c - the HDF5 side of checkpoints, bottom layer of every writer and
+ * reader (ckpt_internal.h): error capture, the stored dtypes and their
+ * conversions from fp32 (mc/dtype.h's), block shapes and selections, link
+ * lookup, string and integer attributes, the root header, and creating
+ * tensor and byte datasets (layout in mc-formats(5), CHECKPOINTS).
  *
  * Integrity: files use HDF5 1.10 format structures (superblock v3, version
  * 2 object headers, fixed-array chunk indexes), all of which carry
@@ -18,8 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmt/ckpt_internal.h"
-#include "fmt/h5zstd.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/h5zstd.h"
+#include "mc/dtype.h"
 
 /* ------------------------------------------------------------ HDF5 errors */
 
@@ -110,58 +112,6 @@ hid_t ck_half_type(void) {
     return t;
 }
 
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-/* bf16 = the top 16 bits of the fp32 pattern, rounded to nearest even:
- * adding 0x7fff plus the lowest kept bit carries into the kept half exactly
- * when the dropped half is above one half, or equal with an odd kept half.
- * NaNs stay (quiet) NaNs instead of rounding into infinities. */
-uint16_t ck_f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float ck_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* fp32 -> binary16, round to nearest even.
- *   normal half:    exponent rebias 127 -> 15, keep 10 of 23 mantissa bits,
- *                   round on the 13 dropped bits (a carry may reach inf);
- *   subnormal half: value = q * 2^-24 with q = round(|x| * 2^24).  */
-uint16_t ck_f32_to_f16(float f) {
-    uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-    if (a >= 0x7f800000u) /* inf, NaN (kept quiet) */
-        return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0));
-    if (a >= 0x477ff000u) /* >= 65520 rounds to inf */
-        return (uint16_t)(sign | 0x7c00u);
-    if (a < 0x38800000u) { /* below 2^-14 */
-        int e = (int)(a >> 23);
-        if (e < 102) /* below 2^-25: rounds to zero */
-            return (uint16_t)sign;
-        uint32_t m = (a & 0x7fffffu) | 0x800000u; /* |x| = m * 2^(e-150) */
-        int shift = 126 - e;                      /* q = m * 2^(e-126) */
-        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1u)))
-            q++;
-        return (uint16_t)(sign | q);
-    }
-    uint32_t h = (a - 0x38000000u) >> 13, rem = a & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-        h++;
-    return (uint16_t)(sign | h);
-}
-
 /* ------------------------------------------------------------ shapes */
 
 void ck_shape_str(char *out, size_t cap, int64_t rows, int64_t cols) {
@@ -208,6 +158,28 @@ int ck_valid_path(const char *p) {
 
 int ck_valid_key(const char *k) {
     return k && *k && !strchr(k, '/');
+}
+
+/* 1 when the link path exists, 0 when it does not, -1 when HDF5 cannot
+ * tell (a damaged group; its error stack is left for ck_h5fail). */
+int ck_exists(hid_t fid, const char *path) {
+    /* H5Lexists on "a/b" fails when "a" is missing: check each prefix. */
+    char buf[1024];
+    size_t n = strlen(path);
+    if (n >= sizeof buf)
+        return 0;
+    memcpy(buf, path, n + 1);
+    for (size_t i = 0; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            htri_t e = H5Lexists(fid, buf, H5P_DEFAULT);
+            buf[i] = c;
+            if (e <= 0)
+                return e < 0 ? -1 : 0;
+        }
+    }
+    return 1;
 }
 
 /* ------------------------------------------------------------ attributes */
@@ -351,7 +323,7 @@ void ck_convert(mc_ckpt_dtype d, const float *in, size_t n, void *out) {
     }
     uint16_t *h = out;
     for (size_t i = 0; i < n; i++)
-        h[i] = d == MC_CKPT_BFLOAT16 ? ck_f32_to_bf16(in[i]) : ck_f32_to_f16(in[i]);
+        h[i] = d == MC_CKPT_BFLOAT16 ? mc_dtype_f32_to_bf16(in[i]) : mc_dtype_f32_to_f16(in[i]);
 }
 
 /* ------------------------------------------------------------ datasets */
@@ -433,4 +405,26 @@ hid_t ck_bytes_dcpl(size_t n) {
     if (dcpl >= 0 && (H5Pset_chunk(dcpl, 1, chunk) < 0 || H5Pset_fletcher32(dcpl) < 0))
         ck_close(&dcpl);
     return dcpl;
+}
+
+mc_status ck_write_bytes(hid_t fid, const char *file, const char *key, const void *data, size_t n,
+                         mc_error *err) {
+    hsize_t dims[1] = {n};
+    hid_t sp = H5Screate_simple(1, dims, NULL), dcpl = -1, ds = -1;
+    mc_status st = MC_OK;
+    if (H5Lexists(fid, key, H5P_DEFAULT) > 0) {
+        st = mc_error_set(err, MC_ERR_USAGE, "%s: %s: name already used in the file", file, key);
+        goto done;
+    }
+    /* An empty dataset cannot be chunked; there is nothing to checksum. */
+    dcpl = n > 0 ? ck_bytes_dcpl(n) : H5Pcreate(H5P_DATASET_CREATE);
+    if (sp < 0 || dcpl < 0 ||
+        (ds = H5Dcreate2(fid, key, H5T_STD_U8LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0 ||
+        (n > 0 && H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
+        st = ck_h5fail(err, MC_ERR_IO, "%s: %s: write failed", file, key);
+done:
+    ck_close(&ds);
+    ck_close(&dcpl);
+    ck_close(&sp);
+    return st;
 }

@@ -1,7 +1,8 @@
 /*
  * ckpt_shard.c - checkpoints pre-split for a grid (mc-reshard
- * --target-tensor-parallel-size / --target-pipeline-parallel-size), and
- * mc_ckpt_write_whole, the whole-tensor entry point that also quantizes.
+ * --target-tensor-parallel-size / --target-pipeline-parallel-size): the
+ * back end of ckpt_write.c's sharded writer (the split, the shard files,
+ * the index) and of ckpt_read.c for sharded checkpoints (ck_shard_reader).
  *
  *   iter_0000500/index.h5            root attributes (layout="sharded",
  *                                    the grid), tokenizer datasets, and
@@ -37,12 +38,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmt/ckpt_internal.h"
-#include "fmt/h5zstd.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/h5zstd.h"
 
 /* ================================================================ the split */
 
-struct ck_shardw {
+struct ck_shard_writer {
     int tp, pp;
     int untied, swiglu;
     int *first, *last; /* layers of each stage */
@@ -63,7 +64,7 @@ static int layer_of(const char *name) {
     return -1;
 }
 
-static int stage_holds(const ck_shardw *s, const char *name, int p) {
+static int stage_holds(const ck_shard_writer *s, const char *name, int p) {
     int L = layer_of(name);
     if (L >= 0)
         return s->first[p] <= L && L < s->last[p];
@@ -75,7 +76,7 @@ static int stage_holds(const ck_shardw *s, const char *name, int p) {
 }
 
 /* 0 replicated, 1 by rows, 2 by columns; *chunks for row splits. */
-static int split_of(const ck_shardw *s, const char *name, int *chunks) {
+static int split_of(const ck_shard_writer *s, const char *name, int *chunks) {
     *chunks = 1;
     if (ends_with(name, ".linear_fc1.weight") || ends_with(name, ".linear_fc1.bias")) {
         *chunks = s->swiglu ? 2 : 1;
@@ -89,7 +90,7 @@ static int split_of(const ck_shardw *s, const char *name, int *chunks) {
     return 0;
 }
 
-void ck_shard_free(ck_shardw *s) {
+void ck_shard_free(ck_shard_writer *s) {
     if (!s)
         return;
     int n = s->tp * s->pp;
@@ -107,7 +108,8 @@ void ck_shard_free(ck_shardw *s) {
     free(s);
 }
 
-static mc_status shard_files(mc_ckpt_writer *w, ck_shardw *s, int64_t iteration, mc_error *err) {
+static mc_status shard_files(mc_ckpt_writer *w, ck_shard_writer *s, int64_t iteration,
+                             mc_error *err) {
     int n = s->tp * s->pp;
     mc_status st = MC_OK;
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -117,7 +119,7 @@ static mc_status shard_files(mc_ckpt_writer *w, ck_shardw *s, int64_t iteration,
         int t = i % s->tp, p = i / s->tp;
         char where[512];
         snprintf(where, sizeof where, "%s/mp_rank_%02d_%03d.h5", w->final, t, p);
-        if (!(s->tmpfile[i] = ck_printf("%s/mp_rank_%02d_%03d.h5", w->tmp, t, p))) {
+        if (!(s->tmpfile[i] = mc_strprintf("%s/mp_rank_%02d_%03d.h5", w->tmp, t, p))) {
             st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
             break;
         }
@@ -137,9 +139,8 @@ static mc_status shard_files(mc_ckpt_writer *w, ck_shardw *s, int64_t iteration,
     return st;
 }
 
-mc_status mc_ckpt_writer_begin_sharded(const char *dir, int64_t iteration, int tp, int pp,
-                                       const mc_model_config *model, mc_ckpt_writer **out,
-                                       mc_error *err) {
+mc_status ck_shard_new(const char *dir, int tp, int pp, const mc_model_config *model,
+                       ck_shard_writer **out, mc_error *err) {
     *out = NULL;
     if (tp < 1 || pp < 1 || tp > 1024 || pp > 1024)
         return mc_error_set(err, MC_ERR_USAGE, "sharded checkpoint: grid %d x %d out of range [1, 1024]", tp, pp);
@@ -149,7 +150,7 @@ mc_status mc_ckpt_writer_begin_sharded(const char *dir, int64_t iteration, int t
     mc_status st = mc_model_config_finish(&c, tp, err);
     if (st)
         return mc_error_prefix(err, "tensor-parallel size %d", tp);
-    ck_shardw *s = calloc(1, sizeof *s);
+    ck_shard_writer *s = calloc(1, sizeof *s);
     int n = tp * pp;
     if (!s || !(s->fid = malloc((size_t)n * sizeof *s->fid)) ||
         !(s->tmpfile = calloc((size_t)n, sizeof *s->tmpfile)) || !(s->first = calloc((size_t)pp, sizeof(int))) ||
@@ -172,25 +173,18 @@ mc_status mc_ckpt_writer_begin_sharded(const char *dir, int64_t iteration, int t
         ck_shard_free(s);
         return st;
     }
-    mc_ckpt_writer *w;
-    if ((st = ck_writer_begin_named(dir, iteration, CK_INDEX_FILE, &w, err)) != MC_OK) {
-        ck_shard_free(s);
-        return st;
-    }
-    w->shard = s;
-    ck_quiet q;
-    ck_quiet_on(&q);
-    if ((st = ck_write_str_attr(w->fid, "layout", "sharded", err, w->final_file)) == MC_OK &&
-        (st = ck_write_int_attr(w->fid, "tensor_parallel_size", tp, err, w->final_file)) == MC_OK &&
-        (st = ck_write_int_attr(w->fid, "pipeline_parallel_size", pp, err, w->final_file)) == MC_OK)
-        st = shard_files(w, s, iteration, err);
-    ck_quiet_off(&q);
-    if (st) {
-        mc_ckpt_writer_abort(w);
-        return st;
-    }
-    *out = w;
+    *out = s;
     return MC_OK;
+}
+
+mc_status ck_shard_begin(mc_ckpt_writer *w, mc_error *err) {
+    ck_shard_writer *s = w->shard;
+    mc_status st;
+    if ((st = ck_write_str_attr(w->fid, "layout", "sharded", err, w->final_file)) == MC_OK &&
+        (st = ck_write_int_attr(w->fid, "tensor_parallel_size", s->tp, err, w->final_file)) == MC_OK &&
+        (st = ck_write_int_attr(w->fid, "pipeline_parallel_size", s->pp, err, w->final_file)) == MC_OK)
+        st = shard_files(w, s, w->iteration, err);
+    return st;
 }
 
 /* The "blocks" attribute of a shard dataset: int64 [n, 5] rows of
@@ -246,7 +240,7 @@ done:
 mc_status ck_shard_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
                                const float *host, mc_ckpt_dtype dtype, int64_t group_size,
                                mc_error *err) {
-    ck_shardw *s = w->shard;
+    ck_shard_writer *s = w->shard;
     char where[512];
     snprintf(where, sizeof where, "%s: %s", w->final_file, path);
     const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
@@ -322,7 +316,7 @@ mc_status ck_shard_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows
 }
 
 mc_status ck_shard_finish(mc_ckpt_writer *w, mc_error *err) {
-    ck_shardw *s = w->shard;
+    ck_shard_writer *s = w->shard;
     json_t *files = json_array();
     for (int i = 0; i < s->tp * s->pp; i++)
         json_array_append_new(files, json_sprintf("mp_rank_%02d_%03d.h5", i % s->tp, i / s->tp));
@@ -332,7 +326,7 @@ mc_status ck_shard_finish(mc_ckpt_writer *w, mc_error *err) {
     json_decref(ix);
     if (!text)
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", w->final_file);
-    mc_status st = mc_ckpt_write_bytes(w, CK_INDEX_DATASET, text, strlen(text), err);
+    mc_status st = ck_write_bytes(w->fid, w->final_file, CK_INDEX_DATASET, text, strlen(text), err);
     free(text);
     for (int i = 0; i < s->tp * s->pp && !st; i++) {
         herr_t e = H5Fclose(s->fid[i]);
@@ -340,60 +334,8 @@ mc_status ck_shard_finish(mc_ckpt_writer *w, mc_error *err) {
         if (e < 0)
             st = ck_h5fail(err, MC_ERR_IO, "%s: closing a shard file failed", s->tmpfile[i]);
         else
-            st = ck_fsync(s->tmpfile[i], err);
+            st = mc_fsync_path(s->tmpfile[i], err);
     }
-    return st;
-}
-
-/* ================================================================ whole tensors */
-
-mc_status mc_ckpt_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
-                              const float *host, mc_ckpt_dtype dtype, int64_t group_size,
-                              mc_error *err) {
-    char where[512];
-    snprintf(where, sizeof where, "%s: %s", w->final_file, path ? path : "(null)");
-    mc_status st = MC_OK;
-    int quant = mc_ckpt_dtype_is_quantized(dtype);
-    if (!ck_valid_path(path))
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: invalid tensor path", where);
-    else if (!mc_ckpt_dtype_name(dtype))
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: unknown dtype %d", where, (int)dtype);
-    else if (rows < 1 || cols < 0)
-        st = ck_check_block(where, rows, cols, 0, 0, rows, cols, err);
-    else if (quant && cols == 0)
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: only 2-D tensors are quantized", where);
-    else if (dtype == MC_CKPT_INT4 && group_size < 1)
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: int4 group size %" PRId64 " must be positive", where, group_size);
-    else if (!quant && !w->shard)
-        return mc_ckpt_write_tensor(w, path, rows, cols, 0, 0, rows, cols ? cols : 1, host, dtype, err);
-    else if (w->par)
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: quantized tensors are written by one process", where);
-    if (st)
-        return st;
-    ck_tensor *t;
-    int created;
-    if ((st = ck_writer_tensor(w, where, path, rows, cols, dtype, &t, &created, err)) != MC_OK)
-        return st;
-    if (!created)
-        return mc_error_set(err, MC_ERR_USAGE, "%s: written twice", where);
-    size_t ti = (size_t)(t - w->t);
-    ck_quiet q;
-    ck_quiet_on(&q);
-    if (w->shard) {
-        st = ck_shard_write_whole(w, path, rows, cols, host, dtype, group_size, err);
-    } else if (H5Lexists(w->fid, path, H5P_DEFAULT) > 0) {
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: name already used in the file", where);
-    } else {
-        ck_qtensor qt;
-        ck_range all = {0, rows};
-        H5Eclear2(H5E_DEFAULT);
-        if ((st = ck_quantize(where, host, rows, cols, dtype, group_size, &qt, err)) == MC_OK)
-            st = ck_write_quant_local(w->fid, w->final_file, path, &qt, &all, 1, 0, cols, w->comp, w->level, err);
-        ck_qtensor_free(&qt);
-    }
-    ck_quiet_off(&q);
-    if (st == MC_OK)
-        w->t[ti].written = rows * (cols ? cols : 1);
     return st;
 }
 
@@ -412,7 +354,7 @@ typedef struct stensor {
     int nb;
 } stensor;
 
-struct ck_shardr {
+struct ck_shard_reader {
     char *index_file;
     int64_t iteration;
     int tp, pp, nfiles;
@@ -423,17 +365,17 @@ struct ck_shardr {
     size_t nt;
 };
 
-void ck_shardr_grid(const ck_shardr *s, int *tp, int *pp) {
+void ck_shard_reader_grid(const ck_shard_reader *s, int *tp, int *pp) {
     *tp = s->tp;
     *pp = s->pp;
 }
 
-void ck_shardr_prefer(ck_shardr *s, int tp_rank, int pp_rank) {
+void ck_shard_reader_prefer(ck_shard_reader *s, int tp_rank, int pp_rank) {
     /* files are named mp_rank_TT_PPP.h5 at index p * tp + t */
     s->prefer = tp_rank >= 0 && tp_rank < s->tp && pp_rank >= 0 && pp_rank < s->pp ? pp_rank * s->tp + tp_rank : -1;
 }
 
-void ck_shardr_close(ck_shardr *s) {
+void ck_shard_reader_close(ck_shard_reader *s) {
     if (!s)
         return;
     for (int i = 0; i < s->nfiles; i++) {
@@ -457,7 +399,7 @@ static int cmp_tensor(const void *a, const void *b) {
     return strcmp(((const stensor *)a)->path, ((const stensor *)b)->path);
 }
 
-static const stensor *find(const ck_shardr *s, const char *path) {
+static const stensor *find(const ck_shard_reader *s, const char *path) {
     stensor key = {.path = (char *)path};
     return s->nt ? bsearch(&key, s->t, s->nt, sizeof *s->t, cmp_tensor) : NULL;
 }
@@ -491,7 +433,7 @@ static int tiles(const stensor *t) {
     return area == t->rows * w;
 }
 
-static mc_status parse_index(ck_shardr *s, const char *dir, const json_t *ix, mc_error *err) {
+static mc_status parse_index(ck_shard_reader *s, const char *dir, const json_t *ix, mc_error *err) {
     const char *F = s->index_file;
     json_t *files = json_object_get(ix, "files"), *tensors = json_object_get(ix, "tensors");
     json_t *jtp = json_object_get(ix, "tensor_parallel_size"), *jpp = json_object_get(ix, "pipeline_parallel_size");
@@ -514,7 +456,7 @@ static mc_status parse_index(ck_shardr *s, const char *dir, const json_t *ix, mc
         const char *name = json_string_value(json_array_get(files, (size_t)i));
         if (!name || !*name || strchr(name, '/') || name[0] == '.')
             return mc_error_set(err, MC_ERR_FORMAT, "%s: " CK_INDEX_DATASET ": file %d is not a plain file name", F, i);
-        if (!(s->files[i] = ck_printf("%s/%s", dir, name)))
+        if (!(s->files[i] = mc_strprintf("%s/%s", dir, name)))
             return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", F);
     }
     const char *path;
@@ -563,10 +505,10 @@ static mc_status parse_index(ck_shardr *s, const char *dir, const json_t *ix, mc
     return MC_OK;
 }
 
-mc_status ck_shardr_open(hid_t fid, const char *index_file, const char *dir, ck_shardr **out,
-                         mc_error *err) {
+mc_status ck_shard_reader_open(hid_t fid, const char *index_file, const char *dir,
+                               ck_shard_reader **out, mc_error *err) {
     *out = NULL;
-    ck_shardr *s = calloc(1, sizeof *s);
+    ck_shard_reader *s = calloc(1, sizeof *s);
     if (!s || !(s->index_file = strdup(index_file))) {
         free(s);
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", index_file);
@@ -599,19 +541,19 @@ mc_status ck_shardr_open(hid_t fid, const char *index_file, const char *dir, ck_
     ck_close(&sp);
     ck_close(&ds);
     if (st) {
-        ck_shardr_close(s);
+        ck_shard_reader_close(s);
         return st;
     }
     *out = s;
     return MC_OK;
 }
 
-int ck_shardr_has(const ck_shardr *s, const char *path) {
+int ck_shard_reader_has(const ck_shard_reader *s, const char *path) {
     return find(s, path) != NULL;
 }
 
-mc_status ck_shardr_info(const ck_shardr *s, const char *path, int64_t *rows, int64_t *cols,
-                         mc_ckpt_dtype *dtype, mc_error *err) {
+mc_status ck_shard_reader_info(const ck_shard_reader *s, const char *path, int64_t *rows,
+                               int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err) {
     if (!ck_valid_path(path))
         return mc_error_set(err, MC_ERR_USAGE, "%s: %s: invalid tensor path", s->index_file, path ? path : "(null)");
     const stensor *t = find(s, path);
@@ -623,7 +565,7 @@ mc_status ck_shardr_info(const ck_shardr *s, const char *path, int64_t *rows, in
     return MC_OK;
 }
 
-static mc_status open_file(ck_shardr *s, int f, mc_error *err) {
+static mc_status open_file(ck_shard_reader *s, int f, mc_error *err) {
     if (s->fid[f] >= 0)
         return MC_OK;
     const char *F = s->files[f];
@@ -649,8 +591,8 @@ static mc_status open_file(ck_shardr *s, int f, mc_error *err) {
     return MC_OK;
 }
 
-mc_status ck_shardr_read(ck_shardr *s, const char *path, int64_t row0, int64_t col0, int64_t lrows,
-                         int64_t lcols, float *out, mc_error *err) {
+mc_status ck_shard_reader_read(ck_shard_reader *s, const char *path, int64_t row0, int64_t col0,
+                               int64_t lrows, int64_t lcols, float *out, mc_error *err) {
     const stensor *t = find(s, path);
     if (!t)
         return mc_error_set(err, MC_ERR_NOTFOUND, "%s: %s: no such tensor in the checkpoint", s->index_file, path);
@@ -708,7 +650,8 @@ mc_status ck_shardr_read(ck_shardr *s, const char *path, int64_t row0, int64_t c
     return st;
 }
 
-mc_status ck_shardr_list(const ck_shardr *s, const char *group, mc_buf *buf, size_t *n, mc_error *err) {
+mc_status ck_shard_reader_list(const ck_shard_reader *s, const char *group, mc_buf *buf,
+                               size_t *n, mc_error *err) {
     size_t gl = strlen(group);
     *n = 0;
     for (size_t i = 0; i < s->nt; i++) {

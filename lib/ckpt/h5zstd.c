@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <zstd.h>
 
-#include "fmt/h5zstd.h"
+#include "ckpt/h5zstd.h"
 
 /* HDF5's own chunk limit; a frame claiming more is corrupt. */
 #define CHUNK_MAX ((unsigned long long)0xffffffffu)

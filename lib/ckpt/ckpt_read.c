@@ -1,12 +1,13 @@
 /*
- * ckpt_read.c - the checkpoint reader: resolves a checkpoint directory
+ * ckpt_read.c - the checkpoint reader, every public reading call of
+ * mc/ckpt.h but the model's (ckpt_model.c): resolves a checkpoint directory
  * through its latest pointer, checks the file's format and iteration, and
  * reads attributes, byte datasets and blocks of global tensors (any block:
- * a rank of any grid reads its own slice), converting stored dtypes to
- * fp32 (and quantized ones, dequantized). Many processes may read one file
- * at once: each opens it on its own (HDF5's default driver, read-only).
- * A sharded checkpoint (index.h5 and shard files, ckpt_shard.c) opens the
- * same way; its tensors are assembled from the shards.
+ * a rank of any grid reads its own slice) as fp32 through ckpt_block.c,
+ * which converts and dequantizes. Many processes may read one file at
+ * once: each opens it on its own (HDF5's default driver, read-only). A
+ * sharded checkpoint (index.h5 and shard files) opens the same way; its
+ * tensors are assembled from the shards by ckpt_shard.c's reader.
  */
 #include "config.h"
 
@@ -17,9 +18,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fmt/ckpt_internal.h"
-#include "fmt/h5zstd.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/h5zstd.h"
 #include "mc/buf.h"
+#include "mc/dtype.h"
 #include "mc/file.h"
 #include "mc/json.h"
 
@@ -27,7 +29,7 @@ struct mc_ckpt_reader {
     char *dir, *file;
     int64_t iteration;
     hid_t fid;        /* model.h5, or index.h5 of a sharded checkpoint */
-    ck_shardr *shard; /* NULL: one file */
+    ck_shard_reader *shard; /* NULL: one file */
 };
 
 int64_t mc_ckpt_iteration(const mc_ckpt_reader *r) { return r->iteration; }
@@ -36,13 +38,13 @@ const char *mc_ckpt_file(const mc_ckpt_reader *r) { return r->file; }
 
 void mc_ckpt_prefer_shard(mc_ckpt_reader *r, int tp_rank, int pp_rank) {
     if (r->shard)
-        ck_shardr_prefer(r->shard, tp_rank, pp_rank);
+        ck_shard_reader_prefer(r->shard, tp_rank, pp_rank);
 }
 
 void mc_ckpt_shards(const mc_ckpt_reader *r, int *tp, int *pp) {
     *tp = *pp = 0;
     if (r->shard)
-        ck_shardr_grid(r->shard, tp, pp);
+        ck_shard_reader_grid(r->shard, tp, pp);
 }
 
 void mc_ckpt_close(mc_ckpt_reader *r) {
@@ -50,7 +52,7 @@ void mc_ckpt_close(mc_ckpt_reader *r) {
         return;
     ck_quiet q;
     ck_quiet_on(&q);
-    ck_shardr_close(r->shard);
+    ck_shard_reader_close(r->shard);
     ck_close(&r->fid);
     ck_quiet_off(&q);
     free(r->dir);
@@ -103,14 +105,15 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
         r->file = strdup(path);
         r->dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
     } else if (is_dir(path)) {
-        char *f = ck_printf("%s/" MC_CKPT_FILE, path), *latest = ck_printf("%s/" MC_CKPT_LATEST, path);
+        char *f = mc_strprintf("%s/" MC_CKPT_FILE, path);
+        char *latest = mc_strprintf("%s/" MC_CKPT_LATEST, path);
         if (!f || !latest) {
             free(f);
             free(latest);
             return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
         }
         char *ix = NULL;
-        if (!is_file(f) && (ix = ck_printf("%s/" CK_INDEX_FILE, path)) && is_file(ix)) {
+        if (!is_file(f) && (ix = mc_strprintf("%s/" CK_INDEX_FILE, path)) && is_file(ix)) {
             free(f);
             f = ix; /* a sharded checkpoint */
             ix = NULL;
@@ -126,10 +129,10 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
             free(latest);
             if (st != MC_OK)
                 return st;
-            r->dir = ck_printf("%s/iter_%07" PRId64, path, named);
-            r->file = r->dir ? ck_printf("%s/" MC_CKPT_FILE, r->dir) : NULL;
+            r->dir = mc_strprintf("%s/iter_%07" PRId64, path, named);
+            r->file = r->dir ? mc_strprintf("%s/" MC_CKPT_FILE, r->dir) : NULL;
             if (r->file && !is_file(r->file)) {
-                char *ix = ck_printf("%s/" CK_INDEX_FILE, r->dir);
+                char *ix = mc_strprintf("%s/" CK_INDEX_FILE, r->dir);
                 if (ix && is_file(ix)) {
                     free(r->file);
                     r->file = ix;
@@ -185,7 +188,7 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
         return st;
     if (strcmp(layout, "sharded") == 0) {
         free(layout);
-        return ck_shardr_open(r->fid, r->file, r->dir, &r->shard, err);
+        return ck_shard_reader_open(r->fid, r->file, r->dir, &r->shard, err);
     }
     st = strcmp(layout, "shard") == 0
              ? mc_error_set(err, MC_ERR_FORMAT, "%s: one shard of a sharded checkpoint; open its directory", r->file)
@@ -240,28 +243,6 @@ mc_status mc_ckpt_read_int(mc_ckpt_reader *r, const char *key, int64_t *out, mc_
     return st;
 }
 
-/* 1 when the link path exists, 0 when it does not, -1 when HDF5 cannot
- * tell (a damaged group; its error stack is left for ck_h5fail). */
-int ck_exists(hid_t fid, const char *path) {
-    /* H5Lexists on "a/b" fails when "a" is missing: check each prefix. */
-    char buf[1024];
-    size_t n = strlen(path);
-    if (n >= sizeof buf)
-        return 0;
-    memcpy(buf, path, n + 1);
-    for (size_t i = 0; i <= n; i++) {
-        if (buf[i] == '/' || buf[i] == 0) {
-            char c = buf[i];
-            buf[i] = 0;
-            htri_t e = H5Lexists(fid, buf, H5P_DEFAULT);
-            buf[i] = c;
-            if (e <= 0)
-                return e < 0 ? -1 : 0;
-        }
-    }
-    return 1;
-}
-
 static mc_status read_bytes(mc_ckpt_reader *r, const char *key, void **data, size_t *n, mc_error *err) {
     int there = ck_exists(r->fid, key);
     if (there < 0)
@@ -305,92 +286,9 @@ mc_status mc_ckpt_read_bytes(mc_ckpt_reader *r, const char *key, void **data, si
     return st;
 }
 
-/* Open a tensor and learn its logical shape and stored dtype. A dataset
- * written by another tool without a dtype attribute is read by its HDF5
- * type: any float (float64 is rounded to fp32); uint16 needs
- * dtype="bfloat16". Quantized datasets (ckpt_quant.c) are int8/uint8 with
- * dtype "int8", "fp8_e4m3" or "int4"; an int4 one holds two elements per
- * byte and keeps its logical column count in the attribute "cols". */
-mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *ds_out, int64_t *rows,
-                         int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err) {
-    *ds_out = -1;
-    if (!ck_valid_path(path))
-        return mc_error_set(err, MC_ERR_USAGE, "%s: %s: invalid tensor path", file, path ? path : "(null)");
-    int there = ck_exists(fid, path);
-    if (there < 0)
-        return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", file, path);
-    if (!there)
-        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: %s: no such tensor in the checkpoint", file, path);
-    hid_t ds = H5Dopen2(fid, path, H5P_DEFAULT), sp = -1, t = -1;
-    mc_status st = MC_OK;
-    char *dname = NULL;
-    hsize_t dims[2] = {0, 0};
-    int nd = -1;
-    if (ds < 0 || (sp = H5Dget_space(ds)) < 0 || (t = H5Dget_type(ds)) < 0 ||
-        (nd = H5Sget_simple_extent_ndims(sp)) < 0) {
-        st = ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: not a readable dataset", file, path);
-        goto done;
-    }
-    if (nd < 1 || nd > 2) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: %d dimensions, a tensor has 1 or 2", file, path, nd);
-        goto done;
-    }
-    H5Sget_simple_extent_dims(sp, dims, NULL);
-    if (dims[0] < 1 || (nd == 2 && dims[1] < 1)) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: empty tensor", file, path);
-        goto done;
-    }
-    *rows = (int64_t)dims[0];
-    *cols = nd == 2 ? (int64_t)dims[1] : 0;
-    st = ck_read_str_attr(ds, "dtype", &dname, err, file);
-    if (st == MC_ERR_NOTFOUND) {
-        st = MC_OK;
-        mc_error_clear(err);
-    } else if (st != MC_OK) {
-        goto done;
-    }
-    H5T_class_t cls = H5Tget_class(t);
-    size_t size = H5Tget_size(t);
-    if (dname && strcmp(dname, "bfloat16") == 0) {
-        *dtype = MC_CKPT_BFLOAT16;
-        if (cls != H5T_INTEGER || size != 2)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype bfloat16 needs 16-bit integer storage", file, path);
-    } else if (dname && (!strcmp(dname, "int8") || !strcmp(dname, "fp8_e4m3") || !strcmp(dname, "int4"))) {
-        *dtype = dname[1] == 'p' ? MC_CKPT_FP8_E4M3 : dname[3] == '8' ? MC_CKPT_INT8 : MC_CKPT_INT4;
-        if (cls != H5T_INTEGER || size != 1 || nd != 2) {
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype %s needs 2-D 8-bit integer storage", file,
-                              path, dname);
-        } else if (*dtype == MC_CKPT_INT4) {
-            int64_t lc = 0;
-            st = ck_read_int_attr(ds, "cols", &lc, err, file);
-            if (st == MC_OK && (lc < 1 || (lc + 1) / 2 != *cols))
-                st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: int4 attribute cols %" PRId64
-                                  " does not fit %" PRId64 " bytes per row", file, path, lc, *cols);
-            *cols = lc;
-        }
-    } else if (dname && strcmp(dname, "float16") != 0 && strcmp(dname, "float32") != 0) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: unknown dtype '%s'", file, path, dname);
-    } else if (cls != H5T_FLOAT) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: not stored as floating point", file, path);
-    } else {
-        *dtype = size == 2 ? MC_CKPT_FLOAT16 : MC_CKPT_FLOAT32;
-        if (dname && strcmp(dname, mc_ckpt_dtype_name(*dtype)) != 0)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype '%s' but %zu-byte floats", file, path,
-                              dname, size);
-    }
-done:
-    free(dname);
-    ck_close(&t);
-    ck_close(&sp);
-    if (st != MC_OK)
-        ck_close(&ds);
-    *ds_out = ds;
-    return st;
-}
-
 int mc_ckpt_has_tensor(mc_ckpt_reader *r, const char *path) {
     if (r->shard)
-        return ck_valid_path(path) && ck_shardr_has(r->shard, path);
+        return ck_valid_path(path) && ck_shard_reader_has(r->shard, path);
     ck_quiet q;
     ck_quiet_on(&q);
     int e = ck_valid_path(path) && ck_exists(r->fid, path) > 0;
@@ -406,7 +304,7 @@ mc_status mc_ckpt_tensor_info(mc_ckpt_reader *r, const char *path, int64_t *rows
     hid_t ds = -1;
     ck_quiet q;
     ck_quiet_on(&q);
-    mc_status st = r->shard ? ck_shardr_info(r->shard, path, &rr, &cc, &dd, err)
+    mc_status st = r->shard ? ck_shard_reader_info(r->shard, path, &rr, &cc, &dd, err)
                             : ck_open_tensor(r->fid, r->file, path, &ds, &rr, &cc, &dd, err);
     ck_close(&ds);
     ck_quiet_off(&q);
@@ -418,50 +316,6 @@ mc_status mc_ckpt_tensor_info(mc_ckpt_reader *r, const char *path, int64_t *rows
         if (dtype)
             *dtype = dd;
     }
-    return st;
-}
-
-mc_status ck_read_block(hid_t fid, const char *file, const char *path, int64_t row0, int64_t col0,
-                        int64_t lrows, int64_t lcols, float *out, mc_error *err) {
-    char where[512];
-    snprintf(where, sizeof where, "%s: %s", file, path);
-    int64_t frows, fcols;
-    mc_ckpt_dtype dtype;
-    hid_t ds = -1, fs = -1, ms = -1;
-    mc_status st = ck_open_tensor(fid, file, path, &ds, &frows, &fcols, &dtype, err);
-    if (st != MC_OK)
-        return st;
-    if ((st = ck_check_block(where, frows, fcols, row0, col0, lrows, lcols, err)) != MC_OK) {
-        ck_close(&ds);
-        return err->code = MC_ERR_FORMAT; /* a dataset smaller than its index says */
-    }
-    if (mc_ckpt_dtype_is_quantized(dtype)) {
-        st = ck_read_quant(fid, ds, where, path, dtype, row0, col0, lrows, lcols, out, err);
-        ck_close(&ds);
-        return st;
-    }
-    size_t n = (size_t)lrows * (size_t)lcols;
-    if (n > 0) {
-        hid_t mt = dtype == MC_CKPT_BFLOAT16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;
-        if ((fs = H5Dget_space(ds)) < 0 || ck_block_spaces(fs, fcols, row0, col0, lrows, lcols, &ms) != MC_OK)
-            st = ck_h5fail(err, MC_ERR_INTERNAL, "%s: cannot select the block", where);
-        else if (H5Dread(ds, mt, ms, fs, H5P_DEFAULT, out) < 0)
-            st = ck_h5fail(err, MC_ERR_FORMAT, "%s: read failed", where);
-        else if (dtype == MC_CKPT_BFLOAT16) {
-            /* The n uint16 values sit in the first half of out; widen from
-             * the end so that no value is overwritten before it is read. */
-            const unsigned char *b = (const unsigned char *)out;
-            for (size_t i = n; i-- > 0;) {
-                uint16_t h;
-                memcpy(&h, b + 2 * i, 2);
-                float f = ck_bf16_to_f32(h);
-                memcpy((unsigned char *)out + 4 * i, &f, 4);
-            }
-        }
-    }
-    ck_close(&ms);
-    ck_close(&fs);
-    ck_close(&ds);
     return st;
 }
 
@@ -478,7 +332,7 @@ static mc_status read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, 
     mc_ckpt_dtype dtype;
     hid_t ds = -1;
     if (r->shard)
-        st = ck_shardr_info(r->shard, path, &frows, &fcols, &dtype, err);
+        st = ck_shard_reader_info(r->shard, path, &frows, &fcols, &dtype, err);
     else
         st = ck_open_tensor(r->fid, r->file, path, &ds, &frows, &fcols, &dtype, err);
     ck_close(&ds);
@@ -491,7 +345,7 @@ static mc_status read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows, 
         return mc_error_set(err, MC_ERR_FORMAT, "%s: shape %s in the checkpoint, %s expected", where, a, b);
     }
     if (r->shard)
-        return ck_shardr_read(r->shard, path, row0, col0, lrows, lcols, out, err);
+        return ck_shard_reader_read(r->shard, path, row0, col0, lrows, lcols, out, err);
     return ck_read_block(r->fid, r->file, path, row0, col0, lrows, lcols, out, err);
 }
 
@@ -533,7 +387,7 @@ static mc_status list_group(mc_ckpt_reader *r, const char *group, char ***names,
     if (r->shard) {
         mc_buf b = MC_BUF_INIT;
         size_t k = 0;
-        mc_status st = ck_shardr_list(r->shard, group, &b, &k, err);
+        mc_status st = ck_shard_reader_list(r->shard, group, &b, &k, err);
         if (st != MC_OK) {
             mc_buf_free(&b);
             return st;

@@ -17,7 +17,8 @@
  * save.
  *
  * Commit, every rank in the same order:
- *   1. agree: a rank that aborted (or failed) makes every rank fail;
+ *   1. agree on the status (mc_grid_status_all): a rank that aborted (or
+ *      failed) makes every rank fail;
  *   2. all-gather the declarations (tensor, shape, dtype, blocks with an
  *      FNV-1a hash of their bytes, and a digest of the root attributes) and
  *      check them identically everywhere: one shape per tensor, blocks held
@@ -31,12 +32,14 @@
  *      k-th block of the tensor);
  *   4. close, fsync on every rank, agree;
  *   5. rank 0 renames the directory into place and moves the latest pointer
- *      (ckpt_dir.c), and broadcasts how that went.
+ *      (ckpt_dir.c); a last agreement tells every rank how that went.
  * Every failure is agreed: all ranks return the error of the lowest failing
  * rank, "rank R: ...", and the temporary is removed. A rank that dies while
  * others wait in a collective is caught by the grid's watchdog
  * (--distributed-timeout-minutes), which aborts the job; the pointer has
- * not moved.
+ * not moved. The collectives are the public calls of mc/comm.h, the
+ * HDF5 I/O bracketed by mc_grid_deadline_begin/_end; the only MPI here is
+ * the world communicator handed to HDF5 (mc/comm_mpi.h).
  */
 #include "config.h"
 
@@ -47,10 +50,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
-#include "fmt/ckpt_internal.h"
-#include "fmt/h5zstd.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/h5zstd.h"
 #include "mc/buf.h"
+#include "mc/comm_mpi.h"
 
 typedef struct par_block {
     size_t tensor; /* index in the writer's table */
@@ -73,8 +76,7 @@ typedef struct par_bytes {
 } par_bytes;
 
 struct ck_par {
-    MPI_Comm comm;    /* a duplicate of the world's: ours alone */
-    mc_watchdog *wd;  /* the grid's deadline keeper (NULL: none) */
+    mc_grid g;        /* the writer's grid: its world does the collective work */
     int rank, size;
     par_block *b;
     size_t nb, cb;
@@ -97,42 +99,8 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
 
 /* Every rank passes its own status; all return MC_OK, or all the error of
  * the lowest failing rank as "rank R: its message". */
-static mc_status agree(MPI_Comm c, mc_watchdog *wd, int rank, mc_status st, const char *op,
-                       mc_error *err) {
-    int mine = st != MC_OK ? rank : INT_MAX, first = INT_MAX;
-    mc_watchdog_enter(wd, op, MC_GROUP_WORLD);
-    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c);
-    mc_watchdog_leave(wd);
-    if (rc != MPI_SUCCESS)
-        return mc_comm_mpi_error(err, rc, op, MC_GROUP_WORLD);
-    if (first == INT_MAX)
-        return MC_OK;
-    struct {
-        int code;
-        char msg[MC_ERROR_MSG_MAX];
-    } m;
-    memset(&m, 0, sizeof m);
-    if (rank == first) {
-        m.code = st;
-        snprintf(m.msg, sizeof m.msg, "%s", err && err->msg[0] ? err->msg : "failed");
-    }
-    mc_watchdog_enter(wd, op, MC_GROUP_WORLD);
-    rc = MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, c);
-    mc_watchdog_leave(wd);
-    if (rc != MPI_SUCCESS)
-        return mc_comm_mpi_error(err, rc, op, MC_GROUP_WORLD);
-    return mc_error_set(err, (mc_status)m.code, "rank %d: %.1000s", first, m.msg);
-}
-
-mc_status mc_ckpt_agree(const mc_grid *g, mc_status st, mc_error *err) {
-    if (!g || g->world <= 1 || !g->impl)
-        return st;
-    mc_comm *cm = g->impl;
-    return agree(cm->comm[MC_GROUP_WORLD], cm->wd, g->rank, st, "checkpoint status", err);
-}
-
-static mc_status par_agree(ck_par *p, mc_status st, mc_error *err) {
-    return agree(p->comm, p->wd, p->rank, st, "checkpoint", err);
+static mc_status status_all(ck_par *p, mc_status st, mc_error *err) {
+    return mc_grid_status_all(&p->g, st, "checkpoint", err);
 }
 
 /* ------------------------------------------------------------ begin, stash */
@@ -153,44 +121,35 @@ void ck_par_free(ck_par *p) {
     free(p->b);
     free(p->a);
     free(p->y);
-    if (p->comm != MPI_COMM_NULL)
-        MPI_Comm_free(&p->comm);
     free(p);
 }
 
 mc_status ck_par_begin(mc_ckpt_writer *w, const mc_grid *g, mc_error *err) {
-    mc_comm *cm = g->impl;
-    MPI_Comm world = cm->comm[MC_GROUP_WORLD];
     mc_status st = w ? MC_OK : (err && err->code ? err->code : MC_ERR_NOMEM);
     ck_par *p = w ? calloc(1, sizeof *p) : NULL;
     if (w && !p)
         st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", w->dir);
-    if ((st = agree(world, cm->wd, g->rank, st, "checkpoint begin", err)) != MC_OK) {
+    if ((st = mc_grid_status_all(g, st, "checkpoint begin", err)) != MC_OK) {
         free(p);
         return st;
     }
-    p->comm = MPI_COMM_NULL;
-    p->wd = cm->wd;
+    p->g = *g;
     p->rank = g->rank;
     p->size = g->world;
     w->par = p;
-    mc_watchdog_enter(p->wd, "checkpoint begin", MC_GROUP_WORLD);
-    int rc = MPI_Comm_dup(world, &p->comm);
-    mc_watchdog_leave(p->wd);
-    if (rc != MPI_SUCCESS) {
-        p->comm = MPI_COMM_NULL;
-        return mc_comm_mpi_error(err, rc, "checkpoint begin", MC_GROUP_WORLD);
-    }
     /* The same directory and iteration everywhere, or the ranks would
-     * write different checkpoints: min of h and of ~h meet iff all agree. */
+     * write different checkpoints: every rank compares every rank's hash. */
     uint64_t h = fnv1a(fnv1a(FNV_BASIS, w->dir, strlen(w->dir)), &w->iteration, sizeof w->iteration);
-    uint64_t mine[2] = {h, ~h}, all[2];
-    mc_watchdog_enter(p->wd, "checkpoint begin", MC_GROUP_WORLD);
-    rc = MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MIN, p->comm);
-    mc_watchdog_leave(p->wd);
-    if (rc != MPI_SUCCESS)
-        return mc_comm_mpi_error(err, rc, "checkpoint begin", MC_GROUP_WORLD);
-    if (all[0] != ~all[1])
+    unsigned char *all = NULL;
+    size_t *off = NULL;
+    if ((st = mc_grid_allgather_bytes(g, &h, sizeof h, "checkpoint begin", &all, &off, err)))
+        return st;
+    int same = 1;
+    for (int r = 1; r < p->size; r++)
+        same &= memcmp(all + off[r], all, sizeof h) == 0;
+    free(all);
+    free(off);
+    if (!same)
         return mc_error_set(err, MC_ERR_USAGE,
                             "%s: the ranks name different checkpoint directories or iterations", w->dir);
     /* Rank 0 makes the temporary directory; the others learn its name
@@ -204,20 +163,17 @@ mc_status ck_par_begin(mc_ckpt_writer *w, const mc_grid *g, mc_error *err) {
                                     w->dir);
         }
     }
-    if ((st = par_agree(p, st, err)) != MC_OK) {
+    if ((st = status_all(p, st, err)) != MC_OK) {
         free(w->tmp);
         w->tmp = NULL;
         return st;
     }
-    mc_watchdog_enter(p->wd, "checkpoint begin", MC_GROUP_WORLD);
-    rc = MPI_Bcast(w->tmp, (int)strlen(w->tmp) + 1, MPI_CHAR, 0, p->comm);
-    mc_watchdog_leave(p->wd);
-    if (rc != MPI_SUCCESS)
-        return mc_comm_mpi_error(err, rc, "checkpoint begin", MC_GROUP_WORLD);
-    st = (w->tmp_file = ck_printf("%s/" MC_CKPT_FILE, w->tmp)) ? MC_OK
+    if ((st = mc_grid_broadcast_bytes(g, w->tmp, strlen(w->tmp) + 1, 0, "checkpoint begin", err)))
+        return st;
+    st = (w->tmp_file = mc_strprintf("%s/" MC_CKPT_FILE, w->tmp)) ? MC_OK
              : mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", w->dir);
-    if ((st = par_agree(p, st, err)) != MC_OK && p->rank == 0)
-        ck_rm_tree(w->tmp);
+    if ((st = status_all(p, st, err)) != MC_OK && p->rank == 0)
+        mc_remove_tree(w->tmp);
     return st;
 }
 
@@ -401,15 +357,15 @@ static uint32_t rd32(const unsigned char *p) {
     return v;
 }
 
-/* Parse every rank's declaration (all[r] = offset in buf, lens in len). */
-static mc_status parse(const mc_ckpt_writer *w, const unsigned char *buf, const int *off,
-                       const int *len, entry **out, size_t *n_out, mc_error *err) {
+/* Parse every rank's declaration (rank r's at buf[off[r] .. off[r + 1])). */
+static mc_status parse(const mc_ckpt_writer *w, const unsigned char *buf, const size_t *off,
+                       entry **out, size_t *n_out, mc_error *err) {
     const ck_par *p = w->par;
     size_t n = 0, cap = 0;
     entry *e = NULL;
     uint64_t d0 = 0;
     for (int r = 0; r < p->size; r++) {
-        const unsigned char *s = buf + off[r], *end = s + len[r];
+        const unsigned char *s = buf + off[r], *end = buf + off[r + 1];
         uint64_t d;
         memcpy(&d, s, 8);
         if (r == 0)
@@ -458,9 +414,10 @@ static void free_union(utensor *u, size_t n) {
     free(u);
 }
 
-/* The union of the declarations, checked; the same on every rank. */
-static mc_status unite(const mc_ckpt_writer *w, const entry *e, size_t n, utensor **out,
-                       size_t *nu_out, mc_error *err) {
+/* Merge the declarations (sorted by path, then rank) into the union of the
+ * tensors, checked; the same on every rank. */
+static mc_status merge_declarations(const mc_ckpt_writer *w, const entry *e, size_t n,
+                                    utensor **out, size_t *nu_out, mc_error *err) {
     const ck_par *p = w->par;
     utensor *u = calloc(n ? n : 1, sizeof *u);
     int *kept_per_rank = calloc((size_t)p->size, sizeof *kept_per_rank);
@@ -576,48 +533,24 @@ static mc_status gather(mc_ckpt_writer *w, entry **e, size_t *ne, utensor **u, s
     mc_status st = declare(w, &mine, err);
     if (!st && mine.len > INT_MAX / 2)
         st = mc_error_set(err, MC_ERR_USAGE, "%s: too many tensors on one rank", w->final_file);
-    if ((st = par_agree(p, st, err)) != MC_OK) {
+    if ((st = status_all(p, st, err)) != MC_OK) {
         mc_buf_free(&mine);
         return st;
     }
-    int n = (int)mine.len, *lens = calloc((size_t)p->size, sizeof *lens),
-        *offs = calloc((size_t)p->size, sizeof *offs);
     unsigned char *all = NULL;
-    st = lens && offs ? MC_OK : mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", w->final_file);
-    int rc = MPI_SUCCESS;
-    if (!st) {
-        mc_watchdog_enter(p->wd, "checkpoint declarations", MC_GROUP_WORLD);
-        rc = MPI_Allgather(&n, 1, MPI_INT, lens, 1, MPI_INT, p->comm);
-        mc_watchdog_leave(p->wd);
-    }
-    int64_t total = 0;
-    for (int r = 0; !st && rc == MPI_SUCCESS && r < p->size; r++) {
-        offs[r] = (int)total;
-        total += lens[r];
-    }
-    if (!st && rc == MPI_SUCCESS && total > INT_MAX)
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: the declarations exceed 2 GiB", w->final_file);
-    else if (!st && rc == MPI_SUCCESS && !(all = malloc(total ? (size_t)total : 1)))
-        st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", w->final_file);
-    /* The sizes are known everywhere: every rank reaches this agreement. */
-    if (rc == MPI_SUCCESS && (st = par_agree(p, st, err)) == MC_OK) {
-        mc_watchdog_enter(p->wd, "checkpoint declarations", MC_GROUP_WORLD);
-        rc = MPI_Allgatherv(mine.data, n, MPI_BYTE, all, lens, offs, MPI_BYTE, p->comm);
-        mc_watchdog_leave(p->wd);
-    }
-    if (rc != MPI_SUCCESS)
-        st = mc_comm_mpi_error(err, rc, "checkpoint declarations", MC_GROUP_WORLD);
+    size_t *off = NULL;
+    st = mc_grid_allgather_bytes(&p->g, mine.data, mine.len, "checkpoint declarations", &all, &off,
+                                 err);
     mc_buf_free(&mine);
     /* From here every rank computes the same thing from the same bytes:
      * the checks fail on all ranks together, with the same message. */
     if (!st)
-        st = parse(w, all, offs, lens, e, ne, err);
-    if (!st && (st = unite(w, *e, *ne, u, nu, err)) != MC_OK) {
+        st = parse(w, all, off, e, ne, err);
+    if (!st && (st = merge_declarations(w, *e, *ne, u, nu, err)) != MC_OK) {
         free(*e);
         *e = NULL;
     }
-    free(lens);
-    free(offs);
+    free(off);
     if (st) {
         free(all);
         return st;
@@ -709,8 +642,9 @@ static mc_status write_file(mc_ckpt_writer *w, const utensor *u, size_t nu, mc_e
     mc_status st = mc_h5zstd_register(err);
     if (st)
         return st;
-    mc_watchdog_enter(p->wd, "checkpoint write", MC_GROUP_WORLD);
-    if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 || H5Pset_fapl_mpio(fapl, p->comm, MPI_INFO_NULL) < 0 ||
+    mc_grid_deadline_begin(&p->g, "checkpoint write");
+    if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+        H5Pset_fapl_mpio(fapl, mc_grid_world_comm(&p->g), MPI_INFO_NULL) < 0 ||
         H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0 ||
         (w->fid = H5Fcreate(w->tmp_file, H5F_ACC_EXCL, H5P_DEFAULT, fapl)) < 0)
         st = ck_h5fail(err, MC_ERR_IO, "%s: cannot create the HDF5 file", w->final_file);
@@ -721,14 +655,14 @@ static mc_status write_file(mc_ckpt_writer *w, const utensor *u, size_t nu, mc_e
     for (size_t i = 0; i < p->na && !st; i++)
         st = p->a[i].is_int ? ck_write_int_attr(w->fid, p->a[i].key, p->a[i].v, err, w->final_file)
                             : ck_write_str_attr(w->fid, p->a[i].key, p->a[i].text, err, w->final_file);
-    mc_watchdog_leave(p->wd);
+    mc_grid_deadline_end(&p->g);
     /* One deadline per tensor: a large checkpoint is no hang. */
     for (size_t i = 0; i < nu && !st; i++) {
-        mc_watchdog_enter(p->wd, "checkpoint write", MC_GROUP_WORLD);
+        mc_grid_deadline_begin(&p->g, "checkpoint write");
         st = write_one(w, &u[i], dxpl, err);
-        mc_watchdog_leave(p->wd);
+        mc_grid_deadline_end(&p->g);
     }
-    mc_watchdog_enter(p->wd, "checkpoint write", MC_GROUP_WORLD);
+    mc_grid_deadline_begin(&p->g, "checkpoint write");
     if (!st)
         st = write_bytes_all(w, dxpl, err);
     ck_close(&dxpl);
@@ -738,10 +672,10 @@ static mc_status write_file(mc_ckpt_writer *w, const utensor *u, size_t nu, mc_e
             st = ck_h5fail(err, MC_ERR_IO, "%s: closing the HDF5 file failed", w->final_file);
         w->fid = -1;
     }
-    mc_watchdog_leave(p->wd);
+    mc_grid_deadline_end(&p->g);
     /* Each rank flushes what it wrote from its own node's cache. */
     if (!st)
-        st = ck_fsync(w->tmp_file, err);
+        st = mc_fsync_path(w->tmp_file, err);
     return st;
 }
 
@@ -753,11 +687,11 @@ static mc_status commit(mc_ckpt_writer *w, mc_status mine, mc_error *err) {
     utensor *u = NULL;
     size_t ne = 0, nu = 0;
     unsigned char *all = NULL;
-    mc_status st = par_agree(p, mine, err);
+    mc_status st = status_all(p, mine, err);
     if (!st)
         st = gather(w, &e, &ne, &u, &nu, &all, err);
     if (!st)
-        st = par_agree(p, write_file(w, u, nu, err), err);
+        st = status_all(p, write_file(w, u, nu, err), err);
     free_union(u, nu);
     free(e);
     free(all);
@@ -771,12 +705,12 @@ static mc_status commit(mc_ckpt_writer *w, mc_status mine, mc_error *err) {
                 w->tmp = NULL;
             }
         }
-        st = par_agree(p, s0, err);
+        st = status_all(p, s0, err);
     }
     if (st) {
         ck_close(&w->fid);
         if (p->rank == 0 && w->tmp)
-            ck_rm_tree(w->tmp);
+            mc_remove_tree(w->tmp);
     }
     return st;
 }
