@@ -69,7 +69,7 @@
  * place of the bucketed reduction, and mc_optim_wait_params before each
  * iteration's first forward, before evaluation and before saving.
  *
- * Checkpoints store global tensors (DESIGN.md): with the distributed
+ * Checkpoints store global tensors (doc/ARCHITECTURE.md): with the distributed
  * optimizer mc_optim_exp_avg/_sq return NULL (no rank holds the whole
  * buffer) and checkpoint code uses the calls below, which work for both
  * optimizers (for the plain one they are copies), so a checkpoint saved
