@@ -502,3 +502,18 @@ int mc_remove_tree(const char *path)
 {
     return nftw(path, remove_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+int mc_next_line(const char *data, size_t len, size_t *pos, const char **line, size_t *n)
+{
+    if (*pos >= len)
+        return 0;
+    const char *s = data + *pos;
+    const char *nl = memchr(s, '\n', len - *pos);
+    size_t ll = nl ? (size_t)(nl - s) : len - *pos;
+    *pos += ll + 1;
+    if (ll && s[ll - 1] == '\r')
+        ll--;
+    *line = s;
+    *n = ll;
+    return 1;
+}

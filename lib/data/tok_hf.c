@@ -372,13 +372,10 @@ mc_status mc_tok_load_gpt2(mc_tokenizer *t, const char *vocab_path, const char *
     mc_buf tmp = MC_BUF_INIT;
     size_t line = 0;
     int32_t rank = 0;
-    for (size_t pos = 0; pos < len && st == MC_OK;) {
-        const char *s = data + pos;
-        const char *nl = memchr(s, '\n', len - pos);
-        size_t ll = nl ? (size_t)(nl - s) : len - pos;
-        pos += ll + 1;
+    const char *s;
+    size_t ll, pos = 0;
+    while (st == MC_OK && mc_next_line(data, len, &pos, &s, &ll)) {
         line++;
-        if (ll && s[ll - 1] == '\r') ll--;
         if (!ll || (line == 1 && ll >= 8 && !memcmp(s, "#version", 8))) continue;
         char where[512];
         snprintf(where, sizeof where, "%s:%zu", merges_path, line);

@@ -82,13 +82,10 @@ static mc_status read_lines(const char *path, const char *data, size_t len, rank
     mc_buf tok = MC_BUF_INIT;
     size_t line = 0;
     mc_status st = MC_OK;
-    for (size_t pos = 0; pos < len && st == MC_OK;) {
-        const char *s = data + pos;
-        const char *nl = memchr(s, '\n', len - pos);
-        size_t ll = nl ? (size_t)(nl - s) : len - pos;
-        pos += ll + 1;
+    const char *s;
+    size_t ll, pos = 0;
+    while (st == MC_OK && mc_next_line(data, len, &pos, &s, &ll)) {
         line++;
-        if (ll && s[ll - 1] == '\r') ll--;
         if (!ll) continue;
         const char *sp = memchr(s, ' ', ll);
         char *end = NULL;

@@ -19,6 +19,7 @@
 
 #include "fmt/gguf_internal.h"
 #include "mc/buf.h"
+#include "mc/file.h"
 #include "mc/json.h"
 #include "mc/pretok.h"
 
@@ -226,12 +227,9 @@ static mc_status vocab_gpt2(mc_gguf_vocab *v, const mc_tokenizer *tok, const cha
     }
     json_decref(root);
     v->pre = "gpt-2";
-    const char *p = mdata, *end = mdata + mlen;
-    for (size_t line = 1; p < end && !st; line++) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        const char *e = nl ? nl : end;
-        size_t n = (size_t)(e - p);
-        if (n && p[n - 1] == '\r') n--;
+    const char *p;
+    size_t n, pos = 0;
+    for (size_t line = 1; !st && mc_next_line(mdata, mlen, &pos, &p, &n); line++) {
         if (n && !(line == 1 && n >= 8 && !memcmp(p, "#version", 8))) {
             const char *sp = memchr(p, ' ', n);
             char where2[1200];
@@ -239,7 +237,6 @@ static mc_status vocab_gpt2(mc_gguf_vocab *v, const mc_tokenizer *tok, const cha
             if (!sp) st = mc_error_set(err, MC_ERR_FORMAT, "%s: expected \"left right\"", where2);
             else st = add_merge(v, p, (size_t)(sp - p), sp + 1, n - (size_t)(sp - p) - 1, where2, err);
         }
-        p = e + 1;
     }
     return st;
 }

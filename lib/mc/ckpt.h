@@ -31,7 +31,7 @@
  * (mc_ckpt_writer_begin_grid) writes the same single file in parallel
  * through parallel HDF5: each rank writes its own blocks, begin, commit and
  * abort are collective over the world, and the latest pointer moves only
- * after every rank has finished (lib/fmt/ckpt_par.c says how).
+ * after every rank has finished (lib/ckpt/ckpt_par.c says how).
  *
  * HDF5 prints its error stack to stderr by default. Every function here
  * turns that off for its own duration and restores the caller's setting
@@ -150,8 +150,8 @@ void mc_ckpt_writer_abort(mc_ckpt_writer *w);
 const char *mc_ckpt_writer_dir(const mc_ckpt_writer *w);
 
 /* ------------------------------------------------------------ whole tensors,
- * quantized tensors and sharded checkpoints (lib/fmt/ckpt_shard.c,
- * lib/fmt/ckpt_quant.c; layouts in mc-formats(5))
+ * quantized tensors and sharded checkpoints (lib/ckpt/ckpt_shard.c,
+ * lib/ckpt/ckpt_quant.c; layouts in mc-formats(5))
  *
  * A checkpoint may also be written pre-split for a grid of tp x pp ranks:
  *   DIR/iter_0000500/index.h5            root attributes, tokenizer, and the
@@ -242,7 +242,7 @@ mc_status mc_ckpt_list(mc_ckpt_reader *r, const char *group, char ***names, size
 
 
 /* ------------------------------------------------------------ model and tokenizer
- * (lib/fmt/ckpt_model.c) */
+ * (lib/ckpt/ckpt_model.c) */
 
 /* The model configuration as the JSON object stored under "model" in the
  * root attribute "config" (field names in mc-formats(5)); caller decrefs. */

@@ -68,6 +68,12 @@ mc_status mc_read_file(const char *path, char **data, size_t *len, mc_error *err
  * (nothing is piped in): the caller says what it wanted. */
 mc_status mc_read_stdin_line(char **out, mc_error *err);
 
+/* Lines of a text in memory: each call moves *pos past the next line of
+ * data[0, len) and sets *line and *n to it, without its '\n' or a '\r'
+ * before it; returns 0 once the text is used up. For line-oriented files
+ * (merges, tiktoken ranks) read whole. */
+int mc_next_line(const char *data, size_t len, size_t *pos, const char **line, size_t *n);
+
 /* Interrupts (interrupt.c). A tool that writes files calls
  * mc_interrupt_install at start: SIGINT, SIGTERM or SIGHUP then kill at once
  * while no temporary output exists, and otherwise make the next write fail

@@ -86,13 +86,12 @@ mc_status mc_optim_new_distributed_for_model(mc_backend *be, const mc_grid *g,
                                              int overlap_param_gather, mc_optim **out,
                                              mc_error *err)
 {
-    size_t nps = mc_model_num_params(m);
-    mc_param *ps = malloc((nps ? nps : 1) * sizeof *ps);
-    if (!ps)
-        return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
-    for (size_t i = 0; i < nps; i++)
-        ps[i] = *mc_model_param(m, i);
-    mc_status st = mc_optim_new_distributed(be, g, c, mc_model_params(m), mc_model_grads(m),
+    size_t nps;
+    mc_param *ps;
+    mc_status st = mc_optim_model_params(m, &ps, &nps, err);
+    if (st)
+        return st;
+    st = mc_optim_new_distributed(be, g, c, mc_model_params(m), mc_model_grads(m),
                                             mc_model_numel(m), ps, nps, overlap_param_gather,
                                             out, err);
     free(ps);

@@ -221,17 +221,26 @@ mc_status mc_optim_new(mc_backend *be, const mc_grid *g, const mc_optim_config *
     return MC_OK;
 }
 
+mc_status mc_optim_model_params(mc_model *m, mc_param **ps, size_t *nps, mc_error *err)
+{
+    *nps = mc_model_num_params(m);
+    if (!(*ps = malloc((*nps ? *nps : 1) * sizeof **ps)))
+        return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
+    for (size_t i = 0; i < *nps; i++)
+        (*ps)[i] = *mc_model_param(m, i);
+    return MC_OK;
+}
+
 mc_status mc_optim_new_for_model(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
                                  mc_model *m, mc_optim **out, mc_error *err)
 {
-    size_t nps = mc_model_num_params(m);
-    mc_param *ps = malloc((nps ? nps : 1) * sizeof *ps);
-    if (!ps)
-        return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
-    for (size_t i = 0; i < nps; i++)
-        ps[i] = *mc_model_param(m, i);
-    mc_status st = mc_optim_new(be, g, c, mc_model_params(m), mc_model_grads(m),
-                                mc_model_numel(m), ps, nps, out, err);
+    size_t nps;
+    mc_param *ps;
+    mc_status st = mc_optim_model_params(m, &ps, &nps, err);
+    if (st)
+        return st;
+    st = mc_optim_new(be, g, c, mc_model_params(m), mc_model_grads(m), mc_model_numel(m), ps, nps,
+                      out, err);
     free(ps);
     return st;
 }

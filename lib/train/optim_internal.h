@@ -83,5 +83,8 @@ mc_status mc_optim_update(mc_optim *o, mc_group_kind stats_group, double lr, dou
                           double loss_scale, mc_optim_result *r, mc_error *err);
 /* Free o and what it holds (nothing may be in flight). NULL is a no-op. */
 void mc_optim_destroy(mc_optim *o);
+/* A malloc'd copy of the model's parameter table (*ps, *nps entries), as
+ * the constructors take it. */
+mc_status mc_optim_model_params(mc_model *m, mc_param **ps, size_t *nps, mc_error *err);
 
 #endif

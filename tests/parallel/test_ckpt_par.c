@@ -1,6 +1,6 @@
 /*
  * test_ckpt_par.c - checkpoints written by a grid of ranks in parallel
- * (lib/fmt/ckpt_par.c), run under mpirun by tests/tools/parallel_ckpt.bats,
+ * (lib/ckpt/ckpt_par.c), run under mpirun by tests/tools/parallel_ckpt.bats,
  * one mode per launch:
  *
  *   test_ckpt_par write DIR TP DP ITER [zstd]   the ranks of a TP x DP grid

@@ -1,5 +1,5 @@
 /*
- * test_quant.c - the checkpoint quantizations (lib/fmt/quant.c) against
+ * test_quant.c - the checkpoint quantizations (lib/ckpt/quant.c) against
  * their documented error bounds on random data with zero rows, tiny rows,
  * single spikes and a group tail; E4M3FN against a brute-force nearest
  * search over all 256 codes (ties to the even code); int4 packing; the
