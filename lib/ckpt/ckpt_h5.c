@@ -37,10 +37,31 @@ void ck_quiet_off(const ck_quiet *q) {
 static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data) {
     (void)n;
     char *out = data;
-    if (e->desc && e->desc[0])
-        snprintf(out, 256, "%s", e->desc);
+    if (!e->desc || !e->desc[0])
+        return 0;
+    /* HDF5's POSIX driver describes a failed system call in several lines
+     * ("file write failed: time = ..., errno = 27, error message = 'File
+     * too large', buf = ..."): the system's message is what a person needs,
+     * on the one line of an error. */
+    const char *en = strstr(e->desc, "errno = ");
+    int code = en ? atoi(en + 8) : 0;
+    if (code > 0) {
+        snprintf(out, 256, "%s", strerror(code));
+        return 0;
+    }
+    snprintf(out, 256, "%s", e->desc);
+    for (char *p = out; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
     return 0;
 }
+
+/* HDF5 closes what is still open when the process exits. After a failed
+ * write (a full disk, a file-size limit) its cleanup crashed on the dataset
+ * it could not flush (H5D_close from its atexit handler). mc closes every
+ * file it finished, and a failed writer's temporaries are removed anyway,
+ * so HDF5 does no cleanup at exit: the operating system frees the rest. */
+__attribute__((constructor)) static void no_hdf5_cleanup_at_exit(void) { H5dont_atexit(); }
 
 mc_status ck_h5fail(mc_error *err, mc_status code, const char *fmt, ...) {
     char msg[MC_ERROR_MSG_MAX], inner[256] = "";

@@ -369,3 +369,13 @@ EOF
     run "$MC_RESHARD" --dtype bf16 -o b nan --quiet
     assert_success
 }
+
+@test "a full disk (file-size limit): one line naming the file, exit 1, nothing left in the output" {
+    mkdir out
+    run bash -c "ulimit -f 16; '$MC_RESHARD' -o out '$F/gpt'"
+    assert_failure 1
+    assert_output --regexp "^mc-reshard: error: out/iter_0000003/model.h5: .*File too large$"
+    [ "${#lines[@]}" -eq 1 ]
+    run ls -A out
+    assert_output ""
+}

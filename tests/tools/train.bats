@@ -237,6 +237,22 @@ make_dataset() {
     [ -d s/iter_0000002 ] && [ -d s/iter_0000004 ] && [ -d s/iter_0000005 ]
 }
 
+@test "a full disk during a save (file-size limit): one line, exit 1, the previous checkpoint and latest intact" {
+    "$MC_TRAIN" "${mock[@]}" "${gpt[@]}" --train-iters 1 --save ck >/dev/null 2>&1
+    cp ck/iter_0000001/model.h5 before.h5
+    # model.h5 is ~250 KB: a 64 KB limit fails its write (SIGXFSZ ignored)
+    run --separate-stderr bash -c "ulimit -f 64; '$MC_TRAIN' ${mock[*]} ${gpt[*]} --train-iters 2 --load ck --save ck"
+    assert_failure 1
+    assert_output ""
+    [ "$(grep -c 'error' <<<"$stderr")" -eq 1 ]
+    [[ "$stderr" == *"mc-train: error: ck/iter_0000002/model.h5: "*"File too large"* ]]
+    run ls -A ck
+    assert_output "iter_0000001
+latest_checkpointed_iteration.txt"
+    [ "$(cat ck/latest_checkpointed_iteration.txt)" = 1 ]
+    cmp before.h5 ck/iter_0000001/model.h5
+}
+
 @test "NaN: a huge --lr makes the loss overflow; iterations are skipped, counted, then an error" {
     run --separate-stderr "$MC_TRAIN" "${mock[@]}" "${gpt[@]}" --lr 1e12 --train-iters 40 \
         --max-nan-iters 3 --log-json m.jsonl --save ck

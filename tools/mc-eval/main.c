@@ -398,7 +398,7 @@ int main(int argc, char **argv)
 {
     mc_logger lg;
     /* SIGINT/SIGTERM/SIGHUP: temporaries removed, then the signal (file.h) */
-    mc_tool_start(&lg, PROG, MC_TOOL_INTERRUPT);
+    mc_tool_start(&lg, PROG, MC_TOOL_INTERRUPT | MC_TOOL_EFBIG);
     mc_error err;
     mc_error_clear(&err);
     mc_cli cli;

@@ -643,7 +643,7 @@ int main(int argc, char **argv)
     mc_logger lg;
     /* no interrupt handling of file.h: SIGTERM/SIGINT stop training
      * gracefully, installed below */
-    mc_tool_start(&lg, PROG, 0);
+    mc_tool_start(&lg, PROG, MC_TOOL_EFBIG);
     mc_error err;
     mc_error_clear(&err);
     mc_cli cli;
