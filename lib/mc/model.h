@@ -49,8 +49,8 @@ typedef struct mc_model_config {
     float init_method_std;        /* --init-method-std (0.02) */
     /* --sequence-parallel: with tensor parallelism, the residual stream,
      * the norms and the embeddings' output hold seq_length / tp positions of
-     * every sequence per rank (see model.c); needs seq_length % tp == 0.
-     * Ignored at tp = 1, as Megatron turns it off there. */
+     * every sequence per rank (doc/ARCHITECTURE.md, "The model"); needs
+     * seq_length % tp == 0. Ignored at tp = 1, as Megatron turns it off there. */
     int sequence_parallel;
     /* --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers:
      * layers on the first / last pipeline stage (0: the even split; see

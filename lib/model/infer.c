@@ -1,40 +1,9 @@
 /*
  * infer.c - forward-only evaluation of one sequence with a key/value cache
  * (model.h, "inference"): what mc-eval's perplexity, log-likelihoods and
- * generation run on.
- *
- * The context borrows the model's parameters and owns everything else: per
- * layer a key and a value cache [max_len, Gl, D] (this rank's query groups,
- * keys after RoPE), and scratch for max_rows new positions. mc_infer_extend
- * runs n new tokens at positions len .. len+n-1, chunk by chunk:
- *   x = embed(tokens) (+ positions len..)           all-reduce over tp
- *   per layer: h = norm1(x); q,k,v = split(h Wqkv^T + b), k and v written
- *     straight into the cache at row len; rope(q, k) at offset len;
- *     a = attention_kv(q against cache rows 0 .. len+i); x += a Wproj^T + b
- *     (row-parallel: partial sums all-reduced, the bias added by tp rank 0);
- *     h = norm2(x); x += act(h Wfc1^T + b) Wfc2^T + b   (all-reduced)
- *   y = normf(x)
- * the same operations, in the same order, as model.c's forward (without
- * sequence parallelism, which changes where rows live but not the sums), so
- * a prefill gives the training forward's values to rounding (the attention
- * kernel sums in another order: test_infer holds them to 1e-5).
- *
- * Scoring: the rows with a target are copied together and sent through the
- * LM head in chunks of HEAD_ROWS, with model.c's vocab-parallel
- * cross-entropy (row max all-reduced MAX, exp-sums and target logits SUM),
- * so no [n, V] tensor exists; log p(target) = -loss, and the target is
- * greedy when its logit equals the row's maximum (the reduced values are
- * exact copies: the target logit is summed with zeros). The last row's
- * normed state is kept for mc_infer_logits, which all-gathers the vocab
- * slices into the whole padded vocabulary.
- *
- * Weight-only int8 (mc_infer_use_int8): every linear's weight and the LM
- * head get int8 codes with per-row scales (kern.h mc_k_quantize_q8_rows,
- * the int8 checkpoint format's rule), and the linears run through
- * mc_k_linear_q8_fwd. Generation reads each weight once per token, so it
- * moves a quarter of the bytes. Codes made from an int8 checkpoint's
- * dequantized values are its own codes again (the row maximum is code 127
- * times the scale), so such a checkpoint runs on exactly its stored codes.
+ * generation run on. The context (mc_infer) borrows the model's parameters
+ * and owns the caches and scratch; mc_infer_extend runs new tokens and scores
+ * their targets, on fp32 or int8 weights. See doc/ARCHITECTURE.md, "Inference".
  */
 #include <math.h>
 #include <stdlib.h>

@@ -1,73 +1,9 @@
 /*
  * model.c - the decoder-only transformer's forward and backward pass for one
- * micro-batch, and the memory it keeps for them.
- *
- * Every tensor operation is a kern.h call; this file only sequences them
- * and places Megatron's tensor-parallel collectives (no-ops on one rank):
- *   - vocab-parallel embedding: all-reduce the looked-up rows;
- *   - column-parallel linears (qkv, fc1, LM head): identity forward,
- *     all-reduce of the input gradient backward;
- *   - row-parallel linears (proj, fc2): all-reduce of the output forward,
- *     the bias added once (by tp rank 0 before the sum, which is the same
- *     sum), identity backward;
- *   - vocab-parallel cross-entropy: all-reduce MAX of the row maxima, SUM of
- *     the exp-sums and target logits.
- *
- * Per layer, with residual stream x:
- *   h = norm1(x); qkv = h Wqkv^T + b; q,k,v = split(qkv); rope(q,k)
- *   a = attention(q,k,v); x2 = x + a Wproj^T + b
- *   h2 = norm2(x2); u = act(h2 Wfc1^T + b); x' = x2 + u Wfc2^T + b
- * then logits = normf(x) Wout^T (Wout = the word embeddings when tied) and
- * the mean cross-entropy over counted targets. The LM head and the loss run
- * over chunks of rows, and with a backward pass each chunk's logits are
- * turned into their gradient in place and consumed at once, so no [N, V]
- * tensor ever exists.
- *
- * Sequence parallelism (cfg.sequence_parallel, tp > 1), Megatron's: the
- * regions outside attention and the MLP (residual stream, norms, the
- * embeddings' output) hold Tl = T / tp positions of every sequence per
- * rank, the chunk Megatron's [T, B, C] layout gives rank r: positions
- * [r Tl, (r+1) Tl) of each sequence, stored here as [B, Tl, C]. Then
- *   - before each column-parallel linear (qkv, fc1, LM head) the norm's
- *     output is all-gathered into [B, T, C] (backward: the input gradient
- *     is reduce-scattered instead of all-reduced);
- *   - after each row-parallel linear (proj, fc2) the partial sums are
- *     reduce-scattered instead of all-reduced (backward: the output
- *     gradient is all-gathered); the bias is still added once before the
- *     sum, and its gradient comes from the gathered output gradient, whole;
- *   - the vocab-parallel embedding reduce-scatters its lookup, positions are
- *     added to the local chunk; its backward gathers the gradient;
- *   - norm weights are replicated but see only local rows: their gradient
- *     is all-reduced over the tensor-parallel group at once (so each
- *     layer's gradients are final when the grad-ready hook hears of it).
- * mc_allgather lays members out one after another, [tp][B][Tl][C]; with
- * B > 1 that is reordered into [B][T][C] with block copies (and the reverse
- * before a reduce-scatter), so every row lands where the run without
- * sequence parallelism has it and the sums are the same sums: the results
- * equal those without it (the test holds them to 1e-6 / 1e-5). The
- * backward gathers a norm's output again rather than keeping the gathered
- * copy, as Megatron does, so activations memory shrinks by the SP regions.
- *
- * Pipeline parallelism: the model is one stage, layers [l0, l1) (the
- * registry holds only its parameters); with virtual stages (the
- * interleaved schedule) the stage is several model chunks, each a range of
- * layers run by mc_model_forward_chunk/backward_chunk, all in one registry
- * and buffer, their activations in the same slot (a micro-batch passes
- * each chunk once, and chunks have disjoint layers; each chunk has its own
- * output, res_out + c Nl C). mc_model_forward runs the embedding
- * (first stage) or starts from the received activation, the stage's
- * layers, and on the last stage the final norm, head and loss (with the
- * head's backward fused in, as above, its input gradient kept in the
- * slot); mc_model_backward runs the rest of the backward from the output
- * gradient. Each micro-batch in flight has its own slot of saved
- * activations (mc_slot); scratch buffers are shared, since one stage runs
- * one forward or backward at a time. mc_model_step is forward + backward
- * on slot 0 of a single stage.
- *
- * Saved for the backward per layer: its input, both norm outputs and
- * statistics, q/k/v after RoPE, the attention output and its row
- * log-sum-exp, the residual after attention, fc1's output and the
- * activation's output (see mc_layer_acts).
+ * micro-batch, and the memory it keeps for them (activation slots, scratch).
+ * Every tensor operation is a kern.h call; this file sequences them, places
+ * Megatron's tensor- and sequence-parallel collectives, and runs one pipeline
+ * stage or its virtual chunks. See doc/ARCHITECTURE.md, "The model".
  */
 #include <math.h>
 #include <stdlib.h>

@@ -1,30 +1,8 @@
 /*
  * params.c - the parameter registry: every parameter's Megatron Core
  * state-dict name, global shape, tensor-parallel split and initialization,
- * laid out in one contiguous buffer; and Megatron's initialization.
- *
- * Names follow Megatron Core's default GPT layer spec (Transformer Engine,
- * the default --transformer-impl), where each block's input norm is fused
- * into the linear after it:
- *   embedding.word_embeddings.weight                      [Vpad, C]  vocab-parallel (rows)
- *   embedding.position_embeddings.weight                  [P, C]     learned positions only
- *   decoder.layers.L.self_attention.linear_qkv.layer_norm_weight [C] (and _bias: LayerNorm)
- *   decoder.layers.L.self_attention.linear_qkv.weight     [(Q+2G)D, C] column-parallel
- *   decoder.layers.L.self_attention.linear_qkv.bias       [(Q+2G)D]
- *   decoder.layers.L.self_attention.linear_proj.weight    [C, QD]    row-parallel (columns)
- *   decoder.layers.L.self_attention.linear_proj.bias      [C]        replicated
- *   decoder.layers.L.mlp.linear_fc1.layer_norm_weight     [C]        (and _bias: LayerNorm)
- *   decoder.layers.L.mlp.linear_fc1.weight                [F or 2F, C] column-parallel
- *   decoder.layers.L.mlp.linear_fc1.bias                  [F or 2F]
- *   decoder.layers.L.mlp.linear_fc2.weight                [C, F]     row-parallel
- *   decoder.layers.L.mlp.linear_fc2.bias                  [C]
- *   decoder.final_layernorm.weight                        [C]        (and .bias: LayerNorm)
- *   output_layer.weight                                   [Vpad, C]  untied only
- * The QKV rows are grouped as Megatron stores them: for each query group,
- * its Q/G query heads, one key head, one value head (D rows each), so a
- * contiguous block of rows is a contiguous block of groups and a plain row
- * split gives each rank whole groups. SwiGLU's fc1 holds [gate; up]; each
- * rank holds its slice of both halves (row_chunks = 2).
+ * laid out in one contiguous buffer; and Megatron's initialization. The names
+ * and splits are tabled in doc/ARCHITECTURE.md, "The model".
  */
 #include <math.h>
 #include <stdio.h>
