@@ -3,13 +3,8 @@
  * reader (ckpt_internal.h): error capture, the stored dtypes and their
  * conversions from fp32 (mc/dtype.h's), block shapes and selections, link
  * lookup, string and integer attributes, the root header, and creating
- * tensor and byte datasets (layout in mc-formats(5), CHECKPOINTS).
- *
- * Integrity: files use HDF5 1.10 format structures (superblock v3, version
- * 2 object headers, fixed-array chunk indexes), all of which carry
- * checksums, and every non-empty dataset is chunked with the Fletcher-32
- * filter, so a truncated file or corrupt bytes make HDF5 fail (and us
- * report it) instead of yielding wrong numbers.
+ * checksummed tensor and byte datasets (layout in mc-formats(5), CHECKPOINTS;
+ * why checksummed in doc/ARCHITECTURE.md, "Checkpoints").
  */
 #include "config.h"
 

@@ -3,17 +3,8 @@
  * the architecture (the "model" object of the root attribute "config") and
  * the tokenizer it was trained with (the root attribute "tokenizer" and
  * the tokenizer's files as byte datasets), so mc-eval, mc-export and
- * mc-reshard need nothing but the checkpoint.
- *
- * Tokenizer layout (mc-formats(5)):
- *   attribute tokenizer   {"type": "HuggingFaceTokenizer", "files": {"model":
- *                         "tokenizer.json"}, ...kind-specific options}
- *   /tokenizer_model      bytes of --tokenizer-model (tokenizer.json, or a
- *                         tiktoken rank file)
- *   /tokenizer_vocab      bytes of --vocab-file  (GPT2BPETokenizer)
- *   /tokenizer_merges     bytes of --merge-file  (GPT2BPETokenizer)
- * The tokenizer loaders read files, so reading one back writes the bytes
- * to unlinked-after-use temporary files under $TMPDIR (or /tmp).
+ * mc-reshard need nothing but the checkpoint. Layout: mc-formats(5),
+ * CHECKPOINTS ("The file model.h5").
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -281,6 +272,8 @@ static mc_status temp_file(const void *data, size_t n, char *path, size_t cap, m
     return MC_OK;
 }
 
+/* The tokenizer loaders read files, so the stored bytes are written to
+ * temporary files under $TMPDIR (or /tmp), unlinked after use. */
 mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error *err)
 {
     *out = NULL;

@@ -2,44 +2,9 @@
  * ckpt_par.c - the collective checkpoint writer of a grid of processes:
  * every rank writes its own blocks of the global tensors into ONE model.h5
  * through parallel HDF5 (the MPI-IO driver), so the file is the same as a
- * single process would write (mc-formats(5), CHECKPOINTS).
- *
- * Why the blocks wait for commit: the datasets are chunked with Fletcher-32
- * (and zstd on request), and parallel HDF5 writes filtered datasets only
- * with collective I/O (HDF5 >= 1.10.2), where every rank takes part in the
- * creation of every dataset (same global shape) and in every H5Dwrite, even
- * with nothing to write. Ranks do not hold the same tensors (pipeline
- * stages), so a rank cannot know the others' tensors while writing its own:
- * mc_ckpt_write_tensor keeps a copy of the block (converted to its stored
- * dtype) and commit does the collective work once every rank has declared
- * what it holds. The copy costs host memory the size of the rank's
- * checkpoint share; it also makes the writer ready for an asynchronous
- * save.
- *
- * Commit, every rank in the same order:
- *   1. agree on the status (mc_grid_status_all): a rank that aborted (or
- *      failed) makes every rank fail;
- *   2. all-gather the declarations (tensor, shape, dtype, blocks with an
- *      FNV-1a hash of their bytes, and a digest of the root attributes) and
- *      check them identically everywhere: one shape per tensor, blocks held
- *      by several ranks (replicas: data-parallel copies, TP-replicated
- *      norms, tied embeddings) written once by the lowest rank and equal
- *      bit for bit, no partial overlap, every element written, the same
- *      attributes everywhere;
- *   3. create the file in the temporary directory (rank 0 made it and
- *      broadcast its name at begin), every dataset collectively, and write
- *      each block with collective H5Dwrite (round k writes every rank's
- *      k-th block of the tensor);
- *   4. close, fsync on every rank, agree;
- *   5. rank 0 renames the directory into place and moves the latest pointer
- *      (ckpt_dir.c); a last agreement tells every rank how that went.
- * Every failure is agreed: all ranks return the error of the lowest failing
- * rank, "rank R: ...", and the temporary is removed. A rank that dies while
- * others wait in a collective is caught by the grid's watchdog
- * (--distributed-timeout-minutes), which aborts the job; the pointer has
- * not moved. The collectives are the public calls of mc/comm.h, the
- * HDF5 I/O bracketed by mc_grid_deadline_begin/_end; the only MPI here is
- * the world communicator handed to HDF5 (mc/comm_mpi.h).
+ * single process would write (mc-formats(5), CHECKPOINTS). The blocks wait in
+ * host memory for the collective commit, whose protocol is in
+ * doc/ARCHITECTURE.md, "Checkpoints".
  */
 #include "config.h"
 

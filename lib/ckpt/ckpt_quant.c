@@ -3,19 +3,7 @@
  * global tensor (quant.c, mc/quant.h) and storing a local part of it (the
  * whole tensor in model.h5, a rank's block in a shard file) with its
  * scales. Loaders read any block back dequantized to fp32, all they ever
- * see, through ckpt_block.c.
- *
- * Layout (mc-formats(5), QUANTIZED TENSORS), for a tensor at PATH:
- *   PATH          int8  H5T_STD_I8LE [rows, cols]        dtype="int8"
- *                 fp8   H5T_STD_U8LE [rows, cols]        dtype="fp8_e4m3"
- *                 int4  H5T_STD_U8LE [rows, (cols+1)/2]  dtype="int4",
- *                       attributes cols, group_size, group_offset
- *   scales/PATH   float32: [rows] (int8), [1] (fp8),
- *                 [rows, groups] (int4; element c of a row uses group
- *                 (c + group_offset) / group_size)
- * group_offset is 0 in one-file checkpoints; a shard holding columns
- * [c0, ...) of a tensor keeps the global groups, so its first column sits
- * c0 mod group_size into its first group.
+ * see, through ckpt_block.c. Layout: mc-formats(5), "Quantized tensors".
  */
 #include "config.h"
 
@@ -91,6 +79,10 @@ static mc_status put_dataset(hid_t fid, const char *where, const char *path, hid
     return st;
 }
 
+/* Store the rows rg[] and columns [col0, col0 + ncols) of qt at path, with
+ * their scales. An int4 part keeps the global groups: its first column sits
+ * group_offset = col0 mod group_size into its first group (0 in one-file
+ * checkpoints). */
 mc_status ck_write_quant_local(hid_t fid, const char *where, const char *path, const ck_qtensor *qt,
                                const ck_range *rg, int nrg, int64_t col0, int64_t ncols,
                                mc_ckpt_compression comp, int level, mc_error *err) {

@@ -3,32 +3,8 @@
  * --target-tensor-parallel-size / --target-pipeline-parallel-size): the
  * back end of ckpt_write.c's sharded writer (the split, the shard files,
  * the index) and of ckpt_read.c for sharded checkpoints (ck_shard_reader).
- *
- *   iter_0000500/index.h5            root attributes (layout="sharded",
- *                                    the grid), tokenizer datasets, and
- *                                    /shard_index: JSON bytes naming the
- *                                    files and, per tensor, its global shape,
- *                                    dtype and blocks
- *   iter_0000500/mp_rank_TT_PPP.h5   one per (tensor rank TT, stage PPP):
- *                                    each dataset is that rank's local
- *                                    tensor, as Megatron's rank holds it
- *
- * The split is Megatron's (what mc_model's registry does for a rank):
- * column-parallel weights and their biases (linear_qkv, linear_fc1, the
- * word embeddings, output_layer) by rows, SwiGLU's linear_fc1 as two row
- * chunks [gate; up] each split on its own; row-parallel weights
- * (linear_proj, linear_fc2) by columns; everything else whole on every
- * tensor rank. Layers go to the stages of mc_model_stage_layers, the
- * embeddings to the first stage, the final norm and output layer to the
- * last, and with tied embeddings the last stage keeps its copy of the word
- * embeddings, as a rank of that grid does. A tensor with any other name
- * lives whole on stage 0.
- *
- * The reader takes the index, checks that the distinct blocks of every
- * tensor tile it exactly (replicas are allowed), and assembles any
- * requested block from the shards that hold parts of it, opening shard
- * files only when first needed and preferring files already open, so a
- * rank of the grid the checkpoint was split for reads only its own file.
+ * Layout in mc-formats(5), "Sharded checkpoints"; the split and the reader in
+ * doc/ARCHITECTURE.md, "Checkpoints".
  */
 #include "config.h"
 

@@ -31,7 +31,7 @@
  * (mc_ckpt_writer_begin_grid) writes the same single file in parallel
  * through parallel HDF5: each rank writes its own blocks, begin, commit and
  * abort are collective over the world, and the latest pointer moves only
- * after every rank has finished (lib/ckpt/ckpt_par.c says how).
+ * after every rank has finished (doc/ARCHITECTURE.md, "Checkpoints", says how).
  *
  * HDF5 prints its error stack to stderr by default. Every function here
  * turns that off for its own duration and restores the caller's setting
