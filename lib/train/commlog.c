@@ -2,18 +2,8 @@
  * commlog.c - mc-train --log-comm: after the iteration line, one line of
  * this rank's traffic per iteration, per group and collective kind, and the
  * overlap of the data-parallel gradient reduction; the same figures as
- * metrics ("comm tp all-reduce MB", ...). The numbers are this rank's own
- * (rank 0 prints): the first pipeline stage's, tensor- and data-parallel
- * rank 0.
- *
- * Line:  " comm per iteration: GROUP KIND: C calls, B MB, wire W MB, T ms |
- *        ... | dp overlap: F |" with MB = 1e6 bytes (bytes handed to the
- * calls, and bytes this rank sent, mc/comm_stats.h), T the time blocked,
- * and F = 1 - waited / elapsed over the data-parallel group's non-blocking
- * calls ("-" when there were none: the reduction was blocking). With a
- * context-parallel size of 1 the data x context group (the gradient
- * reduction's) holds the same ranks as the data-parallel group, so its
- * counters are reported as "dp".
+ * metrics ("comm tp all-reduce MB", ...). The line's fields are explained in
+ * doc/ARCHITECTURE.md, "Training".
  */
 #include <stdio.h>
 #include <string.h>

@@ -1,23 +1,10 @@
 /*
  * distopt.c - Megatron's distributed optimizer over the data-parallel group
- * (lib/mc/distopt.h says what it computes and how the loop calls it): the
- * shard of the flat buffer each rank owns, the pieces of the step cut to it,
- * the gradient reduce-scatter, the parameter all-gather (blocking or
- * overlapped), and the moments' gather and scatter for checkpoints. Built
- * on lib/train/optim.c's primitives (optim_internal.h), which never call
- * back here. The public entry points whose work depends on the optimizer's
- * kind are here too, for both kinds: the step, freeing, the gradient
- * reduction (the plain optimizer's all-reduce as well, so the loop calls
- * one function) and the moments for checkpoints.
- *
- * Why a main part plus a tail element instead of Megatron's padded buffer:
- * mc_reduce_scatter_sum and mc_allgather move DP equal chunks of one
- * contiguous array, and the model's buffers hold exactly numel floats. The
- * first DP q elements are such an array; the last t < DP elements go
- * through a DP-float scratch, zero-padded, as one more reduce-scatter and
- * all-gather of one element each. Logically it is the buffer padded to
- * DP (q + 1) and laid out [q + 1, DP] column-major; the padding lives only
- * in the scratch, so it cannot leak into the parameters.
+ * (lib/mc/distopt.h says what it computes and how the loop calls it): each
+ * rank's shard of the flat buffer (doc/ARCHITECTURE.md, "Training"), the
+ * step's pieces cut to it, the gradient reduce-scatter, the parameter
+ * all-gather (blocking or overlapped), the moments for checkpoints, and the
+ * entry points whose work depends on the optimizer's kind, for both kinds.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"

@@ -1,23 +1,9 @@
 /*
  * grad_buckets.c - the data-parallel gradient all-reduce in buckets, as
- * Megatron's DistributedDataParallel and its _ParamAndGradBuffer do it.
- *
- * Buckets are ranges of the model's contiguous gradient buffer made of
- * whole parameters, built from the last parameter to the first: the
- * backward pass finishes the output layer and final norm first and the
- * embeddings last, so the buckets become ready in the order they are cut.
- * With --overlap-grad-reduce, during the iteration's last backward pass the
- * model's grad-ready hook reports a frontier (every gradient at or above
- * it is final) and each bucket that lies wholly above it is started at once
- * with mc_iallreduce_sum; the collective runs on the comm worker thread
- * while the backward pass goes on below. mc_grad_buckets_finish starts what
- * is left (the first bucket, holding the embeddings) and waits for all,
- * before the optimizer reads a gradient.
- *
- * The gradients already carry 1/(micro-batches x data-parallel size) from
- * the loss, so the sum is the average. Each element is summed in
- * group-rank order whatever the bucketing (comm.h), so the buckets, their
- * size and the overlap never change a bit of the result.
+ * Megatron's DistributedDataParallel and its _ParamAndGradBuffer do it:
+ * buckets of whole parameters, started as the backward pass finishes them
+ * (--overlap-grad-reduce) and waited for before the optimizer step, without
+ * changing a bit of the result. See doc/ARCHITECTURE.md, "Training".
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"

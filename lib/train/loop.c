@@ -3,14 +3,8 @@
  * model: global batches of micro-batches with gradient accumulation, the
  * learning-rate schedule, the optimizer step with loss scaling and NaN
  * skips, Megatron's log line, evaluation, metrics, checkpoints, and the
- * clean exits (signal, --exit-interval, --exit-duration-in-mins).
- *
- * Exact resume: everything an iteration depends on is either in the
- * checkpoint (parameters, Adam moments and step, loss scaler, consumed
- * samples, the schedule's clock) or a function of the iteration number
- * (the data order: sample indices follow consumed samples; the validation
- * samples follow the number of evaluations done). So N iterations, a
- * checkpoint and N more equal 2N in one go, bit for bit.
+ * clean exits (signal, --exit-interval, --exit-duration-in-mins). Resumes
+ * exactly: see doc/ARCHITECTURE.md, "Training".
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"

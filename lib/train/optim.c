@@ -1,18 +1,10 @@
 /*
  * optim.c - AdamW over the model's contiguous parameter buffer, Megatron's
  * global gradient-norm clipping, the NaN/overflow check that skips a step,
- * and the fp16 loss scalers (constant and dynamic).
- *
- * The parameter buffer is cut once, at creation, into spans of adjacent
- * parameters that share a weight-decay group and a norm rule, so one step is
- * a handful of mc_k_sumsq and mc_k_adamw calls rather than one per tensor.
- * The step runs over "pieces": the spans themselves, or, for the
- * distributed optimizer, the spans cut to this rank's data-parallel shard.
- * This file is the plain optimizer and the primitives the distributed one
- * builds on (optim_internal.h); lib/train/distopt.c lays out the shard, does
- * the communication, and holds the entry points that depend on the kind
- * (mc_optim_step, mc_optim_free, ...). Nothing here calls distopt.c.
- * Only kernels touch the elements; this file does the bookkeeping.
+ * and the fp16 loss scalers (constant and dynamic): the plain optimizer and
+ * the primitives the distributed one (distopt.c) builds on, through
+ * optim_internal.h. Nothing here calls distopt.c. See doc/ARCHITECTURE.md,
+ * "Training".
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"

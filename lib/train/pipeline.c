@@ -1,18 +1,9 @@
 /*
  * pipeline.c - pipeline parallelism's schedules: the micro-batches of one
  * iteration pass through the stages (one stage per pipeline rank), the
- * activations [micro_batch, T or T/tp, hidden] going forward to rank + 1
- * and their gradients back to rank - 1 over MC_GROUP_PP.
- *
- * 1F1B, as Megatron's forward_backward_pipelining_without_interleaving:
- * stage p runs w = min(pp - p - 1, M) warm-up forwards, then M - w times
- * "forward one, backward the oldest", then the w remaining backwards, so
- * at most w + 1 = pp - p micro-batches are in flight (each in its own
- * activation slot, micro-batch k in slot k mod slots: they retire in
- * order). Exchanges that go both ways at once (send the output and receive
- * the next gradient; send the input gradient and receive the next input)
- * post the receive first (mc_irecv), then send (blocking), then wait, so two
- * neighbours sending to each other never wait on each other.
+ * activations going forward to rank + 1 and their gradients back to
+ * rank - 1 over MC_GROUP_PP, in Megatron's 1F1B order. See
+ * doc/ARCHITECTURE.md, "Training".
  */
 #include <stdlib.h>
 

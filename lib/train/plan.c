@@ -1,36 +1,9 @@
 /*
  * plan.c - mc-train --dry-run: the memory and communication of a run on a
  * grid, from its configuration alone (see mc/plan.h). Every figure mirrors
- * the code that allocates or moves the bytes; keep them in step:
- *   parameters  lib/model/params.c: each local tensor padded to 16 floats;
- *               embeddings on the first stage, final norm and output layer
- *               on the last (with tied embeddings and pp > 1 the last stage
- *               holds its own copy of the word embeddings)
- *   gradients   one fp32 buffer the size of the parameters (model.c)
- *   optimizer   Adam m and v in fp32 for every local element (optim.c), or
- *               for this rank's 1/dp shard with the distributed optimizer
- *   activations model.c's layout_acts block (64-byte aligned pieces) for
- *               each micro-batch in flight (pipeline.c: min(pp - stage,
- *               micro-batches)), plus the pipeline's gradient buffer
- * Recomputation is not implemented in mc, so the figure "with
- * recomputation" is reported as such.
- *
- * Communication, per rank and iteration, as tensor bytes handed to the
- * collectives and as ring wire bytes (all-reduce 2(n-1)/n x size,
- * all-gather and reduce-scatter (n-1)/n x the full size):
- *   tp  per layer and micro-batch, without sequence parallelism 4
- *       all-reduces of [B T, C] (after proj and fc2; their mirrors in the
- *       backward); with it 2 all-gathers + 2 reduce-scatters forward and
- *       4 all-gathers + 2 reduce-scatters backward (the backward re-gathers
- *       the norm outputs) plus the norm weight gradients' all-reduce;
- *       the embedding (first stage) and the LM head and cross-entropy
- *       statistics (last stage) add one each way.
- *   dp  the gradient buffer once per iteration: all-reduce, or
- *       reduce-scatter + parameter all-gather (distributed optimizer).
- *   pp  one [B T/tp or T, C] activation sent forward and one gradient sent
- *       back per micro-batch and stage boundary.
- *   embd with tied embeddings and pp > 1: the word-embedding gradient
- *       all-reduced between the first and last stage.
+ * the code that allocates or moves the bytes (params.c, model.c, optim.c,
+ * pipeline.c); keep them in step. What each figure counts is in
+ * doc/ARCHITECTURE.md, "Training".
  */
 #include <stdarg.h>
 #include <stdio.h>

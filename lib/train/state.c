@@ -3,18 +3,7 @@
  * tensors (each rank its own block), Adam's moments, the counters that make
  * a resumed run continue bit for bit (iteration, consumed samples, the LR
  * schedule's clock, Adam's step, the loss scaler), and the configuration.
- *
- * Layout inside model.h5 (ckpt.h, mc-formats(5)):
- *   model/<name>                  fp32 parameter, global shape
- *   optimizer/exp_avg/<name>      Adam m      (absent with --no-save-optim)
- *   optimizer/exp_avg_sq/<name>   Adam v
- *   attributes: iteration, consumed_samples, optimizer_steps,
- *               scheduler_samples, has_optimizer, config (JSON:
- *               {"model": {...}, "train": {...}}), train_state (JSON:
- *               the loss scaler).
- * mc has no stateful random generator (initialization is counter-based
- * and the data order is a function of the seed and the sample index), so
- * there is no RNG state to save: the seed is in the configuration.
+ * Layout in mc-formats(5), CHECKPOINTS; see doc/ARCHITECTURE.md, "Checkpoints".
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
