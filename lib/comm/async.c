@@ -1,15 +1,10 @@
 /*
- * async.c - non-blocking collectives and point-to-point, and mc_wait.
- *
- * Open MPI has no progress thread for its own non-blocking collectives
- * (ompi_info: "OMPI progress: no"), so an MPI_Iallreduce would move little
- * data until someone calls MPI_Wait, and the reduction would not overlap the
- * backward pass. A worker thread of ours therefore runs the queued
- * collectives one after another, in issue order, with the very bodies of
- * the blocking calls (same bits), while the main thread computes: the CPU
- * counterpart of a NCCL stream. It is created with the first request and
- * needs MPI_THREAD_MULTIPLE; without it a request runs at once when issued.
- * Point-to-point requests are plain MPI_Isend/MPI_Irecv.
+ * async.c - non-blocking collectives and point-to-point, and mc_wait. Open
+ * MPI does not progress its own non-blocking collectives in the background,
+ * so a worker thread of ours runs the queued collectives in issue order, with
+ * the bodies of the blocking calls (same bits), while the main thread
+ * computes; point-to-point requests are plain MPI_Isend/MPI_Irecv. See
+ * doc/ARCHITECTURE.md, "Communication".
  */
 #include <limits.h>
 #include <stdlib.h>

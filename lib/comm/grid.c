@@ -1,15 +1,10 @@
 /*
  * grid.c - the grid's arithmetic: coordinates, groups and their members,
  * from Megatron's parallel_state formula alone (no MPI here), and the grid
- * of one process.
- *
- * Rank order tp-cp-ep-dp-pp, tp fastest: rank = tp + TP*(cp + CP*(dp + DP*pp)).
- * A group holds the ranks that share every coordinate outside it, ordered by
- * world rank, which is the order of Megatron's RankGenerator:
- *   tp:    vary tp             dp-cp: vary cp, dp (rank cp + CP*dp)
- *   cp:    vary cp             mp:    vary tp, pp (rank tp + TP*pp)
- *   dp:    vary dp             embd:  pp stages 0 and PP-1 (one if PP = 1)
- *   pp:    vary pp             pos-embd: pp stage 0 alone
+ * of one process. Rank order tp-cp-ep-dp-pp, tp fastest:
+ * rank = tp + TP*(cp + CP*(dp + DP*pp)); a group holds the ranks that share
+ * every coordinate outside it, ordered by world rank (Megatron's
+ * RankGenerator). The groups: doc/ARCHITECTURE.md, "Communication".
  */
 #include "mc/comm.h"
 

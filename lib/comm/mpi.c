@@ -1,23 +1,9 @@
 /*
- * mpi.c - the grid over MPI: start-up, the communicator of every group, the
- * configuration check, and leaving the job (cleanly or not).
- *
- * Every group is an MPI_Comm_split of the world keyed by world rank, so a
- * member's rank in the communicator is its group rank of grid.c's formula
- * (checked after the split). Errors that every rank meets together (a world
- * that does not divide into the grid, configurations that differ) come back
- * the same on every rank, so that rank 0 alone reports them and every rank
- * leaves with status 1 through mc_grid_fail(g, 1); an error of one rank
- * alone ends the job with MPI_Abort instead (see watchdog.c for why that
- * matters).
- *
- * What Open MPI 4.1's mpirun does when a rank dies (tests/tools/
- * parallel_comm.bats checks each case): killed by a signal, or exit before
- * MPI_Finalize with any status, zero included -> mpirun kills the others at
- * once and exits non-zero. A rank that is alive but stuck, or that called
- * MPI_Finalize and then exited non-zero while the others wait in a
- * collective -> nobody notices: the job hangs forever. The watchdog turns
- * those into an abort within --distributed-timeout-minutes.
+ * mpi.c - the grid over MPI: start-up, the communicator of every group (an
+ * MPI_Comm_split of the world keyed by world rank), the configuration check,
+ * and leaving the job: cleanly, every rank together, after an error all met,
+ * or with MPI_Abort after an error of one rank. Why, and what Open MPI's
+ * mpirun does when a rank dies: doc/ARCHITECTURE.md, "Communication".
  */
 #include <math.h>
 #include <stdint.h>

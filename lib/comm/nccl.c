@@ -1,27 +1,10 @@
 /*
  * nccl.c - collectives on device memory through NCCL, for a CUDA backend
  * (kern.h's "cuda"); the MPI path (reduce.c, async.c) stays as it is for
- * host memory.
- *
- * One NCCL communicator per group of the grid, made the first time the group
- * moves device memory: its group rank 0 draws ncclGetUniqueId and broadcasts
- * it over the group's MPI communicator, then every member calls
- * ncclCommInitRank (collective, like the first use itself). Every operation
- * is enqueued on the backend's communication stream after an event makes it
- * wait for the compute stream (the data was produced there). A blocking call
- * then makes the compute stream wait for the communication stream and
- * returns without blocking the host: later kernels and copies see the result
- * in stream order. A non-blocking one returns an event; mc_wait makes the
- * compute stream wait for it, so the reduction overlaps the kernels queued
- * in between (the gradient all-reduce with the backward pass).
- *
- * Point to point stays on MPI through host memory (reduce.c, async.c): NCCL's
- * send and receive, queued on one stream, would deadlock where both pipeline
- * neighbours send first, which MPI's buffered sends allow.
- *
- * Sums are NCCL's (ring or tree): deterministic for a given grid and
- * machine, but not the rank-ordered sum of the MPI path, so a GPU run's
- * reductions differ from a CPU run's by rounding.
+ * host memory and for point to point. One communicator per group, made on
+ * first use; every operation runs on the backend's communication stream,
+ * ordered against the compute stream by events. See doc/ARCHITECTURE.md,
+ * "Communication".
  */
 #include <stdlib.h>
 #include <string.h>

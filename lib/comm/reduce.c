@@ -1,21 +1,8 @@
 /*
- * reduce.c - the blocking collectives and point-to-point calls over MPI.
- *
- * Sums are ours, not MPI_Allreduce's: MPI leaves the order of a reduction
- * to the implementation (Open MPI's tuned component picks recursive
- * doubling, a ring or Rabenseifner by message size; HCOLL or UCC on a
- * cluster pick others), so its float sums may change with the launcher, the
- * network or the tuning. Here an all-reduce of n floats over P members is
- *   1. all-to-all: member j receives chunk j (n/P elements, the first n%P
- *      chunks one more) of every member, in group-rank order;
- *   2. member j sums its chunk in group-rank order with the kernel
- *      mc_k_acc: s = ((x_0 + x_1) + x_2) + ... + x_{P-1};
- *   3. all-gather of the summed chunks.
- * MPI only moves bytes, so the result is the same bits on every member and
- * every run, and the traffic is that of a ring: 2 (P-1)/P n floats per
- * member. A reduce-scatter is steps 1 and 2. Maximum is exact in any order,
- * so it is MPI_Allreduce(MPI_MAX). Device memory (CUDA) will go to NCCL:
- * mc_comm_group refuses it until then.
+ * reduce.c - the blocking collectives and point-to-point calls over MPI, for
+ * host memory (a CUDA backend's device memory goes through nccl.c). Sums are
+ * ours, in group-rank order, not MPI_Allreduce's, so they are the same bits
+ * on every member and in every run; see doc/ARCHITECTURE.md, "Communication".
  */
 #include <limits.h>
 #include <stdio.h>
@@ -105,6 +92,10 @@ static void sum_in_order(mc_backend *be, float *out, const float *parts, size_t 
     for (int j = 1; j < P; j++) mc_k_acc(be, out, parts + (size_t)j * c, c);
 }
 
+/* All-reduce of n floats over P members: an all-to-all gives member j chunk j
+ * of every member, in group-rank order; member j sums them in that order
+ * (mc_k_acc: ((x_0 + x_1) + x_2) + ...); an all-gather returns the sums. MPI
+ * only moves bytes, 2 (P-1)/P n floats per member, a ring's traffic. */
 mc_status mc_comm_allreduce_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be, float *x, size_t n,
                                 mc_error *err)
 {
@@ -130,6 +121,7 @@ mc_status mc_comm_allreduce_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_b
     return st;
 }
 
+/* The all-reduce's first two steps: member j keeps the sum of chunk j. */
 mc_status mc_comm_reduce_scatter_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be, const float *in,
                                      float *out, size_t n, mc_error *err)
 {
@@ -186,6 +178,7 @@ mc_status mc_allreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, fl
     return st;
 }
 
+/* A maximum is exact in any order, so MPI's own reduction serves. */
 mc_status mc_allreduce_max(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
                            mc_error *err)
 {

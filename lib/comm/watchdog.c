@@ -1,15 +1,9 @@
 /*
- * watchdog.c - the deadline of every blocking collective (issue 4, faults).
- *
- * A dead rank leaves its peers blocked inside MPI forever: Open MPI's mpirun
- * ends the job when a rank dies by a signal or exits before MPI_Finalize,
- * but not when a rank is stuck (sleeping, deadlocked, waiting in
- * MPI_Finalize after an error) nor under every launcher. So the main thread
- * notes when it enters and leaves each blocking call, and a thread of ours
- * wakes a few times per deadline; when a call has lasted longer than
- * --distributed-timeout-minutes it writes one line to stderr and calls
- * MPI_Abort, which ends every rank of the job. Printing from the library is
- * deliberate here: the thread that would report the error is the one stuck.
+ * watchdog.c - the deadline of every blocking collective (issue 4, faults):
+ * the main thread notes when it enters and leaves each blocking call, and a
+ * thread of ours aborts the whole job (one line on stderr, then MPI_Abort)
+ * when a call outlasts --distributed-timeout-minutes, so a dead or stuck rank
+ * never hangs it. See doc/ARCHITECTURE.md, "Communication".
  */
 #include <errno.h>
 #include <math.h>
