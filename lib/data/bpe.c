@@ -1,21 +1,7 @@
 /*
- * bpe.c - the byte-pair merge engine shared by every BPE tokenizer, and the
+ * bpe.c - the byte-pair merge engine shared by every BPE tokenizer (Hugging
+ * Face's merges and tiktoken's ranks, see mc_bpe_encode), and the
  * per-encoder state it runs in (scratch arrays and a piece cache).
- *
- * A piece starts as one symbol per byte; the adjacent pair with the lowest
- * rank is merged, the leftmost one among equals, until no pair has a rule.
- * That is HF's BPE (rank = index of the merge in model.merges) and tiktoken's
- * (rank = rank of the concatenated token; the loader turns every split of a
- * token into a rule), so both share this code.
- *
- * Short pieces (almost all of them) run on a flat array: a linear scan for
- * the minimum is cheaper than any heap at that size. Pieces over
- * BPE_SMALL_MAX symbols run on a doubly linked list with a binary heap of
- * candidate merges (stale entries are dropped when popped), so a 1 MB run of
- * one character costs O(n log n), not O(n^2).
- *
- * Most words repeat, so each state caches piece bytes -> ids; the cache is
- * bounded and simply emptied when full.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -326,6 +312,20 @@ static void cache_clear(mc_bpe_state *s)
     s->cn = s->ckeys_len = s->cvals_len = 0;
 }
 
+/* A piece starts as one symbol per byte; the adjacent pair with the lowest
+ * rank is merged, the leftmost one among equals, until no pair has a rule.
+ * That is HF's BPE (rank = index of the merge in model.merges) and tiktoken's
+ * (rank = rank of the concatenated token; the loader turns every split of a
+ * token into a rule), so both share this code.
+ *
+ * Short pieces (almost all of them) run on a flat array (merge_small): a
+ * linear scan for the minimum is cheaper than any heap at that size. Pieces
+ * over BPE_SMALL_MAX symbols run on a doubly linked list with a binary heap
+ * of candidate merges (merge_long; stale entries are dropped when popped), so
+ * a 1 MB run of one character costs O(n log n), not O(n^2).
+ *
+ * Most words repeat, so each state caches piece bytes -> ids; the cache is
+ * bounded and simply emptied when full. */
 mc_status mc_bpe_encode(mc_bpe_state *s, const char *piece, size_t len, mc_ids *out,
                         mc_error *err)
 {

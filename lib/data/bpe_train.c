@@ -1,32 +1,9 @@
 /*
  * bpe_train.c - learning a byte-level BPE vocabulary (mc_bpe_trainer): owns
- * the table of distinct pre-tokenized pieces and their counts, the merge
- * loop, and writing the result as a Hugging Face tokenizer.json.
- *
- * Counting: each document is cut at the special tokens (they are never
- * learned from, as the encoder will never show them to BPE either), the rest
- * is pre-tokenized (mc_pretok) and every distinct piece is stored once with
- * its count, so memory follows the number of distinct pieces, not the corpus.
- *
- * Training is the usual incremental algorithm. Tokens 0..255 are the bytes
- * (id = byte value); merge k creates token 256+k. We keep, for every adjacent
- * pair of tokens, its count (sum over pieces of piece count x occurrences)
- * and the list of pieces it may occur in; a max-heap orders pairs by (count
- * descending, left id, right id ascending), which makes ties deterministic.
- * Heap entries are lazily invalidated: when a merge changes the count of an
- * existing pair, the count can only go down, so a popped entry whose count is
- * stale is pushed back with the true count. Counts only go up for pairs that
- * contain the token just created, and those are pushed after each merge.
- * A merge rewrites only the pieces on the pair's list and adjusts the counts
- * of the neighbouring pairs.
- *
- * Unique spellings: tokenizer.json maps strings to ids, so no two tokens may
- * be spelled alike. A learned token would clash with a special token written
- * in the byte-level alphabet ("Ġhello" is how " hello" is spelled), and two
- * merge paths might in principle reach one string ("ab"+"c", "a"+"bc"; we
- * have not seen merges alone do it). Such a pair is set aside for good, as if
- * its count were zero, and the next best pair is taken: one hash lookup per
- * merge, and token 256+k always comes from merge k.
+ * the table of distinct pre-tokenized pieces and their counts (memory follows
+ * the number of distinct pieces, not the corpus), the merge loop (the
+ * incremental algorithm, above mc_bpe_trainer_train), and writing the result
+ * as a Hugging Face tokenizer.json.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -304,10 +281,14 @@ static mc_status count_segment(mc_bpe_trainer *t, const char *s, size_t n, mc_er
 }
 
 /* The text between special tokens is counted; the special tokens themselves
- * are not, as the encoder matches them before pre-tokenization. At one
- * position the longest special token wins, as in Hugging Face's added
- * vocabulary. special_next caches each token's next occurrence so that a
- * token that never occurs is searched for once, not once per match. */
+ * are not (they are never learned from), as the encoder matches them before
+ * pre-tokenization and never shows them to BPE. At one position the longest
+ * special token wins, as in Hugging Face's added vocabulary. special_next
+ * caches each token's next occurrence so that a token that never occurs is
+ * searched for once, not once per match. The rest is pre-tokenized
+ * (mc_pretok) and every distinct piece is stored once with its count
+ * (count_piece), so memory follows the number of distinct pieces, not the
+ * corpus. */
 mc_status mc_bpe_trainer_add(mc_bpe_trainer *t, const char *text, size_t len, mc_error *err)
 {
     if (t->train_called)
@@ -708,6 +689,25 @@ static mc_status train_init(train_state *s, mc_bpe_trainer *t)
     return MC_OK;
 }
 
+/* Training is the usual incremental algorithm. Tokens 0..255 are the bytes
+ * (id = byte value); merge k creates token 256+k. We keep, for every adjacent
+ * pair of tokens, its count (sum over pieces of piece count x occurrences)
+ * and the list of pieces it may occur in; a max-heap orders pairs by (count
+ * descending, left id, right id ascending), which makes ties deterministic.
+ * Heap entries are lazily invalidated: when a merge changes the count of an
+ * existing pair, the count can only go down, so a popped entry whose count is
+ * stale is pushed back with the true count. Counts only go up for pairs that
+ * contain the token just created, and those are pushed after each merge.
+ * A merge rewrites only the pieces on the pair's list and adjusts the counts
+ * of the neighbouring pairs (apply_merge).
+ *
+ * Unique spellings: tokenizer.json maps strings to ids, so no two tokens may
+ * be spelled alike. A learned token would clash with a special token written
+ * in the byte-level alphabet ("Ġhello" is how " hello" is spelled), and two
+ * merge paths might in principle reach one string ("ab"+"c", "a"+"bc"; we
+ * have not seen merges alone do it). Such a pair is set aside for good, as if
+ * its count were zero, and the next best pair is taken: one hash lookup per
+ * merge, and token 256+k always comes from merge k. */
 mc_status mc_bpe_trainer_train(mc_bpe_trainer *t, int64_t *n_merges, mc_error *err)
 {
     if (t->train_called) return mc_error_set(err, MC_ERR_USAGE, "bpe trainer: trained twice");

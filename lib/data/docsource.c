@@ -4,23 +4,7 @@
  * zstd-decompressed when its name ends in ".zst") through fixed-size
  * buffers, cut into records (lines or whole files) that carry their place;
  * and mc_jsonl_extract, which pulls string fields out of one JSONL record.
- *
- * Memory is bounded whatever the input: one read buffer, one decompression
- * buffer, and a record buffer that grows only as far as max_record_bytes
- * (+2 for a "\r" and slack). A line that passes the limit is reported as soon
- * as the limit is passed, not after the whole line has been read.
- *
- * Decisions worth knowing:
- * - Glob results are sorted bytewise (strcmp), not by locale, so the order of
- *   documents, and so the dataset, does not depend on LC_COLLATE.
- * - Only '*', '?' and '[' make a name a glob; braces are taken literally.
- * - Every input is opened once (and closed again) by mc_docsource_open, so a
- *   missing or unreadable file fails before any output is made; files are
- *   then reopened one at a time while reading, so thousands of shards do not
- *   need thousands of descriptors.
- * - stdin ("-") is never sniffed for zstd: it is read as given. Decompress
- *   it upstream (zstd -dc corpus.jsonl.zst | mc-preprocess ... -).
- * - An empty .zst file is an error, as it is for zstd(1): it holds no frame.
+ * Memory is bounded whatever the input; see doc/ARCHITECTURE.md, "Data".
  */
 /* glob, mkfifo, faccessat, strdup, posix_fadvise: POSIX.1-2008 and GNU
  * extensions, whether or not the build passes config.h. */

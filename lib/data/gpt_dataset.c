@@ -1,16 +1,10 @@
 /*
  * gpt_dataset.c - one split of one dataset, as megatron-core's GPTDataset
- * builds it (megatron/core/datasets/gpt_dataset.py and helpers.cpp
- * build_sample_idx): the document index (documents of the split, once per
- * epoch, shuffled), the sample index (where each sample of seq_length+1
- * tokens starts: a position in the document index and an offset in that
- * document) and the shuffle index (a permutation of the samples), all three
- * drawn from one numpy RandomState(seed) in Megatron's order, cached as .npy
- * under Megatron's names, and read back through file maps.
- *
- * Also a dataset's documents (mc_gpt_docs, Megatron's low-level dataset):
- * an mc_idx, or mc's mock documents; and the splits' names (mc_split_name),
- * which blend.c uses too.
+ * builds it: the document, sample and shuffle indices, drawn from one numpy
+ * RandomState(seed) in Megatron's order, cached as .npy under Megatron's
+ * names and read back through file maps (doc/ARCHITECTURE.md, "Data"). Also
+ * a dataset's documents (mc_gpt_docs, Megatron's low-level dataset: an mc_idx
+ * or mc's mock documents) and the splits' names (mc_split_name, blend.c's too).
  */
 #include "gpt_internal.h"
 

@@ -1,20 +1,10 @@
 /*
  * indexed.c - Megatron's indexed dataset (PREFIX.bin + PREFIX.idx, MMIDIDX
  * version 1): the streaming writer, the validating reader and the merge of
- * several datasets into one. The layout is described in lib/mc/indexed.h.
- *
- * Writer: token ids stream into PREFIX.bin through an mc_afile (a temporary
- * name until commit); only the sequence lengths stay in host memory (4 bytes
- * per document; the byte pointers are recomputed from them at commit), and
- * PREFIX.idx is written at commit. The .bin is renamed into place before the
- * .idx, so a reader never finds an .idx whose .bin is missing or stale-new.
- *
- * Reader: both files are mapped and every number in the .idx is checked
- * against the file sizes before it is trusted, so a truncated or hostile file
- * gives one clear error and never an out-of-bounds read. The arrays sit at
- * unaligned offsets in the file, hence memcpy in the accessors.
- *
- * The on-disk format is little-endian; so are the hosts mc runs on.
+ * several datasets into one. The layout is described in lib/mc/indexed.h;
+ * why the writer leaves no stale pair and the reader trusts no number, in
+ * doc/ARCHITECTURE.md, "Data". The on-disk format is little-endian; so are
+ * the hosts mc runs on.
  */
 #include "mc/indexed.h"
 
@@ -296,7 +286,8 @@ void mc_idx_writer_abort(mc_idx_writer *w)
 
 /* ------------------------------------------------------------------ reader */
 
-/* Byte offsets of the three arrays inside the .idx. */
+/* Byte offsets of the three arrays inside the .idx: unaligned (34 is not a
+ * multiple of 8), hence memcpy in the accessors. */
 static size_t off_lengths(const mc_idx *x) { (void)x; return IDX_HEADER_LEN; }
 static size_t off_pointers(const mc_idx *x) { return IDX_HEADER_LEN + (size_t)x->n_seq * 4; }
 static size_t off_doc_idx(const mc_idx *x) { return IDX_HEADER_LEN + (size_t)x->n_seq * 12; }

@@ -1,16 +1,8 @@
 /*
  * mt19937.c - numpy's legacy RandomState, as far as Megatron's GPTDataset
- * uses it: seeding from an integer, and shuffle() of a 1-D array.
- *
- * Facts from numpy (random/src/mt19937, random/_mt19937.pyx _legacy_seeding,
- * random/mtrand.pyx _shuffle_raw, random/src/distributions random_interval):
- *  - an integer seed goes through init_genrand (Knuth's multiplier
- *    1812433253), and the first draw regenerates the whole state;
- *  - shuffle walks i = n-1 .. 1 and swaps x[i] with x[j], j = random_interval(i);
- *  - random_interval(max) masks draws to the smallest all-ones mask >= max and
- *    rejects values above max; 32-bit draws while max fits in 32 bits, else
- *    64-bit draws made of two 32-bit ones (high word first).
- * Same seed, same permutation as numpy, element for element.
+ * uses it: seeding from an integer, and shuffle() of a 1-D array. Same seed,
+ * same permutation as numpy, element for element (the generator is numpy's
+ * random/src/mt19937; the seeding and the shuffle name their numpy source).
  */
 #include "gpt_internal.h"
 
@@ -21,6 +13,9 @@
 #define MT_UPPER 0x80000000U
 #define MT_LOWER 0x7fffffffU
 
+/* An integer seed, as numpy's random/_mt19937.pyx _legacy_seeding: it goes
+ * through init_genrand (Knuth's multiplier 1812433253), and the first draw
+ * regenerates the whole state. */
 void mc_mt_seed(mc_mt19937 *s, uint32_t seed)
 {
     /* key[i] = 1812433253 * (key[i-1] ^ (key[i-1] >> 30)) + i  (mod 2^32) */
@@ -58,6 +53,10 @@ uint32_t mc_mt_next32(mc_mt19937 *s)
     return y;
 }
 
+/* numpy's random_interval (random/src/distributions): draws are masked to
+ * the smallest all-ones mask >= max and values above max rejected; 32-bit
+ * draws while max fits in 32 bits, else 64-bit draws made of two 32-bit ones
+ * (high word first). */
 uint64_t mc_mt_interval(mc_mt19937 *s, uint64_t max)
 {
     if (max == 0) return 0;
@@ -80,6 +79,8 @@ uint64_t mc_mt_interval(mc_mt19937 *s, uint64_t max)
     return v;
 }
 
+/* numpy's shuffle (random/mtrand.pyx _shuffle_raw): walk i = n-1 .. 1 and
+ * swap x[i] with x[j], j = random_interval(i). */
 void mc_mt_shuffle(mc_mt19937 *s, void *data, int64_t n, size_t size)
 {
     unsigned char *p = data, tmp[8];

@@ -1,15 +1,8 @@
 /*
  * tok_added.c - what Hugging Face tokenizers does before the pre-tokenizer:
  * added tokens are split out of the text, and the stretches between them
- * are normalized (utf8proc), as HF's AddedVocabulary::extract_and_normalize.
- *
- * HF's order: (1) added tokens with normalized=false are found in the raw
- * text; (2) each stretch between them is normalized; (3) added tokens with
- * normalized=true are found in the normalized stretch; (4) what is left goes
- * to the pre-tokenizer. Matching is leftmost-longest (HF's aho-corasick with
- * MatchKind::LeftmostLongest); a single_word token only matches with no word
- * character on either side; lstrip/rstrip make the match swallow the
- * whitespace to its left/right (never what an earlier match took).
+ * are normalized (utf8proc), as HF's AddedVocabulary::extract_and_normalize
+ * (the steps are above mc_tok_encode_valid, the matching above split_added).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -97,7 +90,11 @@ static int is_word(utf8proc_int32_t c)
 
 typedef mc_status (*gap_fn)(mc_encoder *e, const char *s, size_t len);
 
-/* Split s by the added tokens of `set`; gaps go to gap(), matches become ids. */
+/* Split s by the added tokens of `set`; gaps go to gap(), matches become ids.
+ * Matching is leftmost-longest (HF's aho-corasick with
+ * MatchKind::LeftmostLongest); a single_word token only matches with no word
+ * character on either side; lstrip/rstrip make the match swallow the
+ * whitespace to its left/right (never what an earlier match took). */
 static mc_status split_added(mc_encoder *e, int set, const char *s, size_t len, gap_fn gap)
 {
     const mc_tokenizer *t = e->t;
@@ -208,6 +205,10 @@ static mc_status raw_gap(mc_encoder *e, const char *s, size_t len)
     return split_added(e, 1, e->norm.data, e->norm.len, mc_tok_encode_segment);
 }
 
+/* HF's order: (1) added tokens with normalized=false are found in the raw
+ * text; (2) each stretch between them is normalized; (3) added tokens with
+ * normalized=true are found in the normalized stretch; (4) what is left goes
+ * to the pre-tokenizer. */
 mc_status mc_tok_encode_valid(mc_encoder *e, const char *s, size_t len)
 {
     return split_added(e, 0, s, len, raw_gap);

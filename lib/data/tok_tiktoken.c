@@ -1,20 +1,8 @@
 /*
  * tok_tiktoken.c - loading Megatron's TikTokenizer: a tiktoken rank file
- * plus Megatron's special-token convention.
- *
- * Two rank-file forms are read: tiktoken's own ("BASE64 RANK" per line, as
- * cl100k_base.tiktoken) and the JSON list Megatron's reload_mergeable_ranks
- * reads ([{"rank": R, "token_bytes": BASE64, "token_str": ...}, ...]).
- *
- * Megatron (CustomTikTokenizer) puts the special tokens first: ids
- * 0..num_special-1 are the given list (default <unk>, <s>, </s>) padded with
- * "<SPECIAL_i>", and rank r becomes id r + num_special. A --vocab-size, when
- * given, keeps only the first vocab_size - num_special ranks. Encoding is
- * encode_ordinary: special tokens in the text are plain text. EOD is </s>.
- *
- * tiktoken merges the adjacent pair whose concatenation has the lowest rank;
- * the loader turns each split A+B of every token T (A and B tokens
- * themselves) into the rule (A, B) -> T at rank(T), so bpe.c runs it.
+ * (tiktoken's own "BASE64 RANK" lines, or the JSON list Megatron's
+ * reload_mergeable_ranks reads) plus Megatron's special-token convention.
+ * The forms and the ids are in mc-formats(5), "tiktoken rank files".
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -132,6 +120,14 @@ static mc_status read_json(const char *path, const char *data, size_t len, ranks
     return st;
 }
 
+/* Megatron's CustomTikTokenizer puts the special tokens first: ids
+ * 0..num_special-1 are the given list (default <unk>, <s>, </s>) padded with
+ * "<SPECIAL_i>", and rank r becomes id r + num_special. A --vocab-size, when
+ * given, keeps only the first vocab_size - num_special ranks. Encoding is
+ * encode_ordinary (special tokens in the text are plain text); EOD is </s>.
+ * tiktoken merges the adjacent pair whose concatenation has the lowest rank;
+ * the loader turns each split A+B of every token T (A and B tokens
+ * themselves) into the rule (A, B) -> T at rank(T), so bpe.c runs it. */
 mc_status mc_tok_load_tiktoken(mc_tokenizer *t, const mc_tokenizer_spec *spec, mc_error *err)
 {
     const char *path = spec->model;
