@@ -3,25 +3,8 @@
  * (kern/backend.h) to the CPU implementation (kern/cpu, mc_cpu_*) or the CUDA
  * one (kern/cuda, mc_cuda_*, compiled in when configure found the toolkit:
  * Makefile.am then defines MC_CUDA_BACKEND). Model and training code call
- * only kern.h, so the same code runs on either backend.
- *
- * Adding a kernel mc_k_foo:
- *   1. add its entry to lib/mc/kern_ops.def, with its documentation:
- *        MC_KERNEL(foo, void, (float *x, size_t n), (x, n), CPU_CUDA)
- *      That declares mc_k_foo (kern.h), mc_cpu_foo (kern/cpu/cpu.h) and
- *      mc_cuda_foo (kern/cuda/cuda.h), and defines mc_k_foo here, routing
- *      on the backend's kind. Until the CUDA kernel exists, write CPU_ONLY
- *      instead of CPU_CUDA: mc_cuda_foo is then not declared, a CUDA
- *      backend aborts naming the kernel, and the CPU build is unaffected;
- *   2. write mc_cpu_foo(mc_backend *be, float *x, size_t n) in
- *      lib/kern/cpu/<family>.c and (CPU_CUDA) mc_cuda_foo(mc_cuda *cu,
- *      float *x, size_t n) in lib/kern/cuda/<family>.cu;
- *   3. tests/cuda/check_kern.c compares the two on a GPU machine.
- * A return type other than void, int and double needs its RETURN_ line
- * below.
- *
- * The CPU backend is the reference: a CUDA kernel must give the same result
- * within the tolerance of its precision (tests/cuda/run.sh).
+ * only kern.h, so the same code runs on either backend; the CPU backend is
+ * the reference. Adding a kernel: doc/ARCHITECTURE.md, section 6.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,7 +140,8 @@ void mc_bsync(mc_backend *be) {
 
 /* The wrappers of the kernel list: one mc_k_NAME per entry of
  * mc/kern_ops.def, routed by its backends (CPU_CUDA or CPU_ONLY); RETURN_
- * of the entry's return type is what precedes the call. */
+ * of the entry's return type is what precedes the call. A return type other
+ * than void, int and double needs its RETURN_ line here. */
 #define RETURN_void
 #define RETURN_int return
 #define RETURN_double return

@@ -1,16 +1,8 @@
 /*
  * act.c - activations: GELU (tanh approximation, GPT-2) and SwiGLU (Llama,
- * Megatron's layout: the fc1 output holds (a | b) along the last dim).
- *
- * Every kernel is elementwise. The loops call the vectorizable exp of
- * vexp.h instead of libm's tanhf/expf (a call per element, which kept them
- * scalar and made GELU ~9% of a GPT-2 step); tanh is rewritten through the
- * logistic function, sigma(z) = 1 / (1 + exp(-z)), which has no cancellation:
- *   0.5 (1 + tanh u) = sigma(2u),   1 - tanh^2 u = 4 sigma(2u) (1 - sigma(2u)),
- *   1 - sigma(z) = exp(-z) sigma(z).
- * Each span body is cloned for AVX-512 and AVX2 (picked at load time); FP
- * contraction is off in this build, so every clone, vector width and thread
- * split gives the same bits.
+ * Megatron's layout: the fc1 output holds (a | b) along the last dim). Every
+ * kernel is elementwise, on vexp.h's vectorizable exp, and gives the same
+ * bits with every vector width and thread split (see ACT_CLONES).
  */
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/vexp.h"
@@ -19,6 +11,15 @@
 #define GELU_C 0.044715f
 #define SPAN 4096 /* elements per parallel work item (any split gives the same bits) */
 
+/* The loops call the vectorizable exp of vexp.h instead of libm's tanhf/expf
+ * (a call per element, which kept them scalar and made GELU ~9% of a GPT-2
+ * step); tanh is rewritten through the logistic function,
+ * sigma(z) = 1 / (1 + exp(-z)), which has no cancellation:
+ *   0.5 (1 + tanh u) = sigma(2u),   1 - tanh^2 u = 4 sigma(2u) (1 - sigma(2u)),
+ *   1 - sigma(z) = exp(-z) sigma(z).
+ * Each span body is cloned for AVX-512 and AVX2 (picked at load time); FP
+ * contraction is off in this build, so every clone, vector width and thread
+ * split gives the same bits. */
 #define ACT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 /* y = 0.5 x (1 + tanh u) = x sigma(2u) = x / (1 + exp(-2u)),  u = k (x + c x^3) */

@@ -1,37 +1,10 @@
 /*
  * attention.c - causal scaled-dot-product attention with grouped queries,
- * tiled flash-style (FlashAttention-2) so that no T x T matrix is stored:
- * extra memory is O(T) per head (the lse row kept for the backward) plus a
- * fixed block workspace per thread.
- *
- * Layout: q[B,T,Q,D], k,v[B,T,G,D], out[B,T,Q,D], lse[B,Q,T]. Query head h
- * reads key/value group h / (Q/G).
- *
- * Forward (attention_kv.c, shared with inference's KV-cache attention), one
- * work item = (b, h, block of query rows), items split over threads
- * dynamically (each item owns its output rows, so the schedule cannot
- * change any bit). For each key block up to the diagonal:
- *   s_rc = scale q_r . k_c                  (masked to c <= r)
- *   m'   = max(m, max_c s_rc);  P_rc = exp(s_rc - m')
- *   l    = l exp(m - m') + sum_c P_rc;  o_r = o_r exp(m - m') + sum_c P_rc v_c
- * and at the end out_r = o_r / l, lse_r = m + log l.
- *
- * Backward, one work item = (b, query group g): it owns dk and dv of the
- * group and dq of the group's query heads, so nothing is shared between
- * threads and the summation order is fixed. With D_r = dout_r . out_r and the
- * probabilities recomputed from lse, P_rc = exp(s_rc - lse_r):
- *   dv_c += sum_r P_rc dout_r
- *   dP_rc = dout_r . v_c;   dS_rc = P_rc (dP_rc - D_r)
- *   dq_r += scale sum_c dS_rc k_c;   dk_c += scale sum_r dS_rc q_r
- * The loop runs over key blocks outside (dk, dv of the block stay in the
- * workspace) and the group's heads and query rows r >= the block's first
- * key inside.
- *
- * The inner products run in register tiles of four query rows against a
- * block of keys (att_tile.h; keys transposed into the workspace), which
- * vectorize without reordering any sum: each dot product is accumulated in
- * index order, and each gradient row sums its terms in the order of rows
- * and keys whatever the tiling.
+ * tiled flash-style (FlashAttention-2): no T x T matrix is stored, extra
+ * memory is O(T) per head (the lse row kept for the backward) plus a fixed
+ * block workspace per thread. The backward is here (its recurrence above
+ * bwd_item), the forward attention_kv.c's. Layout: q[B,T,Q,D], k,v[B,T,G,D],
+ * out[B,T,Q,D], lse[B,Q,T]; query head h reads key/value group h / (Q/G).
  */
 #include <assert.h>
 #include <math.h>
@@ -88,6 +61,22 @@ typedef struct {
 #define ATT_CLONES
 #endif
 
+/* One work item of the backward = (b, query group g): it owns dk and dv of
+ * the group and dq of the group's query heads, so nothing is shared between
+ * threads and the summation order is fixed. With D_r = dout_r . out_r and the
+ * probabilities recomputed from lse, P_rc = exp(s_rc - lse_r):
+ *   dv_c += sum_r P_rc dout_r
+ *   dP_rc = dout_r . v_c;   dS_rc = P_rc (dP_rc - D_r)
+ *   dq_r += scale sum_c dS_rc k_c;   dk_c += scale sum_r dS_rc q_r
+ * The loop runs over key blocks outside (dk, dv of the block stay in the
+ * workspace) and the group's heads and query rows r >= the block's first
+ * key inside.
+ *
+ * The inner products run in register tiles of four query rows against a
+ * block of keys (att_tile.h; keys transposed into the workspace), which
+ * vectorize without reordering any sum: each dot product is accumulated in
+ * index order, and each gradient row sums its terms in the order of rows
+ * and keys whatever the tiling. */
 ATT_CLONES static void bwd_item(const att_args *A, size_t it, float *ws) {
     const size_t T = A->T, Q = A->Q, G = A->G, D = A->D, hpg = A->hpg;
     const float scale = A->scale, *q = A->q, *k = A->k, *v = A->v, *dout = A->dout;

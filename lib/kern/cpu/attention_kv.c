@@ -1,27 +1,10 @@
 /*
- * attention_kv.c - the causal attention forward: of training (attention.c's
- * mc_cpu_attention_fwd, pos0 = 0, with the log-sum-exp the backward needs)
- * and of new query rows against a key/value cache, for inference
- * (lib/model/infer.c): n queries at positions
- * pos0 .. pos0 + n - 1 of one sequence, keys and values of positions
- * 0 .. pos0 + n - 1 already in the cache (the new rows' own keys included).
- * Prefill is pos0 = 0, n = prompt length; each generated token is n = 1.
- *
- * Layout, for each of B sequences: q[n,Q,D], kc,vc[L,G,D] (L >= pos0 + n:
- * the cache's capacity, only the first pos0 + n positions read), out[n,Q,D],
- * lse[Q,n]. Query head h reads group h / (Q/G). Query row i sees keys
- * j <= pos0 + i:
- *   s_j = scale q_i . k_j;  out_i = sum_j exp(s_j - m) v_j / sum_j exp(s_j - m)
- * with m = max_j s_j, computed blockwise with the online softmax of
- * attention.c (running max, rescaled sum and output), so no row of scores
- * longer than a key block is stored.
- *
- * One work item = (sequence, head, block of BQ query rows); items go to
- * threads dynamically and each owns its output rows, so the schedule changes
- * no bit. Dot products and sums run in index order, and the exp is vexp.h's,
- * so every vector width gives the same bits; a row's arithmetic does not
- * depend on which rows share its work item or register tile, so decoding
- * one row at a time gives the prefill's bits.
+ * attention_kv.c - the causal attention forward, flash-style: of training
+ * (attention.c's mc_cpu_attention_fwd, pos0 = 0, with the log-sum-exp the
+ * backward needs) and of n new query rows at positions pos0 .. pos0 + n - 1
+ * against a key/value cache already holding positions 0 .. pos0 + n - 1, for
+ * inference (lib/model/infer.c): prefill is pos0 = 0, n = prompt length, each
+ * generated token n = 1. The recurrence is above kv_item.
  */
 #include <assert.h>
 #include <math.h>
@@ -54,6 +37,22 @@ static size_t kv_slab(size_t D) {
     return kv_round16(D * BK) + RT * BK + kv_round16(BQ * D) + 2 * kv_round16(BQ);
 }
 
+/* One work item = (sequence, head, block of BQ query rows); items go to
+ * threads dynamically and each owns its output rows, so the schedule changes
+ * no bit. Query row i sees keys j <= pos0 + i:
+ *   s_j = scale q_i . k_j;  out_i = sum_j exp(s_j - m) v_j / sum_j exp(s_j - m)
+ * with m = max_j s_j, computed blockwise with the online softmax (running
+ * max, rescaled sum and output), so no row of scores longer than a key block
+ * is stored. For each key block up to the diagonal, for each row r:
+ *   s_rc = scale q_r . k_c                  (masked to c <= pos0 + r)
+ *   m'   = max(m, max_c s_rc);  P_rc = exp(s_rc - m')
+ *   l    = l exp(m - m') + sum_c P_rc;  o_r = o_r exp(m - m') + sum_c P_rc v_c
+ * and at the end out_r = o_r / l, lse_r = m + log l.
+ *
+ * Dot products and sums run in index order, and the exp is vexp.h's, so
+ * every vector width gives the same bits; a row's arithmetic does not depend
+ * on which rows share its work item or register tile, so decoding one row at
+ * a time gives the prefill's bits. */
 KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
     const size_t Q = A->Q, G = A->G, D = A->D, pos0 = A->pos0, n = A->n;
     float *Kt = ws, *S = Kt + kv_round16(D * BK), *o = S + RT * BK;
@@ -134,6 +133,9 @@ KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
     }
 }
 
+/* Layout, for each of B sequences: q[n,Q,D], kc,vc[L,G,D] (L >= pos0 + n:
+ * the cache's capacity, only the first pos0 + n positions read), out[n,Q,D],
+ * lse[Q,n] (or NULL). Query head h reads group h / (Q/G). */
 void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const float *q,
                                const float *kc, const float *vc, size_t B, size_t n, size_t pos0,
                                size_t L, size_t Q, size_t G, size_t D, float scale) {

@@ -1,21 +1,8 @@
 /*
- * init.c - counter-based normal initialization and parameter-name keys.
- *
- * The value of global element g of the parameter with key `key` under `seed`
- * is a pure function of (seed, key, g), so any block of a matrix (a tensor-
- * parallel shard) holds exactly the elements of the whole matrix. Algorithm
- * (stable: changing it changes every model's initial weights):
- *
- *   mix(z)  = SplitMix64's finalizer: z ^= z>>30; z *= 0xbf58476d1ce4e5b9;
- *             z ^= z>>27; z *= 0x94d049bb133111eb; z ^= z>>31   (mod 2^64)
- *   stream  = mix(seed * 0x9e3779b97f4a7c15 + mix(key ^ 0x6a09e667f3bcc909))
- *   z       = mix(stream + (g + 1) * 0x9e3779b97f4a7c15)
- *   u1      = ((z >> 32) + 0.5) / 2^32        in (0, 1)
- *   u2      = (z & 0xffffffff) / 2^32         in [0, 1)
- *   x       = std * sqrt(-2 ln u1) * cos(2 pi u2)     (Box-Muller, in double,
- *             rounded once to fp32)
- *
- * mc_k_name_key is 64-bit FNV-1a over the name's bytes.
+ * init.c - counter-based normal initialization and parameter-name keys: the
+ * value of global element g of a parameter is a pure function of (seed, key,
+ * g), so any block of a matrix (a tensor-parallel shard) holds exactly the
+ * elements of the whole matrix. The algorithm is above mc_cpu_init_normal.
  */
 #include <math.h>
 #include "kern/cpu/cpu.h"
@@ -28,6 +15,17 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+/* The value of global element g of the parameter with key `key` under `seed`
+ * (stable: changing it changes every model's initial weights):
+ *
+ *   mix(z)  = SplitMix64's finalizer: z ^= z>>30; z *= 0xbf58476d1ce4e5b9;
+ *             z ^= z>>27; z *= 0x94d049bb133111eb; z ^= z>>31   (mod 2^64)
+ *   stream  = mix(seed * 0x9e3779b97f4a7c15 + mix(key ^ 0x6a09e667f3bcc909))
+ *   z       = mix(stream + (g + 1) * 0x9e3779b97f4a7c15)
+ *   u1      = ((z >> 32) + 0.5) / 2^32        in (0, 1)
+ *   u2      = (z & 0xffffffff) / 2^32         in [0, 1)
+ *   x       = std * sqrt(-2 ln u1) * cos(2 pi u2)     (Box-Muller, in double,
+ *             rounded once to fp32) */
 void mc_cpu_init_normal(mc_backend *be, float *x, size_t rows, size_t cols, uint64_t global_cols,
                       uint64_t row0, uint64_t col0, uint64_t seed, uint64_t key, float std) {
     const uint64_t stream = mix64(seed * GOLDEN + mix64(key ^ 0x6a09e667f3bcc909ull));
@@ -44,6 +42,7 @@ void mc_cpu_init_normal(mc_backend *be, float *x, size_t rows, size_t cols, uint
     }
 }
 
+/* 64-bit FNV-1a over the name's bytes. */
 uint64_t mc_k_name_key(const char *name) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (const unsigned char *p = (const unsigned char *)name; *p; p++) {

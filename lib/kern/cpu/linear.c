@@ -1,17 +1,9 @@
 /*
  * linear.c - the linear layer y = x W^T + b with W stored [out, in] as
- * Megatron stores it, forward and backward, in four precisions:
- *   FP32: OpenBLAS sgemm.
- *   BF16: both operands rounded to bf16 (nearest even) into backend scratch
- *         (the weight not at all when the caller passes its rounding, Wb;
- *         dout once for both backward products), then oneDNN's bf16 GEMM
- *         with fp32 accumulation (AVX512-BF16/AMX where the CPU has them).
- *         Where oneDNN has no bf16 GEMM for this CPU, the rounded values
- *         are widened into fp32 scratch and go through sgemm: a product of
- *         two bf16 values is exact in fp32, so that is the same computation.
- *   FP16, TF32: operands rounded to fp16 / tf32 values held in fp32
- *         scratch, then sgemm (their products are exact in fp32 as well).
- * Bias add and the bias-gradient reduction are OpenMP loops.
+ * Megatron stores it, forward and backward, in kern.h's four precisions:
+ * FP32 through OpenBLAS's sgemm, BF16 through oneDNN's bf16 GEMM, FP16 and
+ * TF32 through sgemm on rounded operands (the details above gemm). Bias add
+ * and the bias-gradient reduction are OpenMP loops.
  */
 #include <assert.h>
 #include <cblas.h>
@@ -50,7 +42,17 @@ typedef struct operand {
     const float *rnd;    /* fp16 / tf32 / bf16-without-oneDNN rounding */
 } operand;
 
-/* C[M,N] = op(A)[M,K] op(B)[K,N] + beta C, row-major, in precision prec. */
+/* C[M,N] = op(A)[M,K] op(B)[K,N] + beta C, row-major, in precision prec:
+ *   FP32: OpenBLAS sgemm.
+ *   BF16: both operands rounded to bf16 (nearest even) into backend scratch
+ *         (the weight not at all when the caller passes its rounding, Wb;
+ *         dout once for both backward products), then oneDNN's bf16 GEMM
+ *         with fp32 accumulation (AVX512-BF16/AMX where the CPU has them).
+ *         Where oneDNN has no bf16 GEMM for this CPU, the rounded values
+ *         are widened into fp32 scratch and go through sgemm: a product of
+ *         two bf16 values is exact in fp32, so that is the same computation.
+ *   FP16, TF32: operands rounded to fp16 / tf32 values held in fp32
+ *         scratch, then sgemm (their products are exact in fp32 as well). */
 static void gemm(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t N, size_t K,
                  operand *A, operand *B, float beta, float *C) {
     size_t lda = ta ? M : K, ldb = tb ? K : N;

@@ -4,19 +4,6 @@
  * with one fp32 scale per output row (the "int8" quantization of
  * mc-formats(5): scale = absmax / 127, code = round-half-even(w / scale)),
  * activations stay fp32 and products accumulate in fp32.
- *
- * Generation reads every weight once per token, so its speed is memory
- * bandwidth: int8 codes move a quarter of fp32's bytes. For a few rows
- * (N <= Q8_DIRECT_ROWS) each weight row is loaded once and dotted with
- * every input row, the codes widened to fp32 in registers (AVX-512 or AVX2
- * chosen at run time, a scalar loop elsewhere). Beyond that the product is
- * compute-bound: the weights are widened into fp32 scratch and the fp32
- * linear kernel (BLAS) does the GEMM.
- *
- *   out[n, r] = beta * out[n, r] + scale[r] * sum_c x[n, c] * Wq[r, c] + b[r]
- *
- * Deterministic: each output is one fixed-order sum (the vector width is
- * fixed per machine).
  */
 #include <assert.h>
 #include <math.h>
@@ -126,6 +113,16 @@ static dots_fn pick_dots(void)
     return dots_scalar;
 }
 
+/*   out[n, r] = beta * out[n, r] + scale[r] * sum_c x[n, c] * Wq[r, c] + b[r]
+ *
+ * Generation reads every weight once per token, so its speed is memory
+ * bandwidth: int8 codes move a quarter of fp32's bytes. For a few rows
+ * (N <= Q8_DIRECT_ROWS) each weight row is loaded once and dotted with
+ * every input row, the codes widened to fp32 in registers (AVX-512 or AVX2
+ * chosen at run time, a scalar loop elsewhere). Beyond that the product is
+ * compute-bound: the weights are widened into fp32 scratch and the fp32
+ * linear kernel (BLAS) does the GEMM. Deterministic: each output is one
+ * fixed-order sum (the vector width is fixed per machine). */
 void mc_cpu_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8_t *Wq,
                           const float *scale, const float *b, size_t N, size_t Cin, size_t Cout,
                           float beta)

@@ -5,29 +5,13 @@
  * the backward and one float per query row in the backward (D_r). fp32
  * throughout, as kern.h's attention is (no prec argument), so it matches the
  * CPU backend (kern/cpu/attention.c) to fp32 rounding.
- *
- * Layout: q[B,T,Q,D], k,v[B,T,G,D], out[B,T,Q,D], lse[B,Q,T]; query head h
- * reads group h / (Q/G). Head dimension D <= 128 (each lane of a warp holds
- * D/32 <= 4 output elements of a row).
- *
- * Forward, block = (b, h, 32 query rows), 4 warps of 8 rows each. Per key
- * tile of 32 (each lane one key):
- *   s = scale q_r . k_lane (masked to key <= t);  m' = max(m, max s)
- *   p = exp(s - m');  l = l exp(m - m') + sum p;  o = o exp(m - m') + sum_j p_j v_j
- * then out = o / l, lse = m + log l.
- *
- * Backward (D_r = dout_r . out_r first, P recomputed from lse), without
- * atomics, in two kernels that each own their outputs:
- *   dQ:  block = (b, h, 32 query rows): dq_r += scale sum_c dS_rc k_c
- *   dKV: block = (b, g, 32 keys), looping over the group's heads and the
- *        query tiles at or after the keys: dv_c += sum_r P_rc dout_r,
- *        dk_c += scale sum_r dS_rc q_r
- * with dS_rc = P_rc (dout_r . v_c - D_r). Scores are computed twice (once per
- * kernel): the price of a fixed summation order.
  */
 #include <math.h>
 #include "kern/cuda/internal.cuh"
 
+/* Layout: q[B,T,Q,D], k,v[B,T,G,D], out[B,T,Q,D], lse[B,Q,T]; query head h
+ * reads group h / (Q/G). Head dimension D <= 128: each lane of a warp holds
+ * D/32 <= 4 output elements of a row. */
 #define MAXD 128
 #define DPL (MAXD / 32) /* output elements per lane */
 #define BQ 32           /* query rows per block */
@@ -51,6 +35,11 @@ __device__ void load_rows(float *sm, int ld, const float *x, int b, int t0, int 
     }
 }
 
+/* Forward, block = (b, h, 32 query rows), 4 warps of 8 rows each. Per key
+ * tile of 32 (each lane one key):
+ *   s = scale q_r . k_lane (masked to key <= t);  m' = max(m, max s)
+ *   p = exp(s - m');  l = l exp(m - m') + sum p;  o = o exp(m - m') + sum_j p_j v_j
+ * then out = o / l, lse = m + log l. */
 __global__ void __launch_bounds__(NWARP * 32) k_att_fwd(att_args A) {
     extern __shared__ float sm[];
     const int D = A.D, T = A.T, ldk = D + 1;
@@ -117,7 +106,12 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_fwd(att_args A) {
     }
 }
 
-/* D_r = dout_r . out_r, one warp per (b, t, h) row, stored [B, Q, T] */
+/* Backward (D_r = dout_r . out_r first, P recomputed from lse), without
+ * atomics, in two kernels that each own their outputs (dQ; dK and dV), with
+ * dS_rc = P_rc (dout_r . v_c - D_r). Scores are computed twice (once per
+ * kernel): the price of a fixed summation order.
+ *
+ * D_r = dout_r . out_r, one warp per (b, t, h) row, stored [B, Q, T] */
 __global__ void k_att_rowdot(att_args A) {
     const size_t row = (size_t)blockIdx.x * NWARP + threadIdx.x / 32;
     const int lane = threadIdx.x % 32, D = A.D;
@@ -130,6 +124,7 @@ __global__ void k_att_rowdot(att_args A) {
     if (lane == 0) A.Dr[(b * A.Q + h) * A.T + t] = acc;
 }
 
+/* dQ: block = (b, h, 32 query rows): dq_r += scale sum_c dS_rc k_c */
 __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dq(att_args A) {
     extern __shared__ float sm[];
     const int D = A.D, T = A.T, ldk = D + 1;
@@ -193,6 +188,9 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dq(att_args A) {
     }
 }
 
+/* dKV: block = (b, g, 32 keys), looping over the group's heads and the query
+ * tiles at or after the keys: dv_c += sum_r P_rc dout_r,
+ * dk_c += scale sum_r dS_rc q_r */
 __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dkv(att_args A) {
     extern __shared__ float sm[];
     const int D = A.D, T = A.T, ldq = D + 1;

@@ -1,15 +1,7 @@
 /*
  * backend.cu - the CUDA backend object: which GPU (from the local rank), the
  * compute and communication streams, the cuBLASLt handle and workspace,
- * scratch buffers, and the caching allocator behind mc_balloc.
- *
- * Allocator: blocks are rounded up (512 B granules below 1 MiB, 2 MiB
- * above) and a freed block goes to a free list of its rounded size instead of
- * back to the driver, so a training loop that allocates and frees the same
- * sizes every step calls cudaMalloc only during its first step. Every
- * allocation and free is ordered on the one compute stream, so a reused block
- * is never touched by work queued before its free. When cudaMalloc fails the
- * cached blocks are released and it is tried once more.
+ * scratch buffers, and the caching allocator behind mc_balloc (mc_cu_pool).
  */
 #include <map>
 #include <new>
@@ -17,6 +9,13 @@
 #include <string.h>
 #include "kern/cuda/internal.cuh"
 
+/* The caching allocator: blocks are rounded up (512 B granules below 1 MiB,
+ * 2 MiB above) and a freed block goes to a free list of its rounded size
+ * instead of back to the driver, so a training loop that allocates and frees
+ * the same sizes every step calls cudaMalloc only during its first step.
+ * Every allocation and free is ordered on the one compute stream, so a
+ * reused block is never touched by work queued before its free. When
+ * cudaMalloc fails the cached blocks are released and it is tried once more. */
 struct mc_cu_pool {
     std::unordered_map<void *, size_t> live; /* pointer -> rounded size */
     std::multimap<size_t, void *> free;      /* rounded size -> cached block */

@@ -3,13 +3,8 @@
  * vocab-parallel embedding and learned positions, LayerNorm and RMSNorm,
  * rotary embedding, the QKV split, and the vocab-parallel cross-entropy
  * steps. Each follows its CPU twin in kern/cpu (same formulas, row
- * statistics and softmax sums in double).
- *
- * Deterministic without float atomics: parameter gradients that sum over
- * rows (norm weights, positions) are summed by column over fixed chunks of
- * rows, then the chunk sums in order; the embedding backward sorts the token
- * ids with a stable radix sort (cub), so each table row adds its tokens'
- * gradients in row order, exactly as the CPU does.
+ * statistics and softmax sums in double), deterministic without float
+ * atomics (doc/ARCHITECTURE.md, "Kernels").
  */
 #include <math.h>
 #include <cub/device/device_radix_sort.cuh>
@@ -57,6 +52,8 @@ __global__ void k_embed_bwd_runs(float *dwte, const float *dout, const int32_t *
     *d = acc;
 }
 
+/* The token ids are sorted with a stable radix sort (cub), so each table row
+ * adds its tokens' gradients in row order, exactly as the CPU does. */
 extern "C" void mc_cuda_embed_bwd(mc_cuda *cu, float *dwte, const float *dout,
                                   const int32_t *ids, size_t N, int64_t v0, int64_t vl, size_t C) {
     if (!N || !C) return;

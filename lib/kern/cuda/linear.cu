@@ -1,24 +1,10 @@
 /*
- * linear.cu - the linear layer through cuBLASLt, forward and backward:
- *   FP32: fp32 operands, fp32 compute (CUBLAS_COMPUTE_32F), so the result
- *         matches the CPU's sgemm to fp32 rounding;
- *   TF32: the same with CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores);
- *   BF16/FP16: activations and weights are fp32 in memory (kern.h), so each
- *         operand is first rounded into bf16/fp16 scratch (round to nearest
- *         even, the CPU's rounding), then multiplied on the tensor cores with
- *         fp32 accumulation into an fp32 output.
- * The forward's bias rides in the GEMM's epilogue (CUBLASLT_EPILOGUE_BIAS)
- * where cuBLASLt has an algorithm for it; the bias gradient is a
- * deterministic column sum (fixed row chunks, then the chunks in order).
- *
- * Row-major to cuBLAS's column-major: a row-major [R, C] matrix is a
- * column-major C x R one with the same leading dimension, so
- *   out[N,O] = x[N,I] W[O,I]^T     is  out_cm(O x N) = W_cm^T(O x I) x_cm(I x N)
- *   dx[N,I] += dout[N,O] W[O,I]    is  dx_cm(I x N) += W_cm(I x O) dout_cm(O x N)
- *   dW[O,I] += dout^T[O,N] x[N,I]  is  dW_cm(I x O) += x_cm(I x N) dout_cm^T(N x O)
- *
- * Descriptors and the heuristic's algorithm are cached per shape, so a
- * training step does no heuristic search after its first one.
+ * linear.cu - the linear layer through cuBLASLt, forward and backward, in
+ * kern.h's four precisions (above gemm; doc/ARCHITECTURE.md, "Kernels"). The
+ * forward's bias rides in the GEMM's epilogue where cuBLASLt has an algorithm
+ * for it; the bias gradient is a deterministic column sum. Descriptors and
+ * the heuristic's algorithm are cached per shape, so a training step does no
+ * heuristic search after its first one.
  */
 #include <map>
 #include <tuple>
@@ -103,7 +89,16 @@ static plan *get_plan(mc_cuda *cu, cudaDataType_t ab, cublasComputeType_t ct, in
     return &slot;
 }
 
-/* C(m x n, ldc) = op(A) op(B) + beta C (+ bias[m]) in column-major terms;
+/* Row-major to cuBLAS's column-major: a row-major [R, C] matrix is a
+ * column-major C x R one with the same leading dimension, so
+ *   out[N,O] = x[N,I] W[O,I]^T     is  out_cm(O x N) = W_cm^T(O x I) x_cm(I x N)
+ *   dx[N,I] += dout[N,O] W[O,I]    is  dx_cm(I x N) += W_cm(I x O) dout_cm(O x N)
+ *   dW[O,I] += dout^T[O,N] x[N,I]  is  dW_cm(I x O) += x_cm(I x N) dout_cm^T(N x O)
+ * FP32 computes with CUBLAS_COMPUTE_32F (the CPU's sgemm to fp32 rounding),
+ * TF32 with CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores), BF16/FP16 on the
+ * tensor cores with fp32 accumulation into an fp32 output.
+ *
+ * C(m x n, ldc) = op(A) op(B) + beta C (+ bias[m]) in column-major terms;
  * returns 1 when the bias was added (by the epilogue), 0 when the caller must */
 static int gemm(mc_cuda *cu, mc_prec prec, int ta, int tb, int64_t m, int64_t n, int64_t k,
                  const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
@@ -130,7 +125,8 @@ __global__ void k_round_to16(uint16_t *o, const float *x, size_t n, int bf16) {
 }
 
 /* The operand as the GEMM reads it: x itself (fp32, tf32) or its bf16/fp16
- * copy in scratch slot `slot`. */
+ * copy in scratch slot `slot`, rounded to nearest even (the CPU's rounding):
+ * activations and weights are fp32 in memory (kern.h). */
 static const void *operand(mc_cuda *cu, mc_prec prec, const float *x, size_t n, int slot) {
     if (prec != MC_PREC_BF16 && prec != MC_PREC_FP16) return x;
     uint16_t *o = (uint16_t *)mc_cuda_scratch(cu, slot, n * sizeof(uint16_t));
