@@ -1,15 +1,9 @@
 /*
  * interrupt.c - SIGINT, SIGTERM and SIGHUP for the tools that write files
- * (file.h). While no temporary output exists, such a signal kills the
- * process as it would without a handler: nothing is left behind. While one
- * exists (an mc_afile's NAME.tmp.XXXXXX, a checkpoint's or an export's
- * hidden temporary directory), the signal is noted instead; the next write
- * fails with "interrupted by SIG...", the writer's error path removes its
- * temporaries as after any failed write, and the tool, once it has
- * reported the error and exits, dies of the same signal (an atexit
- * handler, mc_interrupt_reraise), so the shell and SLURM see the usual
- * 128 + N. A second signal while the
- * first is pending kills at once.
+ * (file.h): the count of temporary outputs that exist, and the handler that
+ * kills the process at once when there are none, or else notes the signal so
+ * that the writer cleans up and the tool dies of it on exit (the steps are
+ * above on_signal; doc/ARCHITECTURE.md, section 5, "Files").
  */
 #include <signal.h>
 #include <stdatomic.h>
@@ -20,6 +14,15 @@
 static atomic_int temps;             /* temporaries that exist now */
 static volatile sig_atomic_t pending; /* the signal noted, 0: none */
 
+/* While no temporary output exists, such a signal kills the process as it
+ * would without a handler: nothing is left behind. While one exists (an
+ * mc_afile's NAME.tmp.XXXXXX, a checkpoint's or an export's hidden temporary
+ * directory), the signal is noted instead; the next write fails with
+ * "interrupted by SIG...", the writer's error path removes its temporaries
+ * as after any failed write, and the tool, once it has reported the error
+ * and exits, dies of the same signal (an atexit handler,
+ * mc_interrupt_reraise), so the shell and SLURM see the usual 128 + N. A
+ * second signal while the first is pending kills at once. */
 static void on_signal(int sig)
 {
     if (pending || atomic_load(&temps) == 0) {

@@ -4,12 +4,6 @@
  * from the same table, --version, Megatron's options of several words, and
  * the value parsers (numbers, sizes, choices among names, the learning-rate
  * schedule's styles): every tool's option values are parsed here.
- *
- * getopt_long keeps its state in globals (optind, optarg, optopt); mc_cli
- * resets them (optind = 0 forces glibc to reinitialize) when a parse starts,
- * so one process may parse several vectors one after another, but never two
- * at the same time. getopt never prints here (opterr = 0): every usage error
- * comes back as MC_CLI_ERROR with a message in err, and the tool prints it.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -360,6 +354,11 @@ static int cli_unknown_long(const mc_cli *cli, const char *word, mc_error *err)
     return MC_CLI_ERROR;
 }
 
+/* getopt_long keeps its state in globals (optind, optarg, optopt); the first
+ * call of a parse resets them (optind = 0 forces glibc to reinitialize), so
+ * one process may parse several vectors one after another, but never two at
+ * the same time. getopt never prints here (opterr = 0): every usage error
+ * comes back as MC_CLI_ERROR with a message in err, and the tool prints it. */
 int mc_cli_next(mc_cli *cli, const char **arg, mc_error *err)
 {
     cli_priv *p = cli->priv;

@@ -1,32 +1,10 @@
 /*
- * tasks.c - lm-evaluation-harness's zero-shot tasks from local JSONL files:
- * each document becomes (context, continuation) requests, scored as the
- * harness's Hugging Face model scores them (eval.h), and the metrics are
- * aggregated as the harness does.
- *
- *   lambada_openai  {"text"}: context = text up to its last ' ', the
- *                   continuation ' ' + the last word; acc = the continuation
- *                   is greedy, perplexity = exp(-mean log-likelihood).
- *   hellaswag       {"activity_label", "ctx_a", "ctx_b", "endings", "label"}:
- *                   query = preprocess(activity_label + ": " + ctx_a + " " +
- *                   ctx_b.capitalize()), choices = preprocess(ending),
- *                   preprocess = strip, " [title]" -> ". ", drop "[...]",
- *                   "  " -> " " (the harness's utils.py).
- *   arc_easy, arc_challenge  {"question", "choices": {"text", "label"},
- *                   "answerKey"}: "Question: Q\nAnswer:", gold =
- *                   choices.label.index(answerKey).
- *   piqa            {"goal", "sol1", "sol2", "label"}: "Question: G\nAnswer:".
- *   multiple_choice mc's generic schema: {"context" or "question",
- *                   "choices": [...], "answer": index}; "question" is
- *                   written "Question: Q\nAnswer:", "context" used as is.
- * Multiple choice: continuation i = " " + choice i; acc = the gold choice has
- * the largest log-likelihood, acc_norm = the largest log-likelihood per
- * character of the choice (Python's len: code points), ties to the first
- * (numpy's argmax). stderr = sample standard deviation / sqrt(n).
- *
- * Requests run one after another through one inference context; the cached
- * ids of the previous request are kept up to the first position this one
- * scores, so the choices of a document share their context's forward pass.
+ * tasks.c - lm-evaluation-harness's zero-shot tasks from local JSONL files
+ * (lambada_openai, hellaswag, arc_easy, arc_challenge, piqa, and mc's generic
+ * multiple_choice): each document becomes (context, continuation) requests,
+ * scored as the harness's Hugging Face model scores them (eval.h), and the
+ * metrics are aggregated as the harness does. The schemas, the prompts and
+ * the metrics are in mc-eval(1), OPTIONS, "Tasks".
  */
 #include <inttypes.h>
 #include <math.h>
@@ -401,7 +379,10 @@ static mc_status encode(scorer *sc, const char *s, size_t n, mc_ids *out, mc_err
     return mc_encode(sc->enc, s, n, out, err);
 }
 
-/* The harness's loglikelihood of continuation `cont` after `context`. */
+/* The harness's loglikelihood of continuation `cont` after `context`.
+ * Requests run one after another through one inference context; the cached
+ * ids of the previous request are kept up to the first position this one
+ * scores, so the choices of a document share their context's forward pass. */
 static mc_status score(scorer *sc, const char *context, const char *cont, const char *where,
                        double *ll, int *greedy, mc_error *err)
 {

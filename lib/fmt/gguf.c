@@ -1,38 +1,8 @@
 /*
  * gguf.c - GGUF version 3 export of an mc checkpoint for llama.cpp: the
  * file layout, the mapping from Megatron Core's tensors to llama.cpp's, the
- * element codecs (f16, bf16, q8_0, q4_0) and the tokenizer metadata.
- *
- * File layout (all little-endian):
- *   "GGUF" u32 version=3, u64 n_tensors, u64 n_kv
- *   n_kv x (string key, u32 value type, value)      string = u64 length + bytes
- *   n_tensors x (string name, u32 n_dims, u64 ne[n_dims], u32 ggml type,
- *                u64 offset from the start of the data section)
- *   zero padding to general.alignment (32), then the data section, each
- *   tensor at an offset that is a multiple of 32.
- * ggml numbers dimensions fastest first, so a row-major [rows, cols] matrix
- * is ne = {cols, rows}.
- *
- * Tensor mapping (Megatron Core name -> llama.cpp name):
- *   embedding.word_embeddings.weight [Vpad, C]   token_embd.weight, first V rows
- *   embedding.position_embeddings.weight         position_embd.weight (gpt2, f32)
- *   L.self_attention.linear_qkv.layer_norm_*     blk.L.attn_norm.{weight,bias}
- *   L.self_attention.linear_qkv.{weight,bias}    gpt2: blk.L.attn_qkv, rows regrouped
- *                                                from per-group [q.., k, v] to [Q; K; V]
- *                                                llama: blk.L.attn_{q,k,v}, q and k rows
- *                                                permuted within each head (below)
- *   L.self_attention.linear_proj                 blk.L.attn_output
- *   L.mlp.linear_fc1.layer_norm_*                blk.L.ffn_norm
- *   L.mlp.linear_fc1 [F or 2F, C]                gpt2: blk.L.ffn_up; llama: [gate; up] ->
- *                                                blk.L.ffn_gate, blk.L.ffn_up
- *   L.mlp.linear_fc2                             blk.L.ffn_down
- *   decoder.final_layernorm                      output_norm
- *   output_layer.weight                          output.weight (untied only; tied
- *                                                models let llama.cpp reuse token_embd)
- * RoPE: mc (like Megatron and Hugging Face) rotates the pairs (i, i + D/2)
- * of each head; llama.cpp's "llama" rotates adjacent pairs (2i, 2i + 1).
- * Row 2i + s of a head in the file is therefore row s * D/2 + i of mc's
- * head, the permutation llama.cpp's converter applies to q_proj/k_proj.
+ * element codecs (f16, bf16, q8_0, q4_0, q4_K) and the tokenizer metadata,
+ * each as mc-formats(5), GGUF FILES, describes it (layout, tensors, types).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -447,7 +417,11 @@ static mc_status build_plan(const mc_model_config *c, int llama, int ggml, int h
     return st;
 }
 
-/* The source row of row r of the file's tensor. */
+/* The source row of row r of the file's tensor. RoPE: mc (like Megatron and
+ * Hugging Face) rotates the pairs (i, i + D/2) of each head; llama.cpp's
+ * "llama" rotates adjacent pairs (2i, 2i + 1). Row 2i + s of a head in the
+ * file is therefore row s * D/2 + i of mc's head, the permutation llama.cpp's
+ * converter applies to q_proj/k_proj. */
 static int64_t src_row(const plan *p, const tplan *t, int64_t r)
 {
     int64_t Q = p->Q, G = p->G, D = p->D, per = Q / G; /* query heads per group */

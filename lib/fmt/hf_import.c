@@ -1,16 +1,10 @@
 /*
  * hf_import.c - a Hugging Face model directory in as an mc checkpoint
- * (mc_hf_is_model_dir, mc_hf_import in mc/hf.h).
- *
- * config.json gives the architecture and the mc configuration (hf_map.c
- * refuses what mc cannot express, naming the field); the safetensors
- * files, sharded or not, give the tensors, which the map of hf_map.c
- * scatters into Megatron Core's layouts (the vocabulary padded with zero
- * rows). Each tensor keeps its stored dtype (F32, F16 or BF16), so an
- * import exported again gives the same bytes. Every tensor of the
- * directory must be one mc reads, apart from buffers transformers does not
- * load (GPT-2's attention masks, Llama's rotary inv_freq) and a tied
- * lm_head.weight: a tensor mc would drop is an error, not a silent loss.
+ * (mc_hf_is_model_dir, mc_hf_import in mc/hf.h): config.json through
+ * hf_map.c, the safetensors files (sharded or not) scattered into Megatron
+ * Core's layouts, each tensor in its stored dtype (so an import exported
+ * again gives the same bytes); a tensor mc would drop is an error, not a
+ * silent loss. See mc-formats(5), HUGGING FACE MODEL DIRECTORIES, "Import".
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"

@@ -3,17 +3,8 @@
  * expresses it (GPT2LMHeadModel or LlamaForCausalLM), its config.json in
  * both directions, and the table from Megatron Core tensor names and
  * layouts to Hugging Face ones (hf_internal.h), used by both hf_export.c
- * and hf_import.c so the two cannot disagree.
- *
- * Layouts (mc-formats(5)):
- *   mc linear_qkv.weight rows, per query group g: its Q/G query heads, one
- *   key head, one value head (D rows each). Llama's q_proj is the query
- *   heads in order, k_proj/v_proj the key/value heads in order; GPT-2's
- *   c_attn is [q; k; v] (out features) stored transposed, [C, 3C].
- *   mc linear_fc1 under SwiGLU is [gate; up]: Llama's gate_proj, up_proj.
- *   mc's RoPE rotates the pairs (i, i + D/2) like Hugging Face's
- *   rotate_half, so q and k rows need no permutation.
- *   Word embeddings and the output layer lose mc's vocabulary padding.
+ * and hf_import.c so the two cannot disagree. The names, the layouts and
+ * the fields are mc-formats(5), HUGGING FACE MODEL DIRECTORIES.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"

@@ -1,17 +1,9 @@
 /*
  * llmc.c - an mc checkpoint out as llm.c's GPT-2 model file
- * (mc_llmc_export in mc/llmc.h).
- *
- * llm.c's order (train_gpt2.c, fill_in_parameter_sizes), each layer-wise
- * tensor stacked over the L layers, in PyTorch's Linear layout (out, in):
- *   wte [Vp, C]  wpe [maxT, C]  ln1w [L, C]  ln1b [L, C]  qkvw [L, 3C, C]
- *   qkvb [L, 3C]  attprojw [L, C, C]  attprojb [L, C]  ln2w [L, C]
- *   ln2b [L, C]  fcw [L, 4C, C]  fcb [L, 4C]  fcprojw [L, C, 4C]
- *   fcprojb [L, C]  lnfw [C]  lnfb [C]
- * qkv rows are [q; k; v], head h of each at rows h*hs; mc's fused rows
- * are per head [q_h; k_h; v_h], so they are regrouped. The word embeddings
- * lose mc's padding and get llm.c's instead (zero rows up to a multiple of
- * 128), which llm.c's softmax never reads.
+ * (mc_llmc_export in mc/llmc.h): llm.c's header, the parameters in llm.c's
+ * order stacked over the layers, mc's per-head fused qkv rows regrouped to
+ * [q; k; v], and the word embeddings padded as llm.c pads them instead of as
+ * mc does. Layout: mc-formats(5), LLM.C MODEL FILES.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"

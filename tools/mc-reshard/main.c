@@ -1,17 +1,10 @@
 /*
- * mc-reshard - anything in, an mc checkpoint out: converts a checkpoint's
- * precision (--dtype), quantizes its weight matrices (--quantize), drops
- * the optimizer state, writes it pre-split for a grid or merged into one
- * file, or averages several checkpoints of one model (--average). A
- * Hugging Face model directory is imported first (lib/fmt/hf_*.c).
- *
- * The output is a new checkpoint directory with the input's iteration,
- * configuration, tokenizer and counters; stdout carries only the path of
- * the iteration directory written, so the tool sits in a pipeline:
- *   mc-train ... | mc-reshard --dtype bf16 -o ckpt-bf16 | mc-export ...
- * This file parses options, names the output, stages a Hugging Face
- * import and reports; the conversion itself is mc_ckpt_convert
- * (lib/ckpt/convert.c).
+ * mc-reshard - anything in, an mc checkpoint out (mc-reshard(1)): a new
+ * precision (--dtype), quantized weight matrices (--quantize), no optimizer
+ * state, pre-split for a grid or merged into one file, or the average of
+ * checkpoints of one model (--average); a Hugging Face directory is imported
+ * first. This file parses options, names the output, stages the import and
+ * reports; the conversion itself is mc_ckpt_convert (lib/ckpt/convert.c).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
