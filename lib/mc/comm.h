@@ -10,8 +10,8 @@
  *
  * Many processes: mc_grid_init_mpi builds the grid over MPI (lib/comm/mpi.c),
  * one MPI communicator per group. Collectives move backend memory with MPI
- * (CPU backend memory is host memory; device memory is NCCL's job, refused
- * until the CUDA backend brings it). Sums are deterministic and the same bits
+ * (CPU backend memory is host memory) or, for a CUDA backend's device
+ * memory, NCCL (lib/comm/nccl.c). Sums are deterministic and the same bits
  * on every member: each element is summed in group-rank order,
  * ((x0 + x1) + x2) + ..., whatever MPI's own algorithms would choose
  * (lib/comm/reduce.c). Collectives are called from one thread, in the same
