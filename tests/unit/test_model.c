@@ -125,19 +125,21 @@ static void test_registry(void)
 {
     const float s = 0.02f, so = 0.02f / 2.0f; /* std / sqrt(2 * 2 layers) */
     mc_model *m = make("tiny-gpt", 8, 60, 64, 2, NULL, MC_PREC_FP32);
-#define LAYER_GPT(L)                                                                         \
-    {"decoder.layers." #L ".self_attention.linear_qkv.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1}, \
-        {"decoder.layers." #L ".self_attention.linear_qkv.layer_norm_bias", 64, 1, -1, 1, 1, 0, 0}, \
-        {"decoder.layers." #L ".self_attention.linear_qkv.weight", 192, 64, 0, 0, 1, s, 0},  \
-        {"decoder.layers." #L ".self_attention.linear_qkv.bias", 192, 1, 0, 1, 1, 0, 0},     \
-        {"decoder.layers." #L ".self_attention.linear_proj.weight", 64, 64, 1, 0, 1, so, 0}, \
-        {"decoder.layers." #L ".self_attention.linear_proj.bias", 64, 1, -1, 1, 1, 0, 0},    \
-        {"decoder.layers." #L ".mlp.linear_fc1.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1},   \
-        {"decoder.layers." #L ".mlp.linear_fc1.layer_norm_bias", 64, 1, -1, 1, 1, 0, 0},     \
-        {"decoder.layers." #L ".mlp.linear_fc1.weight", 256, 64, 0, 0, 1, s, 0},             \
-        {"decoder.layers." #L ".mlp.linear_fc1.bias", 256, 1, 0, 1, 1, 0, 0},                \
-        {"decoder.layers." #L ".mlp.linear_fc2.weight", 64, 256, 1, 0, 1, so, 0},            \
-        {"decoder.layers." #L ".mlp.linear_fc2.bias", 64, 1, -1, 1, 1, 0, 0}
+// clang-format off: one row per parameter
+#define LAYER_GPT(L)                                                                               \
+    {"decoder.layers." #L ".self_attention.linear_qkv.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1},  \
+    {"decoder.layers." #L ".self_attention.linear_qkv.layer_norm_bias", 64, 1, -1, 1, 1, 0, 0},    \
+    {"decoder.layers." #L ".self_attention.linear_qkv.weight", 192, 64, 0, 0, 1, s, 0},            \
+    {"decoder.layers." #L ".self_attention.linear_qkv.bias", 192, 1, 0, 1, 1, 0, 0},               \
+    {"decoder.layers." #L ".self_attention.linear_proj.weight", 64, 64, 1, 0, 1, so, 0},           \
+    {"decoder.layers." #L ".self_attention.linear_proj.bias", 64, 1, -1, 1, 1, 0, 0},              \
+    {"decoder.layers." #L ".mlp.linear_fc1.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1},             \
+    {"decoder.layers." #L ".mlp.linear_fc1.layer_norm_bias", 64, 1, -1, 1, 1, 0, 0},               \
+    {"decoder.layers." #L ".mlp.linear_fc1.weight", 256, 64, 0, 0, 1, s, 0},                       \
+    {"decoder.layers." #L ".mlp.linear_fc1.bias", 256, 1, 0, 1, 1, 0, 0},                          \
+    {"decoder.layers." #L ".mlp.linear_fc2.weight", 64, 256, 1, 0, 1, so, 0},                      \
+    {"decoder.layers." #L ".mlp.linear_fc2.bias", 64, 1, -1, 1, 1, 0, 0}
+// clang-format on
     const want_param gpt[] = {
         {"embedding.word_embeddings.weight", 64, 64, 0, 0, 1, s, 0},
         {"embedding.position_embeddings.weight", 8, 64, -1, 0, 1, s, 0},
@@ -151,13 +153,15 @@ static void test_registry(void)
     mc_model_free(m);
 
     m = make("tiny-llama", 8, 60, 64, 2, NULL, MC_PREC_FP32);
-#define LAYER_LLAMA(L)                                                                        \
-    {"decoder.layers." #L ".self_attention.linear_qkv.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1}, \
-        {"decoder.layers." #L ".self_attention.linear_qkv.weight", 128, 64, 0, 0, 1, s, 0},   \
-        {"decoder.layers." #L ".self_attention.linear_proj.weight", 64, 64, 1, 0, 1, so, 0},  \
-        {"decoder.layers." #L ".mlp.linear_fc1.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1},    \
-        {"decoder.layers." #L ".mlp.linear_fc1.weight", 256, 64, 0, 0, 2, s, 0},              \
-        {"decoder.layers." #L ".mlp.linear_fc2.weight", 64, 128, 1, 0, 1, so, 0}
+// clang-format off: one row per parameter
+#define LAYER_LLAMA(L)                                                                             \
+    {"decoder.layers." #L ".self_attention.linear_qkv.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1},  \
+    {"decoder.layers." #L ".self_attention.linear_qkv.weight", 128, 64, 0, 0, 1, s, 0},            \
+    {"decoder.layers." #L ".self_attention.linear_proj.weight", 64, 64, 1, 0, 1, so, 0},           \
+    {"decoder.layers." #L ".mlp.linear_fc1.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1},             \
+    {"decoder.layers." #L ".mlp.linear_fc1.weight", 256, 64, 0, 0, 2, s, 0},                       \
+    {"decoder.layers." #L ".mlp.linear_fc2.weight", 64, 128, 1, 0, 1, so, 0}
+// clang-format on
     const want_param llama[] = {
         {"embedding.word_embeddings.weight", 64, 64, 0, 0, 1, s, 0},
         LAYER_LLAMA(0),
