@@ -134,6 +134,7 @@ say "unpacked: $(du -sh "$stage" | cut -f1)"
 cd "$stage"
 left=$work/left-out
 : > "$left"
+: > "$work/fallback"
 rm -rf usr/share/doc usr/share/man usr/share/info usr/share/lintian usr/share/bug usr/share/locale \
     usr/share/bash-completion usr/share/java usr/lib/openssh usr/lib/sasl2 usr/lib/systemd \
     usr/share/aclocal usr/share/hwloc usr/share/X11 usr/share/xml usr/share/icu usr/share/vim \
@@ -183,7 +184,7 @@ declare -A basefile
 while IFS= read -r f; do
     case $f in /lib/$multi/*.so*|/usr/lib/$multi/*.so*) ;; *) continue ;; esac
     [ -f "$f" ] && basefile[$(basename "$f")]=$f
-done < <(dpkg -L $(awk '/^Package:/ { print $2 }' "$status") 2>/dev/null)
+done < <(awk '/^Package:/ { print $2 }' "$status" | xargs dpkg -L 2>/dev/null)
 sysfile() { [ -n "${basefile[$1]:-}" ] && echo "${basefile[$1]}"; }
 declare -A keep fb why
 queue=()
@@ -267,7 +268,7 @@ while IFS= read -r l; do
         echo "dangling ${l#./} -> $t (removed)" >> "$left"; rm -f "$l"
     fi
 done < <(find usr -type l)
-sort -o "$work/fallback" "$work/fallback" 2>/dev/null || : > "$work/fallback"
+sort -u -o "$work/fallback" "$work/fallback"
 # soname links dpkg's triggers and alternatives would have made
 # (usr/lib/libpsm1/libpsm_infinipath.so.1), as ldconfig makes them
 find usr -type f -name '*.so.*' -printf '%h\n' | sort -u | xargs -r ldconfig -n
