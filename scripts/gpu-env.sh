@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # gpu-env.sh - source this (bash) to build and run mc with the libraries of
 # .gpukit (made by scripts/gpu-kit.sh) on a machine without mc's Debian
 # development packages: the bare GPU machines (issue 11, section 1).
