@@ -15,7 +15,17 @@
 # WARM (5) measured / warm-up iterations, BATCHES ("16 32 64"), MB_BIG
 # (micro-batch of the 1.3B and 1B runs, 4: ~46 GB by mc-train --dry-run;
 # the global batch is 4 of them),
-# SKIP (space-separated: mc llmc big), PEAK_TFLOPS (989), JOBS (make -j).
+# SKIP (space-separated: mc llmc big), PEAK_TFLOPS (989), JOBS (make -j, default
+# the cores present), RUN_TIMEOUT (seconds one mc run may take, 150: a slow
+# configuration then fails alone and the table still prints inside the
+# device tool's 10 minutes), MC_GPUKIT=0 to ignore .gpukit.
+#
+# On the bare GPU machines the libraries come in .gpukit (scripts/gpu-kit.sh,
+# run here first; scripts/gpu-env.sh is sourced below when .gpukit exists).
+# The device call (tests/cuda/README.md), a call of its own after the one of
+# tests/cuda/run.sh:
+#   run(command="set -o pipefail; bench/gpu/run.sh 2>&1 | tee $OUT/bench.log",
+#       carry=[".gpukit"], timeout_s=600)
 #
 # FLOPs per token: 6 N + 12 L C T (N = parameters without position
 # embeddings, the attention term counts the full T x T product as llm.c and
@@ -33,6 +43,10 @@ skip=" ${SKIP:-} "
 jobs=${JOBS:-$(nproc)}
 results=$work/results
 : > "$results"
+if [ -d "$here/.gpukit" ] && [ "${MC_GPUKIT:-1}" != 0 ]; then
+    # shellcheck source=../../scripts/gpu-env.sh
+    . "$here/scripts/gpu-env.sh" || { echo "bench/gpu: scripts/gpu-env.sh failed"; exit 1; }
+fi
 
 echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>/dev/null)"
 echo "settings: ITERS=$iters WARM=$warm PEAK_TFLOPS=$peak load: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -63,10 +77,12 @@ run_mc() {
     local label=$1 mb=$2 gb=$3 t=$4 n=$5 l=$6 c=$7
     shift 7
     local lj=$work/mc-$label-$mb.json
-    "$mctrain" --device cuda --bf16 --mock-data --seq-length "$t" --micro-batch-size "$mb" \
+    timeout "${RUN_TIMEOUT:-150}" "$mctrain" --device cuda --bf16 --mock-data --seq-length "$t" --micro-batch-size "$mb" \
         --global-batch-size "$gb" --train-iters $((warm + iters)) --lr 1e-4 --log-interval 1 \
-        --eval-iters 0 --peak-tflops "$peak" --log-json "$lj" "$@" >"$lj.out" 2>"$lj.err" ||
-        { tail -5 "$lj.err"; echo "mc $label B=$mb: failed" | tee -a "$results"; return 0; }
+        --eval-iters 0 --peak-tflops "$peak" --log-json "$lj" "$@" >"$lj.out" 2>"$lj.err"
+    local rc=$?
+    [ $rc = 0 ] || { tail -5 "$lj.err"; echo "mc $label B=$mb: failed$([ $rc = 124 ] && echo " (over RUN_TIMEOUT=${RUN_TIMEOUT:-150} s)")" |
+        tee -a "$results"; return 0; }
     local tps
     tps=$(grep -o '"tokens-per-sec": [^,}]*' "$lj" | cut -d' ' -f2 | tail -n +$((warm + 1)) | median)
     report mc "$gb" "$t" "$tps" "$(fpt "$n" "$l" "$c" "$t")" "$label"

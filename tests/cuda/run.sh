@@ -22,7 +22,22 @@
 # Environment: MC_CONFIGURE_FLAGS (extra configure flags), JOBS (make -j,
 # default the cores present), KEEP=1 to keep the work directory,
 # MC_GPU_DEVICE=cpu to run the script's own logic without a GPU (every "GPU"
-# run then uses the CPU backend: a check of the script, not of CUDA).
+# run then uses the CPU backend: a check of the script, not of CUDA; the
+# kernel check and the sanitizer are then skipped), MC_GPUKIT=0 to ignore
+# .gpukit, SAN_TIMEOUT (seconds one compute-sanitizer run may take, 200; rc
+# 124 when it ran out).
+#
+# On the bare GPU machines (no Debian development packages, no autotools, no
+# network) the libraries come in .gpukit, made here by scripts/gpu-kit.sh
+# and carried along; scripts/gpu-env.sh, sourced below when .gpukit exists,
+# points the build at them. The device call (tests/cuda/README.md), after
+# `scripts/gpu-kit.sh` here (or `scripts/gpu-kit.sh --autotools-only` when
+# only configure.ac or Makefile.am changed since the kit was made):
+#   run(command="set -o pipefail; tests/cuda/run.sh 2>&1 | tee $OUT/cuda.log",
+#       carry=[".gpukit"], timeout_s=600)
+# The CUDA objects carry sm_80 and sm_90 machine code and compute_90 PTX
+# (Makefile.am's NVCC_GENCODE; nothing in lib/kern/cuda needs sm_90a); the
+# summary's "sm_90 machine code" row reads it back with cuobjdump.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/mc-cuda.XXXXXX")
@@ -30,9 +45,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/mc-cuda.XXXXXX")
 jobs=${JOBS:-$(nproc)}
 declare -a rows
 status=0
-row() { # NAME RESULT DETAIL
+row() { # NAME RESULT DETAIL (RESULT: ok, skip, or a failure)
     rows+=("$(printf '%-34s %-5s %s' "$1" "$2" "$3")")
-    [ "$2" = ok ] || status=1
+    [ "$2" = ok ] || [ "$2" = skip ] || status=1
 }
 finish() {
     echo
@@ -44,6 +59,13 @@ finish() {
 gpu=${MC_GPU_DEVICE:-cuda}
 if [ "$gpu" = cuda ]; then
     nvidia-smi -L 2>/dev/null || { echo "run.sh: no GPU (nvidia-smi lists none)"; row gpu FAIL "none found"; finish; }
+fi
+
+# ---------------------------------------------------------------- the kit
+if [ -d "$src/.gpukit" ] && [ "${MC_GPUKIT:-1}" != 0 ]; then
+    # shellcheck source=../../scripts/gpu-env.sh
+    . "$src/scripts/gpu-env.sh" || { row "libraries (.gpukit)" FAIL "scripts/gpu-env.sh (above)"; finish; }
+    row "libraries (.gpukit)" ok "$MC_GPUKIT_ROOT"
 fi
 
 # ---------------------------------------------------------------- build
@@ -63,6 +85,15 @@ else
     row build ok "$(( $(date +%s) - t0 )) s"
 fi
 grep -q '^#define HAVE_CUDA 1' "$build/config.h" || row "CUDA backend built" FAIL "$build/config.h has no HAVE_CUDA"
+# the machine code the H100/H200 runs: sm_90 (cuobjdump comes with the toolkit)
+cuobjdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+libmc=$(ls "$build"/lib/.libs/libmc.so.[0-9]* 2>/dev/null | head -1)
+if [ -n "$cuobjdump" ] && [ -n "$libmc" ]; then
+    elfs=$("$cuobjdump" --list-elf "$libmc" 2>/dev/null | grep -o 'sm_[0-9a-z]*' | sort | uniq -c | awk '{ printf "%s%s x%s", s, $2, $1; s = ", " }')
+    case $elfs in *sm_90*) row "sm_90 machine code" ok "$elfs" ;; *) row "sm_90 machine code" FAIL "libmc: ${elfs:-none}" ;; esac
+else
+    row "sm_90 machine code" skip "$([ -z "$cuobjdump" ] && echo "no cuobjdump" || echo "no shared libmc")"
+fi
 train=$build/tools/mc-train/mc-train
 [ -x "$train" ] || { row build FAIL "$train missing"; finish; }
 
@@ -71,7 +102,11 @@ echo "== 1. kernels"
 "$build/tests/cuda/check_kern" | tee "$work/kern.log"
 rc=${PIPESTATUS[0]}
 nk=$(grep -c '^ok ' "$work/kern.log"); nf=$(grep -c '^not ok ' "$work/kern.log")
-row "kernels vs CPU (check_kern)" "$([ $rc = 0 ] && echo ok || echo FAIL)" "$nk passed, $nf failed"
+if [ "$gpu" != cuda ] && [ $rc = 77 ]; then
+    row "kernels vs CPU (check_kern)" skip "no GPU (MC_GPU_DEVICE=$gpu)"
+else
+    row "kernels vs CPU (check_kern)" "$([ $rc = 0 ] && echo ok || echo FAIL)" "$nk passed, $nf failed"
+fi
 grep '^# ' "$work/kern.log" | sed -n '/worst err/,$p' > "$work/kern_table"
 
 # ---------------------------------------------------------------- helpers
@@ -147,12 +182,14 @@ done
 # ---------------------------------------------------------------- 4. sanitizer
 echo "== 4. compute-sanitizer"
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-if [ -z "$san" ]; then
+if [ "$gpu" != cuda ]; then
+    row "compute-sanitizer" skip "no GPU (MC_GPU_DEVICE=$gpu)"
+elif [ -z "$san" ]; then
     row "compute-sanitizer" FAIL "not found"
 else
     for m in gpt llama; do
         declare -n args=$m
-        "$san" --tool memcheck --error-exitcode 9 --leak-check full "$train" "${common[@]}" \
+        timeout "${SAN_TIMEOUT:-200}" "$san" --tool memcheck --error-exitcode 9 --leak-check full "$train" "${common[@]}" \
             "${args[@]}" --bf16 --train-iters 3 --device "$gpu" >"$work/san-$m.log" 2>&1
         rc=$?
         summary=$(grep -m1 'ERROR SUMMARY' "$work/san-$m.log" | sed 's/^=* *//')
@@ -160,7 +197,7 @@ else
         [ $rc = 0 ] || grep -m 20 -E 'Invalid|Error|at ' "$work/san-$m.log"
         unset -n args
     done
-    "$san" --tool racecheck --error-exitcode 9 "$train" "${common[@]}" "${gpt[@]}" --train-iters 1 \
+    timeout "${SAN_TIMEOUT:-200}" "$san" --tool racecheck --error-exitcode 9 "$train" "${common[@]}" "${gpt[@]}" --train-iters 1 \
         --device "$gpu" >"$work/race.log" 2>&1
     rc=$?
     row "racecheck train gpt 1 it" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
