@@ -86,10 +86,10 @@ grep -q '^VERSION_CODENAME=bookworm' /etc/os-release || say "warning: not Debian
 
 # configure's needs (scripts/setup.sh): headers, .pc files, .so links
 dev=(libopenblas-openmp-dev libopenmpi-dev libhdf5-openmpi-dev libzstd-dev libpcre2-dev
-     libjansson-dev libutf8proc-dev libdnnl-dev)
+     libjansson-dev libutf8proc-dev libdnnl-dev libxxhash-dev)
 # what runs: their libraries, mpicc/mpirun/orted, pkg-config
 run=(libopenblas0-openmp libopenmpi3 openmpi-bin openmpi-common libhdf5-openmpi-103-1 libzstd1
-     libpcre2-8-0 libjansson4 libutf8proc2 libdnnl2 pkgconf)
+     libpcre2-8-0 libjansson4 libutf8proc2 libdnnl2 libxxhash0 pkgconf)
 # base tools carried in case the GPU machine lacks them (usr/lib/gpukit-tools,
 # last on PATH): make (its image is known to have nvcc, cmake and ninja)
 tools=(make)
