@@ -13,6 +13,7 @@ case $mode in demo|check|build) ;; *) echo "usage: $0 [demo|check|build]" >&2; e
 pkgs=(build-essential autoconf automake libtool pkg-config
       libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
       libzstd-dev zstd libpcre2-dev libjansson-dev libutf8proc-dev libdnnl-dev hdf5-tools
+      libxxhash-dev xxhash   # checkpoint checksums (xxhash: xxh128sum, tests/tools/ckpt_verify.bats)
       bats bats-assert bats-support python3 python3-venv
       slurm-wlm     # tests/tools/slurm.bats runs a one-node SLURM (skips without it)
       python3.11-doc)   # the demo corpus: Python's reStructuredText docs

@@ -70,7 +70,8 @@ mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_
                      int *tmp_gone, mc_error *err) {
     mc_status st;
     *tmp_gone = 0;
-    if ((st = mc_fsync_path(tmp, err)) != MC_OK)
+    /* The manifest goes in before the rename, so it is atomic with the files. */
+    if ((st = ck_manifest_write(tmp, err)) != MC_OK || (st = mc_fsync_path(tmp, err)) != MC_OK)
         return st;
     /* An existing iteration directory is swapped out atomically (so the
      * pointer never names a missing directory) and removed afterwards. */

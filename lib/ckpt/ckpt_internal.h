@@ -122,11 +122,28 @@ int ck_exists(hid_t fid, const char *path);
 int ck_make_tmpdir(char *tmpl);
 mc_status ck_mkdir_p(const char *dir, mc_error *err);
 /* The temporary iteration directory tmp (its file closed and fsynced) becomes
- * final: fsync tmp, rename (exchanging an existing final, then removed),
+ * final: write its checksum manifest (ckpt_sum.c), fsync tmp, rename (exchanging an existing final, then removed),
  * fsync dir, then rewrite dir's latest pointer to iteration. On success
  * *tmp_gone is 1: nothing is left under the temporary name. */
 mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_t iteration,
                      int *tmp_gone, mc_error *err);
+
+/* ------------------------------------------------------------ ckpt_sum.c */
+
+/* Write dir/checksums.xxh128 (MC_CKPT_MANIFEST): "<XXH3-128 in 32 hex
+ * digits>  <name>" for every regular file of dir, by name, hidden
+ * temporaries left out; through a temporary, fsynced. */
+mc_status ck_manifest_write(const char *dir, mc_error *err);
+/* A loaded manifest. */
+typedef struct ck_manifest ck_manifest;
+/* Read dir's manifest; *out is NULL (and MC_OK) when dir has none. A
+ * malformed line is MC_ERR_FORMAT naming the manifest and the line. */
+mc_status ck_manifest_load(const char *dir, ck_manifest **out, mc_error *err);
+/* Hash the file path and compare it with m's line for its name: MC_OK when
+ * they agree or m is NULL, MC_ERR_FORMAT naming path when they differ or
+ * m does not list it. */
+mc_status ck_manifest_check(const ck_manifest *m, const char *path, mc_error *err);
+void ck_manifest_free(ck_manifest *m);
 
 /* ------------------------------------------------------------ ckpt_block.c */
 
@@ -208,10 +225,13 @@ mc_status ck_shard_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows
 mc_status ck_shard_finish(mc_ckpt_writer *w, mc_error *err);
 void ck_shard_free(ck_shard_writer *s);
 
-/* Reader: a sharded checkpoint's table, from index.h5 (fid). */
+/* Reader: a sharded checkpoint's table, from index.h5 (fid). Each shard
+ * file is checked against manifest (NULL: none; kept, not owned) before
+ * HDF5 opens it. */
 typedef struct ck_shard_reader ck_shard_reader;
 mc_status ck_shard_reader_open(hid_t index_fid, const char *index_file, const char *dir,
-                               ck_shard_reader **out, mc_error *err);
+                               const ck_manifest *manifest, ck_shard_reader **out,
+                               mc_error *err);
 void ck_shard_reader_close(ck_shard_reader *s);
 void ck_shard_reader_grid(const ck_shard_reader *s, int *tp, int *pp);
 void ck_shard_reader_prefer(ck_shard_reader *s, int tp_rank, int pp_rank);

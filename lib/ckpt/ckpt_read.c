@@ -30,6 +30,7 @@ struct mc_ckpt_reader {
     int64_t iteration;
     hid_t fid;        /* model.h5, or index.h5 of a sharded checkpoint */
     ck_shard_reader *shard; /* NULL: one file */
+    ck_manifest *manifest;  /* the directory's checksums (NULL: none, or not verifying) */
 };
 
 int64_t mc_ckpt_iteration(const mc_ckpt_reader *r) { return r->iteration; }
@@ -55,6 +56,7 @@ void mc_ckpt_close(mc_ckpt_reader *r) {
     ck_shard_reader_close(r->shard);
     ck_close(&r->fid);
     ck_quiet_off(&q);
+    ck_manifest_free(r->manifest);
     free(r->dir);
     free(r->file);
     free(r);
@@ -155,6 +157,11 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
     }
     if (!r->dir || !r->file)
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
+    /* HDF5 does not defend itself against a damaged file (a few changed
+     * bytes can crash it): the manifest's checksum first. */
+    if (mc_ckpt_verify() && ((st = ck_manifest_load(r->dir, &r->manifest, err)) != MC_OK ||
+                             (st = ck_manifest_check(r->manifest, r->file, err)) != MC_OK))
+        return st;
     if ((st = mc_h5zstd_register(err)) != MC_OK)
         return st;
     if ((r->fid = H5Fopen(r->file, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0)
@@ -188,7 +195,7 @@ static mc_status reader_open(const char *path, mc_ckpt_reader *r, mc_error *err)
         return st;
     if (strcmp(layout, "sharded") == 0) {
         free(layout);
-        return ck_shard_reader_open(r->fid, r->file, r->dir, &r->shard, err);
+        return ck_shard_reader_open(r->fid, r->file, r->dir, r->manifest, &r->shard, err);
     }
     st = strcmp(layout, "shard") == 0
              ? mc_error_set(err, MC_ERR_FORMAT, "%s: one shard of a sharded checkpoint; open its directory", r->file)

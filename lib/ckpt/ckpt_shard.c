@@ -335,6 +335,7 @@ struct ck_shard_reader {
     int64_t iteration;
     int tp, pp, nfiles;
     char **files; /* full paths */
+    const ck_manifest *manifest; /* the reader's (NULL: none, or not verifying) */
     hid_t *fid;   /* -1 until first needed */
     int prefer;   /* the file of the reading rank (-1: none named) */
     stensor *t;
@@ -482,7 +483,8 @@ static mc_status parse_index(ck_shard_reader *s, const char *dir, const json_t *
 }
 
 mc_status ck_shard_reader_open(hid_t fid, const char *index_file, const char *dir,
-                               ck_shard_reader **out, mc_error *err) {
+                               const ck_manifest *manifest, ck_shard_reader **out,
+                               mc_error *err) {
     *out = NULL;
     ck_shard_reader *s = calloc(1, sizeof *s);
     if (!s || !(s->index_file = strdup(index_file))) {
@@ -490,6 +492,7 @@ mc_status ck_shard_reader_open(hid_t fid, const char *index_file, const char *di
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", index_file);
     }
     s->prefer = -1;
+    s->manifest = manifest;
     mc_status st = ck_read_int_attr(fid, "iteration", &s->iteration, err, index_file);
     hid_t ds = -1, sp = -1;
     char *text = NULL;
@@ -545,6 +548,10 @@ static mc_status open_file(ck_shard_reader *s, int f, mc_error *err) {
     if (s->fid[f] >= 0)
         return MC_OK;
     const char *F = s->files[f];
+    /* HDF5 does not defend itself against a damaged file: check it first. */
+    mc_status sum = ck_manifest_check(s->manifest, F, err);
+    if (sum != MC_OK)
+        return sum;
     hid_t id = H5Fopen(F, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (id < 0)
         return ck_h5fail(err, MC_ERR_FORMAT, "%s: cannot open this shard", F);

@@ -57,6 +57,17 @@ extern "C" {
 #define MC_CKPT_FORMAT_VERSION 1
 #define MC_CKPT_FILE "model.h5"
 #define MC_CKPT_LATEST "latest_checkpointed_iteration.txt"
+/* Beside the files of an iteration directory: their XXH3 128-bit hashes
+ * in xxh128sum's format, written when the directory is published. */
+#define MC_CKPT_MANIFEST "checksums.xxh128"
+
+/* Whether mc_ckpt_open checks each file it opens against the iteration
+ * directory's MC_CKPT_MANIFEST before HDF5 reads it (default 1): a
+ * mismatch is MC_ERR_FORMAT naming the file; a directory without a
+ * manifest loads unchecked. Process-wide, set once from the tools'
+ * --no-verify. */
+void mc_ckpt_set_verify(int on);
+int mc_ckpt_verify(void);
 
 typedef enum mc_ckpt_dtype {
     MC_CKPT_FLOAT32 = 0,

@@ -322,7 +322,13 @@ $F/gpt7"
     assert_failure 1
     assert_output --partial "one shard of a sharded checkpoint; open its directory"
     truncate -s 1000 sh/iter_0000003/mp_rank_01_000.h5
+    # the checksum manifest catches it before HDF5 reads the file
     run "$MC_RESHARD" -o x sh
+    assert_failure 1
+    assert_output --partial "sh/iter_0000003/mp_rank_01_000.h5: checksum mismatch"
+    [ ! -e x ]
+    # and without the check, HDF5 refuses it
+    run "$MC_RESHARD" --no-verify -o x sh
     assert_failure 1
     assert_output --partial "sh/iter_0000003/mp_rank_01_000.h5: cannot open this shard"
     [ ! -e x ]
@@ -362,6 +368,11 @@ with h5py.File(sys.argv[1], "r+") as f:
     d = f["model/decoder.layers.1.mlp.linear_fc2.weight"]
     x = d[()]; x[3, 5] = np.nan; d[...] = x
 EOF
+    # edited by hand: the checksum manifest refuses it until it is removed
+    run "$MC_RESHARD" --quantize int8 -o q nan
+    assert_failure 1
+    assert_output "mc-reshard: error: nan/iter_0000003/model.h5: checksum mismatch with nan/iter_0000003/checksums.xxh128 (the file is damaged; --no-verify skips this check)"
+    rm nan/iter_0000003/checksums.xxh128
     run "$MC_RESHARD" --quantize int8 -o q nan
     assert_failure 1
     assert_output "mc-reshard: error: nan/iter_0000003/model.h5: model/decoder.layers.1.mlp.linear_fc2.weight: element [3, 5] is nan; only finite values can be quantized"

@@ -23,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "mc/ckpt.h"
 #include "mc/comm.h"
 #include "mc/eval.h"
 #include "mc/file.h"
@@ -40,7 +41,7 @@ enum {
     OPT_ADD_BOS, OPT_BOS_ID, OPT_EVAL_SAMPLES, OPT_SEED, OPT_DATA_CACHE,
     OPT_TASK, OPT_LIMIT, OPT_LOG_SAMPLES,
     OPT_PROMPT, OPT_PROMPT_FILE, OPT_MAX_NEW, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_NO_CACHE,
-    OPT_TEXT, OPT_QUIET
+    OPT_TEXT, OPT_NO_VERIFY, OPT_QUIET
 };
 
 static const mc_option options[] = {
@@ -53,6 +54,9 @@ static const mc_option options[] = {
      "fp32 or int8: run the linear layers on the weights as fp32, or as int8 codes with "
      "one scale per row (a quarter of the bytes; generation is faster). Default: int8 for "
      "a checkpoint quantized to int8 (on its own codes), fp32 otherwise."},
+    {"no-verify", MC_OPT_NONE, OPT_NO_VERIFY, NULL,
+     "Do not check the checkpoint's files against its checksums.xxh128 manifest before "
+     "reading them (faster; a damaged file may then crash HDF5)."},
     {"threads", MC_OPT_REQUIRED, OPT_THREADS, "N", "CPU threads (default: the cores present)."},
     {"device", MC_OPT_REQUIRED, OPT_DEVICE, "DEV",
      "cpu (the only one yet: the inference kernels have no CUDA version)."},
@@ -198,6 +202,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_NO_CACHE: e->gen.no_cache = 1; break;
         case OPT_TEXT: a->text = 1; break;
         case OPT_OUTPUT: a->output = arg; break;
+        case OPT_NO_VERIFY: mc_ckpt_set_verify(0); break;
         case OPT_QUIET: a->quiet = 1; break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "option %d", key);
         }

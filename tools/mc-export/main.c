@@ -29,7 +29,7 @@
 static const char PROG[] = "mc-export";
 
 enum { OPT_GGUF_NAME = 300 };
-enum { OPT_FORMAT = 256, OPT_OUTPUT = 'o', OPT_DTYPE = 257, OPT_MAX_SHARD_SIZE, OPT_QUIET };
+enum { OPT_FORMAT = 256, OPT_OUTPUT = 'o', OPT_DTYPE = 257, OPT_MAX_SHARD_SIZE, OPT_NO_VERIFY, OPT_QUIET };
 
 static const mc_option options[] = {
     {"format", MC_OPT_REQUIRED, OPT_FORMAT, "FMT",
@@ -46,6 +46,9 @@ static const mc_option options[] = {
      "default 5GB; 0: one file) with model.safetensors.index.json."},
     /* --format gguf options go here */
     {"name", MC_OPT_REQUIRED, OPT_GGUF_NAME, "NAME", "gguf: general.name (default mc)."},
+    {"no-verify", MC_OPT_NONE, OPT_NO_VERIFY, NULL,
+     "Do not check the checkpoint's files against its checksums.xxh128 manifest before "
+     "reading them (faster; a damaged file may then crash HDF5)."},
     {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "No notes on stderr."},
     {NULL, 0, 0, NULL, NULL},
 };
@@ -88,6 +91,7 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
             break;
         /* --format gguf options: handled here */
         case OPT_GGUF_NAME: a->gguf_name = arg; break;
+        case OPT_NO_VERIFY: mc_ckpt_set_verify(0); break;
         case OPT_QUIET: a->quiet = 1; break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "unhandled option %d", key);
         }

@@ -33,7 +33,7 @@ static const char PROG[] = "mc-reshard";
 enum {
     OPT_OUTPUT = 'o',
     OPT_DTYPE = 256, OPT_DROP_OPTIMIZER, OPT_QUANTIZE, OPT_GROUP_SIZE, OPT_TARGET_TP,
-    OPT_TARGET_PP, OPT_MERGE, OPT_AVERAGE, OPT_COMPRESSION, OPT_QUIET
+    OPT_TARGET_PP, OPT_MERGE, OPT_AVERAGE, OPT_COMPRESSION, OPT_NO_VERIFY, OPT_QUIET
 };
 
 static const mc_option options[] = {
@@ -60,6 +60,9 @@ static const mc_option options[] = {
      "the output has no optimizer state."},
     {"ckpt-compression", MC_OPT_REQUIRED, OPT_COMPRESSION, "none|zstd",
      "Compress the tensors with zstd (HDF5 filter 32015; default none)."},
+    {"no-verify", MC_OPT_NONE, OPT_NO_VERIFY, NULL,
+     "Do not check the checkpoint's files against its checksums.xxh128 manifest before "
+     "reading them (faster; a damaged file may then crash HDF5)."},
     {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "No summary on stderr."},
     {NULL, 0, 0, NULL, NULL},
 };
@@ -139,6 +142,7 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
             if (st)
                 mc_error_prefix(err, "--ckpt-compression");
             break;
+        case OPT_NO_VERIFY: mc_ckpt_set_verify(0); break;
         case OPT_QUIET: a->quiet = 1; break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "unhandled option %d", key); break;
         }

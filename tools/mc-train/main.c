@@ -64,7 +64,7 @@ enum {
     OPT_PEAK_TFLOPS, OPT_LOG_COMM,
     /* checkpointing */
     OPT_SAVE, OPT_LOAD, OPT_SAVE_INTERVAL, OPT_FINETUNE, OPT_USE_CKPT_ARGS, OPT_NO_LOAD_OPTIM, OPT_NO_SAVE_OPTIM,
-    OPT_CKPT_COMPRESSION,
+    OPT_CKPT_COMPRESSION, OPT_NO_VERIFY,
     /* data */
     OPT_DATA_PATH, OPT_SPLIT, OPT_DATA_CACHE_PATH, OPT_MOCK_DATA,
     /* distributed */
@@ -206,6 +206,9 @@ static const mc_option options[] = {
      "Take the model's architecture and vocabulary size from the --load checkpoint (model flags "
      "given still override), e.g. to fine-tune a Hugging Face import."},
     {"no-load-optim", MC_OPT_NONE, OPT_NO_LOAD_OPTIM, NULL, "Do not load the optimizer state."},
+    {"no-verify", MC_OPT_NONE, OPT_NO_VERIFY, NULL,
+     "Do not check the --load checkpoint's files against its checksums.xxh128 manifest "
+     "before reading them (faster; a damaged file may then crash HDF5)."},
     {"no-save-optim", MC_OPT_NONE, OPT_NO_SAVE_OPTIM, NULL, "Do not save the optimizer state."},
     {"ckpt-compression", MC_OPT_REQUIRED, OPT_CKPT_COMPRESSION, "none|zstd",
      "Compress checkpoint tensors (HDF5 filter 32015)."},
@@ -441,6 +444,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_FINETUNE: t->finetune = 1; break;
         case OPT_USE_CKPT_ARGS: a->use_ckpt_args = 1; break;
         case OPT_NO_LOAD_OPTIM: t->no_load_optim = 1; break;
+        case OPT_NO_VERIFY: mc_ckpt_set_verify(0); break;
         case OPT_NO_SAVE_OPTIM: t->no_save_optim = 1; break;
         case OPT_CKPT_COMPRESSION: {
             mc_ckpt_compression c;
