@@ -24,6 +24,8 @@
  *                         shapes and selections, attributes, dataset
  *                         creation, byte datasets, link lookup
  *           ckpt_dir.c    directories: temporary, mkdir -p, publish
+ *           ckpt_sum.c    the checksum manifest (checksums.xxh128): written
+ *                         at publish, checked before HDF5 opens a file
  *           h5zstd.c      the zstd filter (h5zstd.h)
  *           quant.c       the quantizers (public: mc/quant.h)
  *
