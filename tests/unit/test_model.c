@@ -125,7 +125,8 @@ static void test_registry(void)
 {
     const float s = 0.02f, so = 0.02f / 2.0f; /* std / sqrt(2 * 2 layers) */
     mc_model *m = make("tiny-gpt", 8, 60, 64, 2, NULL, MC_PREC_FP32);
-// clang-format off: one row per parameter
+/* one row per parameter */
+// clang-format off
 #define LAYER_GPT(L)                                                                               \
     {"decoder.layers." #L ".self_attention.linear_qkv.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1},  \
     {"decoder.layers." #L ".self_attention.linear_qkv.layer_norm_bias", 64, 1, -1, 1, 1, 0, 0},    \
@@ -153,7 +154,8 @@ static void test_registry(void)
     mc_model_free(m);
 
     m = make("tiny-llama", 8, 60, 64, 2, NULL, MC_PREC_FP32);
-// clang-format off: one row per parameter
+/* one row per parameter */
+// clang-format off
 #define LAYER_LLAMA(L)                                                                             \
     {"decoder.layers." #L ".self_attention.linear_qkv.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1},  \
     {"decoder.layers." #L ".self_attention.linear_qkv.weight", 128, 64, 0, 0, 1, s, 0},            \
