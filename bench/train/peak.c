@@ -43,7 +43,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "peak: bad N or REPS\n");
         return 2;
     }
-    float *a = malloc(n * n * sizeof *a), *b = malloc(n * n * sizeof *b), *c = malloc(n * n * sizeof *c);
+    float *a = malloc(n * n * sizeof *a), *b = malloc(n * n * sizeof *b),
+          *c = malloc(n * n * sizeof *c);
     uint16_t *ah = malloc(n * n * sizeof *ah), *bh = malloc(n * n * sizeof *bh);
     if (!a || !b || !c || !ah || !bh) {
         fprintf(stderr, "peak: out of memory\n");
@@ -66,18 +67,21 @@ int main(int argc, char **argv)
     for (int r = 0; r <= reps; r++) {
         double t0 = now();
         if (bf16) {
-            if (dnnl_gemm_bf16bf16f32('N', 'N', n, n, n, 1.0f, ah, n, bh, n, 0.0f, c, n) != dnnl_success) {
+            if (dnnl_gemm_bf16bf16f32('N', 'N', n, n, n, 1.0f, ah, n, bh, n, 0.0f, c, n) !=
+                dnnl_success) {
                 fprintf(stderr, "peak: dnnl_gemm_bf16bf16f32 failed\n");
                 return 1;
             }
         } else {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
+                        c, n);
         }
         t[r] = now() - t0;
     }
     qsort(t + 1, reps, sizeof *t, cmp);
     double med = t[1 + reps / 2];
-    printf("%s N=%ld median of %d: %.1f GFLOP/s (%.3f s)\n", argv[1], n, reps, 2.0 * n * n * n / med / 1e9, med);
+    printf("%s N=%ld median of %d: %.1f GFLOP/s (%.3f s)\n", argv[1], n, reps,
+           2.0 * n * n * n / med / 1e9, med);
     free(a), free(b), free(c), free(ah), free(bh);
     return 0;
 }

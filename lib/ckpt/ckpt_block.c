@@ -22,8 +22,9 @@
 /* ------------------------------------------------------------ quantized */
 
 /* Read [start, +count) of a dataset of nd dims as mtype into buf. */
-static mc_status read_slab(hid_t ds, hid_t mtype, int nd, const hsize_t *start, const hsize_t *count,
-                           void *buf, const char *where, mc_error *err) {
+static mc_status read_slab(hid_t ds, hid_t mtype, int nd, const hsize_t *start,
+                           const hsize_t *count, void *buf, const char *where, mc_error *err)
+{
     hid_t fs = H5Dget_space(ds), ms = H5Screate_simple(nd, count, NULL);
     mc_status st = MC_OK;
     if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
@@ -36,26 +37,29 @@ static mc_status read_slab(hid_t ds, hid_t mtype, int nd, const hsize_t *start, 
 }
 
 /* Open scales/<path> and check its shape (nd dims, d0 x d1). */
-static mc_status open_scales(hid_t fid, const char *where, const char *path, int nd, int64_t d0, int64_t d1,
-                             hid_t *out, mc_error *err) {
+static mc_status open_scales(hid_t fid, const char *where, const char *path, int nd, int64_t d0,
+                             int64_t d1, hid_t *out, mc_error *err)
+{
     char spath[1024];
     snprintf(spath, sizeof spath, CK_SCALES_GROUP "/%s", path);
     *out = -1;
     int there = ck_exists(fid, spath);
     if (there <= 0)
-        return there < 0 ? ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", where, spath)
-                         : mc_error_set(err, MC_ERR_FORMAT, "%s: quantized, but its scales %s are missing",
-                                        where, spath);
+        return there < 0
+                   ? ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", where, spath)
+                   : mc_error_set(err, MC_ERR_FORMAT,
+                                  "%s: quantized, but its scales %s are missing", where, spath);
     hid_t ds = H5Dopen2(fid, spath, H5P_DEFAULT), sp = ds >= 0 ? H5Dget_space(ds) : -1;
     hsize_t dims[2] = {0, 0};
     mc_status st = MC_OK;
-    if (sp < 0 || H5Sget_simple_extent_ndims(sp) != nd || H5Sget_simple_extent_dims(sp, dims, NULL) < 0 ||
-        (int64_t)dims[0] != d0 || (nd == 2 && (int64_t)dims[1] < d1))
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: not the shape its tensor needs", where, spath);
+    if (sp < 0 || H5Sget_simple_extent_ndims(sp) != nd ||
+        H5Sget_simple_extent_dims(sp, dims, NULL) < 0 || (int64_t)dims[0] != d0 ||
+        (nd == 2 && (int64_t)dims[1] < d1))
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: not the shape its tensor needs", where,
+                          spath);
     H5Eclear2(H5E_DEFAULT);
     ck_close(&sp);
-    if (st != MC_OK)
-        ck_close(&ds);
+    if (st != MC_OK) ck_close(&ds);
     *out = ds;
     return st;
 }
@@ -64,10 +68,10 @@ static mc_status open_scales(hid_t fid, const char *where, const char *path, int
  * fp8 bits) times their scales. */
 static mc_status read_quant(hid_t fid, hid_t ds, const char *where, const char *path,
                             mc_ckpt_dtype dtype, int64_t row0, int64_t col0, int64_t lrows,
-                            int64_t lcols, float *out, mc_error *err) {
+                            int64_t lcols, float *out, mc_error *err)
+{
     size_t n = (size_t)lrows * (size_t)lcols;
-    if (n == 0)
-        return MC_OK;
+    if (n == 0) return MC_OK;
     hid_t sds = -1, sp = H5Dget_space(ds);
     hsize_t dims[2] = {0, 0};
     H5Sget_simple_extent_dims(sp, dims, NULL);
@@ -78,18 +82,17 @@ static mc_status read_quant(hid_t fid, hid_t ds, const char *where, const char *
     float *sc = NULL;
     if (dtype == MC_CKPT_INT8 || dtype == MC_CKPT_FP8_E4M3) {
         int fp8 = dtype == MC_CKPT_FP8_E4M3;
-        hsize_t start[2] = {(hsize_t)row0, (hsize_t)col0}, count[2] = {(hsize_t)lrows, (hsize_t)lcols};
+        hsize_t start[2] = {(hsize_t)row0, (hsize_t)col0},
+                count[2] = {(hsize_t)lrows, (hsize_t)lcols};
         hsize_t s1[1] = {fp8 ? 0 : (hsize_t)row0}, c1[1] = {fp8 ? 1 : (hsize_t)lrows};
         q = malloc(n);
         sc = malloc((size_t)c1[0] * sizeof *sc);
-        if (!q || !sc)
-            st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
+        if (!q || !sc) st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
+        if (!st) st = open_scales(fid, where, path, 1, fp8 ? 1 : drows, 0, &sds, err);
         if (!st)
-            st = open_scales(fid, where, path, 1, fp8 ? 1 : drows, 0, &sds, err);
-        if (!st)
-            st = read_slab(ds, fp8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_INT8, 2, start, count, q, where, err);
-        if (!st)
-            st = read_slab(sds, H5T_NATIVE_FLOAT, 1, s1, c1, sc, where, err);
+            st = read_slab(ds, fp8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_INT8, 2, start, count, q, where,
+                           err);
+        if (!st) st = read_slab(sds, H5T_NATIVE_FLOAT, 1, s1, c1, sc, where, err);
         for (int64_t i = 0; i < lrows && !st; i++)
             for (int64_t j = 0; j < lcols; j++) {
                 size_t k = (size_t)(i * lcols + j);
@@ -101,27 +104,24 @@ static mc_status read_quant(hid_t fid, hid_t ds, const char *where, const char *
             (st = ck_read_int_attr(ds, "group_offset", &goff, err, where)) == MC_OK &&
             (st = ck_read_int_attr(ds, "cols", &dcols, err, where)) == MC_OK &&
             (gs < 1 || goff < 0 || goff >= gs))
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: int4 group_size %" PRId64 " or group_offset %" PRId64
-                              " out of range", where, gs, goff);
-        if (st)
-            return st;
+            st = mc_error_set(err, MC_ERR_FORMAT,
+                              "%s: int4 group_size %" PRId64 " or group_offset %" PRId64
+                              " out of range",
+                              where, gs, goff);
+        if (st) return st;
         int64_t b0 = col0 / 2, b1 = (col0 + lcols - 1) / 2, nb = b1 - b0 + 1;
         int64_t k0 = (col0 + goff) / gs, k1 = (col0 + lcols - 1 + goff) / gs, nk = k1 - k0 + 1;
         int64_t ngroups = gs ? (dcols - 1 + goff) / gs + 1 : 0;
         if (!st) {
             q = malloc((size_t)(lrows * nb));
             sc = malloc((size_t)(lrows * nk) * sizeof *sc);
-            if (!q || !sc)
-                st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
+            if (!q || !sc) st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
         }
-        if (!st)
-            st = open_scales(fid, where, path, 2, drows, ngroups, &sds, err);
+        if (!st) st = open_scales(fid, where, path, 2, drows, ngroups, &sds, err);
         hsize_t start[2] = {(hsize_t)row0, (hsize_t)b0}, count[2] = {(hsize_t)lrows, (hsize_t)nb};
         hsize_t s2[2] = {(hsize_t)row0, (hsize_t)k0}, c2[2] = {(hsize_t)lrows, (hsize_t)nk};
-        if (!st)
-            st = read_slab(ds, H5T_NATIVE_UINT8, 2, start, count, q, where, err);
-        if (!st)
-            st = read_slab(sds, H5T_NATIVE_FLOAT, 2, s2, c2, sc, where, err);
+        if (!st) st = read_slab(ds, H5T_NATIVE_UINT8, 2, start, count, q, where, err);
+        if (!st) st = read_slab(sds, H5T_NATIVE_FLOAT, 2, s2, c2, sc, where, err);
         for (int64_t i = 0; i < lrows && !st; i++)
             for (int64_t j = 0; j < lcols; j++) {
                 int64_t c = col0 + j;
@@ -144,16 +144,18 @@ static mc_status read_quant(hid_t fid, hid_t ds, const char *where, const char *
  * dtype="bfloat16". Quantized datasets (ckpt_quant.c) are int8/uint8 with
  * dtype "int8", "fp8_e4m3" or "int4"; an int4 one holds two elements per
  * byte and keeps its logical column count in the attribute "cols". */
-mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *ds_out, int64_t *rows,
-                         int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err) {
+mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *ds_out,
+                         int64_t *rows, int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err)
+{
     *ds_out = -1;
     if (!ck_valid_path(path))
-        return mc_error_set(err, MC_ERR_USAGE, "%s: %s: invalid tensor path", file, path ? path : "(null)");
+        return mc_error_set(err, MC_ERR_USAGE, "%s: %s: invalid tensor path", file,
+                            path ? path : "(null)");
     int there = ck_exists(fid, path);
-    if (there < 0)
-        return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", file, path);
+    if (there < 0) return ck_h5fail(err, MC_ERR_FORMAT, "%s: %s: cannot look it up", file, path);
     if (!there)
-        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: %s: no such tensor in the checkpoint", file, path);
+        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: %s: no such tensor in the checkpoint", file,
+                            path);
     hid_t ds = H5Dopen2(fid, path, H5P_DEFAULT), sp = -1, t = -1;
     mc_status st = MC_OK;
     char *dname = NULL;
@@ -165,7 +167,8 @@ mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *d
         goto done;
     }
     if (nd < 1 || nd > 2) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: %d dimensions, a tensor has 1 or 2", file, path, nd);
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: %d dimensions, a tensor has 1 or 2", file,
+                          path, nd);
         goto done;
     }
     H5Sget_simple_extent_dims(sp, dims, NULL);
@@ -187,18 +190,23 @@ mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *d
     if (dname && strcmp(dname, "bfloat16") == 0) {
         *dtype = MC_CKPT_BFLOAT16;
         if (cls != H5T_INTEGER || size != 2)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype bfloat16 needs 16-bit integer storage", file, path);
-    } else if (dname && (!strcmp(dname, "int8") || !strcmp(dname, "fp8_e4m3") || !strcmp(dname, "int4"))) {
+            st = mc_error_set(err, MC_ERR_FORMAT,
+                              "%s: %s: dtype bfloat16 needs 16-bit integer storage", file, path);
+    } else if (dname &&
+               (!strcmp(dname, "int8") || !strcmp(dname, "fp8_e4m3") || !strcmp(dname, "int4"))) {
         *dtype = dname[1] == 'p' ? MC_CKPT_FP8_E4M3 : dname[3] == '8' ? MC_CKPT_INT8 : MC_CKPT_INT4;
         if (cls != H5T_INTEGER || size != 1 || nd != 2) {
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype %s needs 2-D 8-bit integer storage", file,
-                              path, dname);
+            st = mc_error_set(err, MC_ERR_FORMAT,
+                              "%s: %s: dtype %s needs 2-D 8-bit integer storage", file, path,
+                              dname);
         } else if (*dtype == MC_CKPT_INT4) {
             int64_t lc = 0;
             st = ck_read_int_attr(ds, "cols", &lc, err, file);
             if (st == MC_OK && (lc < 1 || (lc + 1) / 2 != *cols))
-                st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: int4 attribute cols %" PRId64
-                                  " does not fit %" PRId64 " bytes per row", file, path, lc, *cols);
+                st = mc_error_set(err, MC_ERR_FORMAT,
+                                  "%s: %s: int4 attribute cols %" PRId64 " does not fit %" PRId64
+                                  " bytes per row",
+                                  file, path, lc, *cols);
             *cols = lc;
         }
     } else if (dname && strcmp(dname, "float16") != 0 && strcmp(dname, "float32") != 0) {
@@ -208,29 +216,28 @@ mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *d
     } else {
         *dtype = size == 2 ? MC_CKPT_FLOAT16 : MC_CKPT_FLOAT32;
         if (dname && strcmp(dname, mc_ckpt_dtype_name(*dtype)) != 0)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype '%s' but %zu-byte floats", file, path,
-                              dname, size);
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: dtype '%s' but %zu-byte floats", file,
+                              path, dname, size);
     }
 done:
     free(dname);
     ck_close(&t);
     ck_close(&sp);
-    if (st != MC_OK)
-        ck_close(&ds);
+    if (st != MC_OK) ck_close(&ds);
     *ds_out = ds;
     return st;
 }
 
 mc_status ck_read_block(hid_t fid, const char *file, const char *path, int64_t row0, int64_t col0,
-                        int64_t lrows, int64_t lcols, float *out, mc_error *err) {
+                        int64_t lrows, int64_t lcols, float *out, mc_error *err)
+{
     char where[512];
     snprintf(where, sizeof where, "%s: %s", file, path);
     int64_t frows, fcols;
     mc_ckpt_dtype dtype;
     hid_t ds = -1, fs = -1, ms = -1;
     mc_status st = ck_open_tensor(fid, file, path, &ds, &frows, &fcols, &dtype, err);
-    if (st != MC_OK)
-        return st;
+    if (st != MC_OK) return st;
     if ((st = ck_check_block(where, frows, fcols, row0, col0, lrows, lcols, err)) != MC_OK) {
         ck_close(&ds);
         return err->code = MC_ERR_FORMAT; /* a dataset smaller than its index says */
@@ -243,7 +250,8 @@ mc_status ck_read_block(hid_t fid, const char *file, const char *path, int64_t r
     size_t n = (size_t)lrows * (size_t)lcols;
     if (n > 0) {
         hid_t mt = dtype == MC_CKPT_BFLOAT16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;
-        if ((fs = H5Dget_space(ds)) < 0 || ck_block_spaces(fs, fcols, row0, col0, lrows, lcols, &ms) != MC_OK)
+        if ((fs = H5Dget_space(ds)) < 0 ||
+            ck_block_spaces(fs, fcols, row0, col0, lrows, lcols, &ms) != MC_OK)
             st = ck_h5fail(err, MC_ERR_INTERNAL, "%s: cannot select the block", where);
         else if (H5Dread(ds, mt, ms, fs, H5P_DEFAULT, out) < 0)
             st = ck_h5fail(err, MC_ERR_FORMAT, "%s: read failed", where);

@@ -23,27 +23,24 @@
 
 /* Not mkdtemp: its 0700 would stay on the directory, which is renamed,
  * not copied, into place. */
-int ck_make_tmpdir(char *tmpl) {
+int ck_make_tmpdir(char *tmpl)
+{
     static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     char *x = tmpl + strlen(tmpl) - 6;
     for (int attempt = 0; attempt < 100; attempt++) {
         unsigned char r[6];
-        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
-            return -1;
-        for (int i = 0; i < 6; i++)
-            x[i] = abc[r[i] % (sizeof abc - 1)];
-        if (mkdir(tmpl, 0777) == 0)
-            return 0;
-        if (errno != EEXIST)
-            return -1;
+        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) return -1;
+        for (int i = 0; i < 6; i++) x[i] = abc[r[i] % (sizeof abc - 1)];
+        if (mkdir(tmpl, 0777) == 0) return 0;
+        if (errno != EEXIST) return -1;
     }
     return -1;
 }
 
-mc_status ck_mkdir_p(const char *dir, mc_error *err) {
+mc_status ck_mkdir_p(const char *dir, mc_error *err)
+{
     char *p = strdup(dir);
-    if (!p)
-        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
+    if (!p) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
     for (char *s = p + 1;; s++) {
         if (*s == '/' || *s == 0) {
             char c = *s;
@@ -55,8 +52,7 @@ mc_status ck_mkdir_p(const char *dir, mc_error *err) {
                 return MC_ERR_IO;
             }
             *s = c;
-            if (!c)
-                break;
+            if (!c) break;
         }
     }
     free(p);
@@ -67,7 +63,8 @@ mc_status ck_mkdir_p(const char *dir, mc_error *err) {
 }
 
 mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_t iteration,
-                     int *tmp_gone, mc_error *err) {
+                     int *tmp_gone, mc_error *err)
+{
     mc_status st;
     *tmp_gone = 0;
     /* The manifest goes in before the rename, so it is atomic with the files. */
@@ -88,14 +85,12 @@ mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_
                                   final, tmp);
         }
     }
-    if ((st = mc_fsync_path(dir, err)) != MC_OK)
-        return st;
+    if ((st = mc_fsync_path(dir, err)) != MC_OK) return st;
     /* The final directory is in place; from here a failure leaves the
      * previous pointer, which still names a complete checkpoint. */
     *tmp_gone = 1;
     char *latest = mc_strprintf("%s/" MC_CKPT_LATEST, dir), num[32];
-    if (!latest)
-        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
+    if (!latest) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
     int len = snprintf(num, sizeof num, "%" PRId64 "\n", iteration);
     mc_afile f;
     if ((st = mc_afile_open(&f, latest, err)) == MC_OK) {

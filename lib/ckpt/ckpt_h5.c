@@ -20,20 +20,19 @@
 
 /* ------------------------------------------------------------ HDF5 errors */
 
-void ck_quiet_on(ck_quiet *q) {
+void ck_quiet_on(ck_quiet *q)
+{
     H5Eget_auto2(H5E_DEFAULT, &q->func, &q->data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
-void ck_quiet_off(const ck_quiet *q) {
-    H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
-}
+void ck_quiet_off(const ck_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->func, q->data); }
 
-static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data) {
+static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data)
+{
     (void)n;
     char *out = data;
-    if (!e->desc || !e->desc[0])
-        return 0;
+    if (!e->desc || !e->desc[0]) return 0;
     /* HDF5's POSIX driver describes a failed system call in several lines
      * ("file write failed: time = ..., errno = 27, error message = 'File
      * too large', buf = ..."): the system's message is what a person needs,
@@ -46,8 +45,7 @@ static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data) {
     }
     snprintf(out, 256, "%s", e->desc);
     for (char *p = out; *p; p++)
-        if (*p == '\n' || *p == '\r')
-            *p = ' ';
+        if (*p == '\n' || *p == '\r') *p = ' ';
     return 0;
 }
 
@@ -58,7 +56,8 @@ static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data) {
  * so HDF5 does no cleanup at exit: the operating system frees the rest. */
 __attribute__((constructor)) static void no_hdf5_cleanup_at_exit(void) { H5dont_atexit(); }
 
-mc_status ck_h5fail(mc_error *err, mc_status code, const char *fmt, ...) {
+mc_status ck_h5fail(mc_error *err, mc_status code, const char *fmt, ...)
+{
     char msg[MC_ERROR_MSG_MAX], inner[256] = "";
     va_list ap;
     va_start(ap, fmt);
@@ -66,20 +65,20 @@ mc_status ck_h5fail(mc_error *err, mc_status code, const char *fmt, ...) {
     va_end(ap);
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, innermost_cb, inner);
     H5Eclear2(H5E_DEFAULT);
-    if (inner[0])
-        return mc_error_set(err, code, "%s: %s", msg, inner);
+    if (inner[0]) return mc_error_set(err, code, "%s: %s", msg, inner);
     return mc_error_set(err, code, "%s", msg);
 }
 
-void ck_close(hid_t *id) {
-    if (*id >= 0)
-        H5Idec_ref(*id);
+void ck_close(hid_t *id)
+{
+    if (*id >= 0) H5Idec_ref(*id);
     *id = -1;
 }
 
 /* ------------------------------------------------------------ dtypes */
 
-const char *mc_ckpt_dtype_name(mc_ckpt_dtype d) {
+const char *mc_ckpt_dtype_name(mc_ckpt_dtype d)
+{
     switch (d) {
     case MC_CKPT_FLOAT32: return "float32";
     case MC_CKPT_BFLOAT16: return "bfloat16";
@@ -91,21 +90,24 @@ const char *mc_ckpt_dtype_name(mc_ckpt_dtype d) {
     return NULL;
 }
 
-int mc_ckpt_dtype_is_quantized(mc_ckpt_dtype d) {
+int mc_ckpt_dtype_is_quantized(mc_ckpt_dtype d)
+{
     return d == MC_CKPT_INT8 || d == MC_CKPT_FP8_E4M3 || d == MC_CKPT_INT4;
 }
 
-mc_status mc_ckpt_dtype_parse(const char *s, mc_ckpt_dtype *out, mc_error *err) {
+mc_status mc_ckpt_dtype_parse(const char *s, mc_ckpt_dtype *out, mc_error *err)
+{
     for (int d = MC_CKPT_FLOAT32; d <= MC_CKPT_FLOAT16; d++)
         if (s && strcmp(s, mc_ckpt_dtype_name((mc_ckpt_dtype)d)) == 0) {
             *out = (mc_ckpt_dtype)d;
             return MC_OK;
         }
-    return mc_error_set(err, MC_ERR_USAGE, "unknown checkpoint dtype '%s' (float32, bfloat16, float16)",
-                        s ? s : "");
+    return mc_error_set(err, MC_ERR_USAGE,
+                        "unknown checkpoint dtype '%s' (float32, bfloat16, float16)", s ? s : "");
 }
 
-mc_status mc_ckpt_compression_parse(const char *s, mc_ckpt_compression *out, mc_error *err) {
+mc_status mc_ckpt_compression_parse(const char *s, mc_ckpt_compression *out, mc_error *err)
+{
     if (s && strcmp(s, "none") == 0)
         *out = MC_CKPT_COMPRESS_NONE;
     else if (s && strcmp(s, "zstd") == 0)
@@ -117,11 +119,12 @@ mc_status mc_ckpt_compression_parse(const char *s, mc_ckpt_compression *out, mc_
 }
 
 /* IEEE binary16 as HDF5 describes it (what h5py and numpy call float16). */
-hid_t ck_half_type(void) {
+hid_t ck_half_type(void)
+{
     hid_t t = H5Tcopy(H5T_IEEE_F32LE);
-    if (t < 0)
-        return -1;
-    if (H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_size(t, 2) < 0 || H5Tset_ebias(t, 15) < 0) {
+    if (t < 0) return -1;
+    if (H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_size(t, 2) < 0 ||
+        H5Tset_ebias(t, 15) < 0) {
         H5Tclose(t);
         return -1;
     }
@@ -130,7 +133,8 @@ hid_t ck_half_type(void) {
 
 /* ------------------------------------------------------------ shapes */
 
-void ck_shape_str(char *out, size_t cap, int64_t rows, int64_t cols) {
+void ck_shape_str(char *out, size_t cap, int64_t rows, int64_t cols)
+{
     if (cols == 0)
         snprintf(out, cap, "[%" PRId64 "]", rows);
     else
@@ -138,25 +142,28 @@ void ck_shape_str(char *out, size_t cap, int64_t rows, int64_t cols) {
 }
 
 mc_status ck_check_block(const char *where, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
-                             int64_t lrows, int64_t lcols, mc_error *err) {
+                         int64_t lrows, int64_t lcols, mc_error *err)
+{
     if (rows < 1 || cols < 0)
-        return mc_error_set(err, MC_ERR_USAGE, "%s: invalid shape [%" PRId64 ", %" PRId64 "]", where,
-                            rows, cols);
+        return mc_error_set(err, MC_ERR_USAGE, "%s: invalid shape [%" PRId64 ", %" PRId64 "]",
+                            where, rows, cols);
     if (cols == 0) {
         col0 = 0;
         lcols = 1;
         cols = 1;
     }
-    if (row0 < 0 || lrows < 0 || row0 > rows - lrows || col0 < 0 || lcols < 0 || col0 > cols - lcols)
+    if (row0 < 0 || lrows < 0 || row0 > rows - lrows || col0 < 0 || lcols < 0 ||
+        col0 > cols - lcols)
         return mc_error_set(err, MC_ERR_USAGE,
-                            "%s: block rows [%" PRId64 ", %" PRId64 ") x cols [%" PRId64 ", %" PRId64
-                            ") is outside the tensor",
+                            "%s: block rows [%" PRId64 ", %" PRId64 ") x cols [%" PRId64
+                            ", %" PRId64 ") is outside the tensor",
                             where, row0, row0 + lrows, col0, col0 + lcols);
     return MC_OK;
 }
 
 mc_status ck_block_spaces(hid_t fspace, int64_t cols, int64_t row0, int64_t col0, int64_t lrows,
-                              int64_t lcols, hid_t *mspace) {
+                          int64_t lcols, hid_t *mspace)
+{
     int nd = cols == 0 ? 1 : 2;
     hsize_t start[2] = {(hsize_t)row0, (hsize_t)(nd == 2 ? col0 : 0)};
     hsize_t count[2] = {(hsize_t)lrows, (hsize_t)(nd == 2 ? lcols : 1)};
@@ -166,24 +173,22 @@ mc_status ck_block_spaces(hid_t fspace, int64_t cols, int64_t row0, int64_t col0
     return *mspace < 0 ? MC_ERR_INTERNAL : MC_OK;
 }
 
-int ck_valid_path(const char *p) {
-    if (!p || !*p || p[0] == '/' || p[strlen(p) - 1] == '/' || strstr(p, "//"))
-        return 0;
+int ck_valid_path(const char *p)
+{
+    if (!p || !*p || p[0] == '/' || p[strlen(p) - 1] == '/' || strstr(p, "//")) return 0;
     return 1;
 }
 
-int ck_valid_key(const char *k) {
-    return k && *k && !strchr(k, '/');
-}
+int ck_valid_key(const char *k) { return k && *k && !strchr(k, '/'); }
 
 /* 1 when the link path exists, 0 when it does not, -1 when HDF5 cannot
  * tell (a damaged group; its error stack is left for ck_h5fail). */
-int ck_exists(hid_t fid, const char *path) {
+int ck_exists(hid_t fid, const char *path)
+{
     /* H5Lexists on "a/b" fails when "a" is missing: check each prefix. */
     char buf[1024];
     size_t n = strlen(path);
-    if (n >= sizeof buf)
-        return 0;
+    if (n >= sizeof buf) return 0;
     memcpy(buf, path, n + 1);
     for (size_t i = 0; i <= n; i++) {
         if (buf[i] == '/' || buf[i] == 0) {
@@ -191,8 +196,7 @@ int ck_exists(hid_t fid, const char *path) {
             buf[i] = 0;
             htri_t e = H5Lexists(fid, buf, H5P_DEFAULT);
             buf[i] = c;
-            if (e <= 0)
-                return e < 0 ? -1 : 0;
+            if (e <= 0) return e < 0 ? -1 : 0;
         }
     }
     return 1;
@@ -201,12 +205,13 @@ int ck_exists(hid_t fid, const char *path) {
 /* ------------------------------------------------------------ attributes */
 
 mc_status ck_write_str_attr(hid_t loc, const char *name, const char *s, mc_error *err,
-                                const char *where) {
+                            const char *where)
+{
     size_t len = strlen(s);
     hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR), a = -1;
     mc_status st = MC_OK;
-    if (t < 0 || sp < 0 || H5Tset_size(t, len ? len : 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLPAD) < 0 ||
-        H5Tset_cset(t, H5T_CSET_UTF8) < 0)
+    if (t < 0 || sp < 0 || H5Tset_size(t, len ? len : 1) < 0 ||
+        H5Tset_strpad(t, H5T_STR_NULLPAD) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
         st = ck_h5fail(err, MC_ERR_INTERNAL, "%s: attribute %s: cannot make its type", where, name);
     else if (H5Aexists(loc, name) > 0 && H5Adelete(loc, name) < 0)
         st = ck_h5fail(err, MC_ERR_IO, "%s: attribute %s: cannot replace it", where, name);
@@ -221,15 +226,16 @@ mc_status ck_write_str_attr(hid_t loc, const char *name, const char *s, mc_error
 
 /* Read a string attribute (fixed or variable length) into a malloc'd,
  * NUL-terminated string. MC_ERR_NOTFOUND when absent. */
-mc_status ck_read_str_attr(hid_t loc, const char *name, char **out, mc_error *err, const char *where) {
+mc_status ck_read_str_attr(hid_t loc, const char *name, char **out, mc_error *err,
+                           const char *where)
+{
     hid_t a = -1, t = -1, mt = -1, sp = -1;
     mc_status st = MC_OK;
     *out = NULL;
     htri_t there = H5Aexists(loc, name);
     if (there < 0)
         return ck_h5fail(err, MC_ERR_FORMAT, "%s: cannot read attribute %s", where, name);
-    if (!there)
-        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: no attribute '%s'", where, name);
+    if (!there) return mc_error_set(err, MC_ERR_NOTFOUND, "%s: no attribute '%s'", where, name);
     if ((a = H5Aopen(loc, name, H5P_DEFAULT)) < 0 || (t = H5Aget_type(a)) < 0 ||
         (sp = H5Aget_space(a)) < 0) {
         st = ck_h5fail(err, MC_ERR_FORMAT, "%s: attribute %s: cannot open it", where, name);
@@ -264,8 +270,7 @@ mc_status ck_read_str_attr(hid_t loc, const char *name, char **out, mc_error *er
         }
         *out = v;
     }
-    if (!*out)
-        st = mc_error_set(err, MC_ERR_NOMEM, "%s: attribute %s: out of memory", where, name);
+    if (!*out) st = mc_error_set(err, MC_ERR_NOMEM, "%s: attribute %s: out of memory", where, name);
 done:
     ck_close(&mt);
     ck_close(&sp);
@@ -274,12 +279,15 @@ done:
     return st;
 }
 
-mc_status ck_write_int_attr(hid_t loc, const char *name, int64_t v, mc_error *err, const char *where) {
+mc_status ck_write_int_attr(hid_t loc, const char *name, int64_t v, mc_error *err,
+                            const char *where)
+{
     hid_t sp = H5Screate(H5S_SCALAR), a = -1;
     mc_status st = MC_OK;
     if (H5Aexists(loc, name) > 0 && H5Adelete(loc, name) < 0)
         st = ck_h5fail(err, MC_ERR_IO, "%s: attribute %s: cannot replace it", where, name);
-    else if (sp < 0 || (a = H5Acreate2(loc, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
+    else if (sp < 0 ||
+             (a = H5Acreate2(loc, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
              H5Awrite(a, H5T_NATIVE_INT64, &v) < 0)
         st = ck_h5fail(err, MC_ERR_IO, "%s: attribute %s: write failed", where, name);
     ck_close(&a);
@@ -287,18 +295,21 @@ mc_status ck_write_int_attr(hid_t loc, const char *name, int64_t v, mc_error *er
     return st;
 }
 
-mc_status ck_read_int_attr(hid_t loc, const char *name, int64_t *v, mc_error *err, const char *where) {
+mc_status ck_read_int_attr(hid_t loc, const char *name, int64_t *v, mc_error *err,
+                           const char *where)
+{
     hid_t a = -1, t = -1, sp = -1;
     mc_status st = MC_OK;
     htri_t there = H5Aexists(loc, name);
     if (there < 0)
         return ck_h5fail(err, MC_ERR_FORMAT, "%s: cannot read attribute %s", where, name);
-    if (!there)
-        return mc_error_set(err, MC_ERR_NOTFOUND, "%s: no attribute '%s'", where, name);
-    if ((a = H5Aopen(loc, name, H5P_DEFAULT)) < 0 || (t = H5Aget_type(a)) < 0 || (sp = H5Aget_space(a)) < 0)
+    if (!there) return mc_error_set(err, MC_ERR_NOTFOUND, "%s: no attribute '%s'", where, name);
+    if ((a = H5Aopen(loc, name, H5P_DEFAULT)) < 0 || (t = H5Aget_type(a)) < 0 ||
+        (sp = H5Aget_space(a)) < 0)
         st = ck_h5fail(err, MC_ERR_FORMAT, "%s: attribute %s: cannot open it", where, name);
     else if (H5Tget_class(t) != H5T_INTEGER || H5Sget_simple_extent_npoints(sp) != 1)
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: attribute %s: not a single integer", where, name);
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: attribute %s: not a single integer", where,
+                          name);
     else if (H5Aread(a, H5T_NATIVE_INT64, v) < 0)
         st = ck_h5fail(err, MC_ERR_FORMAT, "%s: attribute %s: read failed", where, name);
     ck_close(&sp);
@@ -307,7 +318,8 @@ mc_status ck_read_int_attr(hid_t loc, const char *name, int64_t *v, mc_error *er
     return st;
 }
 
-hid_t ck_file_type(mc_ckpt_dtype d) {
+hid_t ck_file_type(mc_ckpt_dtype d)
+{
     switch (d) {
     case MC_CKPT_FLOAT32: return H5Tcopy(H5T_IEEE_F32LE);
     case MC_CKPT_BFLOAT16: return H5Tcopy(H5T_STD_U16LE);
@@ -316,23 +328,20 @@ hid_t ck_file_type(mc_ckpt_dtype d) {
     }
 }
 
-hid_t ck_mem_type(mc_ckpt_dtype d) {
-    if (d == MC_CKPT_FLOAT32)
-        return H5Tcopy(H5T_NATIVE_FLOAT);
-    if (d == MC_CKPT_BFLOAT16)
-        return H5Tcopy(H5T_NATIVE_UINT16);
+hid_t ck_mem_type(mc_ckpt_dtype d)
+{
+    if (d == MC_CKPT_FLOAT32) return H5Tcopy(H5T_NATIVE_FLOAT);
+    if (d == MC_CKPT_BFLOAT16) return H5Tcopy(H5T_NATIVE_UINT16);
     /* Same layout as the file type, so HDF5 copies the bits unconverted. */
     hid_t t = ck_half_type();
-    if (t >= 0)
-        H5Tset_order(t, H5Tget_order(H5T_NATIVE_FLOAT));
+    if (t >= 0) H5Tset_order(t, H5Tget_order(H5T_NATIVE_FLOAT));
     return t;
 }
 
-size_t ck_dtype_size(mc_ckpt_dtype d) {
-    return d == MC_CKPT_FLOAT32 ? 4 : 2;
-}
+size_t ck_dtype_size(mc_ckpt_dtype d) { return d == MC_CKPT_FLOAT32 ? 4 : 2; }
 
-void ck_convert(mc_ckpt_dtype d, const float *in, size_t n, void *out) {
+void ck_convert(mc_ckpt_dtype d, const float *in, size_t n, void *out)
+{
     if (d == MC_CKPT_FLOAT32) {
         memcpy(out, in, n * sizeof *in);
         return;
@@ -344,10 +353,12 @@ void ck_convert(mc_ckpt_dtype d, const float *in, size_t n, void *out) {
 
 /* ------------------------------------------------------------ datasets */
 
-mc_status ck_write_header(hid_t fid, int64_t iteration, mc_error *err, const char *where) {
+mc_status ck_write_header(hid_t fid, int64_t iteration, mc_error *err, const char *where)
+{
     mc_status st;
     if ((st = ck_write_str_attr(fid, "mc_format", CK_FORMAT_NAME, err, where)) != MC_OK ||
-        (st = ck_write_int_attr(fid, "mc_format_version", MC_CKPT_FORMAT_VERSION, err, where)) != MC_OK ||
+        (st = ck_write_int_attr(fid, "mc_format_version", MC_CKPT_FORMAT_VERSION, err, where)) !=
+            MC_OK ||
         (st = ck_write_str_attr(fid, "mc_version", PACKAGE_VERSION, err, where)) != MC_OK ||
         (st = ck_write_int_attr(fid, "iteration", iteration, err, where)) != MC_OK)
         return st;
@@ -357,8 +368,8 @@ mc_status ck_write_header(hid_t fid, int64_t iteration, mc_error *err, const cha
 /* Dataset creation properties: chunks of ~CK_CHUNK_TARGET bytes (whole rows
  * when a row fits), then zstd when asked, then Fletcher-32 over the stored
  * bytes (checked before anything is decompressed). */
-hid_t ck_tensor_dcpl(mc_ckpt_compression comp, int level, int nd, const hsize_t *dims,
-                     size_t esize) {
+hid_t ck_tensor_dcpl(mc_ckpt_compression comp, int level, int nd, const hsize_t *dims, size_t esize)
+{
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hsize_t chunk[2];
     hsize_t target = CK_CHUNK_TARGET / esize;
@@ -377,15 +388,13 @@ hid_t ck_tensor_dcpl(mc_ckpt_compression comp, int level, int nd, const hsize_t 
         chunk[0] = 1;
         chunk[1] = (dims[1] + k - 1) / k;
     }
-    if (dcpl < 0 || H5Pset_chunk(dcpl, nd, chunk) < 0)
-        goto fail;
+    if (dcpl < 0 || H5Pset_chunk(dcpl, nd, chunk) < 0) goto fail;
     if (comp == MC_CKPT_COMPRESS_ZSTD) {
         unsigned cd = (unsigned)(int32_t)level;
         if (H5Pset_filter(dcpl, MC_H5Z_FILTER_ZSTD, H5Z_FLAG_MANDATORY, level ? 1 : 0, &cd) < 0)
             goto fail;
     }
-    if (H5Pset_fletcher32(dcpl) < 0)
-        goto fail;
+    if (H5Pset_fletcher32(dcpl) < 0) goto fail;
     return dcpl;
 fail:
     ck_close(&dcpl);
@@ -394,7 +403,8 @@ fail:
 
 mc_status ck_create_tensor(hid_t fid, const char *where, const char *path, int64_t rows,
                            int64_t cols, mc_ckpt_dtype dtype, mc_ckpt_compression comp, int level,
-                           mc_error *err) {
+                           mc_error *err)
+{
     int nd = cols == 0 ? 1 : 2;
     hsize_t dims[2] = {(hsize_t)rows, (hsize_t)(cols ? cols : 1)};
     hid_t ft = ck_file_type(dtype), sp = H5Screate_simple(nd, dims, NULL);
@@ -415,7 +425,8 @@ mc_status ck_create_tensor(hid_t fid, const char *where, const char *path, int64
     return st;
 }
 
-hid_t ck_bytes_dcpl(size_t n) {
+hid_t ck_bytes_dcpl(size_t n)
+{
     hsize_t chunk[1] = {n < CK_CHUNK_TARGET ? n : CK_CHUNK_TARGET};
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     if (dcpl >= 0 && (H5Pset_chunk(dcpl, 1, chunk) < 0 || H5Pset_fletcher32(dcpl) < 0))
@@ -424,7 +435,8 @@ hid_t ck_bytes_dcpl(size_t n) {
 }
 
 mc_status ck_write_bytes(hid_t fid, const char *file, const char *key, const void *data, size_t n,
-                         mc_error *err) {
+                         mc_error *err)
+{
     hsize_t dims[1] = {n};
     hid_t sp = H5Screate_simple(1, dims, NULL), dcpl = -1, ds = -1;
     mc_status st = MC_OK;

@@ -47,7 +47,7 @@
  * its matches, small enough that a partial read stays cheap. */
 #define CK_CHUNK_TARGET (2u << 20)
 #define CK_SCALES_GROUP "scales" /* scales of quantized model/X: scales/model/X */
-#define CK_INDEX_FILE "index.h5"  /* a sharded checkpoint's root file */
+#define CK_INDEX_FILE "index.h5" /* a sharded checkpoint's root file */
 #define CK_INDEX_DATASET "shard_index"
 
 /* ------------------------------------------------------------ ckpt_h5.c */
@@ -124,9 +124,9 @@ int ck_exists(hid_t fid, const char *path);
 int ck_make_tmpdir(char *tmpl);
 mc_status ck_mkdir_p(const char *dir, mc_error *err);
 /* The temporary iteration directory tmp (its file closed and fsynced) becomes
- * final: write its checksum manifest (ckpt_sum.c), fsync tmp, rename (exchanging an existing final, then removed),
- * fsync dir, then rewrite dir's latest pointer to iteration. On success
- * *tmp_gone is 1: nothing is left under the temporary name. */
+ * final: write its checksum manifest (ckpt_sum.c), fsync tmp, rename (exchanging an existing final,
+ * then removed), fsync dir, then rewrite dir's latest pointer to iteration. On success *tmp_gone is
+ * 1: nothing is left under the temporary name. */
 mc_status ck_publish(const char *dir, const char *tmp, const char *final, int64_t iteration,
                      int *tmp_gone, mc_error *err);
 
@@ -168,20 +168,20 @@ typedef struct ck_tensor {
     int64_t written; /* elements written so far (by this process) */
 } ck_tensor;
 
-typedef struct ck_par ck_par; /* ckpt_par.c */
+typedef struct ck_par ck_par;                   /* ckpt_par.c */
 typedef struct ck_shard_writer ck_shard_writer; /* ckpt_shard.c */
 
 struct mc_ckpt_writer {
     char *dir, *final, *final_file, *tmp, *tmp_file;
     int64_t iteration;
-    hid_t fid;               /* one process: open from begin to commit */
+    hid_t fid; /* one process: open from begin to commit */
     mc_ckpt_compression comp;
     int level;
     ck_tensor *t;
     size_t nt, ct;
-    ck_par *par;             /* NULL: this process writes alone */
-    ck_shard_writer *shard;        /* a sharded checkpoint: fid is index.h5 */
-    int tmp_counted;         /* this process made tmp: mc_temp_end when freed */
+    ck_par *par;            /* NULL: this process writes alone */
+    ck_shard_writer *shard; /* a sharded checkpoint: fid is index.h5 */
+    int tmp_counted;        /* this process made tmp: mc_temp_end when freed */
 };
 
 /* ------------------------------------------------------------ ckpt_quant.c */
@@ -232,8 +232,7 @@ void ck_shard_free(ck_shard_writer *s);
  * HDF5 opens it. */
 typedef struct ck_shard_reader ck_shard_reader;
 mc_status ck_shard_reader_open(hid_t index_fid, const char *index_file, const char *dir,
-                               const ck_manifest *manifest, ck_shard_reader **out,
-                               mc_error *err);
+                               const ck_manifest *manifest, ck_shard_reader **out, mc_error *err);
 void ck_shard_reader_close(ck_shard_reader *s);
 void ck_shard_reader_grid(const ck_shard_reader *s, int *tp, int *pp);
 void ck_shard_reader_prefer(ck_shard_reader *s, int tp_rank, int pp_rank);
@@ -244,8 +243,8 @@ mc_status ck_shard_reader_info(const ck_shard_reader *s, const char *path, int64
 mc_status ck_shard_reader_read(ck_shard_reader *s, const char *path, int64_t row0, int64_t col0,
                                int64_t lrows, int64_t lcols, float *out, mc_error *err);
 /* The names directly under group, sorted, NUL-separated in *buf (count *n). */
-mc_status ck_shard_reader_list(const ck_shard_reader *s, const char *group, mc_buf *buf,
-                               size_t *n, mc_error *err);
+mc_status ck_shard_reader_list(const ck_shard_reader *s, const char *group, mc_buf *buf, size_t *n,
+                               mc_error *err);
 
 /* ------------------------------------------------------------ ckpt_par.c */
 

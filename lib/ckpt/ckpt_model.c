@@ -29,21 +29,21 @@ json_t *mc_model_config_json(const mc_model_config *c)
                      c->max_position_embeddings, "vocab_size", (json_int_t)c->vocab_size,
                      "make_vocab_size_divisible_by", c->make_vocab_size_divisible_by,
                      "padded_vocab_size", (json_int_t)c->padded_vocab_size, "normalization",
-                     c->normalization == MC_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
-                     "norm_epsilon", (double)c->norm_epsilon, "swiglu", c->swiglu,
-                     "position_embedding_type",
+                     c->normalization == MC_NORM_RMSNORM ? "RMSNorm" : "LayerNorm", "norm_epsilon",
+                     (double)c->norm_epsilon, "swiglu", c->swiglu, "position_embedding_type",
                      c->position_embedding_type == MC_POS_ROPE ? "rope" : "learned_absolute",
                      "rotary_base", (double)c->rotary_base, "untie_embeddings_and_output_weights",
-                     c->untie_embeddings_and_output_weights, "add_bias_linear",
-                     c->add_bias_linear, "init_method_std", (double)c->init_method_std);
+                     c->untie_embeddings_and_output_weights, "add_bias_linear", c->add_bias_linear,
+                     "init_method_std", (double)c->init_method_std);
 }
 
 static mc_status get_int(const json_t *o, const char *k, int64_t lo, int64_t *v, mc_error *err)
 {
     json_t *x = json_object_get(o, k);
     if (!json_is_integer(x) || json_integer_value(x) < lo)
-        return mc_error_set(err, MC_ERR_FORMAT, "config.model.%s is missing or not an integer >= %lld",
-                            k, (long long)lo);
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "config.model.%s is missing or not an integer >= %lld", k,
+                            (long long)lo);
     *v = json_integer_value(x);
     return MC_OK;
 }
@@ -71,7 +71,11 @@ mc_status mc_model_config_from_json(const json_t *o, mc_model_config *c, mc_erro
     mc_model_config_init(c);
     if (!json_is_object(o))
         return mc_error_set(err, MC_ERR_FORMAT, "config.model is missing or not an object");
-    struct { const char *k; int *dst; int64_t lo; } ints[] = {
+    struct {
+        const char *k;
+        int *dst;
+        int64_t lo;
+    } ints[] = {
         {"num_layers", &c->num_layers, 1},
         {"hidden_size", &c->hidden_size, 1},
         {"num_attention_heads", &c->num_attention_heads, 1},
@@ -88,36 +92,28 @@ mc_status mc_model_config_from_json(const json_t *o, mc_model_config *c, mc_erro
         st = get_int(o, ints[i].k, ints[i].lo, &v, err);
         if (!st && v > INT32_MAX)
             st = mc_error_set(err, MC_ERR_FORMAT, "config.model.%s is too large", ints[i].k);
-        if (!st)
-            *ints[i].dst = (int)v;
+        if (!st) *ints[i].dst = (int)v;
     }
-    if (!st)
-        st = get_int(o, "vocab_size", 1, &c->vocab_size, err);
-    if (!st)
-        st = get_int(o, "padded_vocab_size", 1, &c->padded_vocab_size, err);
-    if (!st)
-        st = get_num(o, "norm_epsilon", &c->norm_epsilon, err);
-    if (!st)
-        st = get_num(o, "rotary_base", &c->rotary_base, err);
-    if (!st)
-        st = get_num(o, "init_method_std", &c->init_method_std, err);
-    if (!st)
-        st = get_bool(o, "swiglu", &c->swiglu, err);
+    if (!st) st = get_int(o, "vocab_size", 1, &c->vocab_size, err);
+    if (!st) st = get_int(o, "padded_vocab_size", 1, &c->padded_vocab_size, err);
+    if (!st) st = get_num(o, "norm_epsilon", &c->norm_epsilon, err);
+    if (!st) st = get_num(o, "rotary_base", &c->rotary_base, err);
+    if (!st) st = get_num(o, "init_method_std", &c->init_method_std, err);
+    if (!st) st = get_bool(o, "swiglu", &c->swiglu, err);
     if (!st)
         st = get_bool(o, "untie_embeddings_and_output_weights",
                       &c->untie_embeddings_and_output_weights, err);
-    if (!st)
-        st = get_bool(o, "add_bias_linear", &c->add_bias_linear, err);
-    if (st)
-        return st;
+    if (!st) st = get_bool(o, "add_bias_linear", &c->add_bias_linear, err);
+    if (st) return st;
     const char *norm = json_string_value(json_object_get(o, "normalization"));
     const char *pos = json_string_value(json_object_get(o, "position_embedding_type"));
     if (!norm || (strcmp(norm, "LayerNorm") && strcmp(norm, "RMSNorm")))
         return mc_error_set(err, MC_ERR_FORMAT,
                             "config.model.normalization must be \"LayerNorm\" or \"RMSNorm\"");
     if (!pos || (strcmp(pos, "learned_absolute") && strcmp(pos, "rope")))
-        return mc_error_set(err, MC_ERR_FORMAT, "config.model.position_embedding_type must be "
-                                                "\"learned_absolute\" or \"rope\"");
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "config.model.position_embedding_type must be "
+                            "\"learned_absolute\" or \"rope\"");
     c->normalization = strcmp(norm, "RMSNorm") ? MC_NORM_LAYERNORM : MC_NORM_RMSNORM;
     c->position_embedding_type = strcmp(pos, "rope") ? MC_POS_LEARNED : MC_POS_ROPE;
     return MC_OK;
@@ -129,12 +125,10 @@ mc_status mc_ckpt_read_model_config(mc_ckpt_reader *r, mc_model_config *c, mc_er
     mc_status st = mc_ckpt_read_json(r, "config", &cfg, err);
     if (!st) {
         st = mc_model_config_from_json(json_object_get(cfg, "model"), c, err);
-        if (st)
-            mc_error_prefix(err, "%s", mc_ckpt_file(r));
+        if (st) mc_error_prefix(err, "%s", mc_ckpt_file(r));
     }
     json_decref(cfg);
-    if (st == MC_ERR_NOTFOUND)
-        st = err->code = MC_ERR_FORMAT;
+    if (st == MC_ERR_NOTFOUND) st = err->code = MC_ERR_FORMAT;
     return st;
 }
 
@@ -161,8 +155,7 @@ static mc_status put_file(mc_ckpt_writer *w, const char *path, const char *key, 
     char *data = NULL;
     size_t n = 0;
     mc_status st = mc_read_file(path, &data, &n, err);
-    if (!st)
-        st = mc_ckpt_write_bytes(w, key, data, n, err);
+    if (!st) st = mc_ckpt_write_bytes(w, key, data, n, err);
     free(data);
     if (!st) {
         const char *base = strrchr(path, '/');
@@ -176,10 +169,8 @@ mc_status mc_ckpt_write_tokenizer(mc_ckpt_writer *w, const mc_tokenizer_spec *s,
     json_t *root = json_object(), *files = json_object();
     json_object_set_new(root, "type", json_string(mc_tokenizer_kind_name(s->kind)));
     mc_status st = MC_OK;
-    if (s->model)
-        st = put_file(w, s->model, TOK_FILES[0][1], files, "model", err);
-    if (!st && s->vocab_file)
-        st = put_file(w, s->vocab_file, TOK_FILES[1][1], files, "vocab", err);
+    if (s->model) st = put_file(w, s->model, TOK_FILES[0][1], files, "model", err);
+    if (!st && s->vocab_file) st = put_file(w, s->vocab_file, TOK_FILES[1][1], files, "vocab", err);
     if (!st && s->merge_file)
         st = put_file(w, s->merge_file, TOK_FILES[2][1], files, "merges", err);
     json_object_set_new(root, "files", files);
@@ -208,8 +199,7 @@ int mc_ckpt_has_tokenizer(mc_ckpt_reader *r)
 {
     json_t *t = NULL;
     mc_error e = {0};
-    if (mc_ckpt_read_json(r, "tokenizer", &t, &e))
-        return 0;
+    if (mc_ckpt_read_json(r, "tokenizer", &t, &e)) return 0;
     json_decref(t);
     return 1;
 }
@@ -227,21 +217,18 @@ mc_status mc_ckpt_copy_tokenizer(mc_ckpt_reader *r, mc_ckpt_writer *w, mc_error 
 {
     json_t *t = NULL;
     mc_error e = {0};
-    if (mc_ckpt_read_json(r, "tokenizer", &t, &e))
-        return MC_OK; /* none to copy */
+    if (mc_ckpt_read_json(r, "tokenizer", &t, &e)) return MC_OK; /* none to copy */
     char *text = json_dumps(t, JSON_SORT_KEYS | JSON_COMPACT);
     mc_status st = text ? mc_ckpt_write_json(w, "tokenizer", text, err)
                         : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     free(text);
     json_t *files = json_object_get(t, "files");
     for (int i = 0; i < 3 && !st; i++) {
-        if (!json_object_get(files, TOK_FILES[i][0]))
-            continue;
+        if (!json_object_get(files, TOK_FILES[i][0])) continue;
         void *data = NULL;
         size_t n = 0;
         st = mc_ckpt_read_bytes(r, TOK_FILES[i][1], &data, &n, err);
-        if (!st)
-            st = mc_ckpt_write_bytes(w, TOK_FILES[i][1], data, n, err);
+        if (!st) st = mc_ckpt_write_bytes(w, TOK_FILES[i][1], data, n, err);
         free(data);
     }
     json_decref(t);
@@ -254,8 +241,7 @@ static mc_status temp_file(const void *data, size_t n, char *path, size_t cap, m
     const char *dir = getenv("TMPDIR");
     snprintf(path, cap, "%s/mc-tokenizer-XXXXXX", dir && *dir ? dir : "/tmp");
     int fd = mkstemp(path);
-    if (fd < 0)
-        return mc_error_set(err, MC_ERR_IO, "%s: cannot create a temporary file", path);
+    if (fd < 0) return mc_error_set(err, MC_ERR_IO, "%s: cannot create a temporary file", path);
     const char *p = data;
     size_t left = n;
     while (left) {
@@ -300,13 +286,11 @@ mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error
     char paths[3][512] = {{0}};
     json_t *files = json_object_get(t, "files");
     for (int i = 0; i < 3 && !st; i++) {
-        if (!json_object_get(files, TOK_FILES[i][0]))
-            continue;
+        if (!json_object_get(files, TOK_FILES[i][0])) continue;
         void *data = NULL;
         size_t n = 0;
         st = mc_ckpt_read_bytes(r, TOK_FILES[i][1], &data, &n, err);
-        if (!st)
-            st = temp_file(data, n, paths[i], sizeof paths[i], err);
+        if (!st) st = temp_file(data, n, paths[i], sizeof paths[i], err);
         free(data);
     }
     const char *sp[256];
@@ -321,20 +305,17 @@ mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error
             spec.tiktoken_num_special_tokens = json_integer_value(x);
         if ((x = json_object_get(t, "tiktoken_special_tokens")) && json_is_array(x)) {
             size_t k = json_array_size(x) < 256 ? json_array_size(x) : 256;
-            for (size_t i = 0; i < k; i++)
-                sp[i] = json_string_value(json_array_get(x, i));
+            for (size_t i = 0; i < k; i++) sp[i] = json_string_value(json_array_get(x, i));
             spec.tiktoken_special_tokens = sp;
             spec.n_tiktoken_special_tokens = k;
         }
         if ((x = json_object_get(t, "vocab_size")) && json_is_integer(x))
             spec.vocab_size = json_integer_value(x);
         st = mc_tokenizer_load(&spec, out, err);
-        if (st)
-            mc_error_prefix(err, "%s: stored tokenizer", mc_ckpt_file(r));
+        if (st) mc_error_prefix(err, "%s: stored tokenizer", mc_ckpt_file(r));
     }
     for (int i = 0; i < 3; i++)
-        if (paths[i][0])
-            unlink(paths[i]);
+        if (paths[i][0]) unlink(paths[i]);
     json_decref(t);
     return st;
 }

@@ -40,7 +40,8 @@ struct ck_manifest {
 
 /* XXH3-128 of the file at path as xxh128sum prints it (32 lowercase hex
  * digits, most significant first). */
-static mc_status hash_file(const char *path, char hex[33], mc_error *err) {
+static mc_status hash_file(const char *path, char hex[33], mc_error *err)
+{
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return mc_error_errno(err, errno == ENOENT ? MC_ERR_FORMAT : MC_ERR_IO, errno,
@@ -55,20 +56,17 @@ static mc_status hash_file(const char *path, char hex[33], mc_error *err) {
     }
     for (;;) {
         ssize_t got = read(fd, buf, SUM_CHUNK);
-        if (got < 0 && errno == EINTR)
-            continue;
+        if (got < 0 && errno == EINTR) continue;
         if (got < 0) {
             st = mc_error_errno(err, MC_ERR_IO, errno, "%s: read failed", path);
             goto done;
         }
-        if (got == 0)
-            break;
+        if (got == 0) break;
         XXH3_128bits_update(state, buf, (size_t)got);
     }
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(state));
-    for (size_t i = 0; i < sizeof c.digest; i++)
-        snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
+    for (size_t i = 0; i < sizeof c.digest; i++) snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
 done:
     free(buf);
     XXH3_freeState(state);
@@ -76,24 +74,24 @@ done:
     return st;
 }
 
-static int cmp_str(const void *a, const void *b) {
+static int cmp_str(const void *a, const void *b)
+{
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* A name xxh128sum prints as it is (no escaping) and that stays in dir. */
-static int plain_name(const char *s, size_t n) {
-    if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
-        return 0;
+static int plain_name(const char *s, size_t n)
+{
+    if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.')) return 0;
     for (size_t i = 0; i < n; i++)
-        if (s[i] == '/' || s[i] == '\\' || s[i] == '\n' || s[i] == '\r' || s[i] == 0)
-            return 0;
+        if (s[i] == '/' || s[i] == '\\' || s[i] == '\n' || s[i] == '\r' || s[i] == 0) return 0;
     return 1;
 }
 
-mc_status ck_manifest_write(const char *dir, mc_error *err) {
+mc_status ck_manifest_write(const char *dir, mc_error *err)
+{
     DIR *d = opendir(dir);
-    if (!d)
-        return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot list the directory", dir);
+    if (!d) return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot list the directory", dir);
     mc_buf names = MC_BUF_INIT, text = MC_BUF_INIT;
     mc_status st = MC_OK;
     struct dirent *e;
@@ -102,8 +100,7 @@ mc_status ck_manifest_write(const char *dir, mc_error *err) {
         struct stat sb;
         /* Hidden names are temporaries (mc_afile's); the manifest is not its own
          * entry. */
-        if (e->d_name[0] == '.' || strcmp(e->d_name, MC_CKPT_MANIFEST) == 0)
-            continue;
+        if (e->d_name[0] == '.' || strcmp(e->d_name, MC_CKPT_MANIFEST) == 0) continue;
         if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
             st = mc_error_errno(err, MC_ERR_IO, errno, "%s/%s: cannot stat", dir, e->d_name);
         else if (!S_ISREG(sb.st_mode))
@@ -120,8 +117,7 @@ mc_status ck_manifest_write(const char *dir, mc_error *err) {
     closedir(d);
     char **v = (char **)(void *)names.data;
     size_t n = names.len / sizeof *v;
-    if (n > 1)
-        qsort(v, n, sizeof *v, cmp_str);
+    if (n > 1) qsort(v, n, sizeof *v, cmp_str);
     for (size_t i = 0; !st && i < n; i++) {
         char hex[33], *path = mc_strprintf("%s/%s", dir, v[i]);
         if (!path)
@@ -131,8 +127,7 @@ mc_status ck_manifest_write(const char *dir, mc_error *err) {
         free(path);
     }
     char *file = st ? NULL : mc_strprintf("%s/" MC_CKPT_MANIFEST, dir);
-    if (!st && !file)
-        st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
+    if (!st && !file) st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
     if (!st) {
         mc_afile f;
         if ((st = mc_afile_open(&f, file, err)) == MC_OK) {
@@ -147,33 +142,31 @@ mc_status ck_manifest_write(const char *dir, mc_error *err) {
     return st;
 }
 
-void ck_manifest_free(ck_manifest *m) {
-    if (!m)
-        return;
-    for (size_t i = 0; i < m->n; i++)
-        free(m->name[i]);
+void ck_manifest_free(ck_manifest *m)
+{
+    if (!m) return;
+    for (size_t i = 0; i < m->n; i++) free(m->name[i]);
     free(m->name);
     free(m->hex);
     free(m->file);
     free(m);
 }
 
-static int is_hex(char c) {
+static int is_hex(char c)
+{
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
 /* One line "<32 hex digits>  <name>" (or " *<name>", xxh128sum's binary
  * mode) into m's next entry; 0 when the line is not of that form. */
-static int parse_line(ck_manifest *m, const char *s, size_t len, mc_error *err, mc_status *st) {
-    if (len < 35 || s[32] != ' ' || (s[33] != ' ' && s[33] != '*'))
-        return 0;
+static int parse_line(ck_manifest *m, const char *s, size_t len, mc_error *err, mc_status *st)
+{
+    if (len < 35 || s[32] != ' ' || (s[33] != ' ' && s[33] != '*')) return 0;
     for (int i = 0; i < 32; i++)
-        if (!is_hex(s[i]))
-            return 0;
+        if (!is_hex(s[i])) return 0;
     const char *name = s + 34;
     size_t n = len - 34;
-    if (!plain_name(name, n))
-        return 0;
+    if (!plain_name(name, n)) return 0;
     char *dup = strndup(name, n);
     if (!dup) {
         *st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", m->file);
@@ -187,7 +180,8 @@ static int parse_line(ck_manifest *m, const char *s, size_t len, mc_error *err, 
     return 1;
 }
 
-mc_status ck_manifest_load(const char *dir, ck_manifest **out, mc_error *err) {
+mc_status ck_manifest_load(const char *dir, ck_manifest **out, mc_error *err)
+{
     *out = NULL;
     ck_manifest *m = calloc(1, sizeof *m);
     if (!m || !(m->file = mc_strprintf("%s/" MC_CKPT_MANIFEST, dir))) {
@@ -203,8 +197,7 @@ mc_status ck_manifest_load(const char *dir, ck_manifest **out, mc_error *err) {
     size_t len = 0;
     mc_status st = mc_read_file(m->file, &data, &len, err);
     size_t lines = 1;
-    for (size_t i = 0; !st && i < len; i++)
-        lines += data[i] == '\n';
+    for (size_t i = 0; !st && i < len; i++) lines += data[i] == '\n';
     if (!st &&
         (!(m->name = calloc(lines, sizeof *m->name)) || !(m->hex = calloc(lines, sizeof *m->hex))))
         st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", m->file);
@@ -212,8 +205,7 @@ mc_status ck_manifest_load(const char *dir, ck_manifest **out, mc_error *err) {
     const char *line;
     while (!st && mc_next_line(data, len, &pos, &line, &n)) {
         lineno++;
-        if (n == 0)
-            continue;
+        if (n == 0) continue;
         if (!parse_line(m, line, n, err, &st)) {
             st = mc_error_set(err, MC_ERR_FORMAT,
                               "%s:%zu: not a line of xxh128sum's format, '<32 hex "
@@ -235,17 +227,15 @@ mc_status ck_manifest_load(const char *dir, ck_manifest **out, mc_error *err) {
     return MC_OK;
 }
 
-mc_status ck_manifest_check(const ck_manifest *m, const char *path, mc_error *err) {
-    if (!m)
-        return MC_OK;
+mc_status ck_manifest_check(const ck_manifest *m, const char *path, mc_error *err)
+{
+    if (!m) return MC_OK;
     const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
     for (size_t i = 0; i < m->n; i++) {
-        if (strcmp(m->name[i], name) != 0)
-            continue;
+        if (strcmp(m->name[i], name) != 0) continue;
         char hex[33];
         mc_status st = hash_file(path, hex, err);
-        if (st != MC_OK)
-            return st;
+        if (st != MC_OK) return st;
         if (strcmp(hex, m->hex[i]) != 0)
             return mc_error_set(err, MC_ERR_FORMAT,
                                 "%s: checksum mismatch with %s (the file is damaged; "

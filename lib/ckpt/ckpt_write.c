@@ -22,16 +22,13 @@
 #include "ckpt/h5zstd.h"
 #include "mc/json.h"
 
-const char *mc_ckpt_writer_dir(const mc_ckpt_writer *w) {
-    return w->final;
-}
+const char *mc_ckpt_writer_dir(const mc_ckpt_writer *w) { return w->final; }
 
-static void writer_free(mc_ckpt_writer *w) {
+static void writer_free(mc_ckpt_writer *w)
+{
     ck_close(&w->fid);
-    if (w->tmp_counted)
-        mc_temp_end();
-    for (size_t i = 0; i < w->nt; i++)
-        free(w->t[i].path);
+    if (w->tmp_counted) mc_temp_end();
+    for (size_t i = 0; i < w->nt; i++) free(w->t[i].path);
     ck_par_free(w->par);
     ck_shard_free(w->shard);
     free(w->t);
@@ -44,19 +41,19 @@ static void writer_free(mc_ckpt_writer *w) {
 }
 
 /* One process: drop the file and the temporary directory. */
-static void writer_discard(mc_ckpt_writer *w) {
+static void writer_discard(mc_ckpt_writer *w)
+{
     ck_close(&w->fid);
-    if (w->tmp)
-        mc_remove_tree(w->tmp);
+    if (w->tmp) mc_remove_tree(w->tmp);
     writer_free(w);
 }
 
 /* The names every writer needs; the temporary keeps its XXXXXX template. */
-static mc_status writer_new(const char *dir, int64_t iteration, const char *fname, mc_ckpt_writer **out,
-                            mc_error *err) {
+static mc_status writer_new(const char *dir, int64_t iteration, const char *fname,
+                            mc_ckpt_writer **out, mc_error *err)
+{
     mc_ckpt_writer *w = calloc(1, sizeof *w);
-    if (!w)
-        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
+    if (!w) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
     w->fid = -1;
     w->iteration = iteration;
     w->dir = strdup(dir);
@@ -71,13 +68,13 @@ static mc_status writer_new(const char *dir, int64_t iteration, const char *fnam
     return MC_OK;
 }
 
-static mc_status writer_begin(const char *dir, int64_t iteration, const char *fname, mc_ckpt_writer **out,
-                              mc_error *err) {
+static mc_status writer_begin(const char *dir, int64_t iteration, const char *fname,
+                              mc_ckpt_writer **out, mc_error *err)
+{
     mc_ckpt_writer *w;
     mc_status st = writer_new(dir, iteration, fname, &w, err);
     hid_t fapl = -1;
-    if (st != MC_OK)
-        return st;
+    if (st != MC_OK) return st;
     if ((st = ck_mkdir_p(dir, err)) != MC_OK) {
         writer_free(w);
         return st;
@@ -121,10 +118,10 @@ static mc_status writer_begin(const char *dir, int64_t iteration, const char *fn
 /* A one-process writer whose file in the iteration directory is named
  * fname (MC_CKPT_FILE, or CK_INDEX_FILE for a sharded one). */
 static mc_status begin_named(const char *dir, int64_t iteration, const char *fname,
-                             mc_ckpt_writer **out, mc_error *err) {
+                             mc_ckpt_writer **out, mc_error *err)
+{
     *out = NULL;
-    if (!dir || !*dir)
-        return mc_error_set(err, MC_ERR_USAGE, "checkpoint directory: empty name");
+    if (!dir || !*dir) return mc_error_set(err, MC_ERR_USAGE, "checkpoint directory: empty name");
     if (iteration < 0)
         return mc_error_set(err, MC_ERR_USAGE, "%s: negative iteration %" PRId64, dir, iteration);
     ck_quiet q;
@@ -134,18 +131,20 @@ static mc_status begin_named(const char *dir, int64_t iteration, const char *fna
     return st;
 }
 
-mc_status mc_ckpt_writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer **out, mc_error *err) {
+mc_status mc_ckpt_writer_begin(const char *dir, int64_t iteration, mc_ckpt_writer **out,
+                               mc_error *err)
+{
     return begin_named(dir, iteration, MC_CKPT_FILE, out, err);
 }
 
 mc_status mc_ckpt_writer_begin_sharded(const char *dir, int64_t iteration, int tp, int pp,
                                        const mc_model_config *model, mc_ckpt_writer **out,
-                                       mc_error *err) {
+                                       mc_error *err)
+{
     *out = NULL;
     ck_shard_writer *s;
     mc_status st = ck_shard_new(dir, tp, pp, model, &s, err);
-    if (st)
-        return st;
+    if (st) return st;
     mc_ckpt_writer *w;
     if ((st = begin_named(dir, iteration, CK_INDEX_FILE, &w, err)) != MC_OK) {
         ck_shard_free(s);
@@ -165,14 +164,13 @@ mc_status mc_ckpt_writer_begin_sharded(const char *dir, int64_t iteration, int t
 }
 
 mc_status mc_ckpt_writer_begin_grid(const char *dir, int64_t iteration, const mc_grid *g,
-                                    mc_ckpt_writer **out, mc_error *err) {
-    if (!g || g->world <= 1 || !g->impl)
-        return mc_ckpt_writer_begin(dir, iteration, out, err);
+                                    mc_ckpt_writer **out, mc_error *err)
+{
+    if (!g || g->world <= 1 || !g->impl) return mc_ckpt_writer_begin(dir, iteration, out, err);
     *out = NULL;
     /* The checks are the same on every rank (same arguments): no rank is
      * left waiting in ck_par_begin's collectives. */
-    if (!dir || !*dir)
-        return mc_error_set(err, MC_ERR_USAGE, "checkpoint directory: empty name");
+    if (!dir || !*dir) return mc_error_set(err, MC_ERR_USAGE, "checkpoint directory: empty name");
     if (iteration < 0)
         return mc_error_set(err, MC_ERR_USAGE, "%s: negative iteration %" PRId64, dir, iteration);
     mc_ckpt_writer *w;
@@ -180,8 +178,7 @@ mc_status mc_ckpt_writer_begin_grid(const char *dir, int64_t iteration, const mc
     /* Every rank reaches ck_par_begin even when out of memory here, so that
      * the others learn of it instead of waiting. */
     if ((st = ck_par_begin(st == MC_OK ? w : NULL, g, err)) != MC_OK) {
-        if (w)
-            writer_free(w);
+        if (w) writer_free(w);
         return st;
     }
     *out = w;
@@ -189,7 +186,8 @@ mc_status mc_ckpt_writer_begin_grid(const char *dir, int64_t iteration, const mc
 }
 
 mc_status mc_ckpt_writer_set_compression(mc_ckpt_writer *w, mc_ckpt_compression c, int level,
-                                         mc_error *err) {
+                                         mc_error *err)
+{
     if (c != MC_CKPT_COMPRESS_NONE && c != MC_CKPT_COMPRESS_ZSTD)
         return mc_error_set(err, MC_ERR_USAGE, "%s: unknown compression %d", w->final_file, (int)c);
     w->comp = c;
@@ -201,7 +199,8 @@ mc_status mc_ckpt_writer_set_compression(mc_ckpt_writer *w, mc_ckpt_compression 
  * when it was added. where = "FILE: PATH". */
 static mc_status writer_tensor(mc_ckpt_writer *w, const char *where, const char *path, int64_t rows,
                                int64_t cols, mc_ckpt_dtype dtype, ck_tensor **out, int *created,
-                               mc_error *err) {
+                               mc_error *err)
+{
     *created = 0;
     for (size_t i = 0; i < w->nt; i++)
         if (strcmp(w->t[i].path, path) == 0) {
@@ -210,8 +209,8 @@ static mc_status writer_tensor(mc_ckpt_writer *w, const char *where, const char 
                 char a[64], b[64];
                 ck_shape_str(a, sizeof a, t->rows, t->cols);
                 ck_shape_str(b, sizeof b, rows, cols);
-                return mc_error_set(err, MC_ERR_USAGE, "%s: written as %s %s, now as %s %s", where, a,
-                                    mc_ckpt_dtype_name(t->dtype), b, mc_ckpt_dtype_name(dtype));
+                return mc_error_set(err, MC_ERR_USAGE, "%s: written as %s %s, now as %s %s", where,
+                                    a, mc_ckpt_dtype_name(t->dtype), b, mc_ckpt_dtype_name(dtype));
             }
             *out = t;
             return MC_OK;
@@ -219,8 +218,7 @@ static mc_status writer_tensor(mc_ckpt_writer *w, const char *where, const char 
     if (w->nt == w->ct) {
         size_t nc = w->ct ? 2 * w->ct : 64;
         ck_tensor *nt = realloc(w->t, nc * sizeof *nt);
-        if (!nt)
-            return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
+        if (!nt) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", where);
         w->t = nt;
         w->ct = nc;
     }
@@ -237,31 +235,28 @@ static mc_status writer_tensor(mc_ckpt_writer *w, const char *where, const char 
     return MC_OK;
 }
 
-static mc_status write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols, int64_t row0,
-                              int64_t col0, int64_t lrows, int64_t lcols, const float *host,
-                              mc_ckpt_dtype dtype, mc_error *err) {
+static mc_status write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
+                              int64_t row0, int64_t col0, int64_t lrows, int64_t lcols,
+                              const float *host, mc_ckpt_dtype dtype, mc_error *err)
+{
     char where[512];
     snprintf(where, sizeof where, "%s: %s", w->final_file, path ? path : "(null)");
     mc_status ist = mc_interrupt_check(w->final, err);
-    if (ist)
-        return ist;
+    if (ist) return ist;
     if (!ck_valid_path(path))
         return mc_error_set(err, MC_ERR_USAGE, "%s: invalid tensor path", where);
     if (!mc_ckpt_dtype_name(dtype))
         return mc_error_set(err, MC_ERR_USAGE, "%s: unknown dtype %d", where, (int)dtype);
     if (mc_ckpt_dtype_is_quantized(dtype) || w->shard)
-        return mc_error_set(err, MC_ERR_USAGE, "%s: %s: write it whole (mc_ckpt_write_whole)", where,
-                            w->shard ? "a sharded checkpoint" : "a quantized tensor");
+        return mc_error_set(err, MC_ERR_USAGE, "%s: %s: write it whole (mc_ckpt_write_whole)",
+                            where, w->shard ? "a sharded checkpoint" : "a quantized tensor");
     mc_status st = ck_check_block(where, rows, cols, row0, col0, lrows, lcols, err);
-    if (st != MC_OK)
-        return st;
-    if (cols == 0)
-        col0 = 0, lcols = 1;
+    if (st != MC_OK) return st;
+    if (cols == 0) col0 = 0, lcols = 1;
     /* One process: the dataset is created by the first write of a path. */
     if (!w->par && H5Lexists(w->fid, path, H5P_DEFAULT) > 0) {
         int known = 0;
-        for (size_t i = 0; i < w->nt; i++)
-            known |= strcmp(w->t[i].path, path) == 0;
+        for (size_t i = 0; i < w->nt; i++) known |= strcmp(w->t[i].path, path) == 0;
         if (!known)
             return mc_error_set(err, MC_ERR_USAGE, "%s: name already used in the file", where);
     }
@@ -272,14 +267,14 @@ static mc_status write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows,
         return st;
     size_t ti = (size_t)(t - w->t);
     if (created && !w->par &&
-        (st = ck_create_tensor(w->fid, w->final_file, path, rows, cols, dtype, w->comp, w->level, err)) != MC_OK) {
+        (st = ck_create_tensor(w->fid, w->final_file, path, rows, cols, dtype, w->comp, w->level,
+                               err)) != MC_OK) {
         free(t->path);
         w->nt--;
         return st;
     }
     size_t n = (size_t)lrows * (size_t)lcols;
-    if (n == 0)
-        return MC_OK;
+    if (n == 0) return MC_OK;
     if (w->par) {
         if ((st = ck_par_stash_block(w, ti, row0, col0, lrows, lcols, host, err)) == MC_OK)
             w->t[ti].written += (int64_t)n;
@@ -311,19 +306,21 @@ static mc_status write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows,
 
 mc_status mc_ckpt_write_tensor(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
                                int64_t row0, int64_t col0, int64_t local_rows, int64_t local_cols,
-                               const float *host, mc_ckpt_dtype dtype, mc_error *err) {
+                               const float *host, mc_ckpt_dtype dtype, mc_error *err)
+{
     ck_quiet q;
     ck_quiet_on(&q);
-    mc_status st = write_tensor(w, path, rows, cols, row0, col0, local_rows, local_cols, host, dtype, err);
+    mc_status st = write_tensor(w, path, rows, cols, row0, col0, local_rows, local_cols, host,
+                                dtype, err);
     ck_quiet_off(&q);
-    if (st && w->par)
-        ck_par_note(w, err);
+    if (st && w->par) ck_par_note(w, err);
     return st;
 }
 
 mc_status mc_ckpt_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows, int64_t cols,
                               const float *host, mc_ckpt_dtype dtype, int64_t group_size,
-                              mc_error *err) {
+                              mc_error *err)
+{
     char where[512];
     snprintf(where, sizeof where, "%s: %s", w->final_file, path ? path : "(null)");
     mc_status st = MC_OK;
@@ -337,19 +334,20 @@ mc_status mc_ckpt_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows,
     else if (quant && cols == 0)
         st = mc_error_set(err, MC_ERR_USAGE, "%s: only 2-D tensors are quantized", where);
     else if (dtype == MC_CKPT_INT4 && group_size < 1)
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: int4 group size %" PRId64 " must be positive", where, group_size);
+        st = mc_error_set(err, MC_ERR_USAGE, "%s: int4 group size %" PRId64 " must be positive",
+                          where, group_size);
     else if (!quant && !w->shard)
-        return mc_ckpt_write_tensor(w, path, rows, cols, 0, 0, rows, cols ? cols : 1, host, dtype, err);
+        return mc_ckpt_write_tensor(w, path, rows, cols, 0, 0, rows, cols ? cols : 1, host, dtype,
+                                    err);
     else if (w->par)
-        st = mc_error_set(err, MC_ERR_USAGE, "%s: quantized tensors are written by one process", where);
-    if (st)
-        return st;
+        st = mc_error_set(err, MC_ERR_USAGE, "%s: quantized tensors are written by one process",
+                          where);
+    if (st) return st;
     ck_tensor *t;
     int created;
     if ((st = writer_tensor(w, where, path, rows, cols, dtype, &t, &created, err)) != MC_OK)
         return st;
-    if (!created)
-        return mc_error_set(err, MC_ERR_USAGE, "%s: written twice", where);
+    if (!created) return mc_error_set(err, MC_ERR_USAGE, "%s: written twice", where);
     size_t ti = (size_t)(t - w->t);
     ck_quiet q;
     ck_quiet_on(&q);
@@ -362,16 +360,18 @@ mc_status mc_ckpt_write_whole(mc_ckpt_writer *w, const char *path, int64_t rows,
         ck_range all = {0, rows};
         H5Eclear2(H5E_DEFAULT);
         if ((st = ck_quantize(where, host, rows, cols, dtype, group_size, &qt, err)) == MC_OK)
-            st = ck_write_quant_local(w->fid, w->final_file, path, &qt, &all, 1, 0, cols, w->comp, w->level, err);
+            st = ck_write_quant_local(w->fid, w->final_file, path, &qt, &all, 1, 0, cols, w->comp,
+                                      w->level, err);
         ck_qtensor_free(&qt);
     }
     ck_quiet_off(&q);
-    if (st == MC_OK)
-        w->t[ti].written = rows * (cols ? cols : 1);
+    if (st == MC_OK) w->t[ti].written = rows * (cols ? cols : 1);
     return st;
 }
 
-mc_status mc_ckpt_write_json(mc_ckpt_writer *w, const char *key, const char *json_text, mc_error *err) {
+mc_status mc_ckpt_write_json(mc_ckpt_writer *w, const char *key, const char *json_text,
+                             mc_error *err)
+{
     if (!ck_valid_key(key) || !json_text) {
         mc_error_set(err, MC_ERR_USAGE, "%s: invalid attribute name or text", w->final_file);
         ck_par_note(w, err);
@@ -387,8 +387,7 @@ mc_status mc_ckpt_write_json(mc_ckpt_writer *w, const char *key, const char *jso
     }
     json_decref(j);
     if (w->par) {
-        if ((st = ck_par_stash_attr(w, key, 0, 0, json_text, err)) != MC_OK)
-            ck_par_note(w, err);
+        if ((st = ck_par_stash_attr(w, key, 0, 0, json_text, err)) != MC_OK) ck_par_note(w, err);
         return st;
     }
     ck_quiet q;
@@ -398,7 +397,8 @@ mc_status mc_ckpt_write_json(mc_ckpt_writer *w, const char *key, const char *jso
     return st;
 }
 
-mc_status mc_ckpt_write_int(mc_ckpt_writer *w, const char *key, int64_t value, mc_error *err) {
+mc_status mc_ckpt_write_int(mc_ckpt_writer *w, const char *key, int64_t value, mc_error *err)
+{
     if (!ck_valid_key(key)) {
         mc_error_set(err, MC_ERR_USAGE, "%s: invalid attribute name", w->final_file);
         ck_par_note(w, err);
@@ -416,7 +416,9 @@ mc_status mc_ckpt_write_int(mc_ckpt_writer *w, const char *key, int64_t value, m
     return st;
 }
 
-mc_status mc_ckpt_write_bytes(mc_ckpt_writer *w, const char *key, const void *data, size_t n, mc_error *err) {
+mc_status mc_ckpt_write_bytes(mc_ckpt_writer *w, const char *key, const void *data, size_t n,
+                              mc_error *err)
+{
     if (!ck_valid_key(key) || (n && !data)) {
         mc_error_set(err, MC_ERR_USAGE, "%s: invalid dataset name or data", w->final_file);
         ck_par_note(w, err);
@@ -434,25 +436,25 @@ mc_status mc_ckpt_write_bytes(mc_ckpt_writer *w, const char *key, const void *da
     return st;
 }
 
-static mc_status writer_commit(mc_ckpt_writer *w, mc_error *err) {
+static mc_status writer_commit(mc_ckpt_writer *w, mc_error *err)
+{
     mc_status st;
     for (size_t i = 0; i < w->nt; i++) {
         const ck_tensor *t = &w->t[i];
         int64_t numel = t->rows * (t->cols ? t->cols : 1);
         if (t->written != numel)
             return mc_error_set(err, MC_ERR_USAGE,
-                                "%s: %s: %" PRId64 " of %" PRId64 " elements written; not saving a partial tensor",
+                                "%s: %s: %" PRId64 " of %" PRId64
+                                " elements written; not saving a partial tensor",
                                 w->final_file, t->path, t->written, numel);
     }
-    if (w->shard && (st = ck_shard_finish(w, err)) != MC_OK)
-        return st;
+    if (w->shard && (st = ck_shard_finish(w, err)) != MC_OK) return st;
     if (H5Fclose(w->fid) < 0) {
         w->fid = -1;
         return ck_h5fail(err, MC_ERR_IO, "%s: closing the HDF5 file failed", w->final_file);
     }
     w->fid = -1;
-    if ((st = mc_fsync_path(w->tmp_file, err)) != MC_OK)
-        return st;
+    if ((st = mc_fsync_path(w->tmp_file, err)) != MC_OK) return st;
     int gone = 0;
     st = ck_publish(w->dir, w->tmp, w->final, w->iteration, &gone, err);
     if (gone) {
@@ -462,7 +464,8 @@ static mc_status writer_commit(mc_ckpt_writer *w, mc_error *err) {
     return st;
 }
 
-mc_status mc_ckpt_writer_commit(mc_ckpt_writer *w, mc_error *err) {
+mc_status mc_ckpt_writer_commit(mc_ckpt_writer *w, mc_error *err)
+{
     if (w->par) {
         mc_status st = ck_par_commit(w, err);
         writer_free(w);
@@ -476,9 +479,9 @@ mc_status mc_ckpt_writer_commit(mc_ckpt_writer *w, mc_error *err) {
     return st;
 }
 
-void mc_ckpt_writer_abort(mc_ckpt_writer *w) {
-    if (!w)
-        return;
+void mc_ckpt_writer_abort(mc_ckpt_writer *w)
+{
+    if (!w) return;
     if (w->par) {
         ck_par_abort(w);
         writer_free(w);

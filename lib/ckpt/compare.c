@@ -36,10 +36,10 @@ static mc_status same_config(mc_ckpt_reader *r0, json_t *c0, int has0, mc_ckpt_r
         json_t *v;
         for (int pass = 0; pass < 2 && !st; pass++) {
             json_t *x = pass ? mk : m0, *y = pass ? m0 : mk;
-            json_object_foreach(x, key, v) {
+            json_object_foreach(x, key, v)
+            {
                 json_t *o = json_object_get(y, key);
-                if (o && json_equal(o, v))
-                    continue;
+                if (o && json_equal(o, v)) continue;
                 char *a = json_dumps(pass ? v : o, JSON_ENCODE_ANY);
                 char *b = json_dumps(pass ? o : v, JSON_ENCODE_ANY);
                 st = mc_error_set(err, MC_ERR_FORMAT, "%s: config.model.%s is %s, %s in %s",
@@ -63,8 +63,7 @@ static mc_status same_tensors(mc_ckpt_reader *r0, mc_ckpt_reader *r, mc_error *e
         mc_ckpt_reader *x = pass ? r : r0, *y = pass ? r0 : r;
         char **names = NULL;
         size_t n = 0;
-        if ((st = mc_ckpt_list(x, "model", &names, &n, err)) != MC_OK)
-            break;
+        if ((st = mc_ckpt_list(x, "model", &names, &n, err)) != MC_OK) break;
         char path[1024];
         for (size_t i = 0; i < n && !st; i++) {
             snprintf(path, sizeof path, "model/%s", names[i]);
@@ -98,8 +97,7 @@ mc_status mc_ckpt_same_model(mc_ckpt_reader *const *r, size_t n, mc_error *err)
     mc_status st = MC_OK;
     for (size_t k = 1; k < n && !st; k++) {
         st = same_config(r[0], c0, has0, r[k], err);
-        if (!st)
-            st = same_tensors(r[0], r[k], err);
+        if (!st) st = same_tensors(r[0], r[k], err);
     }
     json_decref(c0);
     return st;
@@ -110,23 +108,18 @@ mc_status mc_ckpt_read_average(mc_ckpt_reader *const *r, size_t n, const char *p
 {
     int64_t c = cols ? cols : 1;
     mc_status st = mc_ckpt_read_tensor(r[0], path, rows, cols, 0, 0, rows, c, host, err);
-    if (st || n < 2)
-        return st;
+    if (st || n < 2) return st;
     /* The mean in double, rounded once: (a + b) / 2 of two fp32 values is
      * then the correctly rounded mean. */
     size_t len = (size_t)rows * (size_t)c;
     double *acc = malloc(len * sizeof *acc);
-    if (!acc)
-        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
-    for (size_t i = 0; i < len; i++)
-        acc[i] = host[i];
+    if (!acc) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
+    for (size_t i = 0; i < len; i++) acc[i] = host[i];
     for (size_t k = 1; k < n && !st; k++) {
         st = mc_ckpt_read_tensor(r[k], path, rows, cols, 0, 0, rows, c, host, err);
-        for (size_t i = 0; i < len && !st; i++)
-            acc[i] += host[i];
+        for (size_t i = 0; i < len && !st; i++) acc[i] += host[i];
     }
-    for (size_t i = 0; i < len && !st; i++)
-        host[i] = (float)(acc[i] / (double)n);
+    for (size_t i = 0; i < len && !st; i++) host[i] = (float)(acc[i] / (double)n);
     free(acc);
     return st;
 }

@@ -41,8 +41,7 @@ static mc_status copy_attributes(mc_ckpt_reader *const *r, size_t nr, const char
         if (mc_ckpt_read_int(r[0], ints[i], &v, &e) == MC_OK)
             st = mc_ckpt_write_int(w, ints[i], v, err);
     }
-    if (!st)
-        st = mc_ckpt_write_int(w, "has_optimizer", wrote_optimizer, err);
+    if (!st) st = mc_ckpt_write_int(w, "has_optimizer", wrote_optimizer, err);
     for (size_t i = 0; i < 2 && !st; i++) {
         json_t *v = NULL;
         if (mc_ckpt_read_json(r[0], jsons[i], &v, &e) == MC_OK) {
@@ -53,8 +52,7 @@ static mc_status copy_attributes(mc_ckpt_reader *const *r, size_t nr, const char
         }
         json_decref(v);
     }
-    if (!st)
-        st = mc_ckpt_copy_tokenizer(r[0], w, err);
+    if (!st) st = mc_ckpt_copy_tokenizer(r[0], w, err);
     void *rng = NULL;
     size_t nrng = 0;
     if (!st && mc_ckpt_read_bytes(r[0], "rng", &rng, &nrng, &e) == MC_OK)
@@ -90,8 +88,7 @@ static mc_status copy_tensor(mc_ckpt_reader *const *r, size_t nr, const mc_ckpt_
     int64_t rows, cols;
     mc_ckpt_dtype in;
     mc_status st = mc_ckpt_tensor_info(r[0], path, &rows, &cols, &in, err);
-    if (st)
-        return st;
+    if (st) return st;
     size_t n = (size_t)rows * (size_t)(cols ? cols : 1);
     if (n > *cap) {
         float *nb = realloc(*buf, n * sizeof *nb);
@@ -101,24 +98,19 @@ static mc_status copy_tensor(mc_ckpt_reader *const *r, size_t nr, const mc_ckpt_
         *buf = nb;
         *cap = n;
     }
-    if ((st = mc_ckpt_read_average(r, nr, path, rows, cols, *buf, err)))
-        return st;
+    if ((st = mc_ckpt_read_average(r, nr, path, rows, cols, *buf, err))) return st;
     int model = !strcmp(group, "model");
     mc_ckpt_dtype out = mc_ckpt_dtype_is_quantized(in) ? MC_CKPT_FLOAT32 : in;
-    if (model && o->dtype_set)
-        out = o->dtype;
-    if (model && cols > 0 && o->quantize != MC_CKPT_FLOAT32)
-        out = o->quantize;
+    if (model && o->dtype_set) out = o->dtype;
+    if (model && cols > 0 && o->quantize != MC_CKPT_FLOAT32) out = o->quantize;
     /* The quantizers refuse non-finite values; name the input holding one. */
     const char *from = nr > 1 ? "the average" : mc_ckpt_file(r[0]);
     if (mc_ckpt_dtype_is_quantized(out) &&
         (st = mc_ckpt_check_quantizable(from, path, rows, cols, *buf, err)))
         return st;
-    if ((st = mc_ckpt_write_whole(w, path, rows, cols, *buf, out, o->group_size, err)))
-        return st;
+    if ((st = mc_ckpt_write_whole(w, path, rows, cols, *buf, out, o->group_size, err))) return st;
     stats->tensors++;
-    if (model)
-        stats->params += (int64_t)n;
+    if (model) stats->params += (int64_t)n;
     return MC_OK;
 }
 
@@ -130,8 +122,7 @@ mc_status mc_ckpt_convert(mc_ckpt_reader *const *r, size_t nr, const char *const
     memset(stats, 0, sizeof *stats);
     mc_ckpt_reader *r0 = r[0];
     mc_status st = MC_OK;
-    if (nr > 1 && (st = mc_ckpt_same_model(r, nr, err)))
-        return st;
+    if (nr > 1 && (st = mc_ckpt_same_model(r, nr, err))) return st;
     mc_model_config cfg;
     int sharded = o->tp > 1 || o->pp > 1, have_cfg = 0;
     if (sharded) {
@@ -146,7 +137,8 @@ mc_status mc_ckpt_convert(mc_ckpt_reader *const *r, size_t nr, const char *const
         if (lg && mc_model_config_finish(&c, (int)o->tp, &e) == MC_OK &&
             c.padded_vocab_size != cfg.padded_vocab_size)
             mc_log_warn(lg,
-                        "%s: under tensor-parallel size %" PRId64 " mc-train pads the vocabulary of "
+                        "%s: under tensor-parallel size %" PRId64
+                        " mc-train pads the vocabulary of "
                         "%" PRId64 " to %" PRId64 ", not to the %" PRId64
                         " stored, and will not load this checkpoint",
                         names ? names[0] : mc_ckpt_dir(r0), o->tp, cfg.vocab_size,
@@ -157,10 +149,8 @@ mc_status mc_ckpt_convert(mc_ckpt_reader *const *r, size_t nr, const char *const
     st = sharded ? mc_ckpt_writer_begin_sharded(out_dir, it, (int)o->tp, (int)o->pp,
                                                 have_cfg ? &cfg : NULL, &w, err)
                  : mc_ckpt_writer_begin(out_dir, it, &w, err);
-    if (st)
-        return st;
-    if (o->compression)
-        st = mc_ckpt_writer_set_compression(w, o->compression, 0, err);
+    if (st) return st;
+    if (o->compression) st = mc_ckpt_writer_set_compression(w, o->compression, 0, err);
     static const char *const groups[] = {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
     int ngroups = o->drop_optimizer || o->average ? 1 : 3, wrote_optim = 0;
     float *buf = NULL;
@@ -183,8 +173,7 @@ mc_status mc_ckpt_convert(mc_ckpt_reader *const *r, size_t nr, const char *const
         free(list);
     }
     free(buf);
-    if (!st)
-        st = copy_attributes(r, nr, names, o, w, wrote_optim, err);
+    if (!st) st = copy_attributes(r, nr, names, o, w, wrote_optim, err);
     if (st) {
         mc_ckpt_writer_abort(w);
         return st;

@@ -21,7 +21,8 @@
 #define CHUNK_MAX ((unsigned long long)0xffffffffu)
 
 static size_t zstd_filter(unsigned int flags, size_t cd_nelmts, const unsigned int cd_values[],
-                          size_t nbytes, size_t *buf_size, void **buf) {
+                          size_t nbytes, size_t *buf_size, void **buf)
+{
     void *out;
     size_t cap, n;
     if (flags & H5Z_FLAG_REVERSE) {
@@ -31,8 +32,7 @@ static size_t zstd_filter(unsigned int flags, size_t cd_nelmts, const unsigned i
         if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR || size > CHUNK_MAX)
             return 0;
         cap = size ? (size_t)size : 1;
-        if (!(out = H5allocate_memory(cap, 0)))
-            return 0;
+        if (!(out = H5allocate_memory(cap, 0))) return 0;
         n = ZSTD_decompress(out, (size_t)size, *buf, nbytes);
         if (ZSTD_isError(n) || n != size) {
             H5free_memory(out);
@@ -40,15 +40,11 @@ static size_t zstd_filter(unsigned int flags, size_t cd_nelmts, const unsigned i
         }
     } else {
         int level = cd_nelmts > 0 ? (int)(int32_t)cd_values[0] : ZSTD_CLEVEL_DEFAULT;
-        if (level == 0)
-            level = ZSTD_CLEVEL_DEFAULT;
-        if (level < ZSTD_minCLevel())
-            level = ZSTD_minCLevel();
-        if (level > ZSTD_maxCLevel())
-            level = ZSTD_maxCLevel();
+        if (level == 0) level = ZSTD_CLEVEL_DEFAULT;
+        if (level < ZSTD_minCLevel()) level = ZSTD_minCLevel();
+        if (level > ZSTD_maxCLevel()) level = ZSTD_maxCLevel();
         cap = ZSTD_compressBound(nbytes);
-        if (!(out = H5allocate_memory(cap, 0)))
-            return 0;
+        if (!(out = H5allocate_memory(cap, 0))) return 0;
         n = ZSTD_compress(out, cap, *buf, nbytes, level);
         if (ZSTD_isError(n)) {
             H5free_memory(out);
@@ -72,8 +68,10 @@ static const H5Z_class2_t zstd_class = {
     zstd_filter,
 };
 
-mc_status mc_h5zstd_register(mc_error *err) {
+mc_status mc_h5zstd_register(mc_error *err)
+{
     if (H5Zregister(&zstd_class) < 0)
-        return mc_error_set(err, MC_ERR_INTERNAL, "HDF5 refused to register the zstd filter (32015)");
+        return mc_error_set(err, MC_ERR_INTERNAL,
+                            "HDF5 refused to register the zstd filter (32015)");
     return MC_OK;
 }

@@ -21,30 +21,27 @@ static uint8_t fp8_from_double(double y)
 {
     uint8_t s = signbit(y) ? 0x80 : 0;
     double a = fabs(y);
-    if (a >= 448.0)
-        return s | 0x7e; /* saturate: 1.75 * 2^8 */
+    if (a >= 448.0) return s | 0x7e; /* saturate: 1.75 * 2^8 */
     if (a < 0x1p-6) {
         /* m * 2^-9; m = 8 is 2^-6, the smallest normal, which is exactly
          * the bit pattern of exponent 1, mantissa 0. */
         return s | (uint8_t)nearbyint(a * 512.0);
     }
     int e;
-    double f = frexp(a, &e);                 /* a = f * 2^e, f in [0.5, 1) */
+    double f = frexp(a, &e);                       /* a = f * 2^e, f in [0.5, 1) */
     int m = (int)nearbyint((2.0 * f - 1.0) * 8.0); /* exact product: ties to even */
     int E = e - 1 + 7;
     if (m == 8) {
         m = 0;
         E++;
     }
-    if (E > 15 || (E == 15 && m > 6))
-        return s | 0x7e;
+    if (E > 15 || (E == 15 && m > 6)) return s | 0x7e;
     return (uint8_t)(s | (E << 3) | m);
 }
 
 uint8_t mc_fp8_e4m3_from_f32(float x)
 {
-    if (isnan(x))
-        return (uint8_t)((signbit(x) ? 0x80 : 0) | 0x7f);
+    if (isnan(x)) return (uint8_t)((signbit(x) ? 0x80 : 0) | 0x7f);
     return fp8_from_double((double)x);
 }
 
@@ -66,11 +63,9 @@ static int64_t absmax(const float *x, int64_t n, float *out)
 {
     float m = 0.0f;
     for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(x[i]))
-            return i;
+        if (!isfinite(x[i])) return i;
         float a = fabsf(x[i]);
-        if (a > m)
-            m = a;
+        if (a > m) m = a;
     }
     *out = m;
     return -1;
@@ -79,13 +74,10 @@ static int64_t absmax(const float *x, int64_t n, float *out)
 /* round(x / scale) clamped to [-lim, lim]; 0 for a zero scale. */
 static int level(float x, float scale, int lim)
 {
-    if (scale == 0.0f)
-        return 0;
+    if (scale == 0.0f) return 0;
     double q = round((double)x / (double)scale);
-    if (q > lim)
-        q = lim;
-    if (q < -lim)
-        q = -lim;
+    if (q > lim) q = lim;
+    if (q < -lim) q = -lim;
     return (int)q;
 }
 
@@ -95,12 +87,10 @@ int64_t mc_quant_int8(const float *x, int64_t rows, int64_t cols, int8_t *q, flo
         const float *xr = x + r * cols;
         float m;
         int64_t bad = absmax(xr, cols, &m);
-        if (bad >= 0)
-            return r * cols + bad;
+        if (bad >= 0) return r * cols + bad;
         float s = (float)((double)m / 127.0);
         scale[r] = s;
-        for (int64_t c = 0; c < cols; c++)
-            q[r * cols + c] = (int8_t)level(xr[c], s, 127);
+        for (int64_t c = 0; c < cols; c++) q[r * cols + c] = (int8_t)level(xr[c], s, 127);
     }
     return -1;
 }
@@ -109,8 +99,7 @@ int64_t mc_quant_fp8(const float *x, int64_t n, uint8_t *q, float *scale)
 {
     float m;
     int64_t bad = absmax(x, n, &m);
-    if (bad >= 0)
-        return bad;
+    if (bad >= 0) return bad;
     float s = (float)((double)m / 448.0);
     *scale = s;
     for (int64_t i = 0; i < n; i++)
@@ -133,12 +122,10 @@ int64_t mc_quant_int4(const float *x, int64_t rows, int64_t cols, int64_t group_
             const float *xg = x + r * cols + c0;
             float m;
             int64_t bad = absmax(xg, n, &m);
-            if (bad >= 0)
-                return r * cols + c0 + bad;
+            if (bad >= 0) return r * cols + c0 + bad;
             float s = (float)((double)m / 7.0);
             scale[r * ng + g] = s;
-            for (int64_t c = 0; c < n; c++)
-                q[r * cols + c0 + c] = (int8_t)level(xg[c], s, 7);
+            for (int64_t c = 0; c < n; c++) q[r * cols + c0 + c] = (int8_t)level(xg[c], s, 7);
         }
     return -1;
 }

@@ -23,16 +23,16 @@ struct mc_request {
     float *out;
     size_t n;
     int peer;
-    MPI_Request mpi;   /* OP_SEND, OP_RECV */
-    int done;          /* collectives: set by the worker under the lock */
+    MPI_Request mpi; /* OP_SEND, OP_RECV */
+    int done;        /* collectives: set by the worker under the lock */
     mc_status st;
     mc_error err;
-    void *event;       /* NCCL collectives: the CUDA event mc_wait waits for */
-    float *host;       /* point to point of device memory: the host copy */
-    int P, me;         /* group size and rank, for the counters */
-    double t_issue;    /* mc_comm_now() at issue */
-    double t_end;      /* collectives: when the body finished (worker) */
-    double blocked;    /* time the issuing call itself ran the body (no worker) */
+    void *event;    /* NCCL collectives: the CUDA event mc_wait waits for */
+    float *host;    /* point to point of device memory: the host copy */
+    int P, me;      /* group size and rank, for the counters */
+    double t_issue; /* mc_comm_now() at issue */
+    double t_end;   /* collectives: when the body finished (worker) */
+    double blocked; /* time the issuing call itself ran the body (no worker) */
     struct mc_request *next;
 };
 
@@ -59,8 +59,7 @@ static void execute(mc_request *r, mc_scratch *s)
     case OP_ALLGATHER:
         r->st = mc_comm_allgather(r->c, r->k, r->be, r->in, r->out, r->n, &r->err);
         break;
-    default:
-        r->st = mc_error_set(&r->err, MC_ERR_INTERNAL, "%s: not a collective", r->name);
+    default: r->st = mc_error_set(&r->err, MC_ERR_INTERNAL, "%s: not a collective", r->name);
     }
 }
 
@@ -157,8 +156,16 @@ static mc_status submit(const mc_grid *g, enum req_op op, const char *name, mc_g
     mc_comm *cm = g->impl;
     mc_request *r = calloc(1, sizeof *r);
     if (!r) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", name);
-    *r = (mc_request){.op = op, .name = name, .k = k, .c = c, .be = be, .in = in, .out = out,
-                      .n = n, .P = mc_grid_group_size(g, k), .me = mc_grid_group_rank(g, k),
+    *r = (mc_request){.op = op,
+                      .name = name,
+                      .k = k,
+                      .c = c,
+                      .be = be,
+                      .in = in,
+                      .out = out,
+                      .n = n,
+                      .P = mc_grid_group_size(g, k),
+                      .me = mc_grid_group_rank(g, k),
                       .t_issue = mc_comm_now()};
     if (mc_nccl_wanted(be)) { /* device memory: NCCL's stream is the worker */
         static const mc_nccl_op ops[] = {[OP_ALLREDUCE] = MC_NCCL_ALLREDUCE_SUM,
@@ -188,8 +195,10 @@ static mc_status submit(const mc_grid *g, enum req_op op, const char *name, mc_g
     } else {
         pthread_mutex_lock(&a->mu);
         a->pending[k]++;
-        if (a->tail) a->tail->next = r;
-        else a->head = r;
+        if (a->tail)
+            a->tail->next = r;
+        else
+            a->head = r;
         a->tail = r;
         pthread_cond_signal(&a->work);
         pthread_mutex_unlock(&a->mu);
@@ -202,17 +211,18 @@ mc_status mc_iallreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, f
                             mc_request **req, mc_error *err)
 {
     if (n > (size_t)INT_MAX)
-        return mc_error_set(err, MC_ERR_LIMIT, "all-reduce on the %s: %zu elements are over MPI's limit",
+        return mc_error_set(err, MC_ERR_LIMIT,
+                            "all-reduce on the %s: %zu elements are over MPI's limit",
                             mc_group_name(k), n);
     return submit(g, OP_ALLREDUCE, "all-reduce", k, be, x, x, n, req, err);
 }
 
-mc_status mc_ireduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be,
-                                 const float *in, float *out, size_t n, mc_request **req,
-                                 mc_error *err)
+mc_status mc_ireduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *in,
+                                 float *out, size_t n, mc_request **req, mc_error *err)
 {
     if (n > (size_t)INT_MAX)
-        return mc_error_set(err, MC_ERR_LIMIT, "reduce-scatter on the %s: %zu elements are over MPI's limit",
+        return mc_error_set(err, MC_ERR_LIMIT,
+                            "reduce-scatter on the %s: %zu elements are over MPI's limit",
                             mc_group_name(k), n);
     return submit(g, OP_REDUCE_SCATTER, "reduce-scatter", k, be, in, out, n, req, err);
 }
@@ -221,7 +231,8 @@ mc_status mc_iallgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const
                         float *out, size_t n, mc_request **req, mc_error *err)
 {
     if (n > (size_t)INT_MAX)
-        return mc_error_set(err, MC_ERR_LIMIT, "all-gather on the %s: %zu elements are over MPI's limit",
+        return mc_error_set(err, MC_ERR_LIMIT,
+                            "all-gather on the %s: %zu elements are over MPI's limit",
                             mc_group_name(k), n);
     return submit(g, OP_ALLGATHER, "all-gather", k, be, in, out, n, req, err);
 }
@@ -236,9 +247,17 @@ static mc_status p2p(const mc_grid *g, enum req_op op, mc_group_kind k, mc_backe
     if (st) return st;
     mc_request *r = calloc(1, sizeof *r);
     if (!r) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", name);
-    *r = (mc_request){.op = op, .name = name, .k = k, .c = c, .be = be, .out = x, .n = n,
-                      .peer = peer, .P = mc_grid_group_size(g, k),
-                      .me = mc_grid_group_rank(g, k), .t_issue = mc_comm_now()};
+    *r = (mc_request){.op = op,
+                      .name = name,
+                      .k = k,
+                      .c = c,
+                      .be = be,
+                      .out = x,
+                      .n = n,
+                      .peer = peer,
+                      .P = mc_grid_group_size(g, k),
+                      .me = mc_grid_group_rank(g, k),
+                      .t_issue = mc_comm_now()};
     /* device memory through host memory (reduce.c, mc_comm_stage) */
     float *buf = x;
     if (mc_nccl_wanted(be)) {
@@ -266,8 +285,8 @@ mc_status mc_isend(const mc_grid *g, mc_group_kind k, mc_backend *be, const floa
     return p2p(g, OP_SEND, k, be, (float *)x, n, peer, req, err);
 }
 
-mc_status mc_irecv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
-                   int peer, mc_request **req, mc_error *err)
+mc_status mc_irecv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n, int peer,
+                   mc_request **req, mc_error *err)
 {
     return p2p(g, OP_RECV, k, be, x, n, peer, req, err);
 }
@@ -288,9 +307,7 @@ static void count(mc_comm *cm, const mc_request *r, double t0)
     case OP_REDUCE_SCATTER:
         c = MC_COLL_REDUCE_SCATTER, bytes = 4.0 * P * n, wire = 4.0 * (P - 1) * n;
         break;
-    case OP_ALLGATHER:
-        c = MC_COLL_ALLGATHER, bytes = 4.0 * P * n, wire = 4.0 * (P - 1) * n;
-        break;
+    case OP_ALLGATHER: c = MC_COLL_ALLGATHER, bytes = 4.0 * P * n, wire = 4.0 * (P - 1) * n; break;
     case OP_SEND: wire = 4.0 * n; break;
     case OP_RECV: break;
     }
@@ -308,9 +325,12 @@ mc_status mc_wait(const mc_grid *g, mc_request *r, mc_error *err)
         MPI_Status s;
         int rc = MPI_Wait(&r->mpi, &s);
         mc_watchdog_leave(cm->wd);
-        if (rc != MPI_SUCCESS) st = mc_comm_mpi_error(err, rc, r->name, r->k);
-        else if (r->op == OP_RECV) st = mc_comm_recv_status(&s, r->n, r->peer, r->k, err);
-        else st = MC_OK;
+        if (rc != MPI_SUCCESS)
+            st = mc_comm_mpi_error(err, rc, r->name, r->k);
+        else if (r->op == OP_RECV)
+            st = mc_comm_recv_status(&s, r->n, r->peer, r->k, err);
+        else
+            st = MC_OK;
         if (!st && r->host && r->op == OP_RECV)
             mc_bcopy_from_host(r->be, r->out, r->host, r->n * sizeof(float));
         free(r->host);

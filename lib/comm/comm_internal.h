@@ -73,8 +73,8 @@ double mc_comm_now(void); /* monotonic seconds */
 void mc_comm_count(mc_comm *cm, mc_group_kind k, mc_coll_kind c, double bytes, double wire,
                    double blocked);
 /* A non-blocking one waited for: also issue-to-completion seconds. */
-void mc_comm_count_async(mc_comm *cm, mc_group_kind k, mc_coll_kind c, double bytes,
-                         double wire, double elapsed, double waited);
+void mc_comm_count_async(mc_comm *cm, mc_group_kind k, mc_coll_kind c, double bytes, double wire,
+                         double elapsed, double waited);
 /* Bytes member me of P sends in reduce.c's all-reduce of n floats. */
 double mc_comm_allreduce_wire(size_t n, int P, int me);
 
@@ -85,16 +85,17 @@ double mc_comm_allreduce_wire(size_t n, int P, int me);
  * mc_nccl_wait makes the compute stream wait for. in/out/n as the MPI calls;
  * peer: the root of a broadcast. Point to point stays on MPI (reduce.c). */
 typedef enum {
-    MC_NCCL_ALLREDUCE_SUM, MC_NCCL_ALLREDUCE_MAX, MC_NCCL_REDUCE_SCATTER, MC_NCCL_ALLGATHER,
+    MC_NCCL_ALLREDUCE_SUM,
+    MC_NCCL_ALLREDUCE_MAX,
+    MC_NCCL_REDUCE_SCATTER,
+    MC_NCCL_ALLGATHER,
     MC_NCCL_BROADCAST
 } mc_nccl_op;
 #ifdef MC_CUDA_BACKEND
 int mc_nccl_wanted(const mc_backend *be);
-mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op op,
-                      const float *in, float *out, size_t n, int peer, void **event,
-                      mc_error *err);
-mc_status mc_nccl_wait(mc_backend *be, void *event, const char *op, mc_group_kind k,
-                       mc_error *err);
+mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op op, const float *in,
+                      float *out, size_t n, int peer, void **event, mc_error *err);
+mc_status mc_nccl_wait(mc_backend *be, void *event, const char *op, mc_group_kind k, mc_error *err);
 void mc_nccl_free(mc_nccl *nc);
 #else
 #define mc_nccl_wanted(be) 0

@@ -79,8 +79,8 @@ static mc_status split_groups(mc_grid *g, mc_comm *cm, mc_error *err)
             return mc_error_set(err, MC_ERR_INTERNAL,
                                 "rank %d: the %s has %d members and this rank is %d in it, "
                                 "the grid says %d and %d",
-                                g->rank, mc_group_name(k), size, rank,
-                                mc_grid_group_size(g, k), mc_grid_group_rank(g, k));
+                                g->rank, mc_group_name(k), size, rank, mc_grid_group_size(g, k),
+                                mc_grid_group_rank(g, k));
     }
     return MC_OK;
 }
@@ -226,7 +226,8 @@ mc_status mc_grid_check_config(const mc_grid *g, const void *bytes, size_t n, mc
         if (all[r] == all[0]) continue;
         if (first < 0) first = r;
         if (++ndiff <= 16 && len < sizeof list)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", ndiff > 1 ? ", " : "", r);
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", ndiff > 1 ? ", " : "",
+                                    r);
     }
     mc_status st = MC_OK;
     if (ndiff)

@@ -52,8 +52,9 @@ static mc_status get_comm(mc_comm *cm, mc_group_kind k, const char *op, ncclComm
         int rc = MPI_Bcast(&ok, 1, MPI_INT, 0, c);
         if (rc == MPI_SUCCESS && ok) rc = MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c);
         if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, op, k);
-        if (!ok) return mc_error_set(err, MC_ERR_IO, "%s on the %s: NCCL: no unique id at group rank 0",
-                                     op, mc_group_name(k));
+        if (!ok)
+            return mc_error_set(err, MC_ERR_IO, "%s on the %s: NCCL: no unique id at group rank 0",
+                                op, mc_group_name(k));
         if ((r = ncclCommInitRank(&cm->nccl->comm[k], P, id, me)) != ncclSuccess) {
             cm->nccl->comm[k] = NULL;
             return nccl_error(err, r, op, k);
@@ -63,12 +64,11 @@ static mc_status get_comm(mc_comm *cm, mc_group_kind k, const char *op, ncclComm
     return MC_OK;
 }
 
-mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op op,
-                      const float *in, float *out, size_t n, int peer, void **event,
-                      mc_error *err)
+mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op op, const float *in,
+                      float *out, size_t n, int peer, void **event, mc_error *err)
 {
-    static const char *names[] = {"all-reduce", "all-reduce (max)", "reduce-scatter",
-                                  "all-gather", "broadcast"};
+    static const char *names[] = {"all-reduce", "all-reduce (max)", "reduce-scatter", "all-gather",
+                                  "broadcast"};
     const char *name = names[op];
     ncclComm_t nc = NULL;
     mc_status st = get_comm(cm, k, name, &nc, err);
@@ -80,7 +80,9 @@ mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op o
     case MC_NCCL_ALLREDUCE_SUM: r = ncclAllReduce(out, out, n, ncclFloat32, ncclSum, nc, s); break;
     case MC_NCCL_ALLREDUCE_MAX: r = ncclAllReduce(out, out, n, ncclFloat32, ncclMax, nc, s); break;
     /* in holds P blocks of n; out gets this rank's block, summed */
-    case MC_NCCL_REDUCE_SCATTER: r = ncclReduceScatter(in, out, n, ncclFloat32, ncclSum, nc, s); break;
+    case MC_NCCL_REDUCE_SCATTER:
+        r = ncclReduceScatter(in, out, n, ncclFloat32, ncclSum, nc, s);
+        break;
     /* in-place when in is this rank's block of out, which NCCL allows */
     case MC_NCCL_ALLGATHER: r = ncclAllGather(in, out, n, ncclFloat32, nc, s); break;
     default: r = ncclBroadcast(out, out, n, ncclFloat32, peer, nc, s); break;
@@ -100,8 +102,7 @@ mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op o
     return MC_OK;
 }
 
-mc_status mc_nccl_wait(mc_backend *be, void *event, const char *op, mc_group_kind k,
-                       mc_error *err)
+mc_status mc_nccl_wait(mc_backend *be, void *event, const char *op, mc_group_kind k, mc_error *err)
 {
     cudaStream_t s = (cudaStream_t)mc_backend_stream(be, MC_STREAM_COMPUTE);
     cudaError_t e = cudaStreamWaitEvent(s, (cudaEvent_t)event, 0);

@@ -96,8 +96,8 @@ static void sum_in_order(mc_backend *be, float *out, const float *parts, size_t 
  * of every member, in group-rank order; member j sums them in that order
  * (mc_k_acc: ((x_0 + x_1) + x_2) + ...); an all-gather returns the sums. MPI
  * only moves bytes, 2 (P-1)/P n floats per member, a ring's traffic. */
-mc_status mc_comm_allreduce_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be, float *x, size_t n,
-                                mc_error *err)
+mc_status mc_comm_allreduce_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be,
+                                float *x, size_t n, mc_error *err)
 {
     int P, me;
     MPI_Comm_size(c, &P);
@@ -122,8 +122,8 @@ mc_status mc_comm_allreduce_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_b
 }
 
 /* The all-reduce's first two steps: member j keeps the sum of chunk j. */
-mc_status mc_comm_reduce_scatter_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be, const float *in,
-                                     float *out, size_t n, mc_error *err)
+mc_status mc_comm_reduce_scatter_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be,
+                                     const float *in, float *out, size_t n, mc_error *err)
 {
     int P;
     MPI_Comm_size(c, &P);
@@ -135,8 +135,8 @@ mc_status mc_comm_reduce_scatter_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s,
     return MC_OK;
 }
 
-mc_status mc_comm_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const float *in, float *out, size_t n,
-                            mc_error *err)
+mc_status mc_comm_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const float *in,
+                            float *out, size_t n, mc_error *err)
 {
     (void)be;
     int me;
@@ -152,15 +152,15 @@ mc_status mc_comm_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const f
 
 /* Blocking calls wait for the group's queued non-blocking work first (so the
  * order on the communicator is the issue order) and run under the deadline. */
-#define BEGIN(op, k)                                                           \
-    mc_comm *cm = g->impl;                                                     \
-    double t0_ = mc_comm_now();                                                \
+#define BEGIN(op, k)                                                              \
+    mc_comm *cm = g->impl;                                                        \
+    double t0_ = mc_comm_now();                                                   \
     if (mc_async_busy(cm, k) && (st = mc_async_drain(cm, k, op, err))) return st; \
     mc_watchdog_enter(cm->wd, op, k)
 /* Leave the deadline and count the call (stats.c): kind, bytes handed,
  * bytes this rank sent, the time blocked since BEGIN (a drain included). */
-#define END(kind, bytes, wire)                                                 \
-    mc_watchdog_leave(cm->wd);                                                 \
+#define END(kind, bytes, wire) \
+    mc_watchdog_leave(cm->wd); \
     mc_comm_count(cm, k, kind, bytes, wire, mc_comm_now() - t0_)
 
 mc_status mc_allreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
@@ -241,8 +241,8 @@ mc_status mc_allgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
     return st;
 }
 
-mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be,
-                                const float *in, float *out, size_t n, mc_error *err)
+mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *in,
+                                float *out, size_t n, mc_error *err)
 {
     MPI_Comm c;
     mc_status st = mc_comm_group(g, k, be, "reduce-scatter", &c, err);
@@ -364,8 +364,8 @@ mc_status mc_comm_recv_status(const MPI_Status *s, size_t n, int peer, mc_group_
     return MC_OK;
 }
 
-mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
-                  int peer, mc_error *err)
+mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n, int peer,
+                  mc_error *err)
 {
     MPI_Comm c;
     mc_status st = mc_comm_peer(g, k, be, "receive", peer, n, &c, err);

@@ -26,8 +26,8 @@ void mc_comm_count(mc_comm *cm, mc_group_kind k, mc_coll_kind c, double bytes, d
     s->seconds += blocked;
 }
 
-void mc_comm_count_async(mc_comm *cm, mc_group_kind k, mc_coll_kind c, double bytes,
-                         double wire, double elapsed, double waited)
+void mc_comm_count_async(mc_comm *cm, mc_group_kind k, mc_coll_kind c, double bytes, double wire,
+                         double elapsed, double waited)
 {
     if (!cm || k < 0 || k >= MC_GROUP_COUNT || c < 0 || c >= MC_COLL_COUNT) return;
     mc_comm_count(cm, k, c, bytes, wire, waited);
@@ -49,7 +49,7 @@ double mc_comm_allreduce_wire(size_t n, int P, int me)
 const char *mc_coll_name(mc_coll_kind c)
 {
     static const char *names[MC_COLL_COUNT] = {"all-reduce", "all-gather", "reduce-scatter",
-                                               "broadcast", "send/recv", "scalar"};
+                                               "broadcast",  "send/recv",  "scalar"};
     return c >= 0 && c < MC_COLL_COUNT ? names[c] : "?";
 }
 

@@ -19,10 +19,7 @@
 #include "mc/comm_mpi.h"
 
 /* The transport when there is anyone to talk to, else NULL. */
-static mc_comm *world_of(const mc_grid *g)
-{
-    return g && g->world > 1 && g->impl ? g->impl : NULL;
-}
+static mc_comm *world_of(const mc_grid *g) { return g && g->world > 1 && g->impl ? g->impl : NULL; }
 
 mc_status mc_grid_status_all(const mc_grid *g, mc_status st, const char *op, mc_error *err)
 {

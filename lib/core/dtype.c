@@ -20,14 +20,12 @@ static const struct {
 
 size_t mc_dtype_size(int code)
 {
-    if (code < MC_DTYPE_U8 || code > MC_DTYPE_U16)
-        return 0;
+    if (code < MC_DTYPE_U8 || code > MC_DTYPE_U16) return 0;
     return dtypes[code].size;
 }
 
 const char *mc_dtype_name(int code)
 {
-    if (code < MC_DTYPE_U8 || code > MC_DTYPE_U16)
-        return NULL;
+    if (code < MC_DTYPE_U8 || code > MC_DTYPE_U16) return NULL;
     return dtypes[code].name;
 }

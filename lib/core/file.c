@@ -35,8 +35,7 @@ mc_status mc_map_file(const char *path, mc_map *m, mc_error *err)
     m->data = NULL;
     m->len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open", path);
+    if (fd < 0) return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open", path);
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
@@ -58,8 +57,7 @@ mc_status mc_map_file(const char *path, mc_map *m, mc_error *err)
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd); /* the mapping keeps its own reference to the file */
-    if (p == MAP_FAILED)
-        return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot map", path);
+    if (p == MAP_FAILED) return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot map", path);
     m->data = p;
     m->len = (size_t)st.st_size;
     return MC_OK;
@@ -67,8 +65,7 @@ mc_status mc_map_file(const char *path, mc_map *m, mc_error *err)
 
 void mc_unmap(mc_map *m)
 {
-    if (m->data && m->len)
-        munmap((void *)m->data, m->len);
+    if (m->data && m->len) munmap((void *)m->data, m->len);
     m->data = NULL;
     m->len = 0;
 }
@@ -78,8 +75,7 @@ void mc_unmap(mc_map *m)
 mc_status mc_read_stdin_line(char **out, mc_error *err)
 {
     *out = NULL;
-    if (isatty(STDIN_FILENO))
-        return mc_error_set(err, MC_ERR_USAGE, "stdin is a terminal");
+    if (isatty(STDIN_FILENO)) return mc_error_set(err, MC_ERR_USAGE, "stdin is a terminal");
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -98,11 +94,9 @@ mc_status mc_read_stdin_line(char **out, mc_error *err)
 mc_status mc_read_file(const char *path, char **data, size_t *len, mc_error *err)
 {
     *data = NULL;
-    if (len)
-        *len = 0;
+    if (len) *len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open", path);
+    if (fd < 0) return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open", path);
     struct stat st;
     size_t cap = 4096;
     if (fstat(fd, &st) == 0) {
@@ -135,22 +129,19 @@ mc_status mc_read_file(const char *path, char **data, size_t *len, mc_error *err
         }
         ssize_t r = read(fd, buf + n, cap - 1 - n);
         if (r < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             int e = errno;
             free(buf);
             close(fd);
             return mc_error_errno(err, MC_ERR_IO, e, "%s: read failed", path);
         }
-        if (r == 0)
-            break;
+        if (r == 0) break;
         n += (size_t)r;
     }
     close(fd);
     buf[n] = '\0';
     *data = buf;
-    if (len)
-        *len = n;
+    if (len) *len = n;
     return MC_OK;
 }
 
@@ -160,10 +151,8 @@ mc_status mc_read_file(const char *path, char **data, size_t *len, mc_error *err
 static char *dir_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
-    if (!slash)
-        return strdup(".");
-    if (slash == path)
-        return strdup("/");
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
     size_t n = (size_t)(slash - path);
     char *d = malloc(n + 1);
     if (d) {
@@ -176,16 +165,14 @@ static char *dir_of(const char *path)
 mc_status mc_check_output_dir(const char *path, mc_error *err)
 {
     size_t plen = strlen(path);
-    if (plen == 0)
-        return mc_error_set(err, MC_ERR_USAGE, "empty output file name");
+    if (plen == 0) return mc_error_set(err, MC_ERR_USAGE, "empty output file name");
     if (path[plen - 1] == '/')
         return mc_error_set(err, MC_ERR_USAGE, "%s: names a directory, not a file", path);
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return mc_error_set(err, MC_ERR_USAGE, "%s: is a directory", path);
     char *dir = dir_of(path);
-    if (!dir)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!dir) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     mc_status rc = MC_OK;
     if (stat(dir, &st) != 0) {
         if (errno == ENOENT)
@@ -228,8 +215,7 @@ static mode_t current_umask(void)
 static void afile_discard(mc_afile *f)
 {
     if (f->tmp) {
-        if (f->fd >= 0)
-            close(f->fd);
+        if (f->fd >= 0) close(f->fd);
         unlink(f->tmp);
         free(f->tmp);
         f->tmp = NULL;
@@ -310,8 +296,7 @@ static int write_all(int fd, const unsigned char *p, size_t n)
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             return errno;
         }
         if (w == 0) /* should not happen for regular files; do not spin */
@@ -324,11 +309,9 @@ static int write_all(int fd, const unsigned char *p, size_t n)
 
 static mc_status afile_flush(mc_afile *f, mc_error *err)
 {
-    if (f->len == 0)
-        return MC_OK;
+    if (f->len == 0) return MC_OK;
     int e = write_all(f->fd, f->buf, f->len);
-    if (e)
-        return afile_fail(f, e, "write failed", err);
+    if (e) return afile_fail(f, e, "write failed", err);
     f->len = 0;
     return MC_OK;
 }
@@ -336,7 +319,8 @@ static mc_status afile_flush(mc_afile *f, mc_error *err)
 static mc_status afile_check_open(const mc_afile *f, mc_error *err)
 {
     if (!f->tmp || f->fd < 0)
-        return mc_error_set(err, MC_ERR_IO, "%s: file is not open for writing (an earlier write failed)",
+        return mc_error_set(err, MC_ERR_IO,
+                            "%s: file is not open for writing (an earlier write failed)",
                             f->path ? f->path : "(unnamed)");
     return MC_OK;
 }
@@ -345,16 +329,14 @@ static mc_status afile_check_open(const mc_afile *f, mc_error *err)
 static mc_status afile_interrupted(mc_afile *f, mc_error *err)
 {
     mc_status st = mc_interrupt_check(f->path, err);
-    if (st)
-        afile_discard(f);
+    if (st) afile_discard(f);
     return st;
 }
 
 mc_status mc_afile_write(mc_afile *f, const void *p, size_t n, mc_error *err)
 {
     mc_status st = afile_check_open(f, err);
-    if (st || (st = afile_interrupted(f, err)))
-        return st;
+    if (st || (st = afile_interrupted(f, err))) return st;
     const unsigned char *s = p;
     if (f->len + n <= f->cap) {
         memcpy(f->buf + f->len, s, n);
@@ -370,12 +352,10 @@ mc_status mc_afile_write(mc_afile *f, const void *p, size_t n, mc_error *err)
     s += room;
     n -= room;
     f->written += room;
-    if ((st = afile_flush(f, err)))
-        return st;
+    if ((st = afile_flush(f, err))) return st;
     if (n >= f->cap) {
         int e = write_all(f->fd, s, n);
-        if (e)
-            return afile_fail(f, e, "write failed", err);
+        if (e) return afile_fail(f, e, "write failed", err);
     } else {
         memcpy(f->buf, s, n);
         f->len = n;
@@ -387,25 +367,21 @@ mc_status mc_afile_write(mc_afile *f, const void *p, size_t n, mc_error *err)
 mc_status mc_afile_pwrite(mc_afile *f, const void *p, size_t n, uint64_t off, mc_error *err)
 {
     mc_status st = afile_check_open(f, err);
-    if (st || (st = afile_interrupted(f, err)))
-        return st;
+    if (st || (st = afile_interrupted(f, err))) return st;
     if (off > f->written || n > f->written - off)
         return mc_error_set(err, MC_ERR_INTERNAL,
-                            "%s: overwrite of bytes [%llu, %llu) beyond the %llu written",
-                            f->path, (unsigned long long)off, (unsigned long long)(off + n),
+                            "%s: overwrite of bytes [%llu, %llu) beyond the %llu written", f->path,
+                            (unsigned long long)off, (unsigned long long)(off + n),
                             (unsigned long long)f->written);
-    if ((st = afile_flush(f, err)))
-        return st;
+    if ((st = afile_flush(f, err))) return st;
     const unsigned char *s = p;
     while (n > 0) {
         ssize_t w = pwrite(f->fd, s, n, (off_t)off);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             return afile_fail(f, errno, "write failed", err);
         }
-        if (w == 0)
-            return afile_fail(f, EIO, "write failed", err);
+        if (w == 0) return afile_fail(f, EIO, "write failed", err);
         s += w;
         n -= (size_t)w;
         off += (uint64_t)w;
@@ -454,7 +430,8 @@ mc_status mc_afile_commit(mc_afile *f, mc_error *err)
             if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS && errno != ENOTSUP) {
                 int e = errno;
                 close(dfd);
-                mc_error_errno(err, MC_ERR_IO, e, "%s: fsync of directory '%s' failed", f->path, dir);
+                mc_error_errno(err, MC_ERR_IO, e, "%s: fsync of directory '%s' failed", f->path,
+                               dir);
                 free(dir);
                 afile_release(f);
                 return MC_ERR_IO;
@@ -478,8 +455,7 @@ void mc_afile_abort(mc_afile *f)
 mc_status mc_fsync_path(const char *path, mc_error *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open to fsync", path);
+    if (fd < 0) return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open to fsync", path);
     /* Some file systems cannot fsync a directory; that is not a failure of ours. */
     if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS && errno != ENOTSUP) {
         int e = errno;
@@ -498,21 +474,16 @@ static int remove_cb(const char *p, const struct stat *sb, int flag, struct FTW 
     return remove(p) != 0 ? -1 : 0;
 }
 
-int mc_remove_tree(const char *path)
-{
-    return nftw(path, remove_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
+int mc_remove_tree(const char *path) { return nftw(path, remove_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
 int mc_next_line(const char *data, size_t len, size_t *pos, const char **line, size_t *n)
 {
-    if (*pos >= len)
-        return 0;
+    if (*pos >= len) return 0;
     const char *s = data + *pos;
     const char *nl = memchr(s, '\n', len - *pos);
     size_t ll = nl ? (size_t)(nl - s) : len - *pos;
     *pos += ll + 1;
-    if (ll && s[ll - 1] == '\r')
-        ll--;
+    if (ll && s[ll - 1] == '\r') ll--;
     *line = s;
     *n = ll;
     return 1;

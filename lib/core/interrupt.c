@@ -11,7 +11,7 @@
 #include <string.h>
 #include "mc/file.h"
 
-static atomic_int temps;             /* temporaries that exist now */
+static atomic_int temps;              /* temporaries that exist now */
 static volatile sig_atomic_t pending; /* the signal noted, 0: none */
 
 /* While no temporary output exists, such a signal kills the process as it
@@ -37,8 +37,7 @@ void mc_interrupt_install(void)
 {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
     static int done;
-    if (done++)
-        return;
+    if (done++) return;
     /* the tool reports the error and returns from main; then it dies of
      * the signal */
     atexit(mc_interrupt_reraise);
@@ -51,8 +50,7 @@ void mc_interrupt_install(void)
         struct sigaction old;
         /* a signal the caller's shell ignores (nohup, a background job's
          * SIGINT) stays ignored */
-        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-            continue;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
         sigaction(sigs[i], &sa, NULL);
     }
 }
@@ -65,8 +63,7 @@ static void stop_for_test(void)
 {
     static atomic_int stopped;
     const char *v = getenv("MC_TEST_STOP_AT_TEMP");
-    if (v && *v && *v != '0' && atomic_exchange(&stopped, 1) == 0)
-        raise(SIGSTOP);
+    if (v && *v && *v != '0' && atomic_exchange(&stopped, 1) == 0) raise(SIGSTOP);
 }
 
 void mc_temp_begin(void)
@@ -83,8 +80,7 @@ volatile sig_atomic_t *mc_interrupt_flag(void) { return &pending; }
 mc_status mc_interrupt_check(const char *what, mc_error *err)
 {
     int sig = pending;
-    if (!sig)
-        return MC_OK;
+    if (!sig) return MC_OK;
     const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
     return mc_error_set(err, MC_ERR_IO, "%s: interrupted by %s; the temporary output was removed",
                         what ? what : "(output)", name);
@@ -93,8 +89,7 @@ mc_status mc_interrupt_check(const char *what, mc_error *err)
 void mc_interrupt_reraise(void)
 {
     int sig = pending;
-    if (!sig)
-        return;
+    if (!sig) return;
     signal(sig, SIG_DFL);
     raise(sig);
 }

@@ -20,8 +20,8 @@
 
 #define MC_JSON_FLAGS JSON_ALLOW_NUL
 
-mc_status mc_json_load_buf(const char *where, const char *data, size_t len,
-                           json_t **out, mc_error *err)
+mc_status mc_json_load_buf(const char *where, const char *data, size_t len, json_t **out,
+                           mc_error *err)
 {
     *out = NULL;
     json_error_t je;
@@ -38,8 +38,7 @@ mc_status mc_json_load_buf(const char *where, const char *data, size_t len,
      * is all that is left to add, and a later line inside the buffer moves
      * the line number on. */
     size_t wl = strlen(where), d = wl;
-    while (d > 0 && where[d - 1] >= '0' && where[d - 1] <= '9')
-        d--;
+    while (d > 0 && where[d - 1] >= '0' && where[d - 1] <= '9') d--;
     if (d < wl && d > 1 && where[d - 1] == ':') {
         if (line == 1)
             return mc_error_set(err, MC_ERR_FORMAT, "%s:%d: invalid JSON: %s", where, col, je.text);
@@ -59,8 +58,7 @@ mc_status mc_json_load_file(const char *path, json_t **out, mc_error *err)
     /* Read it ourselves rather than with json_load_file so that open and read
      * errors have the same form as every other file error. */
     mc_status st = mc_read_file(path, &data, &len, err);
-    if (st)
-        return st;
+    if (st) return st;
     json_error_t je;
     json_t *j = json_loadb(data, len, MC_JSON_FLAGS, &je);
     free(data);

@@ -22,8 +22,7 @@ void mc_logger_init(mc_logger *lg, const char *prog)
 
 void mc_log(const mc_logger *lg, mc_log_level lvl, const char *fmt, ...)
 {
-    if (lvl > lg->level)
-        return;
+    if (lvl > lg->level) return;
     FILE *out = lg->out ? lg->out : stderr;
     const char *tag = "";
     switch (lvl) {
@@ -36,8 +35,7 @@ void mc_log(const mc_logger *lg, mc_log_level lvl, const char *fmt, ...)
      * threads or processes sharing stderr do not interleave mid-line. */
     char line[4096];
     int n = snprintf(line, sizeof line, "%s: %s", lg->prog ? lg->prog : "mc", tag);
-    if (n < 0)
-        n = 0;
+    if (n < 0) n = 0;
     if ((size_t)n < sizeof line) {
         va_list ap;
         va_start(ap, fmt);

@@ -40,18 +40,16 @@ enum { KEY_HELP = INT_MAX - 1, KEY_VERSION = INT_MAX - 2 };
 /* Take the malloc'd word s (NULL: out of memory) into the list out. */
 static mc_status push_word(mc_buf *out, char *s, mc_error *err)
 {
-    if (!s)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!s) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     mc_status st = mc_buf_nstrs(out) >= INT_MAX - 1
                        ? mc_error_set(err, MC_ERR_LIMIT, "too many arguments")
                        : mc_buf_push_str(out, s, err);
-    if (st)
-        free(s);
+    if (st) free(s);
     return st;
 }
 
 typedef struct expander {
-    mc_buf out; /* the words, malloc'd */
+    mc_buf out;   /* the words, malloc'd */
     int dashdash; /* a "--" was seen: everything after it is taken as is */
 } expander;
 
@@ -75,8 +73,7 @@ static mc_status expand_file(expander *x, const char *path, int depth, const cha
     mc_error rerr;
     if (mc_read_file(path, &text, &len, &rerr) != MC_OK) {
         /* rerr reads "PATH: cannot open: ..."; show the word as written. */
-        if (from)
-            return mc_error_set(err, rerr.code, "%s:%d: @%s", from, from_line, rerr.msg);
+        if (from) return mc_error_set(err, rerr.code, "%s:%d: @%s", from, from_line, rerr.msg);
         return mc_error_set(err, rerr.code, "@%s", rerr.msg);
     }
 
@@ -102,27 +99,23 @@ static mc_status expand_file(expander *x, const char *path, int depth, const cha
             continue;
         }
         if (c == '#') {
-            while (i < len && text[i] != '\n')
-                i++;
+            while (i < len && text[i] != '\n') i++;
             continue;
         }
         /* A word: runs until unquoted whitespace. */
         int word_line = line;
         int expandable = (c == '@');
         w.len = 0;
-        if ((st = mc_buf_reserve(&w, 0, err)))
-            break;
+        if ((st = mc_buf_reserve(&w, 0, err))) break;
         w.data[0] = '\0';
         while (i < len && !st) {
             c = (unsigned char)text[i];
-            if (isspace(c))
-                break;
+            if (isspace(c)) break;
             if (c == '\'') {
                 int qline = line;
                 size_t j = i + 1;
                 while (j < len && text[j] != '\'') {
-                    if (text[j] == '\n')
-                        line++;
+                    if (text[j] == '\n') line++;
                     j++;
                 }
                 if (j >= len) {
@@ -146,8 +139,7 @@ static mc_status expand_file(expander *x, const char *path, int depth, const cha
                     st = mc_buf_append(&w, &ch, 1, err);
                     j++;
                 }
-                if (st)
-                    break;
+                if (st) break;
                 if (j >= len) {
                     st = mc_error_set(err, MC_ERR_USAGE, "%s:%d: unterminated quote", path, qline);
                     break;
@@ -169,8 +161,7 @@ static mc_status expand_file(expander *x, const char *path, int depth, const cha
                 i++;
             }
         }
-        if (st)
-            break;
+        if (st) break;
         st = expand_word(x, w.data, expandable, depth, path, word_line, err);
     }
     mc_buf_free(&w);
@@ -184,15 +175,14 @@ static mc_status expand_word(expander *x, const char *word, int expandable, int 
                              const char *from, int line, mc_error *err)
 {
     if (x->dashdash || !expandable || word[0] != '@' || word[1] == '\0') {
-        if (strcmp(word, "--") == 0)
-            x->dashdash = 1;
+        if (strcmp(word, "--") == 0) x->dashdash = 1;
         return push_word(&x->out, strdup(word), err);
     }
     if (depth >= ARGFILE_MAX_DEPTH) {
         if (from)
             return mc_error_set(err, MC_ERR_USAGE,
-                                "%s:%d: %s: argument files nested deeper than %d", from, line,
-                                word, ARGFILE_MAX_DEPTH);
+                                "%s:%d: %s: argument files nested deeper than %d", from, line, word,
+                                ARGFILE_MAX_DEPTH);
         return mc_error_set(err, MC_ERR_USAGE, "%s: argument files nested deeper than %d", word,
                             ARGFILE_MAX_DEPTH);
     }
@@ -225,10 +215,8 @@ mc_status mc_argv_expand(int argc, char **argv, int *out_argc, char ***out_argv,
 
 void mc_argv_free(int argc, char **argv)
 {
-    if (!argv)
-        return;
-    for (int i = 0; i < argc; i++)
-        free(argv[i]);
+    if (!argv) return;
+    for (int i = 0; i < argc; i++) free(argv[i]);
     free(argv);
 }
 
@@ -240,22 +228,18 @@ typedef struct cli_priv {
     int started;
 } cli_priv;
 
-static int is_short_key(int key)
-{
-    return key > 0 && key < 256 && isalnum(key);
-}
+static int is_short_key(int key) { return key > 0 && key < 256 && isalnum(key); }
 
 static int table_has(const mc_option *opts, const char *name)
 {
     for (const mc_option *o = opts; o && o->name; o++)
-        if (strcmp(o->name, name) == 0)
-            return 1;
+        if (strcmp(o->name, name) == 0) return 1;
     return 0;
 }
 
 static int getopt_has_arg(int has_arg)
 {
-    return has_arg == MC_OPT_REQUIRED ? required_argument
+    return has_arg == MC_OPT_REQUIRED   ? required_argument
            : has_arg == MC_OPT_OPTIONAL ? optional_argument
                                         : no_argument;
 }
@@ -269,12 +253,10 @@ mc_status mc_cli_init(mc_cli *cli, const char *prog, const char *synopsis, const
     cli->summary = summary;
     cli->opts = opts;
     mc_status st = mc_argv_expand(argc, argv, &cli->argc, &cli->argv, err);
-    if (st)
-        return st;
+    if (st) return st;
 
     size_t n = 0;
-    for (const mc_option *o = opts; o && o->name; o++)
-        n++;
+    for (const mc_option *o = opts; o && o->name; o++) n++;
     cli_priv *p = calloc(1, sizeof *p);
     if (p) {
         p->longopts = calloc(n + 3, sizeof *p->longopts);
@@ -315,8 +297,7 @@ mc_status mc_cli_init(mc_cli *cli, const char *prog, const char *synopsis, const
 static const mc_option *find_by_key(const mc_option *opts, int key)
 {
     for (const mc_option *o = opts; o && o->name; o++)
-        if (o->key == key)
-            return o;
+        if (o->key == key) return o;
     return NULL;
 }
 
@@ -324,8 +305,7 @@ static const mc_option *find_by_key(const mc_option *opts, int key)
 static void option_word(const char *arg, char *out, size_t cap)
 {
     size_t n = strcspn(arg, "=");
-    if (n >= cap)
-        n = cap - 1;
+    if (n >= cap) n = cap - 1;
     memcpy(out, arg, n);
     out[n] = '\0';
 }
@@ -452,17 +432,14 @@ static int looks_like_number(const char *s)
  * getopt's unambiguous abbreviations; NULL when none or several. */
 static const mc_option *resolve_long(const mc_option *opts, const char *word)
 {
-    if (strncmp(word, "--", 2) || !word[2])
-        return NULL;
+    if (strncmp(word, "--", 2) || !word[2]) return NULL;
     const char *name = word + 2;
     size_t len = strcspn(name, "=");
     const mc_option *hit = NULL;
     int hits = 0;
     for (const mc_option *o = opts; o->name; o++) {
-        if (strncmp(o->name, name, len))
-            continue;
-        if (strlen(o->name) == len)
-            return o; /* exact */
+        if (strncmp(o->name, name, len)) continue;
+        if (strlen(o->name) == len) return o; /* exact */
         hit = o;
         hits++;
     }
@@ -473,11 +450,9 @@ mc_status mc_cli_expand_nargs(mc_cli *cli, int key, mc_error *err)
 {
     for (int i = 1; i < cli->argc; i++) {
         const char *w = cli->argv[i];
-        if (!strcmp(w, "--"))
-            break;
+        if (!strcmp(w, "--")) break;
         const mc_option *o = resolve_long(cli->opts, w);
-        if (!o)
-            continue;
+        if (!o) continue;
         int inline_arg = strchr(w, '=') != NULL;
         if (o->key != key) {
             if (o->has_arg == MC_OPT_REQUIRED && !inline_arg)
@@ -487,8 +462,7 @@ mc_status mc_cli_expand_nargs(mc_cli *cli, int key, mc_error *err)
         int j = i + (inline_arg ? 1 : 2);
         for (; j < cli->argc; j++) {
             const char *v = cli->argv[j];
-            if (v[0] == '-' && !looks_like_number(v))
-                break;
+            if (v[0] == '-' && !looks_like_number(v)) break;
             char *nw = NULL;
             if (asprintf(&nw, "--%s=%s", o->name, v) < 0)
                 return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
@@ -513,8 +487,7 @@ static void print_wrapped(FILE *out, const char *text, int col, int indent)
         if (*s == '\n') {
             fputc('\n', out);
             s++;
-            if (*s && *s != '\n')
-                fprintf(out, "%*s", indent, "");
+            if (*s && *s != '\n') fprintf(out, "%*s", indent, "");
             col = indent;
             at_line_start = 1;
             continue;
@@ -542,14 +515,13 @@ static void print_wrapped(FILE *out, const char *text, int col, int indent)
 }
 
 /* "  -o, --output=FILE" for one option, into buf. */
-static void option_column(const char *name, int key, int has_arg, const char *argname,
-                          char *buf, size_t cap)
+static void option_column(const char *name, int key, int has_arg, const char *argname, char *buf,
+                          size_t cap)
 {
     const char *an = argname ? argname : "ARG";
     int n = is_short_key(key) ? snprintf(buf, cap, "  -%c, --%s", key, name)
                               : snprintf(buf, cap, "      --%s", name);
-    if (n < 0 || (size_t)n >= cap)
-        return;
+    if (n < 0 || (size_t)n >= cap) return;
     if (has_arg == MC_OPT_REQUIRED)
         snprintf(buf + n, cap - (size_t)n, "=%s", an);
     else if (has_arg == MC_OPT_OPTIONAL)
@@ -566,16 +538,12 @@ static const mc_option builtin_opts[] = {
 static const mc_option *help_entry(const mc_cli *cli, size_t i)
 {
     size_t n = 0;
-    while (cli->opts && cli->opts[n].name)
-        n++;
-    if (i < n)
-        return &cli->opts[i];
+    while (cli->opts && cli->opts[n].name) n++;
+    if (i < n) return &cli->opts[i];
     i -= n;
     for (size_t b = 0; b < sizeof builtin_opts / sizeof builtin_opts[0]; b++) {
-        if (table_has(cli->opts, builtin_opts[b].name))
-            continue;
-        if (i-- == 0)
-            return &builtin_opts[b];
+        if (table_has(cli->opts, builtin_opts[b].name)) continue;
+        if (i-- == 0) return &builtin_opts[b];
     }
     return NULL;
 }
@@ -583,8 +551,7 @@ static const mc_option *help_entry(const mc_cli *cli, size_t i)
 void mc_cli_help(const mc_cli *cli, FILE *out)
 {
     fprintf(out, "Usage: %s %s\n", cli->prog, cli->synopsis ? cli->synopsis : "[OPTION]...");
-    if (cli->summary && *cli->summary)
-        print_wrapped(out, cli->summary, 0, 0);
+    if (cli->summary && *cli->summary) print_wrapped(out, cli->summary, 0, 0);
 
     /* Help texts start in one column, set by the widest option column that
      * is not so wide that it would push them too far right. */
@@ -592,17 +559,14 @@ void mc_cli_help(const mc_cli *cli, FILE *out)
     int width = 0;
     const mc_option *o;
     for (size_t i = 0; (o = help_entry(cli, i)); i++) {
-        if (!o->help)
-            continue;
+        if (!o->help) continue;
         option_column(o->name, o->key, o->has_arg, o->argname, col, sizeof col);
         int w = (int)strlen(col);
-        if (w <= HELP_OPT_COL_MAX && w > width)
-            width = w;
+        if (w <= HELP_OPT_COL_MAX && w > width) width = w;
     }
     fprintf(out, "\nOptions:\n");
     for (size_t i = 0; (o = help_entry(cli, i)); i++) {
-        if (!o->help)
-            continue;
+        if (!o->help) continue;
         option_column(o->name, o->key, o->has_arg, o->argname, col, sizeof col);
         if ((int)strlen(col) <= width)
             fprintf(out, "%-*s  ", width, col);
@@ -615,10 +579,7 @@ void mc_cli_help(const mc_cli *cli, FILE *out)
 /* ---- value parsers -------------------------------------------------------- */
 
 /* Option names are printed as given; a bare name gets its "--". */
-static const char *dashes(const char *opt)
-{
-    return opt && opt[0] == '-' ? "" : "--";
-}
+static const char *dashes(const char *opt) { return opt && opt[0] == '-' ? "" : "--"; }
 
 mc_status mc_parse_i64(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
                        mc_error *err)
@@ -656,9 +617,18 @@ mc_status mc_parse_size(const char *opt, const char *s, uint64_t *out, mc_error 
         uint64_t mult;
     } units[] = {
         {"", 1},
-        {"K", 1ULL << 10}, {"M", 1ULL << 20}, {"G", 1ULL << 30}, {"T", 1ULL << 40},
-        {"KiB", 1ULL << 10}, {"MiB", 1ULL << 20}, {"GiB", 1ULL << 30}, {"TiB", 1ULL << 40},
-        {"KB", 1000ULL}, {"MB", 1000000ULL}, {"GB", 1000000000ULL}, {"TB", 1000000000000ULL},
+        {"K", 1ULL << 10},
+        {"M", 1ULL << 20},
+        {"G", 1ULL << 30},
+        {"T", 1ULL << 40},
+        {"KiB", 1ULL << 10},
+        {"MiB", 1ULL << 20},
+        {"GiB", 1ULL << 30},
+        {"TiB", 1ULL << 40},
+        {"KB", 1000ULL},
+        {"MB", 1000000ULL},
+        {"GB", 1000000000ULL},
+        {"TB", 1000000000000ULL},
     };
     const char *p = s ? s : "";
     uint64_t v = 0;
@@ -692,8 +662,7 @@ mc_status mc_parse_int(const char *opt, const char *s, int min, int max, int *ou
 {
     int64_t v;
     mc_status st = mc_parse_i64(opt, s, min, max, &v, err);
-    if (!st)
-        *out = (int)v;
+    if (!st) *out = (int)v;
     return st;
 }
 
@@ -702,8 +671,7 @@ mc_status mc_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t ma
 {
     int64_t v;
     mc_status st = mc_parse_i64(opt, s, (int64_t)min, (int64_t)max, &v, err);
-    if (!st)
-        *out = (uint64_t)v;
+    if (!st) *out = (uint64_t)v;
     return st;
 }
 
@@ -712,8 +680,7 @@ mc_status mc_parse_float(const char *opt, const char *s, double min, double max,
 {
     double v;
     mc_status st = mc_parse_double(opt, s, min, max, &v, err);
-    if (!st)
-        *out = (float)v;
+    if (!st) *out = (float)v;
     return st;
 }
 
@@ -722,8 +689,7 @@ mc_status mc_parse_float(const char *opt, const char *s, double min, double max,
 const char *mc_choice_name(const mc_choice *choices, int v)
 {
     for (const mc_choice *c = choices; c->name; c++)
-        if (c->value == v)
-            return c->name;
+        if (c->value == v) return c->name;
     return NULL;
 }
 
@@ -740,8 +706,7 @@ mc_status mc_parse_choice(const char *opt, const char *what, const char *s,
     const char *names[64];
     size_t n = 0;
     for (const mc_choice *c = choices; c->name && n < 64; c++)
-        if (mc_choice_name(choices, c->value) == c->name)
-            names[n++] = c->name;
+        if (mc_choice_name(choices, c->value) == c->name) names[n++] = c->name;
     char list[512] = "";
     size_t len = 0;
     for (size_t i = 0; i < n && len < sizeof list; i++) {
@@ -758,23 +723,29 @@ mc_status mc_parse_choice(const char *opt, const char *what, const char *s,
 /* ---- the learning-rate schedule's styles ---------------------------------- */
 
 static const mc_choice decay_styles[] = {
-    {"constant", MC_LR_CONSTANT}, {"linear", MC_LR_LINEAR}, {"cosine", MC_LR_COSINE},
-    {"inverse-square-root", MC_LR_INVERSE_SQRT}, {"WSD", MC_LR_WSD}, {NULL, 0},
+    {"constant", MC_LR_CONSTANT}, {"linear", MC_LR_LINEAR},
+    {"cosine", MC_LR_COSINE},     {"inverse-square-root", MC_LR_INVERSE_SQRT},
+    {"WSD", MC_LR_WSD},           {NULL, 0},
 };
 static const mc_choice wsd_styles[] = {
-    {"exponential", MC_WSD_EXPONENTIAL}, {"linear", MC_WSD_LINEAR}, {"cosine", MC_WSD_COSINE},
-    {"minus_sqrt", MC_WSD_MINUS_SQRT}, {NULL, 0},
+    {"exponential", MC_WSD_EXPONENTIAL},
+    {"linear", MC_WSD_LINEAR},
+    {"cosine", MC_WSD_COSINE},
+    {"minus_sqrt", MC_WSD_MINUS_SQRT},
+    {NULL, 0},
 };
 static const mc_choice wd_styles[] = {
-    {"constant", MC_WD_CONSTANT}, {"linear", MC_WD_LINEAR}, {"cosine", MC_WD_COSINE}, {NULL, 0},
+    {"constant", MC_WD_CONSTANT},
+    {"linear", MC_WD_LINEAR},
+    {"cosine", MC_WD_COSINE},
+    {NULL, 0},
 };
 
 mc_status mc_lr_decay_style_parse(const char *name, mc_lr_decay_style *out, mc_error *err)
 {
     int v;
     mc_status st = mc_parse_choice("--lr-decay-style", "style", name, decay_styles, &v, err);
-    if (!st)
-        *out = (mc_lr_decay_style)v;
+    if (!st) *out = (mc_lr_decay_style)v;
     return st;
 }
 
@@ -782,8 +753,7 @@ mc_status mc_wsd_decay_style_parse(const char *name, mc_wsd_decay_style *out, mc
 {
     int v;
     mc_status st = mc_parse_choice("--lr-wsd-decay-style", "style", name, wsd_styles, &v, err);
-    if (!st)
-        *out = (mc_wsd_decay_style)v;
+    if (!st) *out = (mc_wsd_decay_style)v;
     return st;
 }
 
@@ -791,8 +761,7 @@ mc_status mc_wd_incr_style_parse(const char *name, mc_wd_incr_style *out, mc_err
 {
     int v;
     mc_status st = mc_parse_choice("--weight-decay-incr-style", "style", name, wd_styles, &v, err);
-    if (!st)
-        *out = (mc_wd_incr_style)v;
+    if (!st) *out = (mc_wd_incr_style)v;
     return st;
 }
 

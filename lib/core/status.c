@@ -17,8 +17,7 @@
 
 mc_status mc_error_setv(mc_error *err, mc_status code, const char *fmt, va_list ap)
 {
-    if (!err)
-        return code;
+    if (!err) return code;
     err->code = code;
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     return code;
@@ -35,8 +34,7 @@ mc_status mc_error_set(mc_error *err, mc_status code, const char *fmt, ...)
 
 mc_status mc_error_errno(mc_error *err, mc_status code, int errnum, const char *fmt, ...)
 {
-    if (!err)
-        return code;
+    if (!err) return code;
     va_list ap;
     va_start(ap, fmt);
     mc_error_setv(err, code, fmt, ap);
@@ -49,18 +47,15 @@ mc_status mc_error_errno(mc_error *err, mc_status code, int errnum, const char *
     const char *es = strerror_r(errnum, ebuf, sizeof ebuf);
 #else
     const char *es = ebuf;
-    if (strerror_r(errnum, ebuf, sizeof ebuf) != 0)
-        snprintf(ebuf, sizeof ebuf, "error %d", errnum);
+    if (strerror_r(errnum, ebuf, sizeof ebuf) != 0) snprintf(ebuf, sizeof ebuf, "error %d", errnum);
 #endif
-    if (n < sizeof err->msg)
-        snprintf(err->msg + n, sizeof err->msg - n, ": %s", es);
+    if (n < sizeof err->msg) snprintf(err->msg + n, sizeof err->msg - n, ": %s", es);
     return code;
 }
 
 mc_status mc_error_prefix(mc_error *err, const char *fmt, ...)
 {
-    if (!err)
-        return MC_OK;
+    if (!err) return MC_OK;
     char pre[MC_ERROR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
@@ -72,20 +67,17 @@ mc_status mc_error_prefix(mc_error *err, const char *fmt, ...)
     size_t plen = strnlen(pre, cap - 1);
     size_t head = plen + 2 < cap - 1 ? plen + 2 : cap - 1;
     size_t old = strnlen(err->msg, cap - 1);
-    if (old > cap - 1 - head)
-        old = cap - 1 - head;
+    if (old > cap - 1 - head) old = cap - 1 - head;
     memmove(err->msg + head, err->msg, old);
     err->msg[head + old] = '\0';
     memcpy(err->msg, pre, head < plen ? head : plen);
-    if (head >= plen + 2)
-        memcpy(err->msg + plen, ": ", 2);
+    if (head >= plen + 2) memcpy(err->msg + plen, ": ", 2);
     return err->code;
 }
 
 void mc_error_clear(mc_error *err)
 {
-    if (!err)
-        return;
+    if (!err) return;
     err->code = MC_OK;
     err->msg[0] = '\0';
 }
@@ -107,9 +99,7 @@ const char *mc_status_name(mc_status s)
 
 int mc_status_exit_code(mc_status s)
 {
-    if (s == MC_OK)
-        return 0;
-    if (s == MC_ERR_USAGE)
-        return 2;
+    if (s == MC_OK) return 0;
+    if (s == MC_ERR_USAGE) return 2;
     return 1;
 }

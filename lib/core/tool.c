@@ -19,10 +19,8 @@
 void mc_tool_start(mc_logger *lg, const char *prog, unsigned flags)
 {
     mc_logger_init(lg, prog);
-    if (flags & MC_TOOL_INTERRUPT)
-        mc_interrupt_install();
-    if (flags & MC_TOOL_EFBIG)
-        signal(SIGXFSZ, SIG_IGN);
+    if (flags & MC_TOOL_INTERRUPT) mc_interrupt_install();
+    if (flags & MC_TOOL_EFBIG) signal(SIGXFSZ, SIG_IGN);
 }
 
 static volatile sig_atomic_t stop_requested;
@@ -46,10 +44,8 @@ volatile sig_atomic_t *mc_tool_stop_on_signals(void)
 
 mc_status mc_tool_stdin_path(char **out, const char *no_pipe, const char *empty, mc_error *err)
 {
-    if (mc_read_stdin_line(out, err))
-        return mc_error_set(err, MC_ERR_USAGE, "%s", no_pipe);
-    if (!*out)
-        return mc_error_set(err, MC_ERR_USAGE, "%s", empty);
+    if (mc_read_stdin_line(out, err)) return mc_error_set(err, MC_ERR_USAGE, "%s", no_pipe);
+    if (!*out) return mc_error_set(err, MC_ERR_USAGE, "%s", empty);
     return MC_OK;
 }
 

@@ -30,7 +30,7 @@ struct mc_gpt_dataset {
     size_t n;
     mc_gpt_docs *docs;
     mc_gpt_samples (*samples)[MC_SPLIT_COUNT];
-    int *exists;                         /* n * 3 */
+    int *exists; /* n * 3 */
     int blended;
     blend_split blend[MC_SPLIT_COUNT];
     int built;
@@ -106,7 +106,8 @@ mc_status mc_gptdata_parse_data_path(const char *const *args, size_t n, mc_gptda
         for (size_t i = 0; i < n; i += 2)
             if (!parse_number(args[i], &w))
                 return mc_error_set(err, MC_ERR_USAGE,
-                                    "--data-path: weight '%s' (word %zu) is not a number", args[i], i + 1);
+                                    "--data-path: weight '%s' (word %zu) is not a number", args[i],
+                                    i + 1);
     }
     size_t m = weighted ? n / 2 : n;
     out->prefixes = calloc(m, sizeof(char *));
@@ -117,9 +118,9 @@ mc_status mc_gptdata_parse_data_path(const char *const *args, size_t n, mc_gptda
         if (weighted) {
             parse_number(args[2 * i], &out->weights[i]);
             if (!isfinite(out->weights[i]) || out->weights[i] <= 0) {
-                mc_status st = mc_error_set(err, MC_ERR_USAGE,
-                                            "--data-path: weight '%s' of %s must be a positive number",
-                                            args[2 * i], args[2 * i + 1]);
+                mc_status st = mc_error_set(
+                    err, MC_ERR_USAGE, "--data-path: weight '%s' of %s must be a positive number",
+                    args[2 * i], args[2 * i + 1]);
                 mc_gptdata_blend_free(out);
                 return st;
             }
@@ -152,12 +153,14 @@ mc_status mc_gptdata_parse_split(const char *split, double out[MC_SPLIT_COUNT], 
             char *end;
             if (k == MC_SPLIT_COUNT || len >= sizeof word)
                 return mc_error_set(err, MC_ERR_USAGE,
-                                    "--split '%s': expected at most 3 weights (train,valid,test)", split);
+                                    "--split '%s': expected at most 3 weights (train,valid,test)",
+                                    split);
             memcpy(word, p, len);
             word[len] = 0;
             v[k] = strtod(word, &end);
             if (*end || end == word)
-                return mc_error_set(err, MC_ERR_USAGE, "--split '%s': '%s' is not a number", split, word);
+                return mc_error_set(err, MC_ERR_USAGE, "--split '%s': '%s' is not a number", split,
+                                    word);
             k++;
             p += len;
         } else if (*p == ',' || *p == '/' || *p == ':' || isspace((unsigned char)*p)) {
@@ -169,10 +172,12 @@ mc_status mc_gptdata_parse_split(const char *split, double out[MC_SPLIT_COUNT], 
         }
     }
     if (k == 0)
-        return mc_error_set(err, MC_ERR_USAGE, "--split '%s': no weights; expected e.g. 969,30,1", split);
+        return mc_error_set(err, MC_ERR_USAGE, "--split '%s': no weights; expected e.g. 969,30,1",
+                            split);
     double sum = mc_np_sum(v, MC_SPLIT_COUNT);
     if (!(sum > 0) || !isfinite(sum))
-        return mc_error_set(err, MC_ERR_USAGE, "--split '%s': the weights must not all be zero", split);
+        return mc_error_set(err, MC_ERR_USAGE, "--split '%s': the weights must not all be zero",
+                            split);
     for (int i = 0; i < MC_SPLIT_COUNT; i++) out[i] = v[i] / sum;
     return MC_OK;
 }
@@ -221,7 +226,10 @@ static void blending_indices(const double *w, size_t n, int64_t size, int16_t *d
         double best_err = w[0] * kd - (double)cur[0];
         for (size_t d = 1; d < n; d++) {
             double e = w[d] * kd - (double)cur[d];
-            if (e > best_err) { best_err = e; best = d; }
+            if (e > best_err) {
+                best_err = e;
+                best = d;
+            }
         }
         di[k] = (int16_t)best;
         dsi[k] = cur[best]++;
@@ -243,7 +251,10 @@ static void exhaustive_indices(const int64_t *sizes, size_t n, int16_t *di, int6
         for (size_t d = 0; d < n; d++) {
             if (cur[d] == sizes[d]) continue;
             double e = w[d] * kd - (double)cur[d];
-            if (best < 0 || e > best_err) { best_err = e; best = (int64_t)d; }
+            if (best < 0 || e > best_err) {
+                best_err = e;
+                best = (int64_t)d;
+            }
         }
         di[k] = (int16_t)best;
         dsi[k] = cur[best]++;
@@ -303,8 +314,10 @@ static mc_status build_blend(mc_gpt_dataset *ds, mc_split sp, const double *weig
             if (b->dataset_index.type != MC_NPY_I16 || b->dataset_index.ndim != 1 ||
                 b->dataset_sample_index.type != MC_NPY_I64 || b->dataset_sample_index.ndim != 1 ||
                 b->dataset_index.shape[0] != size || b->dataset_sample_index.shape[0] != size) {
-                st = mc_error_set(err, MC_ERR_FORMAT, "%s-*.npy: cached blend indices have the wrong "
-                                  "shape or type; delete them to rebuild", b->cache_base);
+                st = mc_error_set(err, MC_ERR_FORMAT,
+                                  "%s-*.npy: cached blend indices have the wrong "
+                                  "shape or type; delete them to rebuild",
+                                  b->cache_base);
                 goto done;
             }
             goto done;
@@ -316,8 +329,10 @@ static mc_status build_blend(mc_gpt_dataset *ds, mc_split sp, const double *weig
     b->dataset_index.owned = di;
     b->dataset_sample_index.owned = dsi;
     if (!di || !dsi) goto nomem;
-    if (nw) blending_indices(nw, n, size, di, dsi);
-    else exhaustive_indices(int_weights, n, di, dsi);
+    if (nw)
+        blending_indices(nw, n, size, di, dsi);
+    else
+        exhaustive_indices(int_weights, n, di, dsi);
     b->dataset_index.data = di;
     b->dataset_index.type = MC_NPY_I16;
     b->dataset_index.ndim = 1;
@@ -332,11 +347,11 @@ static mc_status build_blend(mc_gpt_dataset *ds, mc_split sp, const double *weig
         int64_t want = 0;
         for (int64_t k = 0; k < size; k++) want += di[k] == (int16_t)d;
         if (want > ds->samples[d][sp].n_samples) {
-            st = mc_error_set(err, MC_ERR_USAGE,
-                              "%s: the %s blend takes %" PRId64 " samples from it but it has %" PRId64
-                              "; raise the mid-level surplus",
-                              ds->docs[d].path, mc_split_name(sp), want,
-                              ds->samples[d][sp].n_samples);
+            st = mc_error_set(
+                err, MC_ERR_USAGE,
+                "%s: the %s blend takes %" PRId64 " samples from it but it has %" PRId64
+                "; raise the mid-level surplus",
+                ds->docs[d].path, mc_split_name(sp), want, ds->samples[d][sp].n_samples);
             goto done;
         }
     }
@@ -381,7 +396,8 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
     const mc_gptdata_blend *bl = &c->blend;
 
     if (c->seq_length < 2) {
-        st = mc_error_set(err, MC_ERR_USAGE, "--seq-length %" PRId64 ": must be at least 2", c->seq_length);
+        st = mc_error_set(err, MC_ERR_USAGE, "--seq-length %" PRId64 ": must be at least 2",
+                          c->seq_length);
         goto fail;
     }
     if (!c->mock && bl->n == 0) {
@@ -393,12 +409,16 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
         goto fail;
     }
     if (!c->mock && bl->n > 32766) {
-        st = mc_error_set(err, MC_ERR_LIMIT, "--data-path: %zu datasets; a blend holds at most 32766", bl->n);
+        st = mc_error_set(err, MC_ERR_LIMIT,
+                          "--data-path: %zu datasets; a blend holds at most 32766", bl->n);
         goto fail;
     }
     /* Megatron's mock data always splits 1,1,1 */
     ds->split_string = strdup(c->mock ? "1,1,1" : (c->split ? c->split : "969,30,1"));
-    if (!ds->split_string) { st = mc_error_set(err, MC_ERR_NOMEM, "out of memory"); goto fail; }
+    if (!ds->split_string) {
+        st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     if ((st = mc_gptdata_parse_split(ds->split_string, v, err)) != MC_OK) goto fail;
     ds->p.seq_length = c->seq_length;
     ds->p.seed = c->seed;
@@ -411,8 +431,9 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
         json_error_t je;
         ds->p.tokenizer = json_loads(c->tokenizer_json, JSON_DECODE_ANY, &je);
         if (!ds->p.tokenizer) {
-            st = mc_error_set(err, MC_ERR_USAGE, "tokenizer identifiers: invalid JSON at column %d: %s",
-                              je.column, je.text);
+            st = mc_error_set(err, MC_ERR_USAGE,
+                              "tokenizer identifiers: invalid JSON at column %d: %s", je.column,
+                              je.text);
             goto fail;
         }
     } else {
@@ -428,8 +449,10 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
         goto fail;
     }
     for (size_t d = 0; d < ds->n; d++) {
-        if (c->mock) mc_gpt_docs_mock(&ds->docs[d], c->seed, c->vocab_size, c->eod);
-        else if ((st = mc_gpt_docs_open(&ds->docs[d], bl->prefixes[d], err)) != MC_OK) goto fail;
+        if (c->mock)
+            mc_gpt_docs_mock(&ds->docs[d], c->seed, c->vocab_size, c->eod);
+        else if ((st = mc_gpt_docs_open(&ds->docs[d], bl->prefixes[d], err)) != MC_OK)
+            goto fail;
     }
 
     /* what each (dataset, split) is asked for */
@@ -437,12 +460,16 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
     ds->blended = !c->mock && (bl->n > 1 || weighted);
     double *w = NULL;
     if (weighted) {
-        if (!(w = malloc(ds->n * sizeof(double)))) { st = mc_error_set(err, MC_ERR_NOMEM, "out of memory"); goto fail; }
+        if (!(w = malloc(ds->n * sizeof(double)))) {
+            st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
         normalize(bl->weights, ds->n, w);
         for (int sp = 0; sp < MC_SPLIT_COUNT; sp++)
             if (split_exists[sp] && c->num_samples[sp] < 0) {
                 free(w);
-                st = mc_error_set(err, MC_ERR_USAGE, "--data-path with weights needs the number of %s samples",
+                st = mc_error_set(err, MC_ERR_USAGE,
+                                  "--data-path with weights needs the number of %s samples",
                                   mc_split_name((mc_split)sp));
                 goto fail;
             }
@@ -455,10 +482,13 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
             int64_t beg = (int64_t)nearbyint(bounds[sp][0] * (double)n_elem);
             int64_t end = (int64_t)nearbyint(bounds[sp][1] * (double)n_elem);
             int64_t want;
-            if (!ds->blended) want = c->num_samples[sp];
+            if (!ds->blended)
+                want = c->num_samples[sp];
             else if (weighted)
-                want = (int64_t)ceil(ceil((double)c->num_samples[sp] * w[d]) * (1 + c->mid_level_surplus));
-            else want = -1;
+                want = (int64_t)ceil(ceil((double)c->num_samples[sp] * w[d]) *
+                                     (1 + c->mid_level_surplus));
+            else
+                want = -1;
             if ((st = mc_gpt_samples_open(&ds->samples[d][sp], &ds->docs[d], &ds->p, (mc_split)sp,
                                           beg, end, want, err)) != MC_OK) {
                 free(w);
@@ -476,7 +506,9 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
             double *bw = malloc(ds->n * sizeof(double));
             int64_t *iw = malloc(ds->n * sizeof(int64_t));
             if (!bw || !iw) {
-                free(bw); free(iw); free(w);
+                free(bw);
+                free(iw);
+                free(w);
                 st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
                 goto fail;
             }
@@ -492,19 +524,26 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
                     bw[d] = (double)iw[d];
                     total += iw[d];
                     if (iw[d] <= 0) {
-                        free(bw); free(iw); free(w);
-                        st = mc_error_set(err, MC_ERR_USAGE, "%s: the %s split has no samples to blend",
+                        free(bw);
+                        free(iw);
+                        free(w);
+                        st = mc_error_set(err, MC_ERR_USAGE,
+                                          "%s: the %s split has no samples to blend",
                                           ds->docs[d].path, mc_split_name((mc_split)sp));
                         goto fail;
                     }
                 }
-                size = c->num_samples[sp] < 0 ? -1
-                       : (c->num_samples[sp] < total ? c->num_samples[sp] : total);
+                size = c->num_samples[sp] < 0
+                           ? -1
+                           : (c->num_samples[sp] < total ? c->num_samples[sp] : total);
             }
             st = build_blend(ds, (mc_split)sp, bw, iw, size, c->cache_dir, err);
             free(bw);
             free(iw);
-            if (st != MC_OK) { free(w); goto fail; }
+            if (st != MC_OK) {
+                free(w);
+                goto fail;
+            }
         }
     }
     free(w);
@@ -551,7 +590,8 @@ mc_status mc_gpt_dataset_locate(const mc_gpt_dataset *ds, mc_split split, int64_
 {
     int64_t n = mc_gpt_dataset_num_samples(ds, split);
     if (index < 0 || index >= n)
-        return mc_error_set(err, MC_ERR_USAGE, "%s sample %" PRId64 " out of range [0, %" PRId64 ")",
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "%s sample %" PRId64 " out of range [0, %" PRId64 ")",
                             mc_split_name(split), index, n);
     if (!ds->blended) {
         *dataset = 0;
@@ -562,9 +602,9 @@ mc_status mc_gpt_dataset_locate(const mc_gpt_dataset *ds, mc_split split, int64_
     int64_t d = mc_npy_get(&b->dataset_index, index);
     int64_t s = mc_npy_get(&b->dataset_sample_index, index);
     if (d < 0 || (size_t)d >= ds->n || s < 0)
-        return mc_error_set(err, MC_ERR_FORMAT, "%s-*.npy: %s sample %" PRId64 " names dataset %" PRId64
-                            " of %zu", b->cache_base ? b->cache_base : "blend", mc_split_name(split),
-                            index, d, ds->n);
+        return mc_error_set(
+            err, MC_ERR_FORMAT, "%s-*.npy: %s sample %" PRId64 " names dataset %" PRId64 " of %zu",
+            b->cache_base ? b->cache_base : "blend", mc_split_name(split), index, d, ds->n);
     *dataset = (int)d;
     *dataset_sample = s;
     return MC_OK;

@@ -11,8 +11,8 @@
 
 #define BPE_SMALL_MAX 64
 #define CACHE_MAX_ENTRIES 65536
-#define CACHE_MAX_KEY 256                    /* longer pieces are not cached */
-#define CACHE_POOL_MAX ((size_t)8 << 20)      /* bytes of keys + ids */
+#define CACHE_MAX_KEY 256                /* longer pieces are not cached */
+#define CACHE_POOL_MAX ((size_t)8 << 20) /* bytes of keys + ids */
 
 typedef struct pair_val {
     int32_t rank, id;
@@ -22,7 +22,7 @@ struct mc_bpe {
     int32_t byte_id[256];
     uint64_t *keys; /* (left << 32 | right); PAIR_EMPTY when free */
     pair_val *vals;
-    unsigned bits;  /* slot count = 1 << bits */
+    unsigned bits; /* slot count = 1 << bits */
     size_t n;
     const mc_strmap *whole;
 };
@@ -326,8 +326,7 @@ static void cache_clear(mc_bpe_state *s)
  *
  * Most words repeat, so each state caches piece bytes -> ids; the cache is
  * bounded and simply emptied when full. */
-mc_status mc_bpe_encode(mc_bpe_state *s, const char *piece, size_t len, mc_ids *out,
-                        mc_error *err)
+mc_status mc_bpe_encode(mc_bpe_state *s, const char *piece, size_t len, mc_ids *out, mc_error *err)
 {
     const mc_bpe *b = s->b;
     if (len == 0) return MC_OK;

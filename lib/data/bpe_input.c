@@ -19,16 +19,14 @@ mc_status mc_bpe_trainer_add_inputs(mc_bpe_trainer *tr, const mc_preprocess_conf
     s->documents = s->bytes = s->skipped = 0;
     mc_docsource *src = NULL;
     mc_buf *vals = calloc(n_keys, sizeof *vals);
-    if (!vals)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!vals) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     mc_status st = mc_docsource_open(c->n_inputs ? c->inputs : stdin_input,
                                      c->n_inputs ? c->n_inputs : 1, &c->source, &src, err);
     while (st == MC_OK) {
         mc_record rec;
         int eof = 0;
         st = mc_docsource_next(src, &rec, &eof, err);
-        if (st != MC_OK || eof)
-            break;
+        if (st != MC_OK || eof) break;
         if (c->cancel && *c->cancel) {
             st = mc_error_set(err, MC_ERR_IO, "interrupted");
             break;
@@ -54,10 +52,8 @@ mc_status mc_bpe_trainer_add_inputs(mc_bpe_trainer *tr, const mc_preprocess_conf
         }
         s->documents++;
     }
-    if (src)
-        mc_docsource_close(src);
-    for (size_t k = 0; k < n_keys; k++)
-        mc_buf_free(&vals[k]);
+    if (src) mc_docsource_close(src);
+    for (size_t k = 0; k < n_keys; k++) mc_buf_free(&vals[k]);
     free(vals);
     return st;
 }

@@ -27,12 +27,18 @@ static mc_status json_text(mc_buf *b, const char *s, mc_error *err)
     mc_status st = mc_buf_append(b, "\"", 1, err);
     for (; *s && !st; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') st = mc_buf_printf(b, err, "\\%c", c);
-        else if (c == '\n') st = mc_buf_append(b, "\\n", 2, err);
-        else if (c == '\t') st = mc_buf_append(b, "\\t", 2, err);
-        else if (c == '\r') st = mc_buf_append(b, "\\r", 2, err);
-        else if (c < 0x20) st = mc_buf_printf(b, err, "\\u%04x", c);
-        else st = mc_buf_append(b, s, 1, err);
+        if (c == '"' || c == '\\')
+            st = mc_buf_printf(b, err, "\\%c", c);
+        else if (c == '\n')
+            st = mc_buf_append(b, "\\n", 2, err);
+        else if (c == '\t')
+            st = mc_buf_append(b, "\\t", 2, err);
+        else if (c == '\r')
+            st = mc_buf_append(b, "\\r", 2, err);
+        else if (c < 0x20)
+            st = mc_buf_printf(b, err, "\\u%04x", c);
+        else
+            st = mc_buf_append(b, s, 1, err);
     }
     return st ? st : mc_buf_append(b, "\"", 1, err);
 }
@@ -73,15 +79,17 @@ static mc_status build_json(const mc_bpe_model_view *t, mc_buf *b, mc_error *err
                                ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
                                "\"normalized\": false, \"special\": true}");
     }
-    if (!st) st = mc_buf_printf(b, err, "%s],\n  \"normalizer\": null,\n  \"pre_tokenizer\": ",
-                                t->n_special ? "\n  " : "");
+    if (!st)
+        st = mc_buf_printf(b, err, "%s],\n  \"normalizer\": null,\n  \"pre_tokenizer\": ",
+                           t->n_special ? "\n  " : "");
     /* GPT-2's pattern is what HF's ByteLevel(use_regex=true) splits with;
      * any other pattern is a Split before a ByteLevel that only maps bytes. */
     if (!st && t->gpt2_pattern) {
         st = mc_buf_printf(b, err, bytelevel_json, "true");
     } else if (!st) {
-        st = mc_buf_printf(b, err, "{\"type\": \"Sequence\", \"pretokenizers\": [\n"
-                                   "    {\"type\": \"Split\", \"pattern\": {\"Regex\": ");
+        st = mc_buf_printf(b, err,
+                           "{\"type\": \"Sequence\", \"pretokenizers\": [\n"
+                           "    {\"type\": \"Split\", \"pattern\": {\"Regex\": ");
         if (!st) st = json_text(b, t->pattern, err);
         if (!st)
             st = mc_buf_printf(b, err, "}, \"behavior\": \"Isolated\", \"invert\": false},\n    ");
@@ -121,7 +129,6 @@ static mc_status build_json(const mc_bpe_model_view *t, mc_buf *b, mc_error *err
     if (!st) st = mc_buf_printf(b, err, "%s]\n  }\n}\n", t->n_merges ? "\n    " : "");
     return st;
 }
-
 
 mc_status mc_bpe_json_write(const mc_bpe_model_view *t, const char *path, mc_error *err)
 {

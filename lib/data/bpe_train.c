@@ -69,14 +69,13 @@ typedef struct str_set {
 } str_set;
 
 /* The slot holding s, or the free slot where it would go. */
-static str_slot *str_find(const str_set *set, const unsigned char *arena,
-                          const unsigned char *s, size_t n, uint64_t h)
+static str_slot *str_find(const str_set *set, const unsigned char *arena, const unsigned char *s,
+                          size_t n, uint64_t h)
 {
     size_t mask = set->n_slots - 1, i = h & mask;
     while (set->slots[i].id1) {
         const str_slot *e = &set->slots[i];
-        if (e->hash == h && e->len == n && !memcmp(arena + e->off, s, n))
-            return &set->slots[i];
+        if (e->hash == h && e->len == n && !memcmp(arena + e->off, s, n)) return &set->slots[i];
         i = (i + 1) & mask;
     }
     return &set->slots[i];
@@ -571,8 +570,7 @@ static bool token_insert(train_state *s, size_t off, size_t len, uint32_t id, bo
 /* The bytes a special token's vocabulary key would stand for, were it a
  * byte-level string; false if it holds a character outside the alphabet
  * (then no learned token can ever be spelled like it). */
-static bool special_as_bytes(const mc_bpe_trainer *t, const char *sp, unsigned char *out,
-                             size_t *n)
+static bool special_as_bytes(const mc_bpe_trainer *t, const char *sp, unsigned char *out, size_t *n)
 {
     size_t k = 0;
     while (*sp) {
@@ -614,10 +612,10 @@ static bool apply_merge(train_state *s, uint32_t p, int32_t z)
          * write can reach it. */
         while (i < n && ok) {
             if (i + 1 < n && x[i] == a && x[i + 1] == b) {
-                if (j > 0) ok = ok && pair_add(s, x[j - 1], a, -c, w) &&
-                                pair_add(s, x[j - 1], z, c, w);
-                if (i + 2 < n) ok = ok && pair_add(s, b, x[i + 2], -c, w) &&
-                                    pair_add(s, z, x[i + 2], c, w);
+                if (j > 0)
+                    ok = ok && pair_add(s, x[j - 1], a, -c, w) && pair_add(s, x[j - 1], z, c, w);
+                if (i + 2 < n)
+                    ok = ok && pair_add(s, b, x[i + 2], -c, w) && pair_add(s, z, x[i + 2], c, w);
                 x[j++] = z;
                 i += 2;
             } else {

@@ -24,49 +24,49 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#define DS_CHUNK ((size_t)1 << 20)              /* read / decompress buffer */
-#define DS_DEFAULT_MAX ((uint64_t)64 << 20)     /* 64 MiB per record */
+#define DS_CHUNK ((size_t)1 << 20)          /* read / decompress buffer */
+#define DS_DEFAULT_MAX ((uint64_t)64 << 20) /* 64 MiB per record */
 #define DS_STDIN_NAME "<stdin>"
 
 typedef struct ds_input {
-    char *path;   /* as given, or as produced by glob; "<stdin>" for "-" */
+    char *path; /* as given, or as produced by glob; "<stdin>" for "-" */
     int is_stdin;
     int is_zst;
 } ds_input;
 
 struct mc_docsource {
     mc_docsource_config cfg;
-    size_t max;            /* cfg.max_record_bytes, clamped to size_t */
+    size_t max; /* cfg.max_record_bytes, clamped to size_t */
 
     ds_input *in;
     size_t n, cap;
-    uint64_t total;        /* sum of on-disk sizes; 0 when any is unknown */
+    uint64_t total; /* sum of on-disk sizes; 0 when any is unknown */
 
-    size_t cur;            /* input being read; n when all are done */
-    int fd;                /* -1 when the current input is not open */
-    int input_done;        /* whole-file record returned, or EOF seen */
-    uint64_t line;         /* lines finished in the current input */
+    size_t cur;     /* input being read; n when all are done */
+    int fd;         /* -1 when the current input is not open */
+    int input_done; /* whole-file record returned, or EOF seen */
+    uint64_t line;  /* lines finished in the current input */
 
     /* Raw bytes as read from fd. For .zst they are ZSTD's input. */
     char *raw;
     size_t raw_pos, raw_len;
     int raw_eof;
-    uint64_t raw_read;     /* bytes read from the current input */
-    uint64_t done_base;    /* bytes of inputs already finished */
+    uint64_t raw_read;  /* bytes read from the current input */
+    uint64_t done_base; /* bytes of inputs already finished */
 
     ZSTD_DCtx *dctx;
-    char *zout;            /* decompressed bytes */
-    size_t zret;           /* last ZSTD_decompressStream hint; 0 = frame ended */
-    int zstarted, zflush;  /* any input given to zstd; output was full */
+    char *zout;           /* decompressed bytes */
+    size_t zret;          /* last ZSTD_decompressStream hint; 0 = frame ended */
+    int zstarted, zflush; /* any input given to zstd; output was full */
 
     /* The current chunk of plain bytes: raw (plain input) or zout (.zst). */
     const char *chunk;
     size_t chunk_pos, chunk_len;
 
-    char *rec;             /* a record that straddles chunks */
+    char *rec; /* a record that straddles chunks */
     size_t rec_len, rec_cap;
 
-    int failed;            /* after an error, next() repeats it */
+    int failed; /* after an error, next() repeats it */
     mc_error saved;
 };
 
@@ -77,14 +77,12 @@ static mc_status add_input(mc_docsource *s, const char *path, int is_stdin, mc_e
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 16;
         ds_input *p = realloc(s->in, cap * sizeof *p);
-        if (!p)
-            return mc_error_set(err, MC_ERR_NOMEM, "out of memory (input list)");
+        if (!p) return mc_error_set(err, MC_ERR_NOMEM, "out of memory (input list)");
         s->in = p;
         s->cap = cap;
     }
     char *copy = strdup(is_stdin ? DS_STDIN_NAME : path);
-    if (!copy)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory (input list)");
+    if (!copy) return mc_error_set(err, MC_ERR_NOMEM, "out of memory (input list)");
     size_t len = strlen(path);
     s->in[s->n].path = copy;
     s->in[s->n].is_stdin = is_stdin;
@@ -110,11 +108,11 @@ static mc_status expand_glob(mc_docsource *s, const char *pat, mc_error *err)
     else if (rc == GLOB_NOSPACE)
         st = mc_error_set(err, MC_ERR_NOMEM, "out of memory expanding '%s'", pat);
     else if (rc != 0)
-        st = mc_error_set(err, MC_ERR_IO, "cannot expand '%s': a directory on its path cannot be read", pat);
+        st = mc_error_set(err, MC_ERR_IO,
+                          "cannot expand '%s': a directory on its path cannot be read", pat);
     if (rc == 0) {
         qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, cmp_str);
-        for (size_t i = 0; i < g.gl_pathc && !st; i++)
-            st = add_input(s, g.gl_pathv[i], 0, err);
+        for (size_t i = 0; i < g.gl_pathc && !st; i++) st = add_input(s, g.gl_pathv[i], 0, err);
     }
     globfree(&g);
     return st;
@@ -153,17 +151,16 @@ mc_status mc_docsource_open(const char *const *inputs, size_t n, const mc_docsou
 {
     *out = NULL;
     mc_docsource *s = calloc(1, sizeof *s);
-    if (!s)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!s) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     s->fd = -1;
     if (c)
         s->cfg = *c;
     else
         s->cfg.format = MC_INPUT_JSONL;
-    if (!s->cfg.max_record_bytes)
-        s->cfg.max_record_bytes = DS_DEFAULT_MAX;
+    if (!s->cfg.max_record_bytes) s->cfg.max_record_bytes = DS_DEFAULT_MAX;
     /* Keep two bytes of headroom below SIZE_MAX for the "\r" and slack. */
-    s->max = s->cfg.max_record_bytes > SIZE_MAX - 2 ? SIZE_MAX - 2 : (size_t)s->cfg.max_record_bytes;
+    s->max = s->cfg.max_record_bytes > SIZE_MAX - 2 ? SIZE_MAX - 2
+                                                    : (size_t)s->cfg.max_record_bytes;
 
     mc_status st = MC_OK;
     int nstdin = 0;
@@ -171,7 +168,8 @@ mc_status mc_docsource_open(const char *const *inputs, size_t n, const mc_docsou
         const char *name = inputs[i];
         if (strcmp(name, "-") == 0) {
             if (nstdin++)
-                st = mc_error_set(err, MC_ERR_USAGE, "'-' (stdin) given more than once as an input");
+                st = mc_error_set(err, MC_ERR_USAGE,
+                                  "'-' (stdin) given more than once as an input");
             else
                 st = add_input(s, name, 1, err);
         } else if (strpbrk(name, "*?[")) {
@@ -181,14 +179,11 @@ mc_status mc_docsource_open(const char *const *inputs, size_t n, const mc_docsou
         }
     }
     int size_unknown = 0;
-    for (size_t i = 0; i < s->n && !st; i++)
-        st = check_input(s, &s->in[i], &size_unknown, err);
-    if (!st && size_unknown)
-        s->total = 0;
+    for (size_t i = 0; i < s->n && !st; i++) st = check_input(s, &s->in[i], &size_unknown, err);
+    if (!st && size_unknown) s->total = 0;
     if (!st) {
         s->raw = malloc(DS_CHUNK);
-        if (!s->raw)
-            st = mc_error_set(err, MC_ERR_NOMEM, "out of memory (read buffer)");
+        if (!s->raw) st = mc_error_set(err, MC_ERR_NOMEM, "out of memory (read buffer)");
     }
     if (st) {
         mc_docsource_close(s);
@@ -198,10 +193,7 @@ mc_status mc_docsource_open(const char *const *inputs, size_t n, const mc_docsou
     return MC_OK;
 }
 
-size_t mc_docsource_count(const mc_docsource *s)
-{
-    return s->n;
-}
+size_t mc_docsource_count(const mc_docsource *s) { return s->n; }
 
 void mc_docsource_progress(const mc_docsource *s, uint64_t *done, uint64_t *total)
 {
@@ -214,20 +206,15 @@ void mc_docsource_progress(const mc_docsource *s, uint64_t *done, uint64_t *tota
         else
             pending = s->chunk_len - s->chunk_pos;
     }
-    if (done)
-        *done = s->done_base + s->raw_read - pending;
-    if (total)
-        *total = s->total;
+    if (done) *done = s->done_base + s->raw_read - pending;
+    if (total) *total = s->total;
 }
 
 void mc_docsource_close(mc_docsource *s)
 {
-    if (!s)
-        return;
-    if (s->fd > 0)
-        close(s->fd);
-    for (size_t i = 0; i < s->n; i++)
-        free(s->in[i].path);
+    if (!s) return;
+    if (s->fd > 0) close(s->fd);
+    for (size_t i = 0; i < s->n; i++) free(s->in[i].path);
     free(s->in);
     free(s->raw);
     free(s->zout);
@@ -274,8 +261,7 @@ static mc_status open_current(mc_docsource *s, mc_error *err)
 
 static void close_current(mc_docsource *s)
 {
-    if (s->fd > 0)
-        close(s->fd);
+    if (s->fd > 0) close(s->fd);
     s->fd = -1;
     s->done_base += s->raw_read;
     s->raw_read = 0;
@@ -287,8 +273,7 @@ static void close_current(mc_docsource *s)
 static mc_status read_raw(mc_docsource *s, mc_error *err)
 {
     ssize_t r;
-    do
-        r = read(s->fd, s->raw, DS_CHUNK);
+    do r = read(s->fd, s->raw, DS_CHUNK);
     while (r < 0 && errno == EINTR);
     if (r < 0)
         return mc_error_errno(err, MC_ERR_IO, errno, "%s: read failed at byte %llu",
@@ -296,8 +281,7 @@ static mc_status read_raw(mc_docsource *s, mc_error *err)
     s->raw_pos = 0;
     s->raw_len = (size_t)r;
     s->raw_read += (uint64_t)r;
-    if (r == 0)
-        s->raw_eof = 1;
+    if (r == 0) s->raw_eof = 1;
     return MC_OK;
 }
 
@@ -308,8 +292,7 @@ static mc_status fill(mc_docsource *s, int *eof, mc_error *err)
     *eof = 0;
     mc_status st;
     if (!in->is_zst) {
-        if ((st = read_raw(s, err)))
-            return st;
+        if ((st = read_raw(s, err))) return st;
         s->chunk = s->raw;
         s->chunk_pos = 0;
         s->chunk_len = s->raw_len;
@@ -319,17 +302,17 @@ static mc_status fill(mc_docsource *s, int *eof, mc_error *err)
     }
     for (;;) {
         if (s->raw_pos == s->raw_len && !s->raw_eof && !s->zflush) {
-            if ((st = read_raw(s, err)))
-                return st;
+            if ((st = read_raw(s, err))) return st;
         }
         if (s->raw_eof && s->raw_pos == s->raw_len && !s->zflush) {
             /* A nonzero hint means zstd still expects input for the frame. */
             if (!s->zstarted)
-                return mc_error_set(err, MC_ERR_FORMAT, "%s: empty file, not a zstd stream (no frame)",
-                                    in->path);
+                return mc_error_set(err, MC_ERR_FORMAT,
+                                    "%s: empty file, not a zstd stream (no frame)", in->path);
             if (s->zret != 0)
                 return mc_error_set(err, MC_ERR_FORMAT,
-                                    "%s: truncated zstd stream (input ends inside a frame)", in->path);
+                                    "%s: truncated zstd stream (input ends inside a frame)",
+                                    in->path);
             *eof = 1;
             return MC_OK;
         }
@@ -340,8 +323,7 @@ static mc_status fill(mc_docsource *s, int *eof, mc_error *err)
         if (ZSTD_isError(r))
             return mc_error_set(err, MC_ERR_FORMAT, "%s: zstd: %s (near compressed byte %llu)",
                                 in->path, ZSTD_getErrorName(r), (unsigned long long)at);
-        if (zin.pos > s->raw_pos)
-            s->zstarted = 1;
+        if (zin.pos > s->raw_pos) s->zstarted = 1;
         s->raw_pos = zin.pos;
         s->zret = r;
         /* A full output buffer may leave decoded bytes inside zstd: call
@@ -359,15 +341,11 @@ static mc_status fill(mc_docsource *s, int *eof, mc_error *err)
 /* Grow the record buffer to hold need bytes; callers keep need <= max + 2. */
 static mc_status rec_reserve(mc_docsource *s, size_t need, mc_error *err)
 {
-    if (need <= s->rec_cap)
-        return MC_OK;
+    if (need <= s->rec_cap) return MC_OK;
     size_t cap = s->rec_cap ? s->rec_cap : 65536;
-    while (cap < need)
-        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    if (cap > s->max + 2)
-        cap = s->max + 2;
-    if (cap < need)
-        cap = need;
+    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    if (cap > s->max + 2) cap = s->max + 2;
+    if (cap < need) cap = need;
     char *p = realloc(s->rec, cap);
     if (!p)
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory (record of %zu bytes)",
@@ -380,18 +358,19 @@ static mc_status rec_reserve(mc_docsource *s, size_t need, mc_error *err)
 static mc_status too_long(mc_docsource *s, uint64_t line, mc_error *err)
 {
     if (line)
-        return mc_error_set(err, MC_ERR_LIMIT, "%s:%llu: record longer than %llu bytes (--max-document-bytes)",
+        return mc_error_set(err, MC_ERR_LIMIT,
+                            "%s:%llu: record longer than %llu bytes (--max-document-bytes)",
                             s->in[s->cur].path, (unsigned long long)line,
                             (unsigned long long)s->cfg.max_record_bytes);
-    return mc_error_set(err, MC_ERR_LIMIT, "%s: record longer than %llu bytes (--max-document-bytes)",
+    return mc_error_set(err, MC_ERR_LIMIT,
+                        "%s: record longer than %llu bytes (--max-document-bytes)",
                         s->in[s->cur].path, (unsigned long long)s->cfg.max_record_bytes);
 }
 
 static int is_blank(const char *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\f' && p[i] != '\v')
-            return 0;
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\f' && p[i] != '\v') return 0;
     return 1;
 }
 
@@ -410,15 +389,13 @@ static mc_status next_line(mc_docsource *s, mc_record *rec, int *got, mc_error *
         size_t len;
         if (s->chunk_pos == s->chunk_len) {
             int eof;
-            if ((st = fill(s, &eof, err)))
-                return st;
+            if ((st = fill(s, &eof, err))) return st;
             if (eof) {
                 s->input_done = 1;
-                if (!partial)
-                    return MC_OK;
+                if (!partial) return MC_OK;
                 data = s->rec;
                 len = s->rec_len;
-                goto have_line;   /* the last line, without its '\n' */
+                goto have_line; /* the last line, without its '\n' */
             }
         }
         const char *p = s->chunk + s->chunk_pos;
@@ -432,28 +409,22 @@ static mc_status next_line(mc_docsource *s, mc_record *rec, int *got, mc_error *
             s->chunk_pos += take + 1;
         } else {
             /* +1 allows a "\r" that will be stripped from the line's end. */
-            if (take > s->max + 1 - s->rec_len)
-                return too_long(s, s->line + 1, err);
-            if ((st = rec_reserve(s, s->rec_len + take, err)))
-                return st;
+            if (take > s->max + 1 - s->rec_len) return too_long(s, s->line + 1, err);
+            if ((st = rec_reserve(s, s->rec_len + take, err))) return st;
             memcpy(s->rec + s->rec_len, p, take);
             s->rec_len += take;
             s->chunk_pos += take + (nl != NULL);
             partial = 1;
-            if (!nl)
-                continue;
+            if (!nl) continue;
             data = s->rec;
             len = s->rec_len;
         }
     have_line:
         s->line++;
-        if (len && data[len - 1] == '\r')
-            len--;
-        if (len > s->max)
-            return too_long(s, s->line, err);
+        if (len && data[len - 1] == '\r') len--;
+        if (len > s->max) return too_long(s, s->line, err);
         if (s->cfg.format == MC_INPUT_JSONL && is_blank(data, len)) {
-            if (s->input_done)
-                return MC_OK;
+            if (s->input_done) return MC_OK;
             partial = 0;
             s->rec_len = 0;
             continue;
@@ -476,16 +447,12 @@ static mc_status next_file(mc_docsource *s, mc_record *rec, int *got, mc_error *
     for (;;) {
         if (s->chunk_pos == s->chunk_len) {
             int eof;
-            if ((st = fill(s, &eof, err)))
-                return st;
-            if (eof)
-                break;
+            if ((st = fill(s, &eof, err))) return st;
+            if (eof) break;
         }
         size_t take = s->chunk_len - s->chunk_pos;
-        if (take > s->max - s->rec_len)
-            return too_long(s, 0, err);
-        if ((st = rec_reserve(s, s->rec_len + take, err)))
-            return st;
+        if (take > s->max - s->rec_len) return too_long(s, 0, err);
+        if ((st = rec_reserve(s, s->rec_len + take, err))) return st;
         memcpy(s->rec + s->rec_len, s->chunk + s->chunk_pos, take);
         s->rec_len += take;
         s->chunk_pos = s->chunk_len;
@@ -503,8 +470,7 @@ mc_status mc_docsource_next(mc_docsource *s, mc_record *rec, int *eof, mc_error 
 {
     *eof = 0;
     if (s->failed) {
-        if (err)
-            *err = s->saved;
+        if (err) *err = s->saved;
         return s->saved.code;
     }
     mc_status st = MC_OK;
@@ -514,23 +480,19 @@ mc_status mc_docsource_next(mc_docsource *s, mc_record *rec, int *eof, mc_error 
                 *eof = 1;
                 return MC_OK;
             }
-            if ((st = open_current(s, &s->saved)))
-                break;
+            if ((st = open_current(s, &s->saved))) break;
         }
         int got = 0;
         if (!s->input_done) {
             int whole = s->cfg.format == MC_INPUT_TEXT && !s->cfg.lines;
             st = whole ? next_file(s, rec, &got, &s->saved) : next_line(s, rec, &got, &s->saved);
-            if (st)
-                break;
+            if (st) break;
         }
-        if (got)
-            return MC_OK;
+        if (got) return MC_OK;
         close_current(s);
     }
     s->failed = 1;
-    if (err)
-        *err = s->saved;
+    if (err) *err = s->saved;
     return st;
 }
 
@@ -555,8 +517,7 @@ static const char *json_kind(const json_t *v)
 static void one_line(char *t)
 {
     for (; *t; t++)
-        if ((unsigned char)*t < 0x20)
-            *t = ' ';
+        if ((unsigned char)*t < 0x20) *t = ' ';
 }
 
 mc_status mc_jsonl_extract(const mc_record *rec, const char *const *keys, size_t nkeys,
@@ -582,13 +543,13 @@ mc_status mc_jsonl_extract(const mc_record *rec, const char *const *keys, size_t
         if (json_error_code(&je) == json_error_invalid_utf8)
             return mc_error_set(err, MC_ERR_FORMAT, "%s: invalid UTF-8 in JSON at column %d: %s",
                                 where, je.column, je.text);
-        return mc_error_set(err, MC_ERR_FORMAT, "%s: invalid JSON at column %d: %s",
-                            where, je.column, je.text);
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: invalid JSON at column %d: %s", where,
+                            je.column, je.text);
     }
     mc_status st = MC_OK;
     if (!json_is_object(root)) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: expected a JSON object, got %s",
-                          where, json_kind(root));
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: expected a JSON object, got %s", where,
+                          json_kind(root));
         goto done;
     }
     for (size_t i = 0; i < nkeys; i++) {
@@ -598,8 +559,8 @@ mc_status mc_jsonl_extract(const mc_record *rec, const char *const *keys, size_t
             goto done;
         }
         if (!json_is_string(v)) {
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: key '%s' is %s, expected a string",
-                              where, keys[i], json_kind(v));
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: key '%s' is %s, expected a string", where,
+                              keys[i], json_kind(v));
             goto done;
         }
         vals[i].len = 0;

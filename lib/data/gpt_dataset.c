@@ -80,16 +80,36 @@ static void doc_tokens(const mc_gpt_docs *docs, int64_t doc, int64_t off, int64_
         return;
     }
     size_t es = mc_dtype_size(docs->idx.dtype);
-    const unsigned char *p =
-        docs->idx.bin.data + mc_idx_pointer(&docs->idx, (uint64_t)doc) + off * es;
+    const unsigned char *p = docs->idx.bin.data + mc_idx_pointer(&docs->idx, (uint64_t)doc) +
+                             off * es;
     for (int64_t i = 0; i < n; i++, p += es) {
         switch (docs->idx.dtype) {
         case MC_DTYPE_U8: out[i] = p[0]; break;
         case MC_DTYPE_I8: out[i] = (int8_t)p[0]; break;
-        case MC_DTYPE_U16: { uint16_t v; memcpy(&v, p, 2); out[i] = v; break; }
-        case MC_DTYPE_I16: { int16_t v; memcpy(&v, p, 2); out[i] = v; break; }
-        case MC_DTYPE_I32: { int32_t v; memcpy(&v, p, 4); out[i] = v; break; }
-        case MC_DTYPE_I64: { int64_t v; memcpy(&v, p, 8); out[i] = (int32_t)v; break; }
+        case MC_DTYPE_U16: {
+            uint16_t v;
+            memcpy(&v, p, 2);
+            out[i] = v;
+            break;
+        }
+        case MC_DTYPE_I16: {
+            int16_t v;
+            memcpy(&v, p, 2);
+            out[i] = v;
+            break;
+        }
+        case MC_DTYPE_I32: {
+            int32_t v;
+            memcpy(&v, p, 4);
+            out[i] = v;
+            break;
+        }
+        case MC_DTYPE_I64: {
+            int64_t v;
+            memcpy(&v, p, 8);
+            out[i] = (int32_t)v;
+            break;
+        }
         default: out[i] = 0; break; /* float datasets hold no token ids */
         }
     }
@@ -189,7 +209,9 @@ static mc_status build_sample_idx(const mc_gpt_docs *docs, const int32_t *doc_in
     else /* helpers.cpp rounds through a C float here */
         n = (int64_t)ceilf((float)(epochs * tokens_per_epoch - extra) / (float)T);
     int64_t *s = malloc(sizeof(int64_t) * 2 * (size_t)(n + 1));
-    if (!s) return mc_error_set(err, MC_ERR_NOMEM, "sample index of %" PRId64 " samples: out of memory", n);
+    if (!s)
+        return mc_error_set(err, MC_ERR_NOMEM, "sample index of %" PRId64 " samples: out of memory",
+                            n);
     int64_t row = 0, d = 0, off = 0;
     s[0] = 0;
     s[1] = 0;
@@ -248,9 +270,9 @@ static mc_status build_indices(mc_gpt_samples *m, const mc_gpt_params *p, int64_
     }
     if (tokens <= 1)
         return mc_error_set(err, MC_ERR_USAGE,
-                            "%s: the %s split (documents %" PRId64 " to %" PRId64
-                            ") has %" PRId64 " tokens; it needs at least %" PRId64
-                            " for one sample", name, mc_split_name(m->split), beg, end, tokens, T + extra);
+                            "%s: the %s split (documents %" PRId64 " to %" PRId64 ") has %" PRId64
+                            " tokens; it needs at least %" PRId64 " for one sample",
+                            name, mc_split_name(m->split), beg, end, tokens, T + extra);
     int64_t epochs = num_epochs(tokens, m->num_samples, T, extra);
     int separate = 0;
     int64_t sans_final = 0;
@@ -269,8 +291,10 @@ static mc_status build_indices(mc_gpt_samples *m, const mc_gpt_params *p, int64_
     /* document index: the split's documents per epoch, shuffled */
     int64_t n_doc_index = epochs * ndoc;
     if (n_doc_index > INT32_MAX)
-        return mc_error_set(err, MC_ERR_LIMIT, "%s: %" PRId64 " epochs of %" PRId64
-                            " documents overflow Megatron's int32 document index", name, epochs, ndoc);
+        return mc_error_set(err, MC_ERR_LIMIT,
+                            "%s: %" PRId64 " epochs of %" PRId64
+                            " documents overflow Megatron's int32 document index",
+                            name, epochs, ndoc);
     int32_t *di = malloc(sizeof(int32_t) * (size_t)n_doc_index);
     if (!di) return mc_error_set(err, MC_ERR_NOMEM, "%s: document index: out of memory", name);
     for (int64_t e = 0; e < epochs; e++)
@@ -284,8 +308,8 @@ static mc_status build_indices(mc_gpt_samples *m, const mc_gpt_params *p, int64_
 
     int drop = m->split == MC_SPLIT_VALID ? p->drop_last_partial_validation : 1;
     int64_t *si = NULL, n = 0;
-    mc_status st =
-        build_sample_idx(docs, di, n_doc_index, T, epochs, tokens, drop, extra, &si, &n, err);
+    mc_status st = build_sample_idx(docs, di, n_doc_index, T, epochs, tokens, drop, extra, &si, &n,
+                                    err);
     if (st != MC_OK) {
         free(di);
         return st;
@@ -294,8 +318,8 @@ static mc_status build_indices(mc_gpt_samples *m, const mc_gpt_params *p, int64_
         free(di);
         free(si);
         return mc_error_set(err, MC_ERR_USAGE,
-                            "%s: the %s split (documents %" PRId64 " to %" PRId64
-                            ") has %" PRId64 " tokens, too few for one sample of %" PRId64,
+                            "%s: the %s split (documents %" PRId64 " to %" PRId64 ") has %" PRId64
+                            " tokens, too few for one sample of %" PRId64,
                             name, mc_split_name(m->split), beg, end, tokens, T + extra);
     }
     /* the sample index narrows to int32 as megatron's helpers.py does */
@@ -322,8 +346,10 @@ static mc_status build_indices(mc_gpt_samples *m, const mc_gpt_params *p, int64_
         return mc_error_set(err, MC_ERR_NOMEM, "%s: shuffle index: out of memory", name);
     }
     for (int64_t k = 0; k < n; k++) {
-        if (sh_type == MC_NPY_U32) ((uint32_t *)sh)[k] = (uint32_t)k;
-        else ((int64_t *)sh)[k] = k;
+        if (sh_type == MC_NPY_U32)
+            ((uint32_t *)sh)[k] = (uint32_t)k;
+        else
+            ((int64_t *)sh)[k] = k;
     }
     int64_t first = separate ? sans_final : n;
     mc_mt_shuffle(&rs, sh, first, mc_npy_type_size(sh_type));
@@ -351,7 +377,8 @@ static mc_status describe(mc_gpt_samples *m, const mc_gpt_params *p, mc_buf *des
     json_object_set_new(o, "class", json_string("GPTDataset"));
     json_object_set_new(o, "dataset_path",
                         m->docs->path ? json_string(m->docs->path) : json_null());
-    json_object_set_new(o, "num_samples", m->num_samples < 0 ? json_null() : json_integer(m->num_samples));
+    json_object_set_new(o, "num_samples",
+                        m->num_samples < 0 ? json_null() : json_integer(m->num_samples));
     json_object_set_new(o, "index_split", json_string(mc_split_name(m->split)));
     json_object_set_new(o, "random_seed", json_integer(p->seed));
     json_object_set_new(o, "sequence_length", json_integer(p->seq_length));
@@ -369,13 +396,14 @@ static mc_status check_loaded(const mc_gpt_samples *m, const char *base, mc_erro
         m->shuffle_index.ndim != 1 || m->shuffle_index.shape[0] != m->sample_index.shape[0] - 1)
         return mc_error_set(err, MC_ERR_FORMAT,
                             "%s-*.npy: cached indices have inconsistent shapes or types; "
-                            "delete them to rebuild", base);
+                            "delete them to rebuild",
+                            base);
     return MC_OK;
 }
 
 mc_status mc_gpt_samples_open(mc_gpt_samples *m, const mc_gpt_docs *docs, const mc_gpt_params *p,
-                              mc_split split, int64_t doc_beg, int64_t doc_end,
-                              int64_t num_samples, mc_error *err)
+                              mc_split split, int64_t doc_beg, int64_t doc_end, int64_t num_samples,
+                              mc_error *err)
 {
     memset(m, 0, sizeof *m);
     m->docs = docs;
@@ -405,7 +433,10 @@ mc_status mc_gpt_samples_open(mc_gpt_samples *m, const mc_gpt_docs *docs, const 
         mc_md5_hex(desc.data, desc.len, hash);
         size_t n = strlen(dir) + 80;
         m->cache_base = malloc(n);
-        if (!m->cache_base) { st = mc_error_set(err, MC_ERR_NOMEM, "out of memory"); goto done; }
+        if (!m->cache_base) {
+            st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+            goto done;
+        }
         snprintf(m->cache_base, n, "%s/%s-GPTDataset-%s", dir, hash, mc_split_name(split));
         for (int i = 0; i < 4; i++)
             if (!(paths[i] = mc_gpt_path(m->cache_base, AFFIX[i]))) {
@@ -428,8 +459,10 @@ mc_status mc_gpt_samples_open(mc_gpt_samples *m, const mc_gpt_docs *docs, const 
         /* write, then drop the heap copies and map the files: one copy only */
         int64_t s2[2] = {m->sample_index.shape[0], 2};
         if ((st = mc_gpt_mkdirs(dir, err)) != MC_OK ||
-            (st = mc_npy_save(paths[1], MC_NPY_I32, 1, m->doc_index.shape, m->doc_index.data, err)) != MC_OK ||
-            (st = mc_npy_save(paths[2], m->sample_index.type, 2, s2, m->sample_index.data, err)) != MC_OK ||
+            (st = mc_npy_save(paths[1], MC_NPY_I32, 1, m->doc_index.shape, m->doc_index.data,
+                              err)) != MC_OK ||
+            (st = mc_npy_save(paths[2], m->sample_index.type, 2, s2, m->sample_index.data, err)) !=
+                MC_OK ||
             (st = mc_npy_save(paths[3], m->shuffle_index.type, 1, m->shuffle_index.shape,
                               m->shuffle_index.data, err)) != MC_OK ||
             (st = mc_gpt_write_text(paths[0], desc.data, desc.len, err)) != MC_OK)
@@ -450,19 +483,20 @@ done:
     return st;
 }
 
-mc_status mc_gpt_samples_get(const mc_gpt_samples *m, int64_t index, int32_t *tokens,
-                             mc_error *err)
+mc_status mc_gpt_samples_get(const mc_gpt_samples *m, int64_t index, int32_t *tokens, mc_error *err)
 {
     const int64_t want = m->seq_length + m->add_extra;
     const char *name = m->docs->path ? m->docs->path : "mock data";
     if (index < 0 || index >= m->n_samples)
-        return mc_error_set(err, MC_ERR_USAGE, "%s: %s sample %" PRId64 " out of range [0, %" PRId64 ")",
-                            name, mc_split_name(m->split), index, m->n_samples);
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "%s: %s sample %" PRId64 " out of range [0, %" PRId64 ")", name,
+                            mc_split_name(m->split), index, m->n_samples);
     int64_t s = mc_npy_get(&m->shuffle_index, index);
     int64_t nd = m->doc_index.shape[0];
     if (s < 0 || s >= m->n_samples) goto corrupt;
     int64_t b = mc_npy_get(&m->sample_index, 2 * s), bo = mc_npy_get(&m->sample_index, 2 * s + 1);
-    int64_t e = mc_npy_get(&m->sample_index, 2 * s + 2), eo = mc_npy_get(&m->sample_index, 2 * s + 3);
+    int64_t e = mc_npy_get(&m->sample_index, 2 * s + 2),
+            eo = mc_npy_get(&m->sample_index, 2 * s + 3);
     if (b < 0 || e < b || e >= nd || bo < 0 || eo < 0) goto corrupt;
     int64_t got = 0;
     for (int64_t i = b; i <= e; i++) {
@@ -479,7 +513,8 @@ mc_status mc_gpt_samples_get(const mc_gpt_samples *m, int64_t index, int32_t *to
     for (; got < want; got++) tokens[got] = -1; /* Megatron's pad id for a partial sample */
     return MC_OK;
 corrupt:
-    return mc_error_set(err, MC_ERR_FORMAT, "%s-*.npy: %s sample %" PRId64
+    return mc_error_set(err, MC_ERR_FORMAT,
+                        "%s-*.npy: %s sample %" PRId64
                         " points outside the dataset; the cached indices do not belong to %s",
                         m->cache_base ? m->cache_base : name, mc_split_name(m->split), index, name);
 }

@@ -35,9 +35,9 @@ typedef enum mc_npy_type { MC_NPY_I16, MC_NPY_I32, MC_NPY_U32, MC_NPY_I64 } mc_n
 
 /* A 1-D or 2-D little-endian C-order array, mapped from a file or owned. */
 typedef struct mc_npy {
-    mc_map map;        /* the mapped file (data NULL when owned) */
-    void *owned;       /* malloc'd data when not mapped */
-    const void *data;  /* first element */
+    mc_map map;       /* the mapped file (data NULL when owned) */
+    void *owned;      /* malloc'd data when not mapped */
+    const void *data; /* first element */
     mc_npy_type type;
     int ndim;
     int64_t shape[2];
@@ -92,9 +92,9 @@ typedef struct mc_gpt_params {
     int add_extra_token;
     int drop_last_partial_validation;
     const char *split_string;
-    json_t *split_matrix;   /* Megatron's split_matrix, for descriptions */
-    json_t *tokenizer;      /* unique_identifiers, or JSON null */
-    const char *cache_dir;  /* NULL: PREFIX/cache/GPTDataset_indices */
+    json_t *split_matrix;  /* Megatron's split_matrix, for descriptions */
+    json_t *tokenizer;     /* unique_identifiers, or JSON null */
+    const char *cache_dir; /* NULL: PREFIX/cache/GPTDataset_indices */
 } mc_gpt_params;
 
 /* The samples of one split of one dataset: Megatron's GPTDataset (its
@@ -108,14 +108,14 @@ typedef struct mc_gpt_samples {
     int64_t seq_length;
     mc_npy doc_index, sample_index, shuffle_index;
     int64_t n_samples;
-    json_t *ids;         /* unique_identifiers (an ordered object) */
-    char *cache_base;    /* "<dir>/<md5>-GPTDataset-<split>" or NULL */
-    int built;           /* 1 when this open built the indices */
+    json_t *ids;      /* unique_identifiers (an ordered object) */
+    char *cache_base; /* "<dir>/<md5>-GPTDataset-<split>" or NULL */
+    int built;        /* 1 when this open built the indices */
 } mc_gpt_samples;
 
 mc_status mc_gpt_samples_open(mc_gpt_samples *m, const mc_gpt_docs *docs, const mc_gpt_params *p,
-                              mc_split split, int64_t doc_beg, int64_t doc_end,
-                              int64_t num_samples, mc_error *err);
+                              mc_split split, int64_t doc_beg, int64_t doc_end, int64_t num_samples,
+                              mc_error *err);
 mc_status mc_gpt_samples_get(const mc_gpt_samples *m, int64_t index, int32_t *tokens,
                              mc_error *err);
 void mc_gpt_samples_free(mc_gpt_samples *m);

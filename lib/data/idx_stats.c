@@ -7,8 +7,7 @@
 
 #include "mc/indexed.h"
 
-mc_status mc_idx_unigram_entropy(const mc_idx *x, double *nats, uint64_t *n_distinct,
-                                 mc_error *err)
+mc_status mc_idx_unigram_entropy(const mc_idx *x, double *nats, uint64_t *n_distinct, mc_error *err)
 {
     /* Count every id in one pass over the sequences, then
      * H = ln N - (1/N) sum_v c_v ln c_v, which needs no second pass. */
@@ -23,8 +22,9 @@ mc_status mc_idx_unigram_entropy(const mc_idx *x, double *nats, uint64_t *n_dist
         for (size_t i = 0; i < ids.n && st == MC_OK; i++) {
             int32_t v = ids.v[i];
             if (v < 0) {
-                st = mc_error_set(err, MC_ERR_FORMAT, "%s.bin: sequence %llu holds the negative id %d",
-                                  x->prefix, (unsigned long long)s, v);
+                st = mc_error_set(err, MC_ERR_FORMAT,
+                                  "%s.bin: sequence %llu holds the negative id %d", x->prefix,
+                                  (unsigned long long)s, v);
                 break;
             }
             if ((size_t)v >= cap) {
@@ -78,7 +78,6 @@ mc_status mc_idx_read_document(const mc_idx *x, uint64_t doc, mc_ids *out, mc_er
 {
     int64_t s0 = mc_idx_doc_index(x, doc), s1 = mc_idx_doc_index(x, doc + 1);
     mc_status st = MC_OK;
-    for (int64_t s = s0; s < s1 && st == MC_OK; s++)
-        st = mc_idx_read(x, (uint64_t)s, out, err);
+    for (int64_t s = s0; s < s1 && st == MC_OK; s++) st = mc_idx_read(x, (uint64_t)s, out, err);
     return st;
 }

@@ -76,17 +76,14 @@ static void encode_ids(mc_dtype dt, const int32_t *ids, size_t n, unsigned char 
             memcpy(dst + 2 * i, &v, 2);
         }
         break;
-    case MC_DTYPE_I32:
-        memcpy(dst, ids, n * 4);
-        break;
+    case MC_DTYPE_I32: memcpy(dst, ids, n * 4); break;
     case MC_DTYPE_I64:
         for (i = 0; i < n; i++) {
             int64_t v = ids[i];
             memcpy(dst + 8 * i, &v, 8);
         }
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -145,8 +142,7 @@ static void writer_free(mc_idx_writer *w)
     free(w);
 }
 
-mc_status mc_idx_writer_open(const char *prefix, mc_dtype dtype, mc_idx_writer **out,
-                             mc_error *err)
+mc_status mc_idx_writer_open(const char *prefix, mc_dtype dtype, mc_idx_writer **out, mc_error *err)
 {
     mc_idx_writer *w;
     char *idx_path;
@@ -268,8 +264,7 @@ static mc_status writer_write_idx(mc_idx_writer *w, mc_error *err)
 mc_status mc_idx_writer_commit(mc_idx_writer *w, mc_error *err)
 {
     mc_status st = writer_write_idx(w, err);
-    if (st == MC_OK)
-        st = commit_pair(&w->bin, &w->idx, w->bin_path, err);
+    if (st == MC_OK) st = commit_pair(&w->bin, &w->idx, w->bin_path, err);
     mc_afile_abort(&w->bin);
     mc_afile_abort(&w->idx);
     writer_free(w);
@@ -288,7 +283,11 @@ void mc_idx_writer_abort(mc_idx_writer *w)
 
 /* Byte offsets of the three arrays inside the .idx: unaligned (34 is not a
  * multiple of 8), hence memcpy in the accessors. */
-static size_t off_lengths(const mc_idx *x) { (void)x; return IDX_HEADER_LEN; }
+static size_t off_lengths(const mc_idx *x)
+{
+    (void)x;
+    return IDX_HEADER_LEN;
+}
 static size_t off_pointers(const mc_idx *x) { return IDX_HEADER_LEN + (size_t)x->n_seq * 4; }
 static size_t off_doc_idx(const mc_idx *x) { return IDX_HEADER_LEN + (size_t)x->n_seq * 12; }
 
@@ -328,8 +327,8 @@ static mc_status validate_idx(mc_idx *x, const char *path, uint64_t *bin_bytes, 
 
     if (len < IDX_HEADER_LEN)
         return mc_error_set(err, MC_ERR_FORMAT,
-                            "%s: file is %zu bytes, shorter than the %d-byte MMIDIDX header",
-                            path, len, IDX_HEADER_LEN);
+                            "%s: file is %zu bytes, shorter than the %d-byte MMIDIDX header", path,
+                            len, IDX_HEADER_LEN);
     if (memcmp(d, IDX_MAGIC, IDX_MAGIC_LEN) != 0)
         return mc_error_set(err, MC_ERR_FORMAT, "%s: bad magic (not a Megatron MMIDIDX index)",
                             path);
@@ -355,8 +354,8 @@ static mc_status validate_idx(mc_idx *x, const char *path, uint64_t *bin_bytes, 
     need = IDX_HEADER_LEN + 12 * s + 8 * dcount;
     if (need != (uint64_t)len)
         return mc_error_set(err, MC_ERR_FORMAT,
-                            "%s: file is %zu bytes but header counts need %" PRIu64
-                            " (%" PRIu64 " sequences, %" PRIu64 " document indices)",
+                            "%s: file is %zu bytes but header counts need %" PRIu64 " (%" PRIu64
+                            " sequences, %" PRIu64 " document indices)",
                             path, len, need, s, dcount);
     if (dcount == 0)
         return mc_error_set(err, MC_ERR_FORMAT,
@@ -399,8 +398,8 @@ static mc_status validate_idx(mc_idx *x, const char *path, uint64_t *bin_bytes, 
                                 path, i, v, mc_idx_doc_index(x, i - 1));
         if (v < 0 || (uint64_t)v > s)
             return mc_error_set(err, MC_ERR_FORMAT,
-                                "%s: document index %" PRIu64 ": %" PRId64
-                                " is past the %" PRIu64 " sequences",
+                                "%s: document index %" PRIu64 ": %" PRId64 " is past the %" PRIu64
+                                " sequences",
                                 path, i, v, s);
     }
     if ((uint64_t)mc_idx_doc_index(x, dcount - 1) != s)
@@ -432,9 +431,8 @@ mc_status mc_idx_open(const char *prefix, mc_idx *out, mc_error *err)
     st = validate_idx(out, idx_path, &bin_bytes, err);
     if (st != MC_OK) goto done;
     if (bin_bytes != (uint64_t)out->bin.len)
-        st = mc_error_set(err, MC_ERR_FORMAT,
-                          "%s: %zu bytes but the index describes %" PRIu64, bin_path,
-                          out->bin.len, bin_bytes);
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: %zu bytes but the index describes %" PRIu64,
+                          bin_path, out->bin.len, bin_bytes);
 done:
     if (st != MC_OK) mc_idx_close(out);
     free(idx_path);
@@ -471,14 +469,28 @@ mc_status mc_idx_read(const mc_idx *x, uint64_t seq, mc_ids *out, mc_error *err)
         switch (x->dtype) {
         case MC_DTYPE_U8: v = p[i]; break;
         case MC_DTYPE_I8: v = (int8_t)p[i]; break;
-        case MC_DTYPE_I16: { int16_t t; memcpy(&t, p + 2 * i, 2); v = t; break; }
-        case MC_DTYPE_U16: { uint16_t t; memcpy(&t, p + 2 * i, 2); v = t; break; }
-        case MC_DTYPE_I32: { int32_t t; memcpy(&t, p + 4 * i, 4); v = t; break; }
+        case MC_DTYPE_I16: {
+            int16_t t;
+            memcpy(&t, p + 2 * i, 2);
+            v = t;
+            break;
+        }
+        case MC_DTYPE_U16: {
+            uint16_t t;
+            memcpy(&t, p + 2 * i, 2);
+            v = t;
+            break;
+        }
+        case MC_DTYPE_I32: {
+            int32_t t;
+            memcpy(&t, p + 4 * i, 4);
+            v = t;
+            break;
+        }
         case MC_DTYPE_I64: memcpy(&v, p + 8 * i, 8); break;
         default:
-            return mc_error_set(err, MC_ERR_FORMAT,
-                                "%s.bin: dtype %s holds no token ids", x->prefix,
-                                mc_dtype_name(x->dtype));
+            return mc_error_set(err, MC_ERR_FORMAT, "%s.bin: dtype %s holds no token ids",
+                                x->prefix, mc_dtype_name(x->dtype));
         }
         if (v < INT32_MIN || v > INT32_MAX)
             return mc_error_set(err, MC_ERR_FORMAT,
@@ -531,8 +543,7 @@ static mc_status merge_write_idx(const mc_idx *in, size_t n, mc_afile *f, uint64
     return st;
 }
 
-mc_status mc_idx_merge(const char *const *prefixes, size_t n, const char *out_prefix,
-                       mc_error *err)
+mc_status mc_idx_merge(const char *const *prefixes, size_t n, const char *out_prefix, mc_error *err)
 {
     mc_idx *in;
     mc_afile bin = {0}, idx = {0};
@@ -560,12 +571,13 @@ mc_status mc_idx_merge(const char *const *prefixes, size_t n, const char *out_pr
             st = mc_error_set(err, MC_ERR_FORMAT,
                               "%s: dtype %s differs from %s in %s (merged datasets must share "
                               "one dtype)",
-                              prefixes[opened], mc_dtype_name(x->dtype),
-                              mc_dtype_name(in[0].dtype), prefixes[0]);
+                              prefixes[opened], mc_dtype_name(x->dtype), mc_dtype_name(in[0].dtype),
+                              prefixes[0]);
             opened++;
             goto done;
         }
-        if (x->n_seq > (uint64_t)INT64_MAX - n_seq || x->n_doc_idx - 1 > (uint64_t)INT64_MAX - n_doc ||
+        if (x->n_seq > (uint64_t)INT64_MAX - n_seq ||
+            x->n_doc_idx - 1 > (uint64_t)INT64_MAX - n_doc ||
             (uint64_t)x->bin.len > (uint64_t)INT64_MAX - bytes) {
             st = mc_error_set(err, MC_ERR_LIMIT, "%s: merged dataset would be too large",
                               prefixes[opened]);

@@ -26,23 +26,36 @@ static void md5_block(uint32_t h[4], const unsigned char *blk, const uint32_t K[
     for (int i = 0; i < 64; i++) {
         uint32_t f;
         int g;
-        if (i < 16) { f = (b & c) | (~b & d); g = i; }
-        else if (i < 32) { f = (d & b) | (~d & c); g = (5 * i + 1) % 16; }
-        else if (i < 48) { f = b ^ c ^ d; g = (3 * i + 5) % 16; }
-        else { f = c ^ (b | ~d); g = (7 * i) % 16; }
+        if (i < 16) {
+            f = (b & c) | (~b & d);
+            g = i;
+        } else if (i < 32) {
+            f = (d & b) | (~d & c);
+            g = (5 * i + 1) % 16;
+        } else if (i < 48) {
+            f = b ^ c ^ d;
+            g = (3 * i + 5) % 16;
+        } else {
+            f = c ^ (b | ~d);
+            g = (7 * i) % 16;
+        }
         f += a + K[i] + M[g];
         a = d;
         d = c;
         c = b;
         b += rotl(f, S[i]);
     }
-    h[0] += a; h[1] += b; h[2] += c; h[3] += d;
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
 }
 
 void mc_md5_hex(const void *data, size_t n, char hex[33])
 {
     uint32_t K[64], h[4] = {0x67452301U, 0xefcdab89U, 0x98badcfeU, 0x10325476U};
-    for (int i = 0; i < 64; i++) K[i] = (uint32_t)(uint64_t)floor(4294967296.0 * fabs(sin(i + 1.0)));
+    for (int i = 0; i < 64; i++)
+        K[i] = (uint32_t)(uint64_t)floor(4294967296.0 * fabs(sin(i + 1.0)));
     const unsigned char *p = data;
     size_t full = n / 64 * 64;
     for (size_t off = 0; off < full; off += 64) md5_block(h, p + off, K);
@@ -55,5 +68,6 @@ void mc_md5_hex(const void *data, size_t n, char hex[33])
     for (int i = 0; i < 8; i++) tail[tl - 8 + i] = (unsigned char)(bits >> (8 * i));
     md5_block(h, tail, K);
     if (tl == 128) md5_block(h, tail + 64, K);
-    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", (h[i / 4] >> (8 * (i % 4))) & 0xff);
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", (h[i / 4] >> (8 * (i % 4))) & 0xff);
 }

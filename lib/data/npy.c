@@ -33,7 +33,8 @@ size_t mc_npy_type_size(mc_npy_type t)
 {
     switch (t) {
     case MC_NPY_I16: return 2;
-    case MC_NPY_I32: case MC_NPY_U32: return 4;
+    case MC_NPY_I32:
+    case MC_NPY_U32: return 4;
     case MC_NPY_I64: return 8;
     }
     return 0;
@@ -43,10 +44,26 @@ int64_t mc_npy_get(const mc_npy *a, int64_t i)
 {
     const unsigned char *p = a->data;
     switch (a->type) {
-    case MC_NPY_I16: { int16_t v; memcpy(&v, p + 2 * i, 2); return v; }
-    case MC_NPY_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
-    case MC_NPY_U32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return v; }
-    case MC_NPY_I64: { int64_t v; memcpy(&v, p + 8 * i, 8); return v; }
+    case MC_NPY_I16: {
+        int16_t v;
+        memcpy(&v, p + 2 * i, 2);
+        return v;
+    }
+    case MC_NPY_I32: {
+        int32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
+    }
+    case MC_NPY_U32: {
+        uint32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
+    }
+    case MC_NPY_I64: {
+        int64_t v;
+        memcpy(&v, p + 8 * i, 8);
+        return v;
+    }
     }
     return 0;
 }
@@ -57,12 +74,14 @@ mc_status mc_npy_save(const char *path, mc_npy_type t, int ndim, const int64_t *
     char dict[256], hdr[512];
     int64_t count = 1;
     if (ndim == 1) {
-        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRId64
-                 ",), }", type_descr(t), shape[0]);
+        snprintf(dict, sizeof dict,
+                 "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRId64 ",), }",
+                 type_descr(t), shape[0]);
         count = shape[0];
     } else {
-        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRId64
-                 ", %" PRId64 "), }", type_descr(t), shape[0], shape[1]);
+        snprintf(dict, sizeof dict,
+                 "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRId64 ", %" PRId64 "), }",
+                 type_descr(t), shape[0], shape[1]);
         count = shape[0] * shape[1];
     }
     /* magic(6) + version(2) + hlen(2) + dict + pad + '\n' is a multiple of 64 */
@@ -135,11 +154,17 @@ mc_status mc_npy_load(const char *path, mc_npy *a, mc_error *err)
                      path);
         goto fail;
     }
-    static const struct { const char *s; mc_npy_type t; } types[] = {
+    static const struct {
+        const char *s;
+        mc_npy_type t;
+    } types[] = {
         {"'<i2'", MC_NPY_I16}, {"'<i4'", MC_NPY_I32}, {"'<u4'", MC_NPY_U32}, {"'<i8'", MC_NPY_I64}};
     int found = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (strncmp(descr, types[i].s, 5) == 0) { a->type = types[i].t; found = 1; }
+        if (strncmp(descr, types[i].s, 5) == 0) {
+            a->type = types[i].t;
+            found = 1;
+        }
     if (!found) {
         mc_error_set(err, MC_ERR_FORMAT, "%s: unsupported .npy dtype %.8s", path, descr);
         goto fail;

@@ -26,21 +26,21 @@
 enum slot_state { SLOT_OK, SLOT_BLANK, SLOT_INVALID, SLOT_EMPTY, SLOT_FATAL };
 
 typedef struct slot {
-    size_t off, len;      /* the record's bytes in the batch arena */
-    const char *file;     /* owned by the docsource, stable for its lifetime */
+    size_t off, len;  /* the record's bytes in the batch arena */
+    const char *file; /* owned by the docsource, stable for its lifetime */
     uint64_t line;
     enum slot_state state;
-    char *errmsg;         /* set when state != SLOT_OK */
+    char *errmsg; /* set when state != SLOT_OK */
     mc_status code;
-    mc_ids *ids;          /* one per key, capacity reused across batches */
+    mc_ids *ids; /* one per key, capacity reused across batches */
 } slot;
 
 typedef struct batch {
     mc_buf arena;
     slot *slots;
     size_t n, cap;
-    atomic_size_t next;   /* next record to hand out */
-    int eof;              /* the source ended with this batch */
+    atomic_size_t next; /* next record to hand out */
+    int eof;            /* the source ended with this batch */
 } batch;
 
 typedef struct worker_ctx worker_ctx;
@@ -53,9 +53,9 @@ typedef struct pipeline {
     /* hand-off between the reader and the workers */
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
-    batch *current;       /* the batch being tokenized, NULL when idle */
-    uint64_t generation;  /* bumped for every dispatched batch */
-    int busy;             /* workers still on the current batch */
+    batch *current;      /* the batch being tokenized, NULL when idle */
+    uint64_t generation; /* bumped for every dispatched batch */
+    int busy;            /* workers still on the current batch */
     int quit;
     worker_ctx *workers;
     pthread_t *threads;
@@ -65,31 +65,35 @@ typedef struct pipeline {
 struct worker_ctx {
     pipeline *p;
     mc_encoder *enc;
-    mc_buf *vals;         /* one per key: the extracted text */
+    mc_buf *vals; /* one per key: the extracted text */
 };
 
-static double now_seconds(void) {
+static double now_seconds(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void mc_preprocess_config_init(mc_preprocess_config *c) {
+void mc_preprocess_config_init(mc_preprocess_config *c)
+{
     memset(c, 0, sizeof *c);
     c->source.format = MC_INPUT_JSONL;
     c->source.max_record_bytes = 64u << 20;
     c->workers = 1;
 }
 
-mc_status mc_dataset_prefix(char *dst, size_t size, const char *output_prefix,
-                            const char *key, mc_error *err) {
+mc_status mc_dataset_prefix(char *dst, size_t size, const char *output_prefix, const char *key,
+                            mc_error *err)
+{
     int n = snprintf(dst, size, "%s_%s_document", output_prefix, key);
     if (n < 0 || (size_t)n >= size)
         return mc_error_set(err, MC_ERR_LIMIT, "%s: output prefix too long", output_prefix);
     return MC_OK;
 }
 
-static void slot_fail(slot *s, enum slot_state st, const mc_error *e) {
+static void slot_fail(slot *s, enum slot_state st, const mc_error *e)
+{
     s->state = st;
     s->code = e->code;
     s->errmsg = strdup(e->msg);
@@ -97,7 +101,8 @@ static void slot_fail(slot *s, enum slot_state st, const mc_error *e) {
 
 /* Tokenize one record into its slot: extract the keys (JSONL) or take the
  * whole record (text), encode each, append EOD. */
-static void process_record(worker_ctx *w, batch *b, slot *s) {
+static void process_record(worker_ctx *w, batch *b, slot *s)
+{
     const pipeline *p = w->p;
     const char *data = b->arena.data + s->off;
     mc_error e;
@@ -152,7 +157,8 @@ static void process_record(worker_ctx *w, batch *b, slot *s) {
     }
 }
 
-static void *worker_main(void *arg) {
+static void *worker_main(void *arg)
+{
     worker_ctx *w = arg;
     pipeline *p = w->p;
     uint64_t seen = 0;
@@ -180,7 +186,8 @@ static void *worker_main(void *arg) {
     }
 }
 
-static void dispatch(pipeline *p, batch *b) {
+static void dispatch(pipeline *p, batch *b)
+{
     atomic_store(&b->next, 0);
     pthread_mutex_lock(&p->mu);
     p->current = b;
@@ -190,14 +197,16 @@ static void dispatch(pipeline *p, batch *b) {
     pthread_mutex_unlock(&p->mu);
 }
 
-static void wait_done(pipeline *p) {
+static void wait_done(pipeline *p)
+{
     pthread_mutex_lock(&p->mu);
     while (p->busy > 0) pthread_cond_wait(&p->done_cv, &p->mu);
     p->current = NULL;
     pthread_mutex_unlock(&p->mu);
 }
 
-static void batch_reset(batch *b) {
+static void batch_reset(batch *b)
+{
     for (size_t i = 0; i < b->n; i++) {
         free(b->slots[i].errmsg);
         b->slots[i].errmsg = NULL;
@@ -208,7 +217,8 @@ static void batch_reset(batch *b) {
     b->eof = 0;
 }
 
-static void batch_free(batch *b, size_t n_keys) {
+static void batch_free(batch *b, size_t n_keys)
+{
     batch_reset(b);
     for (size_t i = 0; i < b->cap; i++) {
         for (size_t k = 0; k < n_keys; k++) mc_ids_free(&b->slots[i].ids[k]);
@@ -220,7 +230,8 @@ static void batch_free(batch *b, size_t n_keys) {
 
 /* Fill b with the next records, up to the batch limits. */
 static mc_status read_batch(pipeline *p, mc_docsource *src, batch *b, size_t max_docs,
-                            size_t max_bytes, mc_error *err) {
+                            size_t max_bytes, mc_error *err)
+{
     batch_reset(b);
     while (b->n < max_docs && b->arena.len < max_bytes) {
         mc_record rec;
@@ -262,15 +273,18 @@ static mc_status read_batch(pipeline *p, mc_docsource *src, batch *b, size_t max
 /* Append batch b to the datasets in record order; bad records fail the run
  * or, with skip_invalid, are counted. */
 static mc_status write_batch(pipeline *p, batch *b, mc_idx_writer **writers,
-                             mc_preprocess_stats *st, mc_error *err) {
+                             mc_preprocess_stats *st, mc_error *err)
+{
     for (size_t i = 0; i < b->n; i++) {
         slot *s = &b->slots[i];
         if (s->state == SLOT_BLANK) continue;
         st->records++;
         if (s->state != SLOT_OK) {
             if (s->state != SLOT_FATAL && p->c->skip_invalid) {
-                if (s->state == SLOT_EMPTY) st->skipped_empty++;
-                else st->skipped_invalid++;
+                if (s->state == SLOT_EMPTY)
+                    st->skipped_empty++;
+                else
+                    st->skipped_invalid++;
                 continue;
             }
             return mc_error_set(err, s->code ? s->code : MC_ERR_FORMAT, "%s", s->errmsg);
@@ -286,7 +300,8 @@ static mc_status write_batch(pipeline *p, batch *b, mc_idx_writer **writers,
     return MC_OK;
 }
 
-static void stop_workers(pipeline *p) {
+static void stop_workers(pipeline *p)
+{
     pthread_mutex_lock(&p->mu);
     p->quit = 1;
     pthread_cond_broadcast(&p->work_cv);
@@ -304,7 +319,8 @@ static void stop_workers(pipeline *p) {
 }
 
 mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *stats,
-                            mc_error *err) {
+                            mc_error *err)
+{
     static const char *const default_keys[] = {"text"};
     mc_preprocess_stats st;
     memset(&st, 0, sizeof st);
@@ -382,7 +398,8 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
         batch *nb = &bufs[cur ^ 1];
         mc_error read_err;
         mc_error_clear(&read_err);
-        mc_status read_rc = b->eof ? MC_OK : read_batch(&p, src, nb, max_docs, max_bytes, &read_err);
+        mc_status read_rc = b->eof ? MC_OK
+                                   : read_batch(&p, src, nb, max_docs, max_bytes, &read_err);
         if (b->eof) batch_reset(nb);
         wait_done(&p);
         rc = write_batch(&p, b, writers, &st, err);

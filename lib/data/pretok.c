@@ -220,15 +220,20 @@ size_t mc_utf8_valid_prefix(const char *str, size_t len)
         }
         size_t n;
         unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-        if (c >= 0xC2 && c <= 0xDF) n = 2;
+        if (c >= 0xC2 && c <= 0xDF)
+            n = 2;
         else if (c >= 0xE0 && c <= 0xEF) {
             n = 3;
-            if (c == 0xE0) lo = 0xA0;      /* no overlongs */
-            else if (c == 0xED) hi = 0x9F; /* no surrogates */
+            if (c == 0xE0)
+                lo = 0xA0; /* no overlongs */
+            else if (c == 0xED)
+                hi = 0x9F; /* no surrogates */
         } else if (c >= 0xF0 && c <= 0xF4) {
             n = 4;
-            if (c == 0xF0) lo = 0x90;      /* no overlongs */
-            else if (c == 0xF4) hi = 0x8F; /* nothing above U+10FFFF */
+            if (c == 0xF0)
+                lo = 0x90; /* no overlongs */
+            else if (c == 0xF4)
+                hi = 0x8F; /* nothing above U+10FFFF */
         } else
             return i;
         if (i + n > len) return i;

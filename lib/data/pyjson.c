@@ -16,9 +16,18 @@
 
 void mc_py_float_repr(double x, char out[32])
 {
-    if (isnan(x)) { strcpy(out, "NaN"); return; }
-    if (isinf(x)) { strcpy(out, x > 0 ? "Infinity" : "-Infinity"); return; }
-    if (x == 0) { strcpy(out, signbit(x) ? "-0.0" : "0.0"); return; }
+    if (isnan(x)) {
+        strcpy(out, "NaN");
+        return;
+    }
+    if (isinf(x)) {
+        strcpy(out, x > 0 ? "Infinity" : "-Infinity");
+        return;
+    }
+    if (x == 0) {
+        strcpy(out, signbit(x) ? "-0.0" : "0.0");
+        return;
+    }
     char e[40], digits[24];
     int prec;
     for (prec = 1; prec <= 17; prec++) {
@@ -28,7 +37,10 @@ void mc_py_float_repr(double x, char out[32])
     /* e = [-]D[.DDD]e[+-]XX */
     const char *p = e;
     int neg = 0, nd = 0;
-    if (*p == '-') { neg = 1; p++; }
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
     for (; *p && *p != 'e'; p++)
         if (*p != '.') digits[nd++] = *p;
     while (nd > 1 && digits[nd - 1] == '0') nd--;
@@ -68,10 +80,19 @@ static mc_status dump_string(mc_buf *out, const char *s, size_t n, mc_error *err
         unsigned char c = (unsigned char)s[i];
         uint32_t cp;
         size_t k;
-        if (c < 0x80) { cp = c; k = 1; }
-        else if ((c & 0xe0) == 0xc0) { cp = c & 0x1f; k = 2; }
-        else if ((c & 0xf0) == 0xe0) { cp = c & 0x0f; k = 3; }
-        else { cp = c & 0x07; k = 4; }
+        if (c < 0x80) {
+            cp = c;
+            k = 1;
+        } else if ((c & 0xe0) == 0xc0) {
+            cp = c & 0x1f;
+            k = 2;
+        } else if ((c & 0xf0) == 0xe0) {
+            cp = c & 0x0f;
+            k = 3;
+        } else {
+            cp = c & 0x07;
+            k = 4;
+        }
         for (size_t j = 1; j < k && i + j < n; j++) cp = cp << 6 | ((unsigned char)s[i + j] & 0x3f);
         i += k;
         switch (cp) {
@@ -92,7 +113,8 @@ static mc_status dump_string(mc_buf *out, const char *s, size_t n, mc_error *err
         } else {
             /* a UTF-16 surrogate pair, as ensure_ascii writes it */
             cp -= 0x10000;
-            st = mc_buf_printf(out, err, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+            st = mc_buf_printf(out, err, "\\u%04x\\u%04x", 0xd800 + (cp >> 10),
+                               0xdc00 + (cp & 0x3ff));
         }
     }
     if (st == MC_OK) st = mc_buf_append(out, "\"", 1, err);
@@ -114,13 +136,11 @@ mc_status mc_pyjson_dump(mc_buf *out, const json_t *v, int depth, mc_error *err)
     case JSON_NULL: return mc_buf_append(out, "null", 4, err);
     case JSON_TRUE: return mc_buf_append(out, "true", 4, err);
     case JSON_FALSE: return mc_buf_append(out, "false", 5, err);
-    case JSON_INTEGER:
-        return mc_buf_printf(out, err, "%lld", (long long)json_integer_value(v));
+    case JSON_INTEGER: return mc_buf_printf(out, err, "%lld", (long long)json_integer_value(v));
     case JSON_REAL:
         mc_py_float_repr(json_real_value(v), num);
         return mc_buf_append(out, num, strlen(num), err);
-    case JSON_STRING:
-        return dump_string(out, json_string_value(v), json_string_length(v), err);
+    case JSON_STRING: return dump_string(out, json_string_value(v), json_string_length(v), err);
     case JSON_ARRAY: {
         size_t n = json_array_size(v);
         if (n == 0) return mc_buf_append(out, "[]", 2, err);

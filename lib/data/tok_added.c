@@ -76,13 +76,17 @@ static int is_ws(utf8proc_int32_t c)
 static int is_word(utf8proc_int32_t c)
 {
     switch (utf8proc_category(c)) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_PC:
-        return 1;
-    default:
-        return 0;
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_PC: return 1;
+    default: return 0;
     }
 }
 
@@ -177,15 +181,16 @@ static mc_status normalize(mc_encoder *e, const char *s, size_t len)
             continue;
         }
         int opt = UTF8PROC_STABLE;
-        if (n == MC_NORM_NFC || n == MC_NORM_NFKC) opt |= UTF8PROC_COMPOSE;
-        else opt |= UTF8PROC_DECOMPOSE;
+        if (n == MC_NORM_NFC || n == MC_NORM_NFKC)
+            opt |= UTF8PROC_COMPOSE;
+        else
+            opt |= UTF8PROC_DECOMPOSE;
         if (n == MC_NORM_NFKC || n == MC_NORM_NFKD) opt |= UTF8PROC_COMPAT;
         utf8proc_uint8_t *res = NULL;
         utf8proc_ssize_t rl = utf8proc_map((const utf8proc_uint8_t *)nb->data,
                                            (utf8proc_ssize_t)nb->len, &res, (utf8proc_option_t)opt);
         if (rl < 0)
-            return mc_error_set(e->err, MC_ERR_INTERNAL, "normalizer: %s",
-                                utf8proc_errmsg(rl));
+            return mc_error_set(e->err, MC_ERR_INTERNAL, "normalizer: %s", utf8proc_errmsg(rl));
         nb->len = 0;
         st = mc_buf_append(nb, res, (size_t)rl, e->err);
         free(res);

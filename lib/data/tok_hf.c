@@ -47,8 +47,8 @@ static mc_status load_vocab(mc_tokenizer *t, const char *where, json_t *vocab, m
         }
         if (seen[id]) {
             st = mc_error_set(err, MC_ERR_FORMAT,
-                              "%s: id %" JSON_INTEGER_FORMAT " is used twice (again by '%s')", where,
-                              id, key);
+                              "%s: id %" JSON_INTEGER_FORMAT " is used twice (again by '%s')",
+                              where, id, key);
             break;
         }
         seen[id] = 1;
@@ -90,8 +90,9 @@ static mc_status add_merge(mc_tokenizer *t, const char *where, const char *a, si
     if (st != MC_OK) return st;
     int32_t im = mc_strmap_get(&t->spelling, tmp->data, tmp->len);
     if (im < 0)
-        return mc_error_set(err, MC_ERR_FORMAT, "%s: unknown token '%.*s' (the merge of '%.*s' and '%.*s')",
-                            where, (int)tmp->len, tmp->data, (int)alen, a, (int)blen, b);
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "%s: unknown token '%.*s' (the merge of '%.*s' and '%.*s')", where,
+                            (int)tmp->len, tmp->data, (int)alen, a, (int)blen, b);
     return mc_bpe_add_merge(t->bpe, ia, ib, rank, im, err);
 }
 
@@ -159,7 +160,8 @@ static mc_status load_model(mc_tokenizer *t, const char *path, json_t *model, mc
     if (get_bool(model, "byte_fallback", 0))
         return mc_error_set(err, MC_ERR_FORMAT, "%s: model.byte_fallback: not supported", path);
     json_t *vocab = json_object_get(model, "vocab");
-    if (!json_is_object(vocab)) return mc_error_set(err, MC_ERR_FORMAT, "%s: missing model.vocab", path);
+    if (!json_is_object(vocab))
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: missing model.vocab", path);
     char where[512];
     snprintf(where, sizeof where, "%s: model.vocab", path);
     mc_status st = load_vocab(t, where, vocab, err);
@@ -212,8 +214,11 @@ static mc_status load_normalizer(mc_tokenizer *t, const char *path, json_t *n, i
     static const struct {
         const char *name;
         int code;
-    } norms[] = {{"NFC", MC_NORM_NFC}, {"NFD", MC_NORM_NFD}, {"NFKC", MC_NORM_NFKC},
-                 {"NFKD", MC_NORM_NFKD}, {"Lowercase", MC_NORM_LOWER}};
+    } norms[] = {{"NFC", MC_NORM_NFC},
+                 {"NFD", MC_NORM_NFD},
+                 {"NFKC", MC_NORM_NFKC},
+                 {"NFKD", MC_NORM_NFKD},
+                 {"Lowercase", MC_NORM_LOWER}};
     if (type && !strcmp(type, "Sequence") && depth == 0) {
         json_t *list = json_object_get(n, "normalizers");
         size_t i;
@@ -361,7 +366,8 @@ mc_status mc_tok_load_gpt2(mc_tokenizer *t, const char *vocab_path, const char *
     json_t *vocab;
     mc_status st = mc_json_load_file(vocab_path, &vocab, err);
     if (st != MC_OK) return st;
-    if (!json_is_object(vocab)) st = mc_error_set(err, MC_ERR_FORMAT, "%s: not a JSON object", vocab_path);
+    if (!json_is_object(vocab))
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: not a JSON object", vocab_path);
     if (st == MC_OK) st = load_vocab(t, vocab_path, vocab, err);
     json_decref(vocab);
     if (st != MC_OK) return st;

@@ -24,13 +24,13 @@
 uint64_t mc_hash_bytes(const void *p, size_t n);
 
 typedef struct mc_strmap {
-    uint32_t *slots;   /* entry index + 1; 0 = empty */
-    size_t mask;       /* slot count - 1 */
+    uint32_t *slots; /* entry index + 1; 0 = empty */
+    size_t mask;     /* slot count - 1 */
     struct mc_strmap_entry {
         uint64_t hash;
         uint32_t off, len;
         int32_t val;
-    } *ents;
+    } * ents;
     size_t n, cap;
     mc_buf pool; /* the keys */
 } mc_strmap;
@@ -70,8 +70,7 @@ void mc_bpe_set_whole(mc_bpe *b, const mc_strmap *whole);
 mc_status mc_bpe_state_new(const mc_bpe *b, mc_bpe_state **out, mc_error *err);
 void mc_bpe_state_free(mc_bpe_state *s);
 /* Append the ids of one piece (raw bytes). */
-mc_status mc_bpe_encode(mc_bpe_state *s, const char *piece, size_t len, mc_ids *out,
-                        mc_error *err);
+mc_status mc_bpe_encode(mc_bpe_state *s, const char *piece, size_t len, mc_ids *out, mc_error *err);
 
 /* ---- the tokenizer object (tokenizer.c), filled by the loaders ---- */
 
@@ -133,7 +132,7 @@ mc_status mc_tok_index_added(mc_tokenizer *t, mc_error *err);
 
 struct mc_encoder {
     const mc_tokenizer *t;
-    mc_pretok_iter *it;  /* NULL when t->pretok is NULL */
+    mc_pretok_iter *it; /* NULL when t->pretok is NULL */
     mc_bpe_state *bpe;
     mc_buf norm, seg, piece; /* scratch: normalized text, prefixed segment, prefixed piece */
     mc_ids *out;             /* the current call's output */

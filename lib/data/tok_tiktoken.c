@@ -22,13 +22,20 @@ static int b64_decode(const char *s, size_t len, mc_buf *out)
     for (size_t i = 0; i < len; i++) {
         char c = s[i];
         int v;
-        if (c >= 'A' && c <= 'Z') v = c - 'A';
-        else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-        else if (c >= '0' && c <= '9') v = c - '0' + 52;
-        else if (c == '+') v = 62;
-        else if (c == '/') v = 63;
-        else if (c == '=') break;
-        else return 0;
+        if (c >= 'A' && c <= 'Z')
+            v = c - 'A';
+        else if (c >= 'a' && c <= 'z')
+            v = c - 'a' + 26;
+        else if (c >= '0' && c <= '9')
+            v = c - '0' + 52;
+        else if (c == '+')
+            v = 62;
+        else if (c == '/')
+            v = 63;
+        else if (c == '=')
+            break;
+        else
+            return 0;
         acc = (acc << 6) | (unsigned)v;
         bits += 6;
         if (bits >= 8) {
@@ -64,8 +71,7 @@ static mc_status push_rank(ranks *r, const mc_buf *bytes, int64_t rank, mc_error
     return mc_buf_append(&r->pool, bytes->data, bytes->len, err);
 }
 
-static mc_status read_lines(const char *path, const char *data, size_t len, ranks *r,
-                            mc_error *err)
+static mc_status read_lines(const char *path, const char *data, size_t len, ranks *r, mc_error *err)
 {
     mc_buf tok = MC_BUF_INIT;
     size_t line = 0;
@@ -84,8 +90,8 @@ static mc_status read_lines(const char *path, const char *data, size_t len, rank
             break;
         }
         if (!b64_decode(s, (size_t)(sp - s), &tok) || !tok.len) {
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s:%zu: invalid base64 token '%.*s'", path,
-                              line, (int)(sp - s), s);
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s:%zu: invalid base64 token '%.*s'", path, line,
+                              (int)(sp - s), s);
             break;
         }
         st = push_rank(r, &tok, rank, err);
@@ -110,7 +116,8 @@ static mc_status read_json(const char *path, const char *data, size_t len, ranks
         if (!json_is_integer(rk) || !json_is_string(tb) ||
             !b64_decode(json_string_value(tb), json_string_length(tb), &tok) || !tok.len) {
             st = mc_error_set(err, MC_ERR_FORMAT,
-                              "%s: [%zu]: expected {\"rank\": N, \"token_bytes\": BASE64}", path, i);
+                              "%s: [%zu]: expected {\"rank\": N, \"token_bytes\": BASE64}", path,
+                              i);
             break;
         }
         st = push_rank(r, &tok, json_integer_value(rk), err);
@@ -180,8 +187,10 @@ mc_status mc_tok_load_tiktoken(mc_tokenizer *t, const mc_tokenizer_spec *spec, m
     size_t keep = r.n;
     if (st == MC_OK && spec->vocab_size > 0) {
         if (spec->vocab_size <= nspecial)
-            st = mc_error_set(err, MC_ERR_USAGE, "--vocab-size %" PRId64 " leaves no room after %" PRId64
-                              " special tokens", spec->vocab_size, nspecial);
+            st = mc_error_set(err, MC_ERR_USAGE,
+                              "--vocab-size %" PRId64 " leaves no room after %" PRId64
+                              " special tokens",
+                              spec->vocab_size, nspecial);
         else if ((size_t)(spec->vocab_size - nspecial) < keep)
             keep = (size_t)(spec->vocab_size - nspecial);
     }
@@ -203,8 +212,8 @@ mc_status mc_tok_load_tiktoken(mc_tokenizer *t, const mc_tokenizer_spec *spec, m
         int32_t id = (int32_t)(k + (size_t)nspecial);
         const char *b = r.pool.data + e->off;
         if (mc_strmap_get(&t->bytes, b, e->len) >= 0)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: rank %zu repeats the bytes of an earlier rank",
-                              path, k);
+            st = mc_error_set(err, MC_ERR_FORMAT,
+                              "%s: rank %zu repeats the bytes of an earlier rank", path, k);
         if (st == MC_OK) st = mc_strmap_put(&t->bytes, b, e->len, id, err);
         if (st == MC_OK) st = mc_tok_set_token(t, id, b, e->len, err);
         /* token_to_id looks tokens up in their own spelling: the bytes */
@@ -216,7 +225,8 @@ mc_status mc_tok_load_tiktoken(mc_tokenizer *t, const mc_tokenizer_spec *spec, m
         char ch = (char)c;
         int32_t id = mc_strmap_get(&t->bytes, &ch, 1);
         if (id < 0)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: no rank for the single byte 0x%02X", path, c);
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: no rank for the single byte 0x%02X", path,
+                              c);
         else
             mc_bpe_set_byte(t->bpe, c, id);
     }

@@ -92,8 +92,7 @@ mc_status mc_tokenizer_load(const mc_tokenizer_spec *spec, mc_tokenizer **out, m
         t->vocab_size = spec->vocab_size + 1; /* Megatron counts the EOD id */
         t->eod = (int32_t)spec->vocab_size;
         break;
-    default:
-        st = mc_error_set(err, MC_ERR_USAGE, "unknown tokenizer kind %d", (int)spec->kind);
+    default: st = mc_error_set(err, MC_ERR_USAGE, "unknown tokenizer kind %d", (int)spec->kind);
     }
     if (st == MC_OK && t->kind != MC_TOKENIZER_NULL) st = mc_tok_index_added(t, err);
     if (st != MC_OK) {
@@ -189,8 +188,10 @@ static mc_status encode_null(const mc_tokenizer *t, const char *s, size_t len, m
         int ok = 1;
         while (i < len && !is_space((unsigned char)s[i])) {
             unsigned char c = (unsigned char)s[i++];
-            if (c < '0' || c > '9' || v > t->null_vocab) ok = 0;
-            else v = v * 10 + (c - '0');
+            if (c < '0' || c > '9' || v > t->null_vocab)
+                ok = 0;
+            else
+                v = v * 10 + (c - '0');
         }
         if (!ok || v > t->null_vocab) {
             size_t wl = i - w < 40 ? i - w : 40;
@@ -227,8 +228,9 @@ mc_status mc_encode(mc_encoder *e, const char *text, size_t len, mc_ids *out, mc
             pos += v;
         } else {
             size_t bad = 1;
-            while (pos + bad < len &&
-                   !mc_utf8_valid_prefix(text + pos + bad, len - pos - bad < 4 ? len - pos - bad : 4))
+            while (
+                pos + bad < len &&
+                !mc_utf8_valid_prefix(text + pos + bad, len - pos - bad < 4 ? len - pos - bad : 4))
                 bad++;
             st = mc_bpe_encode(e->bpe, text + pos, bad, out, err);
             pos += bad;
@@ -240,8 +242,7 @@ mc_status mc_encode(mc_encoder *e, const char *text, size_t len, mc_ids *out, mc
 
 /* ---- decoding ---- */
 
-mc_status mc_decode(const mc_tokenizer *t, const int32_t *ids, size_t n, mc_buf *out,
-                    mc_error *err)
+mc_status mc_decode(const mc_tokenizer *t, const int32_t *ids, size_t n, mc_buf *out, mc_error *err)
 {
     mc_error_clear(err);
     for (size_t i = 0; i < n; i++) {

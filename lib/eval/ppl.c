@@ -16,10 +16,10 @@
 #include "mc/eval.h"
 #include "mc/indexed.h"
 
-#define TRY(call)                  \
-    do {                           \
-        mc_status st_ = (call);    \
-        if (st_) return st_;       \
+#define TRY(call)               \
+    do {                        \
+        mc_status st_ = (call); \
+        if (st_) return st_;    \
     } while (0)
 
 static const char *const MODES[] = {"plain", "llama", "sliding", "samples"};
@@ -37,7 +37,10 @@ mc_status mc_ppl_mode_parse(const char *s, mc_ppl_mode *out, mc_error *err)
 
 const char *mc_ppl_mode_name(mc_ppl_mode m) { return (unsigned)m < 4 ? MODES[m] : "?"; }
 
-double mc_ppl_value(const mc_ppl_stats *s) { return s->count ? exp(s->nll / (double)s->count) : NAN; }
+double mc_ppl_value(const mc_ppl_stats *s)
+{
+    return s->count ? exp(s->nll / (double)s->count) : NAN;
+}
 
 double mc_ppl_stderr(const mc_ppl_stats *s)
 {
@@ -154,8 +157,7 @@ mc_status mc_ppl_run(mc_infer *inf, const mc_ppl_config *c, const int32_t *ids, 
             prev_end = e;
             break;
         }
-        case MC_PPL_SAMPLES:
-            break;
+        case MC_PPL_SAMPLES: break;
         }
         if (!st && cb) cb(cb_ctx, s, (int64_t)nwin);
     }
@@ -182,7 +184,8 @@ mc_status mc_ppl_run_gptdata(mc_infer *inf, const mc_gptdata_config *dc, mc_spli
                           mc_split_name(split), dc->split ? dc->split : "969,30,1");
     else if (first < 0 || count < 1 || first + count > have)
         st = mc_error_set(err, MC_ERR_USAGE,
-                          "samples %" PRId64 " to %" PRId64 " asked of the %s split, which has %" PRId64,
+                          "samples %" PRId64 " to %" PRId64
+                          " asked of the %s split, which has %" PRId64,
                           first, first + count - 1, mc_split_name(split), have);
     win w = {0};
     int32_t *sample = malloc((size_t)(T + 1) * sizeof *sample);
@@ -217,8 +220,8 @@ mc_status mc_ppl_run_gptdata(mc_infer *inf, const mc_gptdata_config *dc, mc_spli
     return st;
 }
 
-mc_status mc_eval_dataset_ids(const char *prefix, const char *split_weights, int split,
-                              mc_ids *out, int64_t *ndocs, mc_error *err)
+mc_status mc_eval_dataset_ids(const char *prefix, const char *split_weights, int split, mc_ids *out,
+                              int64_t *ndocs, mc_error *err)
 {
     mc_idx x;
     TRY(mc_idx_open(prefix, &x, err));
@@ -236,7 +239,8 @@ mc_status mc_eval_dataset_ids(const char *prefix, const char *split_weights, int
             end = (int64_t)nearbyint(e * (double)ndoc);
             if (end <= beg)
                 st = mc_error_set(err, MC_ERR_USAGE,
-                                  "%s: the %s split under --split %s holds no document (of %" PRId64 ")",
+                                  "%s: the %s split under --split %s holds no document (of %" PRId64
+                                  ")",
                                   prefix, mc_split_name((mc_split)split),
                                   split_weights ? split_weights : "969,30,1", ndoc);
         }

@@ -26,7 +26,7 @@
 struct mc_eval {
     const mc_eval_config *c;
     const mc_grid *g;
-    mc_grid one;                 /* g when the caller gave none */
+    mc_grid one; /* g when the caller gave none */
     mc_backend *be;
     mc_model *model;
     mc_infer *inf;
@@ -36,8 +36,8 @@ struct mc_eval {
     char ckpt_dir[4096];
     mc_eval_info info;
     int32_t bos;
-    mc_buf prompts;              /* const char *: the prompt file's lines, then c->prompts */
-    char *prompt_text;           /* the prompt file, which the lines point into */
+    mc_buf prompts;    /* const char *: the prompt file's lines, then c->prompts */
+    char *prompt_text; /* the prompt file, which the lines point into */
     json_t *doc;
 };
 
@@ -137,7 +137,9 @@ static mc_status read_inputs(mc_eval *ev, int *int8, mc_error *err)
                               "%s: the checkpoint stores no tokenizer, and %s needs one to turn "
                               "text into tokens",
                               mc_ckpt_file(rd),
-                              c->text_file ? "--text-file" : c->ntasks ? "--task" : "generation");
+                              c->text_file ? "--text-file"
+                              : c->ntasks  ? "--task"
+                                           : "generation");
         else if (mc_ckpt_has_tokenizer(rd))
             st = mc_ckpt_read_tokenizer(rd, &ev->tok, err);
     }
@@ -342,7 +344,7 @@ mc_status mc_eval_perplexity(mc_eval *ev, mc_ppl_progress cb, void *cb_ctx, mc_e
 typedef struct task_docs {
     mc_task_doc_fn cb; /* the caller's */
     void *cb_ctx;
-    json_t *samples;   /* log_samples: per-document scores */
+    json_t *samples; /* log_samples: per-document scores */
 } task_docs;
 
 static void task_doc(void *ctx, int64_t doc, int64_t total, int nchoices, const double *lls,
@@ -434,7 +436,8 @@ mc_status mc_eval_generate(mc_eval *ev, mc_eval_text_fn cb, void *cb_ctx, mc_eva
             if (gc.eod < 0)
                 st = mc_error_set(err, MC_ERR_USAGE,
                                   "prompt %zu is empty and the tokenizer has no end-of-document "
-                                  "token to start from", i + 1);
+                                  "token to start from",
+                                  i + 1);
             else
                 st = mc_ids_push(&ids, gc.eod, err);
         }

@@ -16,16 +16,16 @@
 #include "mc/file.h"
 #include "mc/json.h"
 
-#define TRY(call)                  \
-    do {                           \
-        mc_status st_ = (call);    \
-        if (st_) return st_;       \
+#define TRY(call)               \
+    do {                        \
+        mc_status st_ = (call); \
+        if (st_) return st_;    \
     } while (0)
 
-static const char *const NAMES[] = {"lambada_openai", "hellaswag", "arc_easy", "arc_challenge",
-                                    "piqa", "multiple_choice", NULL};
+static const char *const NAMES[] = {
+    "lambada_openai", "hellaswag", "arc_easy", "arc_challenge", "piqa", "multiple_choice", NULL};
 static const mc_task_kind KINDS[] = {MC_TASK_LAMBADA, MC_TASK_HELLASWAG, MC_TASK_ARC,
-                                     MC_TASK_ARC, MC_TASK_PIQA, MC_TASK_MC};
+                                     MC_TASK_ARC,     MC_TASK_PIQA,      MC_TASK_MC};
 
 const char *const *mc_task_names(void) { return NAMES; }
 
@@ -306,9 +306,9 @@ static mc_status parse_doc(mc_task_kind kind, const json_t *o, const char *where
         TRY(get_str(o, "answerKey", where, &b, err));
         const json_t *labels = json_object_get(ch, "label");
         if (!json_is_array(labels) || (int)json_array_size(labels) != d->nchoices)
-            return mc_error_set(err, MC_ERR_FORMAT,
-                                "%s: \"choices.label\" must be an array as long as \"choices.text\"",
-                                where);
+            return mc_error_set(
+                err, MC_ERR_FORMAT,
+                "%s: \"choices.label\" must be an array as long as \"choices.text\"", where);
         d->gold = -1;
         for (int i = 0; i < d->nchoices; i++) {
             const json_t *l = json_array_get(labels, (size_t)i);
@@ -365,7 +365,7 @@ typedef struct scorer {
     mc_encoder *enc;
     int ctx;
     int32_t eod;
-    mc_ids cached;          /* ids in the context's cache */
+    mc_ids cached; /* ids in the context's cache */
     mc_ids cenc, whole, full;
     int32_t *tgt;
     float *lp;
@@ -478,8 +478,8 @@ static double acc_stderr(const acc_stat *a)
 }
 
 mc_status mc_task_run(mc_infer *inf, const mc_tokenizer *tok, mc_task_kind kind, const char *path,
-                      int64_t limit, int ctx, mc_task_result *res, mc_task_doc_fn cb,
-                      void *cb_ctx, mc_error *err)
+                      int64_t limit, int ctx, mc_task_result *res, mc_task_doc_fn cb, void *cb_ctx,
+                      mc_error *err)
 {
     memset(res, 0, sizeof *res);
     res->acc = res->acc_stderr = res->acc_norm = res->acc_norm_stderr = NAN;

@@ -22,7 +22,7 @@
 
 #define GGUF_VERSION 3
 #define GGUF_ALIGN 32
-#define QK 32   /* elements per q8_0 / q4_0 block */
+#define QK 32    /* elements per q8_0 / q4_0 block */
 #define QK_K 256 /* elements per q4_K super-block */
 
 /* GGUF metadata value types. */
@@ -66,7 +66,7 @@ uint16_t mc_gguf_f32_to_f16(float f)
     uint32_t x;
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
-    if (ax > 0x7f800000) return (uint16_t)(sign | 0x7e00); /* NaN stays a (quiet) NaN */
+    if (ax > 0x7f800000) return (uint16_t)(sign | 0x7e00);  /* NaN stays a (quiet) NaN */
     if (ax >= 0x47800000) return (uint16_t)(sign | 0x7c00); /* 2^16 and up: infinity */
     if (ax < 0x38800000) {
         /* below 2^-14: a multiple of 2^-24; scaling by 2^24 is exact and
@@ -215,7 +215,8 @@ static uint64_t tensor_bytes(int g, int64_t rows, int64_t cols)
     uint64_t n = (uint64_t)rows * (uint64_t)cols;
     switch (g) {
     case GGML_F32: return 4 * n;
-    case GGML_F16: case GGML_BF16: return 2 * n;
+    case GGML_F16:
+    case GGML_BF16: return 2 * n;
     case GGML_Q8_0: return n / QK * (2 + QK);
     case GGML_Q4_K: return n / QK_K * (4 + 12 + QK_K / 2);
     default: return n / QK * (2 + QK / 2);
@@ -225,17 +226,18 @@ static uint64_t tensor_bytes(int g, int64_t rows, int64_t cols)
 /* ------------------------------------------------------------ the tensor plan */
 
 typedef enum xform {
-    X_COPY,   /* rows [0, rows) of the source as they are */
-    X_QKV,    /* gpt2: Megatron's per-group [q.., k, v] -> [all q; all k; all v] */
-    X_Q, X_K, /* llama: one part of the QKV, rows permuted for adjacent RoPE pairs */
+    X_COPY, /* rows [0, rows) of the source as they are */
+    X_QKV,  /* gpt2: Megatron's per-group [q.., k, v] -> [all q; all k; all v] */
+    X_Q,
+    X_K, /* llama: one part of the QKV, rows permuted for adjacent RoPE pairs */
     X_V,
-    X_GATE,   /* llama: first half of SwiGLU's fc1 */
-    X_UP      /* llama: second half */
+    X_GATE, /* llama: first half of SwiGLU's fc1 */
+    X_UP    /* llama: second half */
 } xform;
 
 typedef struct tplan {
-    char name[64];   /* llama.cpp's name */
-    char src[160];   /* "model/<Megatron Core name>" */
+    char name[64]; /* llama.cpp's name */
+    char src[160]; /* "model/<Megatron Core name>" */
     xform x;
     int64_t rows, cols;         /* in the file; cols 0: 1-D */
     int64_t src_rows, src_cols; /* the stored global tensor (cols 0: 1-D) */
@@ -250,8 +252,7 @@ typedef struct plan {
 } plan;
 
 static mc_status plan_add(plan *p, const char *name, const char *src, xform x, int64_t rows,
-                          int64_t cols, int64_t src_rows, int64_t src_cols, int ggml,
-                          mc_error *err)
+                          int64_t cols, int64_t src_rows, int64_t src_cols, int ggml, mc_error *err)
 {
     if (p->n == p->cap) {
         size_t cap = p->cap ? 2 * p->cap : 64;
@@ -311,8 +312,8 @@ static const char *arch_of(const mc_model_config *c, const char *file, mc_error 
     return NULL;
 }
 
-static mc_status build_plan(const mc_model_config *c, int llama, int ggml, int has_bias,
-                            plan *p, mc_error *err)
+static mc_status build_plan(const mc_model_config *c, int llama, int ggml, int has_bias, plan *p,
+                            mc_error *err)
 {
     int64_t C = c->hidden_size, V = c->vocab_size, Vp = c->padded_vocab_size;
     int64_t Q = c->num_attention_heads, G = c->num_query_groups, D = c->kv_channels;
@@ -324,14 +325,14 @@ static mc_status build_plan(const mc_model_config *c, int llama, int ggml, int h
                             C, Vp, C, ggml, err);
     if (!st && !llama) /* f32 whatever the type, as llama.cpp's converter does */
         st = plan_add(p, "position_embd.weight", "embedding.position_embeddings.weight", X_COPY,
-                      c->max_position_embeddings, C, c->max_position_embeddings, C, GGML_F32,
-                      err);
+                      c->max_position_embeddings, C, c->max_position_embeddings, C, GGML_F32, err);
     char n[64], s[160];
-#define ADD(X, R, CO, SR, SC)                                                          \
-    do {                                                                               \
-        if (!st) st = plan_add(p, n, s, X, R, CO, SR, SC, ggml, err);                 \
+#define ADD(X, R, CO, SR, SC)                                         \
+    do {                                                              \
+        if (!st) st = plan_add(p, n, s, X, R, CO, SR, SC, ggml, err); \
     } while (0)
-#define NAMES(gg, mm) (snprintf(n, sizeof n, "blk.%d." gg, l), snprintf(s, sizeof s, "decoder.layers.%d." mm, l))
+#define NAMES(gg, mm) \
+    (snprintf(n, sizeof n, "blk.%d." gg, l), snprintf(s, sizeof s, "decoder.layers.%d." mm, l))
     for (int l = 0; l < c->num_layers && !st; l++) {
         NAMES("attn_norm.weight", "self_attention.linear_qkv.layer_norm_weight");
         ADD(X_COPY, C, 0, C, 0);
@@ -554,8 +555,8 @@ static mc_status write_tensor(mc_ckpt_reader *r, const plan *p, const tplan *t, 
         *cache = malloc((size_t)(rows_read * src_cols) * sizeof **cache);
         cached[0] = 0;
         if (!*cache) return mc_error_set(err, MC_ERR_NOMEM, "out of memory for %s", t->src);
-        st = mc_ckpt_read_tensor(r, t->src, t->src_rows, t->src_cols, 0, 0, rows_read,
-                                 t->src_cols, *cache, err);
+        st = mc_ckpt_read_tensor(r, t->src, t->src_rows, t->src_cols, 0, 0, rows_read, t->src_cols,
+                                 *cache, err);
         if (st) return st;
         if (t->x != X_COPY) snprintf(cached, cached_cap, "%s", t->src);
     }
@@ -583,8 +584,12 @@ static mc_status write_tensor(mc_ckpt_reader *r, const plan *p, const tplan *t, 
     uint16_t *h = *conv;
     switch (t->ggml) {
     case GGML_F32: memcpy(*conv, x, n * sizeof *x); break;
-    case GGML_F16: for (size_t i = 0; i < n; i++) h[i] = mc_gguf_f32_to_f16(x[i]); break;
-    case GGML_BF16: for (size_t i = 0; i < n; i++) h[i] = mc_gguf_f32_to_bf16(x[i]); break;
+    case GGML_F16:
+        for (size_t i = 0; i < n; i++) h[i] = mc_gguf_f32_to_f16(x[i]);
+        break;
+    case GGML_BF16:
+        for (size_t i = 0; i < n; i++) h[i] = mc_gguf_f32_to_bf16(x[i]);
+        break;
     case GGML_Q8_0: mc_gguf_quantize_q8_0(x, n, *conv); break;
     case GGML_Q4_K: mc_gguf_quantize_q4_K(x, n, *conv); break;
     default: mc_gguf_quantize_q4_0(x, n, *conv); break;
@@ -650,8 +655,10 @@ mc_status mc_export_gguf(const char *ckpt_path, const mc_gguf_options *o, const 
     if ((st = mc_gguf_read_vocab(r, tok, &v, err))) goto out;
     int has_bias = mc_ckpt_has_tensor(r, "model/decoder.layers.0.self_attention.linear_qkv.bias");
     if (!has_bias && !llama) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: GGUF's gpt2 architecture needs the linear "
-                                              "layers' biases (the model has none)", file);
+        st = mc_error_set(err, MC_ERR_FORMAT,
+                          "%s: GGUF's gpt2 architecture needs the linear "
+                          "layers' biases (the model has none)",
+                          file);
         goto out;
     }
     if ((st = build_plan(&c, llama, ggml_of(o->type), has_bias, &p, err))) goto out;
@@ -705,8 +712,7 @@ mc_status mc_export_gguf(const char *ckpt_path, const mc_gguf_options *o, const 
     f_open = 1;
     st = mc_afile_write(&f, head.data, head.len, err);
     for (size_t i = 0; i < p.n && !st; i++)
-        st = write_tensor(r, &p, &p.t[i], &cache, cached, sizeof cached, &conv, &conv_cap, &f,
-                          err);
+        st = write_tensor(r, &p, &p.t[i], &cache, cached, sizeof cached, &conv, &conv_cap, &f, err);
     if (!st) {
         st = mc_afile_commit(&f, err);
         f_open = 0;

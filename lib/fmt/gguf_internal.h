@@ -15,10 +15,10 @@
 enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5 };
 
 typedef struct mc_gguf_vocab {
-    int64_t n;       /* ids: the model's vocab_size (set before reading) */
-    char **tok;      /* the GGUF spelling of each id; NULL: no token */
+    int64_t n;  /* ids: the model's vocab_size (set before reading) */
+    char **tok; /* the GGUF spelling of each id; NULL: no token */
     int32_t *type;
-    char **merges;   /* "left right", byte-level spellings, priority order */
+    char **merges; /* "left right", byte-level spellings, priority order */
     size_t n_merges, cap_merges;
     const char *pre; /* tokenizer.ggml.pre (static) */
 } mc_gguf_vocab;
@@ -34,7 +34,7 @@ void mc_gguf_vocab_free(mc_gguf_vocab *v);
  * ranks imply (as for GGUF), ignore_merges (a piece that is a token is
  * taken whole, as tiktoken does), the tiktoken pattern as a Split
  * pre-tokenizer, Megatron's special tokens as added tokens. */
-mc_status mc_tiktoken_hf_json(mc_ckpt_reader *r, const mc_tokenizer *tok, int64_t n,
-                              json_t **out, mc_error *err);
+mc_status mc_tiktoken_hf_json(mc_ckpt_reader *r, const mc_tokenizer *tok, int64_t n, json_t **out,
+                              mc_error *err);
 
 #endif

@@ -119,8 +119,10 @@ static mc_status vocab_hf(mc_gguf_vocab *v, const char *data, size_t len, const 
     json_t *vj = json_object_get(model, "vocab"), *mj = json_object_get(model, "merges");
     const char *mtype = json_string_value(json_object_get(model, "type"));
     if (!mtype || strcmp(mtype, "BPE") || !json_is_object(vj) || !json_is_array(mj)) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: model: GGUF export needs a BPE model with "
-                                              "vocab and merges", where);
+        st = mc_error_set(err, MC_ERR_FORMAT,
+                          "%s: model: GGUF export needs a BPE model with "
+                          "vocab and merges",
+                          where);
         goto out;
     }
     /* The pre-tokenizer: ByteLevel with its own (GPT-2) regex, or a Split
@@ -146,13 +148,16 @@ static mc_status vocab_hf(mc_gguf_vocab *v, const char *data, size_t len, const 
     }
     json_t *norm = json_object_get(root, "normalizer");
     if (norm && !json_is_null(norm)) {
-        st = mc_error_set(err, MC_ERR_FORMAT, "%s: normalizer: llama.cpp's BPE tokenizer runs "
-                                              "none, so this tokenizer cannot be exported", where);
+        st = mc_error_set(err, MC_ERR_FORMAT,
+                          "%s: normalizer: llama.cpp's BPE tokenizer runs "
+                          "none, so this tokenizer cannot be exported",
+                          where);
         goto out;
     }
     const char *k;
     json_t *val;
-    json_object_foreach(vj, k, val) {
+    json_object_foreach(vj, k, val)
+    {
         json_int_t id = json_integer_value(val);
         if (!json_is_integer(val) || id < 0 || id >= v->n) {
             st = mc_error_set(err, MC_ERR_FORMAT,
@@ -164,13 +169,14 @@ static mc_status vocab_hf(mc_gguf_vocab *v, const char *data, size_t len, const 
         if ((st = set_token(v, id, k, strlen(k), 0, NULL, TOK_NORMAL, err))) goto out;
     }
     size_t i;
-    json_array_foreach(json_object_get(root, "added_tokens"), i, val) {
+    json_array_foreach(json_object_get(root, "added_tokens"), i, val)
+    {
         json_int_t id = json_integer_value(json_object_get(val, "id"));
         const char *content = json_string_value(json_object_get(val, "content"));
         if (!content || id < 0 || id >= v->n) {
             st = mc_error_set(err, MC_ERR_FORMAT,
-                              "%s: added_tokens[%zu]: no content or an id not in [0, %lld)",
-                              where, i, (long long)v->n);
+                              "%s: added_tokens[%zu]: no content or an id not in [0, %lld)", where,
+                              i, (long long)v->n);
             goto out;
         }
         int special = json_is_true(json_object_get(val, "special"));
@@ -178,13 +184,15 @@ static mc_status vocab_hf(mc_gguf_vocab *v, const char *data, size_t len, const 
                             special ? TOK_CONTROL : TOK_USER_DEFINED, err)))
             goto out;
     }
-    json_array_foreach(mj, i, val) {
+    json_array_foreach(mj, i, val)
+    {
         char where2[1200];
         snprintf(where2, sizeof where2, "%s: model.merges", where);
         if (json_is_string(val)) {
             const char *s = json_string_value(val), *sp = strchr(s, ' ');
             if (!sp || strchr(sp + 1, ' ')) {
-                st = mc_error_set(err, MC_ERR_FORMAT, "%s[%zu]: expected \"left right\"", where2, i);
+                st = mc_error_set(err, MC_ERR_FORMAT, "%s[%zu]: expected \"left right\"", where2,
+                                  i);
                 goto out;
             }
             st = add_merge(v, s, (size_t)(sp - s), sp + 1, strlen(sp + 1), where2, err);
@@ -205,8 +213,9 @@ out:
 }
 
 /* GPT2BPETokenizer: vocab.json and merges.txt (GPT-2's regex). */
-static mc_status vocab_gpt2(mc_gguf_vocab *v, const mc_tokenizer *tok, const char *vdata, size_t vlen,
-                            const char *mdata, size_t mlen, const char *where, mc_error *err)
+static mc_status vocab_gpt2(mc_gguf_vocab *v, const mc_tokenizer *tok, const char *vdata,
+                            size_t vlen, const char *mdata, size_t mlen, const char *where,
+                            mc_error *err)
 {
     json_t *root = NULL;
     mc_status st = mc_json_load_buf(where, vdata, vlen, &root, err);
@@ -214,11 +223,13 @@ static mc_status vocab_gpt2(mc_gguf_vocab *v, const mc_tokenizer *tok, const cha
     const char *k;
     json_t *val;
     int32_t eod = mc_tokenizer_eod(tok);
-    json_object_foreach(root, k, val) {
+    json_object_foreach(root, k, val)
+    {
         json_int_t id = json_integer_value(val);
         if (!json_is_integer(val) || id < 0 || id >= v->n) {
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: vocab: token id of \"%s\" is not in [0, %lld)",
-                              where, k, (long long)v->n);
+            st = mc_error_set(err, MC_ERR_FORMAT,
+                              "%s: vocab: token id of \"%s\" is not in [0, %lld)", where, k,
+                              (long long)v->n);
             break;
         }
         if ((st = set_token(v, id, k, strlen(k), 0, NULL, id == eod ? TOK_CONTROL : TOK_NORMAL,
@@ -234,8 +245,11 @@ static mc_status vocab_gpt2(mc_gguf_vocab *v, const mc_tokenizer *tok, const cha
             const char *sp = memchr(p, ' ', n);
             char where2[1200];
             snprintf(where2, sizeof where2, "%s: merges:%zu", where, line);
-            if (!sp) st = mc_error_set(err, MC_ERR_FORMAT, "%s: expected \"left right\"", where2);
-            else st = add_merge(v, p, (size_t)(sp - p), sp + 1, n - (size_t)(sp - p) - 1, where2, err);
+            if (!sp)
+                st = mc_error_set(err, MC_ERR_FORMAT, "%s: expected \"left right\"", where2);
+            else
+                st = add_merge(v, p, (size_t)(sp - p), sp + 1, n - (size_t)(sp - p) - 1, where2,
+                               err);
         }
     }
     return st;
@@ -267,8 +281,7 @@ static int64_t tk_rank(const tkent *sorted, size_t n, const char *s, size_t len)
 }
 
 static mc_status vocab_tiktoken(mc_gguf_vocab *v, const mc_tokenizer *tok, int64_t nspecial,
-                                const char *pattern, int need_pre, const char *where,
-                                mc_error *err)
+                                const char *pattern, int need_pre, const char *where, mc_error *err)
 {
     char tab[256][3];
     bytelevel_table(tab);
@@ -353,8 +366,8 @@ static void tiktoken_meta(json_t *meta, const char **pattern, json_int_t *nspeci
     *nspecial = json_integer_value(json_object_get(meta, "tiktoken_num_special_tokens"));
 }
 
-mc_status mc_tiktoken_hf_json(mc_ckpt_reader *r, const mc_tokenizer *tok, int64_t n,
-                              json_t **out, mc_error *err)
+mc_status mc_tiktoken_hf_json(mc_ckpt_reader *r, const mc_tokenizer *tok, int64_t n, json_t **out,
+                              mc_error *err)
 {
     *out = NULL;
     json_t *meta = NULL;
@@ -388,27 +401,26 @@ mc_status mc_tiktoken_hf_json(mc_ckpt_reader *r, const mc_tokenizer *tok, int64_
             st = mc_error_set(err, MC_ERR_FORMAT,
                               "%s: special token %lld '%s' is also token %lld of the ranks: a "
                               "tokenizer.json cannot hold both",
-                              where, (long long)json_integer_value(had), v.tok[id],
-                              (long long)id);
+                              where, (long long)json_integer_value(had), v.tok[id], (long long)id);
         else
             json_object_set_new(vocab, v.tok[id], json_integer(id));
     }
     for (size_t i = 0; i < v.n_merges && !st; i++)
         json_array_append_new(merges, json_string(v.merges[i]));
     if (!st) {
-        *out = json_pack(
-            "{s:s, s:n, s:n, s:o, s:n,"
-            " s:{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]},"
-            " s:n, s:{s:s, s:b, s:b, s:b},"
-            " s:{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}}",
-            "version", "1.0", "truncation", "padding", "added_tokens", added, "normalizer",
-            "pre_tokenizer", "type", "Sequence", "pretokenizers", "type", "Split", "pattern",
-            "Regex", pattern, "behavior", "Isolated", "invert", 0, "type", "ByteLevel",
-            "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0, "post_processor",
-            "decoder", "type", "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1,
-            "use_regex", 1, "model", "type", "BPE", "dropout", "unk_token",
-            "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 0,
-            "ignore_merges", 1, "vocab", vocab, "merges", merges);
+        *out = json_pack("{s:s, s:n, s:n, s:o, s:n,"
+                         " s:{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]},"
+                         " s:n, s:{s:s, s:b, s:b, s:b},"
+                         " s:{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}}",
+                         "version", "1.0", "truncation", "padding", "added_tokens", added,
+                         "normalizer", "pre_tokenizer", "type", "Sequence", "pretokenizers", "type",
+                         "Split", "pattern", "Regex", pattern, "behavior", "Isolated", "invert", 0,
+                         "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1, "use_regex",
+                         0, "post_processor", "decoder", "type", "ByteLevel", "add_prefix_space", 1,
+                         "trim_offsets", 1, "use_regex", 1, "model", "type", "BPE", "dropout",
+                         "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk",
+                         0, "byte_fallback", 0, "ignore_merges", 1, "vocab", vocab, "merges",
+                         merges);
         if (!*out) st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     } else {
         json_decref(added);
@@ -460,4 +472,3 @@ mc_status mc_gguf_read_vocab(mc_ckpt_reader *r, const mc_tokenizer *tok, mc_gguf
     json_decref(meta);
     return st;
 }
-

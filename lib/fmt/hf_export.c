@@ -41,8 +41,7 @@ static void note(const mc_hf_export_options *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void note(const mc_hf_export_options *o, const char *fmt, ...)
 {
-    if (!o->note)
-        return;
+    if (!o->note) return;
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -66,12 +65,10 @@ static mc_status put_file(const char *dir, const char *name, const void *data, s
                           mc_error *err)
 {
     char *path = mc_strprintf("%s/%s", dir, name);
-    if (!path)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!path) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     mc_afile f;
     mc_status st = mc_afile_open(&f, path, err);
-    if (!st)
-        st = mc_afile_write(&f, data, n, err);
+    if (!st) st = mc_afile_write(&f, data, n, err);
     if (!st)
         st = mc_afile_commit(&f, err);
     else
@@ -85,8 +82,7 @@ static mc_status put_json(const char *dir, const char *name, json_t *o, mc_error
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
                    : NULL;
     json_decref(o);
-    if (!text)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!text) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     size_t n = strlen(text);
     text[n] = 0;
     char *t2 = realloc(text, n + 2);
@@ -103,9 +99,9 @@ static mc_status put_json(const char *dir, const char *name, json_t *o, mc_error
 /* ------------------------------------------------------------ tokenizer */
 
 typedef struct tok_info {
-    json_t *attr;    /* the checkpoint's "tokenizer" attribute, or NULL */
+    json_t *attr; /* the checkpoint's "tokenizer" attribute, or NULL */
     const char *type;
-    int64_t eod;     /* -1: unknown */
+    int64_t eod; /* -1: unknown */
 } tok_info;
 
 /* The content of the token with id `id` in a tokenizer.json (added tokens
@@ -114,15 +110,16 @@ static const char *token_text(json_t *tj, int64_t id)
 {
     size_t i;
     json_t *t;
-    json_array_foreach(json_object_get(tj, "added_tokens"), i, t) {
+    json_array_foreach(json_object_get(tj, "added_tokens"), i, t)
+    {
         if (json_integer_value(json_object_get(t, "id")) == id)
             return json_string_value(json_object_get(t, "content"));
     }
     const char *k;
     json_t *v;
-    json_object_foreach(json_object_get(json_object_get(tj, "model"), "vocab"), k, v) {
-        if (json_is_integer(v) && json_integer_value(v) == id)
-            return k;
+    json_object_foreach(json_object_get(json_object_get(tj, "model"), "vocab"), k, v)
+    {
+        if (json_is_integer(v) && json_integer_value(v) == id) return k;
     }
     return NULL;
 }
@@ -132,12 +129,10 @@ static void tok_info_read(mc_ckpt_reader *r, tok_info *t)
     memset(t, 0, sizeof *t);
     t->eod = -1;
     mc_error e = {0};
-    if (mc_ckpt_read_json(r, "tokenizer", &t->attr, &e))
-        return;
+    if (mc_ckpt_read_json(r, "tokenizer", &t->attr, &e)) return;
     t->type = json_string_value(json_object_get(t->attr, "type"));
     mc_tokenizer *tok = NULL;
-    if (!mc_ckpt_read_tokenizer(r, &tok, &e))
-        t->eod = mc_tokenizer_eod(tok);
+    if (!mc_ckpt_read_tokenizer(r, &tok, &e)) t->eod = mc_tokenizer_eod(tok);
     mc_tokenizer_free(tok);
 }
 
@@ -170,17 +165,13 @@ static mc_status write_tokenizer(mc_ckpt_reader *r, const tok_info *t, const mc_
          * ranks (gguf_vocab.c), which encodes as mc's TikTokenizer */
         mc_tokenizer *tok = NULL;
         st = mc_ckpt_read_tokenizer(r, &tok, err);
-        if (!st)
-            st = mc_tiktoken_hf_json(r, tok, c->padded_vocab_size, &tj, err);
+        if (!st) st = mc_tiktoken_hf_json(r, tok, c->padded_vocab_size, &tj, err);
         mc_tokenizer_free(tok);
-        if (!st)
-            st = put_json(dir, "tokenizer.json", json_incref(tj), err);
-        if (!st && t->eod >= 0)
-            eos = token_text(tj, t->eod);
+        if (!st) st = put_json(dir, "tokenizer.json", json_incref(tj), err);
+        if (!st && t->eod >= 0) eos = token_text(tj, t->eod);
     } else if (hf) {
         st = mc_ckpt_read_tokenizer_file(r, "model", &data, &n, err);
-        if (!st)
-            st = put_file(dir, "tokenizer.json", data, n, err);
+        if (!st) st = put_file(dir, "tokenizer.json", data, n, err);
         if (!st && t->eod >= 0) {
             json_error_t je;
             tj = json_loadb(data, n, 0, &je);
@@ -189,14 +180,11 @@ static mc_status write_tokenizer(mc_ckpt_reader *r, const tok_info *t, const mc_
         free(data);
     } else {
         st = mc_ckpt_read_tokenizer_file(r, "vocab", &data, &n, err);
-        if (!st)
-            st = put_file(dir, "vocab.json", data, n, err);
+        if (!st) st = put_file(dir, "vocab.json", data, n, err);
         free(data);
         data = NULL;
-        if (!st)
-            st = mc_ckpt_read_tokenizer_file(r, "merges", &data, &n, err);
-        if (!st)
-            st = put_file(dir, "merges.txt", data, n, err);
+        if (!st) st = mc_ckpt_read_tokenizer_file(r, "merges", &data, &n, err);
+        if (!st) st = put_file(dir, "merges.txt", data, n, err);
         free(data);
         eos = "<|endoftext|>"; /* Megatron's GPT2BPETokenizer's end of document */
     }
@@ -212,14 +200,11 @@ static mc_status write_tokenizer(mc_ckpt_reader *r, const tok_info *t, const mc_
                             0);
     /* Megatron's TikTokenizer encodes special-token text as plain text
      * (encode_ordinary): transformers does so with split_special_tokens */
-    if (tik)
-        json_object_set_new(cfg, "split_special_tokens", json_true());
+    if (tik) json_object_set_new(cfg, "split_special_tokens", json_true());
     if (eos) {
         json_object_set_new(cfg, "eos_token", json_string(eos));
-        if (arch == HF_GPT2)
-            json_object_set_new(cfg, "bos_token", json_string(eos));
-        if (gpt2)
-            json_object_set_new(cfg, "unk_token", json_string(eos));
+        if (arch == HF_GPT2) json_object_set_new(cfg, "bos_token", json_string(eos));
+        if (gpt2) json_object_set_new(cfg, "unk_token", json_string(eos));
     }
     json_decref(tj);
     return put_json(dir, "tokenizer_config.json", cfg, err);
@@ -231,12 +216,12 @@ static mc_status write_tokenizer(mc_ckpt_reader *r, const tok_info *t, const mc_
  * replaced. */
 static int export_file(const char *name)
 {
-    static const char *const names[] = {
-        "config.json",   "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-        "vocab.json",    "merges.txt",             MC_ST_INDEX,      NULL};
+    static const char *const names[] = {"config.json",    "generation_config.json",
+                                        "tokenizer.json", "tokenizer_config.json",
+                                        "vocab.json",     "merges.txt",
+                                        MC_ST_INDEX,      NULL};
     for (int i = 0; names[i]; i++)
-        if (!strcmp(name, names[i]))
-            return 1;
+        if (!strcmp(name, names[i])) return 1;
     size_t n = strlen(name);
     return n > 12 && !strcmp(name + n - 12, ".safetensors");
 }
@@ -250,8 +235,7 @@ static mc_status check_replaceable(const char *out, mc_error *err)
     if (!S_ISDIR(sb.st_mode))
         return mc_error_set(err, MC_ERR_IO, "%s: exists and is not a directory", out);
     DIR *d = opendir(out);
-    if (!d)
-        return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open", out);
+    if (!d) return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open", out);
     mc_status st = MC_OK;
     struct dirent *e;
     while ((e = readdir(d)) && !st)
@@ -269,15 +253,14 @@ static mc_status make_temp_dir(const char *out, char **tmp, mc_error *err)
     const char *slash = strrchr(out, '/');
     *tmp = slash ? mc_strprintf("%.*s/.%s.tmp.XXXXXX", (int)(slash - out), out, slash + 1)
                  : mc_strprintf(".%s.tmp.XXXXXX", out);
-    if (!*tmp)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!*tmp) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     if (!mkdtemp(*tmp)) {
         int e = errno;
         free(*tmp);
         *tmp = NULL;
         if (e == ENOENT)
             return mc_check_output_dir(out, err) ? err->code
-                                                  : mc_error_errno(err, MC_ERR_IO, e, "%s", out);
+                                                 : mc_error_errno(err, MC_ERR_IO, e, "%s", out);
         return mc_error_errno(err, MC_ERR_IO, e, "%s: cannot create a directory beside it", out);
     }
     mode_t um = umask(0);
@@ -291,10 +274,8 @@ static mc_status make_temp_dir(const char *out, char **tmp, mc_error *err)
 static mc_status publish(const char *tmp, const char *out, mc_error *err)
 {
     mc_status st = mc_fsync_path(tmp, err);
-    if (st)
-        return st;
-    if (rename(tmp, out) == 0)
-        return MC_OK;
+    if (st) return st;
+    if (rename(tmp, out) == 0) return MC_OK;
     if (errno != ENOTEMPTY && errno != EEXIST)
         return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot rename into place", out);
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0)
@@ -313,8 +294,7 @@ typedef struct src_cache {
 
 static mc_status load_src(mc_ckpt_reader *r, const hf_entry *e, src_cache *s, mc_error *err)
 {
-    if (s->x && !strcmp(s->name, e->mc))
-        return MC_OK;
+    if (s->x && !strcmp(s->name, e->mc)) return MC_OK;
     size_t n = (size_t)e->mc_rows * (size_t)(e->mc_cols ? e->mc_cols : 1);
     if (n > s->cap) {
         free(s->x);
@@ -328,8 +308,7 @@ static mc_status load_src(mc_ckpt_reader *r, const hf_entry *e, src_cache *s, mc
     s->name[0] = 0;
     mc_status st = mc_ckpt_read_tensor(r, path, e->mc_rows, e->mc_cols, 0, 0, e->mc_rows,
                                        e->mc_cols, s->x, err);
-    if (!st)
-        snprintf(s->name, sizeof s->name, "%s", e->mc);
+    if (!st) snprintf(s->name, sizeof s->name, "%s", e->mc);
     return st;
 }
 
@@ -368,9 +347,9 @@ static mc_status write_weights(mc_ckpt_reader *r, const hf_map *map, const mc_st
         maxn = n > maxn ? n : maxn;
     }
     src_cache src = {0};
-    float *out = st ? NULL : malloc(maxn * sizeof *out), *tmp = st ? NULL : malloc(maxn * sizeof *tmp);
-    if (!st && (!out || !tmp))
-        st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    float *out = st ? NULL : malloc(maxn * sizeof *out),
+          *tmp = st ? NULL : malloc(maxn * sizeof *tmp);
+    if (!st && (!out || !tmp)) st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < map->n && !st; i++) {
         const hf_entry *e = &map->e[i];
         st = load_src(r, e, &src, err);
@@ -402,8 +381,7 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
     }
     mc_ckpt_reader *r = NULL;
     mc_status st = mc_ckpt_open(ckpt, &r, err);
-    if (st)
-        return st;
+    if (st) return st;
     mc_model_config c;
     hf_arch arch;
     hf_map map = {0};
@@ -411,10 +389,8 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
     mc_st_dtype *dt = NULL;
     char *tmp = NULL;
     st = mc_ckpt_read_model_config(r, &c, err);
-    if (!st && (st = hf_arch_for(&c, &arch, err)))
-        mc_error_prefix(err, "%s", mc_ckpt_file(r));
-    if (!st)
-        st = hf_map_build(&c, arch, &map, err);
+    if (!st && (st = hf_arch_for(&c, &arch, err))) mc_error_prefix(err, "%s", mc_ckpt_file(r));
+    if (!st) st = hf_map_build(&c, arch, &map, err);
     if (!st && !(dt = calloc(map.n ? map.n : 1, sizeof *dt)))
         st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     /* Every source tensor, its shape and stored dtype, before writing. */
@@ -435,8 +411,7 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
         dt[i] = st_dtype(o->dtype >= 0 ? (mc_ckpt_dtype)o->dtype : d);
         same &= dt[i] == dt[0];
     }
-    if (!st)
-        st = check_replaceable(out_dir, err);
+    if (!st) st = check_replaceable(out_dir, err);
     int counted = 0;
     if (!st) {
         /* counted before it exists: a signal is deferred until it is gone */
@@ -444,8 +419,7 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
         counted = 1;
         st = make_temp_dir(out_dir, &tmp, err);
     }
-    if (!st)
-        st = write_weights(r, &map, dt, tmp, o, err);
+    if (!st) st = write_weights(r, &map, dt, tmp, o, err);
     if (!st) {
         tok_info_read(r, &tok);
         st = put_json(tmp, "config.json",
@@ -454,20 +428,15 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
     if (!st) {
         json_t *g = json_object();
         if (tok.eod >= 0) {
-            if (arch == HF_GPT2)
-                json_object_set_new(g, "bos_token_id", json_integer(tok.eod));
+            if (arch == HF_GPT2) json_object_set_new(g, "bos_token_id", json_integer(tok.eod));
             json_object_set_new(g, "eos_token_id", json_integer(tok.eod));
         }
         st = put_json(tmp, "generation_config.json", g, err);
     }
-    if (!st)
-        st = write_tokenizer(r, &tok, &c, arch, tmp, o, err);
-    if (!st)
-        st = publish(tmp, out_dir, err);
-    if (st && tmp)
-        mc_remove_tree(tmp);
-    if (counted)
-        mc_temp_end();
+    if (!st) st = write_tokenizer(r, &tok, &c, arch, tmp, o, err);
+    if (!st) st = publish(tmp, out_dir, err);
+    if (st && tmp) mc_remove_tree(tmp);
+    if (counted) mc_temp_end();
     free(tmp);
     json_decref(tok.attr);
     free(dt);

@@ -32,11 +32,9 @@ int mc_hf_is_model_dir(const char *path)
     char *cfg = mc_strprintf("%s/config.json", path);
     int ok = cfg && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && access(cfg, R_OK) == 0;
     free(cfg);
-    if (!ok)
-        return 0;
+    if (!ok) return 0;
     DIR *d = opendir(path);
-    if (!d)
-        return 0;
+    if (!d) return 0;
     int found = 0;
     struct dirent *e;
     while (!found && (e = readdir(d))) {
@@ -67,8 +65,7 @@ static const mc_st_tensor *find(const mc_st_model *m, hf_arch arch, const char *
 /* Tensors of a directory that transformers itself does not load. */
 static int ignorable(hf_arch arch, const char *name, int tied)
 {
-    if (!strcmp(name, "lm_head.weight"))
-        return tied;
+    if (!strcmp(name, "lm_head.weight")) return tied;
     if (arch == HF_GPT2)
         return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
     return ends_with(name, ".rotary_emb.inv_freq");
@@ -81,12 +78,11 @@ static mc_ckpt_dtype ckpt_dtype(mc_st_dtype d)
 
 /* Check every entry's tensor (present, float, right shape) and every
  * tensor of the directory (used or ignorable). */
-static mc_status check_tensors(const mc_st_model *m, const hf_map *map, const char *dir,
-                               int tied, mc_error *err)
+static mc_status check_tensors(const mc_st_model *m, const hf_map *map, const char *dir, int tied,
+                               mc_error *err)
 {
     char *used = calloc(mc_st_count(m) + 1, 1);
-    if (!used)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!used) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     mc_status st = MC_OK;
     for (size_t i = 0; i < map->n && !st; i++) {
         const hf_entry *e = &map->e[i];
@@ -99,8 +95,8 @@ static mc_status check_tensors(const mc_st_model *m, const hf_map *map, const ch
         used[t - mc_st_get(m, 0)] = 1;
         if (t->dtype != MC_ST_F32 && t->dtype != MC_ST_F16 && t->dtype != MC_ST_BF16) {
             st = mc_error_set(err, MC_ERR_FORMAT,
-                              "%s: tensor %s has dtype %s (mc imports F32, F16 and BF16)",
-                              t->file, t->name, mc_st_dtype_name(t->dtype));
+                              "%s: tensor %s has dtype %s (mc imports F32, F16 and BF16)", t->file,
+                              t->name, mc_st_dtype_name(t->dtype));
             break;
         }
         int64_t want[2] = {e->transpose ? e->cols : e->rows, e->transpose ? e->rows : e->cols};
@@ -149,28 +145,23 @@ static mc_status write_tensors(const mc_st_model *m, const hf_map *map, mc_ckpt_
     mc_status st = dst && src && tr && done ? MC_OK
                                             : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < map->n && !st; i++) {
-        if (done[i])
-            continue;
+        if (done[i]) continue;
         const hf_entry *first = &map->e[i];
         size_t cols = (size_t)(first->mc_cols ? first->mc_cols : 1);
         memset(dst, 0, (size_t)first->mc_rows * cols * sizeof *dst);
         mc_st_dtype dt = find(m, map->arch, first->hf)->dtype;
         for (size_t j = i; j < map->n && !st; j++) {
             const hf_entry *e = &map->e[j];
-            if (strcmp(e->mc, first->mc))
-                continue;
+            if (strcmp(e->mc, first->mc)) continue;
             done[j] = 1;
             const mc_st_tensor *t = find(m, map->arch, e->hf);
-            if (t->dtype != dt)
-                dt = MC_ST_F32; /* pieces of mixed dtypes: keep every bit */
+            if (t->dtype != dt) dt = MC_ST_F32; /* pieces of mixed dtypes: keep every bit */
             st = mc_st_to_f32(t, e->transpose ? tr : src, err);
-            if (st)
-                break;
+            if (st) break;
             if (e->transpose) { /* stored [cols, rows] */
                 size_t R = (size_t)e->rows;
                 for (size_t a = 0; a < cols; a++)
-                    for (size_t b = 0; b < R; b++)
-                        src[b * cols + a] = tr[a * R + b];
+                    for (size_t b = 0; b < R; b++) src[b * cols + a] = tr[a * R + b];
             }
             size_t at = 0;
             for (int k = 0; k < e->nranges; k++) {
@@ -182,8 +173,8 @@ static mc_status write_tensors(const mc_st_model *m, const hf_map *map, mc_ckpt_
         char path[160];
         snprintf(path, sizeof path, "model/%s", first->mc);
         if (!st)
-            st = mc_ckpt_write_tensor(w, path, first->mc_rows, first->mc_cols, 0, 0,
-                                      first->mc_rows, first->mc_cols, dst, ckpt_dtype(dt), err);
+            st = mc_ckpt_write_tensor(w, path, first->mc_rows, first->mc_cols, 0, 0, first->mc_rows,
+                                      first->mc_cols, dst, ckpt_dtype(dt), err);
     }
     free(dst);
     free(src);
@@ -222,8 +213,7 @@ mc_status mc_hf_import(const char *hf_dir, const char *ckpt_dir, char *out_path,
                        mc_error *err)
 {
     char *cfg_path = mc_strprintf("%s/config.json", hf_dir);
-    if (!cfg_path)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!cfg_path) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     json_t *cfg = NULL;
     mc_model_config c;
     hf_arch arch;
@@ -231,24 +221,15 @@ mc_status mc_hf_import(const char *hf_dir, const char *ckpt_dir, char *out_path,
     mc_st_model *m = NULL;
     mc_ckpt_writer *w = NULL;
     mc_status st = mc_json_load_file(cfg_path, &cfg, err);
-    if (!st)
-        st = hf_config_parse(cfg, cfg_path, &c, &arch, err);
-    if (!st)
-        st = hf_map_build(&c, arch, &map, err);
-    if (!st)
-        st = mc_st_open(hf_dir, &m, err);
-    if (!st)
-        st = check_tensors(m, &map, hf_dir, !c.untie_embeddings_and_output_weights, err);
-    if (!st)
-        st = mc_ckpt_writer_begin(ckpt_dir, 0, &w, err);
-    if (!st)
-        st = write_tensors(m, &map, w, err);
-    if (!st)
-        st = mc_ckpt_write_model_config(w, &c, err);
-    if (!st && (st = write_tokenizer(hf_dir, w, err)))
-        mc_error_prefix(err, "%s", hf_dir);
-    if (!st && out_path)
-        snprintf(out_path, cap, "%s", mc_ckpt_writer_dir(w));
+    if (!st) st = hf_config_parse(cfg, cfg_path, &c, &arch, err);
+    if (!st) st = hf_map_build(&c, arch, &map, err);
+    if (!st) st = mc_st_open(hf_dir, &m, err);
+    if (!st) st = check_tensors(m, &map, hf_dir, !c.untie_embeddings_and_output_weights, err);
+    if (!st) st = mc_ckpt_writer_begin(ckpt_dir, 0, &w, err);
+    if (!st) st = write_tensors(m, &map, w, err);
+    if (!st) st = mc_ckpt_write_model_config(w, &c, err);
+    if (!st && (st = write_tokenizer(hf_dir, w, err))) mc_error_prefix(err, "%s", hf_dir);
+    if (!st && out_path) snprintf(out_path, cap, "%s", mc_ckpt_writer_dir(w));
     if (!st) {
         st = mc_ckpt_writer_commit(w, err);
     } else {

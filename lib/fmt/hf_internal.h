@@ -31,11 +31,11 @@ typedef struct hf_range {
 } hf_range;
 
 typedef struct hf_entry {
-    char hf[160];         /* Hugging Face name */
-    char mc[128];         /* Megatron Core name (without "model/") */
+    char hf[160];             /* Hugging Face name */
+    char mc[128];             /* Megatron Core name (without "model/") */
     int64_t mc_rows, mc_cols; /* the mc tensor's global shape; cols 0 for 1-D */
-    int64_t rows, cols;   /* the gathered matrix; cols 0 for 1-D */
-    int transpose;        /* stored as [cols, rows] (GPT-2's Conv1D) */
+    int64_t rows, cols;       /* the gathered matrix; cols 0 for 1-D */
+    int transpose;            /* stored as [cols, rows] (GPT-2's Conv1D) */
     hf_range *ranges;
     int nranges;
 } hf_entry;

@@ -74,8 +74,7 @@ static hf_entry *entry(builder *b, const char *mc, int64_t mc_rows, int64_t mc_c
                        const char *fmt, ...)
 {
     hf_map *m = b->m;
-    if (b->failed)
-        return NULL;
+    if (b->failed) return NULL;
     if (m->n == m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 64;
         hf_entry *e = realloc(m->e, cap * sizeof *e);
@@ -105,8 +104,7 @@ static hf_entry *entry(builder *b, const char *mc, int64_t mc_rows, int64_t mc_c
  * touch). */
 static void rows(builder *b, hf_entry *e, int64_t row0, int64_t n)
 {
-    if (!e || b->failed)
-        return;
+    if (!e || b->failed) return;
     e->rows += n;
     if (e->nranges && e->ranges[e->nranges - 1].row0 + e->ranges[e->nranges - 1].n == row0) {
         e->ranges[e->nranges - 1].n += n;
@@ -132,8 +130,7 @@ static void whole(builder *b, const char *mc, int64_t mc_rows, int64_t mc_cols, 
 
 void hf_map_free(hf_map *m)
 {
-    for (size_t i = 0; i < m->n; i++)
-        free(m->e[i].ranges);
+    for (size_t i = 0; i < m->n; i++) free(m->e[i].ranges);
     free(m->e);
     memset(m, 0, sizeof *m);
 }
@@ -178,19 +175,18 @@ mc_status hf_map_build(const mc_model_config *c, hf_arch arch, hf_map *m, mc_err
 #define HF(fmt) (snprintf(hf, sizeof hf, fmt, p), hf)
         whole(&b, MC("%s.linear_qkv.layer_norm_weight"), C, 0, 0,
               HF(gpt ? "%s.ln_1.weight" : "%s.input_layernorm.weight"));
-        if (gpt)
-            whole(&b, MC("%s.linear_qkv.layer_norm_bias"), C, 0, 0, HF("%s.ln_1.bias"));
+        if (gpt) whole(&b, MC("%s.linear_qkv.layer_norm_bias"), C, 0, 0, HF("%s.ln_1.bias"));
         for (int w = 0; w < 1 + bias; w++) {
             const char *kind = w ? "bias" : "weight";
             snprintf(mc, sizeof mc, "%s.linear_qkv.%s", a, kind);
             if (gpt) {
                 e = entry(&b, mc, QKV, w ? 0 : C, !w, "%s.attn.c_attn.%s", p, kind);
-                for (int part = 0; part < 3; part++)
-                    qkv_rows(&b, e, c, part);
+                for (int part = 0; part < 3; part++) qkv_rows(&b, e, c, part);
             } else {
                 static const char *const names[3] = {"q_proj", "k_proj", "v_proj"};
                 for (int part = 0; part < 3; part++) {
-                    e = entry(&b, mc, QKV, w ? 0 : C, 0, "%s.self_attn.%s.%s", p, names[part], kind);
+                    e = entry(&b, mc, QKV, w ? 0 : C, 0, "%s.self_attn.%s.%s", p, names[part],
+                              kind);
                     qkv_rows(&b, e, c, part);
                 }
             }
@@ -203,8 +199,7 @@ mc_status hf_map_build(const mc_model_config *c, hf_arch arch, hf_map *m, mc_err
         snprintf(a, sizeof a, "decoder.layers.%d.mlp", l);
         whole(&b, MC("%s.linear_fc1.layer_norm_weight"), C, 0, 0,
               HF(gpt ? "%s.ln_2.weight" : "%s.post_attention_layernorm.weight"));
-        if (gpt)
-            whole(&b, MC("%s.linear_fc1.layer_norm_bias"), C, 0, 0, HF("%s.ln_2.bias"));
+        if (gpt) whole(&b, MC("%s.linear_fc1.layer_norm_bias"), C, 0, 0, HF("%s.ln_2.bias"));
         for (int w = 0; w < 1 + bias; w++) {
             const char *kind = w ? "bias" : "weight";
             snprintf(mc, sizeof mc, "%s.linear_fc1.%s", a, kind);
@@ -227,8 +222,7 @@ mc_status hf_map_build(const mc_model_config *c, hf_arch arch, hf_map *m, mc_err
     }
     whole(&b, "decoder.final_layernorm.weight", C, 0, 0,
           gpt ? "transformer.ln_f.weight" : "model.norm.weight");
-    if (gpt)
-        whole(&b, "decoder.final_layernorm.bias", C, 0, 0, "transformer.ln_f.bias");
+    if (gpt) whole(&b, "decoder.final_layernorm.bias", C, 0, 0, "transformer.ln_f.bias");
     if (c->untie_embeddings_and_output_weights) {
         e = entry(&b, "output_layer.weight", Vp, C, 0, "lm_head.weight");
         rows(&b, e, 0, V);
@@ -249,8 +243,7 @@ static json_t *real(float x)
     char buf[32];
     for (int p = 1; p <= 9; p++) {
         snprintf(buf, sizeof buf, "%.*g", p, (double)x);
-        if (strtof(buf, NULL) == x)
-            break;
+        if (strtof(buf, NULL) == x) break;
     }
     return json_real(strtod(buf, NULL));
 }
@@ -319,11 +312,10 @@ typedef struct reader {
 static int64_t get_int(reader *r, const char *k, int64_t def, int64_t lo)
 {
     json_t *x = json_object_get(r->o, k);
-    if (r->st || !x || json_is_null(x))
-        return def;
+    if (r->st || !x || json_is_null(x)) return def;
     if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > INT32_MAX) {
-        r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: expected an integer >= %lld",
-                             r->where, k, (long long)lo);
+        r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: expected an integer >= %lld", r->where,
+                             k, (long long)lo);
         return def;
     }
     return json_integer_value(x);
@@ -332,11 +324,10 @@ static int64_t get_int(reader *r, const char *k, int64_t def, int64_t lo)
 static double get_num(reader *r, const char *k, double def)
 {
     json_t *x = json_object_get(r->o, k);
-    if (r->st || !x || json_is_null(x))
-        return def;
+    if (r->st || !x || json_is_null(x)) return def;
     if (!json_is_number(x) || !(json_number_value(x) > 0)) {
-        r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: expected a positive number",
-                             r->where, k);
+        r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: expected a positive number", r->where,
+                             k);
         return def;
     }
     return json_number_value(x);
@@ -345,8 +336,7 @@ static double get_num(reader *r, const char *k, double def)
 static int get_bool(reader *r, const char *k, int def)
 {
     json_t *x = json_object_get(r->o, k);
-    if (r->st || !x || json_is_null(x))
-        return def;
+    if (r->st || !x || json_is_null(x)) return def;
     if (!json_is_boolean(x)) {
         r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: expected true or false", r->where, k);
         return def;
@@ -357,8 +347,7 @@ static int get_bool(reader *r, const char *k, int def)
 static const char *get_str(reader *r, const char *k, const char *def)
 {
     json_t *x = json_object_get(r->o, k);
-    if (r->st || !x || json_is_null(x))
-        return def;
+    if (r->st || !x || json_is_null(x)) return def;
     if (!json_is_string(x)) {
         r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: expected a string", r->where, k);
         return def;
@@ -369,22 +358,17 @@ static const char *get_str(reader *r, const char *k, const char *def)
 /* Refuse a field whose value changes the math in a way mc does not do. */
 static void refuse(reader *r, const char *k, const char *why)
 {
-    if (!r->st)
-        r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: %s", r->where, k, why);
+    if (!r->st) r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: %s", r->where, k, why);
 }
 
 static hf_arch detect(reader *r)
 {
     const char *a = json_string_value(json_array_get(json_object_get(r->o, "architectures"), 0));
     const char *t = get_str(r, "model_type", NULL);
-    if (a && !strcmp(a, "GPT2LMHeadModel"))
-        return HF_GPT2;
-    if (a && !strcmp(a, "LlamaForCausalLM"))
-        return HF_LLAMA;
-    if (!a && t && !strcmp(t, "gpt2"))
-        return HF_GPT2;
-    if (!a && t && !strcmp(t, "llama"))
-        return HF_LLAMA;
+    if (a && !strcmp(a, "GPT2LMHeadModel")) return HF_GPT2;
+    if (a && !strcmp(a, "LlamaForCausalLM")) return HF_LLAMA;
+    if (!a && t && !strcmp(t, "gpt2")) return HF_GPT2;
+    if (!a && t && !strcmp(t, "llama")) return HF_LLAMA;
     if (!r->st) {
         if (a)
             r->st = mc_error_set(r->err, MC_ERR_FORMAT,
@@ -443,8 +427,7 @@ static void parse_llama(reader *r, mc_model_config *c)
     c->init_method_std = (float)get_num(r, "initializer_range", 0.02);
     c->untie_embeddings_and_output_weights = !get_bool(r, "tie_word_embeddings", 0);
     const char *act = get_str(r, "hidden_act", "silu");
-    if (strcmp(act, "silu"))
-        refuse(r, "hidden_act", "mc's SwiGLU uses silu");
+    if (strcmp(act, "silu")) refuse(r, "hidden_act", "mc's SwiGLU uses silu");
     double theta = get_num(r, "rope_theta", 10000.0);
     json_t *rs = json_object_get(r->o, "rope_scaling");
     if (rs && !json_is_null(rs))
@@ -487,14 +470,12 @@ mc_status hf_config_parse(const json_t *cfg, const char *where, mc_model_config 
     if (!json_is_object(cfg))
         return mc_error_set(err, MC_ERR_FORMAT, "%s: not a JSON object", where);
     *arch = detect(&r);
-    if (r.st)
-        return r.st;
+    if (r.st) return r.st;
     if (*arch == HF_GPT2)
         parse_gpt2(&r, c);
     else
         parse_llama(&r, c);
-    if (r.st)
-        return r.st;
+    if (r.st) return r.st;
     /* A run's length, not the model's: the positions, up to 4096 (mc-train
      * and mc-eval take --seq-length). */
     c->seq_length = c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096;
@@ -504,8 +485,7 @@ mc_status hf_config_parse(const json_t *cfg, const char *where, mc_model_config 
      * below -20), changing the model. The largest power of two up to
      * Megatron's 128 that divides the vocabulary pads nothing. */
     c->make_vocab_size_divisible_by = 128;
-    while (c->vocab_size % c->make_vocab_size_divisible_by)
-        c->make_vocab_size_divisible_by /= 2;
+    while (c->vocab_size % c->make_vocab_size_divisible_by) c->make_vocab_size_divisible_by /= 2;
     mc_status st = mc_model_config_finish(c, 1, err);
     if (st) {
         err->code = MC_ERR_FORMAT;
@@ -514,7 +494,6 @@ mc_status hf_config_parse(const json_t *cfg, const char *where, mc_model_config 
     /* hf_arch_for must pick the same architecture back (export of an
      * import); a GPT-2 head dim other than hidden / heads cannot happen. */
     hf_arch back;
-    if (hf_arch_for(c, &back, err))
-        return mc_error_prefix(err, "%s", where);
+    if (hf_arch_for(c, &back, err)) return mc_error_prefix(err, "%s", where);
     return MC_OK;
 }

@@ -40,20 +40,17 @@ mc_status mc_jsonlog_string(mc_buf *out, const char *s, mc_error *err)
 
 mc_status mc_jsonlog_number(mc_buf *out, double v, mc_error *err)
 {
-    if (!isfinite(v))
-        return mc_buf_append(out, "null", 4, err);
+    if (!isfinite(v)) return mc_buf_append(out, "null", 4, err);
     /* 17 significant digits always read back exactly; fewer usually do, and
      * 0.0003 reads better than 0.00029999999999999997. */
     char s[32];
     for (int prec = 15; prec <= 17; prec++) {
         snprintf(s, sizeof s, "%.*g", prec, v);
-        if (strtod(s, NULL) == v)
-            break;
+        if (strtod(s, NULL) == v) break;
     }
     /* A decimal comma (a caller's LC_NUMERIC) is not JSON. */
     for (char *c = s; *c; c++)
-        if (*c == ',')
-            *c = '.';
+        if (*c == ',') *c = '.';
     return mc_buf_append(out, s, strlen(s), err);
 }
 
@@ -62,11 +59,9 @@ mc_status mc_jsonlog_open(mc_jsonlog *j, const char *path, mc_error *err)
     j->fd = -1;
     j->path = NULL;
     mc_status s = mc_check_output_dir(path, err);
-    if (s)
-        return s;
+    if (s) return s;
     int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
-    if (fd < 0)
-        return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open JSON log", path);
+    if (fd < 0) return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open JSON log", path);
     struct stat st;
     if (fstat(fd, &st) != 0) {
         s = mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot stat", path);
@@ -85,8 +80,8 @@ mc_status mc_jsonlog_open(mc_jsonlog *j, const char *path, mc_error *err)
     j->fd = fd;
     /* A torn last line from a killed run: end it, so the next line parses. */
     char last;
-    if (S_ISREG(st.st_mode) && st.st_size > 0 &&
-        pread(fd, &last, 1, st.st_size - 1) == 1 && last != '\n')
+    if (S_ISREG(st.st_mode) && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) == 1 &&
+        last != '\n')
         return mc_jsonlog_write(j, "\n", 1, err);
     return MC_OK;
 }
@@ -96,8 +91,7 @@ mc_status mc_jsonlog_write(mc_jsonlog *j, const char *line, size_t n, mc_error *
     while (n > 0) {
         ssize_t w = write(j->fd, line, n);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot write", j->path);
         }
         line += w;

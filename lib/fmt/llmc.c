@@ -43,8 +43,7 @@ static mc_status check_config(const mc_model_config *c, const char *file, mc_err
         need = "LayerNorm epsilon 1e-5 (this model sets --norm-epsilon)";
     else if (c->vocab_size > INT32_MAX - MC_LLMC_VOCAB_MULTIPLE)
         need = "a vocabulary that fits int32";
-    if (need)
-        return mc_error_set(err, MC_ERR_FORMAT, "%s: llm.c's GPT-2 needs %s", file, need);
+    if (need) return mc_error_set(err, MC_ERR_FORMAT, "%s: llm.c's GPT-2 needs %s", file, need);
     return MC_OK;
 }
 
@@ -56,15 +55,12 @@ typedef struct out {
 
 static mc_status put(out *o, const float *x, size_t n, mc_error *err)
 {
-    if (!o->bf16)
-        return mc_afile_write(&o->f, x, n * sizeof *x, err);
+    if (!o->bf16) return mc_afile_write(&o->f, x, n * sizeof *x, err);
     for (size_t i = 0; i < n; i += 4096) {
         size_t k = n - i < 4096 ? n - i : 4096;
-        for (size_t j = 0; j < k; j++)
-            o->buf[j] = mc_dtype_f32_to_bf16(x[i + j]);
+        for (size_t j = 0; j < k; j++) o->buf[j] = mc_dtype_f32_to_bf16(x[i + j]);
         mc_status st = mc_afile_write(&o->f, o->buf, k * 2, err);
-        if (st)
-            return st;
+        if (st) return st;
     }
     return MC_OK;
 }
@@ -83,15 +79,14 @@ static mc_status write_params(mc_ckpt_reader *r, const mc_model_config *c, int64
 {
     int64_t C = c->hidden_size, V = c->vocab_size, L = c->num_layers, F = c->ffn_hidden_size;
     int64_t H = c->num_attention_heads, D = c->kv_channels, P = c->max_position_embeddings;
-    mc_status st = read_whole(r, "embedding.word_embeddings.weight", c->padded_vocab_size, C, x, err);
+    mc_status st = read_whole(r, "embedding.word_embeddings.weight", c->padded_vocab_size, C, x,
+                              err);
     if (!st) {
         memset(x + V * C, 0, (size_t)((Vp - V) * C) * sizeof *x);
         st = put(o, x, (size_t)(Vp * C), err);
     }
-    if (!st)
-        st = read_whole(r, "embedding.position_embeddings.weight", P, C, x, err);
-    if (!st)
-        st = put(o, x, (size_t)(P * C), err);
+    if (!st) st = read_whole(r, "embedding.position_embeddings.weight", P, C, x, err);
+    if (!st) st = put(o, x, (size_t)(P * C), err);
     /* One group of llm.c: the same tensor of every layer. */
     static const struct {
         const char *fmt;
@@ -138,14 +133,10 @@ static mc_status write_params(mc_ckpt_reader *r, const mc_model_config *c, int64
             }
         }
     }
-    if (!st)
-        st = read_whole(r, "decoder.final_layernorm.weight", C, 0, x, err);
-    if (!st)
-        st = put(o, x, (size_t)C, err);
-    if (!st)
-        st = read_whole(r, "decoder.final_layernorm.bias", C, 0, x, err);
-    if (!st)
-        st = put(o, x, (size_t)C, err);
+    if (!st) st = read_whole(r, "decoder.final_layernorm.weight", C, 0, x, err);
+    if (!st) st = put(o, x, (size_t)C, err);
+    if (!st) st = read_whole(r, "decoder.final_layernorm.bias", C, 0, x, err);
+    if (!st) st = put(o, x, (size_t)C, err);
     return st;
 }
 
@@ -155,12 +146,10 @@ mc_status mc_llmc_export(const char *ckpt, const char *path, int dtype, mc_error
         return mc_error_set(err, MC_ERR_USAGE, "llm.c model files hold fp32 or bf16 parameters");
     mc_ckpt_reader *r = NULL;
     mc_status st = mc_ckpt_open(ckpt, &r, err);
-    if (st)
-        return st;
+    if (st) return st;
     mc_model_config c;
     st = mc_ckpt_read_model_config(r, &c, err);
-    if (!st)
-        st = check_config(&c, mc_ckpt_file(r), err);
+    if (!st) st = check_config(&c, mc_ckpt_file(r), err);
     if (!st && dtype < 0) {
         mc_ckpt_dtype d;
         st = mc_ckpt_tensor_info(r, "model/embedding.word_embeddings.weight", NULL, NULL, &d, err);
@@ -169,19 +158,15 @@ mc_status mc_llmc_export(const char *ckpt, const char *path, int dtype, mc_error
     int64_t C = c.hidden_size, V = c.vocab_size;
     int64_t Vp = (V + MC_LLMC_VOCAB_MULTIPLE - 1) / MC_LLMC_VOCAB_MULTIPLE * MC_LLMC_VOCAB_MULTIPLE;
     int64_t rows = c.padded_vocab_size > Vp ? c.padded_vocab_size : Vp;
-    if (c.max_position_embeddings > rows)
-        rows = c.max_position_embeddings;
-    if (4 * C > rows)
-        rows = 4 * C;
+    if (c.max_position_embeddings > rows) rows = c.max_position_embeddings;
+    if (4 * C > rows) rows = 4 * C;
     float *x = NULL, *y = NULL;
     if (!st && (!(x = malloc((size_t)(rows * C) * sizeof *x)) ||
                 !(y = malloc((size_t)(rows * C) * sizeof *y))))
         st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     out *o = st ? NULL : calloc(1, sizeof *o);
-    if (!st && !o)
-        st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-    if (!st)
-        st = mc_afile_open(&o->f, path, err);
+    if (!st && !o) st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!st) st = mc_afile_open(&o->f, path, err);
     if (!st) {
         o->bf16 = dtype == MC_CKPT_BFLOAT16;
         int32_t header[256] = {MC_LLMC_MAGIC,
@@ -193,8 +178,7 @@ mc_status mc_llmc_export(const char *ckpt, const char *path, int dtype, mc_error
                                c.hidden_size,
                                (int32_t)Vp};
         st = mc_afile_write(&o->f, header, sizeof header, err);
-        if (!st)
-            st = write_params(r, &c, Vp, o, x, y, err);
+        if (!st) st = write_params(r, &c, Vp, o, x, y, err);
         if (!st)
             st = mc_afile_commit(&o->f, err);
         else

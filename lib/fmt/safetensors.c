@@ -42,9 +42,9 @@ static const struct {
     const char *name;
     size_t size;
 } DTYPES[] = {
-    [MC_ST_F32] = {"F32", 4}, [MC_ST_F16] = {"F16", 2}, [MC_ST_BF16] = {"BF16", 2},
-    [MC_ST_F64] = {"F64", 8}, [MC_ST_I64] = {"I64", 8}, [MC_ST_I32] = {"I32", 4},
-    [MC_ST_I16] = {"I16", 2}, [MC_ST_I8] = {"I8", 1},   [MC_ST_U8] = {"U8", 1},
+    [MC_ST_F32] = {"F32", 4},   [MC_ST_F16] = {"F16", 2}, [MC_ST_BF16] = {"BF16", 2},
+    [MC_ST_F64] = {"F64", 8},   [MC_ST_I64] = {"I64", 8}, [MC_ST_I32] = {"I32", 4},
+    [MC_ST_I16] = {"I16", 2},   [MC_ST_I8] = {"I8", 1},   [MC_ST_U8] = {"U8", 1},
     [MC_ST_BOOL] = {"BOOL", 1},
 };
 #define NDTYPES (sizeof DTYPES / sizeof DTYPES[0])
@@ -54,16 +54,12 @@ const char *mc_st_dtype_name(mc_st_dtype d)
     return (unsigned)d < NDTYPES ? DTYPES[d].name : NULL;
 }
 
-size_t mc_st_dtype_size(mc_st_dtype d)
-{
-    return (unsigned)d < NDTYPES ? DTYPES[d].size : 0;
-}
+size_t mc_st_dtype_size(mc_st_dtype d) { return (unsigned)d < NDTYPES ? DTYPES[d].size : 0; }
 
 int mc_st_dtype_parse(const char *s)
 {
     for (size_t i = 0; s && i < NDTYPES; i++)
-        if (!strcmp(s, DTYPES[i].name))
-            return (int)i;
+        if (!strcmp(s, DTYPES[i].name)) return (int)i;
     return -1;
 }
 
@@ -84,8 +80,7 @@ struct mc_st_model {
 
 void mc_st_close(mc_st_model *m)
 {
-    if (!m)
-        return;
+    if (!m) return;
     for (size_t i = 0; i < m->nfiles; i++) {
         mc_unmap(&m->files[i].map);
         json_decref(m->files[i].header);
@@ -98,24 +93,20 @@ void mc_st_close(mc_st_model *m)
 
 size_t mc_st_count(const mc_st_model *m) { return m->n; }
 
-const mc_st_tensor *mc_st_get(const mc_st_model *m, size_t i)
-{
-    return i < m->n ? &m->t[i] : NULL;
-}
+const mc_st_tensor *mc_st_get(const mc_st_model *m, size_t i) { return i < m->n ? &m->t[i] : NULL; }
 
 const mc_st_tensor *mc_st_find(const mc_st_model *m, const char *name)
 {
     for (size_t i = 0; i < m->n; i++)
-        if (!strcmp(m->t[i].name, name))
-            return &m->t[i];
+        if (!strcmp(m->t[i].name, name)) return &m->t[i];
     return NULL;
 }
 
 const char *mc_st_metadata(const mc_st_model *m, const char *key)
 {
-    if (!m->nfiles)
-        return NULL;
-    return json_string_value(json_object_get(json_object_get(m->files[0].header, "__metadata__"), key));
+    if (!m->nfiles) return NULL;
+    return json_string_value(
+        json_object_get(json_object_get(m->files[0].header, "__metadata__"), key));
 }
 
 static int by_begin(const void *a, const void *b)
@@ -126,8 +117,9 @@ static int by_begin(const void *a, const void *b)
 }
 
 /* One tensor's entry of a header, checked against the data section. */
-static mc_status parse_entry(const char *file, const char *name, json_t *e, const unsigned char *data,
-                             uint64_t dlen, mc_st_tensor *t, mc_error *err)
+static mc_status parse_entry(const char *file, const char *name, json_t *e,
+                             const unsigned char *data, uint64_t dlen, mc_st_tensor *t,
+                             mc_error *err)
 {
     memset(t, 0, sizeof *t);
     t->name = name;
@@ -166,7 +158,8 @@ static mc_status parse_entry(const char *file, const char *name, json_t *e, cons
     if (!json_is_array(off) || json_array_size(off) != 2 || !json_is_integer(b) ||
         !json_is_integer(en))
         return mc_error_set(err, MC_ERR_FORMAT,
-                            "%s: header: tensor '%s': data_offsets is not [BEGIN, END]", file, name);
+                            "%s: header: tensor '%s': data_offsets is not [BEGIN, END]", file,
+                            name);
     json_int_t begin = json_integer_value(b), end = json_integer_value(en);
     if (begin < 0 || end < begin || (uint64_t)end > dlen)
         return mc_error_set(err, MC_ERR_FORMAT,
@@ -188,8 +181,7 @@ static mc_status parse_entry(const char *file, const char *name, json_t *e, cons
 static mc_status open_file(mc_st_model *m, const char *path, mc_error *err)
 {
     st_file *nf = realloc(m->files, (m->nfiles + 1) * sizeof *nf);
-    if (!nf)
-        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
+    if (!nf) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
     m->files = nf;
     st_file *f = &m->files[m->nfiles];
     memset(f, 0, sizeof *f);
@@ -197,23 +189,20 @@ static mc_status open_file(mc_st_model *m, const char *path, mc_error *err)
         return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
     m->nfiles++;
     mc_status st = mc_map_file(path, &f->map, err);
-    if (st)
-        return st;
+    if (st) return st;
     const unsigned char *p = f->map.data;
     if (f->map.len < 8)
         return mc_error_set(err, MC_ERR_FORMAT,
                             "%s: %zu bytes: too short for a safetensors header length", path,
                             f->map.len);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | p[i];
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p[i];
     if (hlen > f->map.len - 8 || hlen > ST_MAX_HEADER)
         return mc_error_set(err, MC_ERR_FORMAT,
                             "%s: header length %" PRIu64 " exceeds the file (%zu bytes)%s", path,
                             hlen, f->map.len, hlen > ST_MAX_HEADER ? " or 100 MB" : "");
     st = mc_json_load_buf(path, (const char *)p + 8, (size_t)hlen, &f->header, err);
-    if (st)
-        return st;
+    if (st) return st;
     if (!json_is_object(f->header))
         return mc_error_set(err, MC_ERR_FORMAT, "%s: header is not a JSON object", path);
     const unsigned char *data = p + 8 + hlen;
@@ -221,7 +210,8 @@ static mc_status open_file(mc_st_model *m, const char *path, mc_error *err)
     size_t first = m->n;
     const char *key;
     json_t *v;
-    json_object_foreach(f->header, key, v) {
+    json_object_foreach(f->header, key, v)
+    {
         if (!strcmp(key, "__metadata__")) {
             if (!json_is_object(v))
                 return mc_error_set(err, MC_ERR_FORMAT, "%s: header: __metadata__ is not an object",
@@ -231,28 +221,24 @@ static mc_status open_file(mc_st_model *m, const char *path, mc_error *err)
         if (m->n == m->cap) {
             size_t cap = m->cap ? 2 * m->cap : 64;
             mc_st_tensor *t = realloc(m->t, cap * sizeof *t);
-            if (!t)
-                return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
+            if (!t) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
             m->t = t;
             m->cap = cap;
         }
-        if ((st = parse_entry(f->path, key, v, data, dlen, &m->t[m->n], err)))
-            return st;
+        if ((st = parse_entry(f->path, key, v, data, dlen, &m->t[m->n], err))) return st;
         m->n++;
     }
     /* No two tensors of the file may share bytes. */
     size_t k = m->n - first;
     mc_st_tensor **order = malloc((k ? k : 1) * sizeof *order);
-    if (!order)
-        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
-    for (size_t i = 0; i < k; i++)
-        order[i] = &m->t[first + i];
+    if (!order) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", path);
+    for (size_t i = 0; i < k; i++) order[i] = &m->t[first + i];
     qsort(order, k, sizeof *order, by_begin);
     for (size_t i = 1; i < k && !st; i++) {
         const char *prev_end = (const char *)order[i - 1]->data + order[i - 1]->nbytes;
         if ((const char *)order[i]->data < prev_end)
-            st = mc_error_set(err, MC_ERR_FORMAT, "%s: header: tensors '%s' and '%s' overlap",
-                              path, order[i - 1]->name, order[i]->name);
+            st = mc_error_set(err, MC_ERR_FORMAT, "%s: header: tensors '%s' and '%s' overlap", path,
+                              order[i - 1]->name, order[i]->name);
     }
     free(order);
     return st;
@@ -272,8 +258,7 @@ static int cmp_str(const void *a, const void *b)
 static char *join(const char *dir, const char *name)
 {
     char *s = NULL;
-    if (asprintf(&s, "%s/%s", dir, name) < 0)
-        return NULL;
+    if (asprintf(&s, "%s/%s", dir, name) < 0) return NULL;
     return s;
 }
 
@@ -283,8 +268,7 @@ static mc_status open_index(mc_st_model *m, const char *index, mc_error *err)
 {
     json_t *root = NULL;
     mc_status st = mc_json_load_file(index, &root, err);
-    if (st)
-        return st;
+    if (st) return st;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm) || !json_object_size(wm)) {
         json_decref(root);
@@ -300,7 +284,8 @@ static mc_status open_index(mc_st_model *m, const char *index, mc_error *err)
     }
     const char *key;
     json_t *v;
-    json_object_foreach(wm, key, v) {
+    json_object_foreach(wm, key, v)
+    {
         const char *file = json_string_value(v);
         if (!file || !*file || strchr(file, '/')) {
             st = mc_error_set(err, MC_ERR_FORMAT,
@@ -316,8 +301,7 @@ static mc_status open_index(mc_st_model *m, const char *index, mc_error *err)
         size_t i;
         for (i = 0; i < m->nfiles && strcmp(m->files[i].path, path); i++)
             ;
-        if (i == m->nfiles)
-            st = open_file(m, path, err);
+        if (i == m->nfiles) st = open_file(m, path, err);
         if (!st) {
             const mc_st_tensor *t = mc_st_find(m, key);
             if (!t || strcmp(t->file, path))
@@ -325,8 +309,7 @@ static mc_status open_index(mc_st_model *m, const char *index, mc_error *err)
                                   index, key, file);
         }
         free(path);
-        if (st)
-            break;
+        if (st) break;
     }
     free(dir);
     json_decref(root);
@@ -337,19 +320,16 @@ static mc_status open_index(mc_st_model *m, const char *index, mc_error *err)
 static mc_status open_dir_files(mc_st_model *m, const char *dir, mc_error *err)
 {
     DIR *d = opendir(dir);
-    if (!d)
-        return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open the directory", dir);
+    if (!d) return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot open the directory", dir);
     char **names = NULL;
     size_t n = 0;
     mc_status st = MC_OK;
     struct dirent *e;
     while ((e = readdir(d)) && !st) {
-        if (e->d_name[0] == '.' || !ends_with(e->d_name, ".safetensors"))
-            continue;
+        if (e->d_name[0] == '.' || !ends_with(e->d_name, ".safetensors")) continue;
         char **nn = realloc(names, (n + 1) * sizeof *nn);
         if (!nn || !(nn[n] = strdup(e->d_name))) {
-            if (nn)
-                names = nn;
+            if (nn) names = nn;
             st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
             break;
         }
@@ -357,17 +337,14 @@ static mc_status open_dir_files(mc_st_model *m, const char *dir, mc_error *err)
         n++;
     }
     closedir(d);
-    if (!st && !n)
-        st = mc_error_set(err, MC_ERR_NOTFOUND, "%s: no *.safetensors file", dir);
-    if (!st)
-        qsort(names, n, sizeof *names, cmp_str);
+    if (!st && !n) st = mc_error_set(err, MC_ERR_NOTFOUND, "%s: no *.safetensors file", dir);
+    if (!st) qsort(names, n, sizeof *names, cmp_str);
     for (size_t i = 0; i < n && !st; i++) {
         char *p = join(dir, names[i]);
         st = p ? open_file(m, p, err) : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
         free(p);
     }
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
+    for (size_t i = 0; i < n; i++) free(names[i]);
     free(names);
     return st;
 }
@@ -376,8 +353,7 @@ mc_status mc_st_open(const char *path, mc_st_model **out, mc_error *err)
 {
     *out = NULL;
     mc_st_model *m = calloc(1, sizeof *m);
-    if (!m)
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!m) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     struct stat sb;
     mc_status st = MC_OK;
     if (stat(path, &sb) != 0) {
@@ -400,8 +376,8 @@ mc_status mc_st_open(const char *path, mc_st_model **out, mc_error *err)
     for (size_t i = 0; i < m->n && !st; i++)
         for (size_t j = i + 1; j < m->n && !st; j++)
             if (!strcmp(m->t[i].name, m->t[j].name))
-                st = mc_error_set(err, MC_ERR_FORMAT, "%s: tensor '%s' is also in %s",
-                                  m->t[j].file, m->t[j].name, m->t[i].file);
+                st = mc_error_set(err, MC_ERR_FORMAT, "%s: tensor '%s' is also in %s", m->t[j].file,
+                                  m->t[j].name, m->t[i].file);
     if (st) {
         mc_st_close(m);
         return st;
@@ -437,9 +413,7 @@ mc_status mc_st_to_f32(const mc_st_tensor *t, float *out, mc_error *err)
     const unsigned char *p = t->data;
     size_t n = (size_t)t->numel;
     switch (t->dtype) {
-    case MC_ST_F32:
-        memcpy(out, p, n * 4);
-        return MC_OK;
+    case MC_ST_F32: memcpy(out, p, n * 4); return MC_OK;
     case MC_ST_F64:
         for (size_t i = 0; i < n; i++) {
             double d;
@@ -478,11 +452,11 @@ struct mc_st_writer {
     st_decl *t;
     size_t n, cap;
     json_t *meta;
-    int nshards;       /* after planning; 0 before */
-    mc_afile *files;   /* one per shard, open until finish */
-    int opened;        /* files opened so far */
-    size_t next;       /* next tensor to write */
-    uint64_t written;  /* bytes of the next tensor's shard written */
+    int nshards;      /* after planning; 0 before */
+    mc_afile *files;  /* one per shard, open until finish */
+    int opened;       /* files opened so far */
+    size_t next;      /* next tensor to write */
+    uint64_t written; /* bytes of the next tensor's shard written */
 };
 
 mc_status mc_st_writer_new(const char *dir, uint64_t max_shard_bytes, mc_st_writer **out,
@@ -491,8 +465,7 @@ mc_status mc_st_writer_new(const char *dir, uint64_t max_shard_bytes, mc_st_writ
     *out = NULL;
     mc_st_writer *w = calloc(1, sizeof *w);
     if (!w || !(w->dir = strdup(dir)) || !(w->meta = json_pack("{s:s}", "format", "pt"))) {
-        if (w)
-            free(w->dir);
+        if (w) free(w->dir);
         free(w);
         return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     }
@@ -513,15 +486,13 @@ mc_status mc_st_writer_add(mc_st_writer *w, const char *name, mc_st_dtype dtype,
     if (w->n == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 64;
         st_decl *t = realloc(w->t, cap * sizeof *t);
-        if (!t)
-            return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+        if (!t) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
         w->t = t;
         w->cap = cap;
     }
     st_decl *d = &w->t[w->n];
     memset(d, 0, sizeof *d);
-    if (!(d->name = strdup(name)))
-        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!(d->name = strdup(name))) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     d->dtype = dtype;
     d->ndim = ndim;
     uint64_t numel = 1;
@@ -586,11 +557,9 @@ static mc_status open_shard(mc_st_writer *w, int k, mc_error *err)
     json_object_set(h, "__metadata__", w->meta);
     for (size_t i = 0; i < w->n; i++) {
         const st_decl *d = &w->t[i];
-        if (d->shard != k)
-            continue;
+        if (d->shard != k) continue;
         json_t *shape = json_array();
-        for (int j = 0; j < d->ndim; j++)
-            json_array_append_new(shape, json_integer(d->shape[j]));
+        for (int j = 0; j < d->ndim; j++) json_array_append_new(shape, json_integer(d->shape[j]));
         json_object_set_new(h, d->name,
                             json_pack("{s:s, s:o, s:[I, I]}", "dtype", mc_st_dtype_name(d->dtype),
                                       "shape", shape, "data_offsets", (json_int_t)d->offset,
@@ -606,17 +575,14 @@ static mc_status open_shard(mc_st_writer *w, int k, mc_error *err)
     }
     size_t len = strlen(text), padded = (len + 8 + 7) / 8 * 8 - 8;
     unsigned char pre[8];
-    for (int i = 0; i < 8; i++)
-        pre[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    for (int i = 0; i < 8; i++) pre[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     mc_status st = mc_afile_open(&w->files[k], path, err);
     if (!st) {
         w->opened = k + 1;
         st = mc_afile_write(&w->files[k], pre, 8, err);
     }
-    if (!st)
-        st = mc_afile_write(&w->files[k], text, len, err);
-    if (!st)
-        st = mc_afile_write(&w->files[k], "        ", padded - len, err);
+    if (!st) st = mc_afile_write(&w->files[k], text, len, err);
+    if (!st) st = mc_afile_write(&w->files[k], "        ", padded - len, err);
     free(text);
     free(path);
     return st;
@@ -628,8 +594,7 @@ static mc_status begin_write(mc_st_writer *w, size_t nbytes, mc_error *err)
         plan(w);
         if (!(w->files = calloc((size_t)w->nshards, sizeof *w->files)))
             return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-        for (int k = 0; k < w->nshards; k++)
-            w->files[k].fd = -1;
+        for (int k = 0; k < w->nshards; k++) w->files[k].fd = -1;
     }
     if (w->next >= w->n)
         return mc_error_set(err, MC_ERR_INTERNAL, "safetensors: more tensors written than added");
@@ -638,18 +603,15 @@ static mc_status begin_write(mc_st_writer *w, size_t nbytes, mc_error *err)
         return mc_error_set(err, MC_ERR_INTERNAL,
                             "safetensors: tensor '%s': %zu bytes written, %" PRIu64 " declared",
                             d->name, nbytes, d->nbytes);
-    if (d->shard >= w->opened)
-        return open_shard(w, d->shard, err);
+    if (d->shard >= w->opened) return open_shard(w, d->shard, err);
     return MC_OK;
 }
 
 mc_status mc_st_writer_write_raw(mc_st_writer *w, const void *p, size_t nbytes, mc_error *err)
 {
     mc_status st = begin_write(w, nbytes, err);
-    if (!st)
-        st = mc_afile_write(&w->files[w->t[w->next].shard], p, nbytes, err);
-    if (!st)
-        w->next++;
+    if (!st) st = mc_afile_write(&w->files[w->t[w->next].shard], p, nbytes, err);
+    if (!st) w->next++;
     return st;
 }
 
@@ -660,8 +622,7 @@ mc_status mc_st_writer_write_f32(mc_st_writer *w, const float *x, size_t n, mc_e
     mc_st_dtype dt = w->t[w->next].dtype;
     size_t es = mc_st_dtype_size(dt);
     mc_status st = begin_write(w, n * es, err);
-    if (st)
-        return st;
+    if (st) return st;
     mc_afile *f = &w->files[w->t[w->next].shard];
     if (dt == MC_ST_F32) {
         st = mc_afile_write(f, x, n * 4, err);
@@ -678,15 +639,13 @@ mc_status mc_st_writer_write_f32(mc_st_writer *w, const float *x, size_t n, mc_e
         st = mc_error_set(err, MC_ERR_INTERNAL, "safetensors: tensor '%s': cannot convert to %s",
                           w->t[w->next].name, mc_st_dtype_name(dt));
     }
-    if (!st)
-        w->next++;
+    if (!st) w->next++;
     return st;
 }
 
 static void writer_free(mc_st_writer *w)
 {
-    for (size_t i = 0; i < w->n; i++)
-        free(w->t[i].name);
+    for (size_t i = 0; i < w->n; i++) free(w->t[i].name);
     free(w->t);
     free(w->files);
     json_decref(w->meta);
@@ -696,10 +655,8 @@ static void writer_free(mc_st_writer *w)
 
 void mc_st_writer_abort(mc_st_writer *w)
 {
-    if (!w)
-        return;
-    for (int k = 0; k < w->opened; k++)
-        mc_afile_abort(&w->files[k]);
+    if (!w) return;
+    for (int k = 0; k < w->opened; k++) mc_afile_abort(&w->files[k]);
     writer_free(w);
 }
 
@@ -724,10 +681,8 @@ static mc_status write_index(mc_st_writer *w, mc_error *err)
     } else {
         mc_afile f;
         st = mc_afile_open(&f, path, err);
-        if (!st)
-            st = mc_afile_write(&f, text, strlen(text), err);
-        if (!st)
-            st = mc_afile_write(&f, "\n", 1, err);
+        if (!st) st = mc_afile_write(&f, text, strlen(text), err);
+        if (!st) st = mc_afile_write(&f, "\n", 1, err);
         if (!st)
             st = mc_afile_commit(&f, err);
         else
@@ -744,21 +699,18 @@ mc_status mc_st_writer_finish(mc_st_writer *w, mc_error *err)
     if (w->n == 0)
         st = mc_error_set(err, MC_ERR_INTERNAL, "safetensors: no tensor to write");
     else if (w->next != w->n)
-        st = mc_error_set(err, MC_ERR_INTERNAL, "safetensors: %zu of %zu tensors written",
-                          w->next, w->n);
+        st = mc_error_set(err, MC_ERR_INTERNAL, "safetensors: %zu of %zu tensors written", w->next,
+                          w->n);
     int committed = 0;
     for (; committed < w->nshards && !st; committed++)
         st = mc_afile_commit(&w->files[committed], err);
-    if (st)
-        committed--; /* the failed one discarded its temporary itself */
-    if (!st && w->nshards > 1)
-        st = write_index(w, err);
+    if (st) committed--; /* the failed one discarded its temporary itself */
+    if (!st && w->nshards > 1) st = write_index(w, err);
     if (st) {
         /* the shards committed so far lose their final names too */
         for (int k = 0; k < committed; k++) {
             char *p = shard_path(w, k);
-            if (p)
-                unlink(p);
+            if (p) unlink(p);
             free(p);
         }
         mc_st_writer_abort(w);

@@ -33,9 +33,8 @@
  * reflected Castagnoli polynomial 0x82F63B78. Records are a few hundred bytes
  * per flush, so a nibble table (two lookups per byte) is ample. */
 static const uint32_t crc_table[16] = {
-    0x00000000, 0x105ec76f, 0x20bd8ede, 0x30e349b1, 0x417b1dbc, 0x5125dad3,
-    0x61c69362, 0x7198540d, 0x82f63b78, 0x92a8fc17, 0xa24bb5a6, 0xb21572c9,
-    0xc38d26c4, 0xd3d3e1ab, 0xe330a81a, 0xf36e6f75,
+    0x00000000, 0x105ec76f, 0x20bd8ede, 0x30e349b1, 0x417b1dbc, 0x5125dad3, 0x61c69362, 0x7198540d,
+    0x82f63b78, 0x92a8fc17, 0xa24bb5a6, 0xb21572c9, 0xc38d26c4, 0xd3d3e1ab, 0xe330a81a, 0xf36e6f75,
 };
 
 uint32_t mc_crc32c_extend(uint32_t crc, const void *p, size_t n)
@@ -50,22 +49,15 @@ uint32_t mc_crc32c_extend(uint32_t crc, const void *p, size_t n)
     return ~crc;
 }
 
-uint32_t mc_crc32c(const void *p, size_t n)
-{
-    return mc_crc32c_extend(0, p, n);
-}
+uint32_t mc_crc32c(const void *p, size_t n) { return mc_crc32c_extend(0, p, n); }
 
-uint32_t mc_crc32c_mask(uint32_t crc)
-{
-    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+uint32_t mc_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 /* ---- little-endian and protobuf wire format ------------------------------- */
 
 static void put_le(unsigned char *p, uint64_t v, int bytes)
 {
-    for (int i = 0; i < bytes; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
 mc_status mc_tfrecord_append(mc_buf *out, const void *data, size_t n, mc_error *err)
@@ -93,8 +85,7 @@ static mc_status put_varint(mc_buf *out, uint64_t v, mc_error *err)
     do {
         b[n] = (unsigned char)(v & 0x7f);
         v >>= 7;
-        if (v)
-            b[n] |= 0x80;
+        if (v) b[n] |= 0x80;
         n++;
     } while (v);
     return mc_buf_append(out, b, (size_t)n, err);
@@ -137,8 +128,7 @@ static mc_status put_bytes(mc_buf *out, unsigned field, const void *p, size_t n,
 static size_t varint_len(uint64_t v)
 {
     size_t n = 1;
-    while (v >>= 7)
-        n++;
+    while (v >>= 7) n++;
     return n;
 }
 
@@ -146,8 +136,7 @@ static size_t varint_len(uint64_t v)
 static mc_status put_event_head(mc_buf *out, double wall_time, int64_t step, mc_error *err)
 {
     mc_status s;
-    if (wall_time != 0.0 && (s = put_double(out, 1, wall_time, err)) != MC_OK)
-        return s;
+    if (wall_time != 0.0 && (s = put_double(out, 1, wall_time, err)) != MC_OK) return s;
     /* int64 is a varint of the two's-complement value: 10 bytes if negative. */
     if (step != 0 && ((s = put_key(out, 2, WT_VARINT, err)) != MC_OK ||
                       (s = put_varint(out, (uint64_t)step, err)) != MC_OK))
@@ -163,8 +152,8 @@ mc_status mc_tfevent_encode_version(mc_buf *out, double wall_time, mc_error *err
 }
 
 mc_status mc_tfevent_encode_scalars(mc_buf *out, double wall_time, int64_t step,
-                                    const char *const *tags, const double *values,
-                                    size_t n, mc_error *err)
+                                    const char *const *tags, const double *values, size_t n,
+                                    mc_error *err)
 {
     /* Nested messages are length-prefixed, so sizes are computed first:
      * Value = key(1) len tag, key(2) float  -> 1 + varint(t) + t + 5 bytes
@@ -209,20 +198,19 @@ static mc_status make_dirs(const char *dir, mc_error *err)
     struct stat st;
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode))
-            return mc_error_set(err, MC_ERR_IO, "%s: cannot use as TensorBoard directory: "
-                                "not a directory", dir);
+            return mc_error_set(err, MC_ERR_IO,
+                                "%s: cannot use as TensorBoard directory: "
+                                "not a directory",
+                                dir);
         return MC_OK;
     }
     char *p = strdup(dir);
-    if (!p)
-        return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
+    if (!p) return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
     size_t n = strlen(p);
     mc_status s = MC_OK;
     for (size_t i = 1; i <= n; i++) {
-        if (p[i] != '/' && p[i] != '\0')
-            continue;
-        if (p[i - 1] == '/')
-            continue; /* "a//b" */
+        if (p[i] != '/' && p[i] != '\0') continue;
+        if (p[i - 1] == '/') continue; /* "a//b" */
         char c = p[i];
         p[i] = '\0';
         if (mkdir(p, 0777) != 0 && errno != EEXIST) {
@@ -239,8 +227,10 @@ static mc_status make_dirs(const char *dir, mc_error *err)
     }
     free(p);
     if (s == MC_OK && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
-        s = mc_error_set(err, MC_ERR_IO, "%s: cannot use as TensorBoard directory: "
-                         "not a directory", dir);
+        s = mc_error_set(err, MC_ERR_IO,
+                         "%s: cannot use as TensorBoard directory: "
+                         "not a directory",
+                         dir);
     return s;
 }
 
@@ -250,8 +240,7 @@ static mc_status write_all(int fd, const char *path, const void *data, size_t n,
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             return mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot write", path);
         }
         p += w;
@@ -266,23 +255,20 @@ mc_status mc_tfevents_open(mc_tfevents *w, const char *dir, double wall_time, mc
     w->path = NULL;
     w->last_sync = wall_time;
     mc_status s = make_dirs(dir, err);
-    if (s)
-        return s;
+    if (s) return s;
 
     char host[256];
-    if (gethostname(host, sizeof host) != 0)
-        snprintf(host, sizeof host, "localhost");
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = '\0';
     for (char *c = host; *c; c++)
-        if (*c == '/')
-            *c = '_';
+        if (*c == '/') *c = '_';
 
     /* TensorBoard's name; the counter (a per-process uid in TensorFlow) is
      * found by O_EXCL, so two writers in one second never share a file. */
     for (int counter = 0; counter < 1000; counter++) {
         char *path = NULL;
-        if (asprintf(&path, "%s/events.out.tfevents.%010lld.%s.%ld.%d", dir,
-                     (long long)wall_time, host, (long)getpid(), counter) < 0)
+        if (asprintf(&path, "%s/events.out.tfevents.%010lld.%s.%ld.%d", dir, (long long)wall_time,
+                     host, (long)getpid(), counter) < 0)
             return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", dir);
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
         if (fd < 0) {
@@ -318,12 +304,10 @@ mc_status mc_tfevents_open(mc_tfevents *w, const char *dir, double wall_time, mc
     return s;
 }
 
-mc_status mc_tfevents_write(mc_tfevents *w, const void *data, size_t n, double now,
-                            mc_error *err)
+mc_status mc_tfevents_write(mc_tfevents *w, const void *data, size_t n, double now, mc_error *err)
 {
     mc_status s = write_all(w->fd, w->path, data, n, err);
-    if (s)
-        return s;
+    if (s) return s;
     /* write() already makes the records visible to a TensorBoard on this
      * machine; fsync (for network file systems, and crashes) costs a disk
      * round trip, so it is rationed. */

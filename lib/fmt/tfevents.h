@@ -41,8 +41,8 @@ mc_status mc_tfevent_encode_version(mc_buf *out, double wall_time, mc_error *err
  * and step are omitted, as proto3 omits default values, so the bytes equal
  * what protobuf itself serializes. */
 mc_status mc_tfevent_encode_scalars(mc_buf *out, double wall_time, int64_t step,
-                                    const char *const *tags, const double *values,
-                                    size_t n, mc_error *err);
+                                    const char *const *tags, const double *values, size_t n,
+                                    mc_error *err);
 
 /* ---- the event file ----------------------------------------------------- */
 
@@ -56,8 +56,7 @@ typedef struct mc_tfevents {
  * named as TensorBoard names it, and write the file_version record. */
 mc_status mc_tfevents_open(mc_tfevents *w, const char *dir, double wall_time, mc_error *err);
 /* Write already-framed records; fsync when MC_METRICS_SYNC_SECONDS passed. */
-mc_status mc_tfevents_write(mc_tfevents *w, const void *data, size_t n, double now,
-                            mc_error *err);
+mc_status mc_tfevents_write(mc_tfevents *w, const void *data, size_t n, double now, mc_error *err);
 /* fsync and close; safe to call again (fd is then -1). */
 mc_status mc_tfevents_close(mc_tfevents *w, mc_error *err);
 

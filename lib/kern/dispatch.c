@@ -16,14 +16,14 @@
 
 #ifdef MC_CUDA_BACKEND
 #define IS_CUDA(be) ((be)->kind == MC_BACKEND_CUDA)
-#define ROUTE(fn, ...)                                                                     \
-    do {                                                                                   \
-        if (IS_CUDA(be))                                                                   \
-            mc_cuda_##fn(be->cuda, __VA_ARGS__);                                           \
-        else                                                                               \
-            mc_cpu_##fn(be, __VA_ARGS__);                                                  \
+#define ROUTE(fn, ...)                           \
+    do {                                         \
+        if (IS_CUDA(be))                         \
+            mc_cuda_##fn(be->cuda, __VA_ARGS__); \
+        else                                     \
+            mc_cpu_##fn(be, __VA_ARGS__);        \
     } while (0)
-#define ROUTE_RET(fn, ...)                                                                 \
+#define ROUTE_RET(fn, ...) \
     return IS_CUDA(be) ? mc_cuda_##fn(be->cuda, __VA_ARGS__) : mc_cpu_##fn(be, __VA_ARGS__)
 #else
 #define IS_CUDA(be) 0
@@ -35,7 +35,8 @@
  * GPU, so it aborts (kernels cannot return a status, kern.h) with the
  * kernel's name. */
 static void no_cuda_kernel(const char *fn) __attribute__((noreturn, unused));
-static void no_cuda_kernel(const char *fn) {
+static void no_cuda_kernel(const char *fn)
+{
     fprintf(stderr, "mc: kern: mc_k_%s has no CUDA implementation\n", fn);
     abort();
 }
@@ -43,7 +44,8 @@ static void no_cuda_kernel(const char *fn) {
 /* ------------------------------------------------------------ backend */
 
 #ifndef MC_CUDA_BACKEND
-mc_status mc_backend_cuda_new(int device, mc_backend **out, mc_error *err) {
+mc_status mc_backend_cuda_new(int device, mc_backend **out, mc_error *err)
+{
     (void)device;
     *out = NULL;
     return mc_error_set(err, MC_ERR_IO, "this mc was built without the CUDA backend");
@@ -51,10 +53,12 @@ mc_status mc_backend_cuda_new(int device, mc_backend **out, mc_error *err) {
 
 int mc_backend_cuda_devices(void) { return 0; }
 #else
-mc_status mc_backend_cuda_new(int device, mc_backend **out, mc_error *err) {
+mc_status mc_backend_cuda_new(int device, mc_backend **out, mc_error *err)
+{
     *out = NULL;
     mc_backend *be = calloc(1, sizeof *be);
-    if (!be) return mc_error_set(err, MC_ERR_NOMEM, "kern/cuda: out of memory creating the backend");
+    if (!be)
+        return mc_error_set(err, MC_ERR_NOMEM, "kern/cuda: out of memory creating the backend");
     be->kind = MC_BACKEND_CUDA;
     be->name = "cuda";
     be->threads = 1;
@@ -70,7 +74,8 @@ mc_status mc_backend_cuda_new(int device, mc_backend **out, mc_error *err) {
 int mc_backend_cuda_devices(void) { return mc_cuda_device_count(); }
 #endif
 
-void mc_backend_free(mc_backend *be) {
+void mc_backend_free(mc_backend *be)
+{
     if (!be) return;
 #ifdef MC_CUDA_BACKEND
     if (IS_CUDA(be)) {
@@ -102,8 +107,7 @@ void *mc_backend_stream(mc_backend *be, mc_stream which)
 void mc_backend_stream_wait(mc_backend *be, mc_stream waiter, mc_stream signaler)
 {
 #ifdef MC_CUDA_BACKEND
-    if (IS_CUDA(be))
-        mc_cuda_stream_wait(be->cuda, (int)waiter, (int)signaler);
+    if (IS_CUDA(be)) mc_cuda_stream_wait(be->cuda, (int)waiter, (int)signaler);
 #endif
     (void)be;
     (void)waiter;
@@ -114,19 +118,23 @@ void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err) { ROUTE_RET(balloc,
 
 void mc_bfree(mc_backend *be, void *p) { ROUTE(bfree, p); }
 
-void mc_bcopy_from_host(mc_backend *be, void *dst, const void *host, size_t bytes) {
+void mc_bcopy_from_host(mc_backend *be, void *dst, const void *host, size_t bytes)
+{
     ROUTE(bcopy_from_host, dst, host, bytes);
 }
 
-void mc_bcopy_to_host(mc_backend *be, void *host, const void *src, size_t bytes) {
+void mc_bcopy_to_host(mc_backend *be, void *host, const void *src, size_t bytes)
+{
     ROUTE(bcopy_to_host, host, src, bytes);
 }
 
-void mc_bcopy(mc_backend *be, void *dst, const void *src, size_t bytes) {
+void mc_bcopy(mc_backend *be, void *dst, const void *src, size_t bytes)
+{
     ROUTE(bcopy, dst, src, bytes);
 }
 
-void mc_bsync(mc_backend *be) {
+void mc_bsync(mc_backend *be)
+{
 #ifdef MC_CUDA_BACKEND
     if (IS_CUDA(be)) {
         mc_cuda_bsync(be->cuda);
@@ -146,24 +154,25 @@ void mc_bsync(mc_backend *be) {
 #define RETURN_int return
 #define RETURN_double return
 #ifdef MC_CUDA_BACKEND
-#define ROUTE_CPU_CUDA(ret, fn, ...)                                                       \
-    do {                                                                                   \
-        if (IS_CUDA(be))                                                                   \
-            RETURN_##ret mc_cuda_##fn(be->cuda, __VA_ARGS__);                              \
-        else                                                                               \
-            RETURN_##ret mc_cpu_##fn(be, __VA_ARGS__);                                     \
+#define ROUTE_CPU_CUDA(ret, fn, ...)                          \
+    do {                                                      \
+        if (IS_CUDA(be))                                      \
+            RETURN_##ret mc_cuda_##fn(be->cuda, __VA_ARGS__); \
+        else                                                  \
+            RETURN_##ret mc_cpu_##fn(be, __VA_ARGS__);        \
     } while (0)
 #else
 #define ROUTE_CPU_CUDA(ret, fn, ...) RETURN_##ret mc_cpu_##fn(be, __VA_ARGS__)
 #endif
-#define ROUTE_CPU_ONLY(ret, fn, ...)                                                       \
-    do {                                                                                   \
-        if (IS_CUDA(be)) no_cuda_kernel(#fn);                                              \
-        RETURN_##ret mc_cpu_##fn(be, __VA_ARGS__);                                         \
+#define ROUTE_CPU_ONLY(ret, fn, ...)               \
+    do {                                           \
+        if (IS_CUDA(be)) no_cuda_kernel(#fn);      \
+        RETURN_##ret mc_cpu_##fn(be, __VA_ARGS__); \
     } while (0)
 
-#define MC_KERNEL(name, ret, params, args, backends)                                       \
-    ret mc_k_##name(mc_backend *be, MC_KERN_UNPAREN params) {                              \
-        ROUTE_##backends(ret, name, MC_KERN_UNPAREN args);                                 \
+#define MC_KERNEL(name, ret, params, args, backends)        \
+    ret mc_k_##name(mc_backend *be, MC_KERN_UNPAREN params) \
+    {                                                       \
+        ROUTE_##backends(ret, name, MC_KERN_UNPAREN args);  \
     }
 #include "mc/kern_ops.def"

@@ -17,7 +17,8 @@
 
 /* bf16 = the top half of an fp32, rounded to nearest even; NaN stays NaN
  * (made quiet) instead of rounding into infinity. */
-MC_FPCONV uint16_t mc_f32_to_bf16(float f) {
+MC_FPCONV uint16_t mc_f32_to_bf16(float f)
+{
     uint32_t x;
     memcpy(&x, &f, 4);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u);
@@ -25,7 +26,8 @@ MC_FPCONV uint16_t mc_f32_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
-MC_FPCONV float mc_bf16_to_f32(uint16_t h) {
+MC_FPCONV float mc_bf16_to_f32(uint16_t h)
+{
     uint32_t x = (uint32_t)h << 16;
     float f;
     memcpy(&f, &x, 4);
@@ -34,7 +36,8 @@ MC_FPCONV float mc_bf16_to_f32(uint16_t h) {
 
 /* IEEE binary16, round to nearest even, with subnormals; |x| >= 65520
  * overflows to infinity; NaN keeps its top payload bits and is made quiet. */
-MC_FPCONV uint16_t mc_f32_to_fp16(float f) {
+MC_FPCONV uint16_t mc_f32_to_fp16(float f)
+{
     uint32_t x;
     memcpy(&x, &f, 4);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
@@ -42,8 +45,8 @@ MC_FPCONV uint16_t mc_f32_to_fp16(float f) {
     if (x >= 0x7f800000u) /* inf or NaN */
         return (uint16_t)(sign | (x > 0x7f800000u ? 0x7e00u | ((x >> 13) & 0x3ffu) : 0x7c00u));
     if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: rounds to inf */
-    if (x < 0x38800000u) {                                    /* below 2^-14: subnormal */
-        if (x <= 0x33000000u) return sign;                    /* <= 2^-25 rounds to 0 */
+    if (x < 0x38800000u) {                                   /* below 2^-14: subnormal */
+        if (x <= 0x33000000u) return sign;                   /* <= 2^-25 rounds to 0 */
         /* value = m 2^(e-150); in units of 2^-24 that is m >> (126 - e) */
         uint32_t e = x >> 23, m = (x & 0x7fffffu) | 0x800000u;
         uint32_t shift = 126u - e, h = m >> shift;
@@ -57,7 +60,8 @@ MC_FPCONV uint16_t mc_f32_to_fp16(float f) {
     return (uint16_t)(sign | h);
 }
 
-MC_FPCONV float mc_fp16_to_f32(uint16_t h) {
+MC_FPCONV float mc_fp16_to_f32(uint16_t h)
+{
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
     if (e == 0x1fu) {
         x = sign | 0x7f800000u | (m << 13);
@@ -77,7 +81,8 @@ MC_FPCONV float mc_fp16_to_f32(uint16_t h) {
 
 /* TF32 (8-bit exponent, 10-bit mantissa) held in an fp32: drop the low 13
  * mantissa bits, rounding to nearest even; inf and NaN pass through. */
-MC_FPCONV float mc_round_tf32(float f) {
+MC_FPCONV float mc_round_tf32(float f)
+{
     uint32_t x;
     memcpy(&x, &f, 4);
     if ((x & 0x7f800000u) != 0x7f800000u) {

@@ -18,11 +18,11 @@ extern "C" {
 #endif
 
 typedef struct mc_bpe_trainer_config {
-    int64_t vocab_size;                 /* final size, special tokens included */
-    const char *pattern;                /* pre-tokenizer regex (MC_PATTERN_GPT2 default) */
-    const char *const *special_tokens;  /* default: "<|endoftext|>" */
+    int64_t vocab_size;                /* final size, special tokens included */
+    const char *pattern;               /* pre-tokenizer regex (MC_PATTERN_GPT2 default) */
+    const char *const *special_tokens; /* default: "<|endoftext|>" */
     size_t n_special_tokens;
-    int64_t min_frequency;              /* pairs seen fewer times are never merged (default 2) */
+    int64_t min_frequency; /* pairs seen fewer times are never merged (default 2) */
 } mc_bpe_trainer_config;
 
 void mc_bpe_trainer_config_init(mc_bpe_trainer_config *c);

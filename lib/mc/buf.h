@@ -29,8 +29,14 @@ typedef struct mc_ids {
     size_t cap;
 } mc_ids;
 
-#define MC_BUF_INIT {NULL, 0, 0}
-#define MC_IDS_INIT {NULL, 0, 0}
+#define MC_BUF_INIT \
+    {               \
+        NULL, 0, 0  \
+    }
+#define MC_IDS_INIT \
+    {               \
+        NULL, 0, 0  \
+    }
 
 mc_status mc_buf_reserve(mc_buf *b, size_t extra, mc_error *err);
 mc_status mc_buf_append(mc_buf *b, const void *p, size_t n, mc_error *err);
@@ -53,14 +59,8 @@ mc_status mc_buf_push_strdup(mc_buf *b, const char *s, mc_error *err);
 mc_status mc_buf_push_split(mc_buf *b, char *s, const char *seps, mc_error *err);
 void mc_buf_free_strs(mc_buf *b);
 /* The strings and their number (NULL and 0 for an empty list). */
-static inline const char **mc_buf_strs(const mc_buf *b)
-{
-    return (const char **)(void *)b->data;
-}
-static inline size_t mc_buf_nstrs(const mc_buf *b)
-{
-    return b->len / sizeof(const char *);
-}
+static inline const char **mc_buf_strs(const mc_buf *b) { return (const char **)(void *)b->data; }
+static inline size_t mc_buf_nstrs(const mc_buf *b) { return b->len / sizeof(const char *); }
 
 mc_status mc_ids_reserve(mc_ids *v, size_t extra, mc_error *err);
 mc_status mc_ids_push(mc_ids *v, int32_t id, mc_error *err);

@@ -251,7 +251,6 @@ mc_status mc_ckpt_read_tensor(mc_ckpt_reader *r, const char *path, int64_t rows,
 mc_status mc_ckpt_list(mc_ckpt_reader *r, const char *group, char ***names, size_t *n,
                        mc_error *err);
 
-
 /* ------------------------------------------------------------ model and tokenizer
  * (lib/ckpt/ckpt_model.c) */
 
@@ -309,13 +308,13 @@ mc_status mc_ckpt_check_quantizable(const char *what, const char *path, int64_t 
  * (lib/ckpt/convert.c): what mc-reshard does once its inputs are open */
 
 typedef struct mc_ckpt_convert_opts {
-    int dtype_set;               /* store the model's tensors as dtype */
-    mc_ckpt_dtype dtype;         /* fp32, bf16, fp16 */
-    mc_ckpt_dtype quantize;      /* 2-D model tensors: int8, fp8, int4; FLOAT32: none */
-    int64_t group_size;          /* int4's elements per scale (128) */
-    int64_t tp, pp;              /* > 1: pre-split for that grid (sharded) */
-    int average;                 /* the mean of the inputs' model tensors, no optimizer */
-    int drop_optimizer;          /* leave the moments out */
+    int dtype_set;          /* store the model's tensors as dtype */
+    mc_ckpt_dtype dtype;    /* fp32, bf16, fp16 */
+    mc_ckpt_dtype quantize; /* 2-D model tensors: int8, fp8, int4; FLOAT32: none */
+    int64_t group_size;     /* int4's elements per scale (128) */
+    int64_t tp, pp;         /* > 1: pre-split for that grid (sharded) */
+    int average;            /* the mean of the inputs' model tensors, no optimizer */
+    int drop_optimizer;     /* leave the moments out */
     mc_ckpt_compression compression;
 } mc_ckpt_convert_opts;
 

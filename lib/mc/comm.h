@@ -37,23 +37,23 @@ extern "C" {
 
 typedef enum mc_group_kind {
     MC_GROUP_WORLD = 0,
-    MC_GROUP_TP,     /* tensor parallel */
-    MC_GROUP_PP,     /* pipeline parallel */
-    MC_GROUP_DP,     /* data parallel */
-    MC_GROUP_CP,     /* context parallel */
-    MC_GROUP_DP_CP,  /* data x context: gradient reduction */
-    MC_GROUP_MP,     /* model parallel: tp x pp */
-    MC_GROUP_EMBD,   /* first and last pipeline stage: tied embeddings */
+    MC_GROUP_TP,       /* tensor parallel */
+    MC_GROUP_PP,       /* pipeline parallel */
+    MC_GROUP_DP,       /* data parallel */
+    MC_GROUP_CP,       /* context parallel */
+    MC_GROUP_DP_CP,    /* data x context: gradient reduction */
+    MC_GROUP_MP,       /* model parallel: tp x pp */
+    MC_GROUP_EMBD,     /* first and last pipeline stage: tied embeddings */
     MC_GROUP_POS_EMBD, /* first pipeline stage: learned position embeddings */
     MC_GROUP_COUNT
 } mc_group_kind;
 
 typedef struct mc_grid {
     int world, rank;
-    int tp, cp, ep, dp, pp;          /* sizes */
+    int tp, cp, ep, dp, pp; /* sizes */
     int tp_rank, cp_rank, dp_rank, pp_rank;
-    int local_rank;                  /* rank within the node */
-    void *impl;                      /* the transport's state (NULL: one process) */
+    int local_rank; /* rank within the node */
+    void *impl;     /* the transport's state (NULL: one process) */
 } mc_grid;
 
 /* The grid of one process: every size 1. */
@@ -154,8 +154,8 @@ mc_status mc_allgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
                        float *out, size_t n, mc_error *err);
 /* out[0..n) = sum over members of their in[rank*n .. (rank+1)*n), in is size*n;
  * out may be in + rank*n (in place). */
-mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be,
-                                const float *in, float *out, size_t n, mc_error *err);
+mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *in,
+                                float *out, size_t n, mc_error *err);
 /* x[0..n) of group rank root to every member. */
 mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
                        int root, mc_error *err);
@@ -169,8 +169,8 @@ mc_status mc_broadcast_text(const mc_grid *g, mc_status st, char **s, mc_error *
  * pp_rank +- 1). Messages between two ranks arrive in the order sent. */
 mc_status mc_send(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *x, size_t n,
                   int peer, mc_error *err);
-mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
-                  int peer, mc_error *err);
+mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n, int peer,
+                  mc_error *err);
 
 /* Non-blocking variants: they return at once with *req (NULL when there was
  * nothing to do: a group of size 1); the buffers belong to the operation
@@ -183,15 +183,14 @@ mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, s
 typedef struct mc_request mc_request;
 mc_status mc_iallreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
                             mc_request **req, mc_error *err);
-mc_status mc_ireduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be,
-                                 const float *in, float *out, size_t n, mc_request **req,
-                                 mc_error *err);
+mc_status mc_ireduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *in,
+                                 float *out, size_t n, mc_request **req, mc_error *err);
 mc_status mc_iallgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *in,
                         float *out, size_t n, mc_request **req, mc_error *err);
 mc_status mc_isend(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *x, size_t n,
                    int peer, mc_request **req, mc_error *err);
-mc_status mc_irecv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
-                   int peer, mc_request **req, mc_error *err);
+mc_status mc_irecv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n, int peer,
+                   mc_request **req, mc_error *err);
 /* Wait for req and free it; NULL is done already. */
 mc_status mc_wait(const mc_grid *g, mc_request *req, mc_error *err);
 

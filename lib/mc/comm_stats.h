@@ -51,9 +51,9 @@ typedef enum mc_coll_kind {
 
 typedef struct mc_comm_stat {
     int64_t calls, async_calls;
-    double bytes, wire;            /* bytes */
-    double seconds;                /* blocked */
-    double elapsed, waited;        /* non-blocking: issue to completion, in mc_wait */
+    double bytes, wire;     /* bytes */
+    double seconds;         /* blocked */
+    double elapsed, waited; /* non-blocking: issue to completion, in mc_wait */
 } mc_comm_stat;
 
 /* "all-reduce", "all-gather", "reduce-scatter", "broadcast", "send/recv",

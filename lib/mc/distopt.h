@@ -122,8 +122,8 @@ void mc_optim_shard(const mc_optim *o, size_t *lo, size_t *hi, size_t *tail);
  * MC_GROUP_DP_CP for the distributed optimizer: every member calls it with
  * the same range; the ranks that write may pass buffers, the others NULL.
  * The plain optimizer copies locally. */
-mc_status mc_optim_gather_moments(mc_optim *o, size_t offset, size_t n, float *m_out,
-                                  float *v_out, mc_error *err);
+mc_status mc_optim_gather_moments(mc_optim *o, size_t offset, size_t n, float *m_out, float *v_out,
+                                  mc_error *err);
 /* Checkpoint load: set the moments of elements [offset, offset + n) from
  * the full values m_in, v_in (n floats of backend memory each, e.g. a
  * parameter's global tensor sliced to this tensor-parallel rank); each

@@ -28,11 +28,11 @@ typedef struct mc_docsource_config {
 } mc_docsource_config;
 
 typedef struct mc_record {
-    const char *data;  /* valid until the next call; without the line's '\n' (and '\r' of a
-                          "\r\n" for JSONL); text lines keep neither */
+    const char *data; /* valid until the next call; without the line's '\n' (and '\r' of a
+                         "\r\n" for JSONL); text lines keep neither */
     size_t len;
-    const char *file;  /* the input's name as given ("-" shows as "<stdin>") */
-    uint64_t line;     /* 1-based line number; 0 for a whole-file record */
+    const char *file; /* the input's name as given ("-" shows as "<stdin>") */
+    uint64_t line;    /* 1-based line number; 0 for a whole-file record */
 } mc_record;
 
 typedef struct mc_docsource mc_docsource;

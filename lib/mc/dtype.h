@@ -45,8 +45,7 @@ static inline uint16_t mc_dtype_f32_to_bf16(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
@@ -79,13 +78,11 @@ static inline uint16_t mc_dtype_f32_to_f16(float f)
         uint32_t m = (a & 0x7fffffu) | 0x800000u; /* |x| = m * 2^(e-150) */
         int shift = 126 - e;                      /* q = m * 2^(e-126) */
         uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1u)))
-            q++;
+        if (rem > half || (rem == half && (q & 1u))) q++;
         return (uint16_t)(sign | q);
     }
     uint32_t h = (a - 0x38000000u) >> 13, rem = a & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-        h++;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
     return (uint16_t)(sign | h);
 }
 

@@ -70,10 +70,10 @@ typedef struct mc_ppl_config {
 } mc_ppl_config;
 
 typedef struct mc_ppl_stats {
-    double nll, nll2;   /* sums over scored tokens of -log p and its square */
-    int64_t count;      /* tokens scored */
-    int64_t windows;    /* windows (or samples) run */
-    int64_t tokens;     /* ids in the input */
+    double nll, nll2; /* sums over scored tokens of -log p and its square */
+    int64_t count;    /* tokens scored */
+    int64_t windows;  /* windows (or samples) run */
+    int64_t tokens;   /* ids in the input */
 } mc_ppl_stats;
 
 /* exp(nll / count), and its standard error as above (NAN below 2 tokens). */
@@ -102,8 +102,8 @@ mc_status mc_ppl_run_gptdata(mc_infer *inf, const mc_gptdata_config *dc, mc_spli
  * [round(b N), round(e N)) under the split weights "A,B,C", as mc-train and
  * Megatron split them), documents back to back in their order, appended to
  * out; split -1 takes every document. *ndocs gets the documents read. */
-mc_status mc_eval_dataset_ids(const char *prefix, const char *split_weights, int split,
-                              mc_ids *out, int64_t *ndocs, mc_error *err);
+mc_status mc_eval_dataset_ids(const char *prefix, const char *split_weights, int split, mc_ids *out,
+                              int64_t *ndocs, mc_error *err);
 
 /* ------------------------------------------------------------ tasks
  * (lib/eval/tasks.c)
@@ -120,11 +120,11 @@ mc_status mc_eval_dataset_ids(const char *prefix, const char *split_weights, int
  * log p over the continuation's ids; greedy when every continuation id is
  * its position's argmax. */
 typedef enum mc_task_kind {
-    MC_TASK_LAMBADA = 0,  /* lambada_openai: acc, perplexity */
-    MC_TASK_HELLASWAG,    /* hellaswag: acc, acc_norm */
-    MC_TASK_ARC,          /* arc_easy, arc_challenge: acc, acc_norm */
-    MC_TASK_PIQA,         /* piqa: acc, acc_norm */
-    MC_TASK_MC            /* multiple_choice (mc's generic schema): acc, acc_norm */
+    MC_TASK_LAMBADA = 0, /* lambada_openai: acc, perplexity */
+    MC_TASK_HELLASWAG,   /* hellaswag: acc, acc_norm */
+    MC_TASK_ARC,         /* arc_easy, arc_challenge: acc, acc_norm */
+    MC_TASK_PIQA,        /* piqa: acc, acc_norm */
+    MC_TASK_MC           /* multiple_choice (mc's generic schema): acc, acc_norm */
 } mc_task_kind;
 
 /* Task names: lambada_openai, hellaswag, arc_easy, arc_challenge, piqa,
@@ -133,8 +133,8 @@ mc_status mc_task_kind_parse(const char *name, mc_task_kind *out, mc_error *err)
 const char *const *mc_task_names(void); /* NULL-terminated */
 
 typedef struct mc_task_result {
-    int64_t docs;          /* documents scored */
-    int64_t requests;      /* log-likelihood requests run */
+    int64_t docs;                     /* documents scored */
+    int64_t requests;                 /* log-likelihood requests run */
     double acc, acc_stderr;           /* acc_stderr: the harness's mean_stderr */
     double acc_norm, acc_norm_stderr; /* multiple choice only, else NAN */
     double perplexity;                /* lambada only: exp(-mean log-likelihood), else NAN */
@@ -154,8 +154,8 @@ typedef void (*mc_task_doc_fn)(void *ctx, int64_t doc, int64_t docs, int nchoice
  * line checked before any is scored; the tokenizer must have an
  * end-of-document id for an empty context. */
 mc_status mc_task_run(mc_infer *inf, const mc_tokenizer *tok, mc_task_kind kind, const char *path,
-                      int64_t limit, int ctx, mc_task_result *res, mc_task_doc_fn cb,
-                      void *cb_ctx, mc_error *err);
+                      int64_t limit, int ctx, mc_task_result *res, mc_task_doc_fn cb, void *cb_ctx,
+                      mc_error *err);
 
 /* The harness's text helpers, exposed for tests: Python's str.strip(),
  * str.capitalize() (first character title-cased, the rest lower-cased,
@@ -188,9 +188,9 @@ typedef struct mc_gen_config {
 void mc_gen_config_init(mc_gen_config *c); /* greedy, 64 tokens, top_p 1, seed 1234 */
 
 typedef enum mc_gen_stop {
-    MC_GEN_STOP_EOD = 0,     /* the end-of-document id was generated (kept in out) */
-    MC_GEN_STOP_LENGTH = 1,  /* max_new_tokens generated */
-    MC_GEN_STOP_CONTEXT = 2  /* the context is full */
+    MC_GEN_STOP_EOD = 0,    /* the end-of-document id was generated (kept in out) */
+    MC_GEN_STOP_LENGTH = 1, /* max_new_tokens generated */
+    MC_GEN_STOP_CONTEXT = 2 /* the context is full */
 } mc_gen_stop;
 const char *mc_gen_stop_name(mc_gen_stop s); /* "eod", "length", "context" */
 
@@ -232,8 +232,8 @@ typedef struct mc_eval_config {
                        * stores its first linear weight as int8 */
     /* perplexity of data_path (an indexed dataset) or text_file */
     const char *data_path, *text_file;
-    const char *split;      /* the dataset's split weights; NULL: 969,30,1 */
-    int eval_split;         /* an mc_split; -1 (default): every document */
+    const char *split; /* the dataset's split weights; NULL: 969,30,1 */
+    int eval_split;    /* an mc_split; -1 (default): every document */
     mc_ppl_mode mode;
     int stride;             /* sliding; 0: ctx / 2 */
     int64_t chunks;         /* windows at most; 0: all */
@@ -263,10 +263,10 @@ typedef struct mc_eval mc_eval;
 typedef struct mc_eval_info {
     const char *checkpoint; /* the iteration directory */
     int64_t iteration;
-    int64_t parameters;     /* the whole model's */
-    int ctx;                /* the context in use */
-    int int8;               /* the linear layers run on int8 codes */
-    size_t nprompts;        /* prompts to continue */
+    int64_t parameters; /* the whole model's */
+    int ctx;            /* the context in use */
+    int int8;           /* the linear layers run on int8 codes */
+    size_t nprompts;    /* prompts to continue */
 } mc_eval_info;
 
 /* Open the checkpoint c->ckpt: its configuration, its tokenizer (when text
@@ -296,8 +296,8 @@ mc_status mc_eval_run_task(mc_eval *ev, size_t i, mc_task_doc_fn cb, void *cb_ct
                            mc_task_result *res, mc_error *err);
 
 typedef struct mc_eval_gen {
-    size_t prompts;  /* continued */
-    int64_t tokens;  /* generated */
+    size_t prompts; /* continued */
+    int64_t tokens; /* generated */
     double seconds;
 } mc_eval_gen;
 

@@ -31,8 +31,8 @@ mc_status mc_map_file(const char *path, mc_map *m, mc_error *err);
 void mc_unmap(mc_map *m);
 
 typedef struct mc_afile {
-    char *path;      /* final name */
-    char *tmp;       /* temporary name while open */
+    char *path; /* final name */
+    char *tmp;  /* temporary name while open */
     int fd;
     unsigned char *buf;
     size_t len, cap;

@@ -91,18 +91,18 @@ void mc_gptdata_num_samples(int64_t train_iters, int64_t eval_interval, int64_t 
                             int64_t global_batch, int64_t out[MC_SPLIT_COUNT]);
 
 typedef struct mc_gptdata_config {
-    mc_gptdata_blend blend;      /* the data; ignored when mock */
-    const char *split;           /* default "969,30,1" */
-    int64_t seq_length;          /* tokens per sample input (> 1) */
-    uint32_t seed;               /* --seed (Megatron's default 1234) */
+    mc_gptdata_blend blend;              /* the data; ignored when mock */
+    const char *split;                   /* default "969,30,1" */
+    int64_t seq_length;                  /* tokens per sample input (> 1) */
+    uint32_t seed;                       /* --seed (Megatron's default 1234) */
     int64_t num_samples[MC_SPLIT_COUNT]; /* samples wanted; -1 = one epoch (None) */
-    const char *cache_dir;       /* --data-cache-path; NULL: Megatron's default */
-    int add_extra_token;         /* 1 (Megatron's default): samples of seq_length+1 */
-    int drop_last_partial_validation; /* 1 (default) */
-    double mid_level_surplus;    /* 0.005 */
-    int mock;                    /* --mock-data */
-    int64_t vocab_size;          /* mock: tokens in [0, vocab_size) */
-    int32_t eod;                 /* mock: last token of each document */
+    const char *cache_dir;               /* --data-cache-path; NULL: Megatron's default */
+    int add_extra_token;                 /* 1 (Megatron's default): samples of seq_length+1 */
+    int drop_last_partial_validation;    /* 1 (default) */
+    double mid_level_surplus;            /* 0.005 */
+    int mock;                            /* --mock-data */
+    int64_t vocab_size;                  /* mock: tokens in [0, vocab_size) */
+    int32_t eod;                         /* mock: last token of each document */
     /* JSON of the tokenizer's unique_identifiers for the cache description
      * (e.g. {"class": "..."}); NULL writes null. Only the cache file names
      * depend on it. */

@@ -14,8 +14,8 @@ extern "C" {
 /* Parse a JSON file; on failure err reads "PATH:LINE:COL: invalid JSON: ...". */
 mc_status mc_json_load_file(const char *path, json_t **out, mc_error *err);
 /* Parse a buffer; `where` (e.g. "corpus.jsonl:12") prefixes the message. */
-mc_status mc_json_load_buf(const char *where, const char *data, size_t len,
-                           json_t **out, mc_error *err);
+mc_status mc_json_load_buf(const char *where, const char *data, size_t len, json_t **out,
+                           mc_error *err);
 
 #ifdef __cplusplus
 }

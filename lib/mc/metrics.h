@@ -41,27 +41,27 @@ extern "C" {
 
 /* Megatron's tags. "iteration-time" is in seconds, "throughput" in TFLOP/s
  * per GPU (Megatron's num_floating_point_operations / time / world size). */
-#define MC_TAG_LM_LOSS        "lm loss"
-#define MC_TAG_LEARNING_RATE  "learning-rate"
-#define MC_TAG_BATCH_SIZE     "batch-size"
-#define MC_TAG_LOSS_SCALE     "loss-scale"
-#define MC_TAG_WORLD_SIZE     "world-size"
-#define MC_TAG_GRAD_NORM      "grad-norm"
-#define MC_TAG_NUM_ZEROS      "num-zeros"
-#define MC_TAG_PARAMS_NORM    "params-norm"
+#define MC_TAG_LM_LOSS "lm loss"
+#define MC_TAG_LEARNING_RATE "learning-rate"
+#define MC_TAG_BATCH_SIZE "batch-size"
+#define MC_TAG_LOSS_SCALE "loss-scale"
+#define MC_TAG_WORLD_SIZE "world-size"
+#define MC_TAG_GRAD_NORM "grad-norm"
+#define MC_TAG_NUM_ZEROS "num-zeros"
+#define MC_TAG_PARAMS_NORM "params-norm"
 #define MC_TAG_ITERATION_TIME "iteration-time"
-#define MC_TAG_THROUGHPUT     "throughput"
-#define MC_TAG_VAL_LOSS       "lm loss validation"
-#define MC_TAG_VAL_PPL        "lm loss validation ppl"
+#define MC_TAG_THROUGHPUT "throughput"
+#define MC_TAG_VAL_LOSS "lm loss validation"
+#define MC_TAG_VAL_PPL "lm loss validation ppl"
 /* mc's additions. Megatron writes its end-of-training test evaluation under
  * the validation tags, where it collides with the last validation point; mc
  * gives the test split tags of its own. */
-#define MC_TAG_TEST_LOSS      "lm loss test"
-#define MC_TAG_TEST_PPL       "lm loss test ppl"
+#define MC_TAG_TEST_LOSS "lm loss test"
+#define MC_TAG_TEST_PPL "lm loss test ppl"
 #define MC_TAG_TOKENS_PER_SEC "tokens-per-sec"
-#define MC_TAG_MFU            "mfu"            /* fraction of peak, 0..1 */
-#define MC_TAG_SKIPPED_ITERS  "skipped-iterations"
-#define MC_TAG_NAN_ITERS      "nan-iterations"
+#define MC_TAG_MFU "mfu" /* fraction of peak, 0..1 */
+#define MC_TAG_SKIPPED_ITERS "skipped-iterations"
+#define MC_TAG_NAN_ITERS "nan-iterations"
 
 /* When mc_metrics_samples gave a step its consumed-sample count, each of
  * that step's scalars is also written to TensorBoard as "TAG vs samples"
@@ -87,8 +87,7 @@ mc_status mc_metrics_scalar(mc_metrics *m, const char *tag, int64_t step, double
 
 /* Record the consumed samples at a step (JSON "consumed-samples", TensorBoard
  * "TAG vs samples"). Optional. */
-mc_status mc_metrics_samples(mc_metrics *m, int64_t step, int64_t consumed_samples,
-                             mc_error *err);
+mc_status mc_metrics_samples(mc_metrics *m, int64_t step, int64_t consumed_samples, mc_error *err);
 
 /* Write everything buffered, one TensorBoard event and one JSON line per
  * step, steps in the order they were first given; then empty the buffer. */

@@ -28,25 +28,25 @@ typedef enum mc_pos_kind { MC_POS_LEARNED = 0, MC_POS_ROPE = 1 } mc_pos_kind;
 
 /* The architecture, in Megatron's terms (its flag names in comments). */
 typedef struct mc_model_config {
-    int num_layers;               /* --num-layers */
-    int hidden_size;              /* --hidden-size */
-    int num_attention_heads;      /* --num-attention-heads */
-    int num_query_groups;         /* --num-query-groups (== heads without --group-query-attention) */
-    int ffn_hidden_size;          /* --ffn-hidden-size (0: 4 * hidden, or Llama's rule with --swiglu) */
-    int kv_channels;              /* head dim; 0: hidden / heads */
-    int seq_length;               /* --seq-length */
-    int max_position_embeddings;  /* --max-position-embeddings */
-    int64_t vocab_size;           /* the tokenizer's size, before padding */
-    int make_vocab_size_divisible_by; /* --make-vocab-size-divisible-by (default 128) */
-    int64_t padded_vocab_size;    /* computed by mc_model_config_finish */
-    mc_norm_kind normalization;   /* --normalization LayerNorm|RMSNorm */
-    float norm_epsilon;           /* --norm-epsilon (1e-5) */
-    int swiglu;                   /* --swiglu */
-    mc_pos_kind position_embedding_type; /* --position-embedding-type learned_absolute|rope */
-    float rotary_base;            /* --rotary-base (10000) */
+    int num_layers;          /* --num-layers */
+    int hidden_size;         /* --hidden-size */
+    int num_attention_heads; /* --num-attention-heads */
+    int num_query_groups;    /* --num-query-groups (== heads without --group-query-attention) */
+    int ffn_hidden_size;     /* --ffn-hidden-size (0: 4 * hidden, or Llama's rule with --swiglu) */
+    int kv_channels;         /* head dim; 0: hidden / heads */
+    int seq_length;          /* --seq-length */
+    int max_position_embeddings;             /* --max-position-embeddings */
+    int64_t vocab_size;                      /* the tokenizer's size, before padding */
+    int make_vocab_size_divisible_by;        /* --make-vocab-size-divisible-by (default 128) */
+    int64_t padded_vocab_size;               /* computed by mc_model_config_finish */
+    mc_norm_kind normalization;              /* --normalization LayerNorm|RMSNorm */
+    float norm_epsilon;                      /* --norm-epsilon (1e-5) */
+    int swiglu;                              /* --swiglu */
+    mc_pos_kind position_embedding_type;     /* --position-embedding-type learned_absolute|rope */
+    float rotary_base;                       /* --rotary-base (10000) */
     int untie_embeddings_and_output_weights; /* --untie-embeddings-and-output-weights */
-    int add_bias_linear;          /* 0 with --disable-bias-linear */
-    float init_method_std;        /* --init-method-std (0.02) */
+    int add_bias_linear;                     /* 0 with --disable-bias-linear */
+    float init_method_std;                   /* --init-method-std (0.02) */
     /* --sequence-parallel: with tensor parallelism, the residual stream,
      * the norms and the embeddings' output hold seq_length / tp positions of
      * every sequence per rank (doc/ARCHITECTURE.md, "The model"); needs
@@ -92,18 +92,18 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err);
  * row j * rows / row_chunks + row0 for chunk j (row0 is the offset within
  * a chunk). With tp = 1 this is the whole tensor in global order. */
 typedef struct mc_param {
-    char name[128];     /* Megatron Core state-dict name */
+    char name[128]; /* Megatron Core state-dict name */
     int ndim;
     int64_t rows, cols;             /* global */
     int64_t local_rows, local_cols; /* on this rank */
     int64_t row0, col0;
     int split_dim;
-    int no_weight_decay;            /* biases and norm weights */
-    float init_std;                 /* 0: constant init_value */
+    int no_weight_decay; /* biases and norm weights */
+    float init_std;      /* 0: constant init_value */
     float init_value;
-    size_t offset;                  /* element offset in the parameter buffer */
-    size_t numel;                   /* local elements */
-    int row_chunks;                 /* 1, or 2 for SwiGLU's [gate; up] (see above) */
+    size_t offset;  /* element offset in the parameter buffer */
+    size_t numel;   /* local elements */
+    int row_chunks; /* 1, or 2 for SwiGLU's [gate; up] (see above) */
     /* 1 on the last pipeline stage's copy of the tied word embeddings
      * (Megatron's shared parameter): same name and values as the first
      * stage's, kept equal by mc_model_allreduce_embedding_grads; left out
@@ -122,12 +122,12 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
 void mc_model_free(mc_model *m);
 const mc_model_config *mc_model_get_config(const mc_model *m);
 
-size_t mc_model_num_params(const mc_model *m);   /* number of mc_param entries */
+size_t mc_model_num_params(const mc_model *m); /* number of mc_param entries */
 const mc_param *mc_model_param(const mc_model *m, size_t i);
 const mc_param *mc_model_param_by_name(const mc_model *m, const char *name);
-float *mc_model_params(mc_model *m);             /* the whole buffer (backend memory) */
+float *mc_model_params(mc_model *m); /* the whole buffer (backend memory) */
 float *mc_model_grads(mc_model *m);
-size_t mc_model_numel(const mc_model *m);        /* local elements in the buffer */
+size_t mc_model_numel(const mc_model *m); /* local elements in the buffer */
 /* Parameter count of the whole (global) model, for FLOP estimates. */
 int64_t mc_model_global_numel(const mc_model *m);
 

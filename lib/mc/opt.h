@@ -31,27 +31,26 @@ typedef struct mc_option {
 
 /* Keys mc_cli_next returns besides the tool's own. */
 enum {
-    MC_CLI_END = -1,     /* no more options; positional arguments follow */
-    MC_CLI_EXIT = -2,    /* --help or --version was printed: exit 0 */
-    MC_CLI_ERROR = -3    /* bad usage: err holds the message; exit 2 */
+    MC_CLI_END = -1,  /* no more options; positional arguments follow */
+    MC_CLI_EXIT = -2, /* --help or --version was printed: exit 0 */
+    MC_CLI_ERROR = -3 /* bad usage: err holds the message; exit 2 */
 };
 
 typedef struct mc_cli {
-    const char *prog;      /* "mc-preprocess" */
-    const char *synopsis;  /* "[OPTION]... [INPUT]..." */
-    const char *summary;   /* one paragraph shown by --help */
+    const char *prog;     /* "mc-preprocess" */
+    const char *synopsis; /* "[OPTION]... [INPUT]..." */
+    const char *summary;  /* one paragraph shown by --help */
     const mc_option *opts;
-    int argc;              /* after @FILE expansion */
-    char **argv;           /* owned by the cli */
-    int optind;            /* index of the first positional argument after END */
+    int argc;    /* after @FILE expansion */
+    char **argv; /* owned by the cli */
+    int optind;  /* index of the first positional argument after END */
     /* private */
     void *priv;
 } mc_cli;
 
 /* Expand @FILE arguments and prepare parsing. */
-mc_status mc_cli_init(mc_cli *cli, const char *prog, const char *synopsis,
-                      const char *summary, const mc_option *opts,
-                      int argc, char **argv, mc_error *err);
+mc_status mc_cli_init(mc_cli *cli, const char *prog, const char *synopsis, const char *summary,
+                      const mc_option *opts, int argc, char **argv, mc_error *err);
 /* Options of several words, as Megatron's nargs='*' ("--data-path 0.3 A
  * 0.7 B") where getopt gives an option one argument: call it before the
  * first mc_cli_next. Each word after an argument of option `key` that is
@@ -68,16 +67,15 @@ void mc_cli_free(mc_cli *cli);
 /* Expand @FILE words in an argument vector (exposed for tests). The result is
  * a NULL-terminated, malloc'd vector of malloc'd strings; free with
  * mc_argv_free. */
-mc_status mc_argv_expand(int argc, char **argv, int *out_argc, char ***out_argv,
-                         mc_error *err);
+mc_status mc_argv_expand(int argc, char **argv, int *out_argc, char ***out_argv, mc_error *err);
 void mc_argv_free(int argc, char **argv);
 
 /* Value parsers: the whole string must parse and lie in [min, max]; the error
  * names the option ("--workers: expected an integer in [1, 1024], got 'x'"). */
-mc_status mc_parse_i64(const char *opt, const char *s, int64_t min, int64_t max,
-                       int64_t *out, mc_error *err);
-mc_status mc_parse_double(const char *opt, const char *s, double min, double max,
-                          double *out, mc_error *err);
+mc_status mc_parse_i64(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out,
+                       mc_error *err);
+mc_status mc_parse_double(const char *opt, const char *s, double min, double max, double *out,
+                          mc_error *err);
 /* Sizes with optional suffix K, M, G, T (powers of 1024) or KB, MB, GB (1000). */
 mc_status mc_parse_size(const char *opt, const char *s, uint64_t *out, mc_error *err);
 

@@ -20,12 +20,12 @@ extern "C" {
 #endif
 
 typedef struct mc_plan_stage {
-    int first_layer, last_layer;   /* global layers [first, last) */
-    int64_t params;                /* local parameter elements (unpadded) */
-    int64_t numel;                 /* elements of the parameter buffer (64-byte aligned) */
+    int first_layer, last_layer; /* global layers [first, last) */
+    int64_t params;              /* local parameter elements (unpadded) */
+    int64_t numel;               /* elements of the parameter buffer (64-byte aligned) */
     double param_bytes, grad_bytes, optim_bytes, act_bytes;
-    double act_bytes_recompute;    /* < 0: recomputation not implemented */
-    int slots;                     /* micro-batches whose activations are held */
+    double act_bytes_recompute; /* < 0: recomputation not implemented */
+    int slots;                  /* micro-batches whose activations are held */
     /* Bytes per iteration this rank sends into collectives of each group
      * (tensor sizes, not the wire), and the calls. */
     double tp_bytes, dp_bytes, pp_bytes, embd_bytes;
@@ -40,18 +40,18 @@ typedef struct mc_plan {
     int world, tp, pp, cp, dp;
     int sequence_parallel, distributed_optimizer;
     int64_t micro_batch, global_batch, num_micro;
-    int64_t global_params;         /* the model's parameters (unpadded) */
-    int nstages;                   /* = pp */
-    mc_plan_stage *stage;          /* [pp] */
+    int64_t global_params; /* the model's parameters (unpadded) */
+    int nstages;           /* = pp */
+    mc_plan_stage *stage;  /* [pp] */
 } mc_plan;
 
 /* The plan of a run on `world` ranks of tp x pp (cp = 1) with data-parallel
  * size world / (tp pp). c: the model's configuration (vocab_size set;
  * finished here for tp, so divisibility errors come back as
  * MC_ERR_USAGE with the numbers); global_batch 0: micro_batch x dp. */
-mc_status mc_plan_compute(const mc_model_config *c, int world, int tp, int pp,
-                          int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
-                          mc_plan *out, mc_error *err);
+mc_status mc_plan_compute(const mc_model_config *c, int world, int tp, int pp, int64_t micro_batch,
+                          int64_t global_batch, int distributed_optimizer, mc_plan *out,
+                          mc_error *err);
 void mc_plan_free(mc_plan *p);
 /* The plan as text lines, one call of print per line. */
 void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line), void *ctx);

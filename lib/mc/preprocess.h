@@ -39,18 +39,18 @@ typedef struct mc_preprocess_stats {
 typedef void (*mc_progress_fn)(void *ctx, const mc_preprocess_stats *s, int final);
 
 typedef struct mc_preprocess_config {
-    const char *const *inputs;   /* files, globs, "-" */
+    const char *const *inputs; /* files, globs, "-" */
     size_t n_inputs;
     mc_docsource_config source;
     const char *const *json_keys; /* JSONL keys (default "text"); text input uses "text" */
     size_t n_json_keys;
     const mc_tokenizer *tokenizer;
-    int append_eod;              /* append the tokenizer's EOD id to every document */
-    int workers;                 /* tokenizing threads, >= 1 */
-    int skip_invalid;            /* skip and count bad records instead of failing */
-    const char *output_prefix;   /* datasets are OUTPUT_PREFIX_<key>_document */
-    size_t batch_documents;      /* 0: default 2048 */
-    size_t batch_bytes;          /* 0: default 8 MiB */
+    int append_eod;            /* append the tokenizer's EOD id to every document */
+    int workers;               /* tokenizing threads, >= 1 */
+    int skip_invalid;          /* skip and count bad records instead of failing */
+    const char *output_prefix; /* datasets are OUTPUT_PREFIX_<key>_document */
+    size_t batch_documents;    /* 0: default 2048 */
+    size_t batch_bytes;        /* 0: default 8 MiB */
     mc_progress_fn progress;
     void *progress_ctx;
     volatile sig_atomic_t *cancel; /* when it becomes non-zero, stop and write nothing */
@@ -65,8 +65,8 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
 
 /* "PREFIX_KEY_document" into dst (Megatron's naming); MC_ERR_LIMIT if it does
  * not fit. */
-mc_status mc_dataset_prefix(char *dst, size_t size, const char *output_prefix,
-                            const char *key, mc_error *err);
+mc_status mc_dataset_prefix(char *dst, size_t size, const char *output_prefix, const char *key,
+                            mc_error *err);
 
 /* ---- the same inputs teaching a tokenizer (lib/data/bpe_input.c) */
 

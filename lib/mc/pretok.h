@@ -42,8 +42,8 @@ void mc_pretok_iter_free(mc_pretok_iter *it);
  * reported as MC_ERR_INTERNAL unless fn set err itself. */
 typedef int (*mc_piece_fn)(void *ctx, const char *piece, size_t len);
 
-mc_status mc_pretok_split(mc_pretok_iter *it, const char *text, size_t len,
-                          mc_piece_fn fn, void *ctx, mc_error *err);
+mc_status mc_pretok_split(mc_pretok_iter *it, const char *text, size_t len, mc_piece_fn fn,
+                          void *ctx, mc_error *err);
 
 /* Length of the valid UTF-8 prefix of s (RFC 3629: no overlongs, no
  * surrogates, nothing above U+10FFFF). */

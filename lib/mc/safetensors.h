@@ -59,9 +59,9 @@ typedef struct mc_st_tensor {
     int ndim;
     int64_t shape[MC_ST_MAX_DIMS];
     int64_t numel;
-    const void *data;  /* in the mapped file */
+    const void *data; /* in the mapped file */
     size_t nbytes;
-    const char *file;  /* the file it lives in (for messages) */
+    const char *file; /* the file it lives in (for messages) */
 } mc_st_tensor;
 
 typedef struct mc_st_model mc_st_model;

@@ -47,26 +47,26 @@ extern "C" {
  * and train_samples is given; the *_iters options go with train_iters and
  * the *_samples ones with train_samples, as Megatron requires. */
 typedef struct mc_lr_config {
-    double lr;             /* --lr (the peak) */
-    double min_lr;         /* --min-lr, 0 */
-    double lr_warmup_init; /* --lr-warmup-init, 0 */
-    mc_lr_decay_style decay_style;      /* --lr-decay-style, linear */
-    mc_wsd_decay_style wsd_decay_style; /* --lr-wsd-decay-style, exponential */
-    int64_t global_batch_size;          /* --global-batch-size */
-    int64_t train_iters, train_samples; /* --train-iters | --train-samples */
+    double lr;                                        /* --lr (the peak) */
+    double min_lr;                                    /* --min-lr, 0 */
+    double lr_warmup_init;                            /* --lr-warmup-init, 0 */
+    mc_lr_decay_style decay_style;                    /* --lr-decay-style, linear */
+    mc_wsd_decay_style wsd_decay_style;               /* --lr-wsd-decay-style, exponential */
+    int64_t global_batch_size;                        /* --global-batch-size */
+    int64_t train_iters, train_samples;               /* --train-iters | --train-samples */
     int64_t lr_decay_iters, lr_decay_samples;         /* default: the train length */
     int64_t lr_warmup_iters, lr_warmup_samples;       /* 0 */
     double lr_warmup_fraction;                        /* of the decay length; -1 */
     int64_t lr_wsd_decay_iters, lr_wsd_decay_samples; /* WSD needs one; -1 */
-    double weight_decay;                     /* --weight-decay, 0.01 */
-    double start_weight_decay, end_weight_decay; /* -1: --weight-decay */
-    mc_wd_incr_style wd_incr_style;          /* --weight-decay-incr-style, constant */
+    double weight_decay;                              /* --weight-decay, 0.01 */
+    double start_weight_decay, end_weight_decay;      /* -1: --weight-decay */
+    mc_wd_incr_style wd_incr_style;                   /* --weight-decay-incr-style, constant */
 } mc_lr_config;
 
 /* Everything in samples, as in Megatron's scheduler. */
 typedef struct mc_lr_schedule {
     double init_lr, max_lr, min_lr;
-    double warmup_steps;    /* may be fractional (--lr-warmup-fraction) */
+    double warmup_steps; /* may be fractional (--lr-warmup-fraction) */
     double decay_steps;
     double wsd_decay_steps; /* 0 unless WSD */
     double wd_incr_steps;

@@ -18,13 +18,13 @@ extern "C" {
 
 typedef enum mc_status {
     MC_OK = 0,
-    MC_ERR_IO,        /* the operating system refused: open, read, write, rename */
-    MC_ERR_FORMAT,    /* the input is malformed: bad JSON, bad magic, bad sizes */
-    MC_ERR_USAGE,     /* the caller asked for something impossible (exit 2) */
-    MC_ERR_NOMEM,     /* out of memory */
-    MC_ERR_LIMIT,     /* a configured limit was exceeded (document too long, ...) */
-    MC_ERR_NOTFOUND,  /* a named thing (key, token, file) does not exist */
-    MC_ERR_INTERNAL   /* a bug in mc */
+    MC_ERR_IO,       /* the operating system refused: open, read, write, rename */
+    MC_ERR_FORMAT,   /* the input is malformed: bad JSON, bad magic, bad sizes */
+    MC_ERR_USAGE,    /* the caller asked for something impossible (exit 2) */
+    MC_ERR_NOMEM,    /* out of memory */
+    MC_ERR_LIMIT,    /* a configured limit was exceeded (document too long, ...) */
+    MC_ERR_NOTFOUND, /* a named thing (key, token, file) does not exist */
+    MC_ERR_INTERNAL  /* a bug in mc */
 } mc_status;
 
 #define MC_ERROR_MSG_MAX 1024

@@ -39,14 +39,14 @@ const char *mc_tokenizer_kind_name(mc_tokenizer_kind k);
 
 typedef struct mc_tokenizer_spec {
     mc_tokenizer_kind kind;
-    const char *model;       /* --tokenizer-model: tokenizer.json, or tiktoken rank file */
-    const char *vocab_file;  /* --vocab-file (GPT2BPETokenizer) */
-    const char *merge_file;  /* --merge-file (GPT2BPETokenizer) */
-    const char *tiktoken_pattern;        /* "v1" or "v2" (default "v2") */
-    int64_t tiktoken_num_special_tokens; /* default 1000 */
+    const char *model;            /* --tokenizer-model: tokenizer.json, or tiktoken rank file */
+    const char *vocab_file;       /* --vocab-file (GPT2BPETokenizer) */
+    const char *merge_file;       /* --merge-file (GPT2BPETokenizer) */
+    const char *tiktoken_pattern; /* "v1" or "v2" (default "v2") */
+    int64_t tiktoken_num_special_tokens;        /* default 1000 */
     const char *const *tiktoken_special_tokens; /* default <unk>, <s>, </s> */
     size_t n_tiktoken_special_tokens;
-    int64_t vocab_size;      /* NullTokenizer: --vocab-size (ids 0..N-1, EOD = N) */
+    int64_t vocab_size; /* NullTokenizer: --vocab-size (ids 0..N-1, EOD = N) */
 } mc_tokenizer_spec;
 
 /* A spec with Megatron's defaults for the given kind. */

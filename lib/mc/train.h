@@ -36,8 +36,8 @@ typedef struct mc_loss_scaler {
     int dynamic;
     double scale;
     double min_scale;
-    int window;             /* growth interval: clean steps before doubling */
-    int hysteresis;         /* overflows in a row before halving */
+    int window;     /* growth interval: clean steps before doubling */
+    int hysteresis; /* overflows in a row before halving */
     double growth_factor, backoff_factor;
     int growth_tracker;     /* clean steps since the last change */
     int hysteresis_tracker; /* overflows still tolerated */
@@ -52,10 +52,10 @@ void mc_loss_scaler_update(mc_loss_scaler *s, int found_inf);
 /* ------------------------------------------------------------ optimizer */
 
 typedef struct mc_optim_config {
-    double weight_decay;  /* --weight-decay (0.01); none on no_weight_decay params */
-    double beta1, beta2;  /* --adam-beta1 (0.9), --adam-beta2 (0.999) */
-    double eps;           /* --adam-eps (1e-8) */
-    double clip_grad;     /* --clip-grad (1.0); 0 turns clipping off */
+    double weight_decay; /* --weight-decay (0.01); none on no_weight_decay params */
+    double beta1, beta2; /* --adam-beta1 (0.9), --adam-beta2 (0.999) */
+    double eps;          /* --adam-eps (1e-8) */
+    double clip_grad;    /* --clip-grad (1.0); 0 turns clipping off */
 } mc_optim_config;
 
 void mc_optim_config_init(mc_optim_config *c);
@@ -75,9 +75,9 @@ mc_status mc_optim_new_for_model(mc_backend *be, const mc_grid *g, const mc_opti
 void mc_optim_free(mc_optim *o);
 
 typedef struct mc_optim_result {
-    double grad_norm;   /* global L2 norm of the unscaled gradients (NaN/Inf when not finite) */
-    double clip_coeff;  /* factor applied for --clip-grad (1 when not clipped) */
-    int found_inf;      /* some gradient was NaN or Inf: nothing was updated */
+    double grad_norm;  /* global L2 norm of the unscaled gradients (NaN/Inf when not finite) */
+    double clip_coeff; /* factor applied for --clip-grad (1 when not clipped) */
+    int found_inf;     /* some gradient was NaN or Inf: nothing was updated */
 } mc_optim_result;
 
 /* One optimizer step. The gradients hold loss_scale times the true
@@ -110,10 +110,10 @@ void mc_optim_set_steps(mc_optim *o, int64_t steps);
  * mc_train_config_init). */
 typedef struct mc_train_config {
     /* batches and length of the run */
-    int64_t micro_batch_size;   /* --micro-batch-size (1) */
-    int64_t global_batch_size;  /* --global-batch-size (0: micro-batch x data-parallel size) */
-    int64_t train_iters;        /* --train-iters; exactly one of these two is > 0 */
-    int64_t train_samples;      /* --train-samples */
+    int64_t micro_batch_size;  /* --micro-batch-size (1) */
+    int64_t global_batch_size; /* --global-batch-size (0: micro-batch x data-parallel size) */
+    int64_t train_iters;       /* --train-iters; exactly one of these two is > 0 */
+    int64_t train_samples;     /* --train-samples */
     /* --train-iters 0: build and initialize the model (load --load when
      * given), save it with --save as it stands (a fresh model: iteration 0,
      * zero Adam moments) and train nothing; train_iters and train_samples
@@ -127,32 +127,32 @@ typedef struct mc_train_config {
      * the weight decay of each step */
     mc_optim_config optim;
     /* precision */
-    mc_prec prec;               /* --bf16, --fp16 (GEMM precision; master weights stay fp32) */
-    double loss_scale;          /* --loss-scale (0: dynamic, fp16 only) */
-    double initial_loss_scale;  /* --initial-loss-scale (2^32) */
-    double min_loss_scale;      /* --min-loss-scale (1) */
-    int64_t loss_scale_window;  /* --loss-scale-window (1000) */
-    int64_t hysteresis;         /* --hysteresis (2) */
-    int64_t max_nan_iters;      /* --max-nan-iters (10): NaN/Inf iterations in a row before failing */
+    mc_prec prec;              /* --bf16, --fp16 (GEMM precision; master weights stay fp32) */
+    double loss_scale;         /* --loss-scale (0: dynamic, fp16 only) */
+    double initial_loss_scale; /* --initial-loss-scale (2^32) */
+    double min_loss_scale;     /* --min-loss-scale (1) */
+    int64_t loss_scale_window; /* --loss-scale-window (1000) */
+    int64_t hysteresis;        /* --hysteresis (2) */
+    int64_t max_nan_iters; /* --max-nan-iters (10): NaN/Inf iterations in a row before failing */
     /* evaluation and logging */
-    int64_t eval_interval;      /* --eval-interval (1000) */
-    int64_t eval_iters;         /* --eval-iters (100; 0 turns evaluation off) */
-    int64_t log_interval;       /* --log-interval (100) */
-    int log_comm;               /* --log-comm: traffic per group after the log line */
-    const char *tensorboard_dir;/* --tensorboard-dir */
-    const char *log_json;       /* --log-json */
-    double peak_tflops;         /* --peak-tflops (0: no MFU) */
+    int64_t eval_interval;       /* --eval-interval (1000) */
+    int64_t eval_iters;          /* --eval-iters (100; 0 turns evaluation off) */
+    int64_t log_interval;        /* --log-interval (100) */
+    int log_comm;                /* --log-comm: traffic per group after the log line */
+    const char *tensorboard_dir; /* --tensorboard-dir */
+    const char *log_json;        /* --log-json */
+    double peak_tflops;          /* --peak-tflops (0: no MFU) */
     /* checkpoints */
-    const char *save;           /* --save DIR */
-    const char *load;           /* --load DIR */
-    int64_t save_interval;      /* --save-interval (0: only at the end) */
-    int finetune;               /* --finetune: weights only, iteration 0 */
+    const char *save;                 /* --save DIR */
+    const char *load;                 /* --load DIR */
+    int64_t save_interval;            /* --save-interval (0: only at the end) */
+    int finetune;                     /* --finetune: weights only, iteration 0 */
     int no_load_optim, no_save_optim; /* --no-load-optim, --no-save-optim */
-    int ckpt_compression;       /* an mc_ckpt_compression (--ckpt-compression) */
+    int ckpt_compression;             /* an mc_ckpt_compression (--ckpt-compression) */
     /* exits */
-    int64_t exit_interval;      /* --exit-interval (0: off) */
+    int64_t exit_interval;        /* --exit-interval (0: off) */
     double exit_duration_in_mins; /* --exit-duration-in-mins (0: off) */
-    uint64_t seed;              /* --seed (1234): initialization and data order */
+    uint64_t seed;                /* --seed (1234): initialization and data order */
     /* Set asynchronously (a SIGTERM/SIGINT handler) to finish the current
      * iteration, save a checkpoint and return (Megatron's
      * --exit-signal-handler). May be NULL. */
@@ -181,13 +181,13 @@ void mc_train_config_init(mc_train_config *c);
 
 /* How a run ended. */
 typedef struct mc_train_report {
-    int64_t iteration;          /* the last iteration completed */
+    int64_t iteration; /* the last iteration completed */
     int64_t consumed_samples;
     int64_t skipped_iters, nan_iters; /* over the whole run */
-    char last_checkpoint[4096]; /* directory of the last checkpoint written, "" if none */
-    double last_lm_loss;        /* the last iteration's training loss */
-    double valid_loss, test_loss; /* last evaluations (NaN when none ran) */
-    const char *exit_reason;    /* "train-iters", "signal", "exit-interval", "exit-duration" */
+    char last_checkpoint[4096];       /* directory of the last checkpoint written, "" if none */
+    double last_lm_loss;              /* the last iteration's training loss */
+    double valid_loss, test_loss;     /* last evaluations (NaN when none ran) */
+    const char *exit_reason; /* "train-iters", "signal", "exit-interval", "exit-duration" */
 } mc_train_report;
 
 struct mc_gptdata_config;

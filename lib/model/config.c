@@ -39,8 +39,8 @@ static void preset_gpt(mc_model_config *c, int layers, int hidden, int heads, in
 /* The Llama recipe: RMSNorm, SwiGLU, RoPE, grouped-query attention, no
  * biases, and an untied output layer (mc's Llama family is always untied,
  * even where the Hugging Face model it borrows a shape from ties them). */
-static void preset_llama(mc_model_config *c, int layers, int hidden, int heads, int groups,
-                         int ffn, int seq, float rope_base)
+static void preset_llama(mc_model_config *c, int layers, int hidden, int heads, int groups, int ffn,
+                         int seq, float rope_base)
 {
     mc_model_config_init(c);
     c->num_layers = layers;
@@ -59,7 +59,7 @@ static void preset_llama(mc_model_config *c, int layers, int hidden, int heads, 
 }
 
 static const char *const preset_names[] = {
-    "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b", "llama-160m",
+    "gpt2-124m", "gpt2-350m", "gpt2-774m",  "gpt2-1.5b", "llama-160m",
     "llama-1b",  "tiny-gpt",  "tiny-llama", NULL,
 };
 
@@ -111,8 +111,7 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
 {
     if (tp < 1) return BAD("--tensor-model-parallel-size must be at least 1 (got %d)", tp);
     if (c->num_layers < 1) return BAD("--num-layers must be at least 1 (got %d)", c->num_layers);
-    if (c->hidden_size < 1)
-        return BAD("--hidden-size must be at least 1 (got %d)", c->hidden_size);
+    if (c->hidden_size < 1) return BAD("--hidden-size must be at least 1 (got %d)", c->hidden_size);
     if (c->num_attention_heads < 1)
         return BAD("--num-attention-heads must be at least 1 (got %d)", c->num_attention_heads);
     if (c->seq_length < 1) return BAD("--seq-length must be at least 1 (got %d)", c->seq_length);
@@ -167,8 +166,7 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
         return BAD("rotary embeddings need an even head dimension (--kv-channels %d)",
                    c->kv_channels);
     if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
-    if (c->position_embedding_type == MC_POS_LEARNED &&
-        c->max_position_embeddings < c->seq_length)
+    if (c->position_embedding_type == MC_POS_LEARNED && c->max_position_embeddings < c->seq_length)
         return BAD("--seq-length (%d) exceeds --max-position-embeddings (%d)", c->seq_length,
                    c->max_position_embeddings);
     if (c->position_embedding_type == MC_POS_ROPE && !(c->rotary_base > 0))
@@ -278,7 +276,8 @@ mc_status mc_model_num_chunks_for(const mc_model_config *c, int pp, int *v, mc_e
     if (n < 0) return BAD("--num-layers-per-virtual-pipeline-stage must be positive (got %d)", n);
     if (pp <= 1)
         return BAD("--num-layers-per-virtual-pipeline-stage (%d) needs "
-                   "--pipeline-model-parallel-size > 1 (got %d)", n, pp);
+                   "--pipeline-model-parallel-size > 1 (got %d)",
+                   n, pp);
     if (c->decoder_first_pipeline_num_layers || c->decoder_last_pipeline_num_layers)
         return BAD("--num-layers-per-virtual-pipeline-stage does not combine with "
                    "--decoder-first/last-pipeline-num-layers");

@@ -20,12 +20,12 @@ struct mc_infer {
     int max_len, max_rows, len;
     size_t C, D, Ql, Gl, Fl, fc1_out, qkv_out, hr;
     int64_t v0, vl;
-    float **kc, **vc;               /* [nlocal] caches, [max_len, Gl, D] each */
-    void *block;                    /* everything below, one allocation */
+    float **kc, **vc; /* [nlocal] caches, [max_len, Gl, D] each */
+    void *block;      /* everything below, one allocation */
     float *x, *h, *qkv, *q, *att, *tmp, *fc1, *act, *mean, *rstd, *lnf;
-    float *last;                    /* [C] normed state of the last row run */
+    float *last; /* [C] normed state of the last row run */
     float *hrows, *logits, *rowmax, *sumexp, *tlogit, *loss; /* head scratch */
-    float *gathered;                /* [tp * vl] */
+    float *gathered;                                         /* [tp * vl] */
     int32_t *dtok, *dtgt;
     int have_last;
     /* weight-only int8: codes and row scales per parameter index (NULL:
@@ -38,10 +38,10 @@ struct mc_infer {
     float *hloss, *hmax, *htl;
 };
 
-#define TRY(call)                  \
-    do {                           \
-        mc_status st_ = (call);    \
-        if (st_) return st_;       \
+#define TRY(call)               \
+    do {                        \
+        mc_status st_ = (call); \
+        if (st_) return st_;    \
     } while (0)
 
 /* Parameter i's values (NULL when the parameter is absent). */
@@ -325,8 +325,7 @@ mc_status mc_infer_extend(mc_infer *f, const int32_t *tokens, int n, const int32
             }
         }
         if (k)
-            TRY(score_rows(f, k, logprob ? logprob + i0 : NULL, greedy ? greedy + i0 : NULL,
-                           err));
+            TRY(score_rows(f, k, logprob ? logprob + i0 : NULL, greedy ? greedy + i0 : NULL, err));
     }
     return MC_OK;
 }

@@ -89,8 +89,7 @@ static mc_status alloc_acts(mc_model *m, int nslots, mc_error *err)
         m->slots = NULL;
         return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
     }
-    for (int s = 0; s < nslots; s++)
-        m->slots[s].acts = acts + (size_t)s * nl;
+    for (int s = 0; s < nslots; s++) m->slots[s].acts = acts + (size_t)s * nl;
     carver cv = {NULL, 0};
     layout_acts(m, &cv);
     cv.base = mc_balloc(m->be, cv.off, err);
@@ -106,8 +105,8 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
 {
     *out = NULL;
     if (micro_batch < 1)
-        return mc_error_set(err, MC_ERR_USAGE, "model: --micro-batch-size must be at least 1 (got %d)",
-                            micro_batch);
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "model: --micro-batch-size must be at least 1 (got %d)", micro_batch);
     mc_model *m = calloc(1, sizeof *m);
     if (!m) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
     m->cfg = *c;
@@ -126,13 +125,11 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
         st = mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
         goto fail;
     }
-    for (int l = 0; l < m->cfg.num_layers; l++)
-        m->lidx[l] = -1;
+    for (int l = 0; l < m->cfg.num_layers; l++) m->lidx[l] = -1;
     for (int c = 0; c < m->nchunks; c++) {
         st = mc_model_chunk_layers(&m->cfg, g->pp, g->pp_rank, c, &m->cl0[c], &m->cl1[c], err);
         if (st) goto fail;
-        for (int l = m->cl0[c]; l < m->cl1[c]; l++)
-            m->lidx[l] = m->nlocal++;
+        for (int l = m->cl0[c]; l < m->cl1[c]; l++) m->lidx[l] = m->nlocal++;
     }
     m->first_stage = g->pp_rank == 0;
     m->last_stage = g->pp_rank == g->pp - 1;
@@ -171,8 +168,8 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     return MC_OK;
 nomem:
     st = err ? err->code : MC_ERR_NOMEM;
-    mc_error_prefix(err, "model: %lld parameters, micro-batch %d x %d",
-                    (long long)m->global_numel, micro_batch, k->seq_length);
+    mc_error_prefix(err, "model: %lld parameters, micro-batch %d x %d", (long long)m->global_numel,
+                    micro_batch, k->seq_length);
 fail:
     mc_model_free(m);
     return st;
@@ -213,17 +210,18 @@ static void round_weight(mc_model *m, int i)
                           (size_t)m->params[i].numel);
 }
 
-#define TRY(call)                  \
-    do {                           \
-        mc_status st_ = (call);    \
-        if (st_) return st_;       \
+#define TRY(call)               \
+    do {                        \
+        mc_status st_ = (call); \
+        if (st_) return st_;    \
     } while (0)
 
-static void norm_fwd(mc_model *m, float *out, float *mean, float *rstd, const float *x, int w, int b)
+static void norm_fwd(mc_model *m, float *out, float *mean, float *rstd, const float *x, int w,
+                     int b)
 {
     if (m->cfg.normalization == MC_NORM_LAYERNORM)
-        mc_k_layernorm_fwd(m->be, out, mean, rstd, x, param_val(m, w), param_val(m, b), m->Nl,
-                           m->C, m->cfg.norm_epsilon);
+        mc_k_layernorm_fwd(m->be, out, mean, rstd, x, param_val(m, w), param_val(m, b), m->Nl, m->C,
+                           m->cfg.norm_epsilon);
     else
         mc_k_rmsnorm_fwd(m->be, out, rstd, x, param_val(m, w), m->Nl, m->C, m->cfg.norm_epsilon);
 }
@@ -285,8 +283,7 @@ static mc_status tp_reduce(mc_model *m, float *full, float *local, float **out, 
     size_t B = (size_t)m->B, C = m->C, T = m->T, Tl = m->Tl, n = m->Nl * C;
     int tp = m->grid.tp;
     *out = local;
-    if (B == 1)
-        return mc_reduce_scatter_sum(&m->grid, MC_GROUP_TP, m->be, full, local, n, err);
+    if (B == 1) return mc_reduce_scatter_sum(&m->grid, MC_GROUP_TP, m->be, full, local, n, err);
     /* rows b T + r Tl go to [r][b][Tl][C]: rank r's block is contiguous */
     for (int r = 0; r < tp; r++)
         for (size_t b = 0; b < B; b++)
@@ -426,8 +423,8 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
                         vl, 0.0f);
         mc_k_xent_max(be, m->rowmax + r0, m->logits, R, vl);
         TRY(mc_allreduce_max(&m->grid, MC_GROUP_TP, be, m->rowmax + r0, R, err));
-        mc_k_xent_sumexp(be, m->sumexp + r0, m->tlogit + r0, m->logits, m->rowmax + r0, tgt,
-                         m->v0, R, vl);
+        mc_k_xent_sumexp(be, m->sumexp + r0, m->tlogit + r0, m->logits, m->rowmax + r0, tgt, m->v0,
+                         R, vl);
         TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->sumexp + r0, R, err));
         TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->tlogit + r0, R, err));
         mc_k_xent_loss(be, m->loss + r0, m->rowmax + r0, m->sumexp + r0, m->tlogit + r0, tgt, R);
@@ -556,8 +553,8 @@ mc_status mc_model_backward_chunk(mc_model *m, int chunk, int slot, const float 
     if (chunk_last(m, chunk)) {
         mc_k_fill(be, m->dres, 0.0f, m->Nl * C);
         if (sl->bwd)
-            TRY(norm_bwd(m, m->dres, sl->dhead, chunk_out(m, sl, chunk), sl->lnf_mean,
-                         sl->lnf_rstd, m->lnf_w, m->lnf_b, err));
+            TRY(norm_bwd(m, m->dres, sl->dhead, chunk_out(m, sl, chunk), sl->lnf_mean, sl->lnf_rstd,
+                         m->lnf_w, m->lnf_b, err));
         /* The buffer holds embeddings, the rank's layers, final norm, output
          * layer: each step of the backward finishes a suffix of it. */
         TRY(chunk_grad_ready(m, m->params[m->lnf_w].offset, err));
@@ -590,7 +587,8 @@ mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targe
     if (!m->first_stage || !m->last_stage || m->nchunks != 1)
         return mc_error_set(err, MC_ERR_INTERNAL,
                             "model: mc_model_step on pipeline stage %d of %d; use the pipeline "
-                            "schedule", m->grid.pp_rank, m->grid.pp);
+                            "schedule",
+                            m->grid.pp_rank, m->grid.pp);
     TRY(mc_model_forward(m, 0, tokens, targets, backward, grad_scale, NULL, loss, ntok, err));
     if (!m->slots[0].bwd) return MC_OK;
     return mc_model_backward(m, 0, NULL, NULL, err);
@@ -608,8 +606,7 @@ float *mc_model_chunk_input(mc_model *m, int chunk, int slot)
 
 mc_status mc_model_set_slots(mc_model *m, int slots, mc_error *err)
 {
-    if (slots < 1)
-        return mc_error_set(err, MC_ERR_INTERNAL, "model: %d activation slots", slots);
+    if (slots < 1) return mc_error_set(err, MC_ERR_INTERNAL, "model: %d activation slots", slots);
     if (slots == m->nslots) return MC_OK;
     return alloc_acts(m, slots, err);
 }

@@ -22,27 +22,27 @@ typedef struct mc_layer_params {
  * residual stream and the norms hold Nl rows: N, or B * T / tp with
  * sequence parallelism (model.c). */
 typedef struct mc_layer_acts {
-    float *res;          /* [Nl, C] the layer's input (residual stream) */
-    float *ln1;          /* [Nl, C] */
+    float *res;                 /* [Nl, C] the layer's input (residual stream) */
+    float *ln1;                 /* [Nl, C] */
     float *ln1_mean, *ln1_rstd; /* [Nl] (mean only for LayerNorm) */
-    float *q, *k, *v;    /* [N, Ql D], [N, Gl D], [N, Gl D], after RoPE */
-    float *att;          /* [N, Ql D] attention output */
-    float *lse;          /* [B, Ql, T] */
-    float *res2;         /* [Nl, C] residual after attention */
-    float *ln2;          /* [Nl, C] */
+    float *q, *k, *v;           /* [N, Ql D], [N, Gl D], [N, Gl D], after RoPE */
+    float *att;                 /* [N, Ql D] attention output */
+    float *lse;                 /* [B, Ql, T] */
+    float *res2;                /* [Nl, C] residual after attention */
+    float *ln2;                 /* [Nl, C] */
     float *ln2_mean, *ln2_rstd;
-    float *fc1;          /* [N, Fl] or [N, 2 Fl] with SwiGLU */
-    float *act;          /* [N, Fl] */
+    float *fc1; /* [N, Fl] or [N, 2 Fl] with SwiGLU */
+    float *act; /* [N, Fl] */
 } mc_layer_acts;
 
 /* One micro-batch in flight on this stage: its saved activations. */
 typedef struct mc_slot {
-    mc_layer_acts *acts;    /* [nlocal]: the stage's layers, by loc[] */
-    float *res_out;         /* [nchunks][Nl, C] each chunk's last layer's output */
+    mc_layer_acts *acts;              /* [nlocal]: the stage's layers, by loc[] */
+    float *res_out;                   /* [nchunks][Nl, C] each chunk's last layer's output */
     float *lnf, *lnf_mean, *lnf_rstd; /* last stage: [Nl, C], [Nl] */
-    float *dhead;           /* last stage: d(final norm output), this rank's [Nl, C] */
-    int32_t *tokens, *targets; /* [N] backend copies */
-    int bwd;                /* the forward ran the head's backward */
+    float *dhead;                     /* last stage: d(final norm output), this rank's [Nl, C] */
+    int32_t *tokens, *targets;        /* [N] backend copies */
+    int bwd;                          /* the forward ran the head's backward */
 } mc_slot;
 
 struct mc_model {
@@ -55,16 +55,16 @@ struct mc_model {
     /* the registry (params.c) */
     mc_param *params;
     size_t nparams;
-    size_t numel;           /* local, with alignment gaps */
+    size_t numel; /* local, with alignment gaps */
     int64_t global_numel;
     int wte, wpe, lnf_w, lnf_b, out_w; /* -1 when absent */
-    mc_layer_params *lp;    /* [num_layers], global index; -1 off this stage */
-    int nchunks;            /* model chunks (virtual stages) on this rank; 1 without */
-    int *cl0, *cl1;         /* [nchunks]: chunk c holds global layers [cl0[c], cl1[c]) */
-    int *lidx;              /* [num_layers]: local index of a layer, -1 off this rank */
-    int nlocal;             /* layers on this rank */
+    mc_layer_params *lp;               /* [num_layers], global index; -1 off this stage */
+    int nchunks;                       /* model chunks (virtual stages) on this rank; 1 without */
+    int *cl0, *cl1;                    /* [nchunks]: chunk c holds global layers [cl0[c], cl1[c]) */
+    int *lidx;                         /* [num_layers]: local index of a layer, -1 off this rank */
+    int nlocal;                        /* layers on this rank */
     int first_stage, last_stage;
-    float *p, *g;           /* parameters and gradients, numel each */
+    float *p, *g; /* parameters and gradients, numel each */
     /* prec BF16 on the CPU backend: the weight matrices of p rounded to bf16
      * at the same offsets, remade from p by each forward pass (its layers'
      * and the head's; the backward that follows uses them), so every GEMM
@@ -73,26 +73,26 @@ struct mc_model {
 
     /* local sizes */
     size_t N, T, C, D, Ql, Gl, Fl, fc1_out, qkv_out;
-    int64_t v0, vl;         /* this rank's vocabulary rows */
-    size_t chunk_rows;      /* LM-head rows per chunk */
-    int sp;                 /* sequence parallelism on (and tp > 1) */
-    size_t Tl, Nl;          /* positions and rows per rank in the sequence-parallel regions */
+    int64_t v0, vl;    /* this rank's vocabulary rows */
+    size_t chunk_rows; /* LM-head rows per chunk */
+    int sp;            /* sequence parallelism on (and tp > 1) */
+    size_t Tl, Nl;     /* positions and rows per rank in the sequence-parallel regions */
 
     /* activations and scratch (model.c), all carved from one block */
     void *act_block;
     int nslots;
-    mc_slot *slots;         /* [nslots], each with acts [nlocal] */
-    float *qkv;             /* [N, qkv_out] scratch; the backward's dqkv */
-    float *tmp;             /* [N, C] row-parallel outputs before the all-reduce */
-    float *dres;            /* [Nl, C] */
-    float *dln;             /* [N, C] */
+    mc_slot *slots; /* [nslots], each with acts [nlocal] */
+    float *qkv;     /* [N, qkv_out] scratch; the backward's dqkv */
+    float *tmp;     /* [N, C] row-parallel outputs before the all-reduce */
+    float *dres;    /* [Nl, C] */
+    float *dln;     /* [N, C] */
     /* sequence parallelism only: a gathered [N, C] input, the [tp, B, Tl, C]
      * staging of a gather or reduce-scatter, its [Nl, C] result, and the
      * partial gradient of a norm's weight and bias [2C] */
     float *gath, *sp_buf, *loc, *nrm_g;
-    float *dact, *dfc1;     /* [N, Fl], [N, fc1_out] */
+    float *dact, *dfc1; /* [N, Fl], [N, fc1_out] */
     float *datt, *dq, *dk, *dv;
-    float *logits;          /* [chunk_rows, vl] */
+    float *logits;                          /* [chunk_rows, vl] */
     float *rowmax, *sumexp, *tlogit, *loss; /* [N] */
 
     /* mc_model_set_grad_ready_hook (NULL: none) */

@@ -79,10 +79,10 @@ static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int 
     return (int)m->nparams++;
 }
 
-#define ADD(...)                                       \
-    do {                                               \
+#define ADD(...)                                                \
+    do {                                                        \
         if ((idx = add(&r, err, __VA_ARGS__)) == -1) goto fail; \
-        if (idx < 0) idx = -1;                         \
+        if (idx < 0) idx = -1;                                  \
     } while (0)
 
 mc_status mc_model_build_registry(mc_model *m, mc_error *err)

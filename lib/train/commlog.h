@@ -24,7 +24,6 @@ void mc_comm_log_end(mc_comm_log *l, const mc_grid *g);
 /* The line (one print call) and the metrics of step `step`: per group and
  * kind, the mean per step since the last line; then clears l. */
 mc_status mc_comm_log_emit(mc_comm_log *l, const mc_grid *g, mc_metrics *m, int64_t step,
-                           void (*print)(void *ctx, const char *line), void *ctx,
-                           mc_error *err);
+                           void (*print)(void *ctx, const char *line), void *ctx, mc_error *err);
 
 #endif

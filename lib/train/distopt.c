@@ -16,10 +16,10 @@
 #include <stdlib.h>
 
 /* Where the tail's values sit in o->scratch (2 DP + 2 floats). */
-#define TAIL_GRADS_IN(o) ((o)->scratch)                       /* [DP] */
-#define TAIL_GRAD_OUT(o) ((o)->scratch + (o)->dp)              /* [1] */
-#define TAIL_PARAM_IN(o) ((o)->scratch + (o)->dp + 1)          /* [1] */
-#define TAIL_PARAMS_OUT(o) ((o)->scratch + (o)->dp + 2)        /* [DP] */
+#define TAIL_GRADS_IN(o) ((o)->scratch)                 /* [DP] */
+#define TAIL_GRAD_OUT(o) ((o)->scratch + (o)->dp)       /* [1] */
+#define TAIL_PARAM_IN(o) ((o)->scratch + (o)->dp + 1)   /* [1] */
+#define TAIL_PARAMS_OUT(o) ((o)->scratch + (o)->dp + 2) /* [DP] */
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 static size_t zmin(size_t a, size_t b) { return a < b ? a : b; }
@@ -34,8 +34,7 @@ mc_status mc_optim_new_distributed(mc_backend *be, const mc_grid *g, const mc_op
     *out = NULL;
     mc_optim *o;
     mc_status st = mc_optim_alloc(be, g, c, params, grads, numel, ps, nps, &o, err);
-    if (st)
-        return st;
+    if (st) return st;
     o->distributed = 1;
     o->overlap = overlap_param_gather != 0;
     o->dp = mc_grid_group_size(o->grid, MC_GROUP_DP_CP);
@@ -52,14 +51,11 @@ mc_status mc_optim_new_distributed(mc_backend *be, const mc_grid *g, const mc_op
     o->q = o->numel / dp;
     o->t = o->numel - dp * o->q;
     size_t lo = r * o->q, hi = lo + o->q;
-    if (r < o->t)
-        o->tail = dp * o->q + r;
+    if (r < o->t) o->tail = dp * o->q + r;
     o->scratch = mc_balloc(o->be, (2 * dp + 2) * sizeof(float), err);
-    if (!o->scratch)
-        st = err ? err->code : MC_ERR_NOMEM;
+    if (!o->scratch) st = err ? err->code : MC_ERR_NOMEM;
     /* The pieces cut to the shard; the tail's gradient is the scratch's. */
-    if (!st)
-        st = mc_optim_cut_pieces(o, lo, hi, o->tail, TAIL_GRAD_OUT(o), err);
+    if (!st) st = mc_optim_cut_pieces(o, lo, hi, o->tail, TAIL_GRAD_OUT(o), err);
     if (st) {
         mc_optim_destroy(o);
         return st;
@@ -76,19 +72,16 @@ mc_status mc_optim_new_distributed_for_model(mc_backend *be, const mc_grid *g,
     size_t nps;
     mc_param *ps;
     mc_status st = mc_optim_model_params(m, &ps, &nps, err);
-    if (st)
-        return st;
+    if (st) return st;
     st = mc_optim_new_distributed(be, g, c, mc_model_params(m), mc_model_grads(m),
-                                            mc_model_numel(m), ps, nps, overlap_param_gather,
-                                            out, err);
+                                  mc_model_numel(m), ps, nps, overlap_param_gather, out, err);
     free(ps);
     return st;
 }
 
 void mc_optim_free(mc_optim *o)
 {
-    if (!o)
-        return;
+    if (!o) return;
     /* A parameter gather still in flight owns the buffers: finish it (its
      * error, if any, has nowhere to go; the job is ending anyway). */
     mc_error ignored;
@@ -141,8 +134,7 @@ static mc_status before_step(mc_optim *o, mc_error *err)
 {
     int reduced = o->reduced;
     o->reduced = 0;
-    if (!o->distributed)
-        return MC_OK;
+    if (!o->distributed) return MC_OK;
     if (!reduced)
         return mc_error_set(err, MC_ERR_INTERNAL,
                             "distributed optimizer: mc_optim_step without mc_optim_reduce_grads "
@@ -156,16 +148,14 @@ static mc_status before_step(mc_optim *o, mc_error *err)
 static void tail_params_land(mc_optim *o)
 {
     if (o->t > 0)
-        mc_bcopy(o->be, o->params + (size_t)o->dp * o->q, TAIL_PARAMS_OUT(o),
-                 o->t * sizeof(float));
+        mc_bcopy(o->be, o->params + (size_t)o->dp * o->q, TAIL_PARAMS_OUT(o), o->t * sizeof(float));
 }
 
 /* After the update: the distributed optimizer starts (overlap) or runs the
  * parameter all-gather. */
 static mc_status after_step(mc_optim *o, mc_error *err)
 {
-    if (!o->distributed || o->dp == 1)
-        return MC_OK;
+    if (!o->distributed || o->dp == 1) return MC_OK;
     size_t r = (size_t)o->dp_rank;
     float *mine = o->params + r * o->q;
     /* A rank without a tail element sends a zero that nobody keeps. */
@@ -188,8 +178,7 @@ static mc_status after_step(mc_optim *o, mc_error *err)
             return st;
         return MC_OK;
     }
-    if (o->q > 0 &&
-        (st = mc_allgather(o->grid, MC_GROUP_DP_CP, o->be, mine, o->params, o->q, err)))
+    if (o->q > 0 && (st = mc_allgather(o->grid, MC_GROUP_DP_CP, o->be, mine, o->params, o->q, err)))
         return st;
     if (o->t > 0 && (st = mc_allgather(o->grid, MC_GROUP_DP_CP, o->be, TAIL_PARAM_IN(o),
                                        TAIL_PARAMS_OUT(o), 1, err)))
@@ -200,18 +189,15 @@ static mc_status after_step(mc_optim *o, mc_error *err)
 
 mc_status mc_optim_wait_params(mc_optim *o, mc_error *err)
 {
-    if (!o->gather_pending)
-        return MC_OK;
+    if (!o->gather_pending) return MC_OK;
     o->gather_pending = 0;
     mc_request *a = o->req_main, *b = o->req_tail;
     o->req_main = o->req_tail = NULL;
     mc_status st = mc_wait(o->grid, a, err);
     mc_error second;
     mc_status st2 = mc_wait(o->grid, b, st ? &second : err);
-    if (st)
-        return st;
-    if (st2)
-        return st2;
+    if (st) return st;
+    if (st2) return st2;
     tail_params_land(o);
     return MC_OK;
 }
@@ -220,18 +206,15 @@ mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss
                         mc_optim_result *r, mc_error *err)
 {
     mc_status st = before_step(o, err);
-    if (st)
-        return st;
+    if (st) return st;
     /* Megatron's grad-stats group. The plain optimizer's gradients are
      * already summed over data parallelism, so the norm and the overflow
      * flag are reduced over the model-parallel group only; the distributed
      * one holds a shard of them, so every rank (data x model parallel)
      * contributes its part. */
     mc_group_kind stats_group = o->distributed ? MC_GROUP_WORLD : MC_GROUP_MP;
-    if ((st = mc_optim_update(o, stats_group, lr, weight_decay, loss_scale, r, err)))
-        return st;
-    if (r->found_inf)
-        return MC_OK;
+    if ((st = mc_optim_update(o, stats_group, lr, weight_decay, loss_scale, r, err))) return st;
+    if (r->found_inf) return MC_OK;
     return after_step(o, err);
 }
 
@@ -247,8 +230,8 @@ static mc_status check_range(const mc_optim *o, size_t offset, size_t n, const c
 {
     if (offset > o->numel || n > o->numel - offset)
         return mc_error_set(err, MC_ERR_INTERNAL,
-                            "optimizer: %s of elements [%zu, %zu) outside the buffer of %zu",
-                            what, offset, offset + n, o->numel);
+                            "optimizer: %s of elements [%zu, %zu) outside the buffer of %zu", what,
+                            offset, offset + n, o->numel);
     return MC_OK;
 }
 
@@ -261,24 +244,20 @@ static mc_status check_range(const mc_optim *o, size_t offset, size_t n, const c
  * and one all-gather gives everyone every slot; only the ranks with an
  * output buffer unpack. Floats are moved, never added: the bits survive.
  */
-mc_status mc_optim_gather_moments(mc_optim *o, size_t offset, size_t n, float *m_out,
-                                  float *v_out, mc_error *err)
+mc_status mc_optim_gather_moments(mc_optim *o, size_t offset, size_t n, float *m_out, float *v_out,
+                                  mc_error *err)
 {
     mc_status st = check_range(o, offset, n, "moment gather", err);
-    if (st || n == 0)
-        return st;
+    if (st || n == 0) return st;
     if (!o->distributed) {
-        if (m_out)
-            mc_bcopy(o->be, m_out, o->m + offset, n * sizeof(float));
-        if (v_out)
-            mc_bcopy(o->be, v_out, o->v + offset, n * sizeof(float));
+        if (m_out) mc_bcopy(o->be, m_out, o->m + offset, n * sizeof(float));
+        if (v_out) mc_bcopy(o->be, v_out, o->v + offset, n * sizeof(float));
         return MC_OK;
     }
     size_t dp = (size_t)o->dp, r = (size_t)o->dp_rank, q = o->q, end = offset + n;
     size_t L = zmin(q, n) + 1;
     float *buf = mc_balloc(o->be, dp * 2 * L * sizeof(float), err);
-    if (!buf)
-        return err ? err->code : MC_ERR_NOMEM;
+    if (!buf) return err ? err->code : MC_ERR_NOMEM;
     float *slot = buf + r * 2 * L;
     size_t a = zmax(offset, r * q), b = zmin(end, r * q + q);
     if (a < b) {
@@ -294,16 +273,12 @@ mc_status mc_optim_gather_moments(mc_optim *o, size_t offset, size_t n, float *m
         const float *sj = buf + j * 2 * L;
         size_t aj = zmax(offset, j * q), bj = zmin(end, j * q + q), tj = dp * q + j;
         if (aj < bj) {
-            if (m_out)
-                mc_bcopy(o->be, m_out + (aj - offset), sj, (bj - aj) * sizeof(float));
-            if (v_out)
-                mc_bcopy(o->be, v_out + (aj - offset), sj + L, (bj - aj) * sizeof(float));
+            if (m_out) mc_bcopy(o->be, m_out + (aj - offset), sj, (bj - aj) * sizeof(float));
+            if (v_out) mc_bcopy(o->be, v_out + (aj - offset), sj + L, (bj - aj) * sizeof(float));
         }
         if (j < o->t && tj >= offset && tj < end) {
-            if (m_out)
-                mc_bcopy(o->be, m_out + (tj - offset), sj + L - 1, sizeof(float));
-            if (v_out)
-                mc_bcopy(o->be, v_out + (tj - offset), sj + 2 * L - 1, sizeof(float));
+            if (m_out) mc_bcopy(o->be, m_out + (tj - offset), sj + L - 1, sizeof(float));
+            if (v_out) mc_bcopy(o->be, v_out + (tj - offset), sj + 2 * L - 1, sizeof(float));
         }
     }
     mc_bfree(o->be, buf);
@@ -314,8 +289,7 @@ mc_status mc_optim_set_moments(mc_optim *o, size_t offset, size_t n, const float
                                const float *v_in, mc_error *err)
 {
     mc_status st = check_range(o, offset, n, "moment load", err);
-    if (st || n == 0)
-        return st;
+    if (st || n == 0) return st;
     if (!o->distributed) {
         mc_bcopy(o->be, o->m + offset, m_in, n * sizeof(float));
         mc_bcopy(o->be, o->v + offset, v_in, n * sizeof(float));

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 
 typedef struct bucket {
-    size_t lo, hi;      /* elements [lo, hi) of the gradient buffer */
-    mc_request *req;    /* in flight (NULL: done, or nothing to do) */
+    size_t lo, hi;   /* elements [lo, hi) of the gradient buffer */
+    mc_request *req; /* in flight (NULL: done, or nothing to do) */
     int started;
 } bucket;
 
@@ -24,9 +24,9 @@ struct mc_grad_buckets {
     mc_backend *be;
     mc_model *m;
     float *grads;
-    bucket *b;      /* b[0] is the top of the buffer: ready first */
+    bucket *b; /* b[0] is the top of the buffer: ready first */
     size_t n;
-    size_t next;    /* first bucket not started */
+    size_t next; /* first bucket not started */
     int overlap, armed;
 };
 
@@ -48,13 +48,11 @@ static mc_status start(mc_grad_buckets *gb, bucket *k, mc_error *err)
 static mc_status on_ready(void *ctx, size_t frontier, mc_error *err)
 {
     mc_grad_buckets *gb = ctx;
-    if (!gb->armed)
-        return MC_OK;
+    if (!gb->armed) return MC_OK;
     while (gb->next < gb->n && gb->b[gb->next].lo >= frontier) {
         mc_status st = start(gb, &gb->b[gb->next], err);
         gb->next++;
-        if (st)
-            return st;
+        if (st) return st;
     }
     return MC_OK;
 }
@@ -66,8 +64,7 @@ mc_status mc_grad_buckets_new(const mc_grid *g, mc_backend *be, mc_model *m, siz
     size_t np = mc_model_num_params(m);
     mc_grad_buckets *gb = calloc(1, sizeof *gb);
     const mc_param **order = calloc(np ? np : 1, sizeof *order);
-    if (gb)
-        gb->b = calloc(np ? np : 1, sizeof *gb->b);
+    if (gb) gb->b = calloc(np ? np : 1, sizeof *gb->b);
     if (!gb || !order || !gb->b) {
         free(order);
         mc_grad_buckets_free(gb);
@@ -78,8 +75,7 @@ mc_status mc_grad_buckets_new(const mc_grid *g, mc_backend *be, mc_model *m, siz
     gb->m = m;
     gb->grads = mc_model_grads(m);
     gb->overlap = overlap && mc_grid_group_size(g, MC_GROUP_DP_CP) > 1;
-    for (size_t i = 0; i < np; i++)
-        order[i] = mc_model_param(m, i);
+    for (size_t i = 0; i < np; i++) order[i] = mc_model_param(m, i);
     qsort(order, np, sizeof *order, cmp_offset_desc);
     /* From the top of the buffer down; a bucket closes once it holds
      * bucket_elems elements. Its top is the previous bucket's bottom, so
@@ -88,33 +84,28 @@ mc_status mc_grad_buckets_new(const mc_grid *g, mc_backend *be, mc_model *m, siz
     for (size_t i = 0; i < np; i++) {
         size_t lo = order[i]->offset;
         int last = i + 1 == np;
-        if (last)
-            lo = 0;
+        if (last) lo = 0;
         if (last || (bucket_elems > 0 && hi - lo >= bucket_elems)) {
-            if (hi > lo)
-                gb->b[gb->n++] = (bucket){lo, hi, NULL, 0};
+            if (hi > lo) gb->b[gb->n++] = (bucket){lo, hi, NULL, 0};
             hi = lo;
         }
     }
     free(order);
-    if (gb->overlap)
-        mc_model_set_grad_ready_hook(m, on_ready, gb);
+    if (gb->overlap) mc_model_set_grad_ready_hook(m, on_ready, gb);
     *out = gb;
     return MC_OK;
 }
 
 void mc_grad_buckets_free(mc_grad_buckets *gb)
 {
-    if (!gb)
-        return;
+    if (!gb) return;
     /* An error left requests in flight: finish them before the buffers go. */
     for (size_t i = 0; i < gb->n; i++)
         if (gb->b[i].req) {
             mc_error e;
             mc_wait(gb->g, gb->b[i].req, &e);
         }
-    if (gb->m && gb->overlap)
-        mc_model_set_grad_ready_hook(gb->m, NULL, NULL);
+    if (gb->m && gb->overlap) mc_model_set_grad_ready_hook(gb->m, NULL, NULL);
     free(gb->b);
     free(gb);
 }
@@ -146,8 +137,7 @@ mc_status mc_grad_buckets_finish(mc_grad_buckets *gb, mc_error *err)
             mc_error e;
             mc_status ws = mc_wait(gb->g, k->req, st ? &e : err);
             k->req = NULL;
-            if (!st)
-                st = ws;
+            if (!st) st = ws;
         }
         k->started = 0;
     }

@@ -65,7 +65,7 @@ typedef struct run {
     int pp;                             /* pipeline stages: > 1 runs pipeline.c */
     int32_t *tokens, *targets, *sample; /* host: one micro-batch, one sample */
     char *config_json;
-    int64_t last_saved;                 /* iteration of the last checkpoint written, -1 */
+    int64_t last_saved; /* iteration of the last checkpoint written, -1 */
     mc_train_report *rep;
     double flops_per_token;
     double t_start; /* --exit-duration-in-mins counts from here, set-up included */
@@ -74,8 +74,7 @@ typedef struct run {
 static void say(const run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(const run *r, const char *fmt, ...)
 {
-    if (!r->c->print)
-        return;
+    if (!r->c->print) return;
     char line[2048];
     va_list ap;
     va_start(ap, fmt);
@@ -123,15 +122,13 @@ static mc_status load_batch(run *r, mc_split split, int64_t first, int wrap, mc_
     int64_t mbs = r->c->micro_batch_size, T = r->T;
     for (int64_t b = 0; b < mbs; b++) {
         int64_t idx = first + b;
-        if (wrap)
-            idx %= n;
+        if (wrap) idx %= n;
         if (idx >= n)
             return mc_error_set(err, MC_ERR_INTERNAL,
                                 "%s sample %" PRId64 " is past the %" PRId64 " built",
                                 mc_split_name(split), idx, n);
         mc_status st = mc_gpt_dataset_sample(r->ds, split, idx, r->sample, err);
-        if (st)
-            return st;
+        if (st) return st;
         memcpy(r->tokens + b * T, r->sample, (size_t)T * sizeof(int32_t));
         memcpy(r->targets + b * T, r->sample + 1, (size_t)T * sizeof(int32_t));
     }
@@ -183,8 +180,7 @@ static mc_status evaluate(run *r, mc_split split, int64_t base, double *loss, mc
         pipe_batches pb = {r, split, base + e * r->global_batch, 1};
         mc_status st = mc_pipeline_run(r->model, r->g, r->be, r->num_micro, 0, 1.0f, pipe_batch,
                                        NULL, &pb, acc, err);
-        if (st)
-            return st;
+        if (st) return st;
     }
     for (int64_t e = 0; e < c->eval_iters && r->pp == 1; e++)
         for (int64_t k = 0; k < r->num_micro; k++) {
@@ -193,20 +189,16 @@ static mc_status evaluate(run *r, mc_split split, int64_t base, double *loss, mc
             mc_status st = load_batch(r, split, first, 1, err);
             double l;
             int64_t ntok;
-            if (!st)
-                st = mc_model_step(r->model, r->tokens, r->targets, 0, 1.0f, &l, &ntok, err);
-            if (st)
-                return st;
+            if (!st) st = mc_model_step(r->model, r->tokens, r->targets, 0, 1.0f, &l, &ntok, err);
+            if (st) return st;
             acc[0] += l * (double)ntok;
             acc[1] += (double)ntok;
         }
     /* Over data parallelism, then from the last stage to every stage (the
      * others hold zeros: the sum is its value, exactly). */
     mc_status st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err);
-    if (!st)
-        st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 2, err);
-    if (st)
-        return st;
+    if (!st) st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 2, err);
+    if (st) return st;
     *loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
     return MC_OK;
 }
@@ -215,14 +207,11 @@ static mc_status evaluate(run *r, mc_split split, int64_t base, double *loss, mc
 static mc_status eval_and_print(run *r, mc_split split, const char *where, int64_t base,
                                 mc_error *err)
 {
-    if (r->c->eval_iters <= 0 || mc_gpt_dataset_num_samples(r->ds, split) <= 0)
-        return MC_OK;
+    if (r->c->eval_iters <= 0 || mc_gpt_dataset_num_samples(r->ds, split) <= 0) return MC_OK;
     double loss;
     mc_status st = mc_optim_wait_params(r->optim, err);
-    if (!st)
-        st = evaluate(r, split, base, &loss, err);
-    if (st)
-        return st;
+    if (!st) st = evaluate(r, split, base, &loss, err);
+    if (st) return st;
     double ppl = exp(loss < 20 ? loss : 20);
     char line[512], dashes[520];
     int n = snprintf(line, sizeof line,
@@ -243,10 +232,8 @@ static mc_status eval_and_print(run *r, mc_split split, const char *where, int64
     st = mc_metrics_scalar(r->metrics, test ? MC_TAG_TEST_LOSS : MC_TAG_VAL_LOSS, it, loss, err);
     if (!st)
         st = mc_metrics_scalar(r->metrics, test ? MC_TAG_TEST_PPL : MC_TAG_VAL_PPL, it, ppl, err);
-    if (!st)
-        st = mc_metrics_samples(r->metrics, it, r->s.consumed_samples, err);
-    if (!st)
-        st = mc_metrics_flush(r->metrics, err);
+    if (!st) st = mc_metrics_samples(r->metrics, it, r->s.consumed_samples, err);
+    if (!st) st = mc_metrics_flush(r->metrics, err);
     return st;
 }
 
@@ -255,23 +242,19 @@ static mc_status eval_and_print(run *r, mc_split split, const char *where, int64
 static mc_status save(run *r, mc_error *err)
 {
     const mc_train_config *c = r->c;
-    if (!c->save || r->last_saved == r->s.iteration)
-        return MC_OK;
+    if (!c->save || r->last_saved == r->s.iteration) return MC_OK;
     {
         /* every parameter updated (--overlap-param-gather) before writing */
         mc_status ws = mc_optim_wait_params(r->optim, err);
-        if (ws)
-            return ws;
+        if (ws) return ws;
     }
     r->s.optim_steps = mc_optim_steps(r->optim);
     double t0 = now_s();
-    mc_status st = mc_train_state_save(c->save, r->g, r->be, r->model, c->no_save_optim ? NULL : r->optim,
-                                       &r->s, r->config_json, c->tokenizer,
-                                       c->ckpt_compression,
-                                       r->rep->last_checkpoint, sizeof r->rep->last_checkpoint,
-                                       err);
-    if (st)
-        return st;
+    mc_status st = mc_train_state_save(c->save, r->g, r->be, r->model,
+                                       c->no_save_optim ? NULL : r->optim, &r->s, r->config_json,
+                                       c->tokenizer, c->ckpt_compression, r->rep->last_checkpoint,
+                                       sizeof r->rep->last_checkpoint, err);
+    if (st) return st;
     r->last_saved = r->s.iteration;
     say(r, "  successfully saved checkpoint from iteration %7" PRId64 " to %s [ t %.2fs ]",
         r->s.iteration, r->rep->last_checkpoint, now_s() - t0);
@@ -292,13 +275,13 @@ static mc_status load(run *r, mc_error *err)
         mc_error_clear(err);
         return MC_OK;
     }
-    if (st)
-        return st;
-    if (o)
-        mc_optim_set_steps(r->optim, r->s.optim_steps);
+    if (st) return st;
+    if (o) mc_optim_set_steps(r->optim, r->s.optim_steps);
     say(r, "  loaded checkpoint %s at iteration %" PRId64 "%s", dir,
         c->finetune ? 0 : r->s.iteration,
-        c->finetune ? " (weights only: --finetune)" : o ? "" : " (no optimizer state)");
+        c->finetune ? " (weights only: --finetune)"
+        : o         ? ""
+                    : " (no optimizer state)");
     /* The loaded checkpoint is the last one of this run's --save
      * directory until a new one is written (nothing to train: stdout still
      * names it). */
@@ -306,8 +289,7 @@ static mc_status load(run *r, mc_error *err)
         snprintf(r->rep->last_checkpoint, sizeof r->rep->last_checkpoint, "%s", dir);
         r->last_saved = r->s.iteration;
         size_t n = strlen(c->save);
-        while (n > 1 && c->save[n - 1] == '/')
-            n--;
+        while (n > 1 && c->save[n - 1] == '/') n--;
         if (strncmp(dir, c->save, n) || (dir[n] != '/' && dir[n] != '\0')) {
             r->rep->last_checkpoint[0] = '\0';
             r->last_saved = -1;
@@ -331,14 +313,15 @@ static mc_status config_json(run *r, const mc_model_config *m, mc_error *err)
         "lr_decay_style", mc_lr_decay_style_name(c->sched.decay_style), "weight_decay",
         c->sched.weight_decay, "adam_beta1", c->optim.beta1, "adam_beta2", c->optim.beta2,
         "adam_eps", c->optim.eps, "clip_grad", c->optim.clip_grad, "precision",
-        c->prec == MC_PREC_BF16 ? "bf16" : c->prec == MC_PREC_FP16 ? "fp16" : "fp32", "seed",
-        (json_int_t)c->seed, "data_parallel_size", (json_int_t)r->dp);
+        c->prec == MC_PREC_BF16   ? "bf16"
+        : c->prec == MC_PREC_FP16 ? "fp16"
+                                  : "fp32",
+        "seed", (json_int_t)c->seed, "data_parallel_size", (json_int_t)r->dp);
     json_object_set_new(root, "train", t);
     if (c->args_json) {
         json_error_t je;
         json_t *a = json_loads(c->args_json, 0, &je);
-        if (a)
-            json_object_set_new(root, "args", a);
+        if (a) json_object_set_new(root, "args", a);
     }
     r->config_json = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(root);
@@ -370,13 +353,10 @@ mc_status mc_train_check_grid(const mc_train_config *c, const mc_model_config *m
     mc_model_config m = *model_cfg;
     mc_status st = mc_model_config_finish(&m, mc_grid_group_size(g, MC_GROUP_TP), err);
     int l0, l1;
-    if (!st)
-        st = mc_model_stage_layers(&m, g->pp, g->pp_rank, &l0, &l1, err);
-    if (st)
-        return st;
+    if (!st) st = mc_model_stage_layers(&m, g->pp, g->pp_rank, &l0, &l1, err);
+    if (st) return st;
     int64_t gb, nm;
-    if ((st = batch_sizes(c, mc_grid_group_size(g, MC_GROUP_DP), &gb, &nm, err)))
-        return st;
+    if ((st = batch_sizes(c, mc_grid_group_size(g, MC_GROUP_DP), &gb, &nm, err))) return st;
     /* Megatron's rule for the interleaved schedule */
     if (m.num_layers_per_virtual_pipeline_stage && nm % g->pp)
         return mc_error_set(err, MC_ERR_USAGE,
@@ -390,10 +370,8 @@ mc_status mc_train_check_grid(const mc_train_config *c, const mc_model_config *m
  * overlap and max(40M, 1M x data-parallel size) elements with it. */
 static size_t bucket_elems(const mc_train_config *c, int64_t dp)
 {
-    if (c->ddp_bucket_size > 0)
-        return (size_t)c->ddp_bucket_size;
-    if (!c->overlap_grad_reduce)
-        return 0;
+    if (c->ddp_bucket_size > 0) return (size_t)c->ddp_bucket_size;
+    if (!c->overlap_grad_reduce) return 0;
     int64_t n = 1000000 * dp;
     return (size_t)(n > 40000000 ? n : 40000000);
 }
@@ -404,8 +382,7 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     const mc_train_config *c = r->c;
     mc_status st;
     r->dp = mc_grid_group_size(r->g, MC_GROUP_DP);
-    if ((st = batch_sizes(c, r->dp, &r->global_batch, &r->num_micro, err)))
-        return st;
+    if ((st = batch_sizes(c, r->dp, &r->global_batch, &r->num_micro, err))) return st;
     if (c->init_only ? c->train_iters > 0 || c->train_samples > 0
                      : (c->train_iters > 0) == (c->train_samples > 0))
         return mc_error_set(err, MC_ERR_USAGE,
@@ -416,28 +393,24 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
         return mc_error_set(err, MC_ERR_USAGE,
                             "--train-samples %" PRId64 " is less than one global batch of %" PRId64,
                             c->train_samples, r->global_batch);
-    if (c->sched.lr < 0)
-        return mc_error_set(err, MC_ERR_USAGE, "--lr is required");
+    if (c->sched.lr < 0) return mc_error_set(err, MC_ERR_USAGE, "--lr is required");
     mc_lr_config lc = c->sched;
     lc.global_batch_size = r->global_batch;
     lc.train_iters = c->train_iters > 0 ? c->train_iters : -1;
     lc.train_samples = c->train_samples > 0 ? c->train_samples : -1;
     /* --train-iters 0 has no schedule to run (and none that is valid). */
-    if (!c->init_only && (st = mc_lr_schedule_init(&r->sched, &lc, err)))
-        return st;
+    if (!c->init_only && (st = mc_lr_schedule_init(&r->sched, &lc, err))) return st;
 
     mc_model_config mcfg = *model_cfg;
-    if ((st = mc_model_config_finish(&mcfg, mc_grid_group_size(r->g, MC_GROUP_TP), err)))
-        return st;
+    if ((st = mc_model_config_finish(&mcfg, mc_grid_group_size(r->g, MC_GROUP_TP), err))) return st;
     r->T = mcfg.seq_length;
     r->flops_per_token = mc_model_flops_per_token(&mcfg);
     if ((st = mc_model_new(&mcfg, r->g, r->be, (int)c->micro_batch_size, c->prec, &r->model, err)))
         return st;
     mc_model_init_weights(r->model, c->seed);
     r->pp = mc_grid_group_size(r->g, MC_GROUP_PP);
-    if (r->pp > 1 &&
-        (st = mc_model_set_slots(r->model, mc_pipeline_model_slots(r->model, r->g, r->num_micro),
-                                 err)))
+    if (r->pp > 1 && (st = mc_model_set_slots(
+                          r->model, mc_pipeline_model_slots(r->model, r->g, r->num_micro), err)))
         return st;
     /* The distributed optimizer reduce-scatters the whole buffer after the
      * backward (its shard is cut from the whole buffer: one bucket, no
@@ -447,8 +420,7 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
                                                 c->overlap_param_gather, &r->optim, err);
     else
         st = mc_optim_new_for_model(r->be, r->g, &c->optim, r->model, &r->optim, err);
-    if (st)
-        return st;
+    if (st) return st;
     if (!c->use_distributed_optimizer &&
         (st = mc_grad_buckets_new(r->g, r->be, r->model, bucket_elems(c, r->dp),
                                   c->overlap_grad_reduce, &r->buckets, err)))
@@ -462,12 +434,9 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     } else {
         mc_loss_scaler_fixed(&r->s.scaler, 1.0);
     }
-    if ((st = config_json(r, mc_model_get_config(r->model), err)))
-        return st;
-    if (c->load && (st = load(r, err)))
-        return st;
-    if (c->init_only)
-        return MC_OK; /* nothing to train: no data, no metrics */
+    if ((st = config_json(r, mc_model_get_config(r->model), err))) return st;
+    if (c->load && (st = load(r, err))) return st;
+    if (c->init_only) return MC_OK; /* nothing to train: no data, no metrics */
 
     /* Data: as many samples as Megatron asks the dataset builder for. */
     mc_gptdata_config dc = *data;
@@ -475,12 +444,11 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     dc.seed = (uint32_t)c->seed;
     mc_gptdata_num_samples(r->train_iters, c->eval_interval, c->eval_iters, r->global_batch,
                            dc.num_samples);
-    if (c->train_samples > 0)
-        dc.num_samples[MC_SPLIT_TRAIN] = c->train_samples;
-    if ((st = mc_gpt_dataset_open(&dc, &r->ds, err)))
-        return st;
+    if (c->train_samples > 0) dc.num_samples[MC_SPLIT_TRAIN] = c->train_samples;
+    if ((st = mc_gpt_dataset_open(&dc, &r->ds, err))) return st;
     if (mc_gpt_dataset_num_samples(r->ds, MC_SPLIT_TRAIN) < r->train_iters * r->global_batch)
-        return mc_error_set(err, MC_ERR_INTERNAL, "the training split has fewer samples than asked");
+        return mc_error_set(err, MC_ERR_INTERNAL,
+                            "the training split has fewer samples than asked");
 
     size_t n = (size_t)(c->micro_batch_size * r->T);
     r->tokens = malloc(n * sizeof *r->tokens);
@@ -518,18 +486,16 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
         snprintf(norm, sizeof norm, " grad norm: %s |", v);
     }
     char lossv[48] = "";
-    if (avg >= 0.0)
-        snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg);
-    int len = snprintf(line, sizeof line,
-                       " [%s] iteration %8" PRId64 "/%8" PRId64 " | consumed samples: %12" PRId64
-                       " | elapsed time per iteration (ms): %.1f | learning rate: %.6E |"
-                       " global batch size: %5" PRId64 " |%s loss scale: %.1f |%s"
-                       " number of skipped iterations: %3" PRId64
-                       " | number of nan iterations: %3" PRId64 " |"
-                       " tokens/s: %.1f | TFLOP/s: %.3f |",
-                       ts, r->s.iteration, r->train_iters, r->s.consumed_samples, per_iter * 1e3,
-                       lr, r->global_batch, lossv, r->s.scaler.scale, norm, w->skipped, w->nan,
-                       tok_s, tflops);
+    if (avg >= 0.0) snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg);
+    int len = snprintf(
+        line, sizeof line,
+        " [%s] iteration %8" PRId64 "/%8" PRId64 " | consumed samples: %12" PRId64
+        " | elapsed time per iteration (ms): %.1f | learning rate: %.6E |"
+        " global batch size: %5" PRId64 " |%s loss scale: %.1f |%s"
+        " number of skipped iterations: %3" PRId64 " | number of nan iterations: %3" PRId64 " |"
+        " tokens/s: %.1f | TFLOP/s: %.3f |",
+        ts, r->s.iteration, r->train_iters, r->s.consumed_samples, per_iter * 1e3, lr,
+        r->global_batch, lossv, r->s.scaler.scale, norm, w->skipped, w->nan, tok_s, tflops);
     if (c->peak_tflops > 0 && len > 0 && (size_t)len < sizeof line)
         snprintf(line + len, sizeof line - (size_t)len, " MFU: %.1f%% |",
                  100.0 * tflops / c->peak_tflops);
@@ -537,16 +503,12 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
 
     int64_t it = r->s.iteration;
     mc_status st = mc_metrics_scalar(r->metrics, MC_TAG_ITERATION_TIME, it, per_iter, err);
-    if (!st)
-        st = mc_metrics_scalar(r->metrics, MC_TAG_THROUGHPUT, it, tflops, err);
-    if (!st)
-        st = mc_metrics_scalar(r->metrics, MC_TAG_TOKENS_PER_SEC, it, tok_s, err);
+    if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_THROUGHPUT, it, tflops, err);
+    if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_TOKENS_PER_SEC, it, tok_s, err);
     if (!st && c->peak_tflops > 0)
         st = mc_metrics_scalar(r->metrics, MC_TAG_MFU, it, tflops / c->peak_tflops, err);
-    if (!st)
-        st = mc_metrics_scalar(r->metrics, MC_TAG_SKIPPED_ITERS, it, (double)w->skipped, err);
-    if (!st)
-        st = mc_metrics_scalar(r->metrics, MC_TAG_NAN_ITERS, it, (double)w->nan, err);
+    if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_SKIPPED_ITERS, it, (double)w->skipped, err);
+    if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_NAN_ITERS, it, (double)w->nan, err);
     memset(w, 0, sizeof *w);
     w->t0 = now_s();
     return st;
@@ -567,8 +529,7 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
     float gscale = (float)(scale / (double)(r->num_micro * r->dp));
     mc_status st;
     /* --overlap-param-gather: the last step's all-gather ends here. */
-    if ((st = mc_optim_wait_params(r->optim, err)))
-        return st;
+    if ((st = mc_optim_wait_params(r->optim, err))) return st;
     mc_model_zero_grads(r->model);
     double acc[2] = {0, 0};
     if (r->pp > 1) {
@@ -582,13 +543,11 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
                         dp_rank * c->micro_batch_size;
         double l;
         int64_t ntok;
-        if ((st = load_batch(r, MC_SPLIT_TRAIN, first, 0, err)))
-            return st;
+        if ((st = load_batch(r, MC_SPLIT_TRAIN, first, 0, err))) return st;
         /* --overlap-grad-reduce: the last backward pass starts each bucket
          * as soon as its gradients are final (Megatron reduces only after
          * the last micro-batch: no_sync on the others). */
-        if (k + 1 == r->num_micro && r->buckets)
-            mc_grad_buckets_arm(r->buckets);
+        if (k + 1 == r->num_micro && r->buckets) mc_grad_buckets_arm(r->buckets);
         if ((st = mc_model_step(r->model, r->tokens, r->targets, 1, gscale, &l, &ntok, err)))
             return st;
         acc[0] += l * (double)ntok;
@@ -596,16 +555,12 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
     }
     /* Tied embeddings across stages: the two copies' gradients summed
      * (Megatron's _allreduce_embedding_grads), then the data-parallel sum. */
-    if ((st = mc_model_allreduce_embedding_grads(r->model, err)))
-        return st;
+    if ((st = mc_model_allreduce_embedding_grads(r->model, err))) return st;
     st = r->buckets ? mc_grad_buckets_finish(r->buckets, err)
                     : mc_optim_reduce_grads(r->optim, err);
-    if (st)
-        return st;
-    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err)))
-        return st;
-    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 2, err)))
-        return st;
+    if (st) return st;
+    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err))) return st;
+    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 2, err))) return st;
     *lm_loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
     *nan = 0;
     *overflow = 0;
@@ -619,8 +574,7 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
     double lr = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
     double wd = mc_wd_at_samples(&r->sched, (double)r->s.sched_samples);
     mc_optim_result res;
-    if ((st = mc_optim_step(r->optim, lr, wd, scale, &res, err)))
-        return st;
+    if ((st = mc_optim_step(r->optim, lr, wd, scale, &res, err))) return st;
     *grad_norm = res.grad_norm;
     *skipped = res.found_inf;
     if (res.found_inf) {
@@ -649,13 +603,11 @@ static mc_status train_loop(run *r, mc_error *err)
         double loss, norm;
         int skipped, nan, overflow;
         mc_comm_log_start(r->g);
-        if ((st = train_step(r, &loss, &norm, &skipped, &nan, &overflow, err)))
-            return st;
+        if ((st = train_step(r, &loss, &norm, &skipped, &nan, &overflow, err))) return st;
         mc_comm_log_end(&comm, r->g);
         int at_min = r->s.scaler.scale <= r->s.scaler.min_scale;
         mc_loss_scaler_update(&r->s.scaler, skipped);
-        if (!skipped)
-            r->s.sched_samples += r->global_batch;
+        if (!skipped) r->s.sched_samples += r->global_batch;
         r->s.iteration++;
         r->s.consumed_samples += r->global_batch;
         int64_t it = r->s.iteration;
@@ -679,39 +631,36 @@ static mc_status train_loop(run *r, mc_error *err)
         if (nan) {
             char nv[32];
             fmt_py(nv, sizeof nv, "%.3f", norm);
-            say(r, "mc-train: warning: iteration %" PRId64 ": %s is not finite (lm loss %s, grad "
-                   "norm %s); update skipped (%" PRId64 " in a row, --max-nan-iters %" PRId64 ")",
-                it, isfinite(loss) ? "the gradient" : "the loss", isnan(loss) ? "nan" : isinf(loss) ? "inf" : "finite", nv,
-                bad_in_a_row, c->max_nan_iters);
+            say(r,
+                "mc-train: warning: iteration %" PRId64 ": %s is not finite (lm loss %s, grad "
+                "norm %s); update skipped (%" PRId64 " in a row, --max-nan-iters %" PRId64 ")",
+                it, isfinite(loss) ? "the gradient" : "the loss",
+                isnan(loss)   ? "nan"
+                : isinf(loss) ? "inf"
+                              : "finite",
+                nv, bad_in_a_row, c->max_nan_iters);
         }
         if (bad_in_a_row >= c->max_nan_iters)
-            return mc_error_set(err, MC_ERR_LIMIT,
-                                "iteration %" PRId64 ": %" PRId64 " iterations in a row with NaN/Inf "
-                                "loss or gradients (--max-nan-iters %" PRId64
-                                "); lower --lr or check the data",
-                                it, bad_in_a_row, c->max_nan_iters);
+            return mc_error_set(
+                err, MC_ERR_LIMIT,
+                "iteration %" PRId64 ": %" PRId64 " iterations in a row with NaN/Inf "
+                "loss or gradients (--max-nan-iters %" PRId64 "); lower --lr or check the data",
+                it, bad_in_a_row, c->max_nan_iters);
 
         /* Every iteration's scalars (Megatron's tensorboard_log_interval 1). */
         double lr_now = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
         st = mc_metrics_scalar(r->metrics, MC_TAG_LM_LOSS, it, loss, err);
-        if (!st)
-            st = mc_metrics_scalar(r->metrics, MC_TAG_LEARNING_RATE, it, lr_now, err);
+        if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_LEARNING_RATE, it, lr_now, err);
         if (!st)
             st = mc_metrics_scalar(r->metrics, MC_TAG_BATCH_SIZE, it, (double)r->global_batch, err);
-        if (!st)
-            st = mc_metrics_scalar(r->metrics, MC_TAG_LOSS_SCALE, it, r->s.scaler.scale, err);
-        if (!st && !overflow)
-            st = mc_metrics_scalar(r->metrics, MC_TAG_GRAD_NORM, it, norm, err);
-        if (!st)
-            st = mc_metrics_samples(r->metrics, it, r->s.consumed_samples, err);
-        if (!st && it % c->log_interval == 0)
-            st = log_line(r, &w, norm, !overflow, err);
+        if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_LOSS_SCALE, it, r->s.scaler.scale, err);
+        if (!st && !overflow) st = mc_metrics_scalar(r->metrics, MC_TAG_GRAD_NORM, it, norm, err);
+        if (!st) st = mc_metrics_samples(r->metrics, it, r->s.consumed_samples, err);
+        if (!st && it % c->log_interval == 0) st = log_line(r, &w, norm, !overflow, err);
         if (!st && c->log_comm && it % c->log_interval == 0)
             st = mc_comm_log_emit(&comm, r->g, r->metrics, it, c->print, c->print_ctx, err);
-        if (!st)
-            st = mc_metrics_flush(r->metrics, err);
-        if (st)
-            return st;
+        if (!st) st = mc_metrics_flush(r->metrics, err);
+        if (st) return st;
 
         /* Evaluation: the interval timer stops while it runs. */
         if (c->eval_iters > 0 && c->eval_interval > 0 && it % c->eval_interval == 0) {
@@ -719,8 +668,7 @@ static mc_status train_loop(run *r, mc_error *err)
             char where[64];
             snprintf(where, sizeof where, "iteration %" PRId64, it);
             int64_t base = (it / c->eval_interval - 1) * c->eval_iters * r->global_batch;
-            if ((st = eval_and_print(r, MC_SPLIT_VALID, where, base, err)))
-                return st;
+            if ((st = eval_and_print(r, MC_SPLIT_VALID, where, base, err))) return st;
             w.t0 += now_s() - t0;
         }
 
@@ -734,28 +682,23 @@ static mc_status train_loop(run *r, mc_error *err)
                                   (now_s() - t_start) / 60.0 > c->exit_duration_in_mins
                               ? 1.0
                               : 0.0};
-        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_WORLD, quit, 2, err)))
-            return st;
+        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_WORLD, quit, 2, err))) return st;
         if (quit[0] > 0) {
-            if ((st = save(r, err)))
-                return st;
+            if ((st = save(r, err))) return st;
             say(r, "mc-train: exiting after iteration %" PRId64 " on a signal", it);
             r->rep->exit_reason = "signal";
             return MC_OK;
         }
-        if (c->save_interval > 0 && it % c->save_interval == 0 && (st = save(r, err)))
-            return st;
+        if (c->save_interval > 0 && it % c->save_interval == 0 && (st = save(r, err))) return st;
         if (quit[1] > 0) {
-            if ((st = save(r, err)))
-                return st;
+            if ((st = save(r, err))) return st;
             say(r, "mc-train: exiting after %.2f minutes (--exit-duration-in-mins)",
                 (now_s() - t_start) / 60.0);
             r->rep->exit_reason = "exit-duration";
             return MC_OK;
         }
         if (c->exit_interval > 0 && it % c->exit_interval == 0) {
-            if ((st = save(r, err)))
-                return st;
+            if ((st = save(r, err))) return st;
             say(r, "mc-train: exiting at iteration %" PRId64 " (--exit-interval)", it);
             r->rep->exit_reason = "exit-interval";
             return MC_OK;
@@ -765,16 +708,14 @@ static mc_status train_loop(run *r, mc_error *err)
 
     /* The end of training: save, then validation and test as Megatron's
      * pretrain() does after train(). */
-    if ((st = save(r, err)))
-        return st;
+    if ((st = save(r, err))) return st;
     int64_t it = r->s.iteration;
     char where[96];
     if (c->eval_iters > 0 && (c->eval_interval <= 0 || it % c->eval_interval != 0)) {
         snprintf(where, sizeof where, "iteration %" PRId64 " on validation set", it);
         int64_t base = (c->eval_interval > 0 ? it / c->eval_interval : 0) * c->eval_iters *
                        r->global_batch;
-        if ((st = eval_and_print(r, MC_SPLIT_VALID, where, base, err)))
-            return st;
+        if ((st = eval_and_print(r, MC_SPLIT_VALID, where, base, err))) return st;
     }
     snprintf(where, sizeof where, "iteration %" PRId64 " on test set", it);
     return eval_and_print(r, MC_SPLIT_TEST, where, 0, err);

@@ -52,8 +52,7 @@ void mc_loss_scaler_dynamic(mc_loss_scaler *s, double initial, double min_scale,
  * window of clean steps grows the scale and restores the hysteresis. */
 void mc_loss_scaler_update(mc_loss_scaler *s, int found_inf)
 {
-    if (!s->dynamic)
-        return;
+    if (!s->dynamic) return;
     if (found_inf) {
         s->growth_tracker = 0;
         s->hysteresis_tracker--;
@@ -88,9 +87,9 @@ static int cmp_param_offset(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
-                         float *params, float *grads, size_t numel, const mc_param *ps,
-                         size_t nps, mc_optim **out, mc_error *err)
+mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config *c, float *params,
+                         float *grads, size_t numel, const mc_param *ps, size_t nps, mc_optim **out,
+                         mc_error *err)
 {
     *out = NULL;
     if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
@@ -101,8 +100,7 @@ mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config
                             "adam eps must be > 0 and weight decay, clip-grad >= 0");
     mc_optim *o = calloc(1, sizeof *o);
     const mc_param **order = calloc(nps ? nps : 1, sizeof *order);
-    if (o)
-        o->spans = calloc(nps ? nps : 1, sizeof *o->spans);
+    if (o) o->spans = calloc(nps ? nps : 1, sizeof *o->spans);
     if (!o || !order || !o->spans) {
         free(order);
         mc_optim_destroy(o);
@@ -122,8 +120,7 @@ mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config
     o->tail = SIZE_MAX;
 
     /* Spans in buffer order; adjacent parameters with the same rules merge. */
-    for (size_t i = 0; i < nps; i++)
-        order[i] = &ps[i];
+    for (size_t i = 0; i < nps; i++) order[i] = &ps[i];
     qsort(order, nps, sizeof *order, cmp_param_offset);
     int tp_rank = mc_grid_group_rank(g, MC_GROUP_TP);
     size_t end = 0;
@@ -138,8 +135,7 @@ mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config
                                 p->name, p->offset, p->offset + p->numel, numel);
         }
         end = p->offset + p->numel;
-        if (p->numel == 0)
-            continue;
+        if (p->numel == 0) continue;
         /* A parameter replicated over tensor parallelism is counted in the
          * norm by tensor-parallel rank 0 only, so the all-reduce over the
          * model-parallel group counts it once (Megatron's
@@ -169,15 +165,13 @@ mc_status mc_optim_cut_pieces(mc_optim *o, size_t lo, size_t hi, size_t tail, fl
 
     /* Each span gives at most one main piece and the tail piece. */
     o->pieces = calloc(2 * o->nspans + 1, sizeof *o->pieces);
-    if (!o->pieces)
-        return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
+    if (!o->pieces) return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
     for (size_t i = 0; i < o->nspans; i++) {
         const mc_optim_span *s = &o->spans[i];
         size_t a = zmax(s->offset, lo), b = zmin(s->offset + s->n, hi);
-        if (a >= b)
-            continue;
-        o->pieces[o->npieces++] = (mc_optim_piece){o->params + a, o->grads + a, a - lo, a, b - a,
-                                                   s->decay, s->in_norm};
+        if (a >= b) continue;
+        o->pieces[o->npieces++] = (mc_optim_piece){o->params + a, o->grads + a, a - lo,    a,
+                                                   b - a,         s->decay,     s->in_norm};
     }
     /* The tail element comes last in the buffer, and so in the pieces. A
      * tail that falls in a gap between parameters gets no piece: like the
@@ -185,13 +179,12 @@ mc_status mc_optim_cut_pieces(mc_optim *o, size_t lo, size_t hi, size_t tail, fl
     for (size_t i = 0; i < o->nspans && tail != SIZE_MAX; i++) {
         const mc_optim_span *s = &o->spans[i];
         if (tail >= s->offset && tail < s->offset + s->n)
-            o->pieces[o->npieces++] = (mc_optim_piece){o->params + tail, tail_grad, hi - lo, tail,
-                                                       1, s->decay, s->in_norm};
+            o->pieces[o->npieces++] = (mc_optim_piece){
+                o->params + tail, tail_grad, hi - lo, tail, 1, s->decay, s->in_norm};
     }
     o->m = mc_balloc(o->be, (o->mnumel ? o->mnumel : 1) * sizeof(float), err);
     o->v = o->m ? mc_balloc(o->be, (o->mnumel ? o->mnumel : 1) * sizeof(float), err) : NULL;
-    if (!o->m || !o->v)
-        return err ? err->code : MC_ERR_NOMEM;
+    if (!o->m || !o->v) return err ? err->code : MC_ERR_NOMEM;
     return MC_OK;
 }
 
@@ -202,8 +195,7 @@ mc_status mc_optim_new(mc_backend *be, const mc_grid *g, const mc_optim_config *
     *out = NULL;
     mc_optim *o;
     mc_status st = mc_optim_alloc(be, g, c, params, grads, numel, ps, nps, &o, err);
-    if (st)
-        return st;
+    if (st) return st;
     /* Every span is a piece; the moments cover the whole buffer. */
     if ((st = mc_optim_cut_pieces(o, 0, numel, SIZE_MAX, NULL, err))) {
         mc_optim_destroy(o);
@@ -218,8 +210,7 @@ mc_status mc_optim_model_params(mc_model *m, mc_param **ps, size_t *nps, mc_erro
     *nps = mc_model_num_params(m);
     if (!(*ps = malloc((*nps ? *nps : 1) * sizeof **ps)))
         return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
-    for (size_t i = 0; i < *nps; i++)
-        (*ps)[i] = *mc_model_param(m, i);
+    for (size_t i = 0; i < *nps; i++) (*ps)[i] = *mc_model_param(m, i);
     return MC_OK;
 }
 
@@ -229,8 +220,7 @@ mc_status mc_optim_new_for_model(mc_backend *be, const mc_grid *g, const mc_opti
     size_t nps;
     mc_param *ps;
     mc_status st = mc_optim_model_params(m, &ps, &nps, err);
-    if (st)
-        return st;
+    if (st) return st;
     st = mc_optim_new(be, g, c, mc_model_params(m), mc_model_grads(m), mc_model_numel(m), ps, nps,
                       out, err);
     free(ps);
@@ -239,14 +229,10 @@ mc_status mc_optim_new_for_model(mc_backend *be, const mc_grid *g, const mc_opti
 
 void mc_optim_destroy(mc_optim *o)
 {
-    if (!o)
-        return;
-    if (o->m)
-        mc_bfree(o->be, o->m);
-    if (o->v)
-        mc_bfree(o->be, o->v);
-    if (o->scratch)
-        mc_bfree(o->be, o->scratch);
+    if (!o) return;
+    if (o->m) mc_bfree(o->be, o->m);
+    if (o->v) mc_bfree(o->be, o->v);
+    if (o->scratch) mc_bfree(o->be, o->scratch);
     free(o->pieces);
     free(o->spans);
     free(o);
@@ -265,31 +251,25 @@ mc_status mc_optim_update(mc_optim *o, mc_group_kind stats_group, double lr, dou
     for (size_t i = 0; i < o->npieces; i++) {
         const mc_optim_piece *s = &o->pieces[i];
         double ss = mc_k_sumsq(o->be, s->g, s->n);
-        if (s->in_norm)
-            stats[0] += ss;
-        if (!isfinite(ss))
-            stats[1] = 1.0;
+        if (s->in_norm) stats[0] += ss;
+        if (!isfinite(ss)) stats[1] = 1.0;
     }
-    if (isnan(stats[0]) || isinf(stats[0]))
-        stats[1] = 1.0;
+    if (isnan(stats[0]) || isinf(stats[0])) stats[1] = 1.0;
     /* Megatron's grad-stats group (the caller's choice, mc_optim_step). */
-    if ((st = mc_allreduce_sum_f64(o->grid, stats_group, stats, 2, err)))
-        return st;
+    if ((st = mc_allreduce_sum_f64(o->grid, stats_group, stats, 2, err))) return st;
 
     double inv_scale = 1.0 / loss_scale;
     r->found_inf = stats[1] != 0.0 || !isfinite(stats[0]);
     r->grad_norm = sqrt(stats[0]) * inv_scale;
     r->clip_coeff = 1.0;
-    if (r->found_inf)
-        return MC_OK;
+    if (r->found_inf) return MC_OK;
 
     /* Megatron's clip_grad_norm_fp32: clip_coeff = max_norm / (norm + 1e-6),
      * applied only when it shrinks the gradients. It folds into the factor
      * the AdamW kernel multiplies every gradient by, with the unscaling. */
     if (o->cfg.clip_grad > 0) {
         double coeff = o->cfg.clip_grad / (r->grad_norm + 1.0e-6);
-        if (coeff < 1.0)
-            r->clip_coeff = coeff;
+        if (coeff < 1.0) r->clip_coeff = coeff;
     }
     o->steps++;
     double bc1 = 1.0 - pow(o->cfg.beta1, (double)o->steps);

@@ -20,8 +20,8 @@
 /* Adjacent parameters that share a weight-decay group and a norm rule. */
 typedef struct mc_optim_span {
     size_t offset, n;
-    int decay;     /* weight decay applies */
-    int in_norm;   /* counted in the global norm on this rank */
+    int decay;   /* weight decay applies */
+    int in_norm; /* counted in the global norm on this rank */
 } mc_optim_span;
 
 /* What this rank updates: a span, or its intersection with the shard. The
@@ -32,7 +32,7 @@ typedef struct mc_optim_span {
 typedef struct mc_optim_piece {
     float *p, *g;
     size_t moff;
-    size_t offset, n;  /* elements [offset, offset + n) of the buffer */
+    size_t offset, n; /* elements [offset, offset + n) of the buffer */
     int decay, in_norm;
 } mc_optim_piece;
 
@@ -46,18 +46,18 @@ struct mc_optim {
     size_t nspans;
     mc_optim_piece *pieces;
     size_t npieces;
-    float *m, *v;       /* mnumel floats each */
+    float *m, *v; /* mnumel floats each */
     size_t mnumel;
     int64_t steps;
 
     /* The distributed optimizer (distopt.c); distributed == 0: plain. */
     int distributed, overlap;
-    int dp, dp_rank;    /* MC_GROUP_DP_CP */
-    size_t q, t;        /* main share numel / dp, tail count numel - dp q */
-    size_t tail;        /* this rank's tail element, or SIZE_MAX */
-    float *scratch;     /* backend: tail grads in [dp], tail grad out [1],
-                         * tail param in [1], tail params out [dp] */
-    int reduced;        /* mc_optim_reduce_grads ran since the last step */
+    int dp, dp_rank; /* MC_GROUP_DP_CP */
+    size_t q, t;     /* main share numel / dp, tail count numel - dp q */
+    size_t tail;     /* this rank's tail element, or SIZE_MAX */
+    float *scratch;  /* backend: tail grads in [dp], tail grad out [1],
+                      * tail param in [1], tail params out [dp] */
+    int reduced;     /* mc_optim_reduce_grads ran since the last step */
     mc_request *req_main, *req_tail;
     int gather_pending;
 };
@@ -67,9 +67,9 @@ struct mc_optim {
 /* A new optimizer over the buffers with its spans, the whole buffer on one
  * rank (dp 1, q numel, no tail), not distributed, with no pieces or moments
  * yet: mc_optim_cut_pieces comes next. Checks the configuration. */
-mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
-                         float *params, float *grads, size_t numel, const mc_param *ps,
-                         size_t nps, mc_optim **out, mc_error *err);
+mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config *c, float *params,
+                         float *grads, size_t numel, const mc_param *ps, size_t nps, mc_optim **out,
+                         mc_error *err);
 /* The pieces this rank updates, the spans cut to elements [lo, hi) and to
  * element tail (SIZE_MAX: none) whose gradient is read from tail_grad, and
  * the moments, (hi - lo) + (tail != SIZE_MAX) floats each; once, after

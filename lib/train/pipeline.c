@@ -9,10 +9,10 @@
 
 #include "train/pipeline.h"
 
-#define TRY(call)                  \
-    do {                           \
-        mc_status st_ = (call);    \
-        if (st_) return st_;       \
+#define TRY(call)               \
+    do {                        \
+        mc_status st_ = (call); \
+        if (st_) return st_;    \
     } while (0)
 
 int mc_pipeline_slots(const mc_grid *g, int64_t num_micro)
@@ -25,13 +25,13 @@ typedef struct pipe {
     mc_model *m;
     const mc_grid *g;
     mc_backend *be;
-    size_t n;          /* activation elements */
+    size_t n; /* activation elements */
     int first, last, slots, backward;
     float grad_scale;
     mc_pipe_batch_fn batch;
     void *ctx;
     double *acc;
-    float *dout;       /* the received output gradient */
+    float *dout; /* the received output gradient */
 } pipe;
 
 static int slot_of(const pipe *p, int64_t k) { return (int)(k % p->slots); }
@@ -78,8 +78,8 @@ static mc_status forward(pipe *p, int64_t k, const float **out, mc_error *err)
     double l;
     int64_t ntok;
     TRY(p->batch(p->ctx, k, &tok, &tgt, err));
-    TRY(mc_model_forward(p->m, slot_of(p, k), tok, tgt, p->backward, p->grad_scale, out, &l,
-                         &ntok, err));
+    TRY(mc_model_forward(p->m, slot_of(p, k), tok, tgt, p->backward, p->grad_scale, out, &l, &ntok,
+                         err));
     if (p->last) {
         p->acc[0] += l * (double)ntok;
         p->acc[1] += (double)ntok;
@@ -97,8 +97,19 @@ mc_status mc_pipeline_run(mc_model *m, const mc_grid *g, mc_backend *be, int64_t
 {
     if (mc_model_num_chunks(m) > 1)
         return run_interleaved(m, g, be, num_micro, backward, grad_scale, batch, ctx, acc, err);
-    pipe p = {m, g, be, mc_model_act_numel(m), mc_model_is_first_stage(m),
-              mc_model_is_last_stage(m), 1, backward, grad_scale, batch, ctx, acc, NULL};
+    pipe p = {m,
+              g,
+              be,
+              mc_model_act_numel(m),
+              mc_model_is_first_stage(m),
+              mc_model_is_last_stage(m),
+              1,
+              backward,
+              grad_scale,
+              batch,
+              ctx,
+              acc,
+              NULL};
     const float *out;
     if (!backward) {
         for (int64_t k = 0; k < num_micro; k++) {
@@ -116,8 +127,8 @@ mc_status mc_pipeline_run(mc_model *m, const mc_grid *g, mc_backend *be, int64_t
     if (warm > num_micro) warm = num_micro;
     int64_t rest = num_micro - warm;
     const float *din;
-#define CHECK(call)             \
-    do {                        \
+#define CHECK(call)                   \
+    do {                              \
         if ((st = (call))) goto done; \
     } while (0)
     for (int64_t i = 0; i < warm; i++, fk++) {
@@ -136,8 +147,7 @@ mc_status mc_pipeline_run(mc_model *m, const mc_grid *g, mc_backend *be, int64_t
         if (i + 1 == rest)
             CHECK(send_backward(&p, din, err));
         else if (!p.first) /* the next input lands in the slot just retired */
-            CHECK(exchange(&p, din, mc_model_stage_input(m, slot_of(&p, fk)), g->pp_rank - 1,
-                           err));
+            CHECK(exchange(&p, din, mc_model_stage_input(m, slot_of(&p, fk)), g->pp_rank - 1, err));
     }
     for (int64_t i = 0; i < warm; i++) {
         CHECK(recv_backward(&p, err));
@@ -185,7 +195,7 @@ typedef struct ipipe {
     mc_pipe_batch_fn batch;
     void *ctx;
     double *acc;
-    float *buf;        /* staging [v][n], then dout [v][slots][n] */
+    float *buf;                      /* staging [v][n], then dout [v][slots][n] */
     int64_t nf[64], nb[64], nrb[64]; /* per chunk: forwards, backwards, gradients received */
 } ipipe;
 
@@ -221,11 +231,16 @@ int mc_pipeline_model_slots(const mc_model *m, const mc_grid *g, int64_t num_mic
     for (int64_t t = 0; t < 2 * total; t++) {
         /* event t: forwards 0..w-1, then F(w+i) B(i) pairs, then backwards */
         int64_t fj = -1, bj = -1;
-        if (t < w) fj = t;
+        if (t < w)
+            fj = t;
         else if (t < w + 2 * (total - w)) {
             int64_t i = (t - w) / 2;
-            if ((t - w) % 2 == 0) fj = w + i; else bj = i;
-        } else bj = t - w - (total - w);
+            if ((t - w) % 2 == 0)
+                fj = w + i;
+            else
+                bj = i;
+        } else
+            bj = t - w - (total - w);
         if (fj >= 0 && vchunk(&p, fj, 1) == 0) f0++;
         if (fj >= 0 && f0 - b0 > most) most = f0 - b0;
         if (bj >= 0 && vchunk(&p, bj, 0) == 0) b0++;
@@ -352,10 +367,21 @@ static mc_status run_interleaved(mc_model *m, const mc_grid *g, mc_backend *be, 
                             "be a multiple of --pipeline-model-parallel-size (%d)",
                             (long long)num_micro, g->pp);
     if (v > 64) return mc_error_set(err, MC_ERR_LIMIT, "pipeline: %d model chunks (at most 64)", v);
-    ipipe p = {.m = m, .g = g, .be = be, .n = mc_model_act_numel(m), .pp = g->pp,
-               .rank = g->pp_rank, .v = v, .backward = backward,
-               .first = mc_model_is_first_stage(m), .last = mc_model_is_last_stage(m),
-               .M = num_micro, .grad_scale = grad_scale, .batch = batch, .ctx = ctx, .acc = acc};
+    ipipe p = {.m = m,
+               .g = g,
+               .be = be,
+               .n = mc_model_act_numel(m),
+               .pp = g->pp,
+               .rank = g->pp_rank,
+               .v = v,
+               .backward = backward,
+               .first = mc_model_is_first_stage(m),
+               .last = mc_model_is_last_stage(m),
+               .M = num_micro,
+               .grad_scale = grad_scale,
+               .batch = batch,
+               .ctx = ctx,
+               .acc = acc};
     /* forwards only: everything in slot 0 (nothing is kept) */
     p.slots = backward ? mc_pipeline_model_slots(m, g, num_micro) : 1;
     if (backward) TRY(mc_model_set_slots(m, p.slots, err));

@@ -131,7 +131,8 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
         }
         stage_params(&c, tp, pp, r, s);
         s->param_bytes = s->grad_bytes = (double)s->numel * 4;
-        double mom = distributed_optimizer ? (double)((s->numel + dp - 1) / dp + 1) : (double)s->params;
+        double mom = distributed_optimizer ? (double)((s->numel + dp - 1) / dp + 1)
+                                           : (double)s->params;
         s->optim_bytes = 2 * mom * 4;
         int64_t slots = pp - r < out->num_micro ? pp - r : out->num_micro;
         s->slots = (int)(slots > 0 ? slots : 1);
@@ -150,7 +151,7 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
                 g_calls += 10.0 * nl, g_bytes += 10.0 * nl * X;
                 /* norm weight gradients: one all-reduce per norm, two per layer */
                 a_calls += 2.0 * nl, a_bytes += nl * (ln ? 4 : 2) * C * 4;
-                if (first) g_calls += 2, g_bytes += 2 * X;          /* RS fwd, AG bwd */
+                if (first) g_calls += 2, g_bytes += 2 * X; /* RS fwd, AG bwd */
                 if (last) {
                     /* AG of the final norm's output, RS of its gradient: the
                      * head runs forward and backward together (model.c),
@@ -223,8 +224,8 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
     for (int r = 0; r < p->nstages; r++) {
         const mc_plan_stage *s = &p->stage[r];
         double total = s->param_bytes + s->grad_bytes + s->optim_bytes + s->act_bytes;
-        line(print, ctx, "stage %d (every rank with pipeline rank %d, %d ranks): layers %d-%d",
-             r, r, p->tp * p->dp, s->first_layer, s->last_layer - 1);
+        line(print, ctx, "stage %d (every rank with pipeline rank %d, %d ranks): layers %d-%d", r,
+             r, p->tp * p->dp, s->first_layer, s->last_layer - 1);
         line(print, ctx, "  parameters: %lld elements, %.0f bytes (%.1f MiB, fp32)",
              (long long)s->params, s->param_bytes, mib(s->param_bytes));
         line(print, ctx, "  gradients: %.0f bytes (%.1f MiB, fp32)", s->grad_bytes,
@@ -245,8 +246,8 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
              s->dp_wire, (long long)s->dp_calls,
              p->distributed_optimizer ? "reduce-scatter of gradients + all-gather of parameters"
                                       : "all-reduce of gradients");
-        line(print, ctx, "    pipeline-parallel group: %.0f / %.0f bytes, %lld sends",
-             s->pp_bytes, s->pp_wire, (long long)s->pp_calls);
+        line(print, ctx, "    pipeline-parallel group: %.0f / %.0f bytes, %lld sends", s->pp_bytes,
+             s->pp_wire, (long long)s->pp_calls);
         line(print, ctx, "    embedding group: %.0f / %.0f bytes, %lld calls", s->embd_bytes,
              s->embd_wire, (long long)s->embd_calls);
     }

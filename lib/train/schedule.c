@@ -63,7 +63,8 @@ mc_status mc_lr_schedule_init(mc_lr_schedule *s, const mc_lr_config *c, mc_error
     double decay, warmup, wsd = 0.0, wd_incr;
     if (by_iters) {
         if (c->lr_decay_samples >= 0 || c->lr_warmup_samples > 0 || c->lr_wsd_decay_samples >= 0)
-            return mc_error_set(err, MC_ERR_USAGE, "--train-iters goes with the *-iters "
+            return mc_error_set(err, MC_ERR_USAGE,
+                                "--train-iters goes with the *-iters "
                                 "learning-rate options, not the *-samples ones");
         if (c->lr_warmup_fraction >= 0.0 && c->lr_warmup_iters > 0)
             return mc_error_set(err, MC_ERR_USAGE,
@@ -71,21 +72,20 @@ mc_status mc_lr_schedule_init(mc_lr_schedule *s, const mc_lr_config *c, mc_error
         int64_t decay_iters = c->lr_decay_iters >= 0 ? c->lr_decay_iters : c->train_iters;
         decay = (double)(decay_iters * gbs);
         wd_incr = (double)(c->train_iters * gbs);
-        if (c->lr_wsd_decay_iters >= 0)
-            wsd = (double)(c->lr_wsd_decay_iters * gbs);
+        if (c->lr_wsd_decay_iters >= 0) wsd = (double)(c->lr_wsd_decay_iters * gbs);
         warmup = c->lr_warmup_fraction >= 0.0 ? c->lr_warmup_fraction * decay
                                               : (double)(c->lr_warmup_iters * gbs);
     } else {
         if (c->lr_decay_iters >= 0 || c->lr_warmup_iters > 0 || c->lr_wsd_decay_iters >= 0)
-            return mc_error_set(err, MC_ERR_USAGE, "--train-samples goes with the *-samples "
+            return mc_error_set(err, MC_ERR_USAGE,
+                                "--train-samples goes with the *-samples "
                                 "learning-rate options, not the *-iters ones");
         if (c->lr_warmup_fraction >= 0.0 && c->lr_warmup_samples > 0)
             return mc_error_set(err, MC_ERR_USAGE,
                                 "give only one of --lr-warmup-fraction and --lr-warmup-samples");
         decay = (double)(c->lr_decay_samples >= 0 ? c->lr_decay_samples : c->train_samples);
         wd_incr = (double)c->train_samples;
-        if (c->lr_wsd_decay_samples >= 0)
-            wsd = (double)c->lr_wsd_decay_samples;
+        if (c->lr_wsd_decay_samples >= 0) wsd = (double)c->lr_wsd_decay_samples;
         warmup = c->lr_warmup_fraction >= 0.0 ? c->lr_warmup_fraction * decay
                                               : (double)c->lr_warmup_samples;
     }
@@ -99,17 +99,23 @@ mc_status mc_lr_schedule_init(mc_lr_schedule *s, const mc_lr_config *c, mc_error
         return mc_error_set(err, MC_ERR_USAGE, "--lr-warmup-init %g is above --lr %g",
                             c->lr_warmup_init, c->lr);
     if (!(decay > 0.0))
-        return mc_error_set(err, MC_ERR_USAGE, "the learning-rate decay length "
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "the learning-rate decay length "
                             "(--lr-decay-iters/-samples) must be positive");
     if (!(warmup < decay))
-        return mc_error_set(err, MC_ERR_USAGE, "the warmup (%.17g samples) must be shorter "
-                            "than the decay (%.17g samples)", warmup, decay);
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "the warmup (%.17g samples) must be shorter "
+                            "than the decay (%.17g samples)",
+                            warmup, decay);
     if (c->decay_style == MC_LR_WSD && !(wsd > 0.0))
-        return mc_error_set(err, MC_ERR_USAGE, "--lr-decay-style WSD needs "
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--lr-decay-style WSD needs "
                             "--lr-wsd-decay-iters or --lr-wsd-decay-samples");
     if (wsd > decay)
-        return mc_error_set(err, MC_ERR_USAGE, "the WSD decay (%.17g samples) is longer than "
-                            "the whole decay (%.17g samples)", wsd, decay);
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "the WSD decay (%.17g samples) is longer than "
+                            "the whole decay (%.17g samples)",
+                            wsd, decay);
 
     double start_wd = c->start_weight_decay, end_wd = c->end_weight_decay;
     if (c->wd_incr_style == MC_WD_CONSTANT) {
@@ -117,19 +123,23 @@ mc_status mc_lr_schedule_init(mc_lr_schedule *s, const mc_lr_config *c, mc_error
          * ones and otherwise uses --weight-decay. */
         if (start_wd >= 0.0 || end_wd >= 0.0) {
             if (start_wd != end_wd)
-                return mc_error_set(err, MC_ERR_USAGE, "--weight-decay-incr-style constant "
+                return mc_error_set(err, MC_ERR_USAGE,
+                                    "--weight-decay-incr-style constant "
                                     "takes no different --start-weight-decay and "
                                     "--end-weight-decay");
         } else {
             start_wd = end_wd = c->weight_decay;
         }
     } else if (start_wd < 0.0 || end_wd < 0.0) {
-        return mc_error_set(err, MC_ERR_USAGE, "--weight-decay-incr-style linear or cosine "
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--weight-decay-incr-style linear or cosine "
                             "needs --start-weight-decay and --end-weight-decay");
     }
     if (!(start_wd >= 0.0) || !(end_wd >= start_wd))
-        return mc_error_set(err, MC_ERR_USAGE, "--end-weight-decay %g is below "
-                            "--start-weight-decay %g", end_wd, start_wd);
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--end-weight-decay %g is below "
+                            "--start-weight-decay %g",
+                            end_wd, start_wd);
 
     s->init_lr = c->lr_warmup_init;
     s->max_lr = c->lr;
@@ -152,12 +162,9 @@ double mc_lr_at_samples(const mc_lr_schedule *s, double n)
     double max_lr = s->max_lr, min_lr = s->min_lr, w = s->warmup_steps, d = s->decay_steps;
 
     /* Linear warmup: lr0 + (lr - lr0) * n / W. */
-    if (w > 0.0 && n <= w)
-        return s->init_lr + (max_lr - s->init_lr) * n / w;
-    if (s->decay_style == MC_LR_CONSTANT)
-        return max_lr;
-    if (n > d)
-        return min_lr;
+    if (w > 0.0 && n <= w) return s->init_lr + (max_lr - s->init_lr) * n / w;
+    if (s->decay_style == MC_LR_CONSTANT) return max_lr;
+    if (n > d) return min_lr;
     if (s->decay_style == MC_LR_INVERSE_SQRT) {
         /* lr * sqrt(W) / sqrt(n), never below min_lr. */
         double ws = w > 1.0 ? w : 1.0, ns = n > 1.0 ? n : 1.0;
@@ -168,12 +175,8 @@ double mc_lr_at_samples(const mc_lr_schedule *s, double n)
     double ratio = (n - w) / (d - w);
     double delta = max_lr - min_lr, coeff = 1.0;
     switch (s->decay_style) {
-    case MC_LR_LINEAR:
-        coeff = 1.0 - ratio;
-        break;
-    case MC_LR_COSINE:
-        coeff = 0.5 * (cos(M_PI * ratio) + 1.0);
-        break;
+    case MC_LR_LINEAR: coeff = 1.0 - ratio; break;
+    case MC_LR_COSINE: coeff = 0.5 * (cos(M_PI * ratio) + 1.0); break;
     case MC_LR_WSD: {
         /* Stable at lr until the last S samples of the decay, then anneal. */
         double anneal_start = d - s->wsd_decay_steps;
@@ -190,8 +193,7 @@ double mc_lr_at_samples(const mc_lr_schedule *s, double n)
         }
         break;
     }
-    default:
-        break;
+    default: break;
     }
     return min_lr + coeff * delta;
 }
@@ -203,8 +205,7 @@ double mc_lr_at(const mc_lr_schedule *s, int64_t iterations)
 
 double mc_wd_at_samples(const mc_lr_schedule *s, double n)
 {
-    if (n > s->wd_incr_steps || s->wd_incr_style == MC_WD_CONSTANT)
-        return s->end_wd;
+    if (n > s->wd_incr_steps || s->wd_incr_style == MC_WD_CONSTANT) return s->end_wd;
     double ratio = n / s->wd_incr_steps;
     double coeff = s->wd_incr_style == MC_WD_LINEAR ? ratio
                                                     : 0.5 * (cos(M_PI * (1.0 - ratio)) + 1.0);

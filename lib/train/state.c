@@ -39,8 +39,7 @@ static mc_status for_blocks(const mc_param *p, const char *path, float *host, bl
     for (int j = 0; j < rc; j++) {
         mc_status st = fn(ctx, p, path, (int64_t)j * grows + p->row0, lrows,
                           host + (size_t)j * (size_t)(lrows * lcols), err);
-        if (st)
-            return st;
+        if (st) return st;
     }
     return MC_OK;
 }
@@ -72,8 +71,7 @@ static size_t max_param_numel(mc_model *m)
 {
     size_t maxn = 1, np = mc_model_num_params(m);
     for (size_t i = 0; i < np; i++)
-        if (mc_model_param(m, i)->numel > maxn)
-            maxn = mc_model_param(m, i)->numel;
+        if (mc_model_param(m, i)->numel > maxn) maxn = mc_model_param(m, i)->numel;
     return maxn;
 }
 
@@ -102,8 +100,7 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
     }
     mc_ckpt_writer *w = NULL;
     mc_status st = mc_ckpt_writer_begin_grid(dir, s->iteration, g, &w, err);
-    if (st)
-        return st;
+    if (st) return st;
     if (compression)
         st = mc_ckpt_writer_set_compression(w, (mc_ckpt_compression)compression, 0, err);
 
@@ -116,22 +113,19 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
     float *mom = o ? mc_balloc(be, 2 * maxn * sizeof *mom, err) : NULL;
     if (!st && (!host || (o && !mom)))
         st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
-    if (!st && o)
-        st = mc_optim_wait_params(o, err);
+    if (!st && o) st = mc_optim_wait_params(o, err);
 
     wctx c = {w};
     char path[512];
     for (size_t i = 0; i < np && !st; i++) {
         const mc_param *p = mc_model_param(m, i);
-        if (!writes_param(g, p))
-            continue;
+        if (!writes_param(g, p)) continue;
         if (writer) {
             mc_bcopy_to_host(be, host, mc_model_params(m) + p->offset, p->numel * sizeof(float));
             snprintf(path, sizeof path, "%s/%s", GROUPS[0], p->name);
             st = for_blocks(p, path, host, write_block, &c, err);
         }
-        if (st || !o)
-            continue;
+        if (st || !o) continue;
         st = mc_optim_gather_moments(o, p->offset, p->numel, writer ? mom : NULL,
                                      writer ? mom + maxn : NULL, err);
         for (int k = 1; k <= 2 && !st && writer; k++) {
@@ -141,27 +135,20 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
         }
     }
     free(host);
-    if (mom)
-        mc_bfree(be, mom);
+    if (mom) mc_bfree(be, mom);
 
-    if (!st)
-        st = mc_ckpt_write_int(w, "consumed_samples", s->consumed_samples, err);
-    if (!st)
-        st = mc_ckpt_write_int(w, "scheduler_samples", s->sched_samples, err);
-    if (!st)
-        st = mc_ckpt_write_int(w, "optimizer_steps", s->optim_steps, err);
-    if (!st)
-        st = mc_ckpt_write_int(w, "has_optimizer", o != NULL, err);
-    if (!st && config_json)
-        st = mc_ckpt_write_json(w, "config", config_json, err);
-    if (!st && tok)
-        st = mc_ckpt_write_tokenizer(w, tok, err);
+    if (!st) st = mc_ckpt_write_int(w, "consumed_samples", s->consumed_samples, err);
+    if (!st) st = mc_ckpt_write_int(w, "scheduler_samples", s->sched_samples, err);
+    if (!st) st = mc_ckpt_write_int(w, "optimizer_steps", s->optim_steps, err);
+    if (!st) st = mc_ckpt_write_int(w, "has_optimizer", o != NULL, err);
+    if (!st && config_json) st = mc_ckpt_write_json(w, "config", config_json, err);
+    if (!st && tok) st = mc_ckpt_write_tokenizer(w, tok, err);
     if (!st) {
         json_t *ts = json_pack("{s:f, s:b, s:f, s:i, s:i, s:i, s:i}", "loss_scale", s->scaler.scale,
-                               "dynamic", s->scaler.dynamic, "min_loss_scale",
-                               s->scaler.min_scale, "window", s->scaler.window, "hysteresis",
-                               s->scaler.hysteresis, "growth_tracker", s->scaler.growth_tracker,
-                               "hysteresis_tracker", s->scaler.hysteresis_tracker);
+                               "dynamic", s->scaler.dynamic, "min_loss_scale", s->scaler.min_scale,
+                               "window", s->scaler.window, "hysteresis", s->scaler.hysteresis,
+                               "growth_tracker", s->scaler.growth_tracker, "hysteresis_tracker",
+                               s->scaler.hysteresis_tracker);
         char *text = ts ? json_dumps(ts, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
         st = text ? mc_ckpt_write_json(w, "train_state", text, err)
                   : mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
@@ -189,14 +176,13 @@ static mc_status check_config(mc_ckpt_reader *r, const mc_model_config *mine, mc
     mc_status st = MC_OK;
     const char *key;
     json_t *v;
-    json_object_foreach(ours, key, v) {
+    json_object_foreach(ours, key, v)
+    {
         /* The sequence length is a run's choice (positions are bounded
          * by max_position_embeddings, which must match). */
-        if (!strcmp(key, "vocab_size") || !strcmp(key, "seq_length"))
-            continue;
+        if (!strcmp(key, "vocab_size") || !strcmp(key, "seq_length")) continue;
         json_t *t = theirs ? json_object_get(theirs, key) : NULL;
-        if (t && json_equal(t, v))
-            continue;
+        if (t && json_equal(t, v)) continue;
         /* Floats went through float -> double: compare as floats. */
         if (t && json_is_number(t) && json_is_number(v) &&
             (float)json_number_value(t) == (float)json_number_value(v))
@@ -214,22 +200,19 @@ static mc_status check_config(mc_ckpt_reader *r, const mc_model_config *mine, mc
     return st;
 }
 
-static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_model *m,
-                     mc_optim *o, mc_train_state *s, char *dir_out, size_t cap, mc_error *err)
+static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_model *m, mc_optim *o,
+                      mc_train_state *s, char *dir_out, size_t cap, mc_error *err)
 {
     mc_ckpt_reader *r = NULL;
     mc_status st = mc_ckpt_open(path, &r, err);
-    if (st)
-        return st;
+    if (st) return st;
     /* a checkpoint pre-split for this grid: each rank opens only its file */
-    if (g)
-        mc_ckpt_prefer_shard(r, g->tp_rank, g->pp_rank);
+    if (g) mc_ckpt_prefer_shard(r, g->tp_rank, g->pp_rank);
     snprintf(dir_out, cap, "%s", mc_ckpt_dir(r));
     size_t maxn = max_param_numel(m), np = mc_model_num_params(m);
     float *host = malloc(maxn * sizeof *host);
     float *mom = o ? mc_balloc(be, 2 * maxn * sizeof *mom, err) : NULL;
-    if (!host || (o && !mom))
-        st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
+    if (!host || (o && !mom)) st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
 
     /* Shapes first, every tensor, before anything is overwritten: the
      * error names the tensor and both shapes. */
@@ -239,8 +222,7 @@ static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_mod
         int64_t rows, cols;
         snprintf(p_path, sizeof p_path, "model/%s", p->name);
         st = mc_ckpt_tensor_info(r, p_path, &rows, &cols, NULL, err); /* names the file */
-        if (st)
-            break;
+        if (st) break;
         if (rows != p->rows || cols != ckpt_cols(p)) {
             st = mc_error_set(err, MC_ERR_FORMAT,
                               "%s: tensor %s has shape [%" PRId64 ", %" PRId64
@@ -248,13 +230,11 @@ static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_mod
                               mc_ckpt_file(r), p_path, rows, cols, p->rows, ckpt_cols(p));
         }
     }
-    if (!st)
-        st = check_config(r, mc_model_get_config(m), err);
+    if (!st) st = check_config(r, mc_model_get_config(m), err);
 
     int64_t has_optim = 0;
     if (!st && o) {
-        if (mc_ckpt_read_int(r, "has_optimizer", &has_optim, err))
-            has_optim = 0;
+        if (mc_ckpt_read_int(r, "has_optimizer", &has_optim, err)) has_optim = 0;
         if (!has_optim)
             st = mc_error_set(err, MC_ERR_FORMAT,
                               "%s: the checkpoint holds no optimizer state (saved with "
@@ -264,34 +244,29 @@ static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_mod
     /* Every rank reads its own blocks, whatever grid wrote the file; the
      * moments go to the optimizer whole (this rank's slice of the global
      * tensor), which keeps its data-parallel shard of them. */
-    if (!st && o)
-        st = mc_optim_wait_params(o, err);
+    if (!st && o) st = mc_optim_wait_params(o, err);
     for (size_t i = 0; i < np && !st; i++) {
         const mc_param *p = mc_model_param(m, i);
         for (int k = 0; k < (o ? 3 : 1) && !st; k++) {
             snprintf(p_path, sizeof p_path, "%s/%s", GROUPS[k], p->name);
             st = for_blocks(p, p_path, host, read_block, r, err);
             if (!st)
-                mc_bcopy_from_host(be, k ? mom + (size_t)(k - 1) * maxn : mc_model_params(m) + p->offset,
-                                   host, p->numel * sizeof(float));
+                mc_bcopy_from_host(
+                    be, k ? mom + (size_t)(k - 1) * maxn : mc_model_params(m) + p->offset, host,
+                    p->numel * sizeof(float));
         }
-        if (!st && o)
-            st = mc_optim_set_moments(o, p->offset, p->numel, mom, mom + maxn, err);
+        if (!st && o) st = mc_optim_set_moments(o, p->offset, p->numel, mom, mom + maxn, err);
     }
     free(host);
-    if (mom)
-        mc_bfree(be, mom);
+    if (mom) mc_bfree(be, mom);
 
     if (!st && s) {
         s->iteration = mc_ckpt_iteration(r);
         st = mc_ckpt_read_int(r, "consumed_samples", &s->consumed_samples, err);
-        if (!st)
-            st = mc_ckpt_read_int(r, "scheduler_samples", &s->sched_samples, err);
-        if (!st && o)
-            st = mc_ckpt_read_int(r, "optimizer_steps", &s->optim_steps, err);
+        if (!st) st = mc_ckpt_read_int(r, "scheduler_samples", &s->sched_samples, err);
+        if (!st && o) st = mc_ckpt_read_int(r, "optimizer_steps", &s->optim_steps, err);
         json_t *ts = NULL;
-        if (!st && o)
-            st = mc_ckpt_read_json(r, "train_state", &ts, err);
+        if (!st && o) st = mc_ckpt_read_json(r, "train_state", &ts, err);
         if (!st && o) {
             double scale = json_number_value(json_object_get(ts, "loss_scale"));
             json_t *gt = json_object_get(ts, "growth_tracker");
@@ -310,14 +285,12 @@ static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_mod
             }
         }
         json_decref(ts);
-        if (st)
-            mc_error_prefix(err, "%s", mc_ckpt_file(r));
+        if (st) mc_error_prefix(err, "%s", mc_ckpt_file(r));
     }
     mc_ckpt_close(r);
     /* Past the open, something missing is a malformed checkpoint, not the
      * absence of one (which the caller may take as "start from scratch"). */
-    if (st == MC_ERR_NOTFOUND)
-        st = err->code = MC_ERR_FORMAT;
+    if (st == MC_ERR_NOTFOUND) st = err->code = MC_ERR_FORMAT;
     return st;
 }
 
@@ -343,20 +316,17 @@ mc_status mc_train_load_model(const char *path, const mc_grid *g, mc_backend *be
     mc_ckpt_reader *r = NULL;
     mc_model_config c;
     mc_status st = mc_ckpt_open(path, &r, err);
-    if (!st)
-        st = mc_ckpt_read_model_config(r, &c, err);
+    if (!st) st = mc_ckpt_read_model_config(r, &c, err);
     mc_ckpt_close(r);
-    if (!st && seq_length > 0)
-        c.seq_length = seq_length;
-    if (!st && c.position_embedding_type == MC_POS_LEARNED && c.seq_length > c.max_position_embeddings)
+    if (!st && seq_length > 0) c.seq_length = seq_length;
+    if (!st && c.position_embedding_type == MC_POS_LEARNED &&
+        c.seq_length > c.max_position_embeddings)
         st = mc_error_set(err, MC_ERR_USAGE,
                           "%s: sequence length %d exceeds the model's %d learned positions", path,
                           c.seq_length, c.max_position_embeddings);
-    if (!st)
-        st = mc_model_config_finish(&c, g->tp, err);
+    if (!st) st = mc_model_config_finish(&c, g->tp, err);
     mc_model *m = NULL;
-    if (!st)
-        st = mc_model_new(&c, g, be, micro_batch, prec, &m, err);
+    if (!st) st = mc_model_new(&c, g, be, micro_batch, prec, &m, err);
     char dir[4096];
     if (!st)
         st = mc_train_state_load(path, g, be, m, NULL, NULL, dir, sizeof dir, err);

@@ -34,7 +34,8 @@ typedef struct {
     int nnames;
 } ctx;
 
-static uint64_t next(ctx *x) {
+static uint64_t next(ctx *x)
+{
     x->rng += 0x9e3779b97f4a7c15ull;
     uint64_t z = x->rng;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -49,7 +50,8 @@ typedef struct {
     size_t n;
 } pair;
 
-static void *alloc(mc_backend *be, size_t bytes) {
+static void *alloc(mc_backend *be, size_t bytes)
+{
     mc_error err;
     void *p = mc_balloc(be, bytes, &err);
     if (!p) {
@@ -59,16 +61,19 @@ static void *alloc(mc_backend *be, size_t bytes) {
     return p;
 }
 
-static pair mk(ctx *x, size_t n) {
+static pair mk(ctx *x, size_t n)
+{
     pair p = {alloc(x->c, n * 4 + 4), alloc(x->g, n * 4 + 4), n};
     return p;
 }
-static void put(ctx *x, pair p, const float *h) {
+static void put(ctx *x, pair p, const float *h)
+{
     mc_bcopy_from_host(x->c, p.c, h, p.n * 4);
     mc_bcopy_from_host(x->g, p.g, h, p.n * 4);
 }
 /* uniform in [-s, s) */
-static pair rnd(ctx *x, size_t n, float s) {
+static pair rnd(ctx *x, size_t n, float s)
+{
     pair p = mk(x, n);
     float *h = malloc(n * 4 + 4);
     for (size_t i = 0; i < n; i++) h[i] = s * unif(x);
@@ -76,13 +81,15 @@ static pair rnd(ctx *x, size_t n, float s) {
     free(h);
     return p;
 }
-static pair poisoned(ctx *x, size_t n) {
+static pair poisoned(ctx *x, size_t n)
+{
     pair p = mk(x, n);
     mc_k_fill(x->c, p.c, NAN, n);
     mc_k_fill(x->g, p.g, NAN, n);
     return p;
 }
-static void drop(ctx *x, pair p) {
+static void drop(ctx *x, pair p)
+{
     mc_bfree(x->c, p.c);
     mc_bfree(x->g, p.g);
 }
@@ -90,7 +97,8 @@ static void drop(ctx *x, pair p) {
 typedef struct {
     int32_t *c, *g;
 } ipair;
-static ipair ids(ctx *x, size_t n, int64_t lo, int64_t hi) {
+static ipair ids(ctx *x, size_t n, int64_t lo, int64_t hi)
+{
     ipair p = {alloc(x->c, n * 4 + 4), alloc(x->g, n * 4 + 4)};
     int32_t *h = malloc(n * 4 + 4);
     for (size_t i = 0; i < n; i++) h[i] = (int32_t)(lo + (int64_t)(next(x) % (uint64_t)(hi - lo)));
@@ -99,12 +107,14 @@ static ipair ids(ctx *x, size_t n, int64_t lo, int64_t hi) {
     free(h);
     return p;
 }
-static void idrop(ctx *x, ipair p) {
+static void idrop(ctx *x, ipair p)
+{
     mc_bfree(x->c, p.c);
     mc_bfree(x->g, p.g);
 }
 
-static void record(ctx *x, const char *kernel, double e, double tol) {
+static void record(ctx *x, const char *kernel, double e, double tol)
+{
     int k = 0;
     while (k < x->nnames && strcmp(x->names[k], kernel)) k++;
     if (k == x->nnames && k < 96) {
@@ -117,15 +127,16 @@ static void record(ctx *x, const char *kernel, double e, double tol) {
 }
 
 /* relative error of p's GPU copy against its CPU copy */
-static int cmp(ctx *x, const char *kernel, const char *what, pair p, double tol) {
+static int cmp(ctx *x, const char *kernel, const char *what, pair p, double tol)
+{
     float *a = malloc(p.n * 4 + 4), *b = malloc(p.n * 4 + 4);
     mc_bcopy_to_host(x->c, a, p.c, p.n * 4);
     mc_bcopy_to_host(x->g, b, p.g, p.n * 4);
     double num = 0, den = 0;
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < p.n; i++) {
-        if (isfinite(a[i]) != isfinite(b[i]) || (!isfinite(a[i]) && memcmp(&a[i], &b[i], 4) &&
-                                                 !(isnan(a[i]) && isnan(b[i])))) {
+        if (isfinite(a[i]) != isfinite(b[i]) ||
+            (!isfinite(a[i]) && memcmp(&a[i], &b[i], 4) && !(isnan(a[i]) && isnan(b[i])))) {
             if (!bad++) first = i;
             continue;
         }
@@ -150,7 +161,8 @@ static int cmp(ctx *x, const char *kernel, const char *what, pair p, double tol)
     return ok;
 }
 
-static void check(ctx *x, const char *kernel, int ok, const char *what) {
+static void check(ctx *x, const char *kernel, int ok, const char *what)
+{
     x->n++;
     if (!ok) x->fails++;
     printf("%s %d - %s %s\n", ok ? "ok" : "not ok", x->n, kernel, what);
@@ -158,7 +170,8 @@ static void check(ctx *x, const char *kernel, int ok, const char *what) {
 }
 
 /* the GPU copy's bytes, for determinism checks */
-static void *gbytes(ctx *x, pair p) {
+static void *gbytes(ctx *x, pair p)
+{
     void *h = malloc(p.n * 4 + 4);
     mc_bcopy_to_host(x->g, h, p.g, p.n * 4);
     return h;
@@ -170,13 +183,14 @@ static void *gbytes(ctx *x, pair p) {
 
 /* S(p) picks the side of a pair; the kernel call is written once and run twice */
 #define S(p) (side ? (p).g : (p).c)
-#define ON_BOTH(stmt)                                  \
-    for (int side = 0; side < 2; side++) {             \
-        mc_backend *be = side ? x->g : x->c;           \
-        stmt;                                          \
+#define ON_BOTH(stmt)                        \
+    for (int side = 0; side < 2; side++) {   \
+        mc_backend *be = side ? x->g : x->c; \
+        stmt;                                \
     }
 
-static void check_elementwise(ctx *x, size_t n) {
+static void check_elementwise(ctx *x, size_t n)
+{
     char w[64];
     snprintf(w, sizeof w, "n=%zu", n);
     pair a = rnd(x, n, 2), b = rnd(x, n, 2), o = poisoned(x, n);
@@ -247,7 +261,8 @@ static void check_elementwise(ctx *x, size_t n) {
     drop(x, o);
 }
 
-static void check_layers(ctx *x, size_t N, size_t C, size_t V) {
+static void check_layers(ctx *x, size_t N, size_t C, size_t V)
+{
     char w[64];
     snprintf(w, sizeof w, "N=%zu C=%zu V=%zu", N, C, V);
     /* init: a block of a global matrix */
@@ -286,8 +301,8 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V) {
     pair xx = rnd(x, N * C, 2), nw = rnd(x, C, 1), nb = rnd(x, C, 1);
     pair mean = poisoned(x, N), rstd = poisoned(x, N);
     for (int bias = 0; bias < 2; bias++) {
-        ON_BOTH(mc_k_layernorm_fwd(be, S(o), S(mean), S(rstd), S(xx), S(nw), bias ? S(nb) : NULL,
-                                   N, C, 1e-5f));
+        ON_BOTH(mc_k_layernorm_fwd(be, S(o), S(mean), S(rstd), S(xx), S(nw), bias ? S(nb) : NULL, N,
+                                   C, 1e-5f));
         cmp(x, "layernorm_fwd", w, o, FP32);
         cmp(x, "layernorm_fwd", "mean", mean, FP32);
         cmp(x, "layernorm_fwd", "rstd", rstd, FP32);
@@ -328,8 +343,8 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V) {
     ipair tg = ids(x, N, -1, (int64_t)V);
     ON_BOTH(mc_k_xent_max(be, S(rowmax), S(logits), N, (size_t)vl));
     cmp(x, "xent_max", w, rowmax, 0);
-    ON_BOTH(mc_k_xent_sumexp(be, S(sumexp), S(tlogit), S(logits), S(rowmax), side ? tg.g : tg.c,
-                             v0, N, (size_t)vl));
+    ON_BOTH(mc_k_xent_sumexp(be, S(sumexp), S(tlogit), S(logits), S(rowmax), side ? tg.g : tg.c, v0,
+                             N, (size_t)vl));
     cmp(x, "xent_sumexp", "sumexp", sumexp, FP32);
     cmp(x, "xent_sumexp", "tlogit", tlogit, 0);
     ON_BOTH(mc_k_xent_loss(be, S(loss), S(rowmax), S(sumexp), S(tlogit), side ? tg.g : tg.c, N));
@@ -339,8 +354,8 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V) {
                           (size_t)vl, S(dloss), 0));
     cmp(x, "xent_bwd", "dloss", dl, FP32);
     /* in place, with a scale instead of dloss */
-    ON_BOTH(mc_k_xent_bwd(be, S(logits), S(logits), S(rowmax), S(sumexp), side ? tg.g : tg.c, v0,
-                          N, (size_t)vl, NULL, 0.125f));
+    ON_BOTH(mc_k_xent_bwd(be, S(logits), S(logits), S(rowmax), S(sumexp), side ? tg.g : tg.c, v0, N,
+                          (size_t)vl, NULL, 0.125f));
     cmp(x, "xent_bwd", "in place", logits, FP32);
     drop(x, dl);
     drop(x, logits);
@@ -364,7 +379,8 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V) {
     idrop(x, id);
 }
 
-static void check_linear(ctx *x, size_t N, size_t I, size_t O) {
+static void check_linear(ctx *x, size_t N, size_t I, size_t O)
+{
     static const char *pn[] = {"fp32", "bf16", "fp16", "tf32"};
     static const double tol[] = {FP32, HALF, HALF, TF32};
     pair xx = rnd(x, N * I, 1), W = rnd(x, O * I, 0.5f), b = rnd(x, O, 1), g = rnd(x, N * O, 1);
@@ -378,8 +394,8 @@ static void check_linear(ctx *x, size_t N, size_t I, size_t O) {
         ON_BOTH(mc_k_linear_fwd(be, (mc_prec)prec, S(o), S(xx), S(W), NULL, NULL, N, I, O, 1.0f));
         cmp(x, k, "beta=1, no bias", o, tol[prec]);
         pair dx = rnd(x, N * I, 1), dW = rnd(x, O * I, 1), db = rnd(x, O, 1);
-        ON_BOTH(mc_k_linear_bwd(be, (mc_prec)prec, S(dx), S(dW), S(db), S(g), S(xx), S(W), NULL,
-                                N, I, O));
+        ON_BOTH(mc_k_linear_bwd(be, (mc_prec)prec, S(dx), S(dW), S(db), S(g), S(xx), S(W), NULL, N,
+                                I, O));
         cmp(x, k, "bwd dx", dx, tol[prec]);
         cmp(x, k, "bwd dW", dW, tol[prec]);
         cmp(x, k, "bwd db", db, FP32);
@@ -394,7 +410,8 @@ static void check_linear(ctx *x, size_t N, size_t I, size_t O) {
     drop(x, g);
 }
 
-static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size_t D) {
+static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size_t D)
+{
     char w[96];
     snprintf(w, sizeof w, "B=%zu T=%zu Q=%zu G=%zu D=%zu", B, T, Q, G, D);
     size_t N = B * T, hpg = Q / G;
@@ -455,7 +472,8 @@ static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size
     drop(x, dqkv);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     ctx x = {0};
     x.rng = 20261122;
     int devices = mc_backend_cuda_devices();

@@ -40,24 +40,24 @@
 
 static int checks, failed, my_rank;
 
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        checks++;                                                             \
-        if (!(cond)) {                                                        \
-            failed++;                                                         \
+#define CHECK(cond, ...)                                                             \
+    do {                                                                             \
+        checks++;                                                                    \
+        if (!(cond)) {                                                               \
+            failed++;                                                                \
             fprintf(stderr, "rank %d: FAILED %s:%d: ", my_rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                     \
-            fprintf(stderr, "\n");                                            \
-        }                                                                     \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fprintf(stderr, "\n");                                                   \
+        }                                                                            \
     } while (0)
 
 enum { COL, ROW, FC1, NORM, BIAS, AVG, HALF, NT };
 
 typedef struct tdesc {
     const char *path;
-    int64_t rows, cols;  /* cols 0: 1-D */
-    int split;           /* 0 rows, 1 cols, -1 replicated */
-    int chunks;          /* SwiGLU row chunks */
+    int64_t rows, cols; /* cols 0: 1-D */
+    int split;          /* 0 rows, 1 cols, -1 replicated */
+    int chunks;         /* SwiGLU row chunks */
     mc_ckpt_dtype dtype;
 } tdesc;
 
@@ -73,9 +73,9 @@ static const tdesc T[NT] = {
 
 /* The global value of element i of tensor t: arbitrary fp32 bits, or
  * multiples of 1/16 below 2 (exact in bfloat16 and float16). */
-static float value(int t, int64_t i) {
-    if (T[t].dtype != MC_CKPT_FLOAT32)
-        return (float)((i * 37 + t * 11) % 64 - 32) / 16.0f;
+static float value(int t, int64_t i)
+{
+    if (T[t].dtype != MC_CKPT_FLOAT32) return (float)((i * 37 + t * 11) % 64 - 32) / 16.0f;
     return sinf((float)i * 0.37f + (float)t) * 3.1f;
 }
 
@@ -83,7 +83,8 @@ static int64_t ncols(int t) { return T[t].cols ? T[t].cols : 1; }
 
 /* Rank tp of tp_size's block of chunk j: rows [r0, r0+nr) x cols [c0, c0+nc). */
 static void block_of(int t, int tp, int tp_size, int j, int64_t *r0, int64_t *c0, int64_t *nr,
-                     int64_t *nc) {
+                     int64_t *nc)
+{
     int64_t crows = T[t].rows / T[t].chunks;
     *r0 = (int64_t)j * crows;
     *c0 = 0;
@@ -98,35 +99,32 @@ static void block_of(int t, int tp, int tp_size, int j, int64_t *r0, int64_t *c0
     }
 }
 
-static float *fill(int t, int64_t r0, int64_t c0, int64_t nr, int64_t nc) {
+static float *fill(int t, int64_t r0, int64_t c0, int64_t nr, int64_t nc)
+{
     float *x = malloc((size_t)(nr * nc) * sizeof *x + 1);
     for (int64_t r = 0; r < nr; r++)
-        for (int64_t c = 0; c < nc; c++)
-            x[r * nc + c] = value(t, (r0 + r) * ncols(t) + c0 + c);
+        for (int64_t c = 0; c < nc; c++) x[r * nc + c] = value(t, (r0 + r) * ncols(t) + c0 + c);
     return x;
 }
 
 /* What this rank writes: its blocks of the tensors its grid coordinates
  * make it responsible for; `bad` selects one misbehaviour. */
-static mc_status write_all(mc_ckpt_writer *w, const mc_grid *g, const char *bad, mc_error *err) {
+static mc_status write_all(mc_ckpt_writer *w, const mc_grid *g, const char *bad, mc_error *err)
+{
     mc_status st = MC_OK;
     for (int t = 0; t < NT && !st; t++) {
         if (t != BIAS && g->dp_rank != 0)
             continue; /* data-parallel replicas: rank 0 of the group writes */
-        if (T[t].split < 0 && t != BIAS && g->tp_rank != 0)
-            continue; /* tensor-parallel replicas */
+        if (T[t].split < 0 && t != BIAS && g->tp_rank != 0) continue; /* tensor-parallel replicas */
         for (int j = 0; j < T[t].chunks && !st; j++) {
             int64_t r0, c0, nr, nc;
             block_of(t, g->tp_rank, g->tp, j, &r0, &c0, &nr, &nc);
-            if (bad && !strcmp(bad, "partial") && t == ROW)
-                continue;
-            if (bad && !strcmp(bad, "block") && t == FC1)
-                r0 += T[t].rows; /* outside the tensor */
+            if (bad && !strcmp(bad, "partial") && t == ROW) continue;
+            if (bad && !strcmp(bad, "block") && t == FC1) r0 += T[t].rows; /* outside the tensor */
             if (bad && !strcmp(bad, "overlap") && t == COL && nr > 1)
                 r0 += 1; /* shifted: overlaps the next rank's block */
             float *x = fill(t, r0 < T[t].rows ? r0 : 0, c0, nr, nc);
-            if (bad && !strcmp(bad, "replica") && t == BIAS)
-                x[3] += 1.0f;
+            if (bad && !strcmp(bad, "replica") && t == BIAS) x[3] += 1.0f;
             st = mc_ckpt_write_tensor(w, T[t].path, T[t].rows, T[t].cols, r0, T[t].cols ? c0 : 0,
                                       nr, T[t].cols ? nc : 1, x, T[t].dtype, err);
             free(x);
@@ -134,22 +132,20 @@ static mc_status write_all(mc_ckpt_writer *w, const mc_grid *g, const char *bad,
     }
     if (!st)
         st = mc_ckpt_write_int(w, "consumed_samples", bad && !strcmp(bad, "attr") ? 99 : 4096, err);
-    if (!st)
-        st = mc_ckpt_write_json(w, "config", "{\"model\": {\"hidden_size\": 10}}", err);
+    if (!st) st = mc_ckpt_write_json(w, "config", "{\"model\": {\"hidden_size\": 10}}", err);
     static const unsigned char rng[5] = {1, 2, 3, 250, 0};
-    if (!st)
-        st = mc_ckpt_write_bytes(w, "rng", rng, sizeof rng, err);
+    if (!st) st = mc_ckpt_write_bytes(w, "rng", rng, sizeof rng, err);
     return st;
 }
 
 /* Read every tensor (the whole of it, or rank tp's slices) and compare. */
-static void check_read(const char *dir, int tp, int tp_size) {
+static void check_read(const char *dir, int tp, int tp_size)
+{
     mc_error e = {0};
     mc_ckpt_reader *r = NULL;
     mc_status st = mc_ckpt_open(dir, &r, &e);
     CHECK(st == MC_OK, "open %s: %s", dir, e.msg);
-    if (st)
-        return;
+    if (st) return;
     for (int t = 0; t < NT; t++) {
         mc_ckpt_dtype dt;
         int64_t rows, cols;
@@ -159,7 +155,8 @@ static void check_read(const char *dir, int tp, int tp_size) {
         for (int j = 0; j < T[t].chunks; j++) {
             int64_t r0, c0, nr, nc;
             block_of(t, tp, tp_size, j, &r0, &c0, &nr, &nc);
-            float *want = fill(t, r0, c0, nr, nc), *got = calloc((size_t)(nr * nc) + 1, sizeof *got);
+            float *want = fill(t, r0, c0, nr, nc),
+                  *got = calloc((size_t)(nr * nc) + 1, sizeof *got);
             st = mc_ckpt_read_tensor(r, T[t].path, T[t].rows, T[t].cols, r0, T[t].cols ? c0 : 0, nr,
                                      T[t].cols ? nc : 1, got, &e);
             CHECK(st == MC_OK, "%s: read: %s", T[t].path, e.msg);
@@ -171,58 +168,59 @@ static void check_read(const char *dir, int tp, int tp_size) {
         }
     }
     int64_t cs = 0;
-    CHECK(mc_ckpt_read_int(r, "consumed_samples", &cs, &e) == MC_OK && cs == 4096, "consumed_samples");
+    CHECK(mc_ckpt_read_int(r, "consumed_samples", &cs, &e) == MC_OK && cs == 4096,
+          "consumed_samples");
     void *b = NULL;
     size_t n = 0;
-    CHECK(mc_ckpt_read_bytes(r, "rng", &b, &n, &e) == MC_OK && n == 5 && ((unsigned char *)b)[3] == 250,
+    CHECK(mc_ckpt_read_bytes(r, "rng", &b, &n, &e) == MC_OK && n == 5 &&
+              ((unsigned char *)b)[3] == 250,
           "rng bytes");
     free(b);
     mc_ckpt_close(r);
 }
 
 /* DIR holds nothing but iter dirs of `iters` and the pointer naming last. */
-static void check_dir(const char *dir, const char *last, const char *const *iters, int n) {
+static void check_dir(const char *dir, const char *last, const char *const *iters, int n)
+{
     char p[4096], *data = NULL;
     size_t len = 0;
     mc_error e = {0};
     snprintf(p, sizeof p, "%s/%s", dir, MC_CKPT_LATEST);
-    CHECK(mc_read_file(p, &data, &len, &e) == MC_OK && len == strlen(last) && !memcmp(data, last, len),
+    CHECK(mc_read_file(p, &data, &len, &e) == MC_OK && len == strlen(last) &&
+              !memcmp(data, last, len),
           "latest pointer is '%.*s', expected '%s'", (int)len, data ? data : "", last);
     free(data);
     DIR *d = opendir(dir);
     struct dirent *de;
     int seen = 0;
     while (d && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, MC_CKPT_LATEST))
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+            !strcmp(de->d_name, MC_CKPT_LATEST))
             continue;
         int known = 0;
-        for (int i = 0; i < n; i++)
-            known |= !strcmp(de->d_name, iters[i]);
+        for (int i = 0; i < n; i++) known |= !strcmp(de->d_name, iters[i]);
         CHECK(known, "unexpected entry %s/%s", dir, de->d_name);
         seen += known;
     }
-    if (d)
-        closedir(d);
+    if (d) closedir(d);
     CHECK(seen == n, "%d of %d iteration directories", seen, n);
 }
 
-static int finish(const mc_grid *g) {
+static int finish(const mc_grid *g)
+{
     int mine[2] = {checks, failed}, all[2] = {checks, failed};
-    if (g->world > 1)
-        MPI_Allreduce(mine, all, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (g->rank == 0 && !all[1])
-        printf("ok %d checks on %d ranks\n", all[0], g->world);
+    if (g->world > 1) MPI_Allreduce(mine, all, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (g->rank == 0 && !all[1]) printf("ok %d checks on %d ranks\n", all[0], g->world);
     return all[1] ? 1 : 0;
 }
 
 static mc_status save(const char *dir, int64_t it, const mc_grid *g, int zstd, const char *bad,
-                      mc_error *err) {
+                      mc_error *err)
+{
     mc_ckpt_writer *w = NULL;
     mc_status st = mc_ckpt_writer_begin_grid(dir, it, g, &w, err);
-    if (st)
-        return st;
-    if (zstd)
-        mc_ckpt_writer_set_compression(w, MC_CKPT_COMPRESS_ZSTD, 3, err);
+    if (st) return st;
+    if (zstd) mc_ckpt_writer_set_compression(w, MC_CKPT_COMPRESS_ZSTD, 3, err);
     if (bad && !strcmp(bad, "abort")) {
         mc_ckpt_writer_abort(w);
         return mc_error_set(err, MC_ERR_USAGE, "aborted by the test");
@@ -235,7 +233,8 @@ static mc_status save(const char *dir, int64_t it, const mc_grid *g, int zstd, c
     return mc_ckpt_writer_commit(w, err);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc < 4) {
         fprintf(stderr, "usage: test_ckpt_par write|read|fail|single DIR ...\n");
         return 2;
@@ -253,12 +252,10 @@ int main(int argc, char **argv) {
         check_read(dir, 0, 1);
         return finish(&g);
     }
-    if (argc < 5)
-        return 2;
+    if (argc < 5) return 2;
     int tp = atoi(argv[3]);
     if (mc_grid_init_mpi(&argc, &argv, tp, 1, 1, 1, &g, &e)) {
-        if (g.rank == 0)
-            fprintf(stderr, "test_ckpt_par: error: %s\n", e.msg);
+        if (g.rank == 0) fprintf(stderr, "test_ckpt_par: error: %s\n", e.msg);
         return mc_grid_fail(&g, 1);
     }
     my_rank = g.rank;
@@ -269,8 +266,7 @@ int main(int argc, char **argv) {
         mc_status st = save(dir, atoll(argv[5]), &g, zstd, NULL, &e);
         CHECK(st == MC_OK, "save: %s", e.msg);
         MPI_Barrier(MPI_COMM_WORLD);
-        if (g.rank == 0)
-            check_read(dir, 0, 1); /* alone: the global tensors */
+        if (g.rank == 0) check_read(dir, 0, 1); /* alone: the global tensors */
     } else if (!strcmp(mode, "read")) {
         check_read(dir, g.tp_rank, g.tp);
     } else if (!strcmp(mode, "fail") && argc >= 8) {
@@ -294,8 +290,7 @@ int main(int argc, char **argv) {
             check_dir(dir, "1\n", iters, 1);
             check_read(dir, 0, 1);
         }
-        if (g.rank == (bad_rank == 0 ? 1 : 0))
-            printf("error: %s\n", e.msg);
+        if (g.rank == (bad_rank == 0 ? 1 : 0)) printf("error: %s\n", e.msg);
     } else {
         fprintf(stderr, "test_ckpt_par: bad mode or arguments\n");
         failed++;

@@ -36,19 +36,20 @@ typedef struct ctx {
     int checks, failed;
 } ctx;
 
-
-#define OK(c, call)                                                           \
-    do {                                                                      \
-        mc_error e_;                                                          \
-        mc_error_clear(&e_);                                                  \
-        mc_status s_ = (call);                                                \
-        CHECK(c, s_ == MC_OK, "%s: %s", #call, e_.msg);                       \
+#define OK(c, call)                                     \
+    do {                                                \
+        mc_error e_;                                    \
+        mc_error_clear(&e_);                            \
+        mc_status s_ = (call);                          \
+        CHECK(c, s_ == MC_OK, "%s: %s", #call, e_.msg); \
     } while (0)
 #define E (&e_)
 
 /* ------------------------------------------------------------ coordinates */
 
-typedef struct coords { int tp, cp, dp, pp; } coords;
+typedef struct coords {
+    int tp, cp, dp, pp;
+} coords;
 
 static coords coords_of(const mc_grid *g, int r)
 {
@@ -124,10 +125,10 @@ static void check_groups(ctx *c)
 {
     mc_grid *g = &c->g;
     coords me = coords_of(g, g->rank);
-    CHECK(c, g->tp_rank == me.tp && g->cp_rank == me.cp && g->dp_rank == me.dp &&
-                 g->pp_rank == me.pp,
-          "coordinates (%d,%d,%d,%d), expected (%d,%d,%d,%d)", g->tp_rank, g->cp_rank,
-          g->dp_rank, g->pp_rank, me.tp, me.cp, me.dp, me.pp);
+    CHECK(c,
+          g->tp_rank == me.tp && g->cp_rank == me.cp && g->dp_rank == me.dp && g->pp_rank == me.pp,
+          "coordinates (%d,%d,%d,%d), expected (%d,%d,%d,%d)", g->tp_rank, g->cp_rank, g->dp_rank,
+          g->pp_rank, me.tp, me.cp, me.dp, me.pp);
     CHECK(c, g->dp * g->tp * g->pp * g->cp == g->world, "dp %d", g->dp);
     int exp[64], n;
     float got[64];
@@ -135,8 +136,7 @@ static void check_groups(ctx *c)
         n = members(g, k, g->rank, exp);
         CHECK(c, mc_grid_in_group(g, k) == (n > 0), "%s: membership", mc_group_name(k));
         if (!n) {
-            CHECK(c, mc_grid_group_rank(g, k) == -1, "%s: rank of a non-member",
-                  mc_group_name(k));
+            CHECK(c, mc_grid_group_rank(g, k) == -1, "%s: rank of a non-member", mc_group_name(k));
             continue;
         }
         CHECK(c, mc_grid_group_size(g, k) == n, "%s: size %d, expected %d", mc_group_name(k),
@@ -146,8 +146,9 @@ static void check_groups(ctx *c)
         CHECK(c, mc_grid_group_rank(g, k) == pos, "%s: rank %d, expected %d", mc_group_name(k),
               mc_grid_group_rank(g, k), pos);
         for (int j = 0; j < n; j++)
-            CHECK(c, mc_grid_group_world_rank(g, k, j) == exp[j], "%s: member %d is %d, expected %d",
-                  mc_group_name(k), j, mc_grid_group_world_rank(g, k, j), exp[j]);
+            CHECK(c, mc_grid_group_world_rank(g, k, j) == exp[j],
+                  "%s: member %d is %d, expected %d", mc_group_name(k), j,
+                  mc_grid_group_world_rank(g, k, j), exp[j]);
         /* The communicator itself: gather world ranks in group-rank order. */
         float mine = (float)g->rank;
         OK(c, mc_allgather(g, k, c->be, &mine, got, 1, E));
@@ -208,7 +209,8 @@ static void check_collectives(ctx *c, mc_group_kind k, size_t n, int salt)
     for (int i = 0; i < 3; i++) {
         d[i] = (double)datum(g->rank, (size_t)i, salt + 2) * 1e3 + 1e-9;
         dref[i] = (double)datum(mem[0], (size_t)i, salt + 2) * 1e3 + 1e-9;
-        for (int j = 1; j < P; j++) dref[i] += (double)datum(mem[j], (size_t)i, salt + 2) * 1e3 + 1e-9;
+        for (int j = 1; j < P; j++)
+            dref[i] += (double)datum(mem[j], (size_t)i, salt + 2) * 1e3 + 1e-9;
     }
     OK(c, mc_allreduce_sum_f64(&c->g, k, d, 3, E));
     CHECK(c, memcmp(d, dref, sizeof d) == 0, "%s: f64 sum differs", name);
@@ -295,8 +297,10 @@ static int finish(ctx *c)
         f = 1;
     }
     if (c->g.rank == 0) {
-        if (f == 0) printf("ok %d checks on %d ranks\n", c->checks, c->g.world);
-        else printf("not ok: %g failures on %d ranks\n", f, c->g.world);
+        if (f == 0)
+            printf("ok %d checks on %d ranks\n", c->checks, c->g.world);
+        else
+            printf("not ok: %g failures on %d ranks\n", f, c->g.world);
     }
     fflush(stdout);
     if (c->be) mc_backend_free(c->be);
@@ -326,8 +330,9 @@ static int run_single(void)
     MPI_Initialized(&init);
     CHECK(&c, !init, "a single grid initialized MPI");
     mc_error e;
-    CHECK(&c, mc_grid_set_timeout(&c.g, 0, NULL, &e) == MC_ERR_USAGE &&
-                  strstr(e.msg, "positive number of minutes, not 0"),
+    CHECK(&c,
+          mc_grid_set_timeout(&c.g, 0, NULL, &e) == MC_ERR_USAGE &&
+              strstr(e.msg, "positive number of minutes, not 0"),
           "timeout 0: %s", e.msg);
     CHECK(&c, mc_grid_set_timeout(&c.g, 0.5, NULL, &e) == MC_OK, "timeout 0.5");
     mc_grid_finalize(&c.g);
@@ -361,8 +366,9 @@ static int run_grid(int argc, char **argv, int tp, int pp)
     mc_error e;
     float v = 0;
     if (c.g.pp > 2 && !mc_grid_in_group(&c.g, MC_GROUP_EMBD))
-        CHECK(&c, mc_allreduce_sum(&c.g, MC_GROUP_EMBD, c.be, &v, 1, &e) != MC_OK &&
-                      strstr(e.msg, "is not a member"),
+        CHECK(&c,
+              mc_allreduce_sum(&c.g, MC_GROUP_EMBD, c.be, &v, 1, &e) != MC_OK &&
+                  strstr(e.msg, "is not a member"),
               "embedding group from a middle stage: %s", e.msg);
     return finish(&c);
 }

@@ -52,7 +52,6 @@ typedef struct ctx {
     int checks, failed;
 } ctx;
 
-
 #define GUARD 8
 #define GUARD_VALUE 12345.0f
 
@@ -113,7 +112,8 @@ static float grad_of(const layout *l, size_t i, int d, int tp_rank, int s, doubl
     for (size_t k = 0; k < l->nps; k++)
         if (i >= l->ps[k].offset && i < l->ps[k].offset + l->ps[k].numel)
             split = l->ps[k].split_dim >= 0;
-    uint64_t key = ((uint64_t)s << 48) ^ ((uint64_t)d << 40) ^ ((uint64_t)(split ? tp_rank : 0) << 36) ^ i;
+    uint64_t key = ((uint64_t)s << 48) ^ ((uint64_t)d << 40) ^
+                   ((uint64_t)(split ? tp_rank : 0) << 36) ^ i;
     return (float)(amp * hval(key)) * (1.0f / (float)dp);
 }
 
@@ -127,8 +127,7 @@ static void fill_params(const layout *l, float *p, int tp_rank)
 {
     for (size_t i = 0; i < l->numel; i++)
         p[i] = hval(0xabcdef00000000ULL ^ ((uint64_t)tp_rank << 32) ^ i);
-    for (size_t i = l->numel; i < l->numel + GUARD; i++)
-        p[i] = GUARD_VALUE;
+    for (size_t i = l->numel; i < l->numel + GUARD; i++) p[i] = GUARD_VALUE;
 }
 
 static int same_bits(const float *a, const float *b, size_t n, size_t *where)
@@ -171,10 +170,11 @@ static void check_moments(ctx *c, const layout *l, opt *os, int n, const char *w
             const mc_param *p = &l->ps[j];
             mc_status st = mc_optim_gather_moments(os[k].o, p->offset, p->numel, m, v, &e);
             size_t at = 0;
-            CHECK(c, st == MC_OK && same_bits(m0 + p->offset, m, p->numel, &at) &&
-                         same_bits(v0 + p->offset, v, p->numel, &at),
-                  "%s %s: %s: moments of %s differ at %zu (%s)", l->name, os[k].name, when,
-                  p->name, at, st ? e.msg : "");
+            CHECK(c,
+                  st == MC_OK && same_bits(m0 + p->offset, m, p->numel, &at) &&
+                      same_bits(v0 + p->offset, v, p->numel, &at),
+                  "%s %s: %s: moments of %s differ at %zu (%s)", l->name, os[k].name, when, p->name,
+                  at, st ? e.msg : "");
         }
     free(m0), free(v0), free(m), free(v);
 }
@@ -200,8 +200,7 @@ static void run_layout(ctx *c, const layout *l)
         os[k].p = mc_balloc(c->be, (N + GUARD) * sizeof(float), &e);
         os[k].g = mc_balloc(c->be, (N + GUARD) * sizeof(float), &e);
         fill_params(l, os[k].p, tp_rank);
-        for (size_t i = N; i < N + GUARD; i++)
-            os[k].g[i] = GUARD_VALUE;
+        for (size_t i = N; i < N + GUARD; i++) os[k].g[i] = GUARD_VALUE;
         mc_status st;
         if (k == 0)
             st = mc_optim_new(c->be, &c->g, &cfg, os[k].p, os[k].g, N, l->ps, l->nps, &os[k].o, &e);
@@ -212,8 +211,7 @@ static void run_layout(ctx *c, const layout *l)
             st = mc_optim_new_distributed(c->be, &c->g, &cfg, os[k].p, os[k].g, N, l->ps, l->nps,
                                           k == 2, &os[k].o, &e);
         CHECK(c, st == MC_OK, "%s %s: create: %s", l->name, os[k].name, st ? e.msg : "");
-        if (st)
-            exit(1);
+        if (st) exit(1);
     }
     float *init = malloc(N * sizeof *init), *before = malloc(N * sizeof *before);
     memcpy(init, os[0].p, N * sizeof *init);
@@ -222,12 +220,14 @@ static void run_layout(ctx *c, const layout *l)
     size_t lo, hi, tail;
     mc_optim_shard(os[1].o, &lo, &hi, &tail);
     size_t q = N / (size_t)dp, t = N - q * (size_t)dp;
-    CHECK(c, lo == (size_t)c->g.dp_rank * q && hi == lo + q &&
-                 tail == ((size_t)c->g.dp_rank < t ? q * (size_t)dp + (size_t)c->g.dp_rank : SIZE_MAX),
-          "%s: shard [%zu, %zu) tail %zu for dp rank %d of %d", l->name, lo, hi, tail,
-          c->g.dp_rank, dp);
-    CHECK(c, mc_optim_is_distributed(os[1].o) && !mc_optim_is_distributed(os[0].o) &&
-                 mc_optim_exp_avg(os[1].o) == NULL && mc_optim_exp_avg_sq(os[1].o) == NULL,
+    CHECK(c,
+          lo == (size_t)c->g.dp_rank * q && hi == lo + q &&
+              tail == ((size_t)c->g.dp_rank < t ? q * (size_t)dp + (size_t)c->g.dp_rank : SIZE_MAX),
+          "%s: shard [%zu, %zu) tail %zu for dp rank %d of %d", l->name, lo, hi, tail, c->g.dp_rank,
+          dp);
+    CHECK(c,
+          mc_optim_is_distributed(os[1].o) && !mc_optim_is_distributed(os[0].o) &&
+              mc_optim_exp_avg(os[1].o) == NULL && mc_optim_exp_avg_sq(os[1].o) == NULL,
           "%s: the distributed optimizer has no whole-buffer moments", l->name);
 
     /* The steps. */
@@ -262,8 +262,7 @@ static void run_layout(ctx *c, const layout *l)
                     st = mc_optim_set_moments(os[k].o, l->ps[j].offset, l->ps[j].numel,
                                               mk + l->ps[j].offset, vk + l->ps[j].offset, &e);
                 CHECK(c, st == MC_OK, "%s %s: reload: %s", l->name, os[k].name, st ? e.msg : "");
-                if (st)
-                    exit(1);
+                if (st) exit(1);
                 mc_optim_set_steps(os[k].o, steps);
             }
             check_moments(c, l, os, n, "after reload");
@@ -272,12 +271,12 @@ static void run_layout(ctx *c, const layout *l)
         }
         for (int k = 0; k < n; k++) {
             for (size_t i = 0; i < N; i++)
-                os[k].g[i] = grad_of(l, i, c->g.dp_rank, tp_rank, s, norm_amp * amps[s] * scales[s], dp);
+                os[k].g[i] = grad_of(l, i, c->g.dp_rank, tp_rank, s, norm_amp * amps[s] * scales[s],
+                                     dp);
             if (s == 4) {
                 /* A NaN on the last data-parallel rank, in the first rank's
                  * shard: only the global flag can stop the others. */
-                if (c->g.dp_rank == dp - 1)
-                    os[k].g[0] = NAN;
+                if (c->g.dp_rank == dp - 1) os[k].g[0] = NAN;
             }
         }
         if (with_ref) {
@@ -285,8 +284,7 @@ static void run_layout(ctx *c, const layout *l)
              * data-parallel rank order, in float. */
             for (size_t i = 0; i < N; i++) {
                 float sum = grad_of(l, i, 0, 0, s, norm_amp * amps[s] * scales[s], dp);
-                if (s == 4 && dp == 1 && i == 0)
-                    sum = NAN;
+                if (s == 4 && dp == 1 && i == 0) sum = NAN;
                 for (int d = 1; d < dp; d++)
                     sum += (s == 4 && d == dp - 1 && i == 0)
                                ? NAN
@@ -298,13 +296,10 @@ static void run_layout(ctx *c, const layout *l)
         mc_optim_result res[4];
         for (int k = 0; k < n; k++) {
             mc_status st = k == 3 ? MC_OK : mc_optim_reduce_grads(os[k].o, &e);
-            if (!st)
-                st = mc_optim_step(os[k].o, 1e-2 * (1 + s % 3), 0.1, scales[s], &res[k], &e);
-            if (!st)
-                st = mc_optim_wait_params(os[k].o, &e);
+            if (!st) st = mc_optim_step(os[k].o, 1e-2 * (1 + s % 3), 0.1, scales[s], &res[k], &e);
+            if (!st) st = mc_optim_wait_params(os[k].o, &e);
             CHECK(c, st == MC_OK, "%s %s step %d: %s", l->name, os[k].name, s, st ? e.msg : "");
-            if (st)
-                exit(1);
+            if (st) exit(1);
         }
         for (int k = 0; k < n; k++)
             CHECK(c, res[k].found_inf == (s == 4), "%s %s step %d: found_inf %d", l->name,
@@ -319,21 +314,23 @@ static void run_layout(ctx *c, const layout *l)
         }
         /* (With 2 elements the norm is too random to promise either.) */
         if (s < 2 && N > 100)
-            CHECK(c, res[0].clip_coeff < 1, "%s step %d: clipping is active (norm %g)", l->name,
-                  s, res[0].grad_norm);
+            CHECK(c, res[0].clip_coeff < 1, "%s step %d: clipping is active (norm %g)", l->name, s,
+                  res[0].grad_norm);
         if ((s == 2 || s == 3) && N > 100)
             CHECK(c, res[0].clip_coeff == 1, "%s step %d: no clipping (norm %g)", l->name, s,
                   res[0].grad_norm);
         for (int k = 1; k < n; k++) {
             double tol = k == 3 ? 0 : 1e-12;
-            CHECK(c, rel(res[k].grad_norm, res[0].grad_norm) <= tol &&
-                         rel(res[k].clip_coeff, res[0].clip_coeff) <= tol,
-                  "%s %s step %d: norm %.17g clip %.17g, plain %.17g %.17g (tolerance %g)",
-                  l->name, os[k].name, s, res[k].grad_norm, res[k].clip_coeff, res[0].grad_norm,
+            CHECK(c,
+                  rel(res[k].grad_norm, res[0].grad_norm) <= tol &&
+                      rel(res[k].clip_coeff, res[0].clip_coeff) <= tol,
+                  "%s %s step %d: norm %.17g clip %.17g, plain %.17g %.17g (tolerance %g)", l->name,
+                  os[k].name, s, res[k].grad_norm, res[k].clip_coeff, res[0].grad_norm,
                   res[0].clip_coeff, tol);
             size_t at = 0;
-            CHECK(c, same_bits(os[k].p, os[0].p, N, &at), "%s %s step %d: parameter %zu: %.9g vs %.9g",
-                  l->name, os[k].name, s, at, os[k].p[at], os[0].p[at]);
+            CHECK(c, same_bits(os[k].p, os[0].p, N, &at),
+                  "%s %s step %d: parameter %zu: %.9g vs %.9g", l->name, os[k].name, s, at,
+                  os[k].p[at], os[0].p[at]);
         }
         if (s == 0 && c->g.rank == 0)
             printf("# %s: step 0 norm %.17g (dist %.17g), clip %.9g\n", l->name, res[0].grad_norm,
@@ -356,24 +353,23 @@ static void run_layout(ctx *c, const layout *l)
             else
                 gaps &= os[k].p[i] == init[i];
         }
-        CHECK(c, guards && gaps && moved,
-              "%s %s: guards %s, gap elements %s, parameters %s", l->name, os[k].name,
-              guards ? "intact" : "CHANGED", gaps ? "intact" : "CHANGED",
+        CHECK(c, guards && gaps && moved, "%s %s: guards %s, gap elements %s, parameters %s",
+              l->name, os[k].name, guards ? "intact" : "CHANGED", gaps ? "intact" : "CHANGED",
               moved ? "all updated" : "NOT all updated");
     }
 
     /* Errors: a step without the reduction; ranges outside the buffer. */
     mc_optim_result r;
-    for (size_t i = 0; i < N; i++)
-        os[1].g[i] = 0;
+    for (size_t i = 0; i < N; i++) os[1].g[i] = 0;
     mc_status st = mc_optim_step(os[1].o, 1e-2, 0.1, 1, &r, &e);
     CHECK(c, st == MC_ERR_INTERNAL && strstr(e.msg, "without mc_optim_reduce_grads"),
           "%s: step without reduce_grads: %d %s", l->name, st, e.msg);
     float tmp[4];
     for (int k = 0; k < 2; k++) {
         st = mc_optim_gather_moments(os[k].o, N - 1, 2, tmp, tmp, &e);
-        CHECK(c, st == MC_ERR_INTERNAL && strstr(e.msg, "moment gather of elements") &&
-                     strstr(e.msg, "outside the buffer"),
+        CHECK(c,
+              st == MC_ERR_INTERNAL && strstr(e.msg, "moment gather of elements") &&
+                  strstr(e.msg, "outside the buffer"),
               "%s %s: gather out of range: %d %s", l->name, os[k].name, st, e.msg);
         st = mc_optim_set_moments(os[k].o, N + 1, 1, tmp, tmp, &e);
         CHECK(c, st == MC_ERR_INTERNAL && strstr(e.msg, "moment load of elements"),
@@ -410,8 +406,7 @@ static void grads_at(const layout *l, int s, int d, int dp, float *g)
 {
     static const double amps[] = {3.0, 2.0, 0.01, 0.02, 0.5};
     double amp = 3.0 * sqrt(3.0 * dp / (double)l->numel) * amps[s];
-    for (size_t i = 0; i < l->numel; i++)
-        g[i] = grad_of(l, i, d, 0, s, amp, dp);
+    for (size_t i = 0; i < l->numel; i++) g[i] = grad_of(l, i, d, 0, s, amp, dp);
 }
 
 /* The reference (p: numel + GUARD floats): steps [0, until) on one process, DP dp_save before the
@@ -424,16 +419,14 @@ static mc_optim *reference(ctx *c, const layout *l, const mc_optim_config *cfg, 
     mc_error e;
     mc_optim *o;
     fill_params(l, p, 0);
-    if (mc_optim_new(c->be, &single, cfg, p, g, l->numel, l->ps, l->nps, &o, &e))
-        exit(1);
+    if (mc_optim_new(c->be, &single, cfg, p, g, l->numel, l->ps, l->nps, &o, &e)) exit(1);
     float *part = malloc(l->numel * sizeof *part);
     for (int s = 0; s < until; s++) {
         int dp = s < CKPT_SPLIT ? dp_save : dp_load;
         grads_at(l, s, 0, dp, g);
         for (int d = 1; d < dp; d++) {
             grads_at(l, s, d, dp, part);
-            for (size_t i = 0; i < l->numel; i++)
-                g[i] += part[i];
+            for (size_t i = 0; i < l->numel; i++) g[i] += part[i];
         }
         mc_optim_result r;
         mc_optim_step(o, 1e-2, 0.1, 1, &r, &e);
@@ -455,12 +448,11 @@ static void run_ckpt(ctx *c, const char *path, int save, int distributed)
     float *g = mc_balloc(c->be, (N + GUARD) * sizeof(float), &e);
     float *m = calloc(N, sizeof *m), *v = calloc(N, sizeof *v);
     mc_optim *o = NULL;
-    mc_status st = distributed
-                       ? mc_optim_new_distributed(c->be, &c->g, &cfg, p, g, N, l.ps, l.nps, 1, &o, &e)
-                       : mc_optim_new(c->be, &c->g, &cfg, p, g, N, l.ps, l.nps, &o, &e);
+    mc_status st = distributed ? mc_optim_new_distributed(c->be, &c->g, &cfg, p, g, N, l.ps, l.nps,
+                                                          1, &o, &e)
+                               : mc_optim_new(c->be, &c->g, &cfg, p, g, N, l.ps, l.nps, &o, &e);
     CHECK(c, st == MC_OK, "create: %s", st ? e.msg : "");
-    if (st)
-        exit(1);
+    if (st) exit(1);
     int dp = c->g.dp, dp_save = dp, first = 0;
     fill_params(&l, p, 0);
     if (!save) {
@@ -470,10 +462,8 @@ static void run_ckpt(ctx *c, const char *path, int save, int distributed)
         int ok = f && fread(hdr, sizeof hdr, 1, f) == 1 && fread(p, sizeof(float), N, f) == N &&
                  fread(m, sizeof(float), N, f) == N && fread(v, sizeof(float), N, f) == N;
         CHECK(c, ok, "cannot read %s", path);
-        if (f)
-            fclose(f);
-        if (!ok)
-            exit(1);
+        if (f) fclose(f);
+        if (!ok) exit(1);
         dp_save = (int)hdr[0];
         for (size_t j = 0; j < l.nps && !st; j++)
             st = mc_optim_set_moments(o, l.ps[j].offset, l.ps[j].numel, m + l.ps[j].offset,
@@ -508,16 +498,19 @@ static void run_ckpt(ctx *c, const char *path, int save, int distributed)
     mc_optim *ref = reference(c, &l, &cfg, dp_save, dp, until, rp, rg);
     mc_optim_gather_moments(ref, 0, N, rm, rv, &e);
     size_t at = 0;
-    CHECK(c, same_bits(rp, p, N, &at), "%s under DP=%d (saved under DP=%d): parameter %zu differs "
-          "from the one-process run", save ? "saved" : "loaded", dp, dp_save, at);
+    CHECK(c, same_bits(rp, p, N, &at),
+          "%s under DP=%d (saved under DP=%d): parameter %zu differs "
+          "from the one-process run",
+          save ? "saved" : "loaded", dp, dp_save, at);
     if (writer)
         CHECK(c, same_bits(rm, m, N, &at) && same_bits(rv, v, N, &at),
               "%s under DP=%d: moment %zu differs from the one-process run",
               save ? "saved" : "loaded", dp, at);
     CHECK(c, mc_optim_steps(o) == until, "steps %lld", (long long)mc_optim_steps(o));
     if (c->g.rank == 0)
-        printf("# %s %s optimizer, DP=%d (saved under DP=%d): %d steps\n", save ? "saved" : "loaded",
-               distributed ? "distributed" : "plain", dp, dp_save, until);
+        printf("# %s %s optimizer, DP=%d (saved under DP=%d): %d steps\n",
+               save ? "saved" : "loaded", distributed ? "distributed" : "plain", dp, dp_save,
+               until);
     mc_optim_free(ref);
     mc_optim_free(o);
     mc_bfree(c->be, p), mc_bfree(c->be, g);
@@ -560,8 +553,7 @@ int main(int argc, char **argv)
                 (!strcmp(argv[3], "dist") || !strcmp(argv[3], "plain")))) {
         int tp = !strcmp(mode, "grid") ? atoi(argv[2]) : 1;
         if (mc_grid_init_mpi(&argc, &argv, tp, 1, 1, 1, &c.g, &e)) {
-            if (c.g.rank == 0)
-                fprintf(stderr, "test_distopt: error: %s\n", e.msg);
+            if (c.g.rank == 0) fprintf(stderr, "test_distopt: error: %s\n", e.msg);
             return mc_grid_fail(&c.g, 1);
         }
         mc_grid_set_timeout(&c.g, 1.0, "test_distopt", &e);

@@ -48,7 +48,6 @@ typedef struct ctx {
     double max_loss_rel, max_grad_rel, max_sp_grad_rel, max_sp_loss_rel;
 } ctx;
 
-
 #define LOSS_TOL 1e-6
 #define GRAD_TOL 1e-5
 
@@ -111,7 +110,8 @@ static void perturb(mc_model *m, mc_backend *be)
             for (int64_t k = 0; k < p->local_cols; k++) {
                 uint64_t h = (key ^ (global_index(p, r, k, 0) + 1) * 0x9E3779B97F4A7C15ull);
                 h ^= h >> 31, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 29;
-                x[r * p->local_cols + k] += 0.1f * (float)((double)(h >> 11) / 4503599627370496.0 - 1.0);
+                x[r * p->local_cols + k] += 0.1f *
+                                            (float)((double)(h >> 11) / 4503599627370496.0 - 1.0);
             }
         mc_bcopy_from_host(be, mc_model_params(m) + p->offset, x, p->numel * sizeof *x);
         free(x);
@@ -161,8 +161,7 @@ static double steps(ctx *c, mc_model *m, int B, int T, int backward)
 
 /* Compare m's slices with the reference ref (TP=1): parameters exactly when
  * grads == 0, else gradients within GRAD_TOL of the slice's scale. */
-static void compare(ctx *c, mc_model *m, mc_model *ref, int grads, const char *what,
-                    double *maxrel)
+static void compare(ctx *c, mc_model *m, mc_model *ref, int grads, const char *what, double *maxrel)
 {
     int shift = c->brk && c->g.tp > 1;
     for (size_t i = 0; i < mc_model_num_params(m); i++) {
@@ -336,9 +335,10 @@ static int run_config(void)
     cfg.max_position_embeddings = 6;
     mc_error_clear(&err);
     mc_status st = mc_model_config_finish(&cfg, 4, &err);
-    CHECK(&c, st == MC_ERR_USAGE && strstr(err.msg, "--seq-length (6)") &&
-                  strstr(err.msg, "--sequence-parallel") &&
-                  strstr(err.msg, "--tensor-model-parallel-size (4)"),
+    CHECK(&c,
+          st == MC_ERR_USAGE && strstr(err.msg, "--seq-length (6)") &&
+              strstr(err.msg, "--sequence-parallel") &&
+              strstr(err.msg, "--tensor-model-parallel-size (4)"),
           "seq 6 at TP=4 with SP: status %d, '%s'", (int)st, err.msg);
     printf("# %s\n", err.msg);
 
@@ -354,8 +354,7 @@ static int run_config(void)
     cfg.seq_length = 7;
     cfg.max_position_embeddings = 7;
     mc_error_clear(&err);
-    CHECK(&c, mc_model_config_finish(&cfg, 1, &err) == MC_OK, "seq 7 at TP=1 with SP: %s",
-          err.msg);
+    CHECK(&c, mc_model_config_finish(&cfg, 1, &err) == MC_OK, "seq 7 at TP=1 with SP: %s", err.msg);
 
     config_of(&cfg, "gpt", 8, 0); /* mc_model_config_init leaves SP off */
     CHECK(&c, cfg.sequence_parallel == 0, "sequence_parallel defaults to 0");

@@ -27,10 +27,14 @@ int main(int argc, char **argv)
     const char *type = "HuggingFaceTokenizer", *model = NULL;
     int roundtrip = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--type") && i + 1 < argc) type = argv[++i];
-        else if (!strcmp(argv[i], "--roundtrip")) roundtrip = 1;
-        else if (argv[i][0] == '-' || model) return usage();
-        else model = argv[i];
+        if (!strcmp(argv[i], "--type") && i + 1 < argc)
+            type = argv[++i];
+        else if (!strcmp(argv[i], "--roundtrip"))
+            roundtrip = 1;
+        else if (argv[i][0] == '-' || model)
+            return usage();
+        else
+            model = argv[i];
     }
     if (!model) return usage();
 
@@ -68,7 +72,8 @@ int main(int argc, char **argv)
                 break;
             }
             if (back.len != (size_t)n || memcmp(back.data, line, (size_t)n)) {
-                fprintf(stderr, "encode_ids: stdin:%ld: decoding the ids does not give the line back\n",
+                fprintf(stderr,
+                        "encode_ids: stdin:%ld: decoding the ids does not give the line back\n",
                         lineno);
                 rc = 1;
             }

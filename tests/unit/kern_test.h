@@ -19,45 +19,55 @@
 #include "mc/kern.h"
 #include "tap.h"
 
-typedef struct { uint64_t s; } kt_rng;
+typedef struct {
+    uint64_t s;
+} kt_rng;
 
-static inline uint64_t kt_next(kt_rng *r) {
+static inline uint64_t kt_next(kt_rng *r)
+{
     uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
 /* uniform in [lo, hi) */
-static inline double kt_unif(kt_rng *r, double lo, double hi) {
+static inline double kt_unif(kt_rng *r, double lo, double hi)
+{
     return lo + (hi - lo) * ((double)(kt_next(r) >> 11) * 0x1p-53);
 }
-static inline void kt_fill(kt_rng *r, float *x, size_t n, double lo, double hi) {
+static inline void kt_fill(kt_rng *r, float *x, size_t n, double lo, double hi)
+{
     for (size_t i = 0; i < n; i++) x[i] = (float)kt_unif(r, lo, hi);
 }
 
-static inline float *kt_falloc(size_t n) {
+static inline float *kt_falloc(size_t n)
+{
     float *p = calloc(n ? n : 1, sizeof(float));
     if (!p) abort();
     return p;
 }
-static inline double *kt_dalloc(size_t n) {
+static inline double *kt_dalloc(size_t n)
+{
     double *p = calloc(n ? n : 1, sizeof(double));
     if (!p) abort();
     return p;
 }
-static inline double *kt_todouble(const float *x, size_t n) {
+static inline double *kt_todouble(const float *x, size_t n)
+{
     double *d = kt_dalloc(n);
     for (size_t i = 0; i < n; i++) d[i] = x[i];
     return d;
 }
-static inline float *kt_copy(const float *x, size_t n) {
+static inline float *kt_copy(const float *x, size_t n)
+{
     float *p = kt_falloc(n);
     memcpy(p, x, n * sizeof(float));
     return p;
 }
 
 /* max_i |got_i - ref_i| / max_i |ref_i| (see the top of the file) */
-static inline double kt_err(const float *got, const double *ref, size_t n) {
+static inline double kt_err(const float *got, const double *ref, size_t n)
+{
     double md = 0, mr = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)got[i] - ref[i]);
@@ -67,8 +77,8 @@ static inline double kt_err(const float *got, const double *ref, size_t n) {
     return mr > 0 ? md / mr : md;
 }
 /* the same for got - base (a gradient added onto known contents) */
-static inline double kt_err_added(const float *got, const float *base, const double *ref,
-                                  size_t n) {
+static inline double kt_err_added(const float *got, const float *base, const double *ref, size_t n)
+{
     double md = 0, mr = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs(((double)got[i] - (double)base[i]) - ref[i]);
@@ -82,7 +92,8 @@ static inline double kt_err_added(const float *got, const float *base, const dou
 typedef double (*kt_loss_fn)(void *ctx);
 
 /* Central difference dL/dx[i] with step h (double precision). */
-static inline double kt_fd(kt_loss_fn f, void *ctx, double *x, size_t i, double h) {
+static inline double kt_fd(kt_loss_fn f, void *ctx, double *x, size_t i, double h)
+{
     double s = x[i];
     x[i] = s + h;
     double lp = f(ctx);
@@ -95,9 +106,9 @@ static inline double kt_fd(kt_loss_fn f, void *ctx, double *x, size_t i, double 
 /* Finite-difference check of an analytic gradient for `count` elements of x
  * (all of them when count >= n, else a seeded random sample): returns the
  * normwise relative error of (grad - base) against the FD values. */
-static inline double kt_fd_check(kt_loss_fn f, void *ctx, double *x, size_t n,
-                                 const float *grad, const float *base, size_t count,
-                                 uint64_t seed) {
+static inline double kt_fd_check(kt_loss_fn f, void *ctx, double *x, size_t n, const float *grad,
+                                 const float *base, size_t count, uint64_t seed)
+{
     kt_rng r = {seed};
     size_t m = count < n ? count : n;
     double md = 0, mr = 0;
@@ -112,13 +123,15 @@ static inline double kt_fd_check(kt_loss_fn f, void *ctx, double *x, size_t n,
     return mr > 0 ? md / mr : md;
 }
 
-static inline double kt_now(void) {
+static inline double kt_now(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static inline mc_backend *kt_backend(int threads) {
+static inline mc_backend *kt_backend(int threads)
+{
     mc_backend *be = NULL;
     mc_error err;
     if (mc_backend_cpu_new(threads, &be, &err) != MC_OK) {

@@ -19,7 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float *values(size_t n, uint32_t seed) {
+static float *values(size_t n, uint32_t seed)
+{
     float *v = malloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++)
         v[i] = (float)((double)(uint32_t)((uint32_t)i * 2654435761u + seed) / 4294967296.0 - 0.5);
@@ -46,12 +47,14 @@ static const struct {
     {"optimizer/exp_avg_sq/embedding.word_embeddings.weight", 64, 48, 18, MC_CKPT_FLOAT32, 0},
 };
 
-static int fail(const char *what, const mc_error *err) {
+static int fail(const char *what, const mc_error *err)
+{
     fprintf(stderr, "mkckpt: %s: %s\n", what, err->msg);
     return 1;
 }
 
-static int write_ckpt(const char *dir, int zstd, int level) {
+static int write_ckpt(const char *dir, int zstd, int level)
+{
     mc_error err = {0};
     mc_ckpt_writer *w;
     if (mc_ckpt_writer_begin(dir, 7, &w, &err) ||
@@ -59,12 +62,14 @@ static int write_ckpt(const char *dir, int zstd, int level) {
         return fail("begin", &err);
     for (size_t t = 0; t < sizeof T / sizeof T[0]; t++) {
         int64_t R = T[t].rows, C = T[t].cols, lc = C ? C : 1;
-        float *v = values((size_t)(R * lc), T[t].seed), *blk = malloc((size_t)(R * lc) * sizeof *blk);
+        float *v = values((size_t)(R * lc), T[t].seed),
+              *blk = malloc((size_t)(R * lc) * sizeof *blk);
         mc_status st = MC_OK;
         if (T[t].split == 0) {
             st = mc_ckpt_write_tensor(w, T[t].name, R, C, 0, 0, R, C, v, T[t].dtype, &err);
         } else if (T[t].split == 1) { /* rows [0, R/2) then [R/2, R), second first */
-            st = mc_ckpt_write_tensor(w, T[t].name, R, C, R / 2, 0, R - R / 2, C, v + R / 2 * lc, T[t].dtype, &err);
+            st = mc_ckpt_write_tensor(w, T[t].name, R, C, R / 2, 0, R - R / 2, C, v + R / 2 * lc,
+                                      T[t].dtype, &err);
             if (!st)
                 st = mc_ckpt_write_tensor(w, T[t].name, R, C, 0, 0, R / 2, C, v, T[t].dtype, &err);
         } else {
@@ -83,10 +88,11 @@ static int write_ckpt(const char *dir, int zstd, int level) {
         }
     }
     unsigned char rng[16];
-    for (int i = 0; i < 16; i++)
-        rng[i] = (unsigned char)(i * 17);
-    if (mc_ckpt_write_json(w, "config", "{\"num_layers\": 1, \"hidden_size\": 48, \"name\": \"tiny\"}", &err) ||
-        mc_ckpt_write_int(w, "consumed_samples", 448, &err) || mc_ckpt_write_bytes(w, "rng", rng, 16, &err)) {
+    for (int i = 0; i < 16; i++) rng[i] = (unsigned char)(i * 17);
+    if (mc_ckpt_write_json(w, "config",
+                           "{\"num_layers\": 1, \"hidden_size\": 48, \"name\": \"tiny\"}", &err) ||
+        mc_ckpt_write_int(w, "consumed_samples", 448, &err) ||
+        mc_ckpt_write_bytes(w, "rng", rng, 16, &err)) {
         mc_ckpt_writer_abort(w);
         return fail("metadata", &err);
     }
@@ -100,13 +106,13 @@ static int write_ckpt(const char *dir, int zstd, int level) {
     return 0;
 }
 
-static int dump(const char *path, const char *name) {
+static int dump(const char *path, const char *name)
+{
     mc_error err = {0};
     mc_ckpt_reader *r;
     int64_t R, C;
     mc_ckpt_dtype dt;
-    if (mc_ckpt_open(path, &r, &err))
-        return fail("open", &err);
+    if (mc_ckpt_open(path, &r, &err)) return fail("open", &err);
     if (mc_ckpt_tensor_info(r, name, &R, &C, &dt, &err)) {
         mc_ckpt_close(r);
         return fail("info", &err);
@@ -129,11 +135,12 @@ static int dump(const char *path, const char *name) {
     return 0;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc >= 3 && strcmp(argv[1], "write") == 0)
-        return write_ckpt(argv[2], argc > 3 && strcmp(argv[3], "zstd") == 0, argc > 4 ? atoi(argv[4]) : 0);
-    if (argc == 4 && strcmp(argv[1], "dump") == 0)
-        return dump(argv[2], argv[3]);
+        return write_ckpt(argv[2], argc > 3 && strcmp(argv[3], "zstd") == 0,
+                          argc > 4 ? atoi(argv[4]) : 0);
+    if (argc == 4 && strcmp(argv[1], "dump") == 0) return dump(argv[2], argv[3]);
     fprintf(stderr, "usage: mkckpt write DIR [zstd [LEVEL]] | mkckpt dump PATH TENSOR\n");
     return 2;
 }

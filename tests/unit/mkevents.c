@@ -34,8 +34,7 @@ int main(int argc, char **argv)
     const char *js = strcmp(argv[2], "-") ? argv[2] : NULL;
     mc_error err;
     mc_metrics *m;
-    if (mc_metrics_open(tb, js, &m, &err))
-        return fail(&err);
+    if (mc_metrics_open(tb, js, &m, &err)) return fail(&err);
     const char *p = mc_metrics_tb_path(m);
     printf("%s\n", p ? p : "-");
     fflush(stdout);
@@ -70,10 +69,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "mkevents: error: stdin:%d: bad command\n", lineno);
             return 1;
         }
-        if (s)
-            return fail(&err);
+        if (s) return fail(&err);
     }
-    if (mc_metrics_close(m, &err))
-        return fail(&err);
+    if (mc_metrics_close(m, &err)) return fail(&err);
     return 0;
 }

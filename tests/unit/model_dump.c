@@ -44,7 +44,15 @@ static int write_npy(const char *path, const float *x, const mc_param *p)
     size_t hlen = total - 10;
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+    unsigned char pre[10] = {0x93,
+                             'N',
+                             'U',
+                             'M',
+                             'P',
+                             'Y',
+                             1,
+                             0,
+                             (unsigned char)(hlen & 0xff),
                              (unsigned char)(hlen >> 8)};
     fwrite(pre, 1, 10, f);
     fwrite(dict, 1, len, f);

@@ -15,25 +15,35 @@
 
 static int tap_n = 0, tap_failed = 0;
 
-#define TAP_OK(cond, ...)                                                     \
-    do {                                                                      \
-        int tap_c_ = !!(cond);                                                \
-        tap_n++;                                                              \
-        printf("%s %d - ", tap_c_ ? "ok" : "not ok", tap_n);                  \
-        printf(__VA_ARGS__);                                                  \
-        printf("\n");                                                         \
-        if (!tap_c_) {                                                        \
-            tap_failed++;                                                     \
-            printf("#   failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);   \
-        }                                                                     \
-        fflush(stdout);                                                       \
+#define TAP_OK(cond, ...)                                                   \
+    do {                                                                    \
+        int tap_c_ = !!(cond);                                              \
+        tap_n++;                                                            \
+        printf("%s %d - ", tap_c_ ? "ok" : "not ok", tap_n);                \
+        printf(__VA_ARGS__);                                                \
+        printf("\n");                                                       \
+        if (!tap_c_) {                                                      \
+            tap_failed++;                                                   \
+            printf("#   failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                   \
+        fflush(stdout);                                                     \
     } while (0)
 
-#define TAP_DIAG(...) do { printf("# "); printf(__VA_ARGS__); printf("\n"); } while (0)
+#define TAP_DIAG(...)        \
+    do {                     \
+        printf("# ");        \
+        printf(__VA_ARGS__); \
+        printf("\n");        \
+    } while (0)
 
-#define TAP_SKIP(reason) do { tap_n++; printf("ok %d # SKIP %s\n", tap_n, (reason)); } while (0)
+#define TAP_SKIP(reason)                              \
+    do {                                              \
+        tap_n++;                                      \
+        printf("ok %d # SKIP %s\n", tap_n, (reason)); \
+    } while (0)
 
-static inline int tap_done(void) {
+static inline int tap_done(void)
+{
     printf("1..%d\n", tap_n);
     return tap_failed ? 1 : 0;
 }

@@ -35,7 +35,8 @@ static mc_status train(const mc_bpe_trainer_config *c, const char *const *texts,
 {
     mc_bpe_trainer *t = NULL;
     mc_status st = mc_bpe_trainer_new(c, &t, err);
-    for (size_t i = 0; !st && texts[i]; i++) st = mc_bpe_trainer_add(t, texts[i], strlen(texts[i]), err);
+    for (size_t i = 0; !st && texts[i]; i++)
+        st = mc_bpe_trainer_add(t, texts[i], strlen(texts[i]), err);
     if (!st) st = mc_bpe_trainer_train(t, n_merges, err);
     if (!st) st = mc_bpe_trainer_write_json(t, path, err);
     mc_bpe_trainer_free(t);
@@ -60,9 +61,9 @@ static char *merges_text(json_t *root)
                                        strlen(json_string_value(json_array_get(e, 1))) + 2;
     char *s = malloc(cap);
     s[0] = 0;
-    json_array_foreach(m, i, e) len += (size_t)sprintf(s + len, "%s %s\n",
-                                                        json_string_value(json_array_get(e, 0)),
-                                                        json_string_value(json_array_get(e, 1)));
+    json_array_foreach(m, i, e)
+        len += (size_t)sprintf(s + len, "%s %s\n", json_string_value(json_array_get(e, 0)),
+                               json_string_value(json_array_get(e, 1)));
     return s;
 }
 
@@ -184,8 +185,7 @@ static void test_golden(void)
         char *got = j ? merges_text(j) : NULL;
         TAP_OK(expect && got && !strcmp(got, expect),
                "corpus, vocab %lld, min_frequency %lld: %lld merges equal to %s",
-               (long long)cases[k].vocab, (long long)cases[k].minf, (long long)nm,
-               cases[k].golden);
+               (long long)cases[k].vocab, (long long)cases[k].minf, (long long)nm, cases[k].golden);
         free(expect);
         free(got);
         json_decref(j);
@@ -248,8 +248,7 @@ static void test_special_tokens(void)
            "special tokens follow the merges in the order given (257, 258)");
     json_t *added = json_object_get(j, "added_tokens");
     json_t *a1 = json_array_get(added, 1);
-    TAP_OK(json_array_size(added) == 2 &&
-               json_integer_value(json_object_get(a1, "id")) == 258 &&
+    TAP_OK(json_array_size(added) == 2 && json_integer_value(json_object_get(a1, "id")) == 258 &&
                !strcmp(json_string_value(json_object_get(a1, "content")), "<pad>") &&
                json_is_true(json_object_get(a1, "special")) &&
                json_is_false(json_object_get(a1, "normalized")),
@@ -274,7 +273,8 @@ static void test_special_tokens(void)
     /* " ab ab ab ab": pieces " ab" x4, pairs (32,97) 4 and (97,98) 4; the tie
      * goes to (32,97) " a", spelled "Ġa", which is also a special token's
      * text: that merge is set aside and (a,b) is learned, then (Ġ,ab). */
-    const char *sp2[] = {"\xc4\xa0" "a"};
+    const char *sp2[] = {"\xc4\xa0"
+                         "a"};
     c.special_tokens = sp2;
     c.n_special_tokens = 1;
     c.vocab_size = 1000;
@@ -283,7 +283,8 @@ static void test_special_tokens(void)
     TAP_OK(train(&c, t3, p, &nm, &err) == MC_OK, "trains with special token \"Ġa\"");
     j = load(p);
     char *m = merges_text(j);
-    TAP_OK(!strcmp(m, "a b\n\xc4\xa0 ab\n") && vocab_id(j, "\xc4\xa0" "a") == 258,
+    TAP_OK(!strcmp(m, "a b\n\xc4\xa0 ab\n") && vocab_id(j, "\xc4\xa0"
+                                                           "a") == 258,
            "no learned token is spelled like a special token (got %s)", oneline(m));
     free(m);
     json_decref(j);
@@ -292,8 +293,9 @@ static void test_special_tokens(void)
     TAP_OK(train(&c, t3, p, &nm, &err) == MC_OK, "trains with no special token");
     j = load(p);
     m = merges_text(j);
-    TAP_OK(!strcmp(m, "\xc4\xa0 a\n\xc4\xa0" "a b\n") && vocab_count(j) == 258 &&
-               json_array_size(json_object_get(j, "added_tokens")) == 0,
+    TAP_OK(!strcmp(m, "\xc4\xa0 a\n\xc4\xa0"
+                      "a b\n") &&
+               vocab_count(j) == 258 && json_array_size(json_object_get(j, "added_tokens")) == 0,
            "without it, (Ġ,a) wins the tie (got %s)", oneline(m));
     free(m);
     json_decref(j);
@@ -328,8 +330,8 @@ static void test_json_fields(void)
     mc_bpe_trainer_config c;
     mc_bpe_trainer_config_init(&c);
     c.vocab_size = 300;
-    const char *texts[] = {"\"quoted\" \\back\\slash\\ \"quoted\" \\back\\slash\\ tab\there\ttab\there",
-                           NULL};
+    const char *texts[] = {
+        "\"quoted\" \\back\\slash\\ \"quoted\" \\back\\slash\\ tab\there\ttab\there", NULL};
     mc_error err = {0};
     int64_t nm = -1;
     const char *p = tmp_path("fields.json");
@@ -361,8 +363,8 @@ static void test_json_fields(void)
                json_is_false(json_object_get(model, "ignore_merges")),
            "model BPE, no dropout, no unk, no byte fallback");
     /* GPT-2's bytes_to_unicode */
-    TAP_OK(vocab_id(j, "\xc4\x80") == 0 && vocab_id(j, "\xc4\xa0") == 32 && vocab_id(j, "!") == 33 &&
-               vocab_id(j, "\"") == 34 && vocab_id(j, "\\") == 92 &&
+    TAP_OK(vocab_id(j, "\xc4\x80") == 0 && vocab_id(j, "\xc4\xa0") == 32 &&
+               vocab_id(j, "!") == 33 && vocab_id(j, "\"") == 34 && vocab_id(j, "\\") == 92 &&
                vocab_id(j, "\xc4\xa1") == 127 && vocab_id(j, "\xc5\x82") == 160 &&
                vocab_id(j, "\xc2\xa1") == 161 && vocab_id(j, "\xc5\x83") == 173 &&
                vocab_id(j, "\xc3\xbf") == 255,
@@ -374,17 +376,21 @@ static void test_json_fields(void)
     int ids_ok = 1;
     const char *k;
     json_t *v;
-    json_object_foreach(vocab, k, v) {
+    json_object_foreach(vocab, k, v)
+    {
         json_int_t id = json_integer_value(v);
-        if (id < 0 || (size_t)id >= n || seen[id]) ids_ok = 0;
-        else seen[id] = 1;
+        if (id < 0 || (size_t)id >= n || seen[id])
+            ids_ok = 0;
+        else
+            seen[id] = 1;
     }
     free(seen);
     TAP_OK(ids_ok && n == (size_t)(256 + nm + 1), "vocab ids are 0..%zu, each once", n - 1);
     json_t *merges = json_object_get(model, "merges"), *e;
     size_t i;
     int merges_ok = json_array_size(merges) == (size_t)nm;
-    json_array_foreach(merges, i, e) {
+    json_array_foreach(merges, i, e)
+    {
         const char *l = json_string_value(json_array_get(e, 0)),
                    *r = json_string_value(json_array_get(e, 1));
         char cat[1024];
@@ -407,16 +413,16 @@ static void test_json_fields(void)
     pre = json_object_get(j, "pre_tokenizer");
     json_t *seq = json_object_get(pre, "pretokenizers");
     json_t *split = json_array_get(seq, 0), *bl = json_array_get(seq, 1);
-    TAP_OK(!strcmp(json_string_value(json_object_get(pre, "type")), "Sequence") &&
-               !strcmp(json_string_value(json_object_get(split, "type")), "Split") &&
-               !strcmp(json_string_value(json_object_get(json_object_get(split, "pattern"),
-                                                         "Regex")),
-                       MC_PATTERN_LLAMA3) &&
-               !strcmp(json_string_value(json_object_get(split, "behavior")), "Isolated") &&
-               json_is_false(json_object_get(split, "invert")) &&
-               !strcmp(json_string_value(json_object_get(bl, "type")), "ByteLevel") &&
-               json_is_false(json_object_get(bl, "use_regex")),
-           "other patterns: Sequence [Split(Regex, Isolated), ByteLevel(use_regex false)]");
+    TAP_OK(
+        !strcmp(json_string_value(json_object_get(pre, "type")), "Sequence") &&
+            !strcmp(json_string_value(json_object_get(split, "type")), "Split") &&
+            !strcmp(json_string_value(json_object_get(json_object_get(split, "pattern"), "Regex")),
+                    MC_PATTERN_LLAMA3) &&
+            !strcmp(json_string_value(json_object_get(split, "behavior")), "Isolated") &&
+            json_is_false(json_object_get(split, "invert")) &&
+            !strcmp(json_string_value(json_object_get(bl, "type")), "ByteLevel") &&
+            json_is_false(json_object_get(bl, "use_regex")),
+        "other patterns: Sequence [Split(Regex, Isolated), ByteLevel(use_regex false)]");
     json_decref(j);
 }
 
@@ -445,7 +451,8 @@ static void test_errors(void)
     const char *empty[] = {""};
     mc_bpe_trainer_config_init(&c);
     c.special_tokens = empty;
-    TAP_OK(mc_bpe_trainer_new(&c, &t, &err) == MC_ERR_USAGE && has(&err, "special token 0 is empty"),
+    TAP_OK(mc_bpe_trainer_new(&c, &t, &err) == MC_ERR_USAGE &&
+               has(&err, "special token 0 is empty"),
            "empty special token: usage error");
     const char *twice[] = {"<s>", "<s>"};
     c.special_tokens = twice;
@@ -490,8 +497,9 @@ static void test_errors(void)
     /* nothing added: the 256 bytes and the special token */
     mc_bpe_trainer_config_init(&c);
     int64_t nm = -1;
-    TAP_OK(mc_bpe_trainer_new(&c, &t, &err) == MC_OK && mc_bpe_trainer_train(t, &nm, &err) == MC_OK &&
-               nm == 0 && mc_bpe_trainer_write_json(t, tmp_path("empty.json"), &err) == MC_OK,
+    TAP_OK(mc_bpe_trainer_new(&c, &t, &err) == MC_OK &&
+               mc_bpe_trainer_train(t, &nm, &err) == MC_OK && nm == 0 &&
+               mc_bpe_trainer_write_json(t, tmp_path("empty.json"), &err) == MC_OK,
            "no text: no merges, still a valid file");
     json_t *j = load(tmp_path("empty.json"));
     TAP_OK(j && vocab_count(j) == 257 && vocab_id(j, "<|endoftext|>") == 256 &&

@@ -59,10 +59,8 @@ static int count_prefixed(const char *prefix)
     int n = 0;
     struct dirent *e;
     while (d && (e = readdir(d)))
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
-            n++;
-    if (d)
-        closedir(d);
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
+    if (d) closedir(d);
     return n;
 }
 
@@ -70,8 +68,7 @@ static int count_prefixed(const char *prefix)
 static int expand_is(char **argv, const char *const *want, mc_error *err)
 {
     int argc = 0;
-    while (argv[argc])
-        argc++;
+    while (argv[argc]) argc++;
     int n;
     char **out;
     if (mc_argv_expand(argc, argv, &n, &out, err) != MC_OK) {
@@ -80,10 +77,8 @@ static int expand_is(char **argv, const char *const *want, mc_error *err)
     }
     int ok = out[n] == NULL;
     int w = 0;
-    while (want[w])
-        w++;
-    if (n != w)
-        ok = 0;
+    while (want[w]) w++;
+    if (n != w) ok = 0;
     for (int i = 0; i < n; i++) {
         if (i >= w || strcmp(out[i], want[i]) != 0) {
             TAP_DIAG("word %d: got [%s], want [%s]", i, out[i], i < w ? want[i] : "(none)");
@@ -97,13 +92,11 @@ static int expand_is(char **argv, const char *const *want, mc_error *err)
 static mc_status expand_err(char **argv, mc_error *err)
 {
     int argc = 0;
-    while (argv[argc])
-        argc++;
+    while (argv[argc]) argc++;
     int n;
     char **out;
     mc_status st = mc_argv_expand(argc, argv, &n, &out, err);
-    if (st == MC_OK)
-        mc_argv_free(n, out);
+    if (st == MC_OK) mc_argv_free(n, out);
     return st;
 }
 
@@ -146,14 +139,12 @@ static void test_buf(void)
     mc_error err;
     mc_buf b = MC_BUF_INIT;
     int ok = 1;
-    for (int i = 0; i < 10000 && ok; i++)
-        ok = mc_buf_printf(&b, &err, "%d,", i) == MC_OK;
+    for (int i = 0; i < 10000 && ok; i++) ok = mc_buf_printf(&b, &err, "%d,", i) == MC_OK;
     mc_buf_append(&b, "end", 3, &err);
     /* Reference: the same text built with snprintf into a fixed array. */
     static char ref[64000];
     size_t r = 0;
-    for (int i = 0; i < 10000; i++)
-        r += (size_t)snprintf(ref + r, sizeof ref - r, "%d,", i);
+    for (int i = 0; i < 10000; i++) r += (size_t)snprintf(ref + r, sizeof ref - r, "%d,", i);
     r += (size_t)snprintf(ref + r, sizeof ref - r, "end");
     TAP_OK(ok && b.len == r && memcmp(b.data, ref, r) == 0 && b.data[b.len] == '\0',
            "mc_buf_printf/append build the same text as snprintf (%zu bytes)", b.len);
@@ -162,11 +153,9 @@ static void test_buf(void)
     TAP_OK(mc_buf_reserve(&b, SIZE_MAX, &err) == MC_ERR_NOMEM, "reserve overflow is an error");
 
     mc_ids v = MC_IDS_INIT;
-    for (int32_t i = 0; i < 100000; i++)
-        mc_ids_push(&v, i * 3 - 7, &err);
+    for (int32_t i = 0; i < 100000; i++) mc_ids_push(&v, i * 3 - 7, &err);
     int good = v.n == 100000;
-    for (size_t i = 0; i < v.n && good; i++)
-        good = v.v[i] == (int32_t)i * 3 - 7;
+    for (size_t i = 0; i < v.n && good; i++) good = v.v[i] == (int32_t)i * 3 - 7;
     TAP_OK(good, "mc_ids_push keeps 100000 ids in order");
     mc_ids_free(&v);
 }
@@ -230,9 +219,11 @@ static void test_argfiles(void)
                          "\t--b=1 @ join\\\ned\n");
     {
         char *argv[] = {"@q.args", "@q.args", "pos", "@", "--", "@q.args", NULL};
-        const char *want[] = {"@q.args", "--a", "x y", "q\"uote\\ $HOME \\n", "back slash", "",
-                              "@lit", "@lit2", "mid#hash", "ab cde", "--b=1", "@", "joined",
-                              "pos", "@", "--", "@q.args", NULL};
+        const char *want[] = {"@q.args",    "--a",    "x y",   "q\"uote\\ $HOME \\n",
+                              "back slash", "",       "@lit",  "@lit2",
+                              "mid#hash",   "ab cde", "--b=1", "@",
+                              "joined",     "pos",    "@",     "--",
+                              "@q.args",    NULL};
         TAP_OK(expand_is(argv, want, &err),
                "quoting, escapes, comments; argv[0], '@' and words after '--' are not expanded");
     }
@@ -344,8 +335,7 @@ static const mc_option test_opts[] = {
 static int cli_init(mc_cli *cli, char **argv, mc_error *err)
 {
     int argc = 0;
-    while (argv[argc])
-        argc++;
+    while (argv[argc]) argc++;
     return mc_cli_init(cli, "mc-test", "[OPTION]... [INPUT]...",
                        "Test program. It has a summary long enough that the --help text must "
                        "wrap it onto a second line at column seventy-nine.",
@@ -377,21 +367,22 @@ static void test_options(void)
 {
     mc_error err;
     {
-        char *argv[] = {"mc-test", "in1", "--workers", "4", "in2", "-o", "out.bin", "-",
-                        "--append-eod", "--level=3", "--level", "--outp=x", "--hidden",
-                        "--", "--notopt", NULL};
+        char *argv[] = {"mc-test",  "in1", "--workers",    "4",         "in2",     "-o",
+                        "out.bin",  "-",   "--append-eod", "--level=3", "--level", "--outp=x",
+                        "--hidden", "--",  "--notopt",     NULL};
         mc_cli cli;
         TAP_OK(cli_init(&cli, argv, &err), "mc_cli_init");
         const char *arg;
         struct {
             int key;
             const char *arg;
-        } want[] = {{K_WORKERS, "4"}, {'o', "out.bin"}, {K_EOD, NULL}, {K_LEVEL, "3"},
+        } want[] = {{K_WORKERS, "4"}, {'o', "out.bin"}, {K_EOD, NULL},   {K_LEVEL, "3"},
                     {K_LEVEL, NULL},  {'o', "x"},       {K_HIDDEN, NULL}};
         int ok = 1;
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
             int k = mc_cli_next(&cli, &arg, &err);
-            if (k != want[i].key || (want[i].arg ? !arg || strcmp(arg, want[i].arg) : arg != NULL)) {
+            if (k != want[i].key ||
+                (want[i].arg ? !arg || strcmp(arg, want[i].arg) : arg != NULL)) {
                 TAP_DIAG("option %zu: key %d arg %s", i, k, arg ? arg : "(null)");
                 ok = 0;
             }
@@ -401,8 +392,7 @@ static void test_options(void)
         const char *pos[] = {"in1", "in2", "-", "--notopt"};
         int np = cli.argc - cli.optind;
         ok = np == 4;
-        for (int i = 0; ok && i < np; i++)
-            ok = strcmp(cli.argv[cli.optind + i], pos[i]) == 0;
+        for (int i = 0; ok && i < np; i++) ok = strcmp(cli.argv[cli.optind + i], pos[i]) == 0;
         TAP_OK(ok, "interleaved positionals, '-' and words after '--' follow optind (%d)", np);
         mc_cli_free(&cli);
     }
@@ -454,8 +444,12 @@ static void test_options(void)
         fclose(mem);
         TAP_OK(strncmp(text, "Usage: mc-test [OPTION]... [INPUT]...\nTest program.", 51) == 0,
                "help starts with the usage line and the summary");
-        const char *cols[] = {"      --workers=N ", "  -o, --output=FILE ", "      --append-eod ",
-                              "      --level[=L] ", "      --help ", "      --version ",
+        const char *cols[] = {"      --workers=N ",
+                              "  -o, --output=FILE ",
+                              "      --append-eod ",
+                              "      --level[=L] ",
+                              "      --help ",
+                              "      --version ",
                               "      --workspace-directory-with-a-long-name=DIR\n"};
         int ok = 1;
         for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
@@ -469,10 +463,8 @@ static void test_options(void)
         int maxw = 0, hcol = -1, aligned = 1;
         for (char *line = text, *nl; *line; line = nl + 1) {
             nl = strchr(line, '\n');
-            if (!nl)
-                break;
-            if (nl - line > maxw)
-                maxw = (int)(nl - line);
+            if (!nl) break;
+            if (nl - line > maxw) maxw = (int)(nl - line);
             const char *h = NULL;
             if (strncmp(line, "      --workers=N", 17) == 0)
                 h = strstr(line, "number of");
@@ -481,8 +473,7 @@ static void test_options(void)
             else if (strncmp(line, "      --version", 15) == 0)
                 h = strstr(line, "output version");
             if (h) {
-                if (hcol < 0)
-                    hcol = (int)(h - line);
+                if (hcol < 0) hcol = (int)(h - line);
                 aligned &= hcol == (int)(h - line);
             }
         }
@@ -533,9 +524,18 @@ static void test_parsers(void)
         const char *s;
         uint64_t v;
     } good[] = {
-        {"0", 0}, {"123", 123}, {"4K", 4096}, {"2M", 2ULL << 20}, {"3G", 3ULL << 30},
-        {"1T", 1ULL << 40}, {"1g", 1ULL << 30}, {"1KB", 1000}, {"5MB", 5000000},
-        {"2GB", 2000000000ULL}, {"1KiB", 1024}, {"16777215T", 16777215ULL << 40},
+        {"0", 0},
+        {"123", 123},
+        {"4K", 4096},
+        {"2M", 2ULL << 20},
+        {"3G", 3ULL << 30},
+        {"1T", 1ULL << 40},
+        {"1g", 1ULL << 30},
+        {"1KB", 1000},
+        {"5MB", 5000000},
+        {"2GB", 2000000000ULL},
+        {"1KiB", 1024},
+        {"16777215T", 16777215ULL << 40},
         {"18446744073709551615", UINT64_MAX},
     };
     int ok = 1;
@@ -563,7 +563,8 @@ static void test_parsers(void)
         }
     }
     TAP_OK(ok, "mc_parse_size rejects malformed sizes, naming the option");
-    const char *big[] = {"18446744073709551616", "16777216T", "17179869184G", "99999999999999999999K"};
+    const char *big[] = {"18446744073709551616", "16777216T", "17179869184G",
+                         "99999999999999999999K"};
     ok = 1;
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
         uint64_t v;
@@ -653,11 +654,9 @@ static void test_afile(void)
      * byte overwritten. */
     size_t big = (3u << 20) + 5;
     unsigned char *pat = malloc(big);
-    for (size_t i = 0; i < big; i++)
-        pat[i] = (unsigned char)(i * 131 + (i >> 12));
+    for (size_t i = 0; i < big; i++) pat[i] = (unsigned char)(i * 131 + (i >> 12));
     TAP_OK(mc_afile_open(&f, "out.bin", &err) == MC_OK, "mc_afile_open");
-    TAP_OK(f.tmp && strncmp(f.tmp, "out.bin.tmp.", 12) == 0 && exists(f.tmp) &&
-               !exists("out.bin"),
+    TAP_OK(f.tmp && strncmp(f.tmp, "out.bin.tmp.", 12) == 0 && exists(f.tmp) && !exists("out.bin"),
            "writes go to a temporary in the same directory: %s", f.tmp ? f.tmp : "(null)");
     int ok = mc_afile_write(&f, "hello", 5, &err) == MC_OK;
     for (size_t off = 0; ok && off < 1000; off += 100) /* small writes through the buffer */
@@ -717,11 +716,9 @@ static void test_afile(void)
      * error names the final path, and nothing is left. Once with no file
      * there before, once over an existing file that must keep its bytes. */
     for (int pre = 0; pre < 2; pre++) {
-        if (pre)
-            write_text("big.bin", "old content");
+        if (pre) write_text("big.bin", "old content");
         int fds[2];
-        if (pipe(fds) != 0)
-            exit(99);
+        if (pipe(fds) != 0) exit(99);
         pid_t pid = fork();
         if (pid == 0) {
             close(fds[0]);
@@ -732,8 +729,7 @@ static void test_afile(void)
             char msg[2 * MC_ERROR_MSG_MAX] = "";
             mc_error e2;
             mc_status st = mc_afile_open(&g, "big.bin", &e2);
-            for (int i = 0; st == MC_OK && i < 64; i++)
-                st = mc_afile_write(&g, pat, 32768, &e2);
+            for (int i = 0; st == MC_OK && i < 64; i++) st = mc_afile_write(&g, pat, 32768, &e2);
             int tmp_gone = g.tmp == NULL;
             mc_status st2 = mc_afile_commit(&g, &e2); /* must not publish anything */
             mc_afile_abort(&g);
@@ -752,7 +748,8 @@ static void test_afile(void)
         sscanf(msg, "%d %d %d %n", &st, &tmp_gone, &st2, &used);
         TAP_OK(WIFEXITED(wst) && st == MC_ERR_IO && tmp_gone == 1 && st2 == MC_ERR_IO,
                "write under a file-size limit fails, temporary dropped at once (%s)", msg);
-        TAP_OK(strcmp(msg + used, "big.bin: file is not open for writing (an earlier write failed)") == 0,
+        TAP_OK(strcmp(msg + used,
+                      "big.bin: file is not open for writing (an earlier write failed)") == 0,
                "a commit after the failure is refused: %s", msg + used);
         TAP_OK(count_prefixed("big.bin.tmp.") == 0, "no temporary left after EFBIG");
         if (pre) {
@@ -768,8 +765,7 @@ static void test_afile(void)
     /* And the message of the failing write itself. */
     {
         int fds[2];
-        if (pipe(fds) != 0)
-            exit(99);
+        if (pipe(fds) != 0) exit(99);
         unlink("big.bin");
         pid_t pid = fork();
         if (pid == 0) {
@@ -780,8 +776,7 @@ static void test_afile(void)
             mc_afile g;
             mc_error e2;
             mc_status st = mc_afile_open(&g, "big.bin", &e2);
-            for (int i = 0; st == MC_OK && i < 64; i++)
-                st = mc_afile_write(&g, pat, 32768, &e2);
+            for (int i = 0; st == MC_OK && i < 64; i++) st = mc_afile_write(&g, pat, 32768, &e2);
             (void)!write(fds[1], e2.msg, strlen(e2.msg));
             _exit(0);
         }
@@ -873,7 +868,6 @@ int main(void)
     test_map_and_read();
     test_afile();
     test_json();
-    if (chdir("/") == 0)
-        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (chdir("/") == 0) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return tap_done();
 }

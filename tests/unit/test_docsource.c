@@ -74,13 +74,12 @@ typedef struct recs {
     size_t n;
     mc_status st;
     mc_error err;
-    uint64_t done, total;   /* progress at the end (or at the error) */
+    uint64_t done, total; /* progress at the end (or at the error) */
 } recs;
 
 static void recs_free(recs *r)
 {
-    for (size_t i = 0; i < r->n; i++)
-        free(r->v[i].data);
+    for (size_t i = 0; i < r->n; i++) free(r->v[i].data);
     free(r->v);
     memset(r, 0, sizeof *r);
 }
@@ -93,14 +92,12 @@ static void collect(const char *const *inputs, size_t n, mc_input_format fmt, in
     mc_docsource_config c = {fmt, lines, max};
     mc_docsource *s;
     r->st = mc_docsource_open(inputs, n, &c, &s, &r->err);
-    if (r->st)
-        return;
+    if (r->st) return;
     for (;;) {
         mc_record rec;
         int eof;
         r->st = mc_docsource_next(s, &rec, &eof, &r->err);
-        if (r->st || eof)
-            break;
+        if (r->st || eof) break;
         r->v = realloc(r->v, (r->n + 1) * sizeof *r->v);
         rec_copy *rc = &r->v[r->n++];
         rc->data = malloc(rec.len + 1);
@@ -116,21 +113,20 @@ static void collect(const char *const *inputs, size_t n, mc_input_format fmt, in
 
 static int rec_is(const recs *r, size_t i, const char *file, uint64_t line, const char *data)
 {
-    if (i >= r->n)
-        return 0;
+    if (i >= r->n) return 0;
     const rec_copy *c = &r->v[i];
     int ok = strcmp(c->file, file) == 0 && c->line == line && c->len == strlen(data) &&
              memcmp(c->data, data, c->len) == 0;
     if (!ok)
         TAP_DIAG("record %zu: got %s:%llu '%.60s' (len %zu), want %s:%llu '%.60s'", i, c->file,
-                 (unsigned long long)c->line, c->data, c->len, file, (unsigned long long)line, data);
+                 (unsigned long long)c->line, c->data, c->len, file, (unsigned long long)line,
+                 data);
     return ok;
 }
 
 static int msg_is(const mc_error *e, const char *want)
 {
-    if (strcmp(e->msg, want) == 0)
-        return 1;
+    if (strcmp(e->msg, want) == 0) return 1;
     TAP_DIAG("message: '%s'", e->msg);
     TAP_DIAG("expected: '%s'", want);
     return 0;
@@ -138,8 +134,7 @@ static int msg_is(const mc_error *e, const char *want)
 
 static int msg_has(const mc_error *e, const char *want)
 {
-    if (strstr(e->msg, want))
-        return 1;
+    if (strstr(e->msg, want)) return 1;
     TAP_DIAG("message: '%s' lacks '%s'", e->msg, want);
     return 0;
 }
@@ -152,7 +147,8 @@ static void test_jsonl_lines(void)
     write_str(f, "{\"text\":\"a\"}\r\n\r\n   \n{\"text\":\"b\"}\n\t \r\n\n{\"text\":\"c\"}");
     recs r;
     collect(&f, 1, MC_INPUT_JSONL, 0, 0, &r);
-    TAP_OK(r.st == MC_OK && r.n == 3, "jsonl: 3 records, blank lines skipped (got %zu, st %d)", r.n, r.st);
+    TAP_OK(r.st == MC_OK && r.n == 3, "jsonl: 3 records, blank lines skipped (got %zu, st %d)", r.n,
+           r.st);
     TAP_OK(rec_is(&r, 0, f, 1, "{\"text\":\"a\"}"), "jsonl: CRLF stripped, line 1");
     TAP_OK(rec_is(&r, 1, f, 4, "{\"text\":\"b\"}"), "jsonl: blank lines still counted (line 4)");
     TAP_OK(rec_is(&r, 2, f, 7, "{\"text\":\"c\"}"), "jsonl: last line without newline, line 7");
@@ -170,7 +166,8 @@ static void test_jsonl_lines(void)
     const char *h = pth("cr.jsonl");
     write_str(h, "x\ry\r\n");
     collect(&h, 1, MC_INPUT_JSONL, 0, 0, &r);
-    TAP_OK(r.n == 1 && rec_is(&r, 0, h, 1, "x\ry"), "jsonl: inner \\r kept, only the trailing one stripped");
+    TAP_OK(r.n == 1 && rec_is(&r, 0, h, 1, "x\ry"),
+           "jsonl: inner \\r kept, only the trailing one stripped");
     recs_free(&r);
 }
 
@@ -184,7 +181,8 @@ static void test_text(void)
     recs r;
     collect(in, 3, MC_INPUT_TEXT, 0, 0, &r);
     TAP_OK(r.st == MC_OK && r.n == 3, "text whole-file: one record per file (got %zu)", r.n);
-    TAP_OK(rec_is(&r, 0, f1, 0, "first doc\r\nline two\n\n"), "text whole-file: bytes kept exactly, line 0");
+    TAP_OK(rec_is(&r, 0, f1, 0, "first doc\r\nline two\n\n"),
+           "text whole-file: bytes kept exactly, line 0");
     TAP_OK(rec_is(&r, 1, f2, 0, ""), "text whole-file: empty file -> empty record");
     TAP_OK(rec_is(&r, 2, f3, 0, "no newline at end"), "text whole-file: third file");
     recs_free(&r);
@@ -194,7 +192,8 @@ static void test_text(void)
     TAP_OK(rec_is(&r, 0, f1, 1, "first doc"), "text --lines: \\r\\n stripped");
     TAP_OK(rec_is(&r, 1, f1, 2, "line two"), "text --lines: line 2");
     TAP_OK(rec_is(&r, 2, f1, 3, ""), "text --lines: empty line returned as an empty record");
-    TAP_OK(rec_is(&r, 3, f3, 1, "no newline at end"), "text --lines: line numbers restart per file");
+    TAP_OK(rec_is(&r, 3, f3, 1, "no newline at end"),
+           "text --lines: line numbers restart per file");
     recs_free(&r);
 }
 
@@ -209,13 +208,10 @@ static char *make_corpus(size_t *len, size_t *nlines, size_t **starts)
     while (n < (3u << 20)) {
         x = x * 1664525u + 1013904223u;
         size_t l = (x >> 8) % 3000;
-        if (k % 97 == 5)
-            l = (1u << 20) + 1000 + k; /* longer than one read chunk */
+        if (k % 97 == 5) l = (1u << 20) + 1000 + k; /* longer than one read chunk */
         (*starts)[k++] = n;
-        for (size_t i = 0; i < l; i++)
-            p[n++] = (char)('a' + (i * 7 + k) % 26);
-        if (k % 5 == 0)
-            p[n++] = '\r';
+        for (size_t i = 0; i < l; i++) p[n++] = (char)('a' + (i * 7 + k) % 26);
+        if (k % 5 == 0) p[n++] = '\r';
         p[n++] = '\n';
     }
     *len = n;
@@ -223,8 +219,8 @@ static char *make_corpus(size_t *len, size_t *nlines, size_t **starts)
     return p;
 }
 
-static int check_corpus(const recs *r, const char *file, const char *p, size_t nlines, const size_t *starts,
-                        size_t len)
+static int check_corpus(const recs *r, const char *file, const char *p, size_t nlines,
+                        const size_t *starts, size_t len)
 {
     if (r->st != MC_OK || r->n != nlines) {
         TAP_DIAG("st %d (%s), %zu records, want %zu", r->st, r->err.msg, r->n, nlines);
@@ -232,11 +228,10 @@ static int check_corpus(const recs *r, const char *file, const char *p, size_t n
     }
     for (size_t i = 0; i < nlines; i++) {
         size_t end = i + 1 < nlines ? starts[i + 1] - 1 : len - 1;
-        if (end > starts[i] && p[end - 1] == '\r')
-            end--;
+        if (end > starts[i] && p[end - 1] == '\r') end--;
         const rec_copy *c = &r->v[i];
-        if (c->len != end - starts[i] || memcmp(c->data, p + starts[i], c->len) != 0 || c->line != i + 1 ||
-            strcmp(c->file, file) != 0) {
+        if (c->len != end - starts[i] || memcmp(c->data, p + starts[i], c->len) != 0 ||
+            c->line != i + 1 || strcmp(c->file, file) != 0) {
             TAP_DIAG("record %zu differs (len %zu want %zu)", i, c->len, end - starts[i]);
             return 0;
         }
@@ -252,10 +247,11 @@ static void test_big_and_zst(void)
     write_file(f, p, len);
     recs r;
     collect(&f, 1, MC_INPUT_JSONL, 0, 0, &r);
-    TAP_OK(check_corpus(&r, f, p, nlines, starts, len), "plain: %zu lines over %zu bytes, across read chunks",
-           nlines, len);
-    TAP_OK(r.done == len && r.total == len, "plain: progress done %llu = total %llu = %zu at the end",
-           (unsigned long long)r.done, (unsigned long long)r.total, len);
+    TAP_OK(check_corpus(&r, f, p, nlines, starts, len),
+           "plain: %zu lines over %zu bytes, across read chunks", nlines, len);
+    TAP_OK(r.done == len && r.total == len,
+           "plain: progress done %llu = total %llu = %zu at the end", (unsigned long long)r.done,
+           (unsigned long long)r.total, len);
     recs_free(&r);
 
     /* Two frames, split in the middle of a line. */
@@ -268,8 +264,10 @@ static void test_big_and_zst(void)
     const char *fz = pth("big.jsonl.zst");
     write_file(fz, z, n1 + n2);
     collect(&fz, 1, MC_INPUT_JSONL, 0, 0, &r);
-    TAP_OK(check_corpus(&r, fz, p, nlines, starts, len), ".zst: 2 concatenated frames, split mid-line, round trip");
-    TAP_OK(r.done == n1 + n2 && r.total == n1 + n2, ".zst: progress counts compressed bytes (%llu of %llu, file %zu)",
+    TAP_OK(check_corpus(&r, fz, p, nlines, starts, len),
+           ".zst: 2 concatenated frames, split mid-line, round trip");
+    TAP_OK(r.done == n1 + n2 && r.total == n1 + n2,
+           ".zst: progress counts compressed bytes (%llu of %llu, file %zu)",
            (unsigned long long)r.done, (unsigned long long)r.total, n1 + n2);
     recs_free(&r);
 
@@ -280,13 +278,15 @@ static void test_big_and_zst(void)
     char want[1024];
     snprintf(want, sizeof want, "%s: truncated zstd stream (input ends inside a frame)", ft);
     TAP_OK(r.st == MC_ERR_FORMAT && msg_is(&r.err, want), ".zst truncated mid-frame: error");
-    TAP_OK(r.n >= nlines / 2 - 1 && r.n < nlines, ".zst truncated: records before the cut were returned (%zu)", r.n);
+    TAP_OK(r.n >= nlines / 2 - 1 && r.n < nlines,
+           ".zst truncated: records before the cut were returned (%zu)", r.n);
     recs_free(&r);
 
     /* Truncated inside the frame header (a handful of bytes). */
     write_file(ft, z, 3);
     collect(&ft, 1, MC_INPUT_JSONL, 0, 0, &r);
-    TAP_OK(r.st == MC_ERR_FORMAT && msg_is(&r.err, want) && r.n == 0, ".zst cut to 3 bytes: truncated error");
+    TAP_OK(r.st == MC_ERR_FORMAT && msg_is(&r.err, want) && r.n == 0,
+           ".zst cut to 3 bytes: truncated error");
     recs_free(&r);
 
     /* Garbage after a valid frame: the error names zstd's reason and the
@@ -299,15 +299,15 @@ static void test_big_and_zst(void)
     collect(&fc, 1, MC_INPUT_JSONL, 0, 0, &r);
     snprintf(want, sizeof want, "%s: zstd: %s (near compressed byte %zu)", fc,
              ZSTD_getErrorName(ZSTD_decompress(want, 1, "this is not", 11)), n1);
-    TAP_OK(r.st == MC_ERR_FORMAT && msg_is(&r.err, want), ".zst with garbage after a frame: zstd error and offset");
+    TAP_OK(r.st == MC_ERR_FORMAT && msg_is(&r.err, want),
+           ".zst with garbage after a frame: zstd error and offset");
     recs_free(&r);
 
     /* Corruption inside a frame: a frame of all-'a' lines where the block
      * type bits are broken. zstd must report an error, not garbage text. */
     const char *fc2 = pth("corrupt2.jsonl.zst");
     memcpy(zc, z1, n1);
-    for (size_t i = n1 / 3; i < n1 / 3 + 64 && i < n1; i++)
-        zc[i] = (char)0xff;
+    for (size_t i = n1 / 3; i < n1 / 3 + 64 && i < n1; i++) zc[i] = (char)0xff;
     write_file(fc2, zc, n1);
     collect(&fc2, 1, MC_INPUT_JSONL, 0, 0, &r);
     snprintf(want, sizeof want, "%s: zstd: ", fc2);
@@ -329,7 +329,8 @@ static void test_big_and_zst(void)
     size_t nw = zcompress("hello\nworld\n", 12, &zw);
     write_file(fw, zw, nw);
     collect(&fw, 1, MC_INPUT_TEXT, 0, 0, &r);
-    TAP_OK(r.st == MC_OK && r.n == 1 && rec_is(&r, 0, fw, 0, "hello\nworld\n"), ".zst text whole-file");
+    TAP_OK(r.st == MC_OK && r.n == 1 && rec_is(&r, 0, fw, 0, "hello\nworld\n"),
+           ".zst text whole-file");
     recs_free(&r);
 
     free(zw);
@@ -360,8 +361,10 @@ static void test_limits(void)
     write_file(f, buf, n);
     collect(&f, 1, MC_INPUT_JSONL, 0, lim, &r);
     snprintf(want, sizeof want, "%s:3: record longer than 100 bytes (--max-document-bytes)", f);
-    TAP_OK(r.n == 2 && r.v[0].len == lim && r.v[1].len == lim, "limit: lines of exactly the limit pass (%zu)", r.n);
-    TAP_OK(r.st == MC_ERR_LIMIT && msg_is(&r.err, want), "limit: limit+1 bytes on line 3 is MC_ERR_LIMIT naming file:line");
+    TAP_OK(r.n == 2 && r.v[0].len == lim && r.v[1].len == lim,
+           "limit: lines of exactly the limit pass (%zu)", r.n);
+    TAP_OK(r.st == MC_ERR_LIMIT && msg_is(&r.err, want),
+           "limit: limit+1 bytes on line 3 is MC_ERR_LIMIT naming file:line");
     recs_free(&r);
 
     /* A line of 10x the limit, far longer than the read buffer: the error
@@ -375,10 +378,11 @@ static void test_limits(void)
     write_file(fb, p, off + big);
     collect(&fb, 1, MC_INPUT_JSONL, 0, big_lim, &r);
     snprintf(want, sizeof want, "%s:3: record longer than 262144 bytes (--max-document-bytes)", fb);
-    TAP_OK(r.n == 1 && r.st == MC_ERR_LIMIT && msg_is(&r.err, want), "limit: 10x line on line 3 reported");
+    TAP_OK(r.n == 1 && r.st == MC_ERR_LIMIT && msg_is(&r.err, want),
+           "limit: 10x line on line 3 reported");
     TAP_OK(r.total == off + big && r.done == off,
-           "limit: progress counts the %zu bytes of records handed on, not bytes read ahead (%llu)", off,
-           (unsigned long long)r.done);
+           "limit: progress counts the %zu bytes of records handed on, not bytes read ahead (%llu)",
+           off, (unsigned long long)r.done);
     recs_free(&r);
 
     /* The same line in text whole-file mode: "FILE: ", no line. */
@@ -402,7 +406,8 @@ static void test_limits(void)
     write_file(ft, line, lim + 1);
     collect(&ft, 1, MC_INPUT_TEXT, 1, lim, &r);
     snprintf(want, sizeof want, "%s:1: record longer than 100 bytes (--max-document-bytes)", ft);
-    TAP_OK(r.st == MC_ERR_LIMIT && msg_is(&r.err, want), "limit: text --lines last line without newline");
+    TAP_OK(r.st == MC_ERR_LIMIT && msg_is(&r.err, want),
+           "limit: text --lines last line without newline");
     recs_free(&r);
     free(z);
     free(p);
@@ -434,12 +439,9 @@ static void fifo_collect(const char *prefix, size_t n, mc_input_format fmt, uint
         static char chunk[1 << 16];
         memset(chunk, 'z', sizeof chunk);
         ssize_t k = write(fd, prefix, strlen(prefix));
-        if (k > 0)
-            w += (uint64_t)k;
-        while (w < n + strlen(prefix) && (k = write(fd, chunk, sizeof chunk)) > 0)
-            w += (uint64_t)k;
-        if (write(res[1], &w, sizeof w) != sizeof w)
-            _exit(1);
+        if (k > 0) w += (uint64_t)k;
+        while (w < n + strlen(prefix) && (k = write(fd, chunk, sizeof chunk)) > 0) w += (uint64_t)k;
+        if (write(res[1], &w, sizeof w) != sizeof w) _exit(1);
         _exit(0);
     }
     close(res[1]);
@@ -462,9 +464,12 @@ static void test_fifo_limits(void)
     /* 10x the limit: the reader gives up once the limit is passed. */
     const size_t lim = 1u << 20;
     fifo_collect("{\"text\":\"ok\"}\n", 10 * lim, MC_INPUT_JSONL, lim, &r, &written);
-    snprintf(want, sizeof want, "%s:2: record longer than 1048576 bytes (--max-document-bytes)", ff);
-    TAP_OK(r.n == 1 && r.st == MC_ERR_LIMIT && msg_is(&r.err, want), "FIFO: 10x over-long line reported");
-    TAP_OK(written <= lim + (2u << 20), "FIFO: reader stopped after %llu of %zu bytes (bounded reading)",
+    snprintf(want, sizeof want, "%s:2: record longer than 1048576 bytes (--max-document-bytes)",
+             ff);
+    TAP_OK(r.n == 1 && r.st == MC_ERR_LIMIT && msg_is(&r.err, want),
+           "FIFO: 10x over-long line reported");
+    TAP_OK(written <= lim + (2u << 20),
+           "FIFO: reader stopped after %llu of %zu bytes (bounded reading)",
            (unsigned long long)written, 10 * lim);
     TAP_OK(r.total == 0, "FIFO: total unknown (0)");
     recs_free(&r);
@@ -472,15 +477,17 @@ static void test_fifo_limits(void)
     fifo_collect("", 10 * lim, MC_INPUT_TEXT, lim, &r, &written);
     snprintf(want, sizeof want, "%s: record longer than 1048576 bytes (--max-document-bytes)", ff);
     TAP_OK(r.st == MC_ERR_LIMIT && msg_is(&r.err, want) && written <= lim + (2u << 20),
-           "FIFO: whole-file text over the limit, stopped after %llu bytes", (unsigned long long)written);
+           "FIFO: whole-file text over the limit, stopped after %llu bytes",
+           (unsigned long long)written);
     recs_free(&r);
 
     /* max_record_bytes 0 means the default, 64 MiB. */
     fifo_collect("", 80u << 20, MC_INPUT_JSONL, 0, &r, &written);
-    snprintf(want, sizeof want, "%s:1: record longer than 67108864 bytes (--max-document-bytes)", ff);
+    snprintf(want, sizeof want, "%s:1: record longer than 67108864 bytes (--max-document-bytes)",
+             ff);
     TAP_OK(r.st == MC_ERR_LIMIT && msg_is(&r.err, want), "default limit is 64 MiB");
-    TAP_OK(written <= (66u << 20), "default limit: stopped after %llu of %u bytes", (unsigned long long)written,
-           80u << 20);
+    TAP_OK(written <= (66u << 20), "default limit: stopped after %llu of %u bytes",
+           (unsigned long long)written, 80u << 20);
     recs_free(&r);
 
     /* A FIFO that is read to its end works like a file. */
@@ -515,18 +522,21 @@ static void test_inputs(void)
     TAP_OK(r.n == 7 && rec_is(&r, 0, pth("g/C.jsonl"), 1, "\"g/C.jsonl\"") &&
                rec_is(&r, 1, pth("g/a.jsonl"), 1, "\"g/a.jsonl\"") &&
                rec_is(&r, 2, pth("g/a10.jsonl"), 1, "\"g/a10.jsonl\"") &&
-               rec_is(&r, 3, pth("g/b.jsonl"), 1, "\"g/b.jsonl\"") && rec_is(&r, 4, solo, 1, "{\"text\":\"a\"}"),
+               rec_is(&r, 3, pth("g/b.jsonl"), 1, "\"g/b.jsonl\"") &&
+               rec_is(&r, 4, solo, 1, "{\"text\":\"a\"}"),
            "glob expands in bytewise order (C, a, a10, b), then the next input");
     recs_free(&r);
 
     char want[1024];
     const char *bad1[] = {solo, pth("missing.jsonl")};
-    TAP_OK(mc_docsource_open(bad1, 2, &c, &s, &err) == MC_ERR_NOTFOUND && s == NULL, "missing file: open fails");
+    TAP_OK(mc_docsource_open(bad1, 2, &c, &s, &err) == MC_ERR_NOTFOUND && s == NULL,
+           "missing file: open fails");
     snprintf(want, sizeof want, "%s: cannot open: No such file or directory", pth("missing.jsonl"));
     TAP_OK(msg_is(&err, want), "missing file: message");
 
     const char *bad2[] = {pth("g/*.none")};
-    TAP_OK(mc_docsource_open(bad2, 1, &c, &s, &err) == MC_ERR_NOTFOUND, "glob with no match: open fails");
+    TAP_OK(mc_docsource_open(bad2, 1, &c, &s, &err) == MC_ERR_NOTFOUND,
+           "glob with no match: open fails");
     snprintf(want, sizeof want, "no input matches '%s'", pth("g/*.none"));
     TAP_OK(msg_is(&err, want), "glob with no match: message");
 
@@ -539,7 +549,8 @@ static void test_inputs(void)
     TAP_OK(mc_docsource_open(bad4, 1, &c, &s, &err) == MC_OK, "glob of files only: ok");
     mc_docsource_close(s);
     mkdir(pth("g/sub"), 0700);
-    TAP_OK(mc_docsource_open(bad4, 1, &c, &s, &err) == MC_ERR_IO, "glob matching a directory: fails");
+    TAP_OK(mc_docsource_open(bad4, 1, &c, &s, &err) == MC_ERR_IO,
+           "glob matching a directory: fails");
     snprintf(want, sizeof want, "%s: cannot read: Is a directory", pth("g/sub"));
     TAP_OK(msg_is(&err, want), "glob matching a directory: message names it");
     rmdir(pth("g/sub"));
@@ -569,9 +580,11 @@ static void test_inputs(void)
     const char *vanish[] = {pth("g/a.jsonl"), gone};
     mc_record rec;
     int eof;
-    TAP_OK(mc_docsource_open(vanish, 2, &c, &s, &err) == MC_OK, "vanishing file: open succeeds while it exists");
+    TAP_OK(mc_docsource_open(vanish, 2, &c, &s, &err) == MC_OK,
+           "vanishing file: open succeeds while it exists");
     unlink(gone);
-    TAP_OK(mc_docsource_next(s, &rec, &eof, &err) == MC_OK && !eof && rec.line == 1, "vanishing file: first input read");
+    TAP_OK(mc_docsource_next(s, &rec, &eof, &err) == MC_OK && !eof && rec.line == 1,
+           "vanishing file: first input read");
     snprintf(want, sizeof want, "%s: cannot open: No such file or directory", gone);
     TAP_OK(mc_docsource_next(s, &rec, &eof, &err) == MC_ERR_NOTFOUND && msg_is(&err, want),
            "vanishing file: error when its turn comes");
@@ -586,12 +599,12 @@ static void test_inputs(void)
     TAP_OK(mc_docsource_open(two, 2, &c, &s, &err) == MC_OK, "two files: open");
     mc_docsource_progress(s, &done, &total);
     uint64_t sz = strlen("\"g/a.jsonl\"\n") + strlen("\"g/b.jsonl\"\n");
-    TAP_OK(done == 0 && total == sz, "progress at start: 0 of %llu (got %llu of %llu)", (unsigned long long)sz,
-           (unsigned long long)done, (unsigned long long)total);
+    TAP_OK(done == 0 && total == sz, "progress at start: 0 of %llu (got %llu of %llu)",
+           (unsigned long long)sz, (unsigned long long)done, (unsigned long long)total);
     mc_docsource_next(s, &rec, &eof, &err);
     mc_docsource_progress(s, &done, &total);
-    TAP_OK(done == sz / 2, "progress after the first file's line: %llu (want %llu)", (unsigned long long)done,
-           (unsigned long long)sz / 2);
+    TAP_OK(done == sz / 2, "progress after the first file's line: %llu (want %llu)",
+           (unsigned long long)done, (unsigned long long)sz / 2);
     mc_docsource_next(s, &rec, &eof, &err);
     mc_docsource_next(s, &rec, &eof, &err);
     mc_docsource_progress(s, &done, &total);
@@ -610,31 +623,25 @@ static int stdin_child(int fd, const char *extra)
     mc_docsource_config c = {MC_INPUT_JSONL, 0, 0};
     mc_docsource *s;
     mc_error err;
-    if (mc_docsource_open(in, extra ? 2 : 1, &c, &s, &err))
-        return 10;
+    if (mc_docsource_open(in, extra ? 2 : 1, &c, &s, &err)) return 10;
     const char *want[] = {"{\"text\":\"from stdin\"}", "{\"text\":\"second\"}"};
     mc_record rec;
     int eof;
     for (int i = 0; i < 2; i++) {
-        if (mc_docsource_next(s, &rec, &eof, &err) || eof)
-            return 11 + i;
-        if (strcmp(rec.file, "<stdin>") || rec.line != (uint64_t)(i == 0 ? 1 : 3) || rec.len != strlen(want[i]) ||
-            memcmp(rec.data, want[i], rec.len))
+        if (mc_docsource_next(s, &rec, &eof, &err) || eof) return 11 + i;
+        if (strcmp(rec.file, "<stdin>") || rec.line != (uint64_t)(i == 0 ? 1 : 3) ||
+            rec.len != strlen(want[i]) || memcmp(rec.data, want[i], rec.len))
             return 13 + i;
     }
     uint64_t done, total;
     mc_docsource_progress(s, &done, &total);
-    if (total != 0)
-        return 15;
+    if (total != 0) return 15;
     if (extra) {
-        if (mc_docsource_next(s, &rec, &eof, &err) || eof || strcmp(rec.file, extra))
-            return 16;
+        if (mc_docsource_next(s, &rec, &eof, &err) || eof || strcmp(rec.file, extra)) return 16;
     }
-    if (mc_docsource_next(s, &rec, &eof, &err) || !eof)
-        return 17;
+    if (mc_docsource_next(s, &rec, &eof, &err) || !eof) return 17;
     mc_docsource_close(s);
-    if (fcntl(0, F_GETFD) < 0)
-        return 18; /* stdin must not be closed by the library */
+    if (fcntl(0, F_GETFD) < 0) return 18; /* stdin must not be closed by the library */
     return 0;
 }
 
@@ -652,24 +659,24 @@ static void test_stdin(void)
         _exit(stdin_child(pfd[0], pth("g/a.jsonl")));
     }
     close(pfd[0]);
-    if (write(pfd[1], data, strlen(data)) < 0)
-        TAP_DIAG("write to pipe: %s", strerror(errno));
+    if (write(pfd[1], data, strlen(data)) < 0) TAP_DIAG("write to pipe: %s", strerror(errno));
     close(pfd[1]);
     int status = -1;
     waitpid(pid, &status, 0);
     TAP_OK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "stdin from a pipe, then a file: records, '<stdin>', total 0 (child status %d)", WEXITSTATUS(status));
+           "stdin from a pipe, then a file: records, '<stdin>', total 0 (child status %d)",
+           WEXITSTATUS(status));
 
     const char *f = pth("stdin.jsonl");
     write_str(f, data);
     int fd = open(f, O_RDONLY);
     pid = fork();
-    if (pid == 0)
-        _exit(stdin_child(fd, NULL));
+    if (pid == 0) _exit(stdin_child(fd, NULL));
     close(fd);
     waitpid(pid, &status, 0);
     TAP_OK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "stdin redirected from a file: read as given, total 0 (child status %d)", WEXITSTATUS(status));
+           "stdin redirected from a file: read as given, total 0 (child status %d)",
+           WEXITSTATUS(status));
 }
 
 /* ---- mc_jsonl_extract -------------------------------------------------- */
@@ -690,11 +697,13 @@ static void test_extract(void)
     mc_record r = mkrec("{\"id\":3,\"meta\":\"m\\u00e9\",\"text\":\"a\\u0000b\\n\\u4e2d\"}", 5);
     TAP_OK(mc_jsonl_extract(&r, keys, 2, vals, &err) == MC_OK, "extract: two keys");
     TAP_OK(vals[0].len == 7 && memcmp(vals[0].data, "a\0b\n\xe4\xb8\xad", 7) == 0,
-           "extract: value replaces old content, keeps NUL, decodes escapes to UTF-8 (len %zu)", vals[0].len);
+           "extract: value replaces old content, keeps NUL, decodes escapes to UTF-8 (len %zu)",
+           vals[0].len);
     TAP_OK(vals[1].len == 3 && memcmp(vals[1].data, "m\xc3\xa9", 3) == 0, "extract: second key");
 
     r = mkrec("{\"text\":\"x\",\"text\":\"y\"}", 1);
-    TAP_OK(mc_jsonl_extract(&r, keys, 1, vals, &err) == MC_OK && vals[0].len == 1 && vals[0].data[0] == 'y',
+    TAP_OK(mc_jsonl_extract(&r, keys, 1, vals, &err) == MC_OK && vals[0].len == 1 &&
+               vals[0].data[0] == 'y',
            "extract: a repeated key keeps its last value");
 
     struct {
@@ -702,9 +711,12 @@ static void test_extract(void)
         mc_status st;
         const char *msg;
     } bad[] = {
-        {"{\"text\": }", MC_ERR_FORMAT, "c.jsonl:12: invalid JSON at column 10: unexpected token near '}'"},
-        {"{\"text\":\"abc\"", MC_ERR_FORMAT, "c.jsonl:12: invalid JSON at column 13: '}' expected near end of file"},
-        {"{\"text\":\"a\" } trailing", MC_ERR_FORMAT, "c.jsonl:12: invalid JSON at column 22: end of file expected near 'trailing'"},
+        {"{\"text\": }", MC_ERR_FORMAT,
+         "c.jsonl:12: invalid JSON at column 10: unexpected token near '}'"},
+        {"{\"text\":\"abc\"", MC_ERR_FORMAT,
+         "c.jsonl:12: invalid JSON at column 13: '}' expected near end of file"},
+        {"{\"text\":\"a\" } trailing", MC_ERR_FORMAT,
+         "c.jsonl:12: invalid JSON at column 22: end of file expected near 'trailing'"},
         {"{\"text\":\"a\xff b\"}", MC_ERR_FORMAT,
          "c.jsonl:12: invalid UTF-8 in JSON at column 10: unable to decode byte 0xff near '\"a'"},
         {"[{\"text\":\"a\"}]", MC_ERR_FORMAT, "c.jsonl:12: expected a JSON object, got an array"},
@@ -714,10 +726,14 @@ static void test_extract(void)
         {"{\"text\":7}", MC_ERR_FORMAT, "c.jsonl:12: key 'text' is a number, expected a string"},
         {"{\"text\":1.5}", MC_ERR_FORMAT, "c.jsonl:12: key 'text' is a number, expected a string"},
         {"{\"text\":null}", MC_ERR_FORMAT, "c.jsonl:12: key 'text' is null, expected a string"},
-        {"{\"text\":true}", MC_ERR_FORMAT, "c.jsonl:12: key 'text' is a boolean, expected a string"},
-        {"{\"text\":[\"a\"]}", MC_ERR_FORMAT, "c.jsonl:12: key 'text' is an array, expected a string"},
-        {"{\"text\":{\"a\":1}}", MC_ERR_FORMAT, "c.jsonl:12: key 'text' is an object, expected a string"},
-        {"{\"text\":\"ok\",\"meta\":3}", MC_ERR_FORMAT, "c.jsonl:12: key 'meta' is a number, expected a string"},
+        {"{\"text\":true}", MC_ERR_FORMAT,
+         "c.jsonl:12: key 'text' is a boolean, expected a string"},
+        {"{\"text\":[\"a\"]}", MC_ERR_FORMAT,
+         "c.jsonl:12: key 'text' is an array, expected a string"},
+        {"{\"text\":{\"a\":1}}", MC_ERR_FORMAT,
+         "c.jsonl:12: key 'text' is an object, expected a string"},
+        {"{\"text\":\"ok\",\"meta\":3}", MC_ERR_FORMAT,
+         "c.jsonl:12: key 'meta' is a number, expected a string"},
         {"{\"text\":\"ok\"}", MC_ERR_NOTFOUND, "c.jsonl:12: missing key 'meta'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -734,7 +750,8 @@ static void test_extract(void)
 
     /* An embedded NUL byte in the record itself is not valid JSON. */
     mc_record nul = {"{\"text\":\"a\0b\"}", 14, "c.jsonl", 2};
-    TAP_OK(mc_jsonl_extract(&nul, keys, 1, vals, &err) == MC_ERR_FORMAT && msg_has(&err, "c.jsonl:2: invalid JSON at column"),
+    TAP_OK(mc_jsonl_extract(&nul, keys, 1, vals, &err) == MC_ERR_FORMAT &&
+               msg_has(&err, "c.jsonl:2: invalid JSON at column"),
            "extract: a raw NUL byte in the line is invalid JSON (%s)", err.msg);
     mc_buf_free(&vals[0]);
     mc_buf_free(&vals[1]);
@@ -742,12 +759,28 @@ static void test_extract(void)
 
 static void rm_tree(void)
 {
-    const char *files[] = {"a.jsonl", "blank.jsonl", "cr.jsonl", "t1.txt", "t2.txt", "t3.txt", "big.jsonl",
-                           "big.jsonl.zst", "trunc.jsonl.zst", "corrupt.jsonl.zst", "corrupt2.jsonl.zst",
-                           "empty.jsonl.zst", "doc.txt.zst", "lim.jsonl", "lim.txt", "stdin.jsonl", "g/b.jsonl",
-                           "g/a10.jsonl", "g/a.jsonl", "g/C.jsonl", "g/skip.txt"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        unlink(pth(files[i]));
+    const char *files[] = {"a.jsonl",
+                           "blank.jsonl",
+                           "cr.jsonl",
+                           "t1.txt",
+                           "t2.txt",
+                           "t3.txt",
+                           "big.jsonl",
+                           "big.jsonl.zst",
+                           "trunc.jsonl.zst",
+                           "corrupt.jsonl.zst",
+                           "corrupt2.jsonl.zst",
+                           "empty.jsonl.zst",
+                           "doc.txt.zst",
+                           "lim.jsonl",
+                           "lim.txt",
+                           "stdin.jsonl",
+                           "g/b.jsonl",
+                           "g/a10.jsonl",
+                           "g/a.jsonl",
+                           "g/C.jsonl",
+                           "g/skip.txt"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(pth(files[i]));
     rmdir(pth("g"));
     rmdir(dir);
 }

@@ -66,7 +66,10 @@ static int write_docs(const char *txt, const char *prefix, mc_dtype dt)
     if (!f) return -1;
     mc_idx_writer *w;
     mc_error err = {0};
-    if (mc_idx_writer_open(prefix, dt, &w, &err) != MC_OK) { fclose(f); return -1; }
+    if (mc_idx_writer_open(prefix, dt, &w, &err) != MC_OK) {
+        fclose(f);
+        return -1;
+    }
     char line[65536];
     int32_t ids[8192];
     while (fgets(line, sizeof line, f)) {
@@ -78,7 +81,11 @@ static int write_docs(const char *txt, const char *prefix, mc_dtype dt)
             ids[n++] = (int32_t)v;
             p = end;
         }
-        if (mc_idx_writer_add(w, ids, n, &err) != MC_OK) { mc_idx_writer_abort(w); fclose(f); return -1; }
+        if (mc_idx_writer_add(w, ids, n, &err) != MC_OK) {
+            mc_idx_writer_abort(w);
+            fclose(f);
+            return -1;
+        }
     }
     fclose(f);
     return mc_idx_writer_commit(w, &err) == MC_OK ? 0 : -1;
@@ -86,7 +93,8 @@ static int write_docs(const char *txt, const char *prefix, mc_dtype dt)
 
 /* The data path words as they are: the test runs in tmpdir, and relative
  * prefixes keep Megatron's cache names (which hash them) independent of it. */
-static mc_status open_config(const gd_config *g, const char *cache, mc_gpt_dataset **ds, mc_error *err)
+static mc_status open_config(const gd_config *g, const char *cache, mc_gpt_dataset **ds,
+                             mc_error *err)
 {
     char paths[4][300];
     const char *words[4];
@@ -110,7 +118,10 @@ static mc_status open_config(const gd_config *g, const char *cache, mc_gpt_datas
     return st;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* sorted "*-description.txt" names in dir, joined by '\n' */
 static void list_descriptions(const char *dir, char *out, size_t cap)
@@ -123,7 +134,8 @@ static void list_descriptions(const char *dir, char *out, size_t cap)
     struct dirent *e;
     while ((e = readdir(d)) && n < 64) {
         size_t l = strlen(e->d_name);
-        if (l > 16 && strcmp(e->d_name + l - 16, "-description.txt") == 0) names[n++] = strdup(e->d_name);
+        if (l > 16 && strcmp(e->d_name + l - 16, "-description.txt") == 0)
+            names[n++] = strdup(e->d_name);
     }
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], cmp_str);
@@ -136,7 +148,10 @@ static void list_descriptions(const char *dir, char *out, size_t cap)
 
 static int split_of(const char *s)
 {
-    return strcmp(s, "train") == 0 ? 0 : strcmp(s, "valid") == 0 ? 1 : strcmp(s, "test") == 0 ? 2 : -1;
+    return strcmp(s, "train") == 0   ? 0
+           : strcmp(s, "valid") == 0 ? 1
+           : strcmp(s, "test") == 0  ? 2
+                                     : -1;
 }
 
 /* Compare one config's block of the golden file (lines[beg, end)). */
@@ -186,8 +201,9 @@ static void check_config(const gd_config *g, char **lines, size_t beg, size_t en
         }
     }
     list_descriptions(cache, got_cache, sizeof got_cache);
-    TAP_OK(bad == 0 && samples > 0, "%s: %zu samples equal to megatron-core's, token for token (%zu differ)",
-           g->name, samples, bad);
+    TAP_OK(bad == 0 && samples > 0,
+           "%s: %zu samples equal to megatron-core's, token for token (%zu differ)", g->name,
+           samples, bad);
     TAP_OK(bad_len == 0 && splits == 3, "%s: split lengths equal to megatron-core's", g->name);
     TAP_OK(strcmp(want_cache, got_cache) == 0 && want_cache[0],
            "%s: cache file names (md5 of Megatron's description) equal", g->name);
@@ -246,7 +262,8 @@ static void cache_reuse(void)
     TAP_OK(open_config(&CONFIGS[0], cache, &a, &err) == MC_OK, "single: reopens");
     TAP_OK(mc_gpt_dataset_built(a) == 0, "second open reuses the cache (built %d index sets)",
            mc_gpt_dataset_built(a));
-    snprintf(path, sizeof path, "%s-shuffle_index.npy", mc_gpt_dataset_cache_base(a, 0, MC_SPLIT_TRAIN));
+    snprintf(path, sizeof path, "%s-shuffle_index.npy",
+             mc_gpt_dataset_cache_base(a, 0, MC_SPLIT_TRAIN));
     time_t m0 = mtime_of(path);
     mc_gpt_dataset_close(a);
     TAP_OK(open_config(&CONFIGS[0], cache, &b, &err) == MC_OK && mtime_of(path) == m0 && m0 > 0,
@@ -254,12 +271,14 @@ static void cache_reuse(void)
     mc_gpt_dataset_close(b);
 
     /* numpy.save's exact bytes: header padded to 64, then the data */
-    static const char npy_head[] = "\x93NUMPY\x01\x00v\x00{'descr': '<u4', 'fortran_order': False, 'shape': (";
+    static const char npy_head[] =
+        "\x93NUMPY\x01\x00v\x00{'descr': '<u4', 'fortran_order': False, 'shape': (";
     FILE *f = fopen(path, "rb");
     unsigned char hdr[128] = {0};
     size_t got = f ? fread(hdr, 1, sizeof hdr, f) : 0;
     if (f) fclose(f);
-    TAP_OK(got == 128 && memcmp(hdr, npy_head, sizeof npy_head - 1) == 0 && hdr[126] == ' ' && hdr[127] == '\n',
+    TAP_OK(got == 128 && memcmp(hdr, npy_head, sizeof npy_head - 1) == 0 && hdr[126] == ' ' &&
+               hdr[127] == '\n',
            "shuffle index .npy header is numpy.save's");
 
     /* no cache dir: Megatron's PREFIX/cache/GPTDataset_indices */
@@ -286,13 +305,15 @@ static void cache_reuse(void)
     /* a truncated cache file: a clear error naming it */
     const char *base = NULL;
     if (mc_gpt_dataset_open(&c, &d, &err) == MC_OK) {
-        snprintf(path, sizeof path, "%s-sample_index.npy", mc_gpt_dataset_cache_base(d, 0, MC_SPLIT_TRAIN));
+        snprintf(path, sizeof path, "%s-sample_index.npy",
+                 mc_gpt_dataset_cache_base(d, 0, MC_SPLIT_TRAIN));
         base = path;
         mc_gpt_dataset_close(d);
     }
     TAP_OK(base && truncate(base, 130) == 0, "truncate a cached sample index");
     st = mc_gpt_dataset_open(&c, &d, &err);
-    TAP_OK(st == MC_ERR_FORMAT && strstr(err.msg, "sample_index.npy") && strstr(err.msg, "header says"),
+    TAP_OK(st == MC_ERR_FORMAT && strstr(err.msg, "sample_index.npy") &&
+               strstr(err.msg, "header says"),
            "truncated cache file: error names it (%s)", err.msg);
     if (st == MC_OK) mc_gpt_dataset_close(d);
     mc_gptdata_blend_free(&c.blend);
@@ -302,15 +323,18 @@ static void parsing(void)
 {
     double v[3];
     mc_error err = {0};
-    TAP_OK(mc_gptdata_parse_split("969,30,1", v, &err) == MC_OK && v[0] == 0.969 && v[1] == 0.03 && v[2] == 0.001,
+    TAP_OK(mc_gptdata_parse_split("969,30,1", v, &err) == MC_OK && v[0] == 0.969 && v[1] == 0.03 &&
+               v[2] == 0.001,
            "split 969,30,1 -> 0.969 0.03 0.001");
     TAP_OK(mc_gptdata_parse_split("1", v, &err) == MC_OK && v[0] == 1 && v[1] == 0 && v[2] == 0,
            "split 1 -> 1 0 0 (missing weights are 0)");
     TAP_OK(mc_gptdata_parse_split("98 2", v, &err) == MC_OK && v[0] == 0.98 && v[1] == 0.02,
            "split '98 2': blanks separate");
-    TAP_OK(mc_gptdata_parse_split("1,2,3,4", v, &err) == MC_ERR_USAGE && strstr(err.msg, "at most 3"),
+    TAP_OK(mc_gptdata_parse_split("1,2,3,4", v, &err) == MC_ERR_USAGE &&
+               strstr(err.msg, "at most 3"),
            "split with 4 weights: %s", err.msg);
-    TAP_OK(mc_gptdata_parse_split("0,0,0", v, &err) == MC_ERR_USAGE && strstr(err.msg, "all be zero"),
+    TAP_OK(mc_gptdata_parse_split("0,0,0", v, &err) == MC_ERR_USAGE &&
+               strstr(err.msg, "all be zero"),
            "split 0,0,0: %s", err.msg);
     TAP_OK(mc_gptdata_parse_split("90,-5,5", v, &err) == MC_ERR_USAGE && strstr(err.msg, "'-'"),
            "negative split: %s", err.msg);
@@ -322,7 +346,8 @@ static void parsing(void)
     mc_gptdata_blend b;
     const char *w1[] = {"0.3", " A ", "0.7", "B"};
     TAP_OK(mc_gptdata_parse_data_path(w1, 4, &b, &err) == MC_OK && b.n == 2 && b.weights &&
-           b.weights[0] == 0.3 && strcmp(b.prefixes[0], "A") == 0, "--data-path 0.3 A 0.7 B");
+               b.weights[0] == 0.3 && strcmp(b.prefixes[0], "A") == 0,
+           "--data-path 0.3 A 0.7 B");
     mc_gptdata_blend_free(&b);
     const char *w2[] = {"A", "B"};
     TAP_OK(mc_gptdata_parse_data_path(w2, 2, &b, &err) == MC_OK && b.n == 2 && !b.weights,
@@ -333,10 +358,12 @@ static void parsing(void)
            "unparsable weight: %s", err.msg);
     const char *w4[] = {"-1", "A", "2", "B"};
     TAP_OK(mc_gptdata_parse_data_path(w4, 4, &b, &err) == MC_ERR_USAGE && strstr(err.msg, "'-1'") &&
-           strstr(err.msg, "positive"), "negative weight: %s", err.msg);
+               strstr(err.msg, "positive"),
+           "negative weight: %s", err.msg);
     const char *w5[] = {"0", "A"};
     TAP_OK(mc_gptdata_parse_data_path(w5, 2, &b, &err) == MC_ERR_USAGE, "zero weight: %s", err.msg);
-    TAP_OK(mc_gptdata_parse_data_path(w5, 0, &b, &err) == MC_ERR_USAGE && strstr(err.msg, "no dataset"),
+    TAP_OK(mc_gptdata_parse_data_path(w5, 0, &b, &err) == MC_ERR_USAGE &&
+               strstr(err.msg, "no dataset"),
            "empty --data-path: %s", err.msg);
 
     int64_t n[3];
@@ -347,7 +374,8 @@ static void parsing(void)
 static void internals(void)
 {
     /* numpy: r = RandomState(1234); a = arange(20, dtype=int32); r.shuffle(a) */
-    static const int32_t want[20] = {3, 13, 2, 16, 14, 5, 4, 0, 8, 18, 17, 11, 10, 9, 7, 1, 19, 12, 6, 15};
+    static const int32_t want[20] = {3,  13, 2,  16, 14, 5, 4,  0,  8, 18,
+                                     17, 11, 10, 9,  7,  1, 19, 12, 6, 15};
     int32_t a[20];
     for (int i = 0; i < 20; i++) a[i] = i;
     mc_mt19937 rs;
@@ -362,15 +390,25 @@ static void internals(void)
     memset(big, 'x', sizeof big);
     mc_md5_hex(big, sizeof big, hex);
     TAP_OK(strcmp(hex, "398533d48111e9f664b1f64cb10c4b63") == 0, "md5('x'*1000) (hashlib)");
-    struct { double x; const char *r; } reprs[] = {
-        {0.969, "0.969"}, {0.03 + 0.969, "0.999"}, {1e-05, "1e-05"}, {1.5e16, "1.5e+16"},
-        {0.1 + 0.2, "0.30000000000000004"}, {100.0, "100.0"}, {123456789012345678.0, "1.2345678901234568e+17"},
-        {0.3 / 1.0000000000000002, "0.29999999999999993"}};
+    struct {
+        double x;
+        const char *r;
+    } reprs[] = {{0.969, "0.969"},
+                 {0.03 + 0.969, "0.999"},
+                 {1e-05, "1e-05"},
+                 {1.5e16, "1.5e+16"},
+                 {0.1 + 0.2, "0.30000000000000004"},
+                 {100.0, "100.0"},
+                 {123456789012345678.0, "1.2345678901234568e+17"},
+                 {0.3 / 1.0000000000000002, "0.29999999999999993"}};
     int ok = 1;
     for (size_t i = 0; i < sizeof reprs / sizeof reprs[0]; i++) {
         char r[32];
         mc_py_float_repr(reprs[i].x, r);
-        if (strcmp(r, reprs[i].r) != 0) { ok = 0; TAP_DIAG("repr %s != %s", r, reprs[i].r); }
+        if (strcmp(r, reprs[i].r) != 0) {
+            ok = 0;
+            TAP_DIAG("repr %s != %s", r, reprs[i].r);
+        }
     }
     TAP_OK(ok, "float repr as CPython writes it");
 }
@@ -402,7 +440,8 @@ static void errors_and_mock(void)
     snprintf(cache, sizeof cache, "%s/cache-err", tmpdir);
     c.cache_dir = cache;
     TAP_OK(mc_gpt_dataset_open(&c, &d, &err) == MC_ERR_USAGE && strstr(err.msg, "valid split") &&
-           strstr(err.msg, "0 tokens"), "empty split: %s", err.msg);
+               strstr(err.msg, "0 tokens"),
+           "empty split: %s", err.msg);
     c.split = "bad/split";
     TAP_OK(mc_gpt_dataset_open(&c, &d, &err) == MC_ERR_USAGE && strstr(err.msg, "--split"),
            "bad split string: %s", err.msg);
@@ -414,8 +453,9 @@ static void errors_and_mock(void)
     c.split = "1,0,0";
     c.seq_length = 5000;
     c.num_samples[0] = -1;
-    TAP_OK(mc_gpt_dataset_open(&c, &d, &err) == MC_ERR_USAGE && strstr(err.msg, "too few for one sample") &&
-           strstr(err.msg, "/B"), "dataset too small: %s", err.msg);
+    TAP_OK(mc_gpt_dataset_open(&c, &d, &err) == MC_ERR_USAGE &&
+               strstr(err.msg, "too few for one sample") && strstr(err.msg, "/B"),
+           "dataset too small: %s", err.msg);
     /* with a sample count, epochs repeat instead */
     c.num_samples[0] = 3;
     mc_status st = mc_gpt_dataset_open(&c, &d, &err);
@@ -455,8 +495,10 @@ static void errors_and_mock(void)
     TAP_OK(differ > 50, "mock data: another seed, other samples (%d of 60 differ)", differ);
     TAP_OK(in_range, "mock tokens within the vocabulary");
     TAP_OK(mc_gpt_dataset_cache_base(m1, 0, MC_SPLIT_TRAIN) == NULL, "mock data is not cached");
-    TAP_OK(mc_gpt_dataset_sample(m1, MC_SPLIT_TRAIN, mc_gpt_dataset_num_samples(m1, MC_SPLIT_TRAIN), t1, &err) ==
-           MC_ERR_USAGE && strstr(err.msg, "out of range"), "sample index out of range: %s", err.msg);
+    TAP_OK(mc_gpt_dataset_sample(m1, MC_SPLIT_TRAIN, mc_gpt_dataset_num_samples(m1, MC_SPLIT_TRAIN),
+                                 t1, &err) == MC_ERR_USAGE &&
+               strstr(err.msg, "out of range"),
+           "sample index out of range: %s", err.msg);
     mc_gpt_dataset_close(m1);
     mc_gpt_dataset_close(m2);
     mc_gpt_dataset_close(m3);

@@ -139,8 +139,8 @@ static void free_docs(docs *d)
     free(d->start);
 }
 
-static mc_status write_docs(const char *prefix, mc_dtype dt, const docs *d, size_t from,
-                            size_t to, mc_error *err)
+static mc_status write_docs(const char *prefix, mc_dtype dt, const docs *d, size_t from, size_t to,
+                            mc_error *err)
 {
     mc_idx_writer *w;
     mc_status st = mc_idx_writer_open(prefix, dt, &w, err);
@@ -169,8 +169,8 @@ static int check_dataset(const char *prefix, mc_dtype dt, const docs *d, size_t 
         return 0;
     }
     if (x.dtype != dt || x.n_seq != to - from || x.n_doc_idx != to - from + 1) {
-        TAP_DIAG("%s: dtype %d n_seq %" PRIu64 " n_doc_idx %" PRIu64, prefix, (int)x.dtype,
-                 x.n_seq, x.n_doc_idx);
+        TAP_DIAG("%s: dtype %d n_seq %" PRIu64 " n_doc_idx %" PRIu64, prefix, (int)x.dtype, x.n_seq,
+                 x.n_doc_idx);
         ok = 0;
     }
     for (size_t i = from; ok && i < to; i++) {
@@ -179,9 +179,8 @@ static int check_dataset(const char *prefix, mc_dtype dt, const docs *d, size_t 
         got.n = 0;
         if (mc_idx_length(&x, s) != (int32_t)len || mc_idx_pointer(&x, s) != ptr ||
             mc_idx_doc_index(&x, s) != (int64_t)s) {
-            TAP_DIAG("%s: sequence %" PRIu64 ": length %d pointer %" PRId64 " doc %" PRId64,
-                     prefix, s, (int)mc_idx_length(&x, s), mc_idx_pointer(&x, s),
-                     mc_idx_doc_index(&x, s));
+            TAP_DIAG("%s: sequence %" PRIu64 ": length %d pointer %" PRId64 " doc %" PRId64, prefix,
+                     s, (int)mc_idx_length(&x, s), mc_idx_pointer(&x, s), mc_idx_doc_index(&x, s));
             ok = 0;
         } else if (mc_idx_read(&x, s, &got, &err) != MC_OK) {
             TAP_DIAG("read: %s", err.msg);
@@ -257,19 +256,19 @@ static void test_roundtrip(mc_dtype dt, int32_t max_id, const char *name)
 
 /* docs {1,2,3}, {}, {65535,256} as uint16; worked out from _IndexWriter. */
 static const unsigned char tiny_idx[102] = {
-    'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0, /* magic */
-    1, 0, 0, 0, 0, 0, 0, 0,                   /* version 1 */
-    8,                                        /* dtype uint16 */
-    3, 0, 0, 0, 0, 0, 0, 0,                   /* 3 sequences */
-    4, 0, 0, 0, 0, 0, 0, 0,                   /* 4 document indices */
-    3, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0,       /* lengths 3 0 2 */
-    0, 0, 0, 0, 0, 0, 0, 0,                   /* pointers 0 */
-    6, 0, 0, 0, 0, 0, 0, 0,                   /*          6 */
-    6, 0, 0, 0, 0, 0, 0, 0,                   /*          6 */
-    0, 0, 0, 0, 0, 0, 0, 0,                   /* document indices 0 */
-    1, 0, 0, 0, 0, 0, 0, 0,                   /*                  1 */
-    2, 0, 0, 0, 0, 0, 0, 0,                   /*                  2 */
-    3, 0, 0, 0, 0, 0, 0, 0,                   /*                  3 */
+    'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0,          /* magic */
+    1,   0,   0,   0,   0,   0,   0,   0,             /* version 1 */
+    8,                                                /* dtype uint16 */
+    3,   0,   0,   0,   0,   0,   0,   0,             /* 3 sequences */
+    4,   0,   0,   0,   0,   0,   0,   0,             /* 4 document indices */
+    3,   0,   0,   0,   0,   0,   0,   0, 2, 0, 0, 0, /* lengths 3 0 2 */
+    0,   0,   0,   0,   0,   0,   0,   0,             /* pointers 0 */
+    6,   0,   0,   0,   0,   0,   0,   0,             /*          6 */
+    6,   0,   0,   0,   0,   0,   0,   0,             /*          6 */
+    0,   0,   0,   0,   0,   0,   0,   0,             /* document indices 0 */
+    1,   0,   0,   0,   0,   0,   0,   0,             /*                  1 */
+    2,   0,   0,   0,   0,   0,   0,   0,             /*                  2 */
+    3,   0,   0,   0,   0,   0,   0,   0,             /*                  3 */
 };
 static const unsigned char tiny_bin[10] = {1, 0, 2, 0, 3, 0, 0xff, 0xff, 0, 1};
 
@@ -283,7 +282,8 @@ static void test_exact_bytes(void)
     int ok;
 
     ok = mc_idx_writer_open(path_in("tiny"), MC_DTYPE_U16, &w, &err) == MC_OK &&
-         mc_idx_writer_add(w, a, 3, &err) == MC_OK && mc_idx_writer_add(w, NULL, 0, &err) == MC_OK &&
+         mc_idx_writer_add(w, a, 3, &err) == MC_OK &&
+         mc_idx_writer_add(w, NULL, 0, &err) == MC_OK &&
          mc_idx_writer_add(w, c, 2, &err) == MC_OK && mc_idx_writer_commit(w, &err) == MC_OK;
     TAP_OK(ok, "tiny uint16 dataset written, with a 0-token document (%s)", err.msg);
     got = slurp(path_in("tiny.idx"), &len);
@@ -304,14 +304,14 @@ static void test_exact_bytes(void)
         want_idx[17] = 4;
         want_idx[18] = 2;
         want_idx[26] = 3;
-        want_idx[34] = 1;      /* length 1 */
-        want_idx[38] = 1;      /* length 1 */
-        want_idx[42 + 8] = 4;  /* pointer 0, 4 */
-        want_idx[58 + 8] = 1;  /* document indices 0 1 2 */
+        want_idx[34] = 1;     /* length 1 */
+        want_idx[38] = 1;     /* length 1 */
+        want_idx[42 + 8] = 4; /* pointer 0, 4 */
+        want_idx[58 + 8] = 1; /* document indices 0 1 2 */
         want_idx[58 + 16] = 2;
         ok = mc_idx_writer_open(path_in("tiny32"), MC_DTYPE_I32, &w, &err) == MC_OK &&
-             mc_idx_writer_add(w, e, 1, &err) == MC_OK && mc_idx_writer_add(w, f, 1, &err) == MC_OK &&
-             mc_idx_writer_commit(w, &err) == MC_OK;
+             mc_idx_writer_add(w, e, 1, &err) == MC_OK &&
+             mc_idx_writer_add(w, f, 1, &err) == MC_OK && mc_idx_writer_commit(w, &err) == MC_OK;
         TAP_OK(ok, "tiny int32 dataset written (%s)", err.msg);
         got = slurp(path_in("tiny32.idx"), &len);
         TAP_OK(got && len == sizeof want_idx && memcmp(got, want_idx, len) == 0,
@@ -363,8 +363,9 @@ static void test_writer_errors(void)
                                                  "position 1 does not fit uint16 (0..65535)"),
            "uint16: id 65536 rejected, naming the document: %s", err.msg);
     st = mc_idx_writer_add(w, neg, 1, &err);
-    TAP_OK(st == MC_ERR_LIMIT && strstr(err.msg, "document 2: token id -1 at position 0 does not fit "
-                                                 "uint16"),
+    TAP_OK(st == MC_ERR_LIMIT &&
+               strstr(err.msg, "document 2: token id -1 at position 0 does not fit "
+                               "uint16"),
            "uint16: id -1 rejected: %s", err.msg);
     st = mc_idx_writer_add(w, top, 1, &err);
     TAP_OK(st == MC_OK, "uint16: 65535 accepted after the rejections");
@@ -408,7 +409,8 @@ static void test_writer_errors(void)
     mc_idx_writer_abort(NULL);
 
     st = mc_idx_writer_open(path_in("float"), MC_DTYPE_F32, &w, &err);
-    TAP_OK(st == MC_ERR_USAGE && w == NULL && strstr(err.msg, "dtype float32 (code 7) cannot hold token ids"),
+    TAP_OK(st == MC_ERR_USAGE && w == NULL &&
+               strstr(err.msg, "dtype float32 (code 7) cannot hold token ids"),
            "a float dtype is refused: %s", err.msg);
     st = mc_idx_writer_open(path_in("no/such/dir/x"), MC_DTYPE_U16, &w, &err);
     TAP_OK(st != MC_OK && w == NULL && strstr(err.msg, "no/such/dir/x.bin"),
@@ -466,7 +468,8 @@ static void test_merge(void)
         names[0] = p[0];
         names[1] = p32;
         st = mc_idx_merge(names, 2, path_in("mixed"), &err);
-        TAP_OK(st == MC_ERR_FORMAT && strstr(err.msg, "other32: dtype int32 differs from uint16 in ") &&
+        TAP_OK(st == MC_ERR_FORMAT &&
+                   strstr(err.msg, "other32: dtype int32 differs from uint16 in ") &&
                    strstr(err.msg, "part0"),
                "merge of uint16 and int32 rejected naming the prefix: %s", err.msg);
         TAP_OK(!exists(path_in("mixed.bin")) && !exists(path_in("mixed.idx")) &&
@@ -523,16 +526,16 @@ static void test_corrupt(void)
                "the hand-made tiny dataset opens (%s)", err.msg);
         mc_idx_close(&x);
     }
-    expect_bad(tiny_idx, sizeof tiny_idx, tiny_bin, sizeof tiny_bin - 2, "bad.bin: 8 bytes but the index describes 10",
-               ".bin two bytes short");
-    expect_bad(tiny_idx, sizeof tiny_idx, tiny_bin, 0, "bad.bin: 0 bytes but the index describes 10",
-               "empty .bin");
+    expect_bad(tiny_idx, sizeof tiny_idx, tiny_bin, sizeof tiny_bin - 2,
+               "bad.bin: 8 bytes but the index describes 10", ".bin two bytes short");
+    expect_bad(tiny_idx, sizeof tiny_idx, tiny_bin, 0,
+               "bad.bin: 0 bytes but the index describes 10", "empty .bin");
     {
         unsigned char longer[11];
         memcpy(longer, tiny_bin, 10);
         longer[10] = 0;
-        expect_bad(tiny_idx, sizeof tiny_idx, longer, 11, "bad.bin: 11 bytes but the index describes 10",
-                   ".bin one byte long");
+        expect_bad(tiny_idx, sizeof tiny_idx, longer, 11,
+                   "bad.bin: 11 bytes but the index describes 10", ".bin one byte long");
     }
     expect_bad(tiny_idx, sizeof tiny_idx, NULL, 0, "bad.bin: cannot open", "missing .bin");
     expect_bad(NULL, 0, tiny_bin, sizeof tiny_bin, "bad.idx: cannot open", "missing .idx");
@@ -552,8 +555,8 @@ static void test_corrupt(void)
                "bad.idx: unsupported version 2 (only version 1 is known)", "version 2");
     RESET();
     put64(b + 9, 1ull << 32 | 1);
-    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin, "bad.idx: unsupported version 4294967297",
-               "version with high bits set");
+    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
+               "bad.idx: unsupported version 4294967297", "version with high bits set");
     RESET();
     b[17] = 9;
     expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin, "bad.idx: unknown dtype code 9",
@@ -564,7 +567,8 @@ static void test_corrupt(void)
                "dtype 0");
 
     for (size_t i = 0; i < sizeof cuts_header / sizeof *cuts_header; i++) {
-        snprintf(want, sizeof want, "bad.idx: file is %zu bytes, shorter than the 34-byte MMIDIDX header",
+        snprintf(want, sizeof want,
+                 "bad.idx: file is %zu bytes, shorter than the 34-byte MMIDIDX header",
                  cuts_header[i]);
         expect_bad(tiny_idx, cuts_header[i], tiny_bin, sizeof tiny_bin, want, "truncated header");
     }
@@ -575,18 +579,21 @@ static void test_corrupt(void)
     }
     RESET();
     expect_bad(b, sizeof tiny_idx + 1, tiny_bin, sizeof tiny_bin,
-               "bad.idx: file is 103 bytes but header counts need 102", "trailing byte after the arrays");
+               "bad.idx: file is 103 bytes but header counts need 102",
+               "trailing byte after the arrays");
 
     RESET();
     put64(b + 18, 1000);
-    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
-               "bad.idx: file is 102 bytes but header counts need 12066 (1000 sequences, 4 document "
-               "indices)",
-               "sequence count larger than the file");
+    expect_bad(
+        b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
+        "bad.idx: file is 102 bytes but header counts need 12066 (1000 sequences, 4 document "
+        "indices)",
+        "sequence count larger than the file");
     RESET();
     put64(b + 26, 1u << 20);
     expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
-               "bad.idx: file is 102 bytes but header counts need 8388678", "document count larger than the file");
+               "bad.idx: file is 102 bytes but header counts need 8388678",
+               "document count larger than the file");
     RESET();
     put64(b + 18, UINT64_MAX);
     expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
@@ -595,20 +602,20 @@ static void test_corrupt(void)
                "sequence count UINT64_MAX");
     RESET();
     put64(b + 18, UINT64_MAX / 12); /* 12*S still fits, 12*S + 34 + 8*D does not */
-    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
-               "header counts need more than 2^64", "sequence count UINT64_MAX/12");
+    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin, "header counts need more than 2^64",
+               "sequence count UINT64_MAX/12");
     RESET();
     put64(b + 18, ((uint64_t)1 << 62) + 3); /* 12*S wraps to 36: naive sum gives 102 */
-    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
-               "header counts need more than 2^64", "sequence count 2^62+3 (wraps to the real size)");
+    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin, "header counts need more than 2^64",
+               "sequence count 2^62+3 (wraps to the real size)");
     RESET();
     put64(b + 26, UINT64_MAX);
-    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
-               "header counts need more than 2^64", "document count UINT64_MAX");
+    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin, "header counts need more than 2^64",
+               "document count UINT64_MAX");
     RESET();
     put64(b + 26, ((uint64_t)1 << 61) + 4); /* 8*D wraps to 32: naive sum gives 102 */
-    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
-               "header counts need more than 2^64", "document count 2^61+4 (wraps to the real size)");
+    expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin, "header counts need more than 2^64",
+               "document count 2^61+4 (wraps to the real size)");
 
     RESET();
     put32(b + 34 + 4, (uint32_t)-1);
@@ -617,7 +624,8 @@ static void test_corrupt(void)
     RESET();
     put32(b + 34 + 8, 5);
     expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
-               "bad.bin: 10 bytes but the index describes 16", "last length too large for the .bin");
+               "bad.bin: 10 bytes but the index describes 16",
+               "last length too large for the .bin");
     RESET();
     put64(b + 46, 2);
     expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
@@ -643,7 +651,8 @@ static void test_corrupt(void)
     put64(b + 70 + 16, 1);
     put64(b + 70 + 8, 2);
     expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
-               "bad.idx: document index 2: 1 is less than the previous 2", "decreasing document index");
+               "bad.idx: document index 2: 1 is less than the previous 2",
+               "decreasing document index");
     RESET();
     put64(b + 70, 1);
     expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
@@ -657,7 +666,8 @@ static void test_corrupt(void)
     put64(b + 70 + 16, 5);
     put64(b + 70 + 24, 5);
     expect_bad(b, sizeof tiny_idx, tiny_bin, sizeof tiny_bin,
-               "bad.idx: document index 2: 5 is past the 3 sequences", "document index past the end");
+               "bad.idx: document index 2: 5 is past the 3 sequences",
+               "document index past the end");
     RESET();
     put64(b + 18, 0);
     put64(b + 26, 0);

@@ -124,12 +124,14 @@ static void check_model(const char *preset)
     /* one position at a time */
     mc_infer_truncate(inf, 0);
     st = MC_OK;
-    for (int t = 0; t < T && !st; t++) st = mc_infer_extend(inf, tok + t, 1, tgt + t, lp1 + t, gr1 + t, &err);
+    for (int t = 0; t < T && !st; t++)
+        st = mc_infer_extend(inf, tok + t, 1, tgt + t, lp1 + t, gr1 + t, &err);
     d = max_abs_diff(lp1, lp, T);
     TAP_OK(!st && d < 1e-6 && !memcmp(gr, gr1, sizeof gr),
            "%s: one position at a time through the cache = prefill: %.2e < 1e-6, same greedy flags",
            preset, d);
-    TAP_OK(mc_infer_length(inf) == T, "%s: the cache holds %d positions", preset, mc_infer_length(inf));
+    TAP_OK(mc_infer_length(inf) == T, "%s: the cache holds %d positions", preset,
+           mc_infer_length(inf));
 
     /* in chunks of 5 rows */
     mc_infer *small = NULL;
@@ -184,7 +186,8 @@ static void check_model(const char *preset)
     for (int k = 1; k < steps; k++) distinct += a[n0 + k] != a[n0 + k - 1];
     TAP_OK(!st && !memcmp(a, b, (size_t)(n0 + steps) * sizeof *a),
            "%s: greedy decoding of %d tokens with the cache = recomputing the sequence each step "
-           "(%d changes of token)", preset, steps, distinct);
+           "(%d changes of token)",
+           preset, steps, distinct);
     if (st) TAP_DIAG("%s", err.msg);
 
     /* errors */

@@ -103,8 +103,9 @@ static void check(const char *preset)
 
     /* original weights: int8 must differ from fp32 (the path is taken) */
     int ok = !run(m, 0, tok, a, b, la) && !run(m, 1, tok, c, d, lb);
-    TAP_OK(ok && rel_diff(c, a, T - 1) > 1e-7, "%s: int8 codes change the scores of fp32 weights (%.2e)",
-           preset, ok ? rel_diff(c, a, T - 1) : 0.0);
+    TAP_OK(ok && rel_diff(c, a, T - 1) > 1e-7,
+           "%s: int8 codes change the scores of fp32 weights (%.2e)", preset,
+           ok ? rel_diff(c, a, T - 1) : 0.0);
 
     round_trip_int8(m);
     ok = !run(m, 0, tok, a, b, la) && !run(m, 1, tok, c, d, lb);

@@ -14,7 +14,8 @@ typedef struct {
 } att_ctx;
 
 /* out[b,t,h,:] = sum_{c<=t} softmax_c(scale q_t . k_c) v_c; lse[b,h,t] */
-static void ref_attention(const att_ctx *a, double *out, double *lse) {
+static void ref_attention(const att_ctx *a, double *out, double *lse)
+{
     size_t B = a->B, T = a->T, Q = a->Q, G = a->G, D = a->D, hpg = Q / G;
     double *s = kt_dalloc(T);
     for (size_t b = 0; b < B; b++)
@@ -43,7 +44,8 @@ static void ref_attention(const att_ctx *a, double *out, double *lse) {
     free(s);
 }
 
-static double att_loss(void *ctx) {
+static double att_loss(void *ctx)
+{
     att_ctx *a = ctx;
     size_t n = a->B * a->T * a->Q * a->D;
     double *out = kt_dalloc(n), L = 0;
@@ -54,7 +56,8 @@ static double att_loss(void *ctx) {
 }
 
 static void check_shape(mc_backend *be, size_t B, size_t T, size_t Q, size_t G, size_t D,
-                        size_t samples) {
+                        size_t samples)
+{
     kt_rng r = {B * 1000003 + T * 101 + Q * 11 + G * 7 + D};
     size_t nq = B * T * Q * D, nk = B * T * G * D, nl = B * Q * T;
     float *q = kt_falloc(nq), *k = kt_falloc(nk), *v = kt_falloc(nk), *dout = kt_falloc(nq);
@@ -66,8 +69,16 @@ static void check_shape(mc_backend *be, size_t B, size_t T, size_t Q, size_t G, 
     float *out = kt_falloc(nq), *lse = kt_falloc(nl);
     mc_k_attention_fwd(be, out, lse, q, k, v, B, T, Q, G, D, scale);
 
-    att_ctx a = {B, T, Q, G, D, scale, kt_todouble(q, nq), kt_todouble(k, nk),
-                 kt_todouble(v, nk), kt_todouble(dout, nq)};
+    att_ctx a = {B,
+                 T,
+                 Q,
+                 G,
+                 D,
+                 scale,
+                 kt_todouble(q, nq),
+                 kt_todouble(k, nk),
+                 kt_todouble(v, nk),
+                 kt_todouble(dout, nq)};
     double *rout = kt_dalloc(nq), *rlse = kt_dalloc(nl);
     ref_attention(&a, rout, rlse);
     double eo = kt_err(out, rout, nq), el = kt_err(lse, rlse, nl);
@@ -116,7 +127,8 @@ static void check_shape(mc_backend *be, size_t B, size_t T, size_t Q, size_t G, 
 }
 
 /* NULL gradient outputs are skipped, the others still get their values */
-static void check_null_grads(mc_backend *be) {
+static void check_null_grads(mc_backend *be)
+{
     size_t B = 1, T = 40, Q = 2, G = 1, D = 8, nq = B * T * Q * D, nk = B * T * G * D;
     kt_rng r = {77};
     float *q = kt_falloc(nq), *k = kt_falloc(nk), *v = kt_falloc(nk), *dout = kt_falloc(nq);
@@ -133,7 +145,8 @@ static void check_null_grads(mc_backend *be) {
 }
 
 /* T = 4096 in O(T) memory: spot rows against the float64 reference */
-static void check_long(mc_backend *be) {
+static void check_long(mc_backend *be)
+{
     size_t B = 1, T = 4096, Q = 2, G = 1, D = 64, nq = B * T * Q * D, nk = B * T * G * D;
     kt_rng r = {4096};
     float *q = kt_falloc(nq), *k = kt_falloc(nk), *v = kt_falloc(nk);
@@ -172,7 +185,8 @@ static void check_long(mc_backend *be) {
     free(q), free(k), free(v), free(out), free(lse), free(s);
 }
 
-static void check_qkv_split(mc_backend *be) {
+static void check_qkv_split(mc_backend *be)
+{
     size_t N = 3, Q = 4, G = 2, D = 5, hpg = Q / G, W = G * (hpg + 2) * D;
     float *qkv = kt_falloc(N * W), *q = kt_falloc(N * Q * D), *k = kt_falloc(N * G * D);
     float *v = kt_falloc(N * G * D);
@@ -210,7 +224,8 @@ static void check_qkv_split(mc_backend *be) {
     free(qkv), free(q), free(k), free(v), free(dqkv);
 }
 
-static void timing(mc_backend *be) {
+static void timing(mc_backend *be)
+{
     size_t B = 1, T = 1024, H = 12, D = 64, n = B * T * H * D;
     kt_rng r = {5};
     float *q = kt_falloc(n), *k = kt_falloc(n), *v = kt_falloc(n), *dout = kt_falloc(n);
@@ -231,11 +246,13 @@ static void timing(mc_backend *be) {
     }
     TAP_DIAG("attention B=1 T=1024 H=12 D=64, %d threads: fwd %.1f ms (%.1f GFLOP/s), "
              "bwd %.1f ms (%.1f GFLOP/s, counting 2.5x the forward's FLOPs)",
-             mc_backend_threads(be), tf * 1e3, flops / tf * 1e-9, tb * 1e3, 2.5 * flops / tb * 1e-9);
+             mc_backend_threads(be), tf * 1e3, flops / tf * 1e-9, tb * 1e3,
+             2.5 * flops / tb * 1e-9);
     free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
 }
 
-int main(void) {
+int main(void)
+{
     mc_backend *be = kt_backend(0);
     check_shape(be, 1, 1, 1, 1, 8, 1000);  /* T = 1 */
     check_shape(be, 2, 70, 4, 2, 16, 120); /* T not a block multiple, GQA Q=4 G=2 */

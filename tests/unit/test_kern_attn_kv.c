@@ -12,7 +12,8 @@
 /* out[i,h,:] for the rows at positions pos0 + i, keys 0..pos0+i of the
  * cache kc, vc [L,G,D] (float64). */
 static void ref_kv(double *out, const double *q, const double *kc, const double *vc, size_t n,
-                   size_t pos0, size_t Q, size_t G, size_t D, double scale) {
+                   size_t pos0, size_t Q, size_t G, size_t D, double scale)
+{
     size_t hpg = Q / G, L = pos0 + n;
     double *s = kt_dalloc(L);
     for (size_t i = 0; i < n; i++)
@@ -30,12 +31,14 @@ static void ref_kv(double *out, const double *q, const double *kc, const double 
             double *o = out + (i * Q + h) * D;
             for (size_t e = 0; e < D; e++) o[e] = 0;
             for (size_t j = 0; j <= p; j++)
-                for (size_t e = 0; e < D; e++) o[e] += exp(s[j] - mx) / sum * vc[(j * G + g) * D + e];
+                for (size_t e = 0; e < D; e++)
+                    o[e] += exp(s[j] - mx) / sum * vc[(j * G + g) * D + e];
         }
     free(s);
 }
 
-static void check_ref(mc_backend *be, size_t n, size_t pos0, size_t Q, size_t G, size_t D) {
+static void check_ref(mc_backend *be, size_t n, size_t pos0, size_t Q, size_t G, size_t D)
+{
     kt_rng r = {n * 7919 + pos0 * 31 + Q * 7 + G * 3 + D};
     size_t L = pos0 + n + 5; /* capacity beyond what is read: never touched */
     float *q = kt_falloc(n * Q * D), *kc = kt_falloc(L * G * D), *vc = kt_falloc(L * G * D);
@@ -50,13 +53,14 @@ static void check_ref(mc_backend *be, size_t n, size_t pos0, size_t Q, size_t G,
     ref_kv(ref, qd, kd, vd, n, pos0, Q, G, D, scale);
     mc_k_attention_kv_fwd(be, out, q, kc, vc, n, pos0, Q, G, D, (float)scale);
     double e = kt_err(out, ref, n * Q * D);
-    TAP_OK(e < 2e-6, "kv attention n=%zu pos0=%zu Q=%zu G=%zu D=%zu vs float64: err %.2e < 2e-6",
-           n, pos0, Q, G, D, e);
+    TAP_OK(e < 2e-6, "kv attention n=%zu pos0=%zu Q=%zu G=%zu D=%zu vs float64: err %.2e < 2e-6", n,
+           pos0, Q, G, D, e);
     free(q), free(kc), free(vc), free(out), free(qd), free(kd), free(vd), free(ref);
 }
 
 /* Prefill equals the training kernel; decoding row by row equals prefill. */
-static void check_prefill_decode(mc_backend *be, size_t T, size_t Q, size_t G, size_t D) {
+static void check_prefill_decode(mc_backend *be, size_t T, size_t Q, size_t G, size_t D)
+{
     kt_rng r = {T * 13 + Q + G + D};
     size_t nq = T * Q * D, nk = T * G * D;
     float *q = kt_falloc(nq), *k = kt_falloc(nk), *v = kt_falloc(nk);
@@ -78,7 +82,8 @@ static void check_prefill_decode(mc_backend *be, size_t T, size_t Q, size_t G, s
     free(q), free(k), free(v), free(a), free(b), free(c), free(lse), free(ad), free(bd);
 }
 
-static void check_threads(void) {
+static void check_threads(void)
+{
     mc_backend *b1, *b2;
     mc_error err;
     if (mc_backend_cpu_new(1, &b1, &err) || mc_backend_cpu_new(2, &b2, &err)) {
@@ -100,7 +105,8 @@ static void check_threads(void) {
     mc_backend_free(b2);
 }
 
-int main(void) {
+int main(void)
+{
     mc_backend *be;
     mc_error err;
     if (mc_backend_cpu_new(2, &be, &err)) {

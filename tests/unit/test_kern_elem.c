@@ -12,18 +12,21 @@
 #define HAVE_X86 1
 #endif
 
-static float bits_f(uint32_t u) {
+static float bits_f(uint32_t u)
+{
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
-static uint32_t f_bits(float f) {
+static uint32_t f_bits(float f)
+{
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
 }
 
-static void check_memory(mc_backend *be) {
+static void check_memory(mc_backend *be)
+{
     mc_error err;
     TAP_OK(!strcmp(mc_backend_name(be), "cpu") && mc_backend_threads(be) >= 1,
            "backend is \"cpu\" with %d threads", mc_backend_threads(be));
@@ -52,7 +55,8 @@ static void check_memory(mc_backend *be) {
     mc_backend_free(NULL);
 }
 
-static void check_flat(mc_backend *be) {
+static void check_flat(mc_backend *be)
+{
     size_t n = 100003;
     kt_rng r = {3};
     float *a = kt_falloc(n), *b = kt_falloc(n), *o = kt_falloc(n);
@@ -99,8 +103,13 @@ static void check_flat(mc_backend *be) {
 }
 
 /* values -> expected bf16 bits */
-static void check_bf16(mc_backend *be) {
-    struct { uint32_t in; uint16_t want; const char *what; } c[] = {
+static void check_bf16(mc_backend *be)
+{
+    struct {
+        uint32_t in;
+        uint16_t want;
+        const char *what;
+    } c[] = {
         {0x3f800000, 0x3f80, "1.0"},
         {0x3f808000, 0x3f80, "1 + 2^-8: tie, to even (down)"},
         {0x3f818000, 0x3f82, "1 + 3*2^-8: tie, to even (up)"},
@@ -166,8 +175,13 @@ static void check_bf16(mc_backend *be) {
     free(f), free(h);
 }
 
-static void check_fp16(mc_backend *be) {
-    struct { float in; uint16_t want; const char *what; } c[] = {
+static void check_fp16(mc_backend *be)
+{
+    struct {
+        float in;
+        uint16_t want;
+        const char *what;
+    } c[] = {
         {1.0f, 0x3c00, "1.0"},
         {1.0f + 0x1p-11f, 0x3c00, "1 + 2^-11: tie, to even (down)"},
         {1.0f + 3 * 0x1p-11f, 0x3c02, "1 + 3*2^-11: tie, to even (up)"},
@@ -205,8 +219,8 @@ static void check_fp16(mc_backend *be) {
     TAP_OK(ok, "fp16: %zu hand-picked values and NaN", sizeof c / sizeof c[0]);
     /* decoding: subnormals, inf, -0 */
     uint16_t hs[] = {0x0001, 0x03ff, 0x7c00, 0xfc00, 0x8000, 0x3555, 0xfbff};
-    float want[] = {0x1p-24f, 1023 * 0x1p-24f, INFINITY, -INFINITY, -0.0f, 0.333251953125f,
-                    -65504.0f};
+    float want[] = {0x1p-24f, 1023 * 0x1p-24f, INFINITY, -INFINITY,
+                    -0.0f,    0.333251953125f, -65504.0f};
     float got[7];
     mc_k_cast_from_fp16(be, got, hs, 7);
     ok = 1;
@@ -226,12 +240,14 @@ static void check_fp16(mc_backend *be) {
 
 #ifdef HAVE_X86
 /* the CPU's own conversion (F16C, round to nearest even) as a reference */
-__attribute__((target("f16c"))) static uint16_t hw_fp16(float f) {
+__attribute__((target("f16c"))) static uint16_t hw_fp16(float f)
+{
     return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 __attribute__((target("f16c"))) static float hw_fp16_back(uint16_t h) { return _cvtsh_ss(h); }
 
-static void check_fp16_hw(mc_backend *be) {
+static void check_fp16_hw(mc_backend *be)
+{
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("f16c")) {
         TAP_SKIP("this CPU has no F16C to compare fp16 conversion with");
@@ -261,13 +277,15 @@ static void check_fp16_hw(mc_backend *be) {
 }
 
 #else
-static void check_fp16_hw(mc_backend *be) {
+static void check_fp16_hw(mc_backend *be)
+{
     (void)be;
     TAP_SKIP("not an x86 CPU: no F16C to compare fp16 conversion with");
 }
 #endif
 
-static void check_init(mc_backend *be) {
+static void check_init(mc_backend *be)
+{
     size_t R = 64, C = 48;
     uint64_t key = mc_k_name_key("decoder.layers.0.mlp.linear_fc1.weight");
     float *full = kt_falloc(R * C), *blk = kt_falloc(20 * 24), *again = kt_falloc(R * C);
@@ -301,15 +319,18 @@ static void check_init(mc_backend *be) {
     TAP_OK(fabs(mean) < 5e-3 && fabs(sd - 1) < 5e-3 && fabs(in1 / n - 0.682689) < 3e-3 &&
                fabs(kurt - 3) < 0.05,
            "init 1e6 samples of std 2: mean/std %.5f, sd/std %.5f (|.|<5e-3, |.-1|<5e-3), "
-           "P(|z|<1) %.4f (0.6827 +- 3e-3), E z^4 %.3f (3 +- 0.05)", mean, sd, in1 / n, kurt);
+           "P(|z|<1) %.4f (0.6827 +- 3e-3), E z^4 %.3f (3 +- 0.05)",
+           mean, sd, in1 / n, kurt);
     free(full), free(blk), free(again), free(x);
 
-    TAP_OK(mc_k_name_key("") == 0xcbf29ce484222325ull && mc_k_name_key("a") == 0xaf63dc4c8601ec8cull &&
+    TAP_OK(mc_k_name_key("") == 0xcbf29ce484222325ull &&
+               mc_k_name_key("a") == 0xaf63dc4c8601ec8cull &&
                mc_k_name_key("foobar") == 0x85944171f73967e8ull,
            "name key is 64-bit FNV-1a (published test vectors)");
 }
 
-static void check_adamw(mc_backend *be) {
+static void check_adamw(mc_backend *be)
+{
     size_t n = 50000;
     kt_rng r = {8};
     float *p = kt_falloc(n), *g = kt_falloc(n), *m = kt_falloc(n), *v = kt_falloc(n);
@@ -334,7 +355,8 @@ static void check_adamw(mc_backend *be) {
     free(p), free(g), free(m), free(v), free(dp), free(dm), free(dv);
 }
 
-int main(void) {
+int main(void)
+{
     mc_backend *be = kt_backend(0);
     check_memory(be);
     check_flat(be);

@@ -17,7 +17,8 @@ typedef struct {
     double *wte, *dout;
 } emb_ctx;
 
-static double emb_loss(void *p) {
+static double emb_loss(void *p)
+{
     emb_ctx *e = p;
     double L = 0;
     for (size_t i = 0; i < e->N; i++) {
@@ -29,7 +30,8 @@ static double emb_loss(void *p) {
 }
 
 /* posemb: out[b,t,:] += wpe[pos0+t,:]; L = sum dout * wpe[pos0+t] */
-static double pos_loss(void *p) {
+static double pos_loss(void *p)
+{
     emb_ctx *e = p;
     double L = 0;
     for (size_t b = 0; b < e->B; b++)
@@ -39,7 +41,8 @@ static double pos_loss(void *p) {
     return L;
 }
 
-static void check_embed(mc_backend *be) {
+static void check_embed(mc_backend *be)
+{
     size_t N = 9, C = 70, V = 10;
     int32_t ids[9] = {0, 3, 4, 6, 7, 3, 9, 6, 3}; /* rank holds [3, 7) */
     int64_t v0 = 3, vl = 4;
@@ -84,8 +87,10 @@ static void check_embed(mc_backend *be) {
     mc_k_posemb_bwd(be, dwpe, g, B, T, C, pos0);
     emb_ctx pe = {0, C, T, B, pos0, 0, 0, NULL, kt_todouble(wpe, P * C), kt_todouble(g, B * T * C)};
     err = kt_fd_check(pos_loss, &pe, pe.wte, P * C, dwpe, dwpe0, SIZE_MAX, 2);
-    TAP_OK(err < 1e-6, "posemb bwd vs FD (+= onto prefill, rows outside [pos0, pos0+T) "
-           "untouched): err %.2e < 1e-6", err);
+    TAP_OK(err < 1e-6,
+           "posemb bwd vs FD (+= onto prefill, rows outside [pos0, pos0+T) "
+           "untouched): err %.2e < 1e-6",
+           err);
     free(pe.wte), free(pe.dout), free(wpe), free(x), free(x0), free(dwpe), free(g), free(dwpe0);
     free(wte), free(out), free(dout), free(dw), free(dw0), free(dw2);
 }
@@ -99,7 +104,8 @@ typedef struct {
     double *x, *w, *b, *dout;
 } norm_ctx;
 
-static void ref_norm(const norm_ctx *n, double *out, double *mean, double *rstd) {
+static void ref_norm(const norm_ctx *n, double *out, double *mean, double *rstd)
+{
     for (size_t i = 0; i < n->N; i++) {
         const double *x = n->x + i * n->C;
         double mu = 0, var = 0;
@@ -116,7 +122,8 @@ static void ref_norm(const norm_ctx *n, double *out, double *mean, double *rstd)
     }
 }
 
-static double norm_loss(void *p) {
+static double norm_loss(void *p)
+{
     norm_ctx *n = p;
     double *out = kt_dalloc(n->N * n->C), L = 0;
     ref_norm(n, out, NULL, NULL);
@@ -125,7 +132,8 @@ static double norm_loss(void *p) {
     return L;
 }
 
-static void check_norm(mc_backend *be, int rms, int has_b, size_t N, size_t C) {
+static void check_norm(mc_backend *be, int rms, int has_b, size_t N, size_t C)
+{
     const char *nm = rms ? "rmsnorm" : has_b ? "layernorm" : "layernorm (no bias)";
     kt_rng r = {N * 100 + C + (uint64_t)rms};
     float *x = kt_falloc(N * C), *w = kt_falloc(C), *b = kt_falloc(C), *g = kt_falloc(N * C);
@@ -136,8 +144,15 @@ static void check_norm(mc_backend *be, int rms, int has_b, size_t N, size_t C) {
         mc_k_rmsnorm_fwd(be, out, rstd, x, w, N, C, eps);
     else
         mc_k_layernorm_fwd(be, out, mean, rstd, x, w, has_b ? b : NULL, N, C, eps);
-    norm_ctx n = {N, C, rms, has_b, eps, kt_todouble(x, N * C), kt_todouble(w, C),
-                  kt_todouble(b, C), kt_todouble(g, N * C)};
+    norm_ctx n = {N,
+                  C,
+                  rms,
+                  has_b,
+                  eps,
+                  kt_todouble(x, N * C),
+                  kt_todouble(w, C),
+                  kt_todouble(b, C),
+                  kt_todouble(g, N * C)};
     double *ro = kt_dalloc(N * C), *rm = kt_dalloc(N), *rr = kt_dalloc(N);
     ref_norm(&n, ro, rm, rr);
     double eo = kt_err(out, ro, N * C), es = kt_err(rstd, rr, N);
@@ -181,11 +196,13 @@ typedef struct {
     double *x, *dout;
 } act_ctx;
 
-static double gelu_ref(double x) {
+static double gelu_ref(double x)
+{
     return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
-static void ref_act(const act_ctx *a, double *out) {
+static void ref_act(const act_ctx *a, double *out)
+{
     if (!a->swiglu) {
         for (size_t i = 0; i < a->n; i++) out[i] = gelu_ref(a->x[i]);
         return;
@@ -197,7 +214,8 @@ static void ref_act(const act_ctx *a, double *out) {
         }
 }
 
-static double act_loss(void *p) {
+static double act_loss(void *p)
+{
     act_ctx *a = p;
     size_t m = a->swiglu ? a->n * a->F : a->n;
     double *out = kt_dalloc(m), L = 0;
@@ -207,7 +225,8 @@ static double act_loss(void *p) {
     return L;
 }
 
-static void check_act(mc_backend *be, int swiglu) {
+static void check_act(mc_backend *be, int swiglu)
+{
     size_t N = 40, F = 33, nin = swiglu ? N * 2 * F : N * F, nout = N * F;
     kt_rng r = {20 + (uint64_t)swiglu};
     float *x = kt_falloc(nin), *g = kt_falloc(nout), *out = kt_falloc(nout);
@@ -228,7 +247,8 @@ static void check_act(mc_backend *be, int swiglu) {
     else
         mc_k_gelu_bwd(be, dx, g, x, nin);
     double ex = kt_fd_check(act_loss, &a, a.x, nin, dx, dx0, SIZE_MAX, 1);
-    TAP_OK(eo < 1e-6 && ex < 1e-5, "%s fwd err %.2e < 1e-6, bwd vs FD (+= onto prefill) %.2e < 1e-5",
+    TAP_OK(eo < 1e-6 && ex < 1e-5,
+           "%s fwd err %.2e < 1e-6, bwd vs FD (+= onto prefill) %.2e < 1e-5",
            swiglu ? "swiglu" : "gelu", eo, ex);
     free(x), free(g), free(out), free(a.x), free(a.dout), free(ro), free(dx), free(dx0);
 }
@@ -241,7 +261,8 @@ typedef struct {
     double *x, *dout;
 } rope_ctx;
 
-static void ref_rope(const rope_ctx *c, double *out) {
+static void ref_rope(const rope_ctx *c, double *out)
+{
     size_t half = c->D / 2;
     for (size_t b = 0; b < c->B; b++)
         for (size_t t = 0; t < c->T; t++)
@@ -256,7 +277,8 @@ static void ref_rope(const rope_ctx *c, double *out) {
             }
 }
 
-static double rope_loss(void *p) {
+static double rope_loss(void *p)
+{
     rope_ctx *c = p;
     size_t n = c->B * c->T * c->H * c->D;
     double *out = kt_dalloc(n), L = 0;
@@ -266,7 +288,8 @@ static double rope_loss(void *p) {
     return L;
 }
 
-static void check_rope(mc_backend *be) {
+static void check_rope(mc_backend *be)
+{
     size_t B = 2, T = 9, H = 3, D = 16, pos0 = 1000, n = B * T * H * D;
     kt_rng r = {30};
     float *x = kt_falloc(n), *g = kt_falloc(n);
@@ -300,7 +323,8 @@ typedef struct {
 } xent_ctx;
 
 /* loss_i = logsumexp_j l_ij - l_i,t (0 for t < 0) */
-static void ref_xent(const xent_ctx *c, double *loss) {
+static void ref_xent(const xent_ctx *c, double *loss)
+{
     for (size_t i = 0; i < c->N; i++) {
         const double *l = c->logits + i * c->V;
         double m = -INFINITY, s = 0;
@@ -310,7 +334,8 @@ static void ref_xent(const xent_ctx *c, double *loss) {
     }
 }
 
-static double xent_loss(void *p) {
+static double xent_loss(void *p)
+{
     xent_ctx *c = p;
     double *loss = kt_dalloc(c->N), L = 0;
     ref_xent(c, loss);
@@ -319,7 +344,8 @@ static double xent_loss(void *p) {
     return L;
 }
 
-static void check_xent(mc_backend *be) {
+static void check_xent(mc_backend *be)
+{
     size_t N = 7, V = 50, H = V / 2;
     int32_t tg[7] = {3, 49, -1, 25, 24, 0, 30};
     kt_rng r = {40};
@@ -333,8 +359,10 @@ static void check_xent(mc_backend *be) {
     double *rl = kt_dalloc(N);
     ref_xent(&c, rl);
     double el = kt_err(loss, rl, N);
-    TAP_OK(el < 1e-6 && loss[2] == 0, "xent loss vs float64 log-softmax: %.2e < 1e-6; ignored "
-           "target (-1) has loss 0", el);
+    TAP_OK(el < 1e-6 && loss[2] == 0,
+           "xent loss vs float64 log-softmax: %.2e < 1e-6; ignored "
+           "target (-1) has loss 0",
+           el);
 
     /* TP = 2: each half of the vocabulary on its own "rank", combined with
      * MAX and SUM as the all-reduces would */
@@ -353,8 +381,10 @@ static void check_xent(mc_backend *be) {
     mc_k_xent_loss(be, l2, gm, gs, gt, tg, N);
     double e2 = kt_err(l2, rl, N), d12 = 0;
     for (size_t i = 0; i < N; i++) d12 = fmax(d12, fabs(l2[i] - loss[i]));
-    TAP_OK(e2 < 1e-6 && d12 < 1e-5, "xent split over 2 vocab shards: err vs float64 %.2e < 1e-6, "
-           "max diff vs unsplit %.2e < 1e-5", e2, d12);
+    TAP_OK(e2 < 1e-6 && d12 < 1e-5,
+           "xent split over 2 vocab shards: err vs float64 %.2e < 1e-6, "
+           "max diff vs unsplit %.2e < 1e-5",
+           e2, d12);
 
     /* backward, weights dloss: vs FD of sum_i dloss_i loss_i */
     float *dlg = kt_falloc(N * V);
@@ -388,7 +418,8 @@ static void check_xent(mc_backend *be) {
     free(rl), free(h0), free(h1), free(dlg), free(inplace), free(ds), free(dd), free(g0), free(g1);
 }
 
-int main(void) {
+int main(void)
+{
     mc_backend *be = kt_backend(0);
     check_embed(be);
     check_norm(be, 0, 1, 6, 37);

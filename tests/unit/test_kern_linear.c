@@ -14,7 +14,8 @@ typedef struct {
 } lin_ctx;
 
 /* out[n,o] = sum_i x[n,i] W[o,i] + b[o] */
-static void ref_linear(const lin_ctx *c, double *out) {
+static void ref_linear(const lin_ctx *c, double *out)
+{
     for (size_t n = 0; n < c->N; n++)
         for (size_t o = 0; o < c->O; o++) {
             double s = c->b ? c->b[o] : 0;
@@ -23,7 +24,8 @@ static void ref_linear(const lin_ctx *c, double *out) {
         }
 }
 
-static double lin_loss(void *ctx) {
+static double lin_loss(void *ctx)
+{
     lin_ctx *c = ctx;
     double *out = kt_dalloc(c->N * c->O), L = 0;
     ref_linear(c, out);
@@ -32,12 +34,18 @@ static double lin_loss(void *ctx) {
     return L;
 }
 
-static void check_fp32(mc_backend *be, size_t N, size_t I, size_t O) {
+static void check_fp32(mc_backend *be, size_t N, size_t I, size_t O)
+{
     kt_rng r = {N * 131 + I * 17 + O};
     float *x = kt_falloc(N * I), *W = kt_falloc(O * I), *b = kt_falloc(O), *g = kt_falloc(N * O);
     kt_fill(&r, x, N * I, -1, 1), kt_fill(&r, W, O * I, -1, 1), kt_fill(&r, b, O, -1, 1);
     kt_fill(&r, g, N * O, -1, 1);
-    lin_ctx c = {N, I, O, kt_todouble(x, N * I), kt_todouble(W, O * I), kt_todouble(b, O),
+    lin_ctx c = {N,
+                 I,
+                 O,
+                 kt_todouble(x, N * I),
+                 kt_todouble(W, O * I),
+                 kt_todouble(b, O),
                  kt_todouble(g, N * O)};
     double *ref = kt_dalloc(N * O);
     ref_linear(&c, ref);
@@ -50,8 +58,10 @@ static void check_fp32(mc_backend *be, size_t N, size_t I, size_t O) {
     float *acc0 = kt_copy(acc, N * O);
     mc_k_linear_fwd(be, MC_PREC_FP32, acc, x, W, NULL, b, N, I, O, 1.0f);
     double e1 = kt_err_added(acc, acc0, ref, N * O);
-    TAP_OK(e0 < 1e-5 && e1 < 1e-5, "linear fp32 fwd N=%zu I=%zu O=%zu: beta=0 err %.2e, beta=1 "
-           "err %.2e < 1e-5", N, I, O, e0, e1);
+    TAP_OK(e0 < 1e-5 && e1 < 1e-5,
+           "linear fp32 fwd N=%zu I=%zu O=%zu: beta=0 err %.2e, beta=1 "
+           "err %.2e < 1e-5",
+           N, I, O, e0, e1);
 
     float *dx = kt_falloc(N * I), *dW = kt_falloc(O * I), *db = kt_falloc(O);
     kt_fill(&r, dx, N * I, -1, 1), kt_fill(&r, dW, O * I, -1, 1), kt_fill(&r, db, O, -1, 1);
@@ -62,7 +72,8 @@ static void check_fp32(mc_backend *be, size_t N, size_t I, size_t O) {
     double eb = kt_fd_check(lin_loss, &c, c.b, O, db, db0, 400, 3);
     TAP_OK(ex < 1e-5 && ew < 1e-5 && eb < 1e-5,
            "linear fp32 bwd N=%zu I=%zu O=%zu vs FD (+= onto prefill): dx %.2e dW %.2e db %.2e "
-           "< 1e-5", N, I, O, ex, ew, eb);
+           "< 1e-5",
+           N, I, O, ex, ew, eb);
 
     /* NULL outputs are skipped; the rest are unchanged by the skipping */
     float *dx2 = kt_copy(dx0, N * I), *db2 = kt_copy(db0, O);
@@ -78,7 +89,8 @@ static void check_fp32(mc_backend *be, size_t N, size_t I, size_t O) {
  * to the condition of each dot product; fp32 accumulation of K terms keeps
  * it below about K 2^-24 */
 static double dot_err(const float *got, const float *base, const double *ref, const double *mag,
-                      size_t n) {
+                      size_t n)
+{
     double m = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)got[i] - (base ? (double)base[i] : 0.0) - ref[i]) / mag[i];
@@ -88,8 +100,9 @@ static double dot_err(const float *got, const float *base, const double *ref, co
 }
 
 /* C[M,N] = A[M,K] B[N,K]^T in double, and the magnitudes sum |a b| */
-static void ref_abt(const double *A, const double *B, size_t M, size_t N, size_t K,
-                    size_t sa_m, size_t sa_k, size_t sb_n, size_t sb_k, double *C, double *mag) {
+static void ref_abt(const double *A, const double *B, size_t M, size_t N, size_t K, size_t sa_m,
+                    size_t sa_k, size_t sb_n, size_t sb_k, double *C, double *mag)
+{
     for (size_t i = 0; i < M; i++)
         for (size_t j = 0; j < N; j++) {
             double s = 0, a = 0;
@@ -102,7 +115,8 @@ static void ref_abt(const double *A, const double *B, size_t M, size_t N, size_t
         }
 }
 
-static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t O) {
+static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t O)
+{
     const char *pn = prec == MC_PREC_BF16 ? "bf16" : "fp16";
     kt_rng r = {N * 7 + I * 3 + O + (uint64_t)prec};
     float *x = kt_falloc(N * I), *W = kt_falloc(O * I), *b = kt_falloc(O), *g = kt_falloc(N * O);
@@ -111,9 +125,11 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
     /* the rounded operands, through mc_k_round (checked value by value in
      * test_kern_elem) */
     float *xr = kt_copy(x, N * I), *Wr = kt_copy(W, O * I), *gr = kt_copy(g, N * O);
-    mc_k_round(be, xr, N * I, prec), mc_k_round(be, Wr, O * I, prec), mc_k_round(be, gr, N * O, prec);
+    mc_k_round(be, xr, N * I, prec), mc_k_round(be, Wr, O * I, prec),
+        mc_k_round(be, gr, N * O, prec);
     double *dx_ = kt_todouble(x, N * I), *dW_ = kt_todouble(W, O * I);
-    double *dxr = kt_todouble(xr, N * I), *dWr = kt_todouble(Wr, O * I), *dgr = kt_todouble(gr, N * O);
+    double *dxr = kt_todouble(xr, N * I), *dWr = kt_todouble(Wr, O * I),
+           *dgr = kt_todouble(gr, N * O);
 
     float *out = kt_falloc(N * O);
     mc_k_linear_fwd(be, prec, out, x, W, NULL, NULL, N, I, O, 0.0f);
@@ -125,16 +141,16 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
     double tol_full = prec == MC_PREC_BF16 ? 1e-2 : 2e-3, tol_exact = (double)I * 0x1p-24;
     TAP_OK(e_full < tol_full, "linear %s fwd N=%zu I=%zu O=%zu: err vs unrounded fp64 %.2e < %.0e",
            pn, N, I, O, e_full, tol_full);
-    TAP_OK(e_exact < tol_exact,
-           "linear %s fwd: vs fp64 on %s-rounded operands %.2e < I*2^-24 = %.1e (fp32 accumulation)",
-           pn, pn, e_exact, tol_exact);
+    TAP_OK(
+        e_exact < tol_exact,
+        "linear %s fwd: vs fp64 on %s-rounded operands %.2e < I*2^-24 = %.1e (fp32 accumulation)",
+        pn, pn, e_exact, tol_exact);
     /* bias is added in fp32 after the product */
     float *outb = kt_falloc(N * O);
     mc_k_linear_fwd(be, prec, outb, x, W, NULL, b, N, I, O, 0.0f);
     int bias_ok = 1;
     for (size_t n = 0; n < N; n++)
-        for (size_t o = 0; o < O; o++)
-            bias_ok &= outb[n * O + o] == out[n * O + o] + b[o];
+        for (size_t o = 0; o < O; o++) bias_ok &= outb[n * O + o] == out[n * O + o] + b[o];
     TAP_OK(bias_ok, "linear %s fwd: bias added in fp32 onto the product", pn);
 
     float *dx = kt_falloc(N * I), *dW = kt_falloc(O * I), *db = kt_falloc(O);
@@ -153,14 +169,16 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
     double tol_x = (double)O * 0x1p-24, tol_w = (double)N * 0x1p-24;
     TAP_OK(ex < tol_x && ew < tol_w && eb < 1e-5,
            "linear %s bwd (+= onto prefill) vs fp64 on rounded operands: dx %.2e < %.1e, dW %.2e "
-           "< %.1e, db %.2e < 1e-5", pn, ex, tol_x, ew, tol_w, eb);
+           "< %.1e, db %.2e < 1e-5",
+           pn, ex, tol_x, ew, tol_w, eb);
 
     /* identical bytes on a rerun */
     float *out2 = kt_falloc(N * O), *dx2 = kt_copy(dx0, N * I), *dW2 = kt_copy(dW0, O * I);
     mc_k_linear_fwd(be, prec, out2, x, W, NULL, NULL, N, I, O, 0.0f);
     mc_k_linear_bwd(be, prec, dx2, dW2, NULL, g, x, W, NULL, N, I, O);
     TAP_OK(!memcmp(out, out2, N * O * 4) && !memcmp(dx, dx2, N * I * 4) &&
-               !memcmp(dW, dW2, O * I * 4), "linear %s: rerun gives identical bytes", pn);
+               !memcmp(dW, dW2, O * I * 4),
+           "linear %s: rerun gives identical bytes", pn);
 
     if (prec == MC_PREC_BF16) {
         /* the weight's rounding given by the caller (Wb): the same bytes */
@@ -193,7 +211,8 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
     free(mdx), free(rdW), free(mdW), free(rdb), free(out2), free(dx2), free(dW2);
 }
 
-static void check_fp32_determinism(mc_backend *be) {
+static void check_fp32_determinism(mc_backend *be)
+{
     size_t N = 96, I = 200, O = 150;
     kt_rng r = {99};
     float *x = kt_falloc(N * I), *W = kt_falloc(O * I), *b = kt_falloc(O), *g = kt_falloc(N * O);
@@ -210,7 +229,8 @@ static void check_fp32_determinism(mc_backend *be) {
     free(x), free(W), free(b), free(g), free(o1), free(o2), free(a1), free(a2);
 }
 
-static double best_of(int reps, void (*fn)(void *), void *arg) {
+static double best_of(int reps, void (*fn)(void *), void *arg)
+{
     double best = 1e30;
     for (int i = 0; i < reps; i++) {
         double t0 = kt_now();
@@ -227,21 +247,34 @@ typedef struct {
     float *x, *W, *b, *out, *dx, *dW, *db;
     size_t N, I, O;
 } tm_arg;
-static void tm_fwd(void *p) {
+static void tm_fwd(void *p)
+{
     tm_arg *a = p;
     mc_k_linear_fwd(a->be, a->prec, a->out, a->x, a->W, NULL, a->b, a->N, a->I, a->O, 0.0f);
 }
-static void tm_bwd(void *p) {
+static void tm_bwd(void *p)
+{
     tm_arg *a = p;
     mc_k_linear_bwd(a->be, a->prec, a->dx, a->dW, a->db, a->out, a->x, a->W, NULL, a->N, a->I,
                     a->O);
 }
 
-static void timing(mc_backend *be) {
+static void timing(mc_backend *be)
+{
     size_t N = 256, I = 768, O = 3072;
     kt_rng r = {1};
-    tm_arg a = {be, MC_PREC_FP32, kt_falloc(N * I), kt_falloc(O * I), kt_falloc(O),
-                kt_falloc(N * O), kt_falloc(N * I), kt_falloc(O * I), kt_falloc(O), N, I, O};
+    tm_arg a = {be,
+                MC_PREC_FP32,
+                kt_falloc(N * I),
+                kt_falloc(O * I),
+                kt_falloc(O),
+                kt_falloc(N * O),
+                kt_falloc(N * I),
+                kt_falloc(O * I),
+                kt_falloc(O),
+                N,
+                I,
+                O};
     kt_fill(&r, a.x, N * I, -1, 1), kt_fill(&r, a.W, O * I, -1, 1);
     double fl = 2.0 * N * I * O;
     const mc_prec ps[3] = {MC_PREC_FP32, MC_PREC_BF16, MC_PREC_FP16};
@@ -251,8 +284,9 @@ static void timing(mc_backend *be) {
         tm_fwd(&a); /* warm up: scratch, JIT kernels, thread pool */
         double tf = best_of(3, tm_fwd, &a), tb = best_of(3, tm_bwd, &a);
         TAP_DIAG("linear %s N=%zu I=%zu O=%zu, %d threads: fwd %.2f ms %.1f GFLOP/s, bwd %.2f ms "
-                 "%.1f GFLOP/s", names[i], N, I, O, mc_backend_threads(be), tf * 1e3,
-                 fl / tf * 1e-9, tb * 1e3, 2 * fl / tb * 1e-9);
+                 "%.1f GFLOP/s",
+                 names[i], N, I, O, mc_backend_threads(be), tf * 1e3, fl / tf * 1e-9, tb * 1e3,
+                 2 * fl / tb * 1e-9);
     }
     free(a.x), free(a.W), free(a.b), free(a.out), free(a.dx), free(a.dW), free(a.db);
 }
@@ -261,7 +295,8 @@ static void timing(mc_backend *be) {
  * even on ties, NaN kept. x = e_0 picks column 0 of W, so out[o] is the
  * rounded W[o, 0] itself; W has 40 rows (vector blocks of 16 and a tail),
  * with ties to even both ways, values just past a tie, and a NaN. */
-static void check_bf16_rounding(mc_backend *be) {
+static void check_bf16_rounding(mc_backend *be)
+{
     enum { O = 40, I = 24 };
     static const uint32_t bits[] = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0xbf818000u,
                                     0x4049ffffu, 0x7f7fffffu, 0x00008000u, 0x7fc00001u};
@@ -277,14 +312,18 @@ static void check_bf16_rounding(mc_backend *be) {
     mc_k_linear_fwd(be, MC_PREC_BF16, out, x, W, NULL, NULL, 1, I, O, 0.0f);
     int bad = 0;
     for (size_t o = 0; o < O; o++) {
-        if (isnan(want[o])) bad += !isnan(out[o]);
-        else bad += memcmp(&out[o], &want[o], 4) != 0;
+        if (isnan(want[o]))
+            bad += !isnan(out[o]);
+        else
+            bad += memcmp(&out[o], &want[o], 4) != 0;
     }
-    TAP_OK(bad == 0, "bf16 GEMM operands round as mc_k_round (ties to even, NaN kept): %d differ", bad);
+    TAP_OK(bad == 0, "bf16 GEMM operands round as mc_k_round (ties to even, NaN kept): %d differ",
+           bad);
     free(W), free(x), free(out), free(want);
 }
 
-int main(void) {
+int main(void)
+{
     mc_backend *be = kt_backend(0);
     TAP_DIAG("bf16 GEMM path: %s", be->dnnl_bf16 ? "oneDNN dnnl_gemm_bf16bf16f32"
                                                  : "bf16-rounded operands widened to fp32, sgemm");

@@ -16,18 +16,14 @@ static int check_codes(mc_backend *be, const float *W, size_t R, size_t C, int8_
     int bad = 0;
     for (size_t r = 0; r < R; r++) {
         double amax = 0;
-        for (size_t c = 0; c < C; c++)
-            amax = fmax(amax, fabs((double)W[r * C + c]));
+        for (size_t c = 0; c < C; c++) amax = fmax(amax, fabs((double)W[r * C + c]));
         float sc = (float)amax / 127.0f;
-        if (s[r] != sc)
-            bad++;
+        if (s[r] != sc) bad++;
         for (size_t c = 0; c < C; c++) {
             double v = sc > 0 ? nearbyint((double)(W[r * C + c] / sc)) : 0;
-            if (q[r * C + c] != (int8_t)v)
-                bad++;
+            if (q[r * C + c] != (int8_t)v) bad++;
             /* the int8 bound of mc-formats(5): |w - code * scale| <= scale / 2 */
-            if (fabs((double)W[r * C + c] - q[r * C + c] * (double)sc) > sc * 0.5000001)
-                bad++;
+            if (fabs((double)W[r * C + c] - q[r * C + c] * (double)sc) > sc * 0.5000001) bad++;
         }
     }
     return bad;
@@ -47,10 +43,10 @@ int main(void)
     int8_t *q = malloc(Cout * Cin);
     kt_fill(&rng, W, Cout * Cin, -0.5, 0.5);
     kt_fill(&rng, b, Cout, -1, 1);
-    for (size_t c = 0; c < Cin; c++)
-        W[3 * Cin + c] = 0; /* an all-zero row: scale 0, codes 0 */
-    W[5 * Cin + 7] = 2.0f;  /* an outlier sets its row's scale */
-    TAP_OK(check_codes(be, W, Cout, Cin, q, s) == 0, "codes and scales follow the int8 rule and bound");
+    for (size_t c = 0; c < Cin; c++) W[3 * Cin + c] = 0; /* an all-zero row: scale 0, codes 0 */
+    W[5 * Cin + 7] = 2.0f;                               /* an outlier sets its row's scale */
+    TAP_OK(check_codes(be, W, Cout, Cin, q, s) == 0,
+           "codes and scales follow the int8 rule and bound");
     TAP_OK(s[3] == 0 && q[3 * Cin + 9] == 0, "an all-zero row has scale 0 and codes 0");
     TAP_OK(q[5 * Cin + 7] == 127, "the row's absmax element is code 127");
 
@@ -79,7 +75,8 @@ int main(void)
         TAP_OK(e < 1e-5, "N=%zu: beta = 1 accumulates (err %.2e)", N, e);
         mc_k_linear_q8_fwd(be, out2, x, q, s, b, N, Cin, Cout, 0.0f);
         mc_k_linear_q8_fwd(be, out, x, q, s, b, N, Cin, Cout, 0.0f);
-        TAP_OK(!memcmp(out, out2, N * Cout * sizeof(float)), "N=%zu: bit-identical on a second call", N);
+        TAP_OK(!memcmp(out, out2, N * Cout * sizeof(float)),
+               "N=%zu: bit-identical on a second call", N);
         free(x), free(out), free(out2), free(ref), free(ref2);
     }
     free(W), free(b), free(s), free(q);

@@ -25,8 +25,7 @@ static char tmpdir[] = "/tmp/test_metrics.XXXXXX";
 static char *path_in(const char *name)
 {
     char *p = NULL;
-    if (asprintf(&p, "%s/%s", tmpdir, name) < 0)
-        abort();
+    if (asprintf(&p, "%s/%s", tmpdir, name) < 0) abort();
     return p;
 }
 
@@ -89,12 +88,12 @@ static void test_encoding(void)
            "record bytes (length, masked crcs) equal the hand-derived record");
 
     /* Event{wall_time: 1.5, file_version: "brain.Event:2"} */
-    static const unsigned char version[] = {
-        0x09, 0, 0, 0, 0, 0, 0, 0xf8, 0x3f, 0x1a, 0x0d, 'b', 'r', 'a', 'i', 'n', '.',
-        'E',  'v', 'e', 'n', 't', ':', '2'};
+    static const unsigned char version[] = {0x09, 0,    0,    0,   0,   0,   0,   0xf8,
+                                            0x3f, 0x1a, 0x0d, 'b', 'r', 'a', 'i', 'n',
+                                            '.',  'E',  'v',  'e', 'n', 't', ':', '2'};
     ev.len = 0;
-    TAP_OK(mc_tfevent_encode_version(&ev, 1.5, &err) == MC_OK &&
-           ev.len == sizeof version && memcmp(ev.data, version, ev.len) == 0,
+    TAP_OK(mc_tfevent_encode_version(&ev, 1.5, &err) == MC_OK && ev.len == sizeof version &&
+               memcmp(ev.data, version, ev.len) == 0,
            "file_version event bytes");
 
     /* step -1: int64 varint of two's complement, 10 bytes; wall_time 0 is
@@ -106,7 +105,7 @@ static void test_encoding(void)
     const double xv[] = {-1.0};
     ev.len = 0;
     TAP_OK(mc_tfevent_encode_scalars(&ev, 0.0, -1, xt, xv, 1, &err) == MC_OK &&
-           ev.len == sizeof neg && memcmp(ev.data, neg, ev.len) == 0,
+               ev.len == sizeof neg && memcmp(ev.data, neg, ev.len) == 0,
            "negative step and zero wall_time encode as protobuf does");
 
     /* A 200-byte tag needs two-byte lengths (varint 0xc8 0x01) at both levels. */
@@ -116,9 +115,9 @@ static void test_encoding(void)
     const char *lt[] = {longtag};
     ev.len = 0;
     TAP_OK(mc_tfevent_encode_scalars(&ev, 0.0, 1, lt, xv, 1, &err) == MC_OK &&
-           ev.len == 2 + 3 + 3 + 3 + 200 + 5 && (unsigned char)ev.data[3] == 0xd3 &&
-           (unsigned char)ev.data[4] == 0x01 && (unsigned char)ev.data[6] == 0xd0 &&
-           (unsigned char)ev.data[9] == 0xc8 && (unsigned char)ev.data[10] == 0x01,
+               ev.len == 2 + 3 + 3 + 3 + 200 + 5 && (unsigned char)ev.data[3] == 0xd3 &&
+               (unsigned char)ev.data[4] == 0x01 && (unsigned char)ev.data[6] == 0xd0 &&
+               (unsigned char)ev.data[9] == 0xc8 && (unsigned char)ev.data[10] == 0x01,
            "multi-byte varint lengths (summary 211, value 208, tag 200)");
     mc_buf_free(&ev);
     mc_buf_free(&rec);
@@ -131,8 +130,7 @@ static int number_is(double v, const char *want)
     mc_jsonlog_number(&b, v, &err);
     mc_buf_append(&b, "", 1, &err);
     int ok = strcmp(b.data, want) == 0;
-    if (!ok)
-        TAP_DIAG("got %s, want %s", b.data, want);
+    if (!ok) TAP_DIAG("got %s, want %s", b.data, want);
     mc_buf_free(&b);
     return ok;
 }
@@ -142,8 +140,8 @@ static void test_json_spelling(void)
     TAP_OK(number_is(0.0003, "0.0003"), "0.0003 in its shortest exact form");
     TAP_OK(number_is(0.1 + 0.2, "0.30000000000000004"), "0.1+0.2 needs 17 digits");
     TAP_OK(number_is(8, "8") && number_is(-2.5e-300, "-2.5e-300"), "integers and exponents");
-    TAP_OK(number_is(NAN, "null") && number_is(INFINITY, "null") &&
-           number_is(-INFINITY, "null"), "NaN and infinities are null");
+    TAP_OK(number_is(NAN, "null") && number_is(INFINITY, "null") && number_is(-INFINITY, "null"),
+           "NaN and infinities are null");
 
     /* Every double reads back exactly: random bit patterns (xorshift). */
     uint64_t x = 88172645463325252ull;
@@ -154,15 +152,13 @@ static void test_json_spelling(void)
         x ^= x << 17;
         double v;
         memcpy(&v, &x, 8);
-        if (!isfinite(v))
-            continue;
+        if (!isfinite(v)) continue;
         mc_buf b = MC_BUF_INIT;
         mc_error err;
         mc_jsonlog_number(&b, v, &err);
         mc_buf_append(&b, "", 1, &err);
         double back = strtod(b.data, NULL);
-        if (memcmp(&back, &v, 8) != 0)
-            bad++;
+        if (memcmp(&back, &v, 8) != 0) bad++;
         mc_buf_free(&b);
     }
     TAP_OK(bad == 0, "20000 random doubles round-trip exactly (%d did not)", bad);
@@ -183,18 +179,13 @@ static int read_records(const char *data, size_t len, const char **rec, size_t *
     while (off < len && n < max) {
         uint64_t l = 0;
         uint32_t c1 = 0, c2 = 0;
-        if (len - off < 12)
-            return -1;
-        for (int i = 0; i < 8; i++)
-            l |= (uint64_t)(unsigned char)data[off + i] << (8 * i);
-        for (int i = 0; i < 4; i++)
-            c1 |= (uint32_t)(unsigned char)data[off + 8 + i] << (8 * i);
-        if (c1 != mc_crc32c_mask(mc_crc32c(data + off, 8)) || len - off - 12 < l + 4)
-            return -1;
+        if (len - off < 12) return -1;
+        for (int i = 0; i < 8; i++) l |= (uint64_t)(unsigned char)data[off + i] << (8 * i);
+        for (int i = 0; i < 4; i++) c1 |= (uint32_t)(unsigned char)data[off + 8 + i] << (8 * i);
+        if (c1 != mc_crc32c_mask(mc_crc32c(data + off, 8)) || len - off - 12 < l + 4) return -1;
         for (int i = 0; i < 4; i++)
             c2 |= (uint32_t)(unsigned char)data[off + 12 + l + i] << (8 * i);
-        if (c2 != mc_crc32c_mask(mc_crc32c(data + off + 12, l)))
-            return -1;
+        if (c2 != mc_crc32c_mask(mc_crc32c(data + off + 12, l))) return -1;
         rec[n] = data + off + 12;
         rlen[n] = l;
         n++;
@@ -229,23 +220,23 @@ static void test_writer(void)
     char *tail = NULL;
     asprintf(&tail, ".%s.%ld.0", host, (long)getpid());
     TAP_OK(p && strncmp(p, tb, strlen(tb)) == 0 &&
-           strncmp(p + strlen(tb), "/events.out.tfevents.", 21) == 0 &&
-           strlen(p) > strlen(tail) && strcmp(p + strlen(p) - strlen(tail), tail) == 0,
+               strncmp(p + strlen(tb), "/events.out.tfevents.", 21) == 0 &&
+               strlen(p) > strlen(tail) && strcmp(p + strlen(p) - strlen(tail), tail) == 0,
            "event file named DIR/events.out.tfevents.TIME.HOST.PID.0: %s", p ? p : "(null)");
     char *first = p ? strdup(p) : NULL;
 
     TAP_OK(mc_metrics_scalar(m, MC_TAG_LM_LOSS, 10, 5.43, &err) == MC_OK &&
-           mc_metrics_scalar(m, MC_TAG_LEARNING_RATE, 10, 0.0003, &err) == MC_OK &&
-           mc_metrics_scalar(m, MC_TAG_ITERATION_TIME, 10, 0.25, &err) == MC_OK &&
-           mc_metrics_samples(m, 10, 80, &err) == MC_OK &&
-           mc_metrics_scalar(m, MC_TAG_VAL_LOSS, 10, 5.5, &err) == MC_OK &&
-           mc_metrics_scalar(m, MC_TAG_LM_LOSS, 20, NAN, &err) == MC_OK,
+               mc_metrics_scalar(m, MC_TAG_LEARNING_RATE, 10, 0.0003, &err) == MC_OK &&
+               mc_metrics_scalar(m, MC_TAG_ITERATION_TIME, 10, 0.25, &err) == MC_OK &&
+               mc_metrics_samples(m, 10, 80, &err) == MC_OK &&
+               mc_metrics_scalar(m, MC_TAG_VAL_LOSS, 10, 5.5, &err) == MC_OK &&
+               mc_metrics_scalar(m, MC_TAG_LM_LOSS, 20, NAN, &err) == MC_OK,
            "buffer scalars of steps 10 and 20");
     TAP_OK(mc_metrics_scalar(m, MC_TAG_LM_LOSS, 10, 1.0, &err) == MC_ERR_USAGE &&
-           strcmp(err.msg, "metrics: 'lm loss' given twice for step 10") == 0,
+               strcmp(err.msg, "metrics: 'lm loss' given twice for step 10") == 0,
            "a tag given twice for a step: %s", err.msg);
-    TAP_OK(mc_metrics_scalar(m, "", 10, 1.0, &err) == MC_ERR_USAGE &&
-           strstr(err.msg, "empty tag"), "an empty tag: %s", err.msg);
+    TAP_OK(mc_metrics_scalar(m, "", 10, 1.0, &err) == MC_ERR_USAGE && strstr(err.msg, "empty tag"),
+           "an empty tag: %s", err.msg);
     TAP_OK(mc_metrics_flush(m, &err) == MC_OK, "flush");
 
     /* Visible before close: the data went to the kernel at flush. */
@@ -256,8 +247,8 @@ static void test_writer(void)
     int n = data ? read_records(data, len, rec, rlen, 8) : -1;
     TAP_OK(n == 4, "after flush, before close: 4 records with good CRCs (got %d)", n);
     if (n == 4) {
-        static const char ver[] = {0x1a, 0x0d, 'b', 'r', 'a', 'i', 'n', '.', 'E',
-                                   'v',  'e',  'n', 't', ':', '2'};
+        static const char ver[] = {0x1a, 0x0d, 'b', 'r', 'a', 'i', 'n', '.',
+                                   'E',  'v',  'e', 'n', 't', ':', '2'};
         TAP_OK(rlen[0] == 9 + sizeof ver && memcmp(rec[0] + 9, ver, sizeof ver) == 0,
                "record 1: file_version brain.Event:2");
         const char *t10[] = {"lm loss", "learning-rate", "iteration-time", "lm loss validation"};
@@ -281,8 +272,7 @@ static void test_writer(void)
                         "\"lm loss validation\": 5.5}\n"
                         "{\"step\": 20, \"lm loss\": null}\n";
     TAP_OK(data && strcmp(data, want1) == 0, "JSON lines, one per step");
-    if (data && strcmp(data, want1) != 0)
-        TAP_DIAG("got: %s", data);
+    if (data && strcmp(data, want1) != 0) TAP_DIAG("got: %s", data);
     free(data);
 
     /* A resumed run: the log is appended to (after a torn line from a kill)
@@ -317,23 +307,25 @@ static void test_errors(void)
     fclose(f);
     char *under = path_in("plain/tb/x");
     TAP_OK(mc_metrics_open(under, NULL, &m, &err) == MC_ERR_IO && m == NULL &&
-           strstr(err.msg, under) && strstr(err.msg, "cannot create TensorBoard directory"),
+               strstr(err.msg, under) && strstr(err.msg, "cannot create TensorBoard directory"),
            "tb dir that cannot be created: %s", err.msg);
     TAP_OK(mc_metrics_open(file, NULL, &m, &err) == MC_ERR_IO && strstr(err.msg, file) &&
-           strstr(err.msg, "not a directory"), "tb dir that is a file: %s", err.msg);
+               strstr(err.msg, "not a directory"),
+           "tb dir that is a file: %s", err.msg);
 
     char *missing = path_in("nodir/log.jsonl");
     char *nodir = path_in("nodir");
     char *tb = path_in("tb_unused");
     TAP_OK(mc_metrics_open(tb, missing, &m, &err) == MC_ERR_IO && strstr(err.msg, missing) &&
-           strstr(err.msg, nodir) && strstr(err.msg, "does not exist"),
+               strstr(err.msg, nodir) && strstr(err.msg, "does not exist"),
            "json path in a missing directory: %s", err.msg);
     TAP_OK(mc_metrics_open(NULL, tmpdir, &m, &err) != MC_OK && strstr(err.msg, tmpdir) &&
-           strstr(err.msg, "directory"), "json path that is a directory: %s", err.msg);
+               strstr(err.msg, "directory"),
+           "json path that is a directory: %s", err.msg);
 
     TAP_OK(mc_metrics_open(NULL, NULL, &m, &err) == MC_OK && m &&
-           mc_metrics_scalar(m, "x", 1, 1.0, &err) == MC_OK && mc_metrics_tb_path(m) == NULL &&
-           mc_metrics_flush(m, &err) == MC_OK && mc_metrics_close(m, &err) == MC_OK,
+               mc_metrics_scalar(m, "x", 1, 1.0, &err) == MC_OK && mc_metrics_tb_path(m) == NULL &&
+               mc_metrics_flush(m, &err) == MC_OK && mc_metrics_close(m, &err) == MC_OK,
            "no outputs: every call is a no-op");
     TAP_OK(mc_metrics_close(NULL, &err) == MC_OK, "close(NULL)");
     free(file);
@@ -355,8 +347,7 @@ int main(void)
     test_writer();
     test_errors();
     char *cmd = NULL;
-    if (asprintf(&cmd, "rm -rf '%s'", tmpdir) >= 0)
-        (void)!system(cmd);
+    if (asprintf(&cmd, "rm -rf '%s'", tmpdir) >= 0) (void)!system(cmd);
     free(cmd);
     return tap_done();
 }

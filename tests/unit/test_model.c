@@ -103,9 +103,8 @@ static void check_registry(mc_model *m, const char *what, const want_param *w, s
                    p->no_weight_decay == w[i].nwd && p->row_chunks == w[i].chunks &&
                    fabsf(p->init_std - w[i].std) < 1e-9f && p->init_value == w[i].value &&
                    p->local_rows == p->rows && p->local_cols == p->cols && p->row0 == 0 &&
-                   p->col0 == 0 && p->numel == (size_t)(p->rows * p->cols) &&
-                   p->offset >= end && p->offset % 16 == 0 &&
-                   mc_model_param_by_name(m, w[i].name) == p;
+                   p->col0 == 0 && p->numel == (size_t)(p->rows * p->cols) && p->offset >= end &&
+                   p->offset % 16 == 0 && mc_model_param_by_name(m, w[i].name) == p;
         if (!good)
             TAP_DIAG("param %zu: got %s [%lld, %lld] split %d nwd %d chunks %d std %g value %g; "
                      "want %s [%lld, %lld] split %d",
@@ -140,7 +139,7 @@ static void test_registry(void)
     {"decoder.layers." #L ".mlp.linear_fc1.bias", 256, 1, 0, 1, 1, 0, 0},                          \
     {"decoder.layers." #L ".mlp.linear_fc2.weight", 64, 256, 1, 0, 1, so, 0},                      \
     {"decoder.layers." #L ".mlp.linear_fc2.bias", 64, 1, -1, 1, 1, 0, 0}
-// clang-format on
+    // clang-format on
     const want_param gpt[] = {
         {"embedding.word_embeddings.weight", 64, 64, 0, 0, 1, s, 0},
         {"embedding.position_embeddings.weight", 8, 64, -1, 0, 1, s, 0},
@@ -149,8 +148,10 @@ static void test_registry(void)
         {"decoder.final_layernorm.weight", 64, 1, -1, 1, 1, 0, 1},
         {"decoder.final_layernorm.bias", 64, 1, -1, 1, 1, 0, 0},
     };
-    if (m) check_registry(m, "tiny-gpt", gpt, sizeof gpt / sizeof gpt[0]);
-    else TAP_OK(0, "tiny-gpt builds");
+    if (m)
+        check_registry(m, "tiny-gpt", gpt, sizeof gpt / sizeof gpt[0]);
+    else
+        TAP_OK(0, "tiny-gpt builds");
     mc_model_free(m);
 
     m = make("tiny-llama", 8, 60, 64, 2, NULL, MC_PREC_FP32);
@@ -163,7 +164,7 @@ static void test_registry(void)
     {"decoder.layers." #L ".mlp.linear_fc1.layer_norm_weight", 64, 1, -1, 1, 1, 0, 1},             \
     {"decoder.layers." #L ".mlp.linear_fc1.weight", 256, 64, 0, 0, 2, s, 0},                       \
     {"decoder.layers." #L ".mlp.linear_fc2.weight", 64, 128, 1, 0, 1, so, 0}
-// clang-format on
+    // clang-format on
     const want_param llama[] = {
         {"embedding.word_embeddings.weight", 64, 64, 0, 0, 1, s, 0},
         LAYER_LLAMA(0),
@@ -171,8 +172,10 @@ static void test_registry(void)
         {"decoder.final_layernorm.weight", 64, 1, -1, 1, 1, 0, 1},
         {"output_layer.weight", 64, 64, 0, 0, 1, s, 0},
     };
-    if (m) check_registry(m, "tiny-llama", llama, sizeof llama / sizeof llama[0]);
-    else TAP_OK(0, "tiny-llama builds");
+    if (m)
+        check_registry(m, "tiny-llama", llama, sizeof llama / sizeof llama[0]);
+    else
+        TAP_OK(0, "tiny-llama builds");
     mc_model_free(m);
 
     /* GPT-2 124M: the well-known 124,439,808 counts the 50257-row table;
@@ -208,12 +211,14 @@ static void test_registry(void)
     c.vocab_size = 50257, c.seq_length = 4;
     m = NULL;
     if (!mc_model_new(&c, &g, be, 1, MC_PREC_FP32, &m, &err)) {
-        const mc_param *q = mc_model_param_by_name(m, "decoder.layers.11.self_attention.linear_qkv.weight");
+        const mc_param *q = mc_model_param_by_name(
+            m, "decoder.layers.11.self_attention.linear_qkv.weight");
         const mc_param *f1 = mc_model_param_by_name(m, "decoder.layers.11.mlp.linear_fc1.weight");
         const mc_param *f2 = mc_model_param_by_name(m, "decoder.layers.11.mlp.linear_fc2.weight");
         const mc_param *o = mc_model_param_by_name(m, "output_layer.weight");
         /* per layer: qkv 20*64*768 + proj 768^2 + fc1 4096*768 + fc2 768*2048 + 2 norms */
-        int64_t want = 2 * 50304LL * 768 + 12 * (983040LL + 589824 + 3145728 + 1572864 + 1536) + 768;
+        int64_t want = 2 * 50304LL * 768 + 12 * (983040LL + 589824 + 3145728 + 1572864 + 1536) +
+                       768;
         TAP_OK(q && q->rows == 1280 && q->cols == 768 && f1 && f1->rows == 4096 &&
                    f1->row_chunks == 2 && f2 && f2->cols == 2048 && o && o->rows == 50304 &&
                    !mc_model_param_by_name(m, "embedding.position_embeddings.weight") &&
@@ -240,9 +245,10 @@ static void test_registry(void)
                strstr(err.msg, "--micro-batch-size must be at least 1 (got 0)"),
            "micro-batch 0 refused: %s", err.msg);
     c.num_attention_heads = 3;
-    TAP_OK(mc_model_new(&c, &g, be, 1, MC_PREC_FP32, &m, &err) == MC_ERR_USAGE && !m &&
-               strstr(err.msg, "--hidden-size (64) must be a multiple of --num-attention-heads (3)"),
-           "config errors come through mc_model_new: %s", err.msg);
+    TAP_OK(
+        mc_model_new(&c, &g, be, 1, MC_PREC_FP32, &m, &err) == MC_ERR_USAGE && !m &&
+            strstr(err.msg, "--hidden-size (64) must be a multiple of --num-attention-heads (3)"),
+        "config errors come through mc_model_new: %s", err.msg);
 }
 
 /* ---------------------------------------------------------------- init */
@@ -271,8 +277,8 @@ static void test_init(void)
             float *ref = mc_balloc(be, p->numel * sizeof(float), NULL);
             float *rh = malloc(p->numel * sizeof(float));
             if (p->init_std > 0)
-                mc_k_init_normal(be, ref, (size_t)p->rows, (size_t)p->cols, (uint64_t)p->cols, 0,
-                                 0, seed, mc_k_name_key(p->name), p->init_std);
+                mc_k_init_normal(be, ref, (size_t)p->rows, (size_t)p->cols, (uint64_t)p->cols, 0, 0,
+                                 seed, mc_k_name_key(p->name), p->init_std);
             else
                 mc_k_fill(be, ref, p->init_value, p->numel);
             mc_bcopy_to_host(be, rh, ref, p->numel * sizeof(float));
@@ -321,10 +327,11 @@ static void test_init(void)
                 const mc_param *q = mc_model_param_by_name(ms[k], p->name);
                 int64_t ch = p->row_chunks, lr = p->local_rows / ch;
                 /* expected split: rows (0), columns (1), or none */
-                shapes &= p->split_dim == 0 ? (p->local_rows * 2 == p->rows &&
-                                               p->row0 == r * (p->rows / ch / 2))
-                          : p->split_dim == 1 ? (p->local_cols * 2 == p->cols && p->col0 == r * p->local_cols)
-                                              : (p->local_rows == p->rows && p->local_cols == p->cols);
+                shapes &= p->split_dim == 0
+                              ? (p->local_rows * 2 == p->rows && p->row0 == r * (p->rows / ch / 2))
+                          : p->split_dim == 1
+                              ? (p->local_cols * 2 == p->cols && p->col0 == r * p->local_cols)
+                              : (p->local_rows == p->rows && p->local_cols == p->cols);
                 for (int64_t j = 0; j < ch; j++)
                     for (int64_t rr = 0; rr < lr; rr++)
                         for (int64_t cc = 0; cc < p->local_cols; cc++) {
@@ -335,8 +342,10 @@ static void test_init(void)
                         }
             }
             if (k == 0 && r == 1) {
-                const mc_param *f1 = mc_model_param_by_name(m, "decoder.layers.0.mlp.linear_fc1.weight");
-                const mc_param *qkv = mc_model_param_by_name(m, "decoder.layers.0.self_attention.linear_qkv.weight");
+                const mc_param *f1 = mc_model_param_by_name(
+                    m, "decoder.layers.0.mlp.linear_fc1.weight");
+                const mc_param *qkv = mc_model_param_by_name(
+                    m, "decoder.layers.0.self_attention.linear_qkv.weight");
                 const mc_param *wte = mc_model_param_by_name(m, "embedding.word_embeddings.weight");
                 shapes &= f1->local_rows == 128 && f1->row0 == 64 && qkv->local_rows == 64 &&
                           qkv->row0 == 64 && wte->local_rows == 32 && wte->row0 == 32;
@@ -451,8 +460,8 @@ static void grad_check_on(const char *preset)
                 double err = fabs(fd - bn), tol = 1e-2 * bn + 2e-5;
                 if (err / tol > worst_dir) worst_dir = err / tol;
                 if (err > tol) {
-                    TAP_DIAG("%s %s block %zu/%zu: directional fd %.6g, |g| %.6g", preset,
-                             q->name, b, nb, fd, bn);
+                    TAP_DIAG("%s %s block %zu/%zu: directional fd %.6g, |g| %.6g", preset, q->name,
+                             b, nb, fd, bn);
                     ok = 0;
                 }
                 ndir++;
@@ -462,9 +471,12 @@ static void grad_check_on(const char *preset)
         size_t top[3] = {0, 0, 0};
         for (size_t j = 0; j < q->numel; j++) {
             float a = fabsf(gi[j]);
-            if (a > fabsf(gi[top[0]])) top[2] = top[1], top[1] = top[0], top[0] = j;
-            else if (j != top[0] && a > fabsf(gi[top[1]])) top[2] = top[1], top[1] = j;
-            else if (j != top[0] && j != top[1] && a > fabsf(gi[top[2]])) top[2] = j;
+            if (a > fabsf(gi[top[0]]))
+                top[2] = top[1], top[1] = top[0], top[0] = j;
+            else if (j != top[0] && a > fabsf(gi[top[1]]))
+                top[2] = top[1], top[1] = j;
+            else if (j != top[0] && j != top[1] && a > fabsf(gi[top[2]]))
+                top[2] = j;
         }
         for (int t = 0; t < 3 && t < (int)q->numel; t++) {
             size_t j = q->offset + top[t];
@@ -486,8 +498,9 @@ static void grad_check_on(const char *preset)
         }
     }
     mc_bcopy_from_host(be, mc_model_params(m), p0, n * sizeof *p0);
-    TAP_OK(ok, "%s: gradients of all %zu tensors match central differences (%d directions, "
-               "worst err/tol %.2g; %d elements, worst err/tol %.2g)",
+    TAP_OK(ok,
+           "%s: gradients of all %zu tensors match central differences (%d directions, "
+           "worst err/tol %.2g; %d elements, worst err/tol %.2g)",
            preset, mc_model_num_params(m), ndir, worst_dir, checked, worst_el);
     free(p);
     free(p0);
@@ -679,8 +692,9 @@ static void test_golden(const char *preset)
             ok = 0;
         }
     }
-    TAP_OK(ok, "%s: every gradient's norm and sum match PyTorch float64 within 1e-5 "
-               "(worst %.2g)",
+    TAP_OK(ok,
+           "%s: every gradient's norm and sum match PyTorch float64 within 1e-5 "
+           "(worst %.2g)",
            preset, worst);
     free(g);
     free(tok);

@@ -39,15 +39,18 @@ static void test_config(void)
     mc_model_preset("gpt2-124m", &c, &err);
     c.vocab_size = 50257;
     TAP_OK(!mc_model_config_finish(&c, 1, &err) && c.num_layers == 12 && c.hidden_size == 768 &&
-               c.num_attention_heads == 12 && c.ffn_hidden_size == 3072 &&
-               c.kv_channels == 64 && c.num_query_groups == 12 && c.seq_length == 1024 &&
+               c.num_attention_heads == 12 && c.ffn_hidden_size == 3072 && c.kv_channels == 64 &&
+               c.num_query_groups == 12 && c.seq_length == 1024 &&
                c.max_position_embeddings == 1024 && c.padded_vocab_size == 50304 &&
                c.normalization == MC_NORM_LAYERNORM && !c.swiglu &&
                c.position_embedding_type == MC_POS_LEARNED && c.add_bias_linear &&
                !c.untie_embeddings_and_output_weights && c.init_method_std == 0.02f &&
                c.norm_epsilon == 1e-5f,
            "gpt2-124m: 12x768, 12 heads, ffn 3072, kv 64, vocab 50257 -> 50304, GPT recipe");
-    static const struct { const char *name; int L, C, H; } gpts[] = {
+    static const struct {
+        const char *name;
+        int L, C, H;
+    } gpts[] = {
         {"gpt2-350m", 24, 1024, 16}, {"gpt2-774m", 36, 1280, 20}, {"gpt2-1.5b", 48, 1600, 25}};
     for (int i = 0; i < 3; i++) {
         mc_model_preset(gpts[i].name, &c, &err);
@@ -104,10 +107,13 @@ static void test_config(void)
            "an explicit ffn size stays; finish is idempotent");
 
     /* Vocabulary padding: up to a multiple of divisible_by * tp. */
-    static const struct { int64_t v; int div, tp; int64_t want; } pad[] = {
-        {50257, 128, 1, 50304}, {50257, 128, 2, 50432}, {50304, 128, 1, 50304},
-        {50304, 128, 8, 51200}, {1, 128, 1, 128},       {50257, 1, 1, 50257},
-        {32000, 64, 4, 32000},  {32001, 64, 4, 32256}};
+    static const struct {
+        int64_t v;
+        int div, tp;
+        int64_t want;
+    } pad[] = {{50257, 128, 1, 50304}, {50257, 128, 2, 50432}, {50304, 128, 1, 50304},
+               {50304, 128, 8, 51200}, {1, 128, 1, 128},       {50257, 1, 1, 50257},
+               {32000, 64, 4, 32000},  {32001, 64, 4, 32256}};
     for (int i = 0; i < 8; i++) {
         mc_model_config_init(&c);
         c.num_layers = 1, c.hidden_size = 64, c.num_attention_heads = 8, c.seq_length = 8;
@@ -118,30 +124,34 @@ static void test_config(void)
     }
 
     /* Every error, with its message. */
-#define BASE()                                                                              \
-    do {                                                                                    \
-        mc_model_config_init(&c);                                                           \
+#define BASE()                                                                               \
+    do {                                                                                     \
+        mc_model_config_init(&c);                                                            \
         c.num_layers = 2, c.hidden_size = 96, c.num_attention_heads = 12, c.seq_length = 16; \
-        c.vocab_size = 100;                                                                 \
+        c.vocab_size = 100;                                                                  \
     } while (0)
     BASE();
-    TAP_OK(finish_err(&c, 5, "model config: --num-attention-heads (12) must be a multiple of "
-                              "--tensor-model-parallel-size (5)"),
+    TAP_OK(finish_err(&c, 5,
+                      "model config: --num-attention-heads (12) must be a multiple of "
+                      "--tensor-model-parallel-size (5)"),
            "heads not divisible by tp");
     BASE();
     c.num_attention_heads = 16, c.hidden_size = 128, c.num_query_groups = 2;
-    TAP_OK(finish_err(&c, 4, "--num-query-groups (2) must be a multiple of "
-                              "--tensor-model-parallel-size (4)"),
+    TAP_OK(finish_err(&c, 4,
+                      "--num-query-groups (2) must be a multiple of "
+                      "--tensor-model-parallel-size (4)"),
            "query groups not divisible by tp");
     BASE();
     c.num_query_groups = 5;
-    TAP_OK(finish_err(&c, 1, "--num-attention-heads (12) must be a multiple of "
-                              "--num-query-groups (5)"),
+    TAP_OK(finish_err(&c, 1,
+                      "--num-attention-heads (12) must be a multiple of "
+                      "--num-query-groups (5)"),
            "heads not divisible by groups");
     BASE();
     c.hidden_size = 100;
-    TAP_OK(finish_err(&c, 1, "--hidden-size (100) must be a multiple of --num-attention-heads "
-                              "(12) unless --kv-channels is given"),
+    TAP_OK(finish_err(&c, 1,
+                      "--hidden-size (100) must be a multiple of --num-attention-heads "
+                      "(12) unless --kv-channels is given"),
            "hidden not divisible by heads");
     BASE();
     c.hidden_size = 100, c.kv_channels = 8;
@@ -149,8 +159,9 @@ static void test_config(void)
            "hidden not divisible by heads is fine with --kv-channels");
     BASE();
     c.ffn_hidden_size = 100;
-    TAP_OK(finish_err(&c, 3, "--ffn-hidden-size (100) must be a multiple of "
-                              "--tensor-model-parallel-size (3)"),
+    TAP_OK(finish_err(&c, 3,
+                      "--ffn-hidden-size (100) must be a multiple of "
+                      "--tensor-model-parallel-size (3)"),
            "ffn not divisible by tp");
     BASE();
     c.hidden_size = 36, c.num_attention_heads = 4, c.position_embedding_type = MC_POS_ROPE;
@@ -165,8 +176,9 @@ static void test_config(void)
     TAP_OK(!mc_model_config_finish(&c, 1, &err), "RoPE has no position table to exceed");
     BASE();
     c.vocab_size = 0;
-    TAP_OK(finish_err(&c, 1, "vocabulary size unknown: give --tokenizer-type/--tokenizer-model "
-                              "or --vocab-size"),
+    TAP_OK(finish_err(&c, 1,
+                      "vocabulary size unknown: give --tokenizer-type/--tokenizer-model "
+                      "or --vocab-size"),
            "no vocabulary size");
     BASE();
     c.make_vocab_size_divisible_by = 0;

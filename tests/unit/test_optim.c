@@ -41,8 +41,8 @@ typedef struct ref {
     int64_t step;
 } ref;
 
-static void ref_step(ref *r, const float *g, const mc_param ps[3], double lr, double b1,
-                     double b2, double eps, double wd, double gscale)
+static void ref_step(ref *r, const float *g, const mc_param ps[3], double lr, double b1, double b2,
+                     double eps, double wd, double gscale)
 {
     /* The kernel takes its hyperparameters as floats: round them the same
      * way, so the comparison measures the arithmetic alone (float(0.999)
@@ -85,21 +85,21 @@ int main(void)
     make_params(ps);
 
     float hp[NUMEL], hg[NUMEL], out[NUMEL];
-    for (int i = 0; i < NUMEL; i++)
-        hp[i] = (float)urand(), hg[i] = (float)(0.3 * urand());
+    for (int i = 0; i < NUMEL; i++) hp[i] = (float)urand(), hg[i] = (float)(0.3 * urand());
     float *p = mc_balloc(be, sizeof hp, &err), *g = mc_balloc(be, sizeof hg, &err);
     mc_bcopy_from_host(be, p, hp, sizeof hp);
     mc_bcopy_from_host(be, g, hg, sizeof hg);
 
     mc_optim_config cfg;
     mc_optim_config_init(&cfg);
-    TAP_OK(cfg.weight_decay == 0.01 && cfg.beta1 == 0.9 && cfg.beta2 == 0.999 &&
-               cfg.eps == 1e-8 && cfg.clip_grad == 1.0,
+    TAP_OK(cfg.weight_decay == 0.01 && cfg.beta1 == 0.9 && cfg.beta2 == 0.999 && cfg.eps == 1e-8 &&
+               cfg.clip_grad == 1.0,
            "defaults are Megatron's (wd 0.01, betas 0.9/0.999, eps 1e-8, clip 1.0)");
     cfg.weight_decay = 0.1;
     cfg.clip_grad = 0; /* no clipping for the first checks */
     mc_optim *o;
-    TAP_OK(mc_optim_new(be, &grid, &cfg, p, g, NUMEL, ps, 3, &o, &err) == MC_OK, "optimizer created");
+    TAP_OK(mc_optim_new(be, &grid, &cfg, p, g, NUMEL, ps, 3, &o, &err) == MC_OK,
+           "optimizer created");
 
     /* Three steps with the same gradients, against the float64 reference. */
     ref r = {{0}, {0}, {0}, 0};
@@ -144,7 +144,8 @@ int main(void)
         if (d > worst) worst = d;
     }
     TAP_OK(worst < 1e-6, "weights decay by lr*wd*p (worst rel %.2g)", worst);
-    TAP_OK(!memcmp(out + 10, before + 10, 4 * sizeof(float)), "biases (no_weight_decay) do not decay");
+    TAP_OK(!memcmp(out + 10, before + 10, 4 * sizeof(float)),
+           "biases (no_weight_decay) do not decay");
     TAP_OK(res.grad_norm == 0.0, "zero gradients: norm 0");
 
     /* Loss scale: gradients 1024x with loss_scale 1024 give bit-identical

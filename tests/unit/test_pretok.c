@@ -20,45 +20,933 @@ typedef struct golden {
 
 static const golden cases[] = {
     {"gpt2", "Hello world, it's 2024!", {"Hello", " world", ",", " it", "'s", " 2024", "!", NULL}},
-    {"gpt2", "  leading   spaces\x0a""\x0a""\x09""tab\x0d""\x0a""end  ", {" ", " leading", "  ", " spaces", "\x0a""\x0a""", "\x09""", "tab", "\x0d""", "\x0a""", "end", "  ", NULL}},
+    {"gpt2",
+     "  leading   spaces\x0a"
+     "\x0a"
+     "\x09"
+     "tab\x0d"
+     "\x0a"
+     "end  ",
+     {" ", " leading", "  ", " spaces",
+      "\x0a"
+      "\x0a"
+      "",
+      "\x09"
+      "",
+      "tab",
+      "\x0d"
+      "",
+      "\x0a"
+      "",
+      "end", "  ", NULL}},
     {"gpt2", "I'LL DON'T we'Re", {"I", "'", "LL", " DON", "'", "T", " we", "'", "Re", NULL}},
-    {"gpt2", "\xe6""\x95""\xb0""\xe5""\xad""\x97""12345 and \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""\xe3""\x83""\x86""\xe3""\x82""\xad""\xe3""\x82""\xb9""\xe3""\x83""\x88""", {"\xe6""\x95""\xb0""\xe5""\xad""\x97""", "12345", " and", " \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""\xe3""\x83""\x86""\xe3""\x82""\xad""\xe3""\x82""\xb9""\xe3""\x83""\x88""", NULL}},
-    {"gpt2", "caf\xc3""\xa9"" na\xc3""\xaf""ve e\xcc""\x81"" \xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa7"" ok", {"caf\xc3""\xa9""", " na\xc3""\xaf""ve", " e", "\xcc""\x81""", " \xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa7""", " ok", NULL}},
-    {"gpt2", "a/b//c http://x.y/z", {"a", "/", "b", "//", "c", " http", "://", "x", ".", "y", "/", "z", NULL}},
-    {"gpt2", "\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d"" \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d"" \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", {"\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d""", " \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d""", " \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", NULL}},
-    {"gpt2", "x = f(a, b)\x0a""    return x**2  # done\x0a""", {"x", " =", " f", "(", "a", ",", " b", ")", "\x0a""   ", " return", " x", "**", "2", " ", " #", " done", "\x0a""", NULL}},
-    {"gpt2", "camelCaseWord HTTPServer\x0a""\x0a""\x0a"" x  \x0d""\x0a""\x0d""\x0a""", {"camelCaseWord", " HTTPServer", "\x0a""\x0a""\x0a""", " x", "  \x0d""\x0a""\x0d""\x0a""", NULL}},
-    {"llama3", "Hello world, it's 2024!", {"Hello", " world", ",", " it", "'s", " ", "202", "4", "!", NULL}},
-    {"llama3", "  leading   spaces\x0a""\x0a""\x09""tab\x0d""\x0a""end  ", {" ", " leading", "  ", " spaces", "\x0a""\x0a""", "\x09""tab", "\x0d""\x0a""", "end", "  ", NULL}},
+    {"gpt2",
+     "\xe6"
+     "\x95"
+     "\xb0"
+     "\xe5"
+     "\xad"
+     "\x97"
+     "12345 and \xe6"
+     "\x97"
+     "\xa5"
+     "\xe6"
+     "\x9c"
+     "\xac"
+     "\xe8"
+     "\xaa"
+     "\x9e"
+     "\xe3"
+     "\x83"
+     "\x86"
+     "\xe3"
+     "\x82"
+     "\xad"
+     "\xe3"
+     "\x82"
+     "\xb9"
+     "\xe3"
+     "\x83"
+     "\x88"
+     "",
+     {"\xe6"
+      "\x95"
+      "\xb0"
+      "\xe5"
+      "\xad"
+      "\x97"
+      "",
+      "12345", " and",
+      " \xe6"
+      "\x97"
+      "\xa5"
+      "\xe6"
+      "\x9c"
+      "\xac"
+      "\xe8"
+      "\xaa"
+      "\x9e"
+      "\xe3"
+      "\x83"
+      "\x86"
+      "\xe3"
+      "\x82"
+      "\xad"
+      "\xe3"
+      "\x82"
+      "\xb9"
+      "\xe3"
+      "\x83"
+      "\x88"
+      "",
+      NULL}},
+    {"gpt2",
+     "caf\xc3"
+     "\xa9"
+     " na\xc3"
+     "\xaf"
+     "ve e\xcc"
+     "\x81"
+     " \xf0"
+     "\x9f"
+     "\x91"
+     "\xa9"
+     "\xe2"
+     "\x80"
+     "\x8d"
+     "\xf0"
+     "\x9f"
+     "\x91"
+     "\xa9"
+     "\xe2"
+     "\x80"
+     "\x8d"
+     "\xf0"
+     "\x9f"
+     "\x91"
+     "\xa7"
+     " ok",
+     {"caf\xc3"
+      "\xa9"
+      "",
+      " na\xc3"
+      "\xaf"
+      "ve",
+      " e",
+      "\xcc"
+      "\x81"
+      "",
+      " \xf0"
+      "\x9f"
+      "\x91"
+      "\xa9"
+      "\xe2"
+      "\x80"
+      "\x8d"
+      "\xf0"
+      "\x9f"
+      "\x91"
+      "\xa9"
+      "\xe2"
+      "\x80"
+      "\x8d"
+      "\xf0"
+      "\x9f"
+      "\x91"
+      "\xa7"
+      "",
+      " ok", NULL}},
+    {"gpt2",
+     "a/b//c http://x.y/z",
+     {"a", "/", "b", "//", "c", " http", "://", "x", ".", "y", "/", "z", NULL}},
+    {"gpt2",
+     "\xd7"
+     "\xa9"
+     "\xd7"
+     "\x9c"
+     "\xd7"
+     "\x95"
+     "\xd7"
+     "\x9d"
+     " \xd7"
+     "\xa2"
+     "\xd7"
+     "\x95"
+     "\xd7"
+     "\x9c"
+     "\xd7"
+     "\x9d"
+     " \xd9"
+     "\x85"
+     "\xd8"
+     "\xb1"
+     "\xd8"
+     "\xad"
+     "\xd8"
+     "\xa8"
+     "\xd8"
+     "\xa7"
+     "",
+     {"\xd7"
+      "\xa9"
+      "\xd7"
+      "\x9c"
+      "\xd7"
+      "\x95"
+      "\xd7"
+      "\x9d"
+      "",
+      " \xd7"
+      "\xa2"
+      "\xd7"
+      "\x95"
+      "\xd7"
+      "\x9c"
+      "\xd7"
+      "\x9d"
+      "",
+      " \xd9"
+      "\x85"
+      "\xd8"
+      "\xb1"
+      "\xd8"
+      "\xad"
+      "\xd8"
+      "\xa8"
+      "\xd8"
+      "\xa7"
+      "",
+      NULL}},
+    {"gpt2",
+     "x = f(a, b)\x0a"
+     "    return x**2  # done\x0a"
+     "",
+     {"x", " =", " f", "(", "a", ",", " b", ")",
+      "\x0a"
+      "   ",
+      " return", " x", "**", "2", " ", " #", " done",
+      "\x0a"
+      "",
+      NULL}},
+    {"gpt2",
+     "camelCaseWord HTTPServer\x0a"
+     "\x0a"
+     "\x0a"
+     " x  \x0d"
+     "\x0a"
+     "\x0d"
+     "\x0a"
+     "",
+     {"camelCaseWord", " HTTPServer",
+      "\x0a"
+      "\x0a"
+      "\x0a"
+      "",
+      " x",
+      "  \x0d"
+      "\x0a"
+      "\x0d"
+      "\x0a"
+      "",
+      NULL}},
+    {"llama3",
+     "Hello world, it's 2024!",
+     {"Hello", " world", ",", " it", "'s", " ", "202", "4", "!", NULL}},
+    {"llama3",
+     "  leading   spaces\x0a"
+     "\x0a"
+     "\x09"
+     "tab\x0d"
+     "\x0a"
+     "end  ",
+     {" ", " leading", "  ", " spaces",
+      "\x0a"
+      "\x0a"
+      "",
+      "\x09"
+      "tab",
+      "\x0d"
+      "\x0a"
+      "",
+      "end", "  ", NULL}},
     {"llama3", "I'LL DON'T we'Re", {"I", "'LL", " DON", "'T", " we", "'Re", NULL}},
-    {"llama3", "\xe6""\x95""\xb0""\xe5""\xad""\x97""12345 and \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""\xe3""\x83""\x86""\xe3""\x82""\xad""\xe3""\x82""\xb9""\xe3""\x83""\x88""", {"\xe6""\x95""\xb0""\xe5""\xad""\x97""", "123", "45", " and", " \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""\xe3""\x83""\x86""\xe3""\x82""\xad""\xe3""\x82""\xb9""\xe3""\x83""\x88""", NULL}},
-    {"llama3", "caf\xc3""\xa9"" na\xc3""\xaf""ve e\xcc""\x81"" \xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa7"" ok", {"caf\xc3""\xa9""", " na\xc3""\xaf""ve", " e", "\xcc""\x81""", " \xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa7""", " ok", NULL}},
-    {"llama3", "a/b//c http://x.y/z", {"a", "/b", "//", "c", " http", "://", "x", ".y", "/z", NULL}},
-    {"llama3", "\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d"" \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d"" \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", {"\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d""", " \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d""", " \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", NULL}},
-    {"llama3", "x = f(a, b)\x0a""    return x**2  # done\x0a""", {"x", " =", " f", "(a", ",", " b", ")\x0a""", "   ", " return", " x", "**", "2", " ", " #", " done", "\x0a""", NULL}},
-    {"llama3", "camelCaseWord HTTPServer\x0a""\x0a""\x0a"" x  \x0d""\x0a""\x0d""\x0a""", {"camelCaseWord", " HTTPServer", "\x0a""\x0a""\x0a""", " x", "  \x0d""\x0a""\x0d""\x0a""", NULL}},
-    {"tiktoken-v1", "Hello world, it's 2024!", {"Hello", " world", ",", " it", "'s", " ", "2", "0", "2", "4", "!", NULL}},
-    {"tiktoken-v1", "  leading   spaces\x0a""\x0a""\x09""tab\x0d""\x0a""end  ", {" ", " leading", "  ", " spaces", "\x0a""\x0a""", "\x09""tab", "\x0d""\x0a""", "end", "  ", NULL}},
+    {"llama3",
+     "\xe6"
+     "\x95"
+     "\xb0"
+     "\xe5"
+     "\xad"
+     "\x97"
+     "12345 and \xe6"
+     "\x97"
+     "\xa5"
+     "\xe6"
+     "\x9c"
+     "\xac"
+     "\xe8"
+     "\xaa"
+     "\x9e"
+     "\xe3"
+     "\x83"
+     "\x86"
+     "\xe3"
+     "\x82"
+     "\xad"
+     "\xe3"
+     "\x82"
+     "\xb9"
+     "\xe3"
+     "\x83"
+     "\x88"
+     "",
+     {"\xe6"
+      "\x95"
+      "\xb0"
+      "\xe5"
+      "\xad"
+      "\x97"
+      "",
+      "123", "45", " and",
+      " \xe6"
+      "\x97"
+      "\xa5"
+      "\xe6"
+      "\x9c"
+      "\xac"
+      "\xe8"
+      "\xaa"
+      "\x9e"
+      "\xe3"
+      "\x83"
+      "\x86"
+      "\xe3"
+      "\x82"
+      "\xad"
+      "\xe3"
+      "\x82"
+      "\xb9"
+      "\xe3"
+      "\x83"
+      "\x88"
+      "",
+      NULL}},
+    {"llama3",
+     "caf\xc3"
+     "\xa9"
+     " na\xc3"
+     "\xaf"
+     "ve e\xcc"
+     "\x81"
+     " \xf0"
+     "\x9f"
+     "\x91"
+     "\xa9"
+     "\xe2"
+     "\x80"
+     "\x8d"
+     "\xf0"
+     "\x9f"
+     "\x91"
+     "\xa9"
+     "\xe2"
+     "\x80"
+     "\x8d"
+     "\xf0"
+     "\x9f"
+     "\x91"
+     "\xa7"
+     " ok",
+     {"caf\xc3"
+      "\xa9"
+      "",
+      " na\xc3"
+      "\xaf"
+      "ve",
+      " e",
+      "\xcc"
+      "\x81"
+      "",
+      " \xf0"
+      "\x9f"
+      "\x91"
+      "\xa9"
+      "\xe2"
+      "\x80"
+      "\x8d"
+      "\xf0"
+      "\x9f"
+      "\x91"
+      "\xa9"
+      "\xe2"
+      "\x80"
+      "\x8d"
+      "\xf0"
+      "\x9f"
+      "\x91"
+      "\xa7"
+      "",
+      " ok", NULL}},
+    {"llama3",
+     "a/b//c http://x.y/z",
+     {"a", "/b", "//", "c", " http", "://", "x", ".y", "/z", NULL}},
+    {"llama3",
+     "\xd7"
+     "\xa9"
+     "\xd7"
+     "\x9c"
+     "\xd7"
+     "\x95"
+     "\xd7"
+     "\x9d"
+     " \xd7"
+     "\xa2"
+     "\xd7"
+     "\x95"
+     "\xd7"
+     "\x9c"
+     "\xd7"
+     "\x9d"
+     " \xd9"
+     "\x85"
+     "\xd8"
+     "\xb1"
+     "\xd8"
+     "\xad"
+     "\xd8"
+     "\xa8"
+     "\xd8"
+     "\xa7"
+     "",
+     {"\xd7"
+      "\xa9"
+      "\xd7"
+      "\x9c"
+      "\xd7"
+      "\x95"
+      "\xd7"
+      "\x9d"
+      "",
+      " \xd7"
+      "\xa2"
+      "\xd7"
+      "\x95"
+      "\xd7"
+      "\x9c"
+      "\xd7"
+      "\x9d"
+      "",
+      " \xd9"
+      "\x85"
+      "\xd8"
+      "\xb1"
+      "\xd8"
+      "\xad"
+      "\xd8"
+      "\xa8"
+      "\xd8"
+      "\xa7"
+      "",
+      NULL}},
+    {"llama3",
+     "x = f(a, b)\x0a"
+     "    return x**2  # done\x0a"
+     "",
+     {"x", " =", " f", "(a", ",", " b",
+      ")\x0a"
+      "",
+      "   ", " return", " x", "**", "2", " ", " #", " done",
+      "\x0a"
+      "",
+      NULL}},
+    {"llama3",
+     "camelCaseWord HTTPServer\x0a"
+     "\x0a"
+     "\x0a"
+     " x  \x0d"
+     "\x0a"
+     "\x0d"
+     "\x0a"
+     "",
+     {"camelCaseWord", " HTTPServer",
+      "\x0a"
+      "\x0a"
+      "\x0a"
+      "",
+      " x",
+      "  \x0d"
+      "\x0a"
+      "\x0d"
+      "\x0a"
+      "",
+      NULL}},
+    {"tiktoken-v1",
+     "Hello world, it's 2024!",
+     {"Hello", " world", ",", " it", "'s", " ", "2", "0", "2", "4", "!", NULL}},
+    {"tiktoken-v1",
+     "  leading   spaces\x0a"
+     "\x0a"
+     "\x09"
+     "tab\x0d"
+     "\x0a"
+     "end  ",
+     {" ", " leading", "  ", " spaces",
+      "\x0a"
+      "\x0a"
+      "",
+      "\x09"
+      "tab",
+      "\x0d"
+      "\x0a"
+      "",
+      "end", "  ", NULL}},
     {"tiktoken-v1", "I'LL DON'T we'Re", {"I", "'LL", " DON", "'T", " we", "'Re", NULL}},
-    {"tiktoken-v1", "\xe6""\x95""\xb0""\xe5""\xad""\x97""12345 and \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""\xe3""\x83""\x86""\xe3""\x82""\xad""\xe3""\x82""\xb9""\xe3""\x83""\x88""", {"\xe6""\x95""\xb0""\xe5""\xad""\x97""", "1", "2", "3", "4", "5", " and", " \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""\xe3""\x83""\x86""\xe3""\x82""\xad""\xe3""\x82""\xb9""\xe3""\x83""\x88""", NULL}},
-    {"tiktoken-v1", "caf\xc3""\xa9"" na\xc3""\xaf""ve e\xcc""\x81"" \xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa7"" ok", {"caf\xc3""\xa9""", " na\xc3""\xaf""ve", " e", "\xcc""\x81""", " \xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa7""", " ok", NULL}},
-    {"tiktoken-v1", "a/b//c http://x.y/z", {"a", "/b", "//", "c", " http", "://", "x", ".y", "/z", NULL}},
-    {"tiktoken-v1", "\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d"" \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d"" \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", {"\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d""", " \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d""", " \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", NULL}},
-    {"tiktoken-v1", "x = f(a, b)\x0a""    return x**2  # done\x0a""", {"x", " =", " f", "(a", ",", " b", ")\x0a""", "   ", " return", " x", "**", "2", " ", " #", " done", "\x0a""", NULL}},
-    {"tiktoken-v1", "camelCaseWord HTTPServer\x0a""\x0a""\x0a"" x  \x0d""\x0a""\x0d""\x0a""", {"camelCaseWord", " HTTPServer", "\x0a""\x0a""\x0a""", " x", "  \x0d""\x0a""\x0d""\x0a""", NULL}},
-    {"tiktoken-v2", "Hello world, it's 2024!", {"Hello", " world", ",", " it", "'s", " ", "2", "0", "2", "4", "!", NULL}},
-    {"tiktoken-v2", "  leading   spaces\x0a""\x0a""\x09""tab\x0d""\x0a""end  ", {" ", " leading", "  ", " spaces", "\x0a""\x0a""", "\x09""tab", "\x0d""\x0a""", "end", "  ", NULL}},
+    {"tiktoken-v1",
+     "\xe6"
+     "\x95"
+     "\xb0"
+     "\xe5"
+     "\xad"
+     "\x97"
+     "12345 and \xe6"
+     "\x97"
+     "\xa5"
+     "\xe6"
+     "\x9c"
+     "\xac"
+     "\xe8"
+     "\xaa"
+     "\x9e"
+     "\xe3"
+     "\x83"
+     "\x86"
+     "\xe3"
+     "\x82"
+     "\xad"
+     "\xe3"
+     "\x82"
+     "\xb9"
+     "\xe3"
+     "\x83"
+     "\x88"
+     "",
+     {"\xe6"
+      "\x95"
+      "\xb0"
+      "\xe5"
+      "\xad"
+      "\x97"
+      "",
+      "1", "2", "3", "4", "5", " and",
+      " \xe6"
+      "\x97"
+      "\xa5"
+      "\xe6"
+      "\x9c"
+      "\xac"
+      "\xe8"
+      "\xaa"
+      "\x9e"
+      "\xe3"
+      "\x83"
+      "\x86"
+      "\xe3"
+      "\x82"
+      "\xad"
+      "\xe3"
+      "\x82"
+      "\xb9"
+      "\xe3"
+      "\x83"
+      "\x88"
+      "",
+      NULL}},
+    {"tiktoken-v1",
+     "caf\xc3"
+     "\xa9"
+     " na\xc3"
+     "\xaf"
+     "ve e\xcc"
+     "\x81"
+     " \xf0"
+     "\x9f"
+     "\x91"
+     "\xa9"
+     "\xe2"
+     "\x80"
+     "\x8d"
+     "\xf0"
+     "\x9f"
+     "\x91"
+     "\xa9"
+     "\xe2"
+     "\x80"
+     "\x8d"
+     "\xf0"
+     "\x9f"
+     "\x91"
+     "\xa7"
+     " ok",
+     {"caf\xc3"
+      "\xa9"
+      "",
+      " na\xc3"
+      "\xaf"
+      "ve",
+      " e",
+      "\xcc"
+      "\x81"
+      "",
+      " \xf0"
+      "\x9f"
+      "\x91"
+      "\xa9"
+      "\xe2"
+      "\x80"
+      "\x8d"
+      "\xf0"
+      "\x9f"
+      "\x91"
+      "\xa9"
+      "\xe2"
+      "\x80"
+      "\x8d"
+      "\xf0"
+      "\x9f"
+      "\x91"
+      "\xa7"
+      "",
+      " ok", NULL}},
+    {"tiktoken-v1",
+     "a/b//c http://x.y/z",
+     {"a", "/b", "//", "c", " http", "://", "x", ".y", "/z", NULL}},
+    {"tiktoken-v1",
+     "\xd7"
+     "\xa9"
+     "\xd7"
+     "\x9c"
+     "\xd7"
+     "\x95"
+     "\xd7"
+     "\x9d"
+     " \xd7"
+     "\xa2"
+     "\xd7"
+     "\x95"
+     "\xd7"
+     "\x9c"
+     "\xd7"
+     "\x9d"
+     " \xd9"
+     "\x85"
+     "\xd8"
+     "\xb1"
+     "\xd8"
+     "\xad"
+     "\xd8"
+     "\xa8"
+     "\xd8"
+     "\xa7"
+     "",
+     {"\xd7"
+      "\xa9"
+      "\xd7"
+      "\x9c"
+      "\xd7"
+      "\x95"
+      "\xd7"
+      "\x9d"
+      "",
+      " \xd7"
+      "\xa2"
+      "\xd7"
+      "\x95"
+      "\xd7"
+      "\x9c"
+      "\xd7"
+      "\x9d"
+      "",
+      " \xd9"
+      "\x85"
+      "\xd8"
+      "\xb1"
+      "\xd8"
+      "\xad"
+      "\xd8"
+      "\xa8"
+      "\xd8"
+      "\xa7"
+      "",
+      NULL}},
+    {"tiktoken-v1",
+     "x = f(a, b)\x0a"
+     "    return x**2  # done\x0a"
+     "",
+     {"x", " =", " f", "(a", ",", " b",
+      ")\x0a"
+      "",
+      "   ", " return", " x", "**", "2", " ", " #", " done",
+      "\x0a"
+      "",
+      NULL}},
+    {"tiktoken-v1",
+     "camelCaseWord HTTPServer\x0a"
+     "\x0a"
+     "\x0a"
+     " x  \x0d"
+     "\x0a"
+     "\x0d"
+     "\x0a"
+     "",
+     {"camelCaseWord", " HTTPServer",
+      "\x0a"
+      "\x0a"
+      "\x0a"
+      "",
+      " x",
+      "  \x0d"
+      "\x0a"
+      "\x0d"
+      "\x0a"
+      "",
+      NULL}},
+    {"tiktoken-v2",
+     "Hello world, it's 2024!",
+     {"Hello", " world", ",", " it", "'s", " ", "2", "0", "2", "4", "!", NULL}},
+    {"tiktoken-v2",
+     "  leading   spaces\x0a"
+     "\x0a"
+     "\x09"
+     "tab\x0d"
+     "\x0a"
+     "end  ",
+     {" ", " leading", "  ", " spaces",
+      "\x0a"
+      "\x0a"
+      "",
+      "\x09"
+      "tab",
+      "\x0d"
+      "\x0a"
+      "",
+      "end", "  ", NULL}},
     {"tiktoken-v2", "I'LL DON'T we'Re", {"I", "'LL", " DON", "'T", " we", "'Re", NULL}},
-    {"tiktoken-v2", "\xe6""\x95""\xb0""\xe5""\xad""\x97""12345 and \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""\xe3""\x83""\x86""\xe3""\x82""\xad""\xe3""\x82""\xb9""\xe3""\x83""\x88""", {"\xe6""\x95""\xb0""\xe5""\xad""\x97""", "1", "2", "3", "4", "5", " and", " \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""\xe3""\x83""\x86""\xe3""\x82""\xad""\xe3""\x82""\xb9""\xe3""\x83""\x88""", NULL}},
-    {"tiktoken-v2", "caf\xc3""\xa9"" na\xc3""\xaf""ve e\xcc""\x81"" \xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa7"" ok", {"caf\xc3""\xa9""", " na\xc3""\xaf""ve", " e\xcc""\x81""", " \xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa9""\xe2""\x80""\x8d""\xf0""\x9f""\x91""\xa7""", " ok", NULL}},
-    {"tiktoken-v2", "a/b//c http://x.y/z", {"a", "/b", "//", "c", " http", "://", "x", ".y", "/z", NULL}},
-    {"tiktoken-v2", "\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d"" \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d"" \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", {"\xd7""\xa9""\xd7""\x9c""\xd7""\x95""\xd7""\x9d""", " \xd7""\xa2""\xd7""\x95""\xd7""\x9c""\xd7""\x9d""", " \xd9""\x85""\xd8""\xb1""\xd8""\xad""\xd8""\xa8""\xd8""\xa7""", NULL}},
-    {"tiktoken-v2", "x = f(a, b)\x0a""    return x**2  # done\x0a""", {"x", " =", " f", "(a", ",", " b", ")\x0a""", "   ", " return", " x", "**", "2", " ", " #", " done", "\x0a""", NULL}},
-    {"tiktoken-v2", "camelCaseWord HTTPServer\x0a""\x0a""\x0a"" x  \x0d""\x0a""\x0d""\x0a""", {"camel", "Case", "Word", " HTTPServer", "\x0a""\x0a""\x0a""", " x", "  \x0d""\x0a""\x0d""\x0a""", NULL}},
+    {"tiktoken-v2",
+     "\xe6"
+     "\x95"
+     "\xb0"
+     "\xe5"
+     "\xad"
+     "\x97"
+     "12345 and \xe6"
+     "\x97"
+     "\xa5"
+     "\xe6"
+     "\x9c"
+     "\xac"
+     "\xe8"
+     "\xaa"
+     "\x9e"
+     "\xe3"
+     "\x83"
+     "\x86"
+     "\xe3"
+     "\x82"
+     "\xad"
+     "\xe3"
+     "\x82"
+     "\xb9"
+     "\xe3"
+     "\x83"
+     "\x88"
+     "",
+     {"\xe6"
+      "\x95"
+      "\xb0"
+      "\xe5"
+      "\xad"
+      "\x97"
+      "",
+      "1", "2", "3", "4", "5", " and",
+      " \xe6"
+      "\x97"
+      "\xa5"
+      "\xe6"
+      "\x9c"
+      "\xac"
+      "\xe8"
+      "\xaa"
+      "\x9e"
+      "\xe3"
+      "\x83"
+      "\x86"
+      "\xe3"
+      "\x82"
+      "\xad"
+      "\xe3"
+      "\x82"
+      "\xb9"
+      "\xe3"
+      "\x83"
+      "\x88"
+      "",
+      NULL}},
+    {"tiktoken-v2",
+     "caf\xc3"
+     "\xa9"
+     " na\xc3"
+     "\xaf"
+     "ve e\xcc"
+     "\x81"
+     " \xf0"
+     "\x9f"
+     "\x91"
+     "\xa9"
+     "\xe2"
+     "\x80"
+     "\x8d"
+     "\xf0"
+     "\x9f"
+     "\x91"
+     "\xa9"
+     "\xe2"
+     "\x80"
+     "\x8d"
+     "\xf0"
+     "\x9f"
+     "\x91"
+     "\xa7"
+     " ok",
+     {"caf\xc3"
+      "\xa9"
+      "",
+      " na\xc3"
+      "\xaf"
+      "ve",
+      " e\xcc"
+      "\x81"
+      "",
+      " \xf0"
+      "\x9f"
+      "\x91"
+      "\xa9"
+      "\xe2"
+      "\x80"
+      "\x8d"
+      "\xf0"
+      "\x9f"
+      "\x91"
+      "\xa9"
+      "\xe2"
+      "\x80"
+      "\x8d"
+      "\xf0"
+      "\x9f"
+      "\x91"
+      "\xa7"
+      "",
+      " ok", NULL}},
+    {"tiktoken-v2",
+     "a/b//c http://x.y/z",
+     {"a", "/b", "//", "c", " http", "://", "x", ".y", "/z", NULL}},
+    {"tiktoken-v2",
+     "\xd7"
+     "\xa9"
+     "\xd7"
+     "\x9c"
+     "\xd7"
+     "\x95"
+     "\xd7"
+     "\x9d"
+     " \xd7"
+     "\xa2"
+     "\xd7"
+     "\x95"
+     "\xd7"
+     "\x9c"
+     "\xd7"
+     "\x9d"
+     " \xd9"
+     "\x85"
+     "\xd8"
+     "\xb1"
+     "\xd8"
+     "\xad"
+     "\xd8"
+     "\xa8"
+     "\xd8"
+     "\xa7"
+     "",
+     {"\xd7"
+      "\xa9"
+      "\xd7"
+      "\x9c"
+      "\xd7"
+      "\x95"
+      "\xd7"
+      "\x9d"
+      "",
+      " \xd7"
+      "\xa2"
+      "\xd7"
+      "\x95"
+      "\xd7"
+      "\x9c"
+      "\xd7"
+      "\x9d"
+      "",
+      " \xd9"
+      "\x85"
+      "\xd8"
+      "\xb1"
+      "\xd8"
+      "\xad"
+      "\xd8"
+      "\xa8"
+      "\xd8"
+      "\xa7"
+      "",
+      NULL}},
+    {"tiktoken-v2",
+     "x = f(a, b)\x0a"
+     "    return x**2  # done\x0a"
+     "",
+     {"x", " =", " f", "(a", ",", " b",
+      ")\x0a"
+      "",
+      "   ", " return", " x", "**", "2", " ", " #", " done",
+      "\x0a"
+      "",
+      NULL}},
+    {"tiktoken-v2",
+     "camelCaseWord HTTPServer\x0a"
+     "\x0a"
+     "\x0a"
+     " x  \x0d"
+     "\x0a"
+     "\x0d"
+     "\x0a"
+     "",
+     {"camel", "Case", "Word", " HTTPServer",
+      "\x0a"
+      "\x0a"
+      "\x0a"
+      "",
+      " x",
+      "  \x0d"
+      "\x0a"
+      "\x0d"
+      "\x0a"
+      "",
+      NULL}},
     /* Runs of invalid bytes are pieces of their own (not from HF, whose
      * input is a str; this is mc's documented rule in pretok.h). */
-    {"gpt2", "ab\xff\xfe" "cd \xc3", {"ab", "\xff\xfe", "cd", " ", "\xc3", NULL}},
-    {"llama3", "\xed\xa0\x80x\xf4\x90\x80\x80 y", {"\xed\xa0\x80", "x", "\xf4\x90\x80\x80", " y", NULL}},
+    {"gpt2",
+     "ab\xff\xfe"
+     "cd \xc3",
+     {"ab", "\xff\xfe", "cd", " ", "\xc3", NULL}},
+    {"llama3",
+     "\xed\xa0\x80x\xf4\x90\x80\x80 y",
+     {"\xed\xa0\x80", "x", "\xf4\x90\x80\x80", " y", NULL}},
 };
 
 typedef struct collect {
@@ -103,7 +991,8 @@ static void test_golden(void)
         TAP_OK(same, "case %zu (%s): %zu pieces as HF", i, g->pattern, nexp);
         if (!same)
             TAP_DIAG("got %zu pieces, want %zu; first difference at piece %zu: '%s' vs '%s'", c.n,
-                     nexp, bad, bad < c.n ? c.pieces[bad] : "", g->pieces[bad] ? g->pieces[bad] : "");
+                     nexp, bad, bad < c.n ? c.pieces[bad] : "",
+                     g->pieces[bad] ? g->pieces[bad] : "");
         mc_pretok_iter_free(it);
         mc_pretok_free(p);
     }

@@ -52,14 +52,10 @@ static void fill(float *x, int64_t rows, int64_t cols)
         double mag = pow(10.0, -3 + 5 * urand());
         for (int64_t c = 0; c < cols; c++) {
             float v = (float)(mag * nrand());
-            if (urand() < 0.05)
-                v = 0.0f;
-            if (r == 1)
-                v = 0.0f;
-            if (r == 2)
-                v = (float)(1e-30 * nrand());
-            if (r == 3)
-                v = c == 7 ? 1000.0f : 1e-3f * nrand();
+            if (urand() < 0.05) v = 0.0f;
+            if (r == 1) v = 0.0f;
+            if (r == 2) v = (float)(1e-30 * nrand());
+            if (r == 3) v = c == 7 ? 1000.0f : 1e-3f * nrand();
             x[r * cols + c] = v;
         }
     }
@@ -72,8 +68,7 @@ static int nearest_fp8(double y)
     double bd = INFINITY;
     for (int b = 0; b < 256; b++) {
         float v = mc_fp8_e4m3_to_f32((uint8_t)b);
-        if (isnan(v))
-            continue;
+        if (isnan(v)) continue;
         double d = fabs((double)v - y);
         if (d < bd || (d == bd && !(b & 1) && (!!signbit(v) == !!signbit(y)))) {
             bd = d;
@@ -105,8 +100,7 @@ static void test_fp8_codes(void)
     int mism = 0;
     for (int i = 0; i < 20000; i++) {
         double y = (urand() * 2 - 1) * pow(2.0, -12 + 21 * urand());
-        if (fabs(y) > 448)
-            continue;
+        if (fabs(y) > 448) continue;
         float f = (float)y;
         mism += mc_fp8_e4m3_from_f32(f) != nearest_fp8((double)f);
     }
@@ -126,14 +120,12 @@ static void test_int8(void)
         int m = 0;
         for (int c = 0; c < C; c++) {
             float xv = x[r * C + c], d = (float)q[r * C + c] * s[r];
-            double e = fabs((double)xv - d), bound = 0.5 * s[r] * (1 + 0x1p-20) + 0x1p-23 * fabs(xv);
-            if (e > bound)
-                over++;
-            if (s[r] > 0 && e / s[r] > worst)
-                worst = e / s[r];
+            double e = fabs((double)xv - d),
+                   bound = 0.5 * s[r] * (1 + 0x1p-20) + 0x1p-23 * fabs(xv);
+            if (e > bound) over++;
+            if (s[r] > 0 && e / s[r] > worst) worst = e / s[r];
             range += q[r * C + c] == -128;
-            if (abs(q[r * C + c]) > m)
-                m = abs(q[r * C + c]);
+            if (abs(q[r * C + c]) > m) m = abs(q[r * C + c]);
         }
         peak += r != 1 && m != 127;
     }
@@ -141,10 +133,10 @@ static void test_int8(void)
     TAP_OK(over == 0 && range == 0, "int8: every element within scale/2, levels in [-127, 127]");
     TAP_OK(peak == 0, "int8: each nonzero row uses level +-127 (scale = absmax / 127)");
     int zero = s[1] == 0.0f;
-    for (int c = 0; c < C; c++)
-        zero &= q[C + c] == 0;
+    for (int c = 0; c < C; c++) zero &= q[C + c] == 0;
     TAP_OK(zero, "int8: a zero row has scale 0 and dequantizes to exact zeros");
-    TAP_OK(q[3 * C + 7] == 127 && s[3] == (float)(1000.0 / 127), "int8: a spike row: scale 1000/127");
+    TAP_OK(q[3 * C + 7] == 127 && s[3] == (float)(1000.0 / 127),
+           "int8: a spike row: scale 1000/127");
     x[3 * C + 5] = NAN;
     TAP_OK(mc_quant_int8(x, R, C, q, s) == 3 * C + 5, "int8: NaN refused, its index reported");
 }
@@ -158,8 +150,7 @@ static void test_fp8(void)
     float s;
     TAP_OK(mc_quant_fp8(x, N, q, &s) == -1, "fp8: finite input accepted");
     float am = 0;
-    for (int i = 0; i < N; i++)
-        am = fmaxf(am, fabsf(x[i]));
+    for (int i = 0; i < N; i++) am = fmaxf(am, fabsf(x[i]));
     int over = 0;
     double worst = 0;
     for (int i = 0; i < N; i++) {
@@ -167,13 +158,14 @@ static void test_fp8(void)
         double e = fabs((double)x[i] - d);
         double b = fmax(fabs(x[i]) / 16, s / 1024.0) * (1 + 0x1p-20) + 0x1p-23 * fabs(x[i]);
         over += e > b;
-        if (fabs(x[i]) > 64 * s && e / fabs(x[i]) > worst)
-            worst = e / fabs(x[i]);
+        if (fabs(x[i]) > 64 * s && e / fabs(x[i]) > worst) worst = e / fabs(x[i]);
     }
     TAP_DIAG("fp8: worst relative error of normal values %.5f (bound 1/16)", worst);
-    TAP_OK(over == 0 && s == (float)(am / 448.0), "fp8: every element within max(|x|/16, scale/1024)");
+    TAP_OK(over == 0 && s == (float)(am / 448.0),
+           "fp8: every element within max(|x|/16, scale/1024)");
     float z[4] = {0, 0, 0, 0};
-    TAP_OK(mc_quant_fp8(z, 4, q, &s) == -1 && s == 0 && !q[0] && !q[3], "fp8: a zero tensor: scale 0");
+    TAP_OK(mc_quant_fp8(z, 4, q, &s) == -1 && s == 0 && !q[0] && !q[3],
+           "fp8: a zero tensor: scale 0");
     x[17] = INFINITY;
     TAP_OK(mc_quant_fp8(x, N, q, &s) == 17, "fp8: infinity refused, its index reported");
 }
@@ -196,7 +188,8 @@ static void test_int4(void)
             over += e > 0.5 * sc * (1 + 0x1p-20) + 0x1p-23 * fabs(x[r * C + c]);
             range += q[r * C + c] < -7 || q[r * C + c] > 7;
         }
-    TAP_OK(over == 0 && range == 0, "int4: every element within its group's scale/2, levels in [-7, 7]");
+    TAP_OK(over == 0 && range == 0,
+           "int4: every element within its group's scale/2, levels in [-7, 7]");
     mc_int4_pack(q, R, C, packed);
     int same = 1;
     for (int r = 0; r < R; r++)
@@ -224,17 +217,14 @@ static void dequant(mc_ckpt_dtype dt, const float *x, int64_t R, int64_t C, int6
     float *s = malloc((size_t)(R * (C / 1 + 1)) * sizeof *s);
     if (dt == MC_CKPT_INT8) {
         mc_quant_int8(x, R, C, q, s);
-        for (int64_t i = 0; i < R * C; i++)
-            out[i] = (float)q[i] * s[i / C];
+        for (int64_t i = 0; i < R * C; i++) out[i] = (float)q[i] * s[i / C];
     } else if (dt == MC_CKPT_FP8_E4M3) {
         mc_quant_fp8(x, R * C, (uint8_t *)q, s);
-        for (int64_t i = 0; i < R * C; i++)
-            out[i] = mc_fp8_e4m3_to_f32((uint8_t)q[i]) * s[0];
+        for (int64_t i = 0; i < R * C; i++) out[i] = mc_fp8_e4m3_to_f32((uint8_t)q[i]) * s[0];
     } else {
         int64_t ng = mc_quant_int4_groups(C, G);
         mc_quant_int4(x, R, C, G, q, s);
-        for (int64_t i = 0; i < R * C; i++)
-            out[i] = (float)q[i] * s[(i / C) * ng + (i % C) / G];
+        for (int64_t i = 0; i < R * C; i++) out[i] = (float)q[i] * s[(i / C) * ng + (i % C) / G];
     }
     free(q);
     free(s);
@@ -264,15 +254,17 @@ static void test_ckpt(void)
     ok = ok && mc_ckpt_write_whole(w, "model/v", R, 0, x, MC_CKPT_INT8, 0, &err) == MC_ERR_USAGE;
     ok = ok && mc_ckpt_write_whole(w, "model/norm", R, 0, x, MC_CKPT_BFLOAT16, 0, &err) == MC_OK;
     ok = ok && mc_ckpt_writer_commit(w, &err) == MC_OK;
-    TAP_OK(ok, "ckpt: int8, fp8 and int4 (group 24) tensors written whole; a 1-D one refused: %s", err.msg);
+    TAP_OK(ok, "ckpt: int8, fp8 and int4 (group 24) tensors written whole; a 1-D one refused: %s",
+           err.msg);
     mc_ckpt_reader *r = NULL;
     ok = mc_ckpt_open(dir, &r, &err) == MC_OK;
     for (int k = 0; k < 3 && ok; k++) {
         mc_ckpt_dtype dt;
         int64_t rr, cc;
         dequant(dts[k], x, R, C, 24, ref);
-        ok = mc_ckpt_tensor_info(r, names[k], &rr, &cc, &dt, &err) == MC_OK && rr == R && cc == C && dt == dts[k] &&
-             mc_ckpt_read_tensor(r, names[k], R, C, 0, 0, R, C, y, &err) == MC_OK && !memcmp(y, ref, sizeof y);
+        ok = mc_ckpt_tensor_info(r, names[k], &rr, &cc, &dt, &err) == MC_OK && rr == R && cc == C &&
+             dt == dts[k] && mc_ckpt_read_tensor(r, names[k], R, C, 0, 0, R, C, y, &err) == MC_OK &&
+             !memcmp(y, ref, sizeof y);
         /* a block that starts inside a group and at an odd column */
         ok = ok && mc_ckpt_read_tensor(r, names[k], R, C, 5, 13, 7, 30, y, &err) == MC_OK;
         for (int i = 0; i < 7 && ok; i++)
@@ -296,7 +288,8 @@ static void test_ckpt(void)
     ok = ok && mc_ckpt_writer_begin_sharded(dir, 5, 4, 2, &c, &w, &err) == MC_OK;
     ok = ok && mc_ckpt_write_whole(w, proj, R, C, x, MC_CKPT_INT4, 24, &err) == MC_OK;
     ok = ok && mc_ckpt_write_whole(w, qkv, 192, C, big, MC_CKPT_INT8, 0, &err) == MC_OK;
-    ok = ok && mc_ckpt_write_whole(w, "model/decoder.final_layernorm.weight", R, 0, x, MC_CKPT_FLOAT32, 0, &err) == MC_OK;
+    ok = ok && mc_ckpt_write_whole(w, "model/decoder.final_layernorm.weight", R, 0, x,
+                                   MC_CKPT_FLOAT32, 0, &err) == MC_OK;
     ok = ok && mc_ckpt_writer_commit(w, &err) == MC_OK;
     TAP_OK(ok, "shards: TP=4 x PP=2 checkpoint written: %s", err.msg);
     char f[600];
@@ -307,20 +300,25 @@ static void test_ckpt(void)
     TAP_OK(files, "shards: mp_rank_03_001.h5 exists, model.h5 does not");
     ok = mc_ckpt_open(dir, &r, &err) == MC_OK;
     int tp = 0, pp = 0;
-    if (ok)
-        mc_ckpt_shards(r, &tp, &pp);
+    if (ok) mc_ckpt_shards(r, &tp, &pp);
     dequant(MC_CKPT_INT4, x, R, C, 24, ref);
     dequant(MC_CKPT_INT8, big, 192, C, 0, bigref);
-    ok = ok && tp == 4 && pp == 2 && mc_ckpt_read_tensor(r, proj, R, C, 0, 0, R, C, y, &err) == MC_OK &&
-         !memcmp(y, ref, sizeof y) && mc_ckpt_read_tensor(r, qkv, 192, C, 0, 0, 192, C, bigy, &err) == MC_OK &&
+    ok = ok && tp == 4 && pp == 2 &&
+         mc_ckpt_read_tensor(r, proj, R, C, 0, 0, R, C, y, &err) == MC_OK &&
+         !memcmp(y, ref, sizeof y) &&
+         mc_ckpt_read_tensor(r, qkv, 192, C, 0, 0, 192, C, bigy, &err) == MC_OK &&
          !memcmp(bigy, bigref, sizeof bigy);
-    TAP_OK(ok, "shards: int4 split across groups and int8 by rows read back whole, as one file: %s", err.msg);
+    TAP_OK(ok, "shards: int4 split across groups and int8 by rows read back whole, as one file: %s",
+           err.msg);
     ok = ok && mc_ckpt_read_tensor(r, proj, R, C, 3, 10, 20, 41, y, &err) == MC_OK;
     for (int i = 0; i < 20 && ok; i++)
         ok = !memcmp(y + i * 41, ref + (3 + i) * C + 10, 41 * sizeof *y);
-    ok = ok && mc_ckpt_read_tensor(r, "model/decoder.final_layernorm.weight", R, 0, 10, 0, 20, 0, y, &err) == MC_OK &&
+    ok = ok &&
+         mc_ckpt_read_tensor(r, "model/decoder.final_layernorm.weight", R, 0, 10, 0, 20, 0, y,
+                             &err) == MC_OK &&
          !memcmp(y, x + 10, 20 * sizeof *y);
-    TAP_OK(ok, "shards: a block spanning three shards, and a slice of a replicated vector: %s", err.msg);
+    TAP_OK(ok, "shards: a block spanning three shards, and a slice of a replicated vector: %s",
+           err.msg);
     char **names_out = NULL;
     size_t n = 0;
     ok = ok && mc_ckpt_list(r, "model", &names_out, &n, &err) == MC_OK && n == 3 &&
@@ -330,7 +328,8 @@ static void test_ckpt(void)
     mc_ckpt_close(r);
     snprintf(dir, sizeof dir, "%s/bad", root);
     c.num_layers = 3;
-    TAP_OK(mc_ckpt_writer_begin_sharded(dir, 1, 1, 2, &c, &w, &err) == MC_ERR_USAGE && strstr(err.msg, "(3)"),
+    TAP_OK(mc_ckpt_writer_begin_sharded(dir, 1, 1, 2, &c, &w, &err) == MC_ERR_USAGE &&
+               strstr(err.msg, "(3)"),
            "shards: 3 layers on 2 stages refused: %s", err.msg);
     nftw(root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }

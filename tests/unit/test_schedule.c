@@ -24,20 +24,32 @@
 static int set_key(mc_lr_config *c, const char *key, const char *val)
 {
     mc_error err;
-#define INT(k, f) if (strcmp(key, k) == 0) { c->f = strtoll(val, NULL, 10); return 1; }
-#define DBL(k, f) if (strcmp(key, k) == 0) { c->f = strtod(val, NULL); return 1; }
-    DBL("lr", lr) DBL("min_lr", min_lr) DBL("lr_warmup_init", lr_warmup_init)
-    INT("gbs", global_batch_size) INT("train_iters", train_iters)
-    INT("train_samples", train_samples) INT("lr_decay_iters", lr_decay_iters)
-    INT("lr_decay_samples", lr_decay_samples) INT("lr_warmup_iters", lr_warmup_iters)
-    INT("lr_warmup_samples", lr_warmup_samples) DBL("lr_warmup_fraction", lr_warmup_fraction)
-    INT("lr_wsd_decay_iters", lr_wsd_decay_iters)
-    INT("lr_wsd_decay_samples", lr_wsd_decay_samples) DBL("weight_decay", weight_decay)
-    DBL("start_weight_decay", start_weight_decay) DBL("end_weight_decay", end_weight_decay)
+#define INT(k, f)                      \
+    if (strcmp(key, k) == 0) {         \
+        c->f = strtoll(val, NULL, 10); \
+        return 1;                      \
+    }
+#define DBL(k, f)                 \
+    if (strcmp(key, k) == 0) {    \
+        c->f = strtod(val, NULL); \
+        return 1;                 \
+    }
+    DBL("lr", lr)
+        DBL("min_lr", min_lr) DBL("lr_warmup_init", lr_warmup_init) INT("gbs", global_batch_size)
+            INT("train_iters", train_iters) INT("train_samples", train_samples)
+                INT("lr_decay_iters", lr_decay_iters) INT("lr_decay_samples", lr_decay_samples) INT(
+                    "lr_warmup_iters", lr_warmup_iters) INT("lr_warmup_samples", lr_warmup_samples)
+                    DBL("lr_warmup_fraction", lr_warmup_fraction)
+                        INT("lr_wsd_decay_iters", lr_wsd_decay_iters)
+                            INT("lr_wsd_decay_samples", lr_wsd_decay_samples)
+                                DBL("weight_decay", weight_decay) DBL("start_weight_decay",
+                                                                      start_weight_decay)
+                                    DBL("end_weight_decay", end_weight_decay)
 #undef INT
 #undef DBL
-    if (strcmp(key, "decay_style") == 0)
-        return mc_lr_decay_style_parse(val, &c->decay_style, &err) == MC_OK;
+                                        if (strcmp(key, "decay_style") ==
+                                            0) return mc_lr_decay_style_parse(val, &c->decay_style,
+                                                                              &err) == MC_OK;
     if (strcmp(key, "wsd_decay_style") == 0)
         return mc_wsd_decay_style_parse(val, &c->wsd_decay_style, &err) == MC_OK;
     if (strcmp(key, "wd_incr_style") == 0)
@@ -47,8 +59,7 @@ static int set_key(mc_lr_config *c, const char *key, const char *val)
 
 static double rel(double got, double want)
 {
-    if (got == want)
-        return 0.0;
+    if (got == want) return 0.0;
     return fabs(got - want) / fmax(fabs(want), 1e-300);
 }
 
@@ -62,33 +73,28 @@ typedef struct golden_run {
 
 static void finish(golden_run *r)
 {
-    if (!r->name[0])
-        return;
+    if (!r->name[0]) return;
     TAP_OK(r->ok_setup && r->n > 0 && r->worst <= 1e-12,
-           "%s: %d iterations match megatron-core (max rel. error %.3g, %d of %d exactly)",
-           r->name, r->n, r->worst, r->exact, 2 * r->n);
+           "%s: %d iterations match megatron-core (max rel. error %.3g, %d of %d exactly)", r->name,
+           r->n, r->worst, r->exact, 2 * r->n);
 }
 
 static void test_golden(void)
 {
     const char *top = getenv("top_srcdir");
-    if (!top || !*top)
-        top = getenv("srcdir");
-    if (!top || !*top)
-        top = ".";
+    if (!top || !*top) top = getenv("srcdir");
+    if (!top || !*top) top = ".";
     char path[4096];
     snprintf(path, sizeof path, "%s/tests/data/megatron_lr.txt", top);
     FILE *f = fopen(path, "r");
     TAP_OK(f != NULL, "open %s", path);
-    if (!f)
-        return;
+    if (!f) return;
     char line[1024];
     golden_run r = {0};
     int configs = 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
-        if (line[0] == '#' || !line[0])
-            continue;
+        if (line[0] == '#' || !line[0]) continue;
         if (strncmp(line, "config ", 7) == 0) {
             finish(&r);
             memset(&r, 0, sizeof r);
@@ -104,8 +110,7 @@ static void test_golden(void)
                     continue;
                 }
                 *eq = '\0';
-                if (strcmp(tok, "name") == 0)
-                    snprintf(r.name, sizeof r.name, "%s", eq + 1);
+                if (strcmp(tok, "name") == 0) snprintf(r.name, sizeof r.name, "%s", eq + 1);
                 if (!set_key(&c, tok, eq + 1)) {
                     TAP_DIAG("unknown key %s", tok);
                     ok = 0;
@@ -157,11 +162,13 @@ static void test_points(void)
     TAP_OK(mc_lr_schedule_init(&s, &c, &err) == MC_OK, "cosine schedule");
     /* warmup: n/W; at the middle of the decay cos(pi/2) = 0 -> 0.1 + 0.5 * 0.9 */
     TAP_OK(mc_lr_at(&s, 0) == 0.0 && mc_lr_at(&s, 5) == 0.5 && mc_lr_at(&s, 10) == 1.0 &&
-           fabs(mc_lr_at(&s, 15) - 0.55) < 1e-15 && fabs(mc_lr_at(&s, 20) - 0.1) < 1e-15 &&
-           mc_lr_at(&s, 21) == 0.1, "warmup, half-way cosine, end, past the end");
+               fabs(mc_lr_at(&s, 15) - 0.55) < 1e-15 && fabs(mc_lr_at(&s, 20) - 0.1) < 1e-15 &&
+               mc_lr_at(&s, 21) == 0.1,
+           "warmup, half-way cosine, end, past the end");
     TAP_OK(mc_lr_at_samples(&s, 40.0) == mc_lr_at(&s, 10) &&
-           mc_lr_at_samples(&s, 42.0) < mc_lr_at(&s, 10) &&
-           mc_lr_at_samples(&s, 42.0) > mc_lr_at(&s, 11), "samples and iterations agree");
+               mc_lr_at_samples(&s, 42.0) < mc_lr_at(&s, 10) &&
+               mc_lr_at_samples(&s, 42.0) > mc_lr_at(&s, 11),
+           "samples and iterations agree");
     TAP_OK(mc_wd_at(&s, 7) == 0.01, "default weight decay 0.01, constant");
 }
 
@@ -171,8 +178,7 @@ static int init_fails(mc_lr_config *c, const char *want)
     mc_error err = {0};
     mc_status st = mc_lr_schedule_init(&s, c, &err);
     int ok = st == MC_ERR_USAGE && strstr(err.msg, want) != NULL;
-    if (!ok)
-        TAP_DIAG("status %d, message: %s", st, err.msg);
+    if (!ok) TAP_DIAG("status %d, message: %s", st, err.msg);
     return ok;
 }
 
@@ -241,15 +247,17 @@ static void test_errors(void)
     mc_lr_decay_style d;
     mc_error err;
     TAP_OK(mc_lr_decay_style_parse("inverse-square-root", &d, &err) == MC_OK &&
-           d == MC_LR_INVERSE_SQRT && strcmp(mc_lr_decay_style_name(d), "inverse-square-root") == 0,
+               d == MC_LR_INVERSE_SQRT &&
+               strcmp(mc_lr_decay_style_name(d), "inverse-square-root") == 0,
            "parse a decay style");
     TAP_OK(mc_lr_decay_style_parse("wsd", &d, &err) == MC_ERR_USAGE &&
-           strcmp(err.msg, "--lr-decay-style: unknown style 'wsd' (choose from constant, "
-                           "linear, cosine, inverse-square-root, WSD)") == 0,
+               strcmp(err.msg, "--lr-decay-style: unknown style 'wsd' (choose from constant, "
+                               "linear, cosine, inverse-square-root, WSD)") == 0,
            "unknown style: %s", err.msg);
     mc_wsd_decay_style w;
     TAP_OK(mc_wsd_decay_style_parse("minus-sqrt", &w, &err) == MC_ERR_USAGE &&
-           strstr(err.msg, "minus_sqrt"), "unknown WSD style: %s", err.msg);
+               strstr(err.msg, "minus_sqrt"),
+           "unknown WSD style: %s", err.msg);
 }
 
 int main(void)

@@ -124,8 +124,10 @@ static void check_fixture(const char *name, const mc_tokenizer_spec *spec, int r
         mc_buf_free(&out);
         mc_ids_free(&ids);
     }
-    TAP_OK(mismatched == 0, "%s: ids equal the reference on %zu texts and %zu invalid-UTF-8 cases "
-           "(%zu tokens; %zu differ)", name, n_texts, n_invalid, ntok, mismatched);
+    TAP_OK(mismatched == 0,
+           "%s: ids equal the reference on %zu texts and %zu invalid-UTF-8 cases "
+           "(%zu tokens; %zu differ)",
+           name, n_texts, n_invalid, ntok, mismatched);
     TAP_OK(bad_decode == 0, "%s: every document decodes%s", name,
            round_trips ? " back to its bytes" : " (a normalizer and prefix space change the text)");
     mc_encoder_free(e);
@@ -164,14 +166,16 @@ static void test_properties(void)
         mc_buf out = MC_BUF_INIT;
         mc_error err;
         clock_t c0 = clock();
-        int ok = mc_encoder_new(t, &e, &err) == MC_OK && mc_encode(e, big, n, &ids, &err) == MC_OK &&
+        int ok = mc_encoder_new(t, &e, &err) == MC_OK &&
+                 mc_encode(e, big, n, &ids, &err) == MC_OK &&
                  mc_decode(t, ids.v, ids.n, &out, &err) == MC_OK && out.len == n &&
                  !memcmp(out.data, big, n);
         TAP_OK(ok, "1 MB run of one letter: %zu ids, round trip (%.2f s)", ids.n,
                (double)(clock() - c0) / CLOCKS_PER_SEC);
         int32_t bad[] = {5, (int32_t)mc_tokenizer_vocab_size(t)};
         mc_status st = mc_decode(t, bad, 2, &out, &err);
-        TAP_OK(st == MC_ERR_FORMAT && strstr(err.msg, "token id 2002 at position 1 is out of range"),
+        TAP_OK(st == MC_ERR_FORMAT &&
+                   strstr(err.msg, "token id 2002 at position 1 is out of range"),
                "decode of an out-of-range id: %s", err.msg);
         int32_t neg = -1;
         st = mc_decode(t, &neg, 1, &out, &err);
@@ -204,7 +208,8 @@ static void test_properties(void)
     mc_buf_printf(&js, NULL, "[");
     static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     for (int i = 0; i < 256; i++)
-        mc_buf_printf(&js, NULL, "%s{\"rank\": %d, \"token_bytes\": \"%c%c==\", \"token_str\": \"\"}",
+        mc_buf_printf(&js, NULL,
+                      "%s{\"rank\": %d, \"token_bytes\": \"%c%c==\", \"token_str\": \"\"}",
                       i ? "," : "", i, b64[i >> 2], b64[(i & 3) << 4]);
     mc_buf_printf(&js, NULL, "]");
     mc_buf_append(&js, "", 1, NULL);
@@ -217,8 +222,9 @@ static void test_properties(void)
     mc_encoder *e = NULL;
     mc_ids ids = MC_IDS_INIT;
     mc_error err;
-    int ok = t && mc_encoder_new(t, &e, &err) == MC_OK && mc_encode(e, "Hi", 2, &ids, &err) == MC_OK &&
-             ids.n == 2 && ids.v[0] == 'H' + 3 && ids.v[1] == 'i' + 3;
+    int ok = t && mc_encoder_new(t, &e, &err) == MC_OK &&
+             mc_encode(e, "Hi", 2, &ids, &err) == MC_OK && ids.n == 2 && ids.v[0] == 'H' + 3 &&
+             ids.v[1] == 'i' + 3;
     TAP_OK(ok, "tiktoken JSON rank list (Megatron's form): bytes are ids rank + 3");
     mc_ids_free(&ids);
     mc_encoder_free(e);
@@ -249,7 +255,8 @@ static void test_properties(void)
     mc_tokenizer_free(t);
 
     mc_tokenizer_kind k;
-    TAP_OK(mc_tokenizer_kind_parse("TikTokenizer", &k, &err) == MC_OK && k == MC_TOKENIZER_TIKTOKEN &&
+    TAP_OK(mc_tokenizer_kind_parse("TikTokenizer", &k, &err) == MC_OK &&
+               k == MC_TOKENIZER_TIKTOKEN &&
                mc_tokenizer_kind_parse("SentencePieceTokenizer", &k, &err) == MC_ERR_USAGE,
            "kind names: Megatron's, others refused: %s", err.msg);
 }
@@ -284,7 +291,8 @@ static void test_errors(void)
 
     snprintf(buf, sizeof buf,
              "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"x\": 3},"
-             " \"merges\": [\"a b\", \"x y\"]}, %s}", bl);
+             " \"merges\": [\"a b\", \"x y\"]}, %s}",
+             bl);
     write_file(tmp_path("badmerge.json"), buf);
     s.model = tmp_path("badmerge.json");
     expect_error(&s, MC_ERR_FORMAT, "badmerge.json: model.merges[1]: unknown token 'y'",
@@ -292,22 +300,25 @@ static void test_errors(void)
 
     snprintf(buf, sizeof buf,
              "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"x\": 2},"
-             " \"merges\": [[\"a\", \"b\"]]}, %s}", bl);
+             " \"merges\": [[\"a\", \"b\"]]}, %s}",
+             bl);
     write_file(tmp_path("badmerge2.json"), buf);
     s.model = tmp_path("badmerge2.json");
     expect_error(&s, MC_ERR_FORMAT, "model.merges[0]: unknown token 'ab'",
                  "merge whose result is not in the vocabulary ([a, b] form)");
 
-    snprintf(buf, sizeof buf,
-             "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 0}, \"merges\": []}, %s}",
-             bl);
+    snprintf(
+        buf, sizeof buf,
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 0}, \"merges\": []}, %s}",
+        bl);
     write_file(tmp_path("dup.json"), buf);
     s.model = tmp_path("dup.json");
     expect_error(&s, MC_ERR_FORMAT, "id 0 is used twice", "duplicate vocabulary id");
 
-    snprintf(buf, sizeof buf,
-             "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 5}, \"merges\": []}, %s}",
-             bl);
+    snprintf(
+        buf, sizeof buf,
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 5}, \"merges\": []}, %s}",
+        bl);
     write_file(tmp_path("sparse.json"), buf);
     s.model = tmp_path("sparse.json");
     expect_error(&s, MC_ERR_FORMAT, "has id 5, but ids must be 0..1", "ids not dense");
@@ -320,7 +331,8 @@ static void test_errors(void)
 
     snprintf(buf, sizeof buf,
              "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, %s, "
-             "\"normalizer\": {\"type\": \"Replace\"}}", bl);
+             "\"normalizer\": {\"type\": \"Replace\"}}",
+             bl);
     write_file(tmp_path("norm.json"), buf);
     s.model = tmp_path("norm.json");
     expect_error(&s, MC_ERR_FORMAT, "norm.json: normalizer: unsupported type 'Replace'",
@@ -363,7 +375,8 @@ static void test_errors(void)
     expect_error(&s, MC_ERR_USAGE, "--tiktoken-pattern must be v1 or v2", "tiktoken: bad pattern");
 
     mc_tokenizer_spec_init(&s, MC_TOKENIZER_NULL);
-    expect_error(&s, MC_ERR_USAGE, "NullTokenizer needs --vocab-size", "NullTokenizer without size");
+    expect_error(&s, MC_ERR_USAGE, "NullTokenizer needs --vocab-size",
+                 "NullTokenizer without size");
 }
 
 int main(void)

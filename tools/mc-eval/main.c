@@ -36,12 +36,38 @@ static const char PROG[] = "mc-eval";
 enum {
     OPT_CTX = 'c',
     OPT_OUTPUT = 'o',
-    OPT_THREADS = 256, OPT_DEVICE, OPT_BF16, OPT_WEIGHTS, OPT_TP, OPT_PP, OPT_DIST_TIMEOUT,
-    OPT_DATA_PATH, OPT_TEXT_FILE, OPT_SPLIT, OPT_EVAL_SPLIT, OPT_PPL_MODE, OPT_STRIDE, OPT_CHUNKS,
-    OPT_ADD_BOS, OPT_BOS_ID, OPT_EVAL_SAMPLES, OPT_SEED, OPT_DATA_CACHE,
-    OPT_TASK, OPT_LIMIT, OPT_LOG_SAMPLES,
-    OPT_PROMPT, OPT_PROMPT_FILE, OPT_MAX_NEW, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_NO_CACHE,
-    OPT_TEXT, OPT_NO_VERIFY, OPT_QUIET
+    OPT_THREADS = 256,
+    OPT_DEVICE,
+    OPT_BF16,
+    OPT_WEIGHTS,
+    OPT_TP,
+    OPT_PP,
+    OPT_DIST_TIMEOUT,
+    OPT_DATA_PATH,
+    OPT_TEXT_FILE,
+    OPT_SPLIT,
+    OPT_EVAL_SPLIT,
+    OPT_PPL_MODE,
+    OPT_STRIDE,
+    OPT_CHUNKS,
+    OPT_ADD_BOS,
+    OPT_BOS_ID,
+    OPT_EVAL_SAMPLES,
+    OPT_SEED,
+    OPT_DATA_CACHE,
+    OPT_TASK,
+    OPT_LIMIT,
+    OPT_LOG_SAMPLES,
+    OPT_PROMPT,
+    OPT_PROMPT_FILE,
+    OPT_MAX_NEW,
+    OPT_TEMPERATURE,
+    OPT_TOP_K,
+    OPT_TOP_P,
+    OPT_NO_CACHE,
+    OPT_TEXT,
+    OPT_NO_VERIFY,
+    OPT_QUIET
 };
 
 static const mc_option options[] = {
@@ -78,7 +104,8 @@ static const mc_option options[] = {
     {"ppl-mode", MC_OPT_REQUIRED, OPT_PPL_MODE, "MODE",
      "plain (default; Megatron's windows), llama (llama-perplexity's rules), sliding "
      "(strided windows, --stride) or samples (mc-train's validation samples)."},
-    {"stride", MC_OPT_REQUIRED, OPT_STRIDE, "N", "--ppl-mode sliding: window step (--ctx-size / 2)."},
+    {"stride", MC_OPT_REQUIRED, OPT_STRIDE, "N",
+     "--ppl-mode sliding: window step (--ctx-size / 2)."},
     {"chunks", MC_OPT_REQUIRED, OPT_CHUNKS, "N", "Evaluate at most N windows (all)."},
     {"add-bos", MC_OPT_NONE, OPT_ADD_BOS, NULL,
      "Prepend the BOS token to the text and to each prompt; --ppl-mode llama also writes it "
@@ -99,11 +126,13 @@ static const mc_option options[] = {
     {"log-samples", MC_OPT_NONE, OPT_LOG_SAMPLES, NULL,
      "Add each document's log-likelihoods, greedy flags and picks to the JSON."},
     /* generation */
-    {"prompt", MC_OPT_REQUIRED, OPT_PROMPT, "TEXT", "Generate a continuation of TEXT (repeatable)."},
+    {"prompt", MC_OPT_REQUIRED, OPT_PROMPT, "TEXT",
+     "Generate a continuation of TEXT (repeatable)."},
     {"prompt-file", MC_OPT_REQUIRED, OPT_PROMPT_FILE, "FILE",
      "Prompts, one a line (- reads stdin; empty lines are skipped)."},
     {"max-new-tokens", MC_OPT_REQUIRED, OPT_MAX_NEW, "N", "Tokens to generate at most (64)."},
-    {"temperature", MC_OPT_REQUIRED, OPT_TEMPERATURE, "X", "Sampling temperature; 0 is greedy (0)."},
+    {"temperature", MC_OPT_REQUIRED, OPT_TEMPERATURE, "X",
+     "Sampling temperature; 0 is greedy (0)."},
     {"top-k", MC_OPT_REQUIRED, OPT_TOP_K, "K", "Sample among the K most likely tokens (0: all)."},
     {"top-p", MC_OPT_REQUIRED, OPT_TOP_P, "P",
      "Sample among the most likely tokens whose probability reaches P (1: all)."},
@@ -112,7 +141,8 @@ static const mc_option options[] = {
     {"text", MC_OPT_NONE, OPT_TEXT, NULL,
      "Print each prompt and its continuation on stdout instead of the JSON document."},
     /* output */
-    {"output", MC_OPT_REQUIRED, OPT_OUTPUT, "FILE", "Write the JSON document to FILE; print its path."},
+    {"output", MC_OPT_REQUIRED, OPT_OUTPUT, "FILE",
+     "Write the JSON document to FILE; print its path."},
     {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "No progress lines, only the results on stderr."},
     {NULL, 0, 0, NULL, NULL},
 };
@@ -150,10 +180,15 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             break;
         case OPT_THREADS: st = mc_parse_int("--threads", arg, 1, 4096, &e->threads, err); break;
         case OPT_DEVICE: a->device = arg; break;
-        case OPT_TP: st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 4096, &a->tp, err); break;
-        case OPT_PP: st = mc_parse_i64("--pipeline-model-parallel-size", arg, 1, 4096, &a->pp, err); break;
+        case OPT_TP:
+            st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 4096, &a->tp, err);
+            break;
+        case OPT_PP:
+            st = mc_parse_i64("--pipeline-model-parallel-size", arg, 1, 4096, &a->pp, err);
+            break;
         case OPT_DIST_TIMEOUT:
-            st = mc_parse_double("--distributed-timeout-minutes", arg, 1e-3, 1e6, &a->dist_timeout, err);
+            st = mc_parse_double("--distributed-timeout-minutes", arg, 1e-3, 1e6, &a->dist_timeout,
+                                 err);
             break;
         case OPT_DATA_PATH: e->data_path = arg; break;
         case OPT_TEXT_FILE: e->text_file = arg; break;
@@ -162,11 +197,16 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             st = mc_parse_choice("--eval-split", NULL, arg, eval_splits, &e->eval_split, err);
             break;
         case OPT_PPL_MODE: st = mc_ppl_mode_parse(arg, &e->mode, err); break;
-        case OPT_STRIDE: st = mc_parse_int("--stride", arg, 1, 1 << 24, &e->stride, err); a->have_stride = 1; break;
+        case OPT_STRIDE:
+            st = mc_parse_int("--stride", arg, 1, 1 << 24, &e->stride, err);
+            a->have_stride = 1;
+            break;
         case OPT_CHUNKS: st = mc_parse_i64("--chunks", arg, 1, INT64_MAX, &e->chunks, err); break;
         case OPT_ADD_BOS: e->add_bos = 1; break;
         case OPT_BOS_ID: st = mc_parse_int("--bos-id", arg, 0, INT32_MAX, &e->bos_id, err); break;
-        case OPT_EVAL_SAMPLES: st = mc_parse_i64("--eval-samples", arg, 1, INT64_MAX, &e->eval_samples, err); break;
+        case OPT_EVAL_SAMPLES:
+            st = mc_parse_i64("--eval-samples", arg, 1, INT64_MAX, &e->eval_samples, err);
+            break;
         case OPT_SEED: st = mc_parse_u64("--seed", arg, 0, UINT32_MAX, &e->seed, err); break;
         case OPT_DATA_CACHE: e->data_cache = arg; break;
         case OPT_TASK: {
@@ -181,8 +221,10 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             t.name = name;
             t.file = eq + 1;
             st = mc_task_kind_parse(name, &t.kind, err);
-            if (!st) st = mc_buf_push(&a->tasks, &t, sizeof t, err);
-            else free(name);
+            if (!st)
+                st = mc_buf_push(&a->tasks, &t, sizeof t, err);
+            else
+                free(name);
             if (st) mc_error_prefix(err, "--task");
             break;
         }
@@ -190,8 +232,12 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_LOG_SAMPLES: e->log_samples = 1; break;
         case OPT_PROMPT: st = mc_buf_push_str(&a->prompts, arg, err); break;
         case OPT_PROMPT_FILE: e->prompt_file = arg; break;
-        case OPT_MAX_NEW: st = mc_parse_int("--max-new-tokens", arg, 1, 1 << 24, &e->gen.max_new_tokens, err); break;
-        case OPT_TEMPERATURE: st = mc_parse_double("--temperature", arg, 0, 1e6, &e->gen.temperature, err); break;
+        case OPT_MAX_NEW:
+            st = mc_parse_int("--max-new-tokens", arg, 1, 1 << 24, &e->gen.max_new_tokens, err);
+            break;
+        case OPT_TEMPERATURE:
+            st = mc_parse_double("--temperature", arg, 0, 1e6, &e->gen.temperature, err);
+            break;
         case OPT_TOP_K: st = mc_parse_int("--top-k", arg, 0, INT32_MAX, &e->gen.top_k, err); break;
         case OPT_TOP_P:
             st = mc_parse_double("--top-p", arg, 0, 1, &e->gen.top_p, err);
@@ -239,7 +285,8 @@ static mc_status check_args(const args *a, mc_error *err)
     if (e->mode == MC_PPL_SAMPLES && !e->data_path)
         return mc_error_set(err, MC_ERR_USAGE, "--ppl-mode samples needs --data-path");
     if (e->text_file && e->eval_split != -1)
-        return mc_error_set(err, MC_ERR_USAGE, "--eval-split applies to --data-path, not --text-file");
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--eval-split applies to --data-path, not --text-file");
     if (a->have_stride && e->mode != MC_PPL_SLIDING)
         return mc_error_set(err, MC_ERR_USAGE, "--stride needs --ppl-mode sliding");
     if (e->eval_samples && e->mode != MC_PPL_SAMPLES)
@@ -251,8 +298,9 @@ static mc_status check_args(const args *a, mc_error *err)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--prompt-file - reads stdin, so the checkpoint must be an argument");
     if (a->text && (ppl || e->ntasks || !gen))
-        return mc_error_set(err, MC_ERR_USAGE, "--text prints generations only: use it with "
-                                               "--prompt or --prompt-file alone");
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--text prints generations only: use it with "
+                            "--prompt or --prompt-file alone");
     if (a->text && a->output)
         return mc_error_set(err, MC_ERR_USAGE, "--text and --output exclude each other");
     if (a->pp > 1)
@@ -333,9 +381,9 @@ static mc_status do_perplexity(mc_eval *ev, const args *a, const mc_logger *lg, 
     mc_eval_ppl res;
     mc_status st = mc_eval_perplexity(ev, ppl_progress, &pr, &res, err);
     if (st || !say) return st;
-    mc_log_info(lg, "perplexity of %s (%s, %" PRId64 " tokens scored in %" PRId64
-                    " windows of %d)", e->data_path ? e->data_path : e->text_file,
-                mc_ppl_mode_name(e->mode), res.s.count, res.s.windows, mc_eval_get_info(ev)->ctx);
+    mc_log_info(lg, "perplexity of %s (%s, %" PRId64 " tokens scored in %" PRId64 " windows of %d)",
+                e->data_path ? e->data_path : e->text_file, mc_ppl_mode_name(e->mode), res.s.count,
+                res.s.windows, mc_eval_get_info(ev)->ctx);
     fprintf(stderr, "PPL = %.4f +/- %.5f\n", mc_ppl_value(&res.s), mc_ppl_stderr(&res.s));
     fflush(stderr);
     return MC_OK;
@@ -354,10 +402,9 @@ static mc_status do_tasks(mc_eval *ev, const args *a, const mc_logger *lg, int s
             mc_log_info(lg, "%s: %" PRId64 " documents: acc = %.4f +/- %.4f, perplexity = %.4f",
                         t->name, res.docs, res.acc, res.acc_stderr, res.perplexity);
         else
-            mc_log_info(lg,
-                        "%s: %" PRId64 " documents: acc = %.4f +/- %.4f, acc_norm = %.4f +/- %.4f",
-                        t->name, res.docs, res.acc, res.acc_stderr, res.acc_norm,
-                        res.acc_norm_stderr);
+            mc_log_info(
+                lg, "%s: %" PRId64 " documents: acc = %.4f +/- %.4f, acc_norm = %.4f +/- %.4f",
+                t->name, res.docs, res.acc, res.acc_stderr, res.acc_norm, res.acc_norm_stderr);
     }
     return MC_OK;
 }
@@ -387,8 +434,10 @@ static mc_status write_doc(const args *a, json_t *doc, mc_error *err)
         if (!st) {
             st = mc_afile_write(&f, s, strlen(s), err);
             if (!st) st = mc_afile_write(&f, "\n", 1, err);
-            if (!st) st = mc_afile_commit(&f, err);
-            else mc_afile_abort(&f);
+            if (!st)
+                st = mc_afile_commit(&f, err);
+            else
+                mc_afile_abort(&f);
         }
         if (!st) printf("%s\n", a->output);
     } else {
@@ -443,7 +492,8 @@ int main(int argc, char **argv)
         if (!st && grid.world != a.tp) {
             st = mc_error_set(&err, MC_ERR_USAGE,
                               "%d ranks for --tensor-model-parallel-size %" PRId64
-                              ": evaluation runs one tensor-parallel group, start %" PRId64 " ranks",
+                              ": evaluation runs one tensor-parallel group, start %" PRId64
+                              " ranks",
                               grid.world, a.tp, a.tp);
             grid_error = 1;
         }
@@ -451,7 +501,8 @@ int main(int argc, char **argv)
         st = mc_error_set(&err, MC_ERR_USAGE,
                           "--tensor-model-parallel-size %" PRId64 " needs %" PRId64
                           " ranks and this is one process: start it with mpirun -np %" PRId64
-                          " or srun", a.tp, a.tp, a.tp);
+                          " or srun",
+                          a.tp, a.tp, a.tp);
     }
     if (st) goto fail;
     if (a.dist_timeout > 0 && (st = mc_grid_set_timeout(&grid, a.dist_timeout, PROG, &err)))

@@ -29,7 +29,14 @@
 static const char PROG[] = "mc-export";
 
 enum { OPT_GGUF_NAME = 300 };
-enum { OPT_FORMAT = 256, OPT_OUTPUT = 'o', OPT_DTYPE = 257, OPT_MAX_SHARD_SIZE, OPT_NO_VERIFY, OPT_QUIET };
+enum {
+    OPT_FORMAT = 256,
+    OPT_OUTPUT = 'o',
+    OPT_DTYPE = 257,
+    OPT_MAX_SHARD_SIZE,
+    OPT_NO_VERIFY,
+    OPT_QUIET
+};
 
 static const mc_option options[] = {
     {"format", MC_OPT_REQUIRED, OPT_FORMAT, "FMT",
@@ -68,7 +75,10 @@ typedef struct args {
 } args;
 
 static const mc_choice formats[] = {
-    {"hf", FMT_HF}, {"llmc", FMT_LLMC}, {"gguf", FMT_GGUF}, {NULL, 0},
+    {"hf", FMT_HF},
+    {"llmc", FMT_LLMC},
+    {"gguf", FMT_GGUF},
+    {NULL, 0},
 };
 
 static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
@@ -95,15 +105,13 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
         case OPT_QUIET: a->quiet = 1; break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "unhandled option %d", key);
         }
-        if (st)
-            return st;
+        if (st) return st;
     }
     if (key == MC_CLI_EXIT) {
         a->exit_now = 1;
         return MC_OK;
     }
-    if (key == MC_CLI_ERROR)
-        return err->code ? err->code : MC_ERR_USAGE;
+    if (key == MC_CLI_ERROR) return err->code ? err->code : MC_ERR_USAGE;
     int n = cli->argc - cli->optind;
     if (n > 1)
         return mc_error_set(err, MC_ERR_USAGE, "one checkpoint at a time (got %d arguments)", n);
@@ -118,8 +126,12 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
 }
 
 static const mc_choice dtypes[] = {
-    {"fp32", MC_CKPT_FLOAT32}, {"float32", MC_CKPT_FLOAT32}, {"bf16", MC_CKPT_BFLOAT16},
-    {"bfloat16", MC_CKPT_BFLOAT16}, {"fp16", MC_CKPT_FLOAT16}, {"float16", MC_CKPT_FLOAT16},
+    {"fp32", MC_CKPT_FLOAT32},
+    {"float32", MC_CKPT_FLOAT32},
+    {"bf16", MC_CKPT_BFLOAT16},
+    {"bfloat16", MC_CKPT_BFLOAT16},
+    {"fp16", MC_CKPT_FLOAT16},
+    {"float16", MC_CKPT_FLOAT16},
     {NULL, 0},
 };
 
@@ -127,8 +139,7 @@ static const mc_choice dtypes[] = {
 static mc_status weight_dtype(const args *a, int *out, mc_error *err)
 {
     *out = -1;
-    if (!a->dtype)
-        return MC_OK;
+    if (!a->dtype) return MC_OK;
     int v;
     if (mc_parse_choice("--dtype", NULL, a->dtype, dtypes, &v, NULL) ||
         (v == MC_CKPT_FLOAT16 && a->format != FMT_HF))
@@ -165,16 +176,14 @@ int main(int argc, char **argv)
                                "or '-') as a Hugging Face directory, an llm.c model file or a "
                                "GGUF file. Prints the path written.",
                                options, argc, argv, &err);
-    if (st)
-        return mc_log_fail(&lg, &err);
+    if (st) return mc_log_fail(&lg, &err);
     st = parse_args(&cli, &a, &err);
     if (!st && a.exit_now) {
         mc_cli_free(&cli);
         return 0;
     }
     int dtype = -1;
-    if (!st && a.format != FMT_GGUF)
-        st = weight_dtype(&a, &dtype, &err);
+    if (!st && a.format != FMT_GGUF) st = weight_dtype(&a, &dtype, &err);
     if (!st && (!a.ckpt || !strcmp(a.ckpt, "-"))) {
         /* the pipeline contract: the checkpoint path is stdin's first line */
         st = mc_tool_stdin_path(&stdin_path,
@@ -200,22 +209,17 @@ int main(int argc, char **argv)
             st = mc_hf_export(a.ckpt, a.output, &o, &err);
             break;
         }
-        case FMT_LLMC:
-            st = mc_llmc_export(a.ckpt, a.output, dtype, &err);
-            break;
+        case FMT_LLMC: st = mc_llmc_export(a.ckpt, a.output, dtype, &err); break;
         case FMT_GGUF: {
             /* ---- --format gguf: lib/fmt/gguf.c (mc/gguf.h) ---- */
             mc_gguf_options o;
             mc_gguf_options_init(&o);
             o.name = a.gguf_name;
-            if (a.dtype)
-                st = mc_gguf_type_parse(a.dtype, &o.type, &err);
-            if (!st)
-                st = mc_export_gguf(a.ckpt, &o, a.output, &err);
+            if (a.dtype) st = mc_gguf_type_parse(a.dtype, &o.type, &err);
+            if (!st) st = mc_export_gguf(a.ckpt, &o, a.output, &err);
             break;
         }
-        default:
-            st = mc_error_set(&err, MC_ERR_INTERNAL, "no format");
+        default: st = mc_error_set(&err, MC_ERR_INTERNAL, "no format");
         }
     }
     int rc = 0;

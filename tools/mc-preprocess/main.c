@@ -34,13 +34,35 @@
 static const char PROG[] = "mc-preprocess";
 
 enum {
-    OPT_INPUT = 256, OPT_INPUT_FORMAT, OPT_LINES, OPT_JSON_KEYS, OPT_OUTPUT_PREFIX,
-    OPT_TOKENIZER_TYPE, OPT_TOKENIZER_MODEL, OPT_VOCAB_FILE, OPT_MERGE_FILE,
-    OPT_VOCAB_SIZE, OPT_TIKTOKEN_PATTERN, OPT_TIKTOKEN_NUM_SPECIAL,
-    OPT_TIKTOKEN_SPECIAL, OPT_APPEND_EOD, OPT_WORKERS, OPT_LOG_INTERVAL,
-    OPT_SKIP_INVALID, OPT_MAX_DOC_BYTES, OPT_TRAIN_TOKENIZER, OPT_OUTPUT,
-    OPT_TOKENIZER_PATTERN, OPT_SPECIAL_TOKENS, OPT_MIN_FREQUENCY, OPT_MERGE,
-    OPT_INSPECT, OPT_SHOW, OPT_QUIET, OPT_PARTITIONS, OPT_KEEP_SEQUENTIAL
+    OPT_INPUT = 256,
+    OPT_INPUT_FORMAT,
+    OPT_LINES,
+    OPT_JSON_KEYS,
+    OPT_OUTPUT_PREFIX,
+    OPT_TOKENIZER_TYPE,
+    OPT_TOKENIZER_MODEL,
+    OPT_VOCAB_FILE,
+    OPT_MERGE_FILE,
+    OPT_VOCAB_SIZE,
+    OPT_TIKTOKEN_PATTERN,
+    OPT_TIKTOKEN_NUM_SPECIAL,
+    OPT_TIKTOKEN_SPECIAL,
+    OPT_APPEND_EOD,
+    OPT_WORKERS,
+    OPT_LOG_INTERVAL,
+    OPT_SKIP_INVALID,
+    OPT_MAX_DOC_BYTES,
+    OPT_TRAIN_TOKENIZER,
+    OPT_OUTPUT,
+    OPT_TOKENIZER_PATTERN,
+    OPT_SPECIAL_TOKENS,
+    OPT_MIN_FREQUENCY,
+    OPT_MERGE,
+    OPT_INSPECT,
+    OPT_SHOW,
+    OPT_QUIET,
+    OPT_PARTITIONS,
+    OPT_KEEP_SEQUENTIAL
 };
 
 static const mc_option options[] = {
@@ -82,7 +104,8 @@ static const mc_option options[] = {
      "Longest record accepted, bounding memory (default 64M)."},
     {"train-tokenizer", MC_OPT_NONE, OPT_TRAIN_TOKENIZER, NULL,
      "Learn a byte-level BPE from the inputs and write --output tokenizer.json."},
-    {"output", MC_OPT_REQUIRED, OPT_OUTPUT, "FILE", "--train-tokenizer: the tokenizer.json to write."},
+    {"output", MC_OPT_REQUIRED, OPT_OUTPUT, "FILE",
+     "--train-tokenizer: the tokenizer.json to write."},
     {"tokenizer-pattern", MC_OPT_REQUIRED, OPT_TOKENIZER_PATTERN, "NAME",
      "--train-tokenizer: pre-tokenizer gpt2 (default) or llama3."},
     {"special-tokens", MC_OPT_REQUIRED, OPT_SPECIAL_TOKENS, "LIST",
@@ -129,11 +152,15 @@ typedef struct args {
 } args;
 
 static const mc_choice input_formats[] = {
-    {"jsonl", MC_INPUT_JSONL}, {"json", MC_INPUT_JSONL}, {"text", MC_INPUT_TEXT}, {NULL, 0},
+    {"jsonl", MC_INPUT_JSONL},
+    {"json", MC_INPUT_JSONL},
+    {"text", MC_INPUT_TEXT},
+    {NULL, 0},
 };
 static const mc_choice tiktoken_patterns[] = {{"v1", 1}, {"v2", 2}, {NULL, 0}};
 
-static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
+static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
+{
     const char *arg;
     int key;
     int tok_kind_set = 0;
@@ -165,7 +192,9 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
         case OPT_TOKENIZER_MODEL: a->tok.model = arg; break;
         case OPT_VOCAB_FILE: a->tok.vocab_file = arg; break;
         case OPT_MERGE_FILE: a->tok.merge_file = arg; break;
-        case OPT_VOCAB_SIZE: st = mc_parse_i64("--vocab-size", arg, 1, INT32_MAX, &a->vocab_size, err); break;
+        case OPT_VOCAB_SIZE:
+            st = mc_parse_i64("--vocab-size", arg, 1, INT32_MAX, &a->vocab_size, err);
+            break;
         case OPT_TIKTOKEN_PATTERN:
             st = mc_parse_choice("--tiktoken-pattern", NULL, arg, tiktoken_patterns, &v, err);
             a->tok.tiktoken_pattern = arg;
@@ -179,7 +208,9 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
             break;
         case OPT_APPEND_EOD: a->append_eod = 1; break;
         case OPT_WORKERS: st = mc_parse_i64("--workers", arg, 1, 1024, &a->workers, err); break;
-        case OPT_LOG_INTERVAL: st = mc_parse_i64("--log-interval", arg, 1, INT64_MAX, &a->log_interval, err); break;
+        case OPT_LOG_INTERVAL:
+            st = mc_parse_i64("--log-interval", arg, 1, INT64_MAX, &a->log_interval, err);
+            break;
         case OPT_SKIP_INVALID: a->skip_invalid = 1; break;
         case OPT_MAX_DOC_BYTES:
             st = mc_parse_size("--max-document-bytes", arg, &sz, err);
@@ -192,10 +223,15 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
         case OPT_TOKENIZER_PATTERN:
             a->pattern = mc_pattern_by_name(arg);
             if (!a->pattern)
-                st = mc_error_set(err, MC_ERR_USAGE, "--tokenizer-pattern: expected gpt2, llama3, tiktoken-v1 or tiktoken-v2, got '%s'", arg);
+                st = mc_error_set(err, MC_ERR_USAGE,
+                                  "--tokenizer-pattern: expected gpt2, llama3, tiktoken-v1 or "
+                                  "tiktoken-v2, got '%s'",
+                                  arg);
             break;
         case OPT_SPECIAL_TOKENS: st = mc_buf_push_split(&a->special, (char *)arg, ",", err); break;
-        case OPT_MIN_FREQUENCY: st = mc_parse_i64("--min-frequency", arg, 1, INT64_MAX, &a->min_frequency, err); break;
+        case OPT_MIN_FREQUENCY:
+            st = mc_parse_i64("--min-frequency", arg, 1, INT64_MAX, &a->min_frequency, err);
+            break;
         case OPT_MERGE: a->merge = 1; break;
         case OPT_INSPECT: a->inspect = arg; break;
         case OPT_SHOW: st = mc_parse_i64("--show", arg, 0, INT64_MAX, &a->show, err); break;
@@ -216,8 +252,7 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err) {
     }
     if (key == MC_CLI_ERROR) return MC_ERR_USAGE;
     for (int i = cli->optind; i < cli->argc; i++)
-        if (mc_buf_push_str(&a->inputs, cli->argv[i], err))
-            return err->code;
+        if (mc_buf_push_str(&a->inputs, cli->argv[i], err)) return err->code;
     a->have_tokenizer = tok_kind_set;
     return MC_OK;
 }
@@ -232,7 +267,8 @@ typedef struct progress {
     double last_draw;
 } progress;
 
-static void human(char *dst, size_t n, double v, const char *unit) {
+static void human(char *dst, size_t n, double v, const char *unit)
+{
     const char *pre[] = {"", "k", "M", "G", "T"};
     int i = 0;
     while (v >= 1000 && i < 4) {
@@ -242,7 +278,8 @@ static void human(char *dst, size_t n, double v, const char *unit) {
     snprintf(dst, n, i ? "%.1f %s%s" : "%.0f %s%s", v, pre[i], unit);
 }
 
-static void on_progress(void *ctx, const mc_preprocess_stats *s, int final) {
+static void on_progress(void *ctx, const mc_preprocess_stats *s, int final)
+{
     progress *p = ctx;
     if (p->quiet) return;
     double secs = s->seconds > 1e-9 ? s->seconds : 1e-9;
@@ -254,9 +291,8 @@ static void on_progress(void *ctx, const mc_preprocess_stats *s, int final) {
         char ntok[32];
         human(ntok, sizeof ntok, (double)s->tokens, "");
         if (p->tty) fprintf(stderr, "\r\033[K");
-        fprintf(stderr,
-                "%s: done: %llu documents, %stokens, %s of input in %.2f s (%s, %s)",
-                PROG, (unsigned long long)s->documents, ntok, done, s->seconds, rate, toks);
+        fprintf(stderr, "%s: done: %llu documents, %stokens, %s of input in %.2f s (%s, %s)", PROG,
+                (unsigned long long)s->documents, ntok, done, s->seconds, rate, toks);
         if (s->skipped_invalid || s->skipped_empty)
             fprintf(stderr, "; skipped %llu invalid records and %llu empty documents",
                     (unsigned long long)s->skipped_invalid, (unsigned long long)s->skipped_empty);
@@ -272,11 +308,13 @@ static void on_progress(void *ctx, const mc_preprocess_stats *s, int final) {
             snprintf(eta, sizeof eta, " ETA %d:%02d", (int)left / 60, (int)left % 60);
             int pct = (int)(100.0 * (double)s->input_done / (double)s->input_total);
             int bar = pct * 20 / 100;
-            fprintf(stderr, "\r\033[K[%.*s%*s] %3d%% ", bar, "####################", 20 - bar, "", pct);
+            fprintf(stderr, "\r\033[K[%.*s%*s] %3d%% ", bar, "####################", 20 - bar, "",
+                    pct);
         } else {
             fprintf(stderr, "\r\033[K");
         }
-        fprintf(stderr, "%s %llu docs %s %s%s", done, (unsigned long long)s->documents, rate, toks, eta);
+        fprintf(stderr, "%s %llu docs %s %s%s", done, (unsigned long long)s->documents, rate, toks,
+                eta);
         fflush(stderr);
     } else if (s->documents >= p->next_log) {
         fprintf(stderr, "%s: processed %llu documents (%s of input, %s, %s)\n", PROG,
@@ -288,7 +326,8 @@ static void on_progress(void *ctx, const mc_preprocess_stats *s, int final) {
 /* ---------------------------------------------------------------- modes */
 
 /* The inputs as the library reads them: files (none: stdin), format, keys. */
-static void inputs_config(const args *a, mc_preprocess_config *c) {
+static void inputs_config(const args *a, mc_preprocess_config *c)
+{
     static const char *const stdin_input[] = {"-"};
     mc_preprocess_config_init(c);
     c->inputs = a->inputs.len ? mc_buf_strs(&a->inputs) : stdin_input;
@@ -300,7 +339,8 @@ static void inputs_config(const args *a, mc_preprocess_config *c) {
     c->cancel = mc_interrupt_flag();
 }
 
-static mc_status load_tokenizer(args *a, mc_tokenizer **tok, mc_error *err) {
+static mc_status load_tokenizer(args *a, mc_tokenizer **tok, mc_error *err)
+{
     if (!a->have_tokenizer)
         return mc_error_set(err, MC_ERR_USAGE, "--tokenizer-type is required (see --help)");
     if (a->tik_special.len) {
@@ -315,7 +355,8 @@ static mc_status load_tokenizer(args *a, mc_tokenizer **tok, mc_error *err) {
     return mc_tokenizer_load(&a->tok, tok, err);
 }
 
-static mc_status run_preprocess(args *a, mc_error *err) {
+static mc_status run_preprocess(args *a, mc_error *err)
+{
     if (!a->output_prefix)
         return mc_error_set(err, MC_ERR_USAGE, "--output-prefix is required (see --help)");
     mc_tokenizer *tok = NULL;
@@ -335,12 +376,13 @@ static mc_status run_preprocess(args *a, mc_error *err) {
     mc_preprocess_stats stats;
     st = mc_preprocess_run(&c, &stats, err);
     if (st == MC_OK) {
-        const char *const *keys =
-            a->keys.len && a->source.format == MC_INPUT_JSONL ? c.json_keys : NULL;
+        const char *const *keys = a->keys.len && a->source.format == MC_INPUT_JSONL ? c.json_keys
+                                                                                    : NULL;
         size_t n = keys ? c.n_json_keys : 1;
         for (size_t k = 0; k < n && st == MC_OK; k++) {
             char prefix[4096];
-            st = mc_dataset_prefix(prefix, sizeof prefix, a->output_prefix, keys ? keys[k] : "text", err);
+            st = mc_dataset_prefix(prefix, sizeof prefix, a->output_prefix, keys ? keys[k] : "text",
+                                   err);
             if (st == MC_OK) printf("%s\n", prefix);
         }
     } else if (pr.tty && !a->quiet) {
@@ -350,13 +392,16 @@ static mc_status run_preprocess(args *a, mc_error *err) {
     return st;
 }
 
-static double seconds_between(const struct timespec *a, const struct timespec *b) {
+static double seconds_between(const struct timespec *a, const struct timespec *b)
+{
     return (double)(b->tv_sec - a->tv_sec) + (b->tv_nsec - a->tv_nsec) * 1e-9;
 }
 
-static mc_status run_train_tokenizer(args *a, mc_error *err) {
+static mc_status run_train_tokenizer(args *a, mc_error *err)
+{
     if (!a->output) return mc_error_set(err, MC_ERR_USAGE, "--train-tokenizer needs --output FILE");
-    if (!a->vocab_size) return mc_error_set(err, MC_ERR_USAGE, "--train-tokenizer needs --vocab-size N");
+    if (!a->vocab_size)
+        return mc_error_set(err, MC_ERR_USAGE, "--train-tokenizer needs --vocab-size N");
     mc_bpe_trainer_config tc;
     mc_bpe_trainer_config_init(&tc);
     tc.vocab_size = a->vocab_size;
@@ -396,13 +441,14 @@ static mc_status run_train_tokenizer(args *a, mc_error *err) {
             if (in.skipped)
                 fprintf(stderr, "%s: skipped %llu invalid records\n", PROG,
                         (unsigned long long)in.skipped);
-            int64_t want = tc.vocab_size - 256 - (int64_t)(tc.special_tokens ? tc.n_special_tokens : 0);
+            int64_t want = tc.vocab_size - 256 -
+                           (int64_t)(tc.special_tokens ? tc.n_special_tokens : 0);
             if (merges < want)
                 fprintf(stderr,
                         "%s: warning: the vocabulary has %lld tokens, not %lld: no pair left "
                         "occurs --min-frequency (%lld) times; use more text or --min-frequency 1\n",
-                        PROG, (long long)(tc.vocab_size - (want - merges)), (long long)tc.vocab_size,
-                        (long long)tc.min_frequency);
+                        PROG, (long long)(tc.vocab_size - (want - merges)),
+                        (long long)tc.vocab_size, (long long)tc.min_frequency);
         }
         printf("%s\n", a->output);
     }
@@ -410,25 +456,28 @@ static mc_status run_train_tokenizer(args *a, mc_error *err) {
     return st;
 }
 
-static mc_status run_merge(args *a, mc_error *err) {
+static mc_status run_merge(args *a, mc_error *err)
+{
     if (!a->output_prefix)
         return mc_error_set(err, MC_ERR_USAGE, "--merge needs --output-prefix PREFIX");
     if (!a->inputs.len)
         return mc_error_set(err, MC_ERR_USAGE, "--merge needs the dataset prefixes to merge");
-    mc_status st =
-        mc_idx_merge(mc_buf_strs(&a->inputs), mc_buf_nstrs(&a->inputs), a->output_prefix, err);
+    mc_status st = mc_idx_merge(mc_buf_strs(&a->inputs), mc_buf_nstrs(&a->inputs), a->output_prefix,
+                                err);
     if (st == MC_OK) printf("%s\n", a->output_prefix);
     return st;
 }
 
-static mc_status run_inspect(args *a, mc_error *err) {
+static mc_status run_inspect(args *a, mc_error *err)
+{
     mc_idx x;
     mc_status st = mc_idx_open(a->inspect, &x, err);
     if (st != MC_OK) return st;
     uint64_t n_docs = x.n_doc_idx ? x.n_doc_idx - 1 : 0;
     if (a->show >= 0) {
         if ((uint64_t)a->show >= n_docs) {
-            st = mc_error_set(err, MC_ERR_USAGE, "--show %lld: the dataset has %llu documents (0..%llu)",
+            st = mc_error_set(err, MC_ERR_USAGE,
+                              "--show %lld: the dataset has %llu documents (0..%llu)",
                               (long long)a->show, (unsigned long long)n_docs,
                               (unsigned long long)(n_docs ? n_docs - 1 : 0));
             mc_idx_close(&x);
@@ -474,7 +523,8 @@ static mc_status run_inspect(args *a, mc_error *err) {
     return st;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     mc_logger lg;
     /* SIGINT/SIGTERM/SIGHUP: the run stops at the next batch or write, its
      * temporaries are removed, then the process dies of the signal (file.h);
@@ -512,12 +562,17 @@ int main(int argc, char **argv) {
     }
     int modes = a.train_tokenizer + a.merge + (a.inspect != NULL);
     if (st == MC_OK && modes > 1)
-        st = mc_error_set(&err, MC_ERR_USAGE, "--train-tokenizer, --merge and --inspect exclude each other");
+        st = mc_error_set(&err, MC_ERR_USAGE,
+                          "--train-tokenizer, --merge and --inspect exclude each other");
     if (st == MC_OK) {
-        if (a.train_tokenizer) st = run_train_tokenizer(&a, &err);
-        else if (a.merge) st = run_merge(&a, &err);
-        else if (a.inspect) st = run_inspect(&a, &err);
-        else st = run_preprocess(&a, &err);
+        if (a.train_tokenizer)
+            st = run_train_tokenizer(&a, &err);
+        else if (a.merge)
+            st = run_merge(&a, &err);
+        else if (a.inspect)
+            st = run_inspect(&a, &err);
+        else
+            st = run_preprocess(&a, &err);
     }
     int rc = mc_tool_exit(&lg, st != MC_OK ? mc_log_fail(&lg, &err) : 0);
     mc_buf_free(&a.inputs);

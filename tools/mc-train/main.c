@@ -40,38 +40,111 @@ static const char PROG[] = "mc-train";
 
 enum {
     /* model */
-    OPT_MODEL = 256, OPT_NUM_LAYERS, OPT_HIDDEN_SIZE, OPT_NUM_HEADS, OPT_FFN_HIDDEN,
-    OPT_KV_CHANNELS, OPT_SEQ_LENGTH, OPT_MAX_POS, OPT_NORMALIZATION, OPT_NORM_EPS, OPT_SWIGLU,
-    OPT_POS_TYPE, OPT_ROTARY_BASE, OPT_GQA, OPT_NUM_QUERY_GROUPS, OPT_UNTIE, OPT_DISABLE_BIAS,
-    OPT_INIT_STD, OPT_VOCAB_DIVISIBLE,
+    OPT_MODEL = 256,
+    OPT_NUM_LAYERS,
+    OPT_HIDDEN_SIZE,
+    OPT_NUM_HEADS,
+    OPT_FFN_HIDDEN,
+    OPT_KV_CHANNELS,
+    OPT_SEQ_LENGTH,
+    OPT_MAX_POS,
+    OPT_NORMALIZATION,
+    OPT_NORM_EPS,
+    OPT_SWIGLU,
+    OPT_POS_TYPE,
+    OPT_ROTARY_BASE,
+    OPT_GQA,
+    OPT_NUM_QUERY_GROUPS,
+    OPT_UNTIE,
+    OPT_DISABLE_BIAS,
+    OPT_INIT_STD,
+    OPT_VOCAB_DIVISIBLE,
     /* tokenizer */
-    OPT_TOKENIZER_TYPE, OPT_TOKENIZER_MODEL, OPT_VOCAB_FILE, OPT_MERGE_FILE, OPT_VOCAB_SIZE,
+    OPT_TOKENIZER_TYPE,
+    OPT_TOKENIZER_MODEL,
+    OPT_VOCAB_FILE,
+    OPT_MERGE_FILE,
+    OPT_VOCAB_SIZE,
     /* mixed precision */
-    OPT_BF16, OPT_FP16, OPT_LOSS_SCALE, OPT_INITIAL_LOSS_SCALE, OPT_MIN_LOSS_SCALE,
-    OPT_LOSS_SCALE_WINDOW, OPT_HYSTERESIS,
+    OPT_BF16,
+    OPT_FP16,
+    OPT_LOSS_SCALE,
+    OPT_INITIAL_LOSS_SCALE,
+    OPT_MIN_LOSS_SCALE,
+    OPT_LOSS_SCALE_WINDOW,
+    OPT_HYSTERESIS,
     /* training */
-    OPT_MICRO_BATCH, OPT_GLOBAL_BATCH, OPT_TRAIN_ITERS, OPT_TRAIN_SAMPLES, OPT_MAX_NAN_ITERS,
-    OPT_EXIT_SIGNAL_HANDLER, OPT_EXIT_INTERVAL, OPT_EXIT_DURATION, OPT_SEED, OPT_DEVICE,
+    OPT_MICRO_BATCH,
+    OPT_GLOBAL_BATCH,
+    OPT_TRAIN_ITERS,
+    OPT_TRAIN_SAMPLES,
+    OPT_MAX_NAN_ITERS,
+    OPT_EXIT_SIGNAL_HANDLER,
+    OPT_EXIT_INTERVAL,
+    OPT_EXIT_DURATION,
+    OPT_SEED,
+    OPT_DEVICE,
     OPT_THREADS,
     /* learning rate and optimizer */
-    OPT_LR, OPT_MIN_LR, OPT_LR_DECAY_STYLE, OPT_LR_DECAY_ITERS, OPT_LR_DECAY_SAMPLES,
-    OPT_LR_WARMUP_ITERS, OPT_LR_WARMUP_SAMPLES, OPT_LR_WARMUP_FRACTION, OPT_LR_WARMUP_INIT,
-    OPT_LR_WSD_DECAY_STYLE, OPT_LR_WSD_DECAY_ITERS, OPT_LR_WSD_DECAY_SAMPLES, OPT_WEIGHT_DECAY,
-    OPT_ADAM_BETA1, OPT_ADAM_BETA2, OPT_ADAM_EPS, OPT_CLIP_GRAD, OPT_START_WD, OPT_END_WD,
+    OPT_LR,
+    OPT_MIN_LR,
+    OPT_LR_DECAY_STYLE,
+    OPT_LR_DECAY_ITERS,
+    OPT_LR_DECAY_SAMPLES,
+    OPT_LR_WARMUP_ITERS,
+    OPT_LR_WARMUP_SAMPLES,
+    OPT_LR_WARMUP_FRACTION,
+    OPT_LR_WARMUP_INIT,
+    OPT_LR_WSD_DECAY_STYLE,
+    OPT_LR_WSD_DECAY_ITERS,
+    OPT_LR_WSD_DECAY_SAMPLES,
+    OPT_WEIGHT_DECAY,
+    OPT_ADAM_BETA1,
+    OPT_ADAM_BETA2,
+    OPT_ADAM_EPS,
+    OPT_CLIP_GRAD,
+    OPT_START_WD,
+    OPT_END_WD,
     OPT_WD_INCR_STYLE,
     /* validation and logging */
-    OPT_EVAL_INTERVAL, OPT_EVAL_ITERS, OPT_LOG_INTERVAL, OPT_TENSORBOARD_DIR, OPT_LOG_JSON,
-    OPT_PEAK_TFLOPS, OPT_LOG_COMM,
+    OPT_EVAL_INTERVAL,
+    OPT_EVAL_ITERS,
+    OPT_LOG_INTERVAL,
+    OPT_TENSORBOARD_DIR,
+    OPT_LOG_JSON,
+    OPT_PEAK_TFLOPS,
+    OPT_LOG_COMM,
     /* checkpointing */
-    OPT_SAVE, OPT_LOAD, OPT_SAVE_INTERVAL, OPT_FINETUNE, OPT_USE_CKPT_ARGS, OPT_NO_LOAD_OPTIM, OPT_NO_SAVE_OPTIM,
-    OPT_CKPT_COMPRESSION, OPT_NO_VERIFY,
+    OPT_SAVE,
+    OPT_LOAD,
+    OPT_SAVE_INTERVAL,
+    OPT_FINETUNE,
+    OPT_USE_CKPT_ARGS,
+    OPT_NO_LOAD_OPTIM,
+    OPT_NO_SAVE_OPTIM,
+    OPT_CKPT_COMPRESSION,
+    OPT_NO_VERIFY,
     /* data */
-    OPT_DATA_PATH, OPT_SPLIT, OPT_DATA_CACHE_PATH, OPT_MOCK_DATA,
+    OPT_DATA_PATH,
+    OPT_SPLIT,
+    OPT_DATA_CACHE_PATH,
+    OPT_MOCK_DATA,
     /* distributed */
-    OPT_TP, OPT_PP, OPT_CP, OPT_SEQUENCE_PARALLEL, OPT_DIST_OPT, OPT_OVERLAP_GRAD,
-    OPT_OVERLAP_PARAM, OPT_DIST_TIMEOUT, OPT_DDP_BUCKET, OPT_PP_FIRST, OPT_PP_LAST, OPT_VPP,
+    OPT_TP,
+    OPT_PP,
+    OPT_CP,
+    OPT_SEQUENCE_PARALLEL,
+    OPT_DIST_OPT,
+    OPT_OVERLAP_GRAD,
+    OPT_OVERLAP_PARAM,
+    OPT_DIST_TIMEOUT,
+    OPT_DDP_BUCKET,
+    OPT_PP_FIRST,
+    OPT_PP_LAST,
+    OPT_VPP,
     /* planning */
-    OPT_DRY_RUN, OPT_WORLD_SIZE
+    OPT_DRY_RUN,
+    OPT_WORLD_SIZE
 };
 
 static const mc_option options[] = {
@@ -92,8 +165,7 @@ static const mc_option options[] = {
     {"normalization", MC_OPT_REQUIRED, OPT_NORMALIZATION, "KIND", "LayerNorm or RMSNorm."},
     {"norm-epsilon", MC_OPT_REQUIRED, OPT_NORM_EPS, "X", "Epsilon of the norms (1e-5)."},
     {"swiglu", MC_OPT_NONE, OPT_SWIGLU, NULL, "SwiGLU MLP instead of GELU."},
-    {"position-embedding-type", MC_OPT_REQUIRED, OPT_POS_TYPE, "TYPE",
-     "learned_absolute or rope."},
+    {"position-embedding-type", MC_OPT_REQUIRED, OPT_POS_TYPE, "TYPE", "learned_absolute or rope."},
     {"rotary-base", MC_OPT_REQUIRED, OPT_ROTARY_BASE, "X", "RoPE base (10000)."},
     {"group-query-attention", MC_OPT_NONE, OPT_GQA, NULL, "Grouped-query attention."},
     {"num-query-groups", MC_OPT_REQUIRED, OPT_NUM_QUERY_GROUPS, "N",
@@ -122,7 +194,8 @@ static const mc_option options[] = {
      "Fixed fp16 loss scale (default: dynamic)."},
     {"initial-loss-scale", MC_OPT_REQUIRED, OPT_INITIAL_LOSS_SCALE, "X",
      "Starting dynamic loss scale (2^32)."},
-    {"min-loss-scale", MC_OPT_REQUIRED, OPT_MIN_LOSS_SCALE, "X", "Smallest dynamic loss scale (1)."},
+    {"min-loss-scale", MC_OPT_REQUIRED, OPT_MIN_LOSS_SCALE, "X",
+     "Smallest dynamic loss scale (1)."},
     {"loss-scale-window", MC_OPT_REQUIRED, OPT_LOSS_SCALE_WINDOW, "N",
      "Clean iterations before the dynamic scale doubles (1000)."},
     {"hysteresis", MC_OPT_REQUIRED, OPT_HYSTERESIS, "N",
@@ -157,12 +230,14 @@ static const mc_option options[] = {
      "Iterations of decay (default --train-iters)."},
     {"lr-decay-samples", MC_OPT_REQUIRED, OPT_LR_DECAY_SAMPLES, "N",
      "Samples of decay, with --train-samples."},
-    {"lr-warmup-iters", MC_OPT_REQUIRED, OPT_LR_WARMUP_ITERS, "N", "Iterations of linear warmup (0)."},
+    {"lr-warmup-iters", MC_OPT_REQUIRED, OPT_LR_WARMUP_ITERS, "N",
+     "Iterations of linear warmup (0)."},
     {"lr-warmup-samples", MC_OPT_REQUIRED, OPT_LR_WARMUP_SAMPLES, "N",
      "Samples of warmup, with --train-samples."},
     {"lr-warmup-fraction", MC_OPT_REQUIRED, OPT_LR_WARMUP_FRACTION, "X",
      "Warmup as a fraction of the decay."},
-    {"lr-warmup-init", MC_OPT_REQUIRED, OPT_LR_WARMUP_INIT, "X", "Learning rate warmup starts at (0)."},
+    {"lr-warmup-init", MC_OPT_REQUIRED, OPT_LR_WARMUP_INIT, "X",
+     "Learning rate warmup starts at (0)."},
     {"lr-wsd-decay-style", MC_OPT_REQUIRED, OPT_LR_WSD_DECAY_STYLE, "STYLE",
      "WSD's annealing: exponential (default), linear, cosine or minus_sqrt."},
     {"lr-wsd-decay-iters", MC_OPT_REQUIRED, OPT_LR_WSD_DECAY_ITERS, "N",
@@ -188,8 +263,10 @@ static const mc_option options[] = {
      "Evaluate on the validation split every N iterations (1000)."},
     {"eval-iters", MC_OPT_REQUIRED, OPT_EVAL_ITERS, "N",
      "Global batches per evaluation (100; 0 disables)."},
-    {"log-interval", MC_OPT_REQUIRED, OPT_LOG_INTERVAL, "N", "Print the log line every N iterations (100)."},
-    {"tensorboard-dir", MC_OPT_REQUIRED, OPT_TENSORBOARD_DIR, "DIR", "Write TensorBoard event files."},
+    {"log-interval", MC_OPT_REQUIRED, OPT_LOG_INTERVAL, "N",
+     "Print the log line every N iterations (100)."},
+    {"tensorboard-dir", MC_OPT_REQUIRED, OPT_TENSORBOARD_DIR, "DIR",
+     "Write TensorBoard event files."},
     {"log-json", MC_OPT_REQUIRED, OPT_LOG_JSON, "FILE", "Append the metrics as JSON lines."},
     {"peak-tflops", MC_OPT_REQUIRED, OPT_PEAK_TFLOPS, "X",
      "Peak TFLOP/s of the machine, for the MFU column."},
@@ -197,7 +274,8 @@ static const mc_option options[] = {
      "After each log line, the bytes and time of each group's collectives per iteration."},
     /* checkpointing */
     {"save", MC_OPT_REQUIRED, OPT_SAVE, "DIR", "Checkpoint directory to write."},
-    {"load", MC_OPT_REQUIRED, OPT_LOAD, "DIR", "Checkpoint directory (or iteration) to resume from."},
+    {"load", MC_OPT_REQUIRED, OPT_LOAD, "DIR",
+     "Checkpoint directory (or iteration) to resume from."},
     {"save-interval", MC_OPT_REQUIRED, OPT_SAVE_INTERVAL, "N",
      "Save every N iterations (and always at the end)."},
     {"finetune", MC_OPT_NONE, OPT_FINETUNE, NULL,
@@ -217,7 +295,8 @@ static const mc_option options[] = {
      "Dataset prefixes, optionally weighted: 0.3 A 0.7 B (words after it are taken until "
      "the next option; repeatable). Default: one prefix read from stdin."},
     {"split", MC_OPT_REQUIRED, OPT_SPLIT, "A,B,C", "Train, validation, test weights (969,30,1)."},
-    {"data-cache-path", MC_OPT_REQUIRED, OPT_DATA_CACHE_PATH, "DIR", "Where dataset indices are cached."},
+    {"data-cache-path", MC_OPT_REQUIRED, OPT_DATA_CACHE_PATH, "DIR",
+     "Where dataset indices are cached."},
     {"mock-data", MC_OPT_NONE, OPT_MOCK_DATA, NULL, "Random tokens instead of a dataset."},
     /* distributed (under mpirun or srun; data-parallel size = ranks / (TP x PP x CP)) */
     {"tensor-model-parallel-size", MC_OPT_REQUIRED, OPT_TP, "N",
@@ -256,10 +335,22 @@ static const mc_option options[] = {
 
 /* Model flags given on the command line, applied over the preset. */
 enum {
-    SET_LAYERS = 1 << 0, SET_HIDDEN = 1 << 1, SET_HEADS = 1 << 2, SET_FFN = 1 << 3,
-    SET_KV = 1 << 4, SET_SEQ = 1 << 5, SET_MAXPOS = 1 << 6, SET_NORM = 1 << 7,
-    SET_EPS = 1 << 8, SET_SWIGLU = 1 << 9, SET_POS = 1 << 10, SET_ROPE_BASE = 1 << 11,
-    SET_GROUPS = 1 << 12, SET_UNTIE = 1 << 13, SET_NOBIAS = 1 << 14, SET_STD = 1 << 15,
+    SET_LAYERS = 1 << 0,
+    SET_HIDDEN = 1 << 1,
+    SET_HEADS = 1 << 2,
+    SET_FFN = 1 << 3,
+    SET_KV = 1 << 4,
+    SET_SEQ = 1 << 5,
+    SET_MAXPOS = 1 << 6,
+    SET_NORM = 1 << 7,
+    SET_EPS = 1 << 8,
+    SET_SWIGLU = 1 << 9,
+    SET_POS = 1 << 10,
+    SET_ROPE_BASE = 1 << 11,
+    SET_GROUPS = 1 << 12,
+    SET_UNTIE = 1 << 13,
+    SET_NOBIAS = 1 << 14,
+    SET_STD = 1 << 15,
     SET_DIVISIBLE = 1 << 16
 };
 
@@ -279,14 +370,14 @@ typedef struct args {
     const char *device;
     int64_t threads;
     mc_train_config t;
-    int64_t tp, pp, cp;     /* grid sizes (1) */
+    int64_t tp, pp, cp;        /* grid sizes (1) */
     int64_t pp_first, pp_last; /* --decoder-first/last-pipeline-num-layers (0: even) */
     int64_t vpp;               /* --num-layers-per-virtual-pipeline-stage (0: none) */
     int sequence_parallel;
-    double dist_timeout;    /* --distributed-timeout-minutes (0: the grid's 10) */
-    json_t *argv_json; /* every option as given, for the checkpoint */
-    int dry_run;       /* --dry-run: print the plan (mc/plan.h) and exit */
-    int64_t world_size; /* --world-size, for --dry-run (0: TP x PP) */
+    double dist_timeout; /* --distributed-timeout-minutes (0: the grid's 10) */
+    json_t *argv_json;   /* every option as given, for the checkpoint */
+    int dry_run;         /* --dry-run: print the plan (mc/plan.h) and exit */
+    int64_t world_size;  /* --world-size, for --dry-run (0: TP x PP) */
 } args;
 
 static void print_line(void *ctx, const char *line)
@@ -297,10 +388,14 @@ static void print_line(void *ctx, const char *line)
 }
 
 static const mc_choice normalizations[] = {
-    {"LayerNorm", MC_NORM_LAYERNORM}, {"RMSNorm", MC_NORM_RMSNORM}, {NULL, 0},
+    {"LayerNorm", MC_NORM_LAYERNORM},
+    {"RMSNorm", MC_NORM_RMSNORM},
+    {NULL, 0},
 };
 static const mc_choice position_types[] = {
-    {"learned_absolute", MC_POS_LEARNED}, {"rope", MC_POS_ROPE}, {NULL, 0},
+    {"learned_absolute", MC_POS_LEARNED},
+    {"rope", MC_POS_ROPE},
+    {NULL, 0},
 };
 
 /* Record "--name value" in the JSON of the arguments (lists for repeated
@@ -331,20 +426,41 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         mc_status st = MC_OK;
         const mc_option *o = NULL;
         for (const mc_option *p = options; p->name; p++)
-            if (p->key == key)
-                o = p;
-        if (o)
-            record_arg(a->argv_json, o->name, arg);
+            if (p->key == key) o = p;
+        if (o) record_arg(a->argv_json, o->name, arg);
         int v;
         switch (key) {
         case OPT_MODEL: a->preset = arg; break;
-        case OPT_NUM_LAYERS: st = mc_parse_int("--num-layers", arg, 1, INT32_MAX, &a->m.num_layers, err); a->set |= SET_LAYERS; break;
-        case OPT_HIDDEN_SIZE: st = mc_parse_int("--hidden-size", arg, 1, INT32_MAX, &a->m.hidden_size, err); a->set |= SET_HIDDEN; break;
-        case OPT_NUM_HEADS: st = mc_parse_int("--num-attention-heads", arg, 1, INT32_MAX, &a->m.num_attention_heads, err); a->set |= SET_HEADS; break;
-        case OPT_FFN_HIDDEN: st = mc_parse_int("--ffn-hidden-size", arg, 1, INT32_MAX, &a->m.ffn_hidden_size, err); a->set |= SET_FFN; break;
-        case OPT_KV_CHANNELS: st = mc_parse_int("--kv-channels", arg, 1, INT32_MAX, &a->m.kv_channels, err); a->set |= SET_KV; break;
-        case OPT_SEQ_LENGTH: st = mc_parse_int("--seq-length", arg, 1, INT32_MAX, &a->m.seq_length, err); a->set |= SET_SEQ; break;
-        case OPT_MAX_POS: st = mc_parse_int("--max-position-embeddings", arg, 1, INT32_MAX, &a->m.max_position_embeddings, err); a->set |= SET_MAXPOS; break;
+        case OPT_NUM_LAYERS:
+            st = mc_parse_int("--num-layers", arg, 1, INT32_MAX, &a->m.num_layers, err);
+            a->set |= SET_LAYERS;
+            break;
+        case OPT_HIDDEN_SIZE:
+            st = mc_parse_int("--hidden-size", arg, 1, INT32_MAX, &a->m.hidden_size, err);
+            a->set |= SET_HIDDEN;
+            break;
+        case OPT_NUM_HEADS:
+            st = mc_parse_int("--num-attention-heads", arg, 1, INT32_MAX, &a->m.num_attention_heads,
+                              err);
+            a->set |= SET_HEADS;
+            break;
+        case OPT_FFN_HIDDEN:
+            st = mc_parse_int("--ffn-hidden-size", arg, 1, INT32_MAX, &a->m.ffn_hidden_size, err);
+            a->set |= SET_FFN;
+            break;
+        case OPT_KV_CHANNELS:
+            st = mc_parse_int("--kv-channels", arg, 1, INT32_MAX, &a->m.kv_channels, err);
+            a->set |= SET_KV;
+            break;
+        case OPT_SEQ_LENGTH:
+            st = mc_parse_int("--seq-length", arg, 1, INT32_MAX, &a->m.seq_length, err);
+            a->set |= SET_SEQ;
+            break;
+        case OPT_MAX_POS:
+            st = mc_parse_int("--max-position-embeddings", arg, 1, INT32_MAX,
+                              &a->m.max_position_embeddings, err);
+            a->set |= SET_MAXPOS;
+            break;
         case OPT_NORMALIZATION:
             if (!(st = mc_parse_choice("--normalization", NULL, arg, normalizations, &v, err)))
                 a->m.normalization = (mc_norm_kind)v;
@@ -357,8 +473,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_SWIGLU: a->m.swiglu = 1, a->set |= SET_SWIGLU; break;
         case OPT_POS_TYPE:
             st = mc_parse_choice("--position-embedding-type", NULL, arg, position_types, &v, err);
-            if (!st)
-                a->m.position_embedding_type = (mc_pos_kind)v;
+            if (!st) a->m.position_embedding_type = (mc_pos_kind)v;
             a->set |= SET_POS;
             break;
         case OPT_ROTARY_BASE:
@@ -366,14 +481,21 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             a->set |= SET_ROPE_BASE;
             break;
         case OPT_GQA: a->gqa = 1; break;
-        case OPT_NUM_QUERY_GROUPS: st = mc_parse_int("--num-query-groups", arg, 1, INT32_MAX, &a->m.num_query_groups, err); a->set |= SET_GROUPS; break;
+        case OPT_NUM_QUERY_GROUPS:
+            st = mc_parse_int("--num-query-groups", arg, 1, INT32_MAX, &a->m.num_query_groups, err);
+            a->set |= SET_GROUPS;
+            break;
         case OPT_UNTIE: a->m.untie_embeddings_and_output_weights = 1, a->set |= SET_UNTIE; break;
         case OPT_DISABLE_BIAS: a->m.add_bias_linear = 0, a->set |= SET_NOBIAS; break;
         case OPT_INIT_STD:
             st = mc_parse_float("--init-method-std", arg, 0, 10, &a->m.init_method_std, err);
             a->set |= SET_STD;
             break;
-        case OPT_VOCAB_DIVISIBLE: st = mc_parse_int("--make-vocab-size-divisible-by", arg, 1, INT32_MAX, &a->m.make_vocab_size_divisible_by, err); a->set |= SET_DIVISIBLE; break;
+        case OPT_VOCAB_DIVISIBLE:
+            st = mc_parse_int("--make-vocab-size-divisible-by", arg, 1, INT32_MAX,
+                              &a->m.make_vocab_size_divisible_by, err);
+            a->set |= SET_DIVISIBLE;
+            break;
         case OPT_TOKENIZER_TYPE: {
             mc_tokenizer_kind k;
             st = mc_tokenizer_kind_parse(arg, &k, err);
@@ -388,59 +510,142 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_TOKENIZER_MODEL: a->tok.model = arg; break;
         case OPT_VOCAB_FILE: a->tok.vocab_file = arg; break;
         case OPT_MERGE_FILE: a->tok.merge_file = arg; break;
-        case OPT_VOCAB_SIZE: st = mc_parse_i64("--vocab-size", arg, 1, INT32_MAX, &a->vocab_size, err); break;
+        case OPT_VOCAB_SIZE:
+            st = mc_parse_i64("--vocab-size", arg, 1, INT32_MAX, &a->vocab_size, err);
+            break;
         case OPT_BF16: t->prec = MC_PREC_BF16; break;
         case OPT_FP16: t->prec = MC_PREC_FP16; break;
-        case OPT_LOSS_SCALE: st = mc_parse_double("--loss-scale", arg, 1e-30, 1e38, &t->loss_scale, err); break;
-        case OPT_INITIAL_LOSS_SCALE: st = mc_parse_double("--initial-loss-scale", arg, 1e-30, 1e38, &t->initial_loss_scale, err); break;
-        case OPT_MIN_LOSS_SCALE: st = mc_parse_double("--min-loss-scale", arg, 1e-30, 1e38, &t->min_loss_scale, err); break;
-        case OPT_LOSS_SCALE_WINDOW: st = mc_parse_i64("--loss-scale-window", arg, 1, INT32_MAX, &t->loss_scale_window, err); break;
-        case OPT_HYSTERESIS: st = mc_parse_i64("--hysteresis", arg, 1, INT32_MAX, &t->hysteresis, err); break;
-        case OPT_MICRO_BATCH: st = mc_parse_i64("--micro-batch-size", arg, 1, INT32_MAX, &t->micro_batch_size, err); break;
-        case OPT_GLOBAL_BATCH: st = mc_parse_i64("--global-batch-size", arg, 1, INT32_MAX, &t->global_batch_size, err); break;
+        case OPT_LOSS_SCALE:
+            st = mc_parse_double("--loss-scale", arg, 1e-30, 1e38, &t->loss_scale, err);
+            break;
+        case OPT_INITIAL_LOSS_SCALE:
+            st = mc_parse_double("--initial-loss-scale", arg, 1e-30, 1e38, &t->initial_loss_scale,
+                                 err);
+            break;
+        case OPT_MIN_LOSS_SCALE:
+            st = mc_parse_double("--min-loss-scale", arg, 1e-30, 1e38, &t->min_loss_scale, err);
+            break;
+        case OPT_LOSS_SCALE_WINDOW:
+            st = mc_parse_i64("--loss-scale-window", arg, 1, INT32_MAX, &t->loss_scale_window, err);
+            break;
+        case OPT_HYSTERESIS:
+            st = mc_parse_i64("--hysteresis", arg, 1, INT32_MAX, &t->hysteresis, err);
+            break;
+        case OPT_MICRO_BATCH:
+            st = mc_parse_i64("--micro-batch-size", arg, 1, INT32_MAX, &t->micro_batch_size, err);
+            break;
+        case OPT_GLOBAL_BATCH:
+            st = mc_parse_i64("--global-batch-size", arg, 1, INT32_MAX, &t->global_batch_size, err);
+            break;
         case OPT_TRAIN_ITERS:
             /* 0: save the initial state and train nothing (init_only) */
             st = mc_parse_i64("--train-iters", arg, 0, INT64_MAX / 2, &t->train_iters, err);
             t->init_only = !st && t->train_iters == 0;
             break;
-        case OPT_TRAIN_SAMPLES: st = mc_parse_i64("--train-samples", arg, 1, INT64_MAX / 2, &t->train_samples, err); break;
-        case OPT_MAX_NAN_ITERS: st = mc_parse_i64("--max-nan-iters", arg, 1, INT32_MAX, &t->max_nan_iters, err); break;
+        case OPT_TRAIN_SAMPLES:
+            st = mc_parse_i64("--train-samples", arg, 1, INT64_MAX / 2, &t->train_samples, err);
+            break;
+        case OPT_MAX_NAN_ITERS:
+            st = mc_parse_i64("--max-nan-iters", arg, 1, INT32_MAX, &t->max_nan_iters, err);
+            break;
         case OPT_EXIT_SIGNAL_HANDLER: break;
-        case OPT_EXIT_INTERVAL: st = mc_parse_i64("--exit-interval", arg, 1, INT64_MAX / 2, &t->exit_interval, err); break;
-        case OPT_EXIT_DURATION: st = mc_parse_double("--exit-duration-in-mins", arg, 0, 1e9, &t->exit_duration_in_mins, err); break;
+        case OPT_EXIT_INTERVAL:
+            st = mc_parse_i64("--exit-interval", arg, 1, INT64_MAX / 2, &t->exit_interval, err);
+            break;
+        case OPT_EXIT_DURATION:
+            st = mc_parse_double("--exit-duration-in-mins", arg, 0, 1e9, &t->exit_duration_in_mins,
+                                 err);
+            break;
         case OPT_SEED: st = mc_parse_u64("--seed", arg, 0, UINT32_MAX, &t->seed, err); break;
         case OPT_DEVICE: a->device = arg; break;
         case OPT_THREADS: st = mc_parse_i64("--threads", arg, 1, 4096, &a->threads, err); break;
         case OPT_LR: st = mc_parse_double("--lr", arg, 0, 1e30, &t->sched.lr, err); break;
-        case OPT_MIN_LR: st = mc_parse_double("--min-lr", arg, 0, 1e30, &t->sched.min_lr, err); break;
-        case OPT_LR_DECAY_STYLE: st = mc_lr_decay_style_parse(arg, &t->sched.decay_style, err); break;
-        case OPT_LR_DECAY_ITERS: st = mc_parse_i64("--lr-decay-iters", arg, 1, INT64_MAX / 2, &t->sched.lr_decay_iters, err); break;
-        case OPT_LR_DECAY_SAMPLES: st = mc_parse_i64("--lr-decay-samples", arg, 1, INT64_MAX / 2, &t->sched.lr_decay_samples, err); break;
-        case OPT_LR_WARMUP_ITERS: st = mc_parse_i64("--lr-warmup-iters", arg, 0, INT64_MAX / 2, &t->sched.lr_warmup_iters, err); break;
-        case OPT_LR_WARMUP_SAMPLES: st = mc_parse_i64("--lr-warmup-samples", arg, 0, INT64_MAX / 2, &t->sched.lr_warmup_samples, err); break;
-        case OPT_LR_WARMUP_FRACTION: st = mc_parse_double("--lr-warmup-fraction", arg, 0, 1, &t->sched.lr_warmup_fraction, err); break;
-        case OPT_LR_WARMUP_INIT: st = mc_parse_double("--lr-warmup-init", arg, 0, 1e30, &t->sched.lr_warmup_init, err); break;
-        case OPT_LR_WSD_DECAY_STYLE: st = mc_wsd_decay_style_parse(arg, &t->sched.wsd_decay_style, err); break;
-        case OPT_LR_WSD_DECAY_ITERS: st = mc_parse_i64("--lr-wsd-decay-iters", arg, 0, INT64_MAX / 2, &t->sched.lr_wsd_decay_iters, err); break;
-        case OPT_LR_WSD_DECAY_SAMPLES: st = mc_parse_i64("--lr-wsd-decay-samples", arg, 0, INT64_MAX / 2, &t->sched.lr_wsd_decay_samples, err); break;
-        case OPT_WEIGHT_DECAY: st = mc_parse_double("--weight-decay", arg, 0, 1e6, &t->sched.weight_decay, err); break;
-        case OPT_START_WD: st = mc_parse_double("--start-weight-decay", arg, 0, 1e6, &t->sched.start_weight_decay, err); break;
-        case OPT_END_WD: st = mc_parse_double("--end-weight-decay", arg, 0, 1e6, &t->sched.end_weight_decay, err); break;
-        case OPT_WD_INCR_STYLE: st = mc_wd_incr_style_parse(arg, &t->sched.wd_incr_style, err); break;
-        case OPT_ADAM_BETA1: st = mc_parse_double("--adam-beta1", arg, 0, 0.999999999, &t->optim.beta1, err); break;
-        case OPT_ADAM_BETA2: st = mc_parse_double("--adam-beta2", arg, 0, 0.999999999, &t->optim.beta2, err); break;
-        case OPT_ADAM_EPS: st = mc_parse_double("--adam-eps", arg, 1e-30, 1, &t->optim.eps, err); break;
-        case OPT_CLIP_GRAD: st = mc_parse_double("--clip-grad", arg, 0, 1e30, &t->optim.clip_grad, err); break;
-        case OPT_EVAL_INTERVAL: st = mc_parse_i64("--eval-interval", arg, 1, INT64_MAX / 2, &t->eval_interval, err); break;
-        case OPT_EVAL_ITERS: st = mc_parse_i64("--eval-iters", arg, 0, INT64_MAX / 2, &t->eval_iters, err); break;
-        case OPT_LOG_INTERVAL: st = mc_parse_i64("--log-interval", arg, 1, INT64_MAX / 2, &t->log_interval, err); break;
+        case OPT_MIN_LR:
+            st = mc_parse_double("--min-lr", arg, 0, 1e30, &t->sched.min_lr, err);
+            break;
+        case OPT_LR_DECAY_STYLE:
+            st = mc_lr_decay_style_parse(arg, &t->sched.decay_style, err);
+            break;
+        case OPT_LR_DECAY_ITERS:
+            st = mc_parse_i64("--lr-decay-iters", arg, 1, INT64_MAX / 2, &t->sched.lr_decay_iters,
+                              err);
+            break;
+        case OPT_LR_DECAY_SAMPLES:
+            st = mc_parse_i64("--lr-decay-samples", arg, 1, INT64_MAX / 2,
+                              &t->sched.lr_decay_samples, err);
+            break;
+        case OPT_LR_WARMUP_ITERS:
+            st = mc_parse_i64("--lr-warmup-iters", arg, 0, INT64_MAX / 2, &t->sched.lr_warmup_iters,
+                              err);
+            break;
+        case OPT_LR_WARMUP_SAMPLES:
+            st = mc_parse_i64("--lr-warmup-samples", arg, 0, INT64_MAX / 2,
+                              &t->sched.lr_warmup_samples, err);
+            break;
+        case OPT_LR_WARMUP_FRACTION:
+            st = mc_parse_double("--lr-warmup-fraction", arg, 0, 1, &t->sched.lr_warmup_fraction,
+                                 err);
+            break;
+        case OPT_LR_WARMUP_INIT:
+            st = mc_parse_double("--lr-warmup-init", arg, 0, 1e30, &t->sched.lr_warmup_init, err);
+            break;
+        case OPT_LR_WSD_DECAY_STYLE:
+            st = mc_wsd_decay_style_parse(arg, &t->sched.wsd_decay_style, err);
+            break;
+        case OPT_LR_WSD_DECAY_ITERS:
+            st = mc_parse_i64("--lr-wsd-decay-iters", arg, 0, INT64_MAX / 2,
+                              &t->sched.lr_wsd_decay_iters, err);
+            break;
+        case OPT_LR_WSD_DECAY_SAMPLES:
+            st = mc_parse_i64("--lr-wsd-decay-samples", arg, 0, INT64_MAX / 2,
+                              &t->sched.lr_wsd_decay_samples, err);
+            break;
+        case OPT_WEIGHT_DECAY:
+            st = mc_parse_double("--weight-decay", arg, 0, 1e6, &t->sched.weight_decay, err);
+            break;
+        case OPT_START_WD:
+            st = mc_parse_double("--start-weight-decay", arg, 0, 1e6, &t->sched.start_weight_decay,
+                                 err);
+            break;
+        case OPT_END_WD:
+            st = mc_parse_double("--end-weight-decay", arg, 0, 1e6, &t->sched.end_weight_decay,
+                                 err);
+            break;
+        case OPT_WD_INCR_STYLE:
+            st = mc_wd_incr_style_parse(arg, &t->sched.wd_incr_style, err);
+            break;
+        case OPT_ADAM_BETA1:
+            st = mc_parse_double("--adam-beta1", arg, 0, 0.999999999, &t->optim.beta1, err);
+            break;
+        case OPT_ADAM_BETA2:
+            st = mc_parse_double("--adam-beta2", arg, 0, 0.999999999, &t->optim.beta2, err);
+            break;
+        case OPT_ADAM_EPS:
+            st = mc_parse_double("--adam-eps", arg, 1e-30, 1, &t->optim.eps, err);
+            break;
+        case OPT_CLIP_GRAD:
+            st = mc_parse_double("--clip-grad", arg, 0, 1e30, &t->optim.clip_grad, err);
+            break;
+        case OPT_EVAL_INTERVAL:
+            st = mc_parse_i64("--eval-interval", arg, 1, INT64_MAX / 2, &t->eval_interval, err);
+            break;
+        case OPT_EVAL_ITERS:
+            st = mc_parse_i64("--eval-iters", arg, 0, INT64_MAX / 2, &t->eval_iters, err);
+            break;
+        case OPT_LOG_INTERVAL:
+            st = mc_parse_i64("--log-interval", arg, 1, INT64_MAX / 2, &t->log_interval, err);
+            break;
         case OPT_TENSORBOARD_DIR: t->tensorboard_dir = arg; break;
         case OPT_LOG_JSON: t->log_json = arg; break;
         case OPT_LOG_COMM: t->log_comm = 1; break;
-        case OPT_PEAK_TFLOPS: st = mc_parse_double("--peak-tflops", arg, 1e-9, 1e12, &t->peak_tflops, err); break;
+        case OPT_PEAK_TFLOPS:
+            st = mc_parse_double("--peak-tflops", arg, 1e-9, 1e12, &t->peak_tflops, err);
+            break;
         case OPT_SAVE: t->save = arg; break;
         case OPT_LOAD: t->load = arg; break;
-        case OPT_SAVE_INTERVAL: st = mc_parse_i64("--save-interval", arg, 1, INT64_MAX / 2, &t->save_interval, err); break;
+        case OPT_SAVE_INTERVAL:
+            st = mc_parse_i64("--save-interval", arg, 1, INT64_MAX / 2, &t->save_interval, err);
+            break;
         case OPT_FINETUNE: t->finetune = 1; break;
         case OPT_USE_CKPT_ARGS: a->use_ckpt_args = 1; break;
         case OPT_NO_LOAD_OPTIM: t->no_load_optim = 1; break;
@@ -460,31 +665,51 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_SPLIT: a->split = arg; break;
         case OPT_DATA_CACHE_PATH: a->data_cache_path = arg; break;
         case OPT_MOCK_DATA: a->mock = 1; break;
-        case OPT_TP: st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 65536, &a->tp, err); break;
-        case OPT_PP: st = mc_parse_i64("--pipeline-model-parallel-size", arg, 1, 65536, &a->pp, err); break;
-        case OPT_PP_FIRST: st = mc_parse_i64("--decoder-first-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_first, err); break;
-        case OPT_PP_LAST: st = mc_parse_i64("--decoder-last-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_last, err); break;
-        case OPT_VPP: st = mc_parse_i64("--num-layers-per-virtual-pipeline-stage", arg, 1, 1 << 20, &a->vpp, err); break;
-        case OPT_CP: st = mc_parse_i64("--context-parallel-size", arg, 1, 65536, &a->cp, err); break;
+        case OPT_TP:
+            st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 65536, &a->tp, err);
+            break;
+        case OPT_PP:
+            st = mc_parse_i64("--pipeline-model-parallel-size", arg, 1, 65536, &a->pp, err);
+            break;
+        case OPT_PP_FIRST:
+            st = mc_parse_i64("--decoder-first-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_first,
+                              err);
+            break;
+        case OPT_PP_LAST:
+            st = mc_parse_i64("--decoder-last-pipeline-num-layers", arg, 1, 1 << 20, &a->pp_last,
+                              err);
+            break;
+        case OPT_VPP:
+            st = mc_parse_i64("--num-layers-per-virtual-pipeline-stage", arg, 1, 1 << 20, &a->vpp,
+                              err);
+            break;
+        case OPT_CP:
+            st = mc_parse_i64("--context-parallel-size", arg, 1, 65536, &a->cp, err);
+            break;
         case OPT_SEQUENCE_PARALLEL: a->sequence_parallel = 1; break;
         case OPT_DIST_OPT: t->use_distributed_optimizer = 1; break;
         case OPT_OVERLAP_GRAD: t->overlap_grad_reduce = 1; break;
         case OPT_OVERLAP_PARAM: t->overlap_param_gather = 1; break;
         case OPT_DRY_RUN: a->dry_run = 1; break;
-        case OPT_WORLD_SIZE: st = mc_parse_i64("--world-size", arg, 1, 1 << 24, &a->world_size, err); break;
-        case OPT_DDP_BUCKET: st = mc_parse_i64("--ddp-bucket-size", arg, 1, INT64_MAX / 2, &t->ddp_bucket_size, err); break;
-        case OPT_DIST_TIMEOUT: st = mc_parse_double("--distributed-timeout-minutes", arg, 1e-6, 1e7, &a->dist_timeout, err); break;
+        case OPT_WORLD_SIZE:
+            st = mc_parse_i64("--world-size", arg, 1, 1 << 24, &a->world_size, err);
+            break;
+        case OPT_DDP_BUCKET:
+            st = mc_parse_i64("--ddp-bucket-size", arg, 1, INT64_MAX / 2, &t->ddp_bucket_size, err);
+            break;
+        case OPT_DIST_TIMEOUT:
+            st = mc_parse_double("--distributed-timeout-minutes", arg, 1e-6, 1e7, &a->dist_timeout,
+                                 err);
+            break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "option key %d not handled", key); break;
         }
-        if (st)
-            return st;
+        if (st) return st;
     }
     if (key == MC_CLI_EXIT) {
         *exit_now = 1;
         return MC_OK;
     }
-    if (key == MC_CLI_ERROR)
-        return MC_ERR_USAGE;
+    if (key == MC_CLI_ERROR) return MC_ERR_USAGE;
     if (cli->optind < cli->argc)
         return mc_error_set(err, MC_ERR_USAGE,
                             "unexpected argument '%s' (datasets go after --data-path)",
@@ -502,12 +727,10 @@ static mc_status check_args(args *a, mc_error *err)
     if (t->init_only ? t->train_samples > 0 : (t->train_iters > 0) == (t->train_samples > 0))
         return mc_error_set(err, MC_ERR_USAGE,
                             "give exactly one of --train-iters and --train-samples");
-    if (t->sched.lr < 0)
-        return mc_error_set(err, MC_ERR_USAGE, "--lr is required");
+    if (t->sched.lr < 0) return mc_error_set(err, MC_ERR_USAGE, "--lr is required");
     if (a->mock && a->data_path.len)
         return mc_error_set(err, MC_ERR_USAGE, "--mock-data and --data-path exclude each other");
-    if (t->finetune && !t->load)
-        return mc_error_set(err, MC_ERR_USAGE, "--finetune needs --load");
+    if (t->finetune && !t->load) return mc_error_set(err, MC_ERR_USAGE, "--finetune needs --load");
     if (t->loss_scale > 0 && t->prec != MC_PREC_FP16)
         return mc_error_set(err, MC_ERR_USAGE, "--loss-scale needs --fp16");
     if (a->use_ckpt_args && !t->load)
@@ -519,8 +742,8 @@ static mc_status check_args(args *a, mc_error *err)
      * the checkpoint. */
     if (!a->use_ckpt_args && !a->preset && !(a->set & SET_SEQ))
         return mc_error_set(err, MC_ERR_USAGE, "--seq-length is required (or a --model preset)");
-    if (!a->use_ckpt_args && !a->preset && (a->set & (SET_LAYERS | SET_HIDDEN | SET_HEADS)) !=
-                          (SET_LAYERS | SET_HIDDEN | SET_HEADS))
+    if (!a->use_ckpt_args && !a->preset &&
+        (a->set & (SET_LAYERS | SET_HIDDEN | SET_HEADS)) != (SET_LAYERS | SET_HIDDEN | SET_HEADS))
         return mc_error_set(err, MC_ERR_USAGE,
                             "--num-layers, --hidden-size and --num-attention-heads are required "
                             "(or a --model preset)");
@@ -547,11 +770,9 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     if (a->use_ckpt_args) {
         mc_ckpt_reader *r = NULL;
         mc_status st = mc_ckpt_open(a->t.load, &r, err);
-        if (!st)
-            st = mc_ckpt_read_model_config(r, c, err);
+        if (!st) st = mc_ckpt_read_model_config(r, c, err);
         mc_ckpt_close(r);
-        if (st)
-            return mc_error_prefix(err, "--use-checkpoint-args");
+        if (st) return mc_error_prefix(err, "--use-checkpoint-args");
     }
     if (a->preset) {
         mc_status st = mc_model_preset(a->preset, c, err);
@@ -607,11 +828,9 @@ static mc_status vocabulary(args *a, mc_model_config *mcfg, int32_t *eod, mc_err
     int32_t e = -1;
     if (a->have_tokenizer) {
         mc_tokenizer *tok = NULL;
-        if (a->tok.kind == MC_TOKENIZER_NULL)
-            a->tok.vocab_size = a->vocab_size;
+        if (a->tok.kind == MC_TOKENIZER_NULL) a->tok.vocab_size = a->vocab_size;
         mc_status st = mc_tokenizer_load(&a->tok, &tok, err);
-        if (st)
-            return st;
+        if (st) return st;
         mcfg->vocab_size = mc_tokenizer_vocab_size(tok);
         e = mc_tokenizer_eod(tok);
         mc_tokenizer_free(tok);
@@ -628,15 +847,12 @@ static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
 {
     int32_t eod;
     mc_status st = vocabulary(a, mcfg, &eod, err);
-    if (st)
-        return st;
+    if (st) return st;
     int64_t world = a->world_size ? a->world_size : a->tp * a->pp;
     mc_plan plan;
-    st = mc_plan_compute(mcfg, (int)world, (int)a->tp, (int)a->pp,
-                                   a->t.micro_batch_size, a->t.global_batch_size,
-                                   a->t.use_distributed_optimizer, &plan, err);
-    if (st)
-        return st;
+    st = mc_plan_compute(mcfg, (int)world, (int)a->tp, (int)a->pp, a->t.micro_batch_size,
+                         a->t.global_batch_size, a->t.use_distributed_optimizer, &plan, err);
+    if (st) return st;
     mc_plan_print(&plan, print_stdout, NULL);
     mc_plan_free(&plan);
     return fflush(stdout) == EOF ? mc_error_errno(err, MC_ERR_IO, errno, "stdout") : MC_OK;
@@ -677,20 +893,16 @@ int main(int argc, char **argv)
                                "written. Under mpirun or srun, trains on the grid of "
                                "--tensor-model-parallel-size x data-parallel ranks.",
                                options, argc, argv, &err);
-    if (!st)
-        st = mc_cli_expand_nargs(&cli, OPT_DATA_PATH, &err);
+    if (!st) st = mc_cli_expand_nargs(&cli, OPT_DATA_PATH, &err);
     int exit_now = 0;
-    if (!st)
-        st = parse_args(&cli, &a, &exit_now, &err);
+    if (!st) st = parse_args(&cli, &a, &exit_now, &err);
     if (!st && exit_now) {
         rc = 0;
         goto done;
     }
-    if (!st)
-        st = check_args(&a, &err);
+    if (!st) st = check_args(&a, &err);
     mc_model_config mcfg;
-    if (!st)
-        st = model_config(&a, &mcfg, &err);
+    if (!st) st = model_config(&a, &mcfg, &err);
     if (!st && a.dry_run) {
         if (!(st = dry_run(&a, &mcfg, &err))) {
             rc = 0;
@@ -703,10 +915,9 @@ int main(int argc, char **argv)
      * usage error, so that rank 0 alone reports it. */
     if (mc_grid_launched_by_mpi()) {
         mc_error gerr;
-        mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, st ? 1 : (int)a.pp, 1,
-                                         1, &grid, &gerr);
-        if (!st && gst)
-            err = gerr, st = gst, grid_error = 1;
+        mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, st ? 1 : (int)a.pp, 1, 1,
+                                         &grid, &gerr);
+        if (!st && gst) err = gerr, st = gst, grid_error = 1;
     } else if (!st && a.tp > 1) {
         st = mc_error_set(&err, MC_ERR_USAGE,
                           "--tensor-model-parallel-size %" PRId64 " needs a multiple of %" PRId64
@@ -720,8 +931,7 @@ int main(int argc, char **argv)
                           a.pp, a.pp);
         grid_error = 1;
     }
-    if (st)
-        goto fail;
+    if (st) goto fail;
     if (a.dist_timeout > 0 && (st = mc_grid_set_timeout(&grid, a.dist_timeout, PROG, &err)))
         goto fail;
     /* Every rank must run the same configuration: the canonical JSON of the
@@ -731,12 +941,10 @@ int main(int argc, char **argv)
         st = mc_error_set(&err, MC_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if ((st = mc_grid_check_config(&grid, args_text, strlen(args_text), &err)))
-        goto fail_1;
+    if ((st = mc_grid_check_config(&grid, args_text, strlen(args_text), &err))) goto fail_1;
 
     int32_t eod;
-    if ((st = vocabulary(&a, &mcfg, &eod, &err)))
-        goto fail;
+    if ((st = vocabulary(&a, &mcfg, &eod, &err))) goto fail;
 
     /* A grid that does not fit the model or the batch: refused before any
      * work, by every rank alike; exit 1 on a grid (the options are fine,
@@ -752,8 +960,7 @@ int main(int argc, char **argv)
     data.vocab_size = mcfg.vocab_size;
     data.eod = eod;
     data.seed = (uint32_t)a.t.seed;
-    if (a.split)
-        data.split = a.split;
+    if (a.split) data.split = a.split;
     data.cache_dir = a.data_cache_path;
     if (!a.mock) {
         if (!a.data_path.len) {
@@ -764,10 +971,10 @@ int main(int argc, char **argv)
                                                      "a terminal: pipe in the prefix mc-preprocess "
                                                      "prints",
                                                      "no --data-path or --mock-data, and stdin "
-                                                     "holds no dataset prefix", &err)
+                                                     "holds no dataset prefix",
+                                                     &err)
                                 : MC_OK;
-            if ((st = mc_broadcast_text(&grid, st, &stdin_prefix, &err)))
-                goto fail;
+            if ((st = mc_broadcast_text(&grid, st, &stdin_prefix, &err))) goto fail;
             const char *one = stdin_prefix;
             st = mc_gptdata_parse_data_path(&one, 1, &data.blend, &err);
         } else {
@@ -800,8 +1007,7 @@ int main(int argc, char **argv)
      * rank 0 holds the same values). */
     a.t.print = grid.rank == 0 ? print_line : NULL;
     a.t.print_ctx = NULL;
-    if (grid.rank != 0)
-        a.t.tensorboard_dir = a.t.log_json = NULL;
+    if (grid.rank != 0) a.t.tensorboard_dir = a.t.log_json = NULL;
 
     /* Installed always (issue 3): the first SIGTERM or SIGINT finishes the
      * iteration, saves and exits 0, as Megatron's --exit-signal-handler.
@@ -833,18 +1039,14 @@ int main(int argc, char **argv)
 fail_1:
     grid_error = 1;
 fail:
-    if (grid.world > 1 && !agreed)
-        mc_error_prefix(&err, "rank %d", grid.rank);
+    if (grid.world > 1 && !agreed) mc_error_prefix(&err, "rank %d", grid.rank);
     /* Grid and configuration errors exit 1 (issue 4), even as usage. */
     rc = grid_error ? 1 : mc_status_exit_code(st);
-    if (grid.rank == 0 || !agreed)
-        mc_log_fail(&lg, &err);
-    if (grid.impl)
-        mc_grid_fail(&grid, agreed);
+    if (grid.rank == 0 || !agreed) mc_log_fail(&lg, &err);
+    if (grid.impl) mc_grid_fail(&grid, agreed);
 done:
     mc_gptdata_blend_free(&data.blend);
-    if (be)
-        mc_backend_free(be);
+    if (be) mc_backend_free(be);
     free(stdin_prefix);
     free(args_text);
     mc_buf_free(&a.data_path);

@@ -23,7 +23,8 @@
 #define ACT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 /* y = 0.5 x (1 + tanh u) = x sigma(2u) = x / (1 + exp(-2u)),  u = k (x + c x^3) */
-ACT_CLONES static void gelu_fwd_span(float *restrict out, const float *restrict x, size_t n) {
+ACT_CLONES static void gelu_fwd_span(float *restrict out, const float *restrict x, size_t n)
+{
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float v = x[i];
@@ -36,7 +37,8 @@ ACT_CLONES static void gelu_fwd_span(float *restrict out, const float *restrict 
  *       = s + 2 x s (1 - s) k (1 + 3c x^2),   s = sigma(2u), s (1 - s) = e s^2, e = exp(-2u);
  * dx += dout dy/dx */
 ACT_CLONES static void gelu_bwd_span(float *restrict dx, const float *restrict dout,
-                                     const float *restrict x, size_t n) {
+                                     const float *restrict x, size_t n)
+{
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float v = x[i];
@@ -48,7 +50,8 @@ ACT_CLONES static void gelu_bwd_span(float *restrict dx, const float *restrict d
     }
 }
 
-void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n) {
+void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n)
+{
     size_t items = (n + SPAN - 1) / SPAN;
 #pragma omp parallel for num_threads(be->threads) if (items > 4) schedule(static)
     for (size_t it = 0; it < items; it++) {
@@ -57,7 +60,8 @@ void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n) {
     }
 }
 
-void mc_cpu_gelu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t n) {
+void mc_cpu_gelu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t n)
+{
     size_t items = (n + SPAN - 1) / SPAN;
 #pragma omp parallel for num_threads(be->threads) if (items > 4) schedule(static)
     for (size_t it = 0; it < items; it++) {
@@ -68,7 +72,8 @@ void mc_cpu_gelu_bwd(mc_backend *be, float *dx, const float *dout, const float *
 
 /* o[j] = silu(a) b = a / (1 + exp(-a)) b,  a = x[i,j], b = x[i,F+j] */
 ACT_CLONES static void swiglu_fwd_row(float *restrict o, const float *restrict a,
-                                      const float *restrict b, size_t F) {
+                                      const float *restrict b, size_t F)
+{
 #pragma omp simd
     for (size_t j = 0; j < F; j++) o[j] = a[j] / (1.0f + mc_exp_fast(-a[j])) * b[j];
 }
@@ -77,7 +82,8 @@ ACT_CLONES static void swiglu_fwd_row(float *restrict o, const float *restrict a
  * da += dout b s (1 + a (1 - s)) = dout b s (1 + a e s);  db += dout a s */
 ACT_CLONES static void swiglu_bwd_row(float *restrict da, float *restrict db,
                                       const float *restrict g, const float *restrict a,
-                                      const float *restrict b, size_t F) {
+                                      const float *restrict b, size_t F)
+{
 #pragma omp simd
     for (size_t j = 0; j < F; j++) {
         float e = mc_exp_fast(-a[j]);
@@ -87,7 +93,8 @@ ACT_CLONES static void swiglu_bwd_row(float *restrict da, float *restrict db,
     }
 }
 
-void mc_cpu_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_t F) {
+void mc_cpu_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_t F)
+{
 #pragma omp parallel for num_threads(be->threads) if (N * F > 4 * SPAN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         const float *a = x + i * 2 * F;
@@ -96,7 +103,8 @@ void mc_cpu_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, siz
 }
 
 void mc_cpu_swiglu_bwd(mc_backend *be, float *dx, const float *dout, const float *x, size_t N,
-                     size_t F) {
+                       size_t F)
+{
 #pragma omp parallel for num_threads(be->threads) if (N * F > 4 * SPAN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         const float *a = x + i * 2 * F;

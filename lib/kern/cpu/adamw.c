@@ -19,7 +19,8 @@
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) static void
 adamw_span(float *restrict p, const float *restrict grad, float *restrict m, float *restrict v,
            size_t n, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-           float grad_scale) {
+           float grad_scale)
+{
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] * grad_scale;
@@ -32,13 +33,13 @@ adamw_span(float *restrict p, const float *restrict grad, float *restrict m, flo
 }
 
 void mc_cpu_adamw(mc_backend *be, float *p, const float *grad, float *m, float *v, size_t n,
-                float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-                float grad_scale) {
+                  float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                  float grad_scale)
+{
     size_t items = (n + SPAN - 1) / SPAN;
 #pragma omp parallel for num_threads(be->threads) if (items > 2) schedule(static)
     for (size_t it = 0; it < items; it++) {
         size_t i0 = it * SPAN, k = n - i0 < SPAN ? n - i0 : SPAN;
-        adamw_span(p + i0, grad + i0, m + i0, v + i0, k, lr, b1, b2, eps, wd, bc1, bc2,
-                   grad_scale);
+        adamw_span(p + i0, grad + i0, m + i0, v + i0, k, lr, b1, b2, eps, wd, bc1, bc2, grad_scale);
     }
 }

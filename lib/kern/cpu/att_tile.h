@@ -25,11 +25,11 @@
 typedef float vf16 __attribute__((vector_size(64)));
 /* (macros, not functions: a function taking or returning a 64-byte vector
  * would have a different ABI in each clone) */
-#define vld(p)                      \
-    __extension__({                 \
-        vf16 v_;                    \
+#define vld(p)                       \
+    __extension__({                  \
+        vf16 v_;                     \
         memcpy(&v_, (p), sizeof v_); \
-        v_;                         \
+        v_;                          \
     })
 #define vst(p, v)                    \
     do {                             \
@@ -42,7 +42,8 @@ typedef float vf16 __attribute__((vector_size(64)));
 /* s[0] + ... + s[BK-1] in a fixed order: four 16-wide partial sums added
  * pairwise, then the 16 lanes by halving (the same order at every vector
  * width, and a short dependency chain where a running sum is 64 adds). */
-ATT_INLINE float att_rowsum(const float *s) {
+ATT_INLINE float att_rowsum(const float *s)
+{
     vf16 a = (vld(s) + vld(s + 16)) + (vld(s + 32) + vld(s + 48));
     float t[16];
     vst(t, a);
@@ -54,7 +55,8 @@ ATT_INLINE float att_rowsum(const float *s) {
 /* S[r][c] = sum_d q_r[d] Kt[d][c] (d in order) for RT = 4 rows and the BK =
  * 64 keys of a block: 16 vector accumulators, each key-block row of Kt
  * loaded once for the four query rows. */
-ATT_INLINE void att_scores(float *S, const float *const qr[RT], const float *Kt, size_t D) {
+ATT_INLINE void att_scores(float *S, const float *const qr[RT], const float *Kt, size_t D)
+{
     vf16 acc[RT][BK / 16];
 #pragma GCC unroll 4
     for (int r = 0; r < RT; r++)
@@ -78,7 +80,8 @@ ATT_INLINE void att_scores(float *S, const float *const qr[RT], const float *Kt,
 }
 
 /* The same for one row: S[c] = sum_d q[d] Kt[d][c]. */
-ATT_INLINE void att_scores1(float *S, const float *q, const float *Kt, size_t D) {
+ATT_INLINE void att_scores1(float *S, const float *q, const float *Kt, size_t D)
+{
     vf16 acc[BK / 16];
 #pragma GCC unroll 4
     for (int j = 0; j < BK / 16; j++) acc[j] = (vf16){0};
@@ -97,7 +100,8 @@ ATT_INLINE void att_scores1(float *S, const float *q, const float *Kt, size_t D)
  * columns of o in vectors of 64 and 16 and then one by one: each element
  * sees the same operations in the same order whichever path it takes. */
 ATT_INLINE void att_rows(float *o, size_t ostride, size_t D, const float *P, const float *corr,
-                         const float *v, size_t vstride, size_t c0, size_t c1, int nr) {
+                         const float *v, size_t vstride, size_t c0, size_t c1, int nr)
+{
     size_t d = 0;
     if (nr == RT) {
         for (; d + 64 <= D; d += 64) {
@@ -156,7 +160,8 @@ ATT_INLINE void att_rows(float *o, size_t ostride, size_t D, const float *P, con
  * X_c at X + c D, y_r at y[r]), columns in vectors of 64 and 16 and then one
  * by one. nr = RT: the y rows' columns are loaded once for all the keys. */
 ATT_INLINE void att_cols(float *X, size_t D, const float *P, const float *const y[RT], size_t c0,
-                         size_t c1, int nr) {
+                         size_t c1, int nr)
+{
     size_t d = 0;
     if (nr == RT) {
         for (; d + 64 <= D; d += 64) {

@@ -13,9 +13,9 @@
 #include "kern/cpu/vexp.h"
 #include "kern/cpu/att_tile.h"
 
-
 /* y[0..n) += a x[0..n) */
-static inline void axpy(float *restrict y, float a, const float *restrict x, size_t n) {
+static inline void axpy(float *restrict y, float a, const float *restrict x, size_t n)
+{
 #pragma omp simd
     for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
@@ -27,7 +27,8 @@ static inline void axpy(float *restrict y, float a, const float *restrict x, siz
 /* Mt[d*BK + c] = M[c*stride + d] for c < n, 0 for n <= c < BK (att_scores
  * reads whole rows of BK) */
 static void transpose_block(float *restrict Mt, const float *restrict M, size_t stride, size_t D,
-                            size_t n) {
+                            size_t n)
+{
     for (size_t c = 0; c < n; c++)
         for (size_t d = 0; d < D; d++) Mt[d * BK + c] = M[c * stride + d];
     for (size_t d = 0; d < D; d++)
@@ -38,7 +39,8 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* Per-thread workspace of the backward: Kt[D*BK] Vt[D*BK] dK[BK*D]
  * dV[BK*D] S[RT*BK] DP[RT*BK] Dr[hpg*T]. */
-static size_t bwd_slab(size_t D, size_t hpg, size_t T) {
+static size_t bwd_slab(size_t D, size_t hpg, size_t T)
+{
     return 4 * round16(D * BK) + 2 * RT * BK + round16(hpg * T);
 }
 
@@ -77,7 +79,8 @@ typedef struct {
  * vectorize without reordering any sum: each dot product is accumulated in
  * index order, and each gradient row sums its terms in the order of rows
  * and keys whatever the tiling. */
-ATT_CLONES static void bwd_item(const att_args *A, size_t it, float *ws) {
+ATT_CLONES static void bwd_item(const att_args *A, size_t it, float *ws)
+{
     const size_t T = A->T, Q = A->Q, G = A->G, D = A->D, hpg = A->hpg;
     const float scale = A->scale, *q = A->q, *k = A->k, *v = A->v, *dout = A->dout;
     float *dq = A->dq, *dk = A->dk, *dv = A->dv;
@@ -144,8 +147,8 @@ ATT_CLONES static void bwd_item(const att_args *A, size_t it, float *ws) {
                     att_cols(dV, D, S + r * BK, gr + r, 0, c1, n);
                     att_cols(dK, D, DP + r * BK, qr + r, 0, c1, n);
                     if (dq0)
-                        att_rows(dq0 + (size_t)r * Q * D, Q * D, D, DP + r * BK, one, kb, G * D,
-                                 0, c1, n);
+                        att_rows(dq0 + (size_t)r * Q * D, Q * D, D, DP + r * BK, one, kb, G * D, 0,
+                                 c1, n);
                 }
                 if (tile)
                     for (int r = 1; r < RT; r++) {
@@ -153,8 +156,8 @@ ATT_CLONES static void bwd_item(const att_args *A, size_t it, float *ws) {
                         att_cols(dV, D, S + r * BK, gr + r, nc[0], nc[r], 1);
                         att_cols(dK, D, DP + r * BK, qr + r, nc[0], nc[r], 1);
                         if (dq0)
-                            att_rows(dq0 + (size_t)r * Q * D, Q * D, D, DP + r * BK, one, kb,
-                                     G * D, nc[0], nc[r], 1);
+                            att_rows(dq0 + (size_t)r * Q * D, Q * D, D, DP + r * BK, one, kb, G * D,
+                                     nc[0], nc[r], 1);
                     }
             }
         }
@@ -166,17 +169,19 @@ ATT_CLONES static void bwd_item(const att_args *A, size_t it, float *ws) {
 }
 
 void mc_cpu_attention_fwd(mc_backend *be, float *out, float *lse, const float *q, const float *k,
-                        const float *v, size_t B, size_t T, size_t Q, size_t G, size_t D,
-                        float scale) {
+                          const float *v, size_t B, size_t T, size_t Q, size_t G, size_t D,
+                          float scale)
+{
     /* the forward is attention_kv.c's: queries at positions 0..T-1 against
      * the T keys of each sequence */
     mc_cpu_attention_rows_fwd(be, out, lse, q, k, v, B, T, 0, T, Q, G, D, scale);
 }
 
 void mc_cpu_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                        const float *q, const float *k, const float *v, const float *out,
-                        const float *lse, size_t B, size_t T, size_t Q, size_t G, size_t D,
-                        float scale) {
+                          const float *q, const float *k, const float *v, const float *out,
+                          const float *lse, size_t B, size_t T, size_t Q, size_t G, size_t D,
+                          float scale)
+{
     assert(G > 0 && Q % G == 0 && D > 0);
     if (B == 0 || T == 0 || (!dq && !dk && !dv)) return;
     const size_t hpg = Q / G, items = B * G, slab = bwd_slab(D, hpg, T);

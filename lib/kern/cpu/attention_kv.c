@@ -33,7 +33,8 @@ typedef struct {
 /* Workspace per thread: Kt[D*BK] (a key block transposed, zero past the
  * block's keys), S[RT*BK] (scores, then probabilities), o[BQ*D], m[BQ],
  * l[BQ]. */
-static size_t kv_slab(size_t D) {
+static size_t kv_slab(size_t D)
+{
     return kv_round16(D * BK) + RT * BK + kv_round16(BQ * D) + 2 * kv_round16(BQ);
 }
 
@@ -53,7 +54,8 @@ static size_t kv_slab(size_t D) {
  * every vector width gives the same bits; a row's arithmetic does not depend
  * on which rows share its work item or register tile, so decoding one row at
  * a time gives the prefill's bits. */
-KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
+KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws)
+{
     const size_t Q = A->Q, G = A->G, D = A->D, pos0 = A->pos0, n = A->n;
     float *Kt = ws, *S = Kt + kv_round16(D * BK), *o = S + RT * BK;
     float *m = o + kv_round16(BQ * D), *l = m + kv_round16(BQ);
@@ -117,11 +119,11 @@ KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
                 for (int r = 1; r < RT; r++)
                     if (nc[r] > nc[0])
                         att_rows(orow + r * D, D, D, S + r * BK, one, vbase + j0 * vstride, vstride,
-                               nc[0], nc[r], 1);
+                                 nc[0], nc[r], 1);
             } else {
                 for (int r = 0; r < nr; r++)
-                    att_rows(orow + r * D, D, D, S + r * BK, corr + r, vbase + j0 * vstride, vstride,
-                           0, nc[r], 1);
+                    att_rows(orow + r * D, D, D, S + r * BK, corr + r, vbase + j0 * vstride,
+                             vstride, 0, nc[r], 1);
             }
         }
     }
@@ -138,7 +140,8 @@ KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws) {
  * lse[Q,n] (or NULL). Query head h reads group h / (Q/G). */
 void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const float *q,
                                const float *kc, const float *vc, size_t B, size_t n, size_t pos0,
-                               size_t L, size_t Q, size_t G, size_t D, float scale) {
+                               size_t L, size_t Q, size_t G, size_t D, float scale)
+{
     assert(G > 0 && Q % G == 0 && D > 0 && L >= pos0 + n);
     if (n == 0 || B == 0) return;
     kv_args A = {out, lse, q, kc, vc, n, pos0, L, Q, G, D, Q / G, (n + BQ - 1) / BQ, scale};
@@ -147,12 +150,12 @@ void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const flo
     if ((size_t)nt > items) nt = (int)items;
     float *ws = mc_cpu_scratch(be, MC_CPU_SCRATCH_WORK, (size_t)nt * slab * sizeof(float));
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (size_t it = 0; it < items; it++)
-        kv_item(&A, it, ws + (size_t)omp_get_thread_num() * slab);
+    for (size_t it = 0; it < items; it++) kv_item(&A, it, ws + (size_t)omp_get_thread_num() * slab);
 }
 
 void mc_cpu_attention_kv_fwd(mc_backend *be, float *out, const float *q, const float *kc,
                              const float *vc, size_t n, size_t pos0, size_t Q, size_t G, size_t D,
-                             float scale) {
+                             float scale)
+{
     mc_cpu_attention_rows_fwd(be, out, NULL, q, kc, vc, 1, n, pos0, pos0 + n, Q, G, D, scale);
 }

@@ -20,7 +20,8 @@ static size_t round_up64(size_t n) { return (n + 63) & ~(size_t)63; }
 /* oneDNN implements its bf16 GEMM only for some CPUs (AVX512 and up in the
  * 2.x series); elsewhere it returns an error. Try it once on a 2x2 product
  * with a known answer so the linear kernels know whether to widen to fp32. */
-static int probe_dnnl_bf16(void) {
+static int probe_dnnl_bf16(void)
+{
     uint16_t a[4], b[4];
     float c[4] = {0};
     const float av[4] = {1, 2, 3, 4}, bv[4] = {1, 0, 0, 1};
@@ -32,7 +33,8 @@ static int probe_dnnl_bf16(void) {
     return c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4;
 }
 
-mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err) {
+mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err)
+{
     *out = NULL;
     mc_backend *be = calloc(1, sizeof *be);
     if (!be) return mc_error_set(err, MC_ERR_NOMEM, "kern/cpu: out of memory creating the backend");
@@ -50,13 +52,15 @@ mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err) {
     return MC_OK;
 }
 
-void mc_cpu_backend_free(mc_backend *be) {
+void mc_cpu_backend_free(mc_backend *be)
+{
     if (!be) return;
     for (int i = 0; i < MC_CPU_SCRATCH_N; i++) free(be->scratch[i]);
     free(be);
 }
 
-void *mc_cpu_scratch(mc_backend *be, int slot, size_t bytes) {
+void *mc_cpu_scratch(mc_backend *be, int slot, size_t bytes)
+{
     assert(slot >= 0 && slot < MC_CPU_SCRATCH_N);
     if (bytes <= be->scratch_cap[slot]) return be->scratch[slot];
     /* grow by half again so a slowly growing size does not reallocate often */
@@ -71,7 +75,8 @@ void *mc_cpu_scratch(mc_backend *be, int slot, size_t bytes) {
 
 #define ZERO_CHUNK ((size_t)1 << 20)
 
-void *mc_cpu_balloc(mc_backend *be, size_t bytes, mc_error *err) {
+void *mc_cpu_balloc(mc_backend *be, size_t bytes, mc_error *err)
+{
     size_t n = round_up64(bytes ? bytes : 1);
     if (n < bytes) {
         mc_error_set(err, MC_ERR_NOMEM, "kern/cpu: allocation of %zu bytes overflows", bytes);
@@ -94,22 +99,26 @@ void *mc_cpu_balloc(mc_backend *be, size_t bytes, mc_error *err) {
     return p;
 }
 
-void mc_cpu_bfree(mc_backend *be, void *p) {
+void mc_cpu_bfree(mc_backend *be, void *p)
+{
     (void)be;
     free(p);
 }
 
-void mc_cpu_bcopy_from_host(mc_backend *be, void *dst, const void *host, size_t bytes) {
+void mc_cpu_bcopy_from_host(mc_backend *be, void *dst, const void *host, size_t bytes)
+{
     (void)be;
     if (bytes) memmove(dst, host, bytes);
 }
 
-void mc_cpu_bcopy_to_host(mc_backend *be, void *host, const void *src, size_t bytes) {
+void mc_cpu_bcopy_to_host(mc_backend *be, void *host, const void *src, size_t bytes)
+{
     (void)be;
     if (bytes) memmove(host, src, bytes);
 }
 
-void mc_cpu_bcopy(mc_backend *be, void *dst, const void *src, size_t bytes) {
+void mc_cpu_bcopy(mc_backend *be, void *dst, const void *src, size_t bytes)
+{
     (void)be;
     if (bytes) memmove(dst, src, bytes);
 }

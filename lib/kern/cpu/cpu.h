@@ -24,7 +24,8 @@ enum {
     MC_CPU_SCRATCH_N
 };
 
-_Static_assert(MC_CPU_SCRATCH_N <= MC_BACKEND_SCRATCH_SLOTS, "kern/backend.h: too few scratch slots");
+_Static_assert(MC_CPU_SCRATCH_N <= MC_BACKEND_SCRATCH_SLOTS,
+               "kern/backend.h: too few scratch slots");
 
 /* Scratch buffer `slot` of at least `bytes` bytes (contents undefined). It is
  * reused across calls, so steady-state training allocates nothing. Kernels
@@ -56,7 +57,8 @@ void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const flo
                                size_t L, size_t Q, size_t G, size_t D, float scale);
 
 /* Round to the nearest value of prec and back to fp32. */
-static inline float mc_round_prec(float f, mc_prec prec) {
+static inline float mc_round_prec(float f, mc_prec prec)
+{
     if (prec == MC_PREC_BF16) return mc_bf16_to_f32(mc_f32_to_bf16(f));
     if (prec == MC_PREC_FP16) return mc_fp16_to_f32(mc_f32_to_fp16(f));
     if (prec == MC_PREC_TF32) return mc_round_tf32(f);

@@ -17,22 +17,26 @@
 #define REDUCE_CHUNK ((size_t)1 << 15)
 #define PAR_MIN ((size_t)1 << 14) /* below this, threads cost more than they save */
 
-void mc_cpu_fill(mc_backend *be, float *x, float v, size_t n) {
+void mc_cpu_fill(mc_backend *be, float *x, float v, size_t n)
+{
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) x[i] = v;
 }
 
-void mc_cpu_scale(mc_backend *be, float *x, float s, size_t n) {
+void mc_cpu_scale(mc_backend *be, float *x, float s, size_t n)
+{
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-void mc_cpu_add(mc_backend *be, float *out, const float *a, const float *b, size_t n) {
+void mc_cpu_add(mc_backend *be, float *out, const float *a, const float *b, size_t n)
+{
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void mc_cpu_acc(mc_backend *be, float *acc, const float *x, size_t n) {
+void mc_cpu_acc(mc_backend *be, float *acc, const float *x, size_t n)
+{
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
@@ -44,7 +48,8 @@ void mc_cpu_acc(mc_backend *be, float *acc, const float *x, size_t n) {
  * registers, where a single running sum waits on each add's latency. */
 #define LANES 16
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) static double
-chunk_sum(const float *x, size_t n, int square) {
+chunk_sum(const float *x, size_t n, int square)
+{
     double acc[LANES] = {0};
     size_t i = 0;
     if (square)
@@ -62,7 +67,8 @@ chunk_sum(const float *x, size_t n, int square) {
 }
 
 /* sum_i f(x_i) in double: chunk sums in parallel, then the chunks in order. */
-static double chunked_sum(mc_backend *be, const float *x, size_t n, int square) {
+static double chunked_sum(mc_backend *be, const float *x, size_t n, int square)
+{
     size_t nch = (n + REDUCE_CHUNK - 1) / REDUCE_CHUNK;
     if (nch == 0) return 0.0;
     double *part = mc_cpu_scratch(be, MC_CPU_SCRATCH_WORK, nch * sizeof(double));
@@ -78,11 +84,13 @@ static double chunked_sum(mc_backend *be, const float *x, size_t n, int square) 
 
 double mc_cpu_sumsq(mc_backend *be, const float *x, size_t n) { return chunked_sum(be, x, n, 1); }
 
-double mc_cpu_mean(mc_backend *be, const float *x, size_t n) {
+double mc_cpu_mean(mc_backend *be, const float *x, size_t n)
+{
     return n ? chunked_sum(be, x, n, 0) / (double)n : 0.0;
 }
 
-int mc_cpu_all_finite(mc_backend *be, const float *x, size_t n) {
+int mc_cpu_all_finite(mc_backend *be, const float *x, size_t n)
+{
     /* an fp32 is finite iff its exponent bits are not all ones; counting the
      * non-finite ones is branch-free and order-independent */
     size_t bad = 0;
@@ -95,7 +103,8 @@ int mc_cpu_all_finite(mc_backend *be, const float *x, size_t n) {
     return bad == 0;
 }
 
-void mc_cpu_round(mc_backend *be, float *x, size_t n, mc_prec prec) {
+void mc_cpu_round(mc_backend *be, float *x, size_t n, mc_prec prec)
+{
     if (prec == MC_PREC_FP32) return;
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) x[i] = mc_round_prec(x[i], prec);
@@ -105,8 +114,8 @@ void mc_cpu_round(mc_backend *be, float *x, size_t n, mc_prec prec) {
  * same integer rounding as mc_f32_to_bf16 (nearest even; a NaN keeps its
  * upper bits and becomes quiet), so the bits do not depend on the path. */
 __attribute__((target("avx512f,avx512bw"))) static void bf16_span_avx512(uint16_t *dst,
-                                                                         const float *src,
-                                                                         size_t n) {
+                                                                         const float *src, size_t n)
+{
     const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
     const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     const __m512i quiet = _mm512_set1_epi32(0x40);
@@ -123,7 +132,8 @@ __attribute__((target("avx512f,avx512bw"))) static void bf16_span_avx512(uint16_
     for (; i < n; i++) dst[i] = mc_f32_to_bf16(src[i]);
 }
 
-static void bf16_span(uint16_t *dst, const float *src, size_t n) {
+static void bf16_span(uint16_t *dst, const float *src, size_t n)
+{
     static int avx512 = -1;
     if (avx512 < 0) {
         __builtin_cpu_init();
@@ -136,7 +146,8 @@ static void bf16_span(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = mc_f32_to_bf16(src[i]);
 }
 
-void mc_cpu_cast_to_bf16(mc_backend *be, uint16_t *out, const float *x, size_t n) {
+void mc_cpu_cast_to_bf16(mc_backend *be, uint16_t *out, const float *x, size_t n)
+{
     size_t nb = (n + 4095) / 4096;
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t b = 0; b < nb; b++) {
@@ -145,17 +156,20 @@ void mc_cpu_cast_to_bf16(mc_backend *be, uint16_t *out, const float *x, size_t n
     }
 }
 
-void mc_cpu_cast_from_bf16(mc_backend *be, float *out, const uint16_t *x, size_t n) {
+void mc_cpu_cast_from_bf16(mc_backend *be, float *out, const uint16_t *x, size_t n)
+{
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = mc_bf16_to_f32(x[i]);
 }
 
-void mc_cpu_cast_to_fp16(mc_backend *be, uint16_t *out, const float *x, size_t n) {
+void mc_cpu_cast_to_fp16(mc_backend *be, uint16_t *out, const float *x, size_t n)
+{
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = mc_f32_to_fp16(x[i]);
 }
 
-void mc_cpu_cast_from_fp16(mc_backend *be, float *out, const uint16_t *x, size_t n) {
+void mc_cpu_cast_from_fp16(mc_backend *be, float *out, const uint16_t *x, size_t n)
+{
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = mc_fp16_to_f32(x[i]);
 }

@@ -15,7 +15,8 @@
 
 /* out[i,:] = wte[ids[i]-v0,:] if v0 <= ids[i] < v0+vl, else 0 */
 void mc_cpu_embed_fwd(mc_backend *be, float *out, const int32_t *ids, size_t N, const float *wte,
-                    int64_t v0, int64_t vl, size_t C) {
+                      int64_t v0, int64_t vl, size_t C)
+{
 #pragma omp parallel for num_threads(be->threads) if (N * C > 16384) schedule(static)
     for (size_t i = 0; i < N; i++) {
         int64_t r = (int64_t)ids[i] - v0;
@@ -29,7 +30,8 @@ void mc_cpu_embed_fwd(mc_backend *be, float *out, const int32_t *ids, size_t N, 
 
 /* dwte[ids[i]-v0,:] += dout[i,:] for the ids in this rank's range */
 void mc_cpu_embed_bwd(mc_backend *be, float *dwte, const float *dout, const int32_t *ids, size_t N,
-                    int64_t v0, int64_t vl, size_t C) {
+                      int64_t v0, int64_t vl, size_t C)
+{
     size_t nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for num_threads(be->threads) if (N * C > 16384) schedule(static)
     for (size_t cb = 0; cb < nblk; cb++) {
@@ -47,7 +49,8 @@ void mc_cpu_embed_bwd(mc_backend *be, float *dwte, const float *dout, const int3
 
 /* out[b,t,:] += wpe[pos0+t,:] */
 void mc_cpu_posemb_fwd(mc_backend *be, float *out, const float *wpe, size_t B, size_t T, size_t C,
-                     size_t pos0) {
+                       size_t pos0)
+{
 #pragma omp parallel for num_threads(be->threads) if (B * T * C > 16384) schedule(static)
     for (size_t bt = 0; bt < B * T; bt++) {
         const float *p = wpe + (pos0 + bt % T) * C;
@@ -58,7 +61,8 @@ void mc_cpu_posemb_fwd(mc_backend *be, float *out, const float *wpe, size_t B, s
 
 /* dwpe[pos0+t,:] += sum_b dout[b,t,:]  (each t owned by one thread, b in order) */
 void mc_cpu_posemb_bwd(mc_backend *be, float *dwpe, const float *dout, size_t B, size_t T, size_t C,
-                     size_t pos0) {
+                       size_t pos0)
+{
 #pragma omp parallel for num_threads(be->threads) if (B * T * C > 16384) schedule(static)
     for (size_t t = 0; t < T; t++) {
         float *d = dwpe + (pos0 + t) * C;

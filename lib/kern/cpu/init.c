@@ -9,7 +9,8 @@
 
 #define GOLDEN 0x9e3779b97f4a7c15ull
 
-static uint64_t mix64(uint64_t z) {
+static uint64_t mix64(uint64_t z)
+{
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
@@ -27,7 +28,8 @@ static uint64_t mix64(uint64_t z) {
  *   x       = std * sqrt(-2 ln u1) * cos(2 pi u2)     (Box-Muller, in double,
  *             rounded once to fp32) */
 void mc_cpu_init_normal(mc_backend *be, float *x, size_t rows, size_t cols, uint64_t global_cols,
-                      uint64_t row0, uint64_t col0, uint64_t seed, uint64_t key, float std) {
+                        uint64_t row0, uint64_t col0, uint64_t seed, uint64_t key, float std)
+{
     const uint64_t stream = mix64(seed * GOLDEN + mix64(key ^ 0x6a09e667f3bcc909ull));
     const double two_pi = 6.283185307179586476925286766559;
 #pragma omp parallel for num_threads(be->threads) if (rows * cols > 4096) schedule(static)
@@ -43,7 +45,8 @@ void mc_cpu_init_normal(mc_backend *be, float *x, size_t rows, size_t cols, uint
 }
 
 /* 64-bit FNV-1a over the name's bytes. */
-uint64_t mc_k_name_key(const char *name) {
+uint64_t mc_k_name_key(const char *name)
+{
     uint64_t h = 0xcbf29ce484222325ull;
     for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
         h ^= *p;

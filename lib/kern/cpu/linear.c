@@ -16,15 +16,16 @@
 #define COL_BLOCK 64
 
 /* src rounded to bf16 into scratch slot `slot` */
-static const uint16_t *to_bf16(mc_backend *be, int slot, const float *src, size_t n) {
+static const uint16_t *to_bf16(mc_backend *be, int slot, const float *src, size_t n)
+{
     uint16_t *dst = mc_cpu_scratch(be, slot, n * sizeof(uint16_t));
     mc_cpu_cast_to_bf16(be, dst, src, n);
     return dst;
 }
 
 /* dst[i] = round_prec(src[i]) as fp32 */
-static const float *to_rounded(mc_backend *be, int slot, const float *src, size_t n,
-                               mc_prec prec) {
+static const float *to_rounded(mc_backend *be, int slot, const float *src, size_t n, mc_prec prec)
+{
     float *dst = mc_cpu_scratch(be, slot, n * sizeof(float));
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) dst[i] = mc_round_prec(src[i], prec);
@@ -54,15 +55,15 @@ typedef struct operand {
  *   FP16, TF32: operands rounded to fp16 / tf32 values held in fp32
  *         scratch, then sgemm (their products are exact in fp32 as well). */
 static void gemm(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t N, size_t K,
-                 operand *A, operand *B, float beta, float *C) {
+                 operand *A, operand *B, float beta, float *C)
+{
     size_t lda = ta ? M : K, ldb = tb ? K : N;
     if (prec == MC_PREC_BF16 && be->dnnl_bf16) {
         if (!A->b16) A->b16 = to_bf16(be, A->slot, A->f, A->n);
         if (!B->b16) B->b16 = to_bf16(be, B->slot, B->f, B->n);
-        dnnl_status_t st = dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', (dnnl_dim_t)M,
-                                                 (dnnl_dim_t)N, (dnnl_dim_t)K, 1.0f, A->b16,
-                                                 (dnnl_dim_t)lda, B->b16, (dnnl_dim_t)ldb, beta, C,
-                                                 (dnnl_dim_t)N);
+        dnnl_status_t st = dnnl_gemm_bf16bf16f32(
+            ta ? 'T' : 'N', tb ? 'T' : 'N', (dnnl_dim_t)M, (dnnl_dim_t)N, (dnnl_dim_t)K, 1.0f,
+            A->b16, (dnnl_dim_t)lda, B->b16, (dnnl_dim_t)ldb, beta, C, (dnnl_dim_t)N);
         assert(st == dnnl_success); /* the creation probe ran the same routine */
         (void)st;
         return;
@@ -80,8 +81,8 @@ static void gemm(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t 
 
 /* out[n,o] = beta out[n,o] + sum_i x[n,i] W[o,i] + b[o] */
 void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W,
-                       const uint16_t *Wb, const float *b, size_t N, size_t I, size_t O,
-                       float beta) {
+                       const uint16_t *Wb, const float *b, size_t N, size_t I, size_t O, float beta)
+{
     assert(beta == 0.0f || beta == 1.0f);
     operand ox = {x, N * I, MC_CPU_SCRATCH_GEMM_A, NULL, NULL};
     operand ow = {W, O * I, MC_CPU_SCRATCH_GEMM_B, Wb, NULL};
@@ -99,7 +100,8 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
  * db[o] += sum_n dout[n,o] */
 void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db,
                        const float *dout, const float *x, const float *W, const uint16_t *Wb,
-                       size_t N, size_t I, size_t O) {
+                       size_t N, size_t I, size_t O)
+{
     /* dout is rounded once for both products; W not at all when the
      * caller gave Wb */
     operand od = {dout, N * O, MC_CPU_SCRATCH_GEMM_C, NULL, NULL};

@@ -21,7 +21,8 @@
  * where one running sum would wait on each add. */
 
 /* sum_c (x_c - mu)^2 (mu = 0: sum of squares) and, through *sum, sum_c x_c */
-INLINE double lane_sums(const float *x, double mu, size_t C, double *sum) {
+INLINE double lane_sums(const float *x, double mu, size_t C, double *sum)
+{
     double a[LANES] = {0}, q[LANES] = {0};
     size_t c = 0;
     for (; c + LANES <= C; c += LANES)
@@ -43,7 +44,8 @@ INLINE double lane_sums(const float *x, double mu, size_t C, double *sum) {
 }
 
 NORM_CLONES static void ln_fwd_row(float *o, float *mean, float *rstd, const float *xi,
-                                   const float *w, const float *b, size_t C, float eps) {
+                                   const float *w, const float *b, size_t C, float eps)
+{
     double s;
     lane_sums(xi, 0.0, C, &s);
     double mu = s / (double)C, var = lane_sums(xi, mu, C, NULL);
@@ -60,7 +62,8 @@ NORM_CLONES static void ln_fwd_row(float *o, float *mean, float *rstd, const flo
 }
 
 NORM_CLONES static void ln_bwd_row(float *d, const float *xi, const float *gi, const float *w,
-                                   float m, float r, size_t C) {
+                                   float m, float r, size_t C)
+{
     double a[LANES] = {0}, q[LANES] = {0};
     size_t c = 0;
     for (; c + LANES <= C; c += LANES)
@@ -86,7 +89,8 @@ NORM_CLONES static void ln_bwd_row(float *d, const float *xi, const float *gi, c
 }
 
 NORM_CLONES static void rms_fwd_row(float *o, float *rstd, const float *xi, const float *w,
-                                    size_t C, float eps) {
+                                    size_t C, float eps)
+{
     double ss = lane_sums(xi, 0.0, C, NULL);
     float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
 #pragma omp simd
@@ -95,7 +99,8 @@ NORM_CLONES static void rms_fwd_row(float *o, float *rstd, const float *xi, cons
 }
 
 NORM_CLONES static void rms_bwd_row(float *d, const float *xi, const float *gi, const float *w,
-                                    float r, size_t C) {
+                                    float r, size_t C)
+{
     double q[LANES] = {0};
     size_t c = 0;
     for (; c + LANES <= C; c += LANES)
@@ -115,7 +120,8 @@ NORM_CLONES static void rms_bwd_row(float *d, const float *xi, const float *gi, 
 /* mean = sum_c x / C;  rstd = 1 / sqrt(sum_c (x - mean)^2 / C + eps)
  * out = (x - mean) rstd w + b */
 void mc_cpu_layernorm_fwd(mc_backend *be, float *out, float *mean, float *rstd, const float *x,
-                        const float *w, const float *b, size_t N, size_t C, float eps) {
+                          const float *w, const float *b, size_t N, size_t C, float eps)
+{
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++)
         ln_fwd_row(out + i * C, mean + i, rstd + i, x + i * C, w, b, C, eps);
@@ -125,8 +131,9 @@ void mc_cpu_layernorm_fwd(mc_backend *be, float *out, float *mean, float *rstd, 
  * dx += rstd (g - mean_c(g) - xhat mean_c(g xhat));  dw += sum_rows dout xhat;
  * db += sum_rows dout */
 void mc_cpu_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const float *dout,
-                        const float *x, const float *w, const float *mean, const float *rstd,
-                        size_t N, size_t C) {
+                          const float *x, const float *w, const float *mean, const float *rstd,
+                          size_t N, size_t C)
+{
     if (dx) {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
         for (size_t i = 0; i < N; i++)
@@ -156,14 +163,16 @@ void mc_cpu_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const
 
 /* rstd = 1 / sqrt(sum_c x^2 / C + eps);  out = x rstd w */
 void mc_cpu_rmsnorm_fwd(mc_backend *be, float *out, float *rstd, const float *x, const float *w,
-                      size_t N, size_t C, float eps) {
+                        size_t N, size_t C, float eps)
+{
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) rms_fwd_row(out + i * C, rstd + i, x + i * C, w, C, eps);
 }
 
 /* g = dout w:  dx += rstd (g - x rstd^2 mean_c(g x));  dw += sum_rows dout x rstd */
 void mc_cpu_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout, const float *x,
-                      const float *w, const float *rstd, size_t N, size_t C) {
+                        const float *w, const float *rstd, size_t N, size_t C)
+{
     if (dx) {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
         for (size_t i = 0; i < N; i++)

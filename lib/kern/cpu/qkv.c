@@ -8,7 +8,8 @@
 #include "kern/cpu/cpu.h"
 
 void mc_cpu_qkv_split(mc_backend *be, float *q, float *k, float *v, const float *qkv, size_t N,
-                    size_t Q, size_t G, size_t D) {
+                      size_t Q, size_t G, size_t D)
+{
     assert(G > 0 && Q % G == 0);
     size_t hpg = Q / G, row = G * (hpg + 2) * D;
 #pragma omp parallel for num_threads(be->threads) if (N * row > 16384) schedule(static)
@@ -24,7 +25,8 @@ void mc_cpu_qkv_split(mc_backend *be, float *q, float *k, float *v, const float 
 
 /* dqkv += the inverse gather of (dq, dk, dv); a NULL part adds nothing */
 void mc_cpu_qkv_split_bwd(mc_backend *be, float *dqkv, const float *dq, const float *dk,
-                        const float *dv, size_t N, size_t Q, size_t G, size_t D) {
+                          const float *dv, size_t N, size_t Q, size_t G, size_t D)
+{
     assert(G > 0 && Q % G == 0);
     size_t hpg = Q / G, row = G * (hpg + 2) * D;
 #pragma omp parallel for num_threads(be->threads) if (N * row > 16384) schedule(static)

@@ -19,8 +19,7 @@ void mc_cpu_quantize_q8_rows(mc_backend *be, int8_t *Wq, float *scale, const flo
     for (size_t r = 0; r < rows; r++) {
         const float *w = W + r * cols;
         float amax = 0;
-        for (size_t c = 0; c < cols; c++)
-            amax = fmaxf(amax, fabsf(w[c]));
+        for (size_t c = 0; c < cols; c++) amax = fmaxf(amax, fabsf(w[c]));
         float s = amax / 127.0f;
         scale[r] = s;
         for (size_t c = 0; c < cols; c++) {
@@ -31,23 +30,25 @@ void mc_cpu_quantize_q8_rows(mc_backend *be, int8_t *Wq, float *scale, const flo
 }
 
 /* dot of x[0..n) with the codes q[0..n), one row at a time for m rows of x */
-__attribute__((target("avx512f,avx512bw"))) static void dots_avx512(float *acc, const float *x,
-                                                                     size_t ldx, size_t m,
-                                                                     const int8_t *q, size_t n)
+__attribute__((target("avx512f,avx512bw"))) static void
+dots_avx512(float *acc, const float *x, size_t ldx, size_t m, const int8_t *q, size_t n)
 {
     __m512 s[Q8_DIRECT_ROWS];
-    for (size_t i = 0; i < m; i++)
-        s[i] = _mm512_setzero_ps();
+    for (size_t i = 0; i < m; i++) s[i] = _mm512_setzero_ps();
     size_t c = 0;
     if (m == 1) {
         /* one input row (generation): four independent sums, so the loop
          * is not bound by the latency of one chain of FMAs */
         __m512 s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
         for (; c + 64 <= n; c += 64) {
-            __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c))));
-            __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c + 16))));
-            __m512 w2 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c + 32))));
-            __m512 w3 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c + 48))));
+            __m512 w0 = _mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c))));
+            __m512 w1 = _mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c + 16))));
+            __m512 w2 = _mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c + 32))));
+            __m512 w3 = _mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c + 48))));
             s[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + c), s[0]);
             s1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + c + 16), s1);
             s2 = _mm512_fmadd_ps(w2, _mm512_loadu_ps(x + c + 32), s2);
@@ -56,14 +57,14 @@ __attribute__((target("avx512f,avx512bw"))) static void dots_avx512(float *acc, 
         s[0] = _mm512_add_ps(_mm512_add_ps(s[0], s1), _mm512_add_ps(s2, s3));
     }
     for (; c + 16 <= n; c += 16) {
-        __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c))));
+        __m512 w = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c))));
         for (size_t i = 0; i < m; i++)
             s[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + i * ldx + c), s[i]);
     }
     for (size_t i = 0; i < m; i++) {
         float t = _mm512_reduce_add_ps(s[i]);
-        for (size_t k = c; k < n; k++)
-            t += x[i * ldx + k] * (float)q[k];
+        for (size_t k = c; k < n; k++) t += x[i * ldx + k] * (float)q[k];
         acc[i] = t;
     }
 }
@@ -72,11 +73,11 @@ __attribute__((target("avx2,fma"))) static void dots_avx2(float *acc, const floa
                                                           size_t m, const int8_t *q, size_t n)
 {
     __m256 s[Q8_DIRECT_ROWS];
-    for (size_t i = 0; i < m; i++)
-        s[i] = _mm256_setzero_ps();
+    for (size_t i = 0; i < m; i++) s[i] = _mm256_setzero_ps();
     size_t c = 0;
     for (; c + 8 <= n; c += 8) {
-        __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c))));
+        __m256 w = _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c))));
         for (size_t i = 0; i < m; i++)
             s[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + i * ldx + c), s[i]);
     }
@@ -85,8 +86,7 @@ __attribute__((target("avx2,fma"))) static void dots_avx2(float *acc, const floa
         h = _mm_add_ps(h, _mm_movehl_ps(h, h));
         h = _mm_add_ss(h, _mm_movehdup_ps(h));
         float t = _mm_cvtss_f32(h);
-        for (size_t k = c; k < n; k++)
-            t += x[i * ldx + k] * (float)q[k];
+        for (size_t k = c; k < n; k++) t += x[i * ldx + k] * (float)q[k];
         acc[i] = t;
     }
 }
@@ -95,8 +95,7 @@ static void dots_scalar(float *acc, const float *x, size_t ldx, size_t m, const 
 {
     for (size_t i = 0; i < m; i++) {
         float t = 0;
-        for (size_t k = 0; k < n; k++)
-            t += x[i * ldx + k] * (float)q[k];
+        for (size_t k = 0; k < n; k++) t += x[i * ldx + k] * (float)q[k];
         acc[i] = t;
     }
 }
@@ -106,10 +105,8 @@ typedef void (*dots_fn)(float *, const float *, size_t, size_t, const int8_t *, 
 static dots_fn pick_dots(void)
 {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
-        return dots_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return dots_avx2;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return dots_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return dots_avx2;
     return dots_scalar;
 }
 
@@ -133,14 +130,12 @@ void mc_cpu_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8
         float *W = mc_cpu_scratch(be, MC_CPU_SCRATCH_GEMM_B, Cout * Cin * sizeof(float));
 #pragma omp parallel for num_threads(be->threads) schedule(static)
         for (size_t r = 0; r < Cout; r++)
-            for (size_t c = 0; c < Cin; c++)
-                W[r * Cin + c] = (float)Wq[r * Cin + c] * scale[r];
+            for (size_t c = 0; c < Cin; c++) W[r * Cin + c] = (float)Wq[r * Cin + c] * scale[r];
         mc_cpu_linear_fwd(be, MC_PREC_FP32, out, x, W, NULL, b, N, Cin, Cout, beta);
         return;
     }
     static dots_fn dots;
-    if (!dots)
-        dots = pick_dots(); /* idempotent: a race writes the same pointer */
+    if (!dots) dots = pick_dots(); /* idempotent: a race writes the same pointer */
 #pragma omp parallel for num_threads(be->threads) schedule(static)
     for (size_t r = 0; r < Cout; r++) {
         float acc[Q8_DIRECT_ROWS];

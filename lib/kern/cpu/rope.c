@@ -11,7 +11,8 @@
 /* Rotate by +angle (forward) or -angle (backward: the transpose of a
  * rotation is its inverse, so dx = R^T dy rotates dy back). */
 static void rope(mc_backend *be, float *x, size_t B, size_t T, size_t H, size_t D, float base,
-                 size_t pos0, float sign) {
+                 size_t pos0, float sign)
+{
     assert(D % 2 == 0);
     size_t half = D / 2;
     /* table[t][i] = (cos, sin) of (pos0 + t) inv_freq_i, shared by B and H */
@@ -41,11 +42,13 @@ static void rope(mc_backend *be, float *x, size_t B, size_t T, size_t H, size_t 
 }
 
 void mc_cpu_rope_fwd(mc_backend *be, float *x, size_t B, size_t T, size_t H, size_t D, float base,
-                   size_t pos0) {
+                     size_t pos0)
+{
     rope(be, x, B, T, H, D, base, pos0, 1.0f);
 }
 
 void mc_cpu_rope_bwd(mc_backend *be, float *dx, size_t B, size_t T, size_t H, size_t D, float base,
-                   size_t pos0) {
+                     size_t pos0)
+{
     rope(be, dx, B, T, H, D, base, pos0, -1.0f);
 }

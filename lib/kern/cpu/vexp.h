@@ -19,7 +19,8 @@
  * 1 / (1 + exp(x)) goes to ~0 instead of NaN). Plain multiply-adds in a fixed
  * order (the build keeps FP contraction off): every vector width and every
  * target clone gives the same bits. */
-static inline float mc_exp_fast(float x) {
+static inline float mc_exp_fast(float x)
+{
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
     float t = x * 1.44269504088896341f + 12582912.0f;
     float n = t - 12582912.0f;

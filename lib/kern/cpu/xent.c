@@ -17,7 +17,8 @@
  * the bits do not depend on the CPU or the thread count, that the compiler
  * keeps in vector registers. exp is vexp.h's polynomial (about 1 ulp). */
 
-XENT_CLONES static float row_max(const float *l, size_t vl) {
+XENT_CLONES static float row_max(const float *l, size_t vl)
+{
     float acc[LANES];
     for (size_t j = 0; j < LANES; j++) acc[j] = -INFINITY;
     size_t i = 0;
@@ -30,7 +31,8 @@ XENT_CLONES static float row_max(const float *l, size_t vl) {
     return m;
 }
 
-XENT_CLONES static double row_sumexp(const float *l, float m, size_t vl) {
+XENT_CLONES static double row_sumexp(const float *l, float m, size_t vl)
+{
     double acc[LANES] = {0};
     size_t i = 0;
     for (; i + LANES <= vl; i += LANES) {
@@ -46,15 +48,16 @@ XENT_CLONES static double row_sumexp(const float *l, float m, size_t vl) {
     return s;
 }
 
-XENT_CLONES static void row_grad(float *d, const float *l, float m, float inv, float w,
-                                 size_t vl) {
+XENT_CLONES static void row_grad(float *d, const float *l, float m, float inv, float w, size_t vl)
+{
     /* d may be l itself: each element is read before it is written */
 #pragma omp simd
     for (size_t j = 0; j < vl; j++) d[j] = w * (mc_exp_fast(l[j] - m) * inv);
 }
 
 /* rowmax[i] = max_j logits[i,j] */
-void mc_cpu_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N, size_t vl) {
+void mc_cpu_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N, size_t vl)
+{
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         rowmax[i] = row_max(logits + i * vl, vl);
@@ -64,8 +67,9 @@ void mc_cpu_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t 
 /* sumexp[i] = sum_j exp(logits[i,j] - rowmax[i]);
  * tlogit[i] = logits[i, targets[i] - v0] when the target is in this shard */
 void mc_cpu_xent_sumexp(mc_backend *be, float *sumexp, float *tlogit, const float *logits,
-                      const float *rowmax, const int32_t *targets, int64_t v0, size_t N,
-                      size_t vl) {
+                        const float *rowmax, const int32_t *targets, int64_t v0, size_t N,
+                        size_t vl)
+{
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         const float *l = logits + i * vl;
@@ -77,7 +81,8 @@ void mc_cpu_xent_sumexp(mc_backend *be, float *sumexp, float *tlogit, const floa
 
 /* loss[i] = log(sumexp[i]) + rowmax[i] - tlogit[i], 0 for ignored targets */
 void mc_cpu_xent_loss(mc_backend *be, float *loss, const float *rowmax, const float *sumexp,
-                    const float *tlogit, const int32_t *targets, size_t N) {
+                      const float *tlogit, const int32_t *targets, size_t N)
+{
     (void)be;
     for (size_t i = 0; i < N; i++)
         loss[i] = targets[i] < 0 ? 0.0f : logf(sumexp[i]) + rowmax[i] - tlogit[i];
@@ -87,8 +92,9 @@ void mc_cpu_xent_loss(mc_backend *be, float *loss, const float *rowmax, const fl
  * with w_i = dloss[i] (or scale), 0 for ignored targets. Each element is read
  * before it is written, so dlogits may be logits. */
 void mc_cpu_xent_bwd(mc_backend *be, float *dlogits, const float *logits, const float *rowmax,
-                   const float *sumexp, const int32_t *targets, int64_t v0, size_t N, size_t vl,
-                   const float *dloss, float scale) {
+                     const float *sumexp, const int32_t *targets, int64_t v0, size_t N, size_t vl,
+                     const float *dloss, float scale)
+{
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         const float *l = logits + i * vl;

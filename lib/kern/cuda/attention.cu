@@ -28,7 +28,8 @@ struct att_args {
 
 /* rows [t0, t0+n) of head `hd` of x[B,T,H,D] into sm (row stride ld), zeros past T */
 __device__ void load_rows(float *sm, int ld, const float *x, int b, int t0, int n, int H, int hd,
-                          int T, int D) {
+                          int T, int D)
+{
     for (int e = threadIdx.x; e < n * D; e += blockDim.x) {
         int r = e / D, d = e % D, t = t0 + r;
         sm[r * ld + d] = t < T ? x[(((size_t)b * T + t) * H + hd) * D + d] : 0.0f;
@@ -40,7 +41,8 @@ __device__ void load_rows(float *sm, int ld, const float *x, int b, int t0, int 
  *   s = scale q_r . k_lane (masked to key <= t);  m' = max(m, max s)
  *   p = exp(s - m');  l = l exp(m - m') + sum p;  o = o exp(m - m') + sum_j p_j v_j
  * then out = o / l, lse = m + log l. */
-__global__ void __launch_bounds__(NWARP * 32) k_att_fwd(att_args A) {
+__global__ void __launch_bounds__(NWARP * 32) k_att_fwd(att_args A)
+{
     extern __shared__ float sm[];
     const int D = A.D, T = A.T, ldk = D + 1;
     float *Qs = sm, *Ks = Qs + BQ * D, *Vs = Ks + BK * ldk;
@@ -112,7 +114,8 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_fwd(att_args A) {
  * kernel): the price of a fixed summation order.
  *
  * D_r = dout_r . out_r, one warp per (b, t, h) row, stored [B, Q, T] */
-__global__ void k_att_rowdot(att_args A) {
+__global__ void k_att_rowdot(att_args A)
+{
     const size_t row = (size_t)blockIdx.x * NWARP + threadIdx.x / 32;
     const int lane = threadIdx.x % 32, D = A.D;
     if (row >= (size_t)A.B * A.T * A.Q) return;
@@ -125,7 +128,8 @@ __global__ void k_att_rowdot(att_args A) {
 }
 
 /* dQ: block = (b, h, 32 query rows): dq_r += scale sum_c dS_rc k_c */
-__global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dq(att_args A) {
+__global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dq(att_args A)
+{
     extern __shared__ float sm[];
     const int D = A.D, T = A.T, ldk = D + 1;
     float *Qs = sm, *Gs = Qs + BQ * D, *Ks = Gs + BQ * D, *Vs = Ks + BK * ldk;
@@ -191,7 +195,8 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dq(att_args A) {
 /* dKV: block = (b, g, 32 keys), looping over the group's heads and the query
  * tiles at or after the keys: dv_c += sum_r P_rc dout_r,
  * dk_c += scale sum_r dS_rc q_r */
-__global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dkv(att_args A) {
+__global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dkv(att_args A)
+{
     extern __shared__ float sm[];
     const int D = A.D, T = A.T, ldq = D + 1;
     float *Qs = sm, *Gs = Qs + BQ * ldq, *Ks = Gs + BQ * ldq, *Vs = Ks + BK * D;
@@ -265,24 +270,28 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dkv(att_args A) {
     }
 }
 
-static void check_shape(size_t G, size_t Q, size_t D, size_t T) {
+static void check_shape(size_t G, size_t Q, size_t D, size_t T)
+{
     if (!G || Q % G) mc_cu_die(__FILE__, __LINE__, "attention", "Q is not a multiple of G");
     if (D == 0 || D > MAXD) mc_cu_die(__FILE__, __LINE__, "attention", "head dimension over 128");
     if (T > (size_t)1 << 30) mc_cu_die(__FILE__, __LINE__, "attention", "sequence too long");
 }
 
 /* a kernel that needs more than 48 KiB of shared memory must say so first */
-static void smem_limit(const void *k, size_t bytes) {
+static void smem_limit(const void *k, size_t bytes)
+{
     CU_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 extern "C" void mc_cuda_attention_fwd(mc_cuda *cu, float *out, float *lse, const float *q,
-                                      const float *k, const float *v, size_t B, size_t T,
-                                      size_t Q, size_t G, size_t D, float scale) {
+                                      const float *k, const float *v, size_t B, size_t T, size_t Q,
+                                      size_t G, size_t D, float scale)
+{
     check_shape(G, Q, D, T);
     if (!B || !T) return;
-    att_args A = {out, lse, NULL, NULL, NULL, NULL, q, k, v, NULL, NULL, NULL,
-                  (int)B, (int)T, (int)Q, (int)G, (int)D, (int)(Q / G), scale};
+    att_args A = {out,    lse,    NULL,   NULL,         NULL, NULL,   q,
+                  k,      v,      NULL,   NULL,         NULL, (int)B, (int)T,
+                  (int)Q, (int)G, (int)D, (int)(Q / G), scale};
     size_t smem = (BQ * D + BK * (D + 1) + BK * D) * sizeof(float);
     smem_limit((const void *)k_att_fwd, smem);
     dim3 grid((unsigned)((T + BQ - 1) / BQ), (unsigned)Q, (unsigned)B);
@@ -292,13 +301,13 @@ extern "C" void mc_cuda_attention_fwd(mc_cuda *cu, float *out, float *lse, const
 
 extern "C" void mc_cuda_attention_bwd(mc_cuda *cu, float *dq, float *dk, float *dv,
                                       const float *dout, const float *q, const float *k,
-                                      const float *v, const float *out, const float *lse,
-                                      size_t B, size_t T, size_t Q, size_t G, size_t D,
-                                      float scale) {
+                                      const float *v, const float *out, const float *lse, size_t B,
+                                      size_t T, size_t Q, size_t G, size_t D, float scale)
+{
     check_shape(G, Q, D, T);
     if (!B || !T || (!dq && !dk && !dv)) return;
     float *Dr = (float *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK, B * Q * T * sizeof(float));
-    att_args A = {NULL, NULL, dq, dk, dv, Dr, q, k, v, dout, out, lse,
+    att_args A = {NULL,   NULL,   dq,     dk,     dv,     Dr,           q,    k, v, dout, out, lse,
                   (int)B, (int)T, (int)Q, (int)G, (int)D, (int)(Q / G), scale};
     size_t rows = B * T * Q;
     k_att_rowdot<<<(unsigned)((rows + NWARP - 1) / NWARP), NWARP * 32, 0, cu->stream>>>(A);

@@ -22,19 +22,22 @@ struct mc_cu_pool {
     size_t cached = 0, mallocs = 0;
 };
 
-static size_t round_block(size_t n) {
+static size_t round_block(size_t n)
+{
     if (n == 0) n = 1;
     const size_t g = n < ((size_t)1 << 20) ? 512 : ((size_t)2 << 20);
     return (n + g - 1) / g * g;
 }
 
-static void pool_release(mc_cu_pool *p) {
+static void pool_release(mc_cu_pool *p)
+{
     for (auto &kv : p->free) cudaFree(kv.second);
     p->free.clear();
     p->cached = 0;
 }
 
-extern "C" int mc_cuda_device_count(void) {
+extern "C" int mc_cuda_device_count(void)
+{
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError(); /* clear the sticky "no driver"/"no device" error */
@@ -44,9 +47,10 @@ extern "C" int mc_cuda_device_count(void) {
 }
 
 /* The first of the launchers' local-rank variables that is set. */
-static int local_rank(void) {
-    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
-                                 "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"};
+static int local_rank(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
+                                 "MV2_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v && *v) return atoi(v);
@@ -54,7 +58,8 @@ static int local_rank(void) {
     return 0;
 }
 
-extern "C" mc_status mc_cuda_new(int device, mc_cuda **out, mc_error *err) {
+extern "C" mc_status mc_cuda_new(int device, mc_cuda **out, mc_error *err)
+{
     *out = NULL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -75,13 +80,21 @@ extern "C" mc_status mc_cuda_new(int device, mc_cuda **out, mc_error *err) {
     cu->pool = new (std::nothrow) mc_cu_pool();
     const char *what = NULL;
     cudaDeviceProp prop;
-    if ((e = cudaSetDevice(device)) != cudaSuccess) what = "cudaSetDevice";
-    else if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess) what = "cudaGetDeviceProperties";
-    else if ((e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking)) != cudaSuccess) what = "cudaStreamCreate";
-    else if ((e = cudaStreamCreateWithFlags(&cu->comm_stream, cudaStreamNonBlocking)) != cudaSuccess) what = "cudaStreamCreate";
-    else if ((e = cudaEventCreateWithFlags(&cu->ev[0], cudaEventDisableTiming)) != cudaSuccess) what = "cudaEventCreate";
-    else if ((e = cudaEventCreateWithFlags(&cu->ev[1], cudaEventDisableTiming)) != cudaSuccess) what = "cudaEventCreate";
-    else if ((e = cudaMallocHost((void **)&cu->host_red, 64 * sizeof(double))) != cudaSuccess) what = "cudaMallocHost";
+    if ((e = cudaSetDevice(device)) != cudaSuccess)
+        what = "cudaSetDevice";
+    else if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+        what = "cudaGetDeviceProperties";
+    else if ((e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking)) != cudaSuccess)
+        what = "cudaStreamCreate";
+    else if ((e = cudaStreamCreateWithFlags(&cu->comm_stream, cudaStreamNonBlocking)) !=
+             cudaSuccess)
+        what = "cudaStreamCreate";
+    else if ((e = cudaEventCreateWithFlags(&cu->ev[0], cudaEventDisableTiming)) != cudaSuccess)
+        what = "cudaEventCreate";
+    else if ((e = cudaEventCreateWithFlags(&cu->ev[1], cudaEventDisableTiming)) != cudaSuccess)
+        what = "cudaEventCreate";
+    else if ((e = cudaMallocHost((void **)&cu->host_red, 64 * sizeof(double))) != cudaSuccess)
+        what = "cudaMallocHost";
     else {
         cu->lt_ws_bytes = (size_t)32 << 20; /* Hopper's cuBLASLt kernels want 32 MiB */
         if ((e = cudaMalloc(&cu->lt_ws, cu->lt_ws_bytes)) != cudaSuccess) what = "cudaMalloc";
@@ -102,7 +115,8 @@ extern "C" mc_status mc_cuda_new(int device, mc_cuda **out, mc_error *err) {
     return MC_OK;
 }
 
-extern "C" void mc_cuda_free(mc_cuda *cu) {
+extern "C" void mc_cuda_free(mc_cuda *cu)
+{
     if (!cu) return;
     cudaSetDevice(cu->device);
     if (cu->stream) cudaStreamSynchronize(cu->stream);
@@ -127,13 +141,15 @@ extern "C" int mc_cuda_device(const mc_cuda *cu) { return cu->device; }
 extern "C" void *mc_cuda_stream(mc_cuda *cu) { return (void *)cu->stream; }
 extern "C" void *mc_cuda_comm_stream(mc_cuda *cu) { return (void *)cu->comm_stream; }
 
-extern "C" void mc_cuda_stream_wait(mc_cuda *cu, int waiter, int signaler) {
+extern "C" void mc_cuda_stream_wait(mc_cuda *cu, int waiter, int signaler)
+{
     cudaStream_t s[2] = {cu->stream, cu->comm_stream};
     CU_CHECK(cudaEventRecord(cu->ev[signaler], s[signaler]));
     CU_CHECK(cudaStreamWaitEvent(s[waiter], cu->ev[signaler], 0));
 }
 
-void *mc_cuda_scratch(mc_cuda *cu, int slot, size_t bytes) {
+void *mc_cuda_scratch(mc_cuda *cu, int slot, size_t bytes)
+{
     if (bytes <= cu->scratch_cap[slot]) return cu->scratch[slot];
     size_t cap = round_block(bytes + bytes / 2);
     /* cudaFree waits for the device, so no queued kernel still reads the old one */
@@ -145,7 +161,8 @@ void *mc_cuda_scratch(mc_cuda *cu, int slot, size_t bytes) {
     return cu->scratch[slot];
 }
 
-extern "C" void *mc_cuda_balloc(mc_cuda *cu, size_t bytes, mc_error *err) {
+extern "C" void *mc_cuda_balloc(mc_cuda *cu, size_t bytes, mc_error *err)
+{
     mc_cu_pool *p = cu->pool;
     size_t n = round_block(bytes);
     if (n < bytes) {
@@ -183,40 +200,47 @@ extern "C" void *mc_cuda_balloc(mc_cuda *cu, size_t bytes, mc_error *err) {
     return ptr;
 }
 
-extern "C" void mc_cuda_bfree(mc_cuda *cu, void *ptr) {
+extern "C" void mc_cuda_bfree(mc_cuda *cu, void *ptr)
+{
     if (!ptr) return;
     mc_cu_pool *p = cu->pool;
     auto it = p->live.find(ptr);
-    if (it == p->live.end()) mc_cu_die(__FILE__, __LINE__, "mc_bfree", "not a block of this backend");
+    if (it == p->live.end())
+        mc_cu_die(__FILE__, __LINE__, "mc_bfree", "not a block of this backend");
     p->free.emplace(it->second, ptr);
     p->cached += it->second;
     p->live.erase(it);
 }
 
-extern "C" void mc_cuda_alloc_stats(mc_cuda *cu, size_t *mallocs, size_t *cached_bytes) {
+extern "C" void mc_cuda_alloc_stats(mc_cuda *cu, size_t *mallocs, size_t *cached_bytes)
+{
     if (mallocs) *mallocs = cu->pool->mallocs;
     if (cached_bytes) *cached_bytes = cu->pool->cached;
 }
 
-extern "C" void mc_cuda_bcopy_from_host(mc_cuda *cu, void *dst, const void *host, size_t bytes) {
+extern "C" void mc_cuda_bcopy_from_host(mc_cuda *cu, void *dst, const void *host, size_t bytes)
+{
     if (!bytes) return;
     /* from pageable memory the call returns once the host buffer is staged,
      * so the caller may reuse it at once (kern.h's contract) */
     CU_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, cu->stream));
 }
 
-extern "C" void mc_cuda_bcopy_to_host(mc_cuda *cu, void *host, const void *src, size_t bytes) {
+extern "C" void mc_cuda_bcopy_to_host(mc_cuda *cu, void *host, const void *src, size_t bytes)
+{
     if (!bytes) return;
     CU_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, cu->stream));
     CU_CHECK(cudaStreamSynchronize(cu->stream));
 }
 
-extern "C" void mc_cuda_bcopy(mc_cuda *cu, void *dst, const void *src, size_t bytes) {
+extern "C" void mc_cuda_bcopy(mc_cuda *cu, void *dst, const void *src, size_t bytes)
+{
     if (!bytes || dst == src) return;
     CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu->stream));
 }
 
-extern "C" void mc_cuda_bsync(mc_cuda *cu) {
+extern "C" void mc_cuda_bsync(mc_cuda *cu)
+{
     CU_CHECK(cudaStreamSynchronize(cu->stream));
     CU_CHECK(cudaStreamSynchronize(cu->comm_stream));
 }

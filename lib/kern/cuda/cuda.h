@@ -43,8 +43,7 @@ void mc_cuda_alloc_stats(mc_cuda *cu, size_t *mallocs, size_t *cached_bytes);
 /* The kernels: mc_cuda_NAME(cu, ...) for each entry of mc/kern_ops.def that
  * has a CUDA implementation (backends CPU_CUDA); kern_ops.def documents
  * each under its mc_k_ name. */
-#define MC_KERNEL(name, ret, params, args, backends) \
-    MC_CUDA_DECLARE_##backends(ret, name, params)
+#define MC_KERNEL(name, ret, params, args, backends) MC_CUDA_DECLARE_##backends(ret, name, params)
 #define MC_CUDA_DECLARE_CPU_CUDA(ret, name, params) \
     ret mc_cuda_##name(mc_cuda *cu, MC_KERN_UNPAREN params);
 #define MC_CUDA_DECLARE_CPU_ONLY(ret, name, params)

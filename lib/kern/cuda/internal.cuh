@@ -49,15 +49,16 @@ struct mc_cuda {
         cudaError_t e_ = (call);                                                             \
         if (e_ != cudaSuccess) mc_cu_die(__FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
     } while (0)
-#define LT_CHECK(call)                                                                       \
-    do {                                                                                     \
-        cublasStatus_t s_ = (call);                                                          \
+#define LT_CHECK(call)                                                                         \
+    do {                                                                                       \
+        cublasStatus_t s_ = (call);                                                            \
         if (s_ != CUBLAS_STATUS_SUCCESS) mc_cu_die(__FILE__, __LINE__, #call, "cuBLAS error"); \
     } while (0)
 /* After every launch: a bad configuration is reported here, not later. */
 #define KCHECK() CU_CHECK(cudaGetLastError())
 
-static inline void mc_cu_die(const char *file, int line, const char *what, const char *msg) {
+static inline void mc_cu_die(const char *file, int line, const char *what, const char *msg)
+{
     fprintf(stderr, "mc: kern/cuda: %s:%d: %s: %s\n", file, line, what, msg);
     abort();
 }
@@ -65,26 +66,31 @@ static inline void mc_cu_die(const char *file, int line, const char *what, const
 void *mc_cuda_scratch(mc_cuda *cu, int slot, size_t bytes);
 
 /* Blocks of `threads` for n elements with a grid-stride loop, capped. */
-static inline unsigned mc_cu_blocks(size_t n, unsigned threads) {
+static inline unsigned mc_cu_blocks(size_t n, unsigned threads)
+{
     size_t b = (n + threads - 1) / threads;
     if (b > 65535u * 8u) b = 65535u * 8u;
     return b ? (unsigned)b : 1u;
 }
 
-#define GRID_STRIDE(i, n) \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE(i, n)                                                   \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)gridDim.x * blockDim.x)
 
 /* ---------------------------------------------------- warp reductions */
 
-__device__ __forceinline__ float mc_warp_max(float v) {
+__device__ __forceinline__ float mc_warp_max(float v)
+{
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
-__device__ __forceinline__ float mc_warp_sum(float v) {
+__device__ __forceinline__ float mc_warp_sum(float v)
+{
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
-__device__ __forceinline__ double mc_warp_sum_d(double v) {
+__device__ __forceinline__ double mc_warp_sum_d(double v)
+{
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }

@@ -17,9 +17,11 @@
 /* ---------------------------------------------------- embedding */
 
 /* out[i,:] = wte[ids[i]-v0,:] in range, else 0 */
-__global__ void k_embed_fwd(float *out, const int32_t *ids, size_t N, const float *wte,
-                            int64_t v0, int64_t vl, size_t C) {
-    GRID_STRIDE(k, N * C) {
+__global__ void k_embed_fwd(float *out, const int32_t *ids, size_t N, const float *wte, int64_t v0,
+                            int64_t vl, size_t C)
+{
+    GRID_STRIDE(k, N * C)
+    {
         size_t i = k / C, c = k % C;
         int64_t r = (int64_t)ids[i] - v0;
         out[k] = r >= 0 && r < vl ? wte[(size_t)r * C + c] : 0.0f;
@@ -27,7 +29,8 @@ __global__ void k_embed_fwd(float *out, const int32_t *ids, size_t N, const floa
 }
 
 extern "C" void mc_cuda_embed_fwd(mc_cuda *cu, float *out, const int32_t *ids, size_t N,
-                                  const float *wte, int64_t v0, int64_t vl, size_t C) {
+                                  const float *wte, int64_t v0, int64_t vl, size_t C)
+{
     if (!N || !C) return;
     k_embed_fwd<<<mc_cu_blocks(N * C, TPB), TPB, 0, cu->stream>>>(out, ids, N, wte, v0, vl, C);
     KCHECK();
@@ -39,7 +42,8 @@ __global__ void k_iota(int32_t *x, size_t n) { GRID_STRIDE(i, n) x[i] = (int32_t
  * run of equal ids adds the run's rows, in their original order, into the
  * table row: acc = dwte[r,c]; acc += dout[i,c] for each i; store. */
 __global__ void k_embed_bwd_runs(float *dwte, const float *dout, const int32_t *keys,
-                                 const int32_t *rows, size_t N, int64_t v0, int64_t vl, size_t C) {
+                                 const int32_t *rows, size_t N, int64_t v0, int64_t vl, size_t C)
+{
     size_t s = blockIdx.x, c = (size_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
     int32_t id = keys[s];
@@ -54,8 +58,9 @@ __global__ void k_embed_bwd_runs(float *dwte, const float *dout, const int32_t *
 
 /* The token ids are sorted with a stable radix sort (cub), so each table row
  * adds its tokens' gradients in row order, exactly as the CPU does. */
-extern "C" void mc_cuda_embed_bwd(mc_cuda *cu, float *dwte, const float *dout,
-                                  const int32_t *ids, size_t N, int64_t v0, int64_t vl, size_t C) {
+extern "C" void mc_cuda_embed_bwd(mc_cuda *cu, float *dwte, const float *dout, const int32_t *ids,
+                                  size_t N, int64_t v0, int64_t vl, size_t C)
+{
     if (!N || !C) return;
     size_t tmp = 0;
     CU_CHECK(cub::DeviceRadixSort::SortPairs(NULL, tmp, (const int32_t *)NULL, (int32_t *)NULL,
@@ -63,7 +68,8 @@ extern "C" void mc_cuda_embed_bwd(mc_cuda *cu, float *dwte, const float *dout,
                                              cu->stream));
     size_t a = (N * sizeof(int32_t) + 255) & ~(size_t)255;
     char *base = (char *)mc_cuda_scratch(cu, MC_CU_SCRATCH_SORT, 3 * a + tmp);
-    int32_t *pos = (int32_t *)base, *keys = (int32_t *)(base + a), *rows = (int32_t *)(base + 2 * a);
+    int32_t *pos = (int32_t *)base, *keys = (int32_t *)(base + a),
+            *rows = (int32_t *)(base + 2 * a);
     k_iota<<<mc_cu_blocks(N, TPB), TPB, 0, cu->stream>>>(pos, N);
     KCHECK();
     CU_CHECK(cub::DeviceRadixSort::SortPairs(base + 3 * a, tmp, ids, keys, pos, rows, (int)N, 0, 32,
@@ -75,8 +81,10 @@ extern "C" void mc_cuda_embed_bwd(mc_cuda *cu, float *dwte, const float *dout,
 
 /* out[b,t,:] += wpe[pos0+t,:] */
 __global__ void k_posemb_fwd(float *out, const float *wpe, size_t BT, size_t T, size_t C,
-                             size_t pos0) {
-    GRID_STRIDE(k, BT * C) {
+                             size_t pos0)
+{
+    GRID_STRIDE(k, BT * C)
+    {
         size_t bt = k / C, c = k % C;
         out[k] += wpe[(pos0 + bt % T) * C + c];
     }
@@ -84,8 +92,10 @@ __global__ void k_posemb_fwd(float *out, const float *wpe, size_t BT, size_t T, 
 
 /* dwpe[pos0+t,c] += sum_b dout[b,t,c], b in order */
 __global__ void k_posemb_bwd(float *dwpe, const float *dout, size_t B, size_t T, size_t C,
-                             size_t pos0) {
-    GRID_STRIDE(k, T * C) {
+                             size_t pos0)
+{
+    GRID_STRIDE(k, T * C)
+    {
         size_t t = k / C, c = k % C;
         float *d = dwpe + (pos0 + t) * C + c;
         float acc = *d;
@@ -95,13 +105,15 @@ __global__ void k_posemb_bwd(float *dwpe, const float *dout, size_t B, size_t T,
 }
 
 extern "C" void mc_cuda_posemb_fwd(mc_cuda *cu, float *out, const float *wpe, size_t B, size_t T,
-                                   size_t C, size_t pos0) {
+                                   size_t C, size_t pos0)
+{
     if (!B || !T || !C) return;
     k_posemb_fwd<<<mc_cu_blocks(B * T * C, TPB), TPB, 0, cu->stream>>>(out, wpe, B * T, T, C, pos0);
     KCHECK();
 }
-extern "C" void mc_cuda_posemb_bwd(mc_cuda *cu, float *dwpe, const float *dout, size_t B,
-                                   size_t T, size_t C, size_t pos0) {
+extern "C" void mc_cuda_posemb_bwd(mc_cuda *cu, float *dwpe, const float *dout, size_t B, size_t T,
+                                   size_t C, size_t pos0)
+{
     if (!B || !T || !C) return;
     k_posemb_bwd<<<mc_cu_blocks(T * C, TPB), TPB, 0, cu->stream>>>(dwpe, dout, B, T, C, pos0);
     KCHECK();
@@ -112,7 +124,8 @@ extern "C" void mc_cuda_posemb_bwd(mc_cuda *cu, float *dwpe, const float *dout, 
 /* One warp per row. mean = sum x / C, rstd = 1/sqrt(sum (x-mean)^2 / C + eps)
  * in double; out = (x - mean) rstd w + b */
 __global__ void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
-                                const float *w, const float *b, size_t N, size_t C, float eps) {
+                                const float *w, const float *b, size_t N, size_t C, float eps)
+{
     size_t i = (size_t)blockIdx.x * WARPS + threadIdx.x / 32;
     unsigned lane = threadIdx.x % 32;
     if (i >= N) return;
@@ -136,7 +149,8 @@ __global__ void k_layernorm_fwd(float *out, float *mean, float *rstd, const floa
 
 /* dx += rstd (g - mean(g) - xhat mean(g xhat)), g = dout w, sums in double */
 __global__ void k_layernorm_bwd_dx(float *dx, const float *dout, const float *x, const float *w,
-                                   const float *mean, const float *rstd, size_t N, size_t C) {
+                                   const float *mean, const float *rstd, size_t N, size_t C)
+{
     size_t i = (size_t)blockIdx.x * WARPS + threadIdx.x / 32;
     unsigned lane = threadIdx.x % 32;
     if (i >= N) return;
@@ -162,7 +176,8 @@ __global__ void k_layernorm_bwd_dx(float *dx, const float *dout, const float *x,
  * pw[ch,c] = sum dout xhat (LayerNorm: xhat = (x - mean) rstd; RMSNorm, mean
  * NULL: x rstd), pb[ch,c] = sum dout (when pb) */
 __global__ void k_norm_dw_part(float *pw, float *pb, const float *dout, const float *x,
-                               const float *mean, const float *rstd, size_t N, size_t C) {
+                               const float *mean, const float *rstd, size_t N, size_t C)
+{
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x, ch = blockIdx.y;
     if (c >= C) return;
     size_t i0 = ch * ROWS_PER_CHUNK, i1 = i0 + ROWS_PER_CHUNK < N ? i0 + ROWS_PER_CHUNK : N;
@@ -177,9 +192,11 @@ __global__ void k_norm_dw_part(float *pw, float *pb, const float *dout, const fl
 }
 
 /* dw[c] += sum over chunks in order (db likewise) */
-__global__ void k_norm_dw_final(float *dw, float *db, const float *pw, const float *pb,
-                                size_t nch, size_t C) {
-    GRID_STRIDE(c, C) {
+__global__ void k_norm_dw_final(float *dw, float *db, const float *pw, const float *pb, size_t nch,
+                                size_t C)
+{
+    GRID_STRIDE(c, C)
+    {
         if (dw) {
             float a = 0.0f;
             for (size_t k = 0; k < nch; k++) a += pw[k * C + c];
@@ -194,7 +211,8 @@ __global__ void k_norm_dw_final(float *dw, float *db, const float *pw, const flo
 }
 
 static void norm_dw(mc_cuda *cu, float *dw, float *db, const float *dout, const float *x,
-                    const float *mean, const float *rstd, size_t N, size_t C) {
+                    const float *mean, const float *rstd, size_t N, size_t C)
+{
     size_t nch = (N + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
     float *pw = (float *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK, 2 * nch * C * sizeof(float));
     float *pb = db ? pw + nch * C : NULL;
@@ -209,7 +227,8 @@ static unsigned row_blocks(size_t N) { return (unsigned)((N + WARPS - 1) / WARPS
 
 extern "C" void mc_cuda_layernorm_fwd(mc_cuda *cu, float *out, float *mean, float *rstd,
                                       const float *x, const float *w, const float *b, size_t N,
-                                      size_t C, float eps) {
+                                      size_t C, float eps)
+{
     if (!N) return;
     k_layernorm_fwd<<<row_blocks(N), WARPS * 32, 0, cu->stream>>>(out, mean, rstd, x, w, b, N, C,
                                                                   eps);
@@ -218,11 +237,12 @@ extern "C" void mc_cuda_layernorm_fwd(mc_cuda *cu, float *out, float *mean, floa
 
 extern "C" void mc_cuda_layernorm_bwd(mc_cuda *cu, float *dx, float *dw, float *db,
                                       const float *dout, const float *x, const float *w,
-                                      const float *mean, const float *rstd, size_t N, size_t C) {
+                                      const float *mean, const float *rstd, size_t N, size_t C)
+{
     if (!N) return;
     if (dx) {
-        k_layernorm_bwd_dx<<<row_blocks(N), WARPS * 32, 0, cu->stream>>>(dx, dout, x, w, mean,
-                                                                         rstd, N, C);
+        k_layernorm_bwd_dx<<<row_blocks(N), WARPS * 32, 0, cu->stream>>>(dx, dout, x, w, mean, rstd,
+                                                                         N, C);
         KCHECK();
     }
     if (dw || db) norm_dw(cu, dw, db, dout, x, mean, rstd, N, C);
@@ -230,7 +250,8 @@ extern "C" void mc_cuda_layernorm_bwd(mc_cuda *cu, float *dx, float *dw, float *
 
 /* rstd = 1/sqrt(sum x^2 / C + eps) in double; out = x rstd w */
 __global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, size_t N,
-                              size_t C, float eps) {
+                              size_t C, float eps)
+{
     size_t i = (size_t)blockIdx.x * WARPS + threadIdx.x / 32;
     unsigned lane = threadIdx.x % 32;
     if (i >= N) return;
@@ -246,7 +267,8 @@ __global__ void k_rmsnorm_fwd(float *out, float *rstd, const float *x, const flo
 
 /* dx += rstd (g - x rstd^2 mean(g x)), g = dout w */
 __global__ void k_rmsnorm_bwd_dx(float *dx, const float *dout, const float *x, const float *w,
-                                 const float *rstd, size_t N, size_t C) {
+                                 const float *rstd, size_t N, size_t C)
+{
     size_t i = (size_t)blockIdx.x * WARPS + threadIdx.x / 32;
     unsigned lane = threadIdx.x % 32;
     if (i >= N) return;
@@ -261,7 +283,8 @@ __global__ void k_rmsnorm_bwd_dx(float *dx, const float *dout, const float *x, c
 }
 
 extern "C" void mc_cuda_rmsnorm_fwd(mc_cuda *cu, float *out, float *rstd, const float *x,
-                                    const float *w, size_t N, size_t C, float eps) {
+                                    const float *w, size_t N, size_t C, float eps)
+{
     if (!N) return;
     k_rmsnorm_fwd<<<row_blocks(N), WARPS * 32, 0, cu->stream>>>(out, rstd, x, w, N, C, eps);
     KCHECK();
@@ -269,7 +292,8 @@ extern "C" void mc_cuda_rmsnorm_fwd(mc_cuda *cu, float *out, float *rstd, const 
 
 extern "C" void mc_cuda_rmsnorm_bwd(mc_cuda *cu, float *dx, float *dw, const float *dout,
                                     const float *x, const float *w, const float *rstd, size_t N,
-                                    size_t C) {
+                                    size_t C)
+{
     if (!N) return;
     if (dx) {
         k_rmsnorm_bwd_dx<<<row_blocks(N), WARPS * 32, 0, cu->stream>>>(dx, dout, x, w, rstd, N, C);
@@ -282,8 +306,10 @@ extern "C" void mc_cuda_rmsnorm_bwd(mc_cuda *cu, float *dx, float *dw, const flo
 
 /* tab[t,i] = (cos, sign sin) of (pos0 + t) base^(-2i/D), in double */
 __global__ void k_rope_table(float *tab, size_t T, size_t half, size_t D, float base, size_t pos0,
-                             float sign) {
-    GRID_STRIDE(k, T * half) {
+                             float sign)
+{
+    GRID_STRIDE(k, T * half)
+    {
         size_t t = k / half, i = k % half;
         double inv = pow((double)base, -2.0 * (double)i / (double)D);
         double a = (double)(pos0 + t) * inv;
@@ -293,9 +319,10 @@ __global__ void k_rope_table(float *tab, size_t T, size_t half, size_t D, float 
 }
 
 /* x1' = x1 cos - x2 sin; x2' = x2 cos + x1 sin over the pairs (i, i + D/2) */
-__global__ void k_rope_apply(float *x, const float *tab, size_t BT, size_t T, size_t H,
-                             size_t half) {
-    GRID_STRIDE(k, BT * H * half) {
+__global__ void k_rope_apply(float *x, const float *tab, size_t BT, size_t T, size_t H, size_t half)
+{
+    GRID_STRIDE(k, BT * H * half)
+    {
         size_t i = k % half, bth = k / half, bt = bth / H;
         const float *cs = tab + ((bt % T) * half + i) * 2;
         float *x1 = x + bth * 2 * half + i, *x2 = x1 + half;
@@ -306,7 +333,8 @@ __global__ void k_rope_apply(float *x, const float *tab, size_t BT, size_t T, si
 }
 
 static void rope(mc_cuda *cu, float *x, size_t B, size_t T, size_t H, size_t D, float base,
-                 size_t pos0, float sign) {
+                 size_t pos0, float sign)
+{
     if (D % 2) mc_cu_die(__FILE__, __LINE__, "rope", "odd head dimension");
     if (!B || !T || !H || !D) return;
     size_t half = D / 2;
@@ -320,11 +348,13 @@ static void rope(mc_cuda *cu, float *x, size_t B, size_t T, size_t H, size_t D, 
 }
 
 extern "C" void mc_cuda_rope_fwd(mc_cuda *cu, float *x, size_t B, size_t T, size_t H, size_t D,
-                                 float base, size_t pos0) {
+                                 float base, size_t pos0)
+{
     rope(cu, x, B, T, H, D, base, pos0, 1.0f);
 }
 extern "C" void mc_cuda_rope_bwd(mc_cuda *cu, float *dx, size_t B, size_t T, size_t H, size_t D,
-                                 float base, size_t pos0) {
+                                 float base, size_t pos0)
+{
     rope(cu, dx, B, T, H, D, base, pos0, -1.0f);
 }
 
@@ -333,21 +363,29 @@ extern "C" void mc_cuda_rope_bwd(mc_cuda *cu, float *dx, size_t B, size_t T, siz
 /* Element w of group g of row n of qkv [N, G, (hpg+2) D] goes to q, k or v;
  * bwd adds the other way (a NULL part adds nothing). */
 __global__ void k_qkv(float *q, float *k, float *v, float *qkv, size_t N, size_t Q, size_t G,
-                      size_t D, int bwd) {
+                      size_t D, int bwd)
+{
     size_t hpg = Q / G, gw = (hpg + 2) * D, row = G * gw;
-    GRID_STRIDE(idx, N * row) {
+    GRID_STRIDE(idx, N * row)
+    {
         size_t n = idx / row, rem = idx % row, g = rem / gw, w = rem % gw;
         float *p;
-        if (w < hpg * D) p = q ? q + (n * Q + g * hpg) * D + w : NULL;
-        else if (w < (hpg + 1) * D) p = k ? k + (n * G + g) * D + (w - hpg * D) : NULL;
-        else p = v ? v + (n * G + g) * D + (w - (hpg + 1) * D) : NULL;
-        if (!bwd) *p = qkv[idx];
-        else if (p) qkv[idx] += *p;
+        if (w < hpg * D)
+            p = q ? q + (n * Q + g * hpg) * D + w : NULL;
+        else if (w < (hpg + 1) * D)
+            p = k ? k + (n * G + g) * D + (w - hpg * D) : NULL;
+        else
+            p = v ? v + (n * G + g) * D + (w - (hpg + 1) * D) : NULL;
+        if (!bwd)
+            *p = qkv[idx];
+        else if (p)
+            qkv[idx] += *p;
     }
 }
 
 extern "C" void mc_cuda_qkv_split(mc_cuda *cu, float *q, float *k, float *v, const float *qkv,
-                                  size_t N, size_t Q, size_t G, size_t D) {
+                                  size_t N, size_t Q, size_t G, size_t D)
+{
     if (!G || Q % G) mc_cu_die(__FILE__, __LINE__, "qkv_split", "Q is not a multiple of G");
     size_t n = N * G * (Q / G + 2) * D;
     if (!n) return;
@@ -356,7 +394,8 @@ extern "C" void mc_cuda_qkv_split(mc_cuda *cu, float *q, float *k, float *v, con
 }
 
 extern "C" void mc_cuda_qkv_split_bwd(mc_cuda *cu, float *dqkv, const float *dq, const float *dk,
-                                      const float *dv, size_t N, size_t Q, size_t G, size_t D) {
+                                      const float *dv, size_t N, size_t Q, size_t G, size_t D)
+{
     if (!G || Q % G) mc_cu_die(__FILE__, __LINE__, "qkv_split_bwd", "Q is not a multiple of G");
     size_t n = N * G * (Q / G + 2) * D;
     if (!n) return;
@@ -368,7 +407,8 @@ extern "C" void mc_cuda_qkv_split_bwd(mc_cuda *cu, float *dqkv, const float *dq,
 /* ---------------------------------------------------- cross-entropy */
 
 /* one block per row; fixed-tree reductions */
-__global__ void k_xent_max(float *rowmax, const float *logits, size_t vl) {
+__global__ void k_xent_max(float *rowmax, const float *logits, size_t vl)
+{
     __shared__ float sh[TPB];
     const float *l = logits + (size_t)blockIdx.x * vl;
     float m = -INFINITY;
@@ -383,7 +423,8 @@ __global__ void k_xent_max(float *rowmax, const float *logits, size_t vl) {
 }
 
 __global__ void k_xent_sumexp(float *sumexp, float *tlogit, const float *logits,
-                              const float *rowmax, const int32_t *targets, int64_t v0, size_t vl) {
+                              const float *rowmax, const int32_t *targets, int64_t v0, size_t vl)
+{
     __shared__ double sh[TPB];
     size_t i = blockIdx.x;
     const float *l = logits + i * vl;
@@ -404,14 +445,16 @@ __global__ void k_xent_sumexp(float *sumexp, float *tlogit, const float *logits,
 }
 
 __global__ void k_xent_loss(float *loss, const float *rowmax, const float *sumexp,
-                            const float *tlogit, const int32_t *targets, size_t N) {
+                            const float *tlogit, const int32_t *targets, size_t N)
+{
     GRID_STRIDE(i, N) loss[i] = targets[i] < 0 ? 0.0f : logf(sumexp[i]) + rowmax[i] - tlogit[i];
 }
 
 /* d = w (exp(l - m) / sumexp - [j == target]); in place allowed (read, then write) */
 __global__ void k_xent_bwd(float *dlogits, const float *logits, const float *rowmax,
                            const float *sumexp, const int32_t *targets, int64_t v0, size_t vl,
-                           const float *dloss, float scale) {
+                           const float *dloss, float scale)
+{
     size_t i = blockIdx.x;
     const float *l = logits + i * vl;
     float *d = dlogits + i * vl;
@@ -429,15 +472,17 @@ __global__ void k_xent_bwd(float *dlogits, const float *logits, const float *row
 }
 
 extern "C" void mc_cuda_xent_max(mc_cuda *cu, float *rowmax, const float *logits, size_t N,
-                                 size_t vl) {
+                                 size_t vl)
+{
     if (!N) return;
     k_xent_max<<<(unsigned)N, TPB, 0, cu->stream>>>(rowmax, logits, vl);
     KCHECK();
 }
 
-extern "C" void mc_cuda_xent_sumexp(mc_cuda *cu, float *sumexp, float *tlogit,
-                                    const float *logits, const float *rowmax,
-                                    const int32_t *targets, int64_t v0, size_t N, size_t vl) {
+extern "C" void mc_cuda_xent_sumexp(mc_cuda *cu, float *sumexp, float *tlogit, const float *logits,
+                                    const float *rowmax, const int32_t *targets, int64_t v0,
+                                    size_t N, size_t vl)
+{
     if (!N) return;
     k_xent_sumexp<<<(unsigned)N, TPB, 0, cu->stream>>>(sumexp, tlogit, logits, rowmax, targets, v0,
                                                        vl);
@@ -445,8 +490,9 @@ extern "C" void mc_cuda_xent_sumexp(mc_cuda *cu, float *sumexp, float *tlogit,
 }
 
 extern "C" void mc_cuda_xent_loss(mc_cuda *cu, float *loss, const float *rowmax,
-                                  const float *sumexp, const float *tlogit,
-                                  const int32_t *targets, size_t N) {
+                                  const float *sumexp, const float *tlogit, const int32_t *targets,
+                                  size_t N)
+{
     if (!N) return;
     k_xent_loss<<<mc_cu_blocks(N, TPB), TPB, 0, cu->stream>>>(loss, rowmax, sumexp, tlogit, targets,
                                                               N);
@@ -455,7 +501,8 @@ extern "C" void mc_cuda_xent_loss(mc_cuda *cu, float *loss, const float *rowmax,
 
 extern "C" void mc_cuda_xent_bwd(mc_cuda *cu, float *dlogits, const float *logits,
                                  const float *rowmax, const float *sumexp, const int32_t *targets,
-                                 int64_t v0, size_t N, size_t vl, const float *dloss, float scale) {
+                                 int64_t v0, size_t N, size_t vl, const float *dloss, float scale)
+{
     if (!N) return;
     k_xent_bwd<<<(unsigned)N, TPB, 0, cu->stream>>>(dlogits, logits, rowmax, sumexp, targets, v0,
                                                     vl, dloss, scale);

@@ -27,7 +27,8 @@ struct plan {
 /* one cache per process: plans hold no pointers, only shapes */
 static std::map<plan_key, plan> *plans;
 
-static int align_of(const void *p) {
+static int align_of(const void *p)
+{
     uintptr_t a = (uintptr_t)p;
     int al = 256;
     while (al > 4 && (a % (uintptr_t)al)) al /= 2;
@@ -38,7 +39,8 @@ static int align_of(const void *p) {
  * cuBLASLt has no algorithm with the bias epilogue (the caller then adds it). */
 static plan *get_plan(mc_cuda *cu, cudaDataType_t ab, cublasComputeType_t ct, int ta, int tb,
                       int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
-                      int bias, int al) {
+                      int bias, int al)
+{
     if (!plans) plans = new std::map<plan_key, plan>();
     plan_key key((int)ab, (int)ct, ta * 2 + tb, m, n, k, lda, ldb, ldc, bias, al, cu->device);
     auto it = plans->find(key);
@@ -57,31 +59,38 @@ static plan *get_plan(mc_cuda *cu, cudaDataType_t ab, cublasComputeType_t ct, in
                                                   &cu->lt_ws_bytes, sizeof cu->lt_ws_bytes));
     /* the heuristic assumes 256-byte aligned pointers unless told */
     uint32_t a32 = (uint32_t)al;
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a32, sizeof a32));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a32, sizeof a32));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a32, sizeof a32));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a32, sizeof a32));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                  &a32, sizeof a32));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                  &a32, sizeof a32));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                  &a32, sizeof a32));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                  &a32, sizeof a32));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     if (bias) {
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = CUDA_R_32F;
-        LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                sizeof epi));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                sizeof bt));
         if (cublasLtMatmulAlgoGetHeuristic(cu->lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &res,
                                            &found) != CUBLAS_STATUS_SUCCESS)
             found = 0;
         p.epilogue_bias = found > 0;
         if (!found) {
             epi = CUBLASLT_EPILOGUE_DEFAULT;
-            LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+            LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                    sizeof epi));
         }
     }
-    if (!found &&
-        (cublasLtMatmulAlgoGetHeuristic(cu->lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &res, &found) !=
-             CUBLAS_STATUS_SUCCESS ||
-         !found))
-        mc_cu_die(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", "no algorithm for this GEMM");
+    if (!found && (cublasLtMatmulAlgoGetHeuristic(cu->lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &res,
+                                                  &found) != CUBLAS_STATUS_SUCCESS ||
+                   !found))
+        mc_cu_die(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic",
+                  "no algorithm for this GEMM");
     cublasLtMatmulPreferenceDestroy(pref);
     p.algo = res.algo;
     plan &slot = (*plans)[key];
@@ -101,12 +110,14 @@ static plan *get_plan(mc_cuda *cu, cudaDataType_t ab, cublasComputeType_t ct, in
  * C(m x n, ldc) = op(A) op(B) + beta C (+ bias[m]) in column-major terms;
  * returns 1 when the bias was added (by the epilogue), 0 when the caller must */
 static int gemm(mc_cuda *cu, mc_prec prec, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                 const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
-                 int64_t ldc, const float *bias) {
-    cudaDataType_t ab = prec == MC_PREC_BF16 ? CUDA_R_16BF
+                const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
+                int64_t ldc, const float *bias)
+{
+    cudaDataType_t ab = prec == MC_PREC_BF16   ? CUDA_R_16BF
                         : prec == MC_PREC_FP16 ? CUDA_R_16F
                                                : CUDA_R_32F;
-    cublasComputeType_t ct = prec == MC_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t ct = prec == MC_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                  : CUBLAS_COMPUTE_32F;
     int al = align_of(A);
     if (align_of(B) < al) al = align_of(B);
     if (align_of(C) < al) al = align_of(C);
@@ -120,14 +131,16 @@ static int gemm(mc_cuda *cu, mc_prec prec, int ta, int tb, int64_t m, int64_t n,
     return bias && p->epilogue_bias;
 }
 
-__global__ void k_round_to16(uint16_t *o, const float *x, size_t n, int bf16) {
+__global__ void k_round_to16(uint16_t *o, const float *x, size_t n, int bf16)
+{
     GRID_STRIDE(i, n) o[i] = bf16 ? mc_f32_to_bf16(x[i]) : mc_f32_to_fp16(x[i]);
 }
 
 /* The operand as the GEMM reads it: x itself (fp32, tf32) or its bf16/fp16
  * copy in scratch slot `slot`, rounded to nearest even (the CPU's rounding):
  * activations and weights are fp32 in memory (kern.h). */
-static const void *operand(mc_cuda *cu, mc_prec prec, const float *x, size_t n, int slot) {
+static const void *operand(mc_cuda *cu, mc_prec prec, const float *x, size_t n, int slot)
+{
     if (prec != MC_PREC_BF16 && prec != MC_PREC_FP16) return x;
     uint16_t *o = (uint16_t *)mc_cuda_scratch(cu, slot, n * sizeof(uint16_t));
     k_round_to16<<<mc_cu_blocks(n, TPB), TPB, 0, cu->stream>>>(o, x, n, prec == MC_PREC_BF16);
@@ -135,14 +148,16 @@ static const void *operand(mc_cuda *cu, mc_prec prec, const float *x, size_t n, 
     return o;
 }
 
-__global__ void k_bias_add(float *out, const float *b, size_t N, size_t O) {
+__global__ void k_bias_add(float *out, const float *b, size_t N, size_t O)
+{
     GRID_STRIDE(k, N * O) out[k] += b[k % O];
 }
 
 /* out[n,o] = beta out[n,o] + sum_i x[n,i] W[o,i] + b[o] */
 extern "C" void mc_cuda_linear_fwd(mc_cuda *cu, mc_prec prec, float *out, const float *x,
                                    const float *W, const uint16_t *Wb, const float *b, size_t N,
-                                   size_t I, size_t O, float beta) {
+                                   size_t I, size_t O, float beta)
+{
     (void)Wb; /* host-side bf16 copies are the CPU backend's; the model passes NULL here */
     if (!N || !O) return;
     if (!I) { /* empty product: out = beta out + b */
@@ -161,7 +176,8 @@ extern "C" void mc_cuda_linear_fwd(mc_cuda *cu, mc_prec prec, float *out, const 
 }
 
 /* partial column sums of dout[N,O] over chunks of rows, then the chunks in order */
-__global__ void k_colsum_part(float *part, const float *g, size_t N, size_t O) {
+__global__ void k_colsum_part(float *part, const float *g, size_t N, size_t O)
+{
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x, ch = blockIdx.y;
     if (c >= O) return;
     size_t i0 = ch * ROWS_PER_CHUNK, i1 = i0 + ROWS_PER_CHUNK < N ? i0 + ROWS_PER_CHUNK : N;
@@ -170,8 +186,10 @@ __global__ void k_colsum_part(float *part, const float *g, size_t N, size_t O) {
     part[ch * O + c] = a;
 }
 
-__global__ void k_colsum_final(float *db, const float *part, size_t nch, size_t O) {
-    GRID_STRIDE(c, O) {
+__global__ void k_colsum_final(float *db, const float *part, size_t nch, size_t O)
+{
+    GRID_STRIDE(c, O)
+    {
         float a = 0.0f;
         for (size_t k = 0; k < nch; k++) a += part[k * O + c];
         db[c] += a;
@@ -181,7 +199,8 @@ __global__ void k_colsum_final(float *db, const float *part, size_t nch, size_t 
 /* dx += dout W;  dW += dout^T x;  db += column sums of dout */
 extern "C" void mc_cuda_linear_bwd(mc_cuda *cu, mc_prec prec, float *dx, float *dW, float *db,
                                    const float *dout, const float *x, const float *W,
-                                   const uint16_t *Wb, size_t N, size_t I, size_t O) {
+                                   const uint16_t *Wb, size_t N, size_t I, size_t O)
+{
     (void)Wb; /* see mc_cuda_linear_fwd */
     if (!N || !O) return;
     if (I && (dx || dW)) {
