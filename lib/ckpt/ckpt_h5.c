@@ -90,6 +90,16 @@ const char *mc_ckpt_dtype_name(mc_ckpt_dtype d)
     return NULL;
 }
 
+const mc_choice mc_ckpt_float_dtype_choices[] = {
+    {"fp32", MC_CKPT_FLOAT32},
+    {"float32", MC_CKPT_FLOAT32},
+    {"bf16", MC_CKPT_BFLOAT16},
+    {"bfloat16", MC_CKPT_BFLOAT16},
+    {"fp16", MC_CKPT_FLOAT16},
+    {"float16", MC_CKPT_FLOAT16},
+    {NULL, 0},
+};
+
 int mc_ckpt_dtype_is_quantized(mc_ckpt_dtype d)
 {
     return d == MC_CKPT_INT8 || d == MC_CKPT_FP8_E4M3 || d == MC_CKPT_INT4;

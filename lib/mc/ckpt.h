@@ -47,6 +47,7 @@
 #include "mc/comm.h"
 #include "mc/log.h"
 #include "mc/model.h"
+#include "mc/opt.h"
 #include "mc/status.h"
 #include "mc/tokenizer.h"
 
@@ -88,6 +89,9 @@ int mc_ckpt_dtype_is_quantized(mc_ckpt_dtype d);
 /* Parse one of the three float names (the only ones mc_ckpt_write_tensor
  * takes); MC_ERR_USAGE naming the choices otherwise. */
 mc_status mc_ckpt_dtype_parse(const char *s, mc_ckpt_dtype *out, mc_error *err);
+/* The float dtypes by the names a tool's --dtype takes (fp32, float32,
+ * bf16, bfloat16, fp16, float16), for mc_parse_choice; NULL-terminated. */
+extern const mc_choice mc_ckpt_float_dtype_choices[];
 
 typedef enum mc_ckpt_compression {
     MC_CKPT_COMPRESS_NONE = 0,

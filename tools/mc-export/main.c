@@ -125,23 +125,13 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
     return MC_OK;
 }
 
-static const mc_choice dtypes[] = {
-    {"fp32", MC_CKPT_FLOAT32},
-    {"float32", MC_CKPT_FLOAT32},
-    {"bf16", MC_CKPT_BFLOAT16},
-    {"bfloat16", MC_CKPT_BFLOAT16},
-    {"fp16", MC_CKPT_FLOAT16},
-    {"float16", MC_CKPT_FLOAT16},
-    {NULL, 0},
-};
-
 /* The --dtype of hf and llmc as an mc_ckpt_dtype (-1: as stored). */
 static mc_status weight_dtype(const args *a, int *out, mc_error *err)
 {
     *out = -1;
     if (!a->dtype) return MC_OK;
     int v;
-    if (mc_parse_choice("--dtype", NULL, a->dtype, dtypes, &v, NULL) ||
+    if (mc_parse_choice("--dtype", NULL, a->dtype, mc_ckpt_float_dtype_choices, &v, NULL) ||
         (v == MC_CKPT_FLOAT16 && a->format != FMT_HF))
         return mc_error_set(err, MC_ERR_USAGE, "--dtype: --format %s takes %s, got '%s'",
                             a->format == FMT_HF ? "hf" : "llmc",

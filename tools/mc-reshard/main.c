@@ -103,15 +103,6 @@ static mc_status push_input(args *a, const char *s, mc_error *err)
     return st;
 }
 
-static const mc_choice dtypes[] = {
-    {"fp32", MC_CKPT_FLOAT32},
-    {"float32", MC_CKPT_FLOAT32},
-    {"bf16", MC_CKPT_BFLOAT16},
-    {"bfloat16", MC_CKPT_BFLOAT16},
-    {"fp16", MC_CKPT_FLOAT16},
-    {"float16", MC_CKPT_FLOAT16},
-    {NULL, 0},
-};
 static const mc_choice quantizations[] = {
     {"int8", MC_CKPT_INT8},
     {"fp8", MC_CKPT_FP8_E4M3},
@@ -131,8 +122,9 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
         case OPT_DTYPE: {
             int v;
             a->dtype_set = 1;
-            if (!(st = mc_parse_choice("--dtype", NULL, arg, dtypes, &v, err)))
-                a->dtype = (mc_ckpt_dtype)v, a->dtype_tag = mc_choice_name(dtypes, v);
+            if (!(st = mc_parse_choice("--dtype", NULL, arg, mc_ckpt_float_dtype_choices, &v, err)))
+                a->dtype = (mc_ckpt_dtype)v,
+                a->dtype_tag = mc_choice_name(mc_ckpt_float_dtype_choices, v);
             break;
         }
         case OPT_DROP_OPTIMIZER: a->drop_optimizer = 1; break;
