@@ -115,8 +115,8 @@ mc_status ck_manifest_write(const char *dir, mc_error *err)
     if (!st && errno)
         st = mc_error_errno(err, MC_ERR_IO, errno, "%s: cannot list the directory", dir);
     closedir(d);
-    char **v = (char **)(void *)names.data;
-    size_t n = names.len / sizeof *v;
+    const char **v = mc_buf_strs(&names);
+    size_t n = mc_buf_nstrs(&names);
     if (n > 1) qsort(v, n, sizeof *v, cmp_str);
     for (size_t i = 0; !st && i < n; i++) {
         char hex[33], *path = mc_strprintf("%s/%s", dir, v[i]);
