@@ -15,6 +15,9 @@ typedef enum mc_backend_kind { MC_BACKEND_CPU = 0, MC_BACKEND_CUDA = 1 } mc_back
 /* The CUDA backend's state (kern/cuda/cuda.h); opaque to everyone else. */
 typedef struct mc_cuda mc_cuda;
 
+/* The CPU kernels' code paths (kern/cpu/isa.h), in order. */
+typedef enum mc_isa { MC_ISA_BASELINE = 0, MC_ISA_AVX2 = 1, MC_ISA_AVX512 = 2 } mc_isa;
+
 #define MC_BACKEND_SCRATCH_SLOTS 4
 
 struct mc_backend {
@@ -22,6 +25,7 @@ struct mc_backend {
     const char *name;     /* "cpu", "cuda" */
     int threads;          /* host threads of the CPU kernels (1 for CUDA) */
     /* CPU backend (kern/cpu) */
+    mc_isa isa;    /* the kernels' code path (kern/cpu/isa.h) */
     int dnnl_bf16; /* 1 when oneDNN's bf16 GEMM ran at creation */
     /* 64-byte aligned, grown on demand, never shrunk; slots in cpu.h */
     void *scratch[MC_BACKEND_SCRATCH_SLOTS];

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include "kern/backend.h"
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/isa.h"
 #ifdef MC_CUDA_BACKEND
 #include "kern/cuda/cuda.h"
 #endif
@@ -90,6 +91,13 @@ void mc_backend_free(mc_backend *be)
 const char *mc_backend_name(const mc_backend *be) { return be->name; }
 
 int mc_backend_threads(const mc_backend *be) { return be->threads; }
+
+const char *mc_backend_isa(const mc_backend *be)
+{
+    return IS_CUDA(be) ? "cuda" : mc_cpu_isa_name(be->isa);
+}
+
+int mc_backend_bf16_emulated(const mc_backend *be) { return !IS_CUDA(be) && !be->dnnl_bf16; }
 
 int mc_backend_is_device(const mc_backend *be) { return be && IS_CUDA(be); }
 

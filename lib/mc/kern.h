@@ -59,6 +59,14 @@ int mc_backend_cuda_devices(void);
 void mc_backend_free(mc_backend *be);
 const char *mc_backend_name(const mc_backend *be); /* "cpu", "cuda" */
 int mc_backend_threads(const mc_backend *be);
+/* The CPU kernels' code path: "avx512", "avx2" or "baseline" (the CPU's
+ * best, or the one the environment variable MC_CPU_ISA pins); "cuda" for
+ * the CUDA backend. */
+const char *mc_backend_isa(const mc_backend *be);
+/* 1 when MC_PREC_BF16 GEMMs are emulated: the CPU (or the pinned path) has
+ * no bf16 GEMM, so the operands are rounded to bf16 values held in fp32
+ * and multiplied by the fp32 GEMM (the same numbers, at fp32's speed). */
+int mc_backend_bf16_emulated(const mc_backend *be);
 
 /* Backend memory: 64-byte aligned, zero-filled. NULL on failure (err set). */
 void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err);

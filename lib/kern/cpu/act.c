@@ -5,6 +5,7 @@
  * bits with every vector width and thread split (see ACT_CLONES).
  */
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/isa.h"
 #include "kern/cpu/vexp.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -20,10 +21,10 @@
  * Each span body is cloned for AVX-512 and AVX2 (picked at load time); FP
  * contraction is off in this build, so every clone, vector width and thread
  * split gives the same bits. */
-#define ACT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 /* y = 0.5 x (1 + tanh u) = x sigma(2u) = x / (1 + exp(-2u)),  u = k (x + c x^3) */
-ACT_CLONES static void gelu_fwd_span(float *restrict out, const float *restrict x, size_t n)
+MC_ISA_BODY void gelu_fwd_span_body(float *restrict out, const float *restrict x, size_t n,
+                                    int isa MC_ISA_UNUSED)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -32,12 +33,14 @@ ACT_CLONES static void gelu_fwd_span(float *restrict out, const float *restrict 
         out[i] = v / (1.0f + mc_exp_fast(-2.0f * u));
     }
 }
+MC_ISA_VARIANTS_VOID(gelu_fwd_span, (float *restrict out, const float *restrict x, size_t n),
+                     (out, x, n))
 
 /* dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3c x^2) with t = tanh u
  *       = s + 2 x s (1 - s) k (1 + 3c x^2),   s = sigma(2u), s (1 - s) = e s^2, e = exp(-2u);
  * dx += dout dy/dx */
-ACT_CLONES static void gelu_bwd_span(float *restrict dx, const float *restrict dout,
-                                     const float *restrict x, size_t n)
+MC_ISA_BODY void gelu_bwd_span_body(float *restrict dx, const float *restrict dout,
+                                    const float *restrict x, size_t n, int isa MC_ISA_UNUSED)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -49,6 +52,10 @@ ACT_CLONES static void gelu_bwd_span(float *restrict dx, const float *restrict d
         dx[i] += dout[i] * d;
     }
 }
+MC_ISA_VARIANTS_VOID(gelu_bwd_span,
+                     (float *restrict dx, const float *restrict dout, const float *restrict x,
+                      size_t n),
+                     (dx, dout, x, n))
 
 void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n)
 {
@@ -56,7 +63,7 @@ void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n)
 #pragma omp parallel for num_threads(be->threads) if (items > 4) schedule(static)
     for (size_t it = 0; it < items; it++) {
         size_t i0 = it * SPAN, m = n - i0 < SPAN ? n - i0 : SPAN;
-        gelu_fwd_span(out + i0, x + i0, m);
+        gelu_fwd_span_for(be->isa)(out + i0, x + i0, m);
     }
 }
 
@@ -66,23 +73,27 @@ void mc_cpu_gelu_bwd(mc_backend *be, float *dx, const float *dout, const float *
 #pragma omp parallel for num_threads(be->threads) if (items > 4) schedule(static)
     for (size_t it = 0; it < items; it++) {
         size_t i0 = it * SPAN, m = n - i0 < SPAN ? n - i0 : SPAN;
-        gelu_bwd_span(dx + i0, dout + i0, x + i0, m);
+        gelu_bwd_span_for(be->isa)(dx + i0, dout + i0, x + i0, m);
     }
 }
 
 /* o[j] = silu(a) b = a / (1 + exp(-a)) b,  a = x[i,j], b = x[i,F+j] */
-ACT_CLONES static void swiglu_fwd_row(float *restrict o, const float *restrict a,
-                                      const float *restrict b, size_t F)
+MC_ISA_BODY void swiglu_fwd_row_body(float *restrict o, const float *restrict a,
+                                     const float *restrict b, size_t F, int isa MC_ISA_UNUSED)
 {
 #pragma omp simd
     for (size_t j = 0; j < F; j++) o[j] = a[j] / (1.0f + mc_exp_fast(-a[j])) * b[j];
 }
+MC_ISA_VARIANTS_VOID(swiglu_fwd_row,
+                     (float *restrict o, const float *restrict a, const float *restrict b,
+                      size_t F),
+                     (o, a, b, F))
 
 /* s = sigma(a), 1 - s = e s with e = exp(-a):
  * da += dout b s (1 + a (1 - s)) = dout b s (1 + a e s);  db += dout a s */
-ACT_CLONES static void swiglu_bwd_row(float *restrict da, float *restrict db,
-                                      const float *restrict g, const float *restrict a,
-                                      const float *restrict b, size_t F)
+MC_ISA_BODY void swiglu_bwd_row_body(float *restrict da, float *restrict db,
+                                     const float *restrict g, const float *restrict a,
+                                     const float *restrict b, size_t F, int isa MC_ISA_UNUSED)
 {
 #pragma omp simd
     for (size_t j = 0; j < F; j++) {
@@ -92,13 +103,17 @@ ACT_CLONES static void swiglu_bwd_row(float *restrict da, float *restrict db,
         db[j] += g[j] * a[j] * s;
     }
 }
+MC_ISA_VARIANTS_VOID(swiglu_bwd_row,
+                     (float *restrict da, float *restrict db, const float *restrict g,
+                      const float *restrict a, const float *restrict b, size_t F),
+                     (da, db, g, a, b, F))
 
 void mc_cpu_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_t F)
 {
 #pragma omp parallel for num_threads(be->threads) if (N * F > 4 * SPAN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         const float *a = x + i * 2 * F;
-        swiglu_fwd_row(out + i * F, a, a + F, F);
+        swiglu_fwd_row_for(be->isa)(out + i * F, a, a + F, F);
     }
 }
 
@@ -109,6 +124,6 @@ void mc_cpu_swiglu_bwd(mc_backend *be, float *dx, const float *dout, const float
     for (size_t i = 0; i < N; i++) {
         const float *a = x + i * 2 * F;
         float *da = dx + i * 2 * F;
-        swiglu_bwd_row(da, da + F, dout + i * F, a, a + F, F);
+        swiglu_bwd_row_for(be->isa)(da, da + F, dout + i * F, a, a + F, F);
     }
 }

@@ -10,16 +10,17 @@
  */
 #include <math.h>
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/isa.h"
 
 #define SPAN 8192 /* parameters per parallel work item */
 
 /* g = grad * grad_scale
  * m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
  * p -= lr (m / bc1 / (sqrt(v / bc2) + eps) + wd p)   (decoupled weight decay) */
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) static void
-adamw_span(float *restrict p, const float *restrict grad, float *restrict m, float *restrict v,
-           size_t n, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-           float grad_scale)
+MC_ISA_BODY void adamw_span_body(float *restrict p, const float *restrict grad, float *restrict m,
+                                 float *restrict v, size_t n, float lr, float b1, float b2,
+                                 float eps, float wd, float bc1, float bc2, float grad_scale,
+                                 int isa MC_ISA_UNUSED)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -31,6 +32,11 @@ adamw_span(float *restrict p, const float *restrict grad, float *restrict m, flo
         p[i] -= lr * (mi / bc1 / (sqrtf(vi / bc2) + eps) + wd * p[i]);
     }
 }
+MC_ISA_VARIANTS_VOID(adamw_span,
+                     (float *restrict p, const float *restrict grad, float *restrict m,
+                      float *restrict v, size_t n, float lr, float b1, float b2, float eps,
+                      float wd, float bc1, float bc2, float grad_scale),
+                     (p, grad, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, grad_scale))
 
 void mc_cpu_adamw(mc_backend *be, float *p, const float *grad, float *m, float *v, size_t n,
                   float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
@@ -40,6 +46,7 @@ void mc_cpu_adamw(mc_backend *be, float *p, const float *grad, float *m, float *
 #pragma omp parallel for num_threads(be->threads) if (items > 2) schedule(static)
     for (size_t it = 0; it < items; it++) {
         size_t i0 = it * SPAN, k = n - i0 < SPAN ? n - i0 : SPAN;
-        adamw_span(p + i0, grad + i0, m + i0, v + i0, k, lr, b1, b2, eps, wd, bc1, bc2, grad_scale);
+        adamw_span_for(be->isa)(p + i0, grad + i0, m + i0, v + i0, k, lr, b1, b2, eps, wd, bc1, bc2,
+                                grad_scale);
     }
 }

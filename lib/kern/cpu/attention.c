@@ -10,6 +10,7 @@
 #include <math.h>
 #include <omp.h>
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/isa.h"
 #include "kern/cpu/vexp.h"
 #include "kern/cpu/att_tile.h"
 
@@ -57,11 +58,6 @@ typedef struct {
  * baseline, picked at load time: the axpy loops are most of the work. The
  * clones differ only in vector width; no sum is reordered, so they give the
  * same bits. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define ATT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ATT_CLONES
-#endif
 
 /* One work item of the backward = (b, query group g): it owns dk and dv of
  * the group and dq of the group's query heads, so nothing is shared between
@@ -79,7 +75,7 @@ typedef struct {
  * vectorize without reordering any sum: each dot product is accumulated in
  * index order, and each gradient row sums its terms in the order of rows
  * and keys whatever the tiling. */
-ATT_CLONES static void bwd_item(const att_args *A, size_t it, float *ws)
+MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa MC_ISA_UNUSED)
 {
     const size_t T = A->T, Q = A->Q, G = A->G, D = A->D, hpg = A->hpg;
     const float scale = A->scale, *q = A->q, *k = A->k, *v = A->v, *dout = A->dout;
@@ -167,6 +163,7 @@ ATT_CLONES static void bwd_item(const att_args *A, size_t it, float *ws)
         }
     }
 }
+MC_ISA_VARIANTS_VOID(bwd_item, (const att_args *A, size_t it, float *ws), (A, it, ws))
 
 void mc_cpu_attention_fwd(mc_backend *be, float *out, float *lse, const float *q, const float *k,
                           const float *v, size_t B, size_t T, size_t Q, size_t G, size_t D,
@@ -192,6 +189,6 @@ void mc_cpu_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const
     {
         float *ws = work + slab * (size_t)omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
-        for (size_t it = 0; it < items; it++) bwd_item(&A, it, ws);
+        for (size_t it = 0; it < items; it++) bwd_item_for(be->isa)(&A, it, ws);
     }
 }

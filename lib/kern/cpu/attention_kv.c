@@ -10,18 +10,13 @@
 #include <math.h>
 #include <omp.h>
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/isa.h"
 #include "kern/cpu/vexp.h"
 #include "kern/cpu/att_tile.h"
 
 #define BQ 64 /* query rows per work item */
 
 static size_t kv_round16(size_t n) { return (n + 15) & ~(size_t)15; }
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define KV_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define KV_CLONES
-#endif
 
 typedef struct {
     float *out, *lse;
@@ -54,7 +49,7 @@ static size_t kv_slab(size_t D)
  * every vector width gives the same bits; a row's arithmetic does not depend
  * on which rows share its work item or register tile, so decoding one row at
  * a time gives the prefill's bits. */
-KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws)
+MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa MC_ISA_UNUSED)
 {
     const size_t Q = A->Q, G = A->G, D = A->D, pos0 = A->pos0, n = A->n;
     float *Kt = ws, *S = Kt + kv_round16(D * BK), *o = S + RT * BK;
@@ -134,6 +129,7 @@ KV_CLONES static void kv_item(const kv_args *A, size_t it, float *ws)
         if (A->lse) A->lse[(b * Q + h) * n + i0 + r] = m[r] + logf(l[r]);
     }
 }
+MC_ISA_VARIANTS_VOID(kv_item, (const kv_args *A, size_t it, float *ws), (A, it, ws))
 
 /* Layout, for each of B sequences: q[n,Q,D], kc,vc[L,G,D] (L >= pos0 + n:
  * the cache's capacity, only the first pos0 + n positions read), out[n,Q,D],
@@ -150,7 +146,8 @@ void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const flo
     if ((size_t)nt > items) nt = (int)items;
     float *ws = mc_cpu_scratch(be, MC_CPU_SCRATCH_WORK, (size_t)nt * slab * sizeof(float));
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (size_t it = 0; it < items; it++) kv_item(&A, it, ws + (size_t)omp_get_thread_num() * slab);
+    for (size_t it = 0; it < items; it++)
+        kv_item_for(be->isa)(&A, it, ws + (size_t)omp_get_thread_num() * slab);
 }
 
 void mc_cpu_attention_kv_fwd(mc_backend *be, float *out, const float *q, const float *kc,

@@ -14,6 +14,7 @@
 #undef I
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/dnnl_bf16.h"
+#include "kern/cpu/isa.h"
 
 static size_t round_up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -36,6 +37,14 @@ static int probe_dnnl_bf16(void)
 mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err)
 {
     *out = NULL;
+    mc_isa isa;
+    mc_status st = mc_cpu_isa_choose(&isa, err);
+    if (st) return st;
+    /* A pinned path pins oneDNN too (its bf16 GEMM needs AVX-512, so on the
+     * avx2 path bf16 is emulated as on an AVX2 machine). oneDNN takes the
+     * limit once, before its first kernel; later calls change nothing. */
+    if (isa < mc_cpu_isa_best())
+        dnnl_set_max_cpu_isa(isa == MC_ISA_AVX2 ? dnnl_cpu_isa_avx2 : dnnl_cpu_isa_sse41);
     mc_backend *be = calloc(1, sizeof *be);
     if (!be) return mc_error_set(err, MC_ERR_NOMEM, "kern/cpu: out of memory creating the backend");
     if (threads <= 0) threads = omp_get_num_procs();
@@ -43,6 +52,7 @@ mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err)
     be->kind = MC_BACKEND_CPU;
     be->name = "cpu";
     be->threads = threads;
+    be->isa = isa;
     /* The kernels' parallel regions also say num_threads(be->threads); these
      * two calls make the libraries (oneDNN follows OpenMP) use the same. */
     omp_set_num_threads(threads);

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/isa.h"
 
 #define REDUCE_CHUNK ((size_t)1 << 15)
 #define PAR_MIN ((size_t)1 << 14) /* below this, threads cost more than they save */
@@ -47,8 +48,7 @@ void mc_cpu_acc(mc_backend *be, float *acc, const float *x, size_t n)
  * every CPU and thread count) that the compiler can keep in vector
  * registers, where a single running sum waits on each add's latency. */
 #define LANES 16
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) static double
-chunk_sum(const float *x, size_t n, int square)
+MC_ISA_BODY double chunk_sum_body(const float *x, size_t n, int square, int isa MC_ISA_UNUSED)
 {
     double acc[LANES] = {0};
     size_t i = 0;
@@ -65,6 +65,7 @@ chunk_sum(const float *x, size_t n, int square)
     for (size_t j = 0; j < LANES; j++) s += acc[j];
     return s;
 }
+MC_ISA_VARIANTS(double, chunk_sum, (const float *x, size_t n, int square), (x, n, square))
 
 /* sum_i f(x_i) in double: chunk sums in parallel, then the chunks in order. */
 static double chunked_sum(mc_backend *be, const float *x, size_t n, int square)
@@ -75,7 +76,7 @@ static double chunked_sum(mc_backend *be, const float *x, size_t n, int square)
 #pragma omp parallel for num_threads(be->threads) if (nch > 1) schedule(static)
     for (size_t c = 0; c < nch; c++) {
         size_t lo = c * REDUCE_CHUNK, hi = lo + REDUCE_CHUNK < n ? lo + REDUCE_CHUNK : n;
-        part[c] = chunk_sum(x + lo, hi - lo, square);
+        part[c] = chunk_sum_for(be->isa)(x + lo, hi - lo, square);
     }
     double s = 0.0;
     for (size_t c = 0; c < nch; c++) s += part[c];

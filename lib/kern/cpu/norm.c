@@ -10,9 +10,9 @@
  */
 #include <math.h>
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/isa.h"
 
 #define LANES 16
-#define NORM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #define INLINE static inline __attribute__((always_inline))
 
 /* Row sums in double over LANES independent accumulators (lane j takes the
@@ -43,8 +43,9 @@ INLINE double lane_sums(const float *x, double mu, size_t C, double *sum)
     return ss;
 }
 
-NORM_CLONES static void ln_fwd_row(float *o, float *mean, float *rstd, const float *xi,
-                                   const float *w, const float *b, size_t C, float eps)
+MC_ISA_BODY void ln_fwd_row_body(float *o, float *mean, float *rstd, const float *xi,
+                                 const float *w, const float *b, size_t C, float eps,
+                                 int isa MC_ISA_UNUSED)
 {
     double s;
     lane_sums(xi, 0.0, C, &s);
@@ -60,9 +61,13 @@ NORM_CLONES static void ln_fwd_row(float *o, float *mean, float *rstd, const flo
     *mean = m;
     *rstd = r;
 }
+MC_ISA_VARIANTS_VOID(ln_fwd_row,
+                     (float *o, float *mean, float *rstd, const float *xi, const float *w,
+                      const float *b, size_t C, float eps),
+                     (o, mean, rstd, xi, w, b, C, eps))
 
-NORM_CLONES static void ln_bwd_row(float *d, const float *xi, const float *gi, const float *w,
-                                   float m, float r, size_t C)
+MC_ISA_BODY void ln_bwd_row_body(float *d, const float *xi, const float *gi, const float *w,
+                                 float m, float r, size_t C, int isa MC_ISA_UNUSED)
 {
     double a[LANES] = {0}, q[LANES] = {0};
     size_t c = 0;
@@ -87,9 +92,13 @@ NORM_CLONES static void ln_bwd_row(float *d, const float *xi, const float *gi, c
         d[e] += r * (gi[e] * w[e] - mg - xhat * mgx);
     }
 }
+MC_ISA_VARIANTS_VOID(ln_bwd_row,
+                     (float *d, const float *xi, const float *gi, const float *w, float m, float r,
+                      size_t C),
+                     (d, xi, gi, w, m, r, C))
 
-NORM_CLONES static void rms_fwd_row(float *o, float *rstd, const float *xi, const float *w,
-                                    size_t C, float eps)
+MC_ISA_BODY void rms_fwd_row_body(float *o, float *rstd, const float *xi, const float *w, size_t C,
+                                  float eps, int isa MC_ISA_UNUSED)
 {
     double ss = lane_sums(xi, 0.0, C, NULL);
     float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
@@ -97,9 +106,12 @@ NORM_CLONES static void rms_fwd_row(float *o, float *rstd, const float *xi, cons
     for (size_t c = 0; c < C; c++) o[c] = xi[c] * r * w[c];
     *rstd = r;
 }
+MC_ISA_VARIANTS_VOID(rms_fwd_row,
+                     (float *o, float *rstd, const float *xi, const float *w, size_t C, float eps),
+                     (o, rstd, xi, w, C, eps))
 
-NORM_CLONES static void rms_bwd_row(float *d, const float *xi, const float *gi, const float *w,
-                                    float r, size_t C)
+MC_ISA_BODY void rms_bwd_row_body(float *d, const float *xi, const float *gi, const float *w,
+                                  float r, size_t C, int isa MC_ISA_UNUSED)
 {
     double q[LANES] = {0};
     size_t c = 0;
@@ -113,6 +125,10 @@ NORM_CLONES static void rms_bwd_row(float *d, const float *xi, const float *gi, 
 #pragma omp simd
     for (size_t e = 0; e < C; e++) d[e] += r * (gi[e] * w[e] - xi[e] * k);
 }
+MC_ISA_VARIANTS_VOID(rms_bwd_row,
+                     (float *d, const float *xi, const float *gi, const float *w, float r,
+                      size_t C),
+                     (d, xi, gi, w, r, C))
 
 #define COL_BLOCK 64
 #define PAR_MIN 16384
@@ -124,7 +140,7 @@ void mc_cpu_layernorm_fwd(mc_backend *be, float *out, float *mean, float *rstd, 
 {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++)
-        ln_fwd_row(out + i * C, mean + i, rstd + i, x + i * C, w, b, C, eps);
+        ln_fwd_row_for(be->isa)(out + i * C, mean + i, rstd + i, x + i * C, w, b, C, eps);
 }
 
 /* xhat = (x - mean) rstd, g = dout w:
@@ -137,7 +153,7 @@ void mc_cpu_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const
     if (dx) {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
         for (size_t i = 0; i < N; i++)
-            ln_bwd_row(dx + i * C, x + i * C, dout + i * C, w, mean[i], rstd[i], C);
+            ln_bwd_row_for(be->isa)(dx + i * C, x + i * C, dout + i * C, w, mean[i], rstd[i], C);
     }
     if (!dw && !db) return;
     size_t nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
@@ -166,7 +182,8 @@ void mc_cpu_rmsnorm_fwd(mc_backend *be, float *out, float *rstd, const float *x,
                         size_t N, size_t C, float eps)
 {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
-    for (size_t i = 0; i < N; i++) rms_fwd_row(out + i * C, rstd + i, x + i * C, w, C, eps);
+    for (size_t i = 0; i < N; i++)
+        rms_fwd_row_for(be->isa)(out + i * C, rstd + i, x + i * C, w, C, eps);
 }
 
 /* g = dout w:  dx += rstd (g - x rstd^2 mean_c(g x));  dw += sum_rows dout x rstd */
@@ -176,7 +193,7 @@ void mc_cpu_rmsnorm_bwd(mc_backend *be, float *dx, float *dw, const float *dout,
     if (dx) {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
         for (size_t i = 0; i < N; i++)
-            rms_bwd_row(dx + i * C, x + i * C, dout + i * C, w, rstd[i], C);
+            rms_bwd_row_for(be->isa)(dx + i * C, x + i * C, dout + i * C, w, rstd[i], C);
     }
     if (!dw) return;
     size_t nblk = (C + COL_BLOCK - 1) / COL_BLOCK;

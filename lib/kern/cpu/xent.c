@@ -6,18 +6,18 @@
  */
 #include <math.h>
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/isa.h"
 #include "kern/cpu/vexp.h"
 
 #define PAR_MIN 16384
 #define LANES 16
-#define XENT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 /* The row loops below keep LANES independent partial results (lane j takes
  * the elements j, j + LANES, ...) combined in lane order: a fixed order, so
  * the bits do not depend on the CPU or the thread count, that the compiler
  * keeps in vector registers. exp is vexp.h's polynomial (about 1 ulp). */
 
-XENT_CLONES static float row_max(const float *l, size_t vl)
+MC_ISA_BODY float row_max_body(const float *l, size_t vl, int isa MC_ISA_UNUSED)
 {
     float acc[LANES];
     for (size_t j = 0; j < LANES; j++) acc[j] = -INFINITY;
@@ -30,8 +30,9 @@ XENT_CLONES static float row_max(const float *l, size_t vl)
     for (size_t j = 0; j < LANES; j++) m = acc[j] > m ? acc[j] : m;
     return m;
 }
+MC_ISA_VARIANTS(float, row_max, (const float *l, size_t vl), (l, vl))
 
-XENT_CLONES static double row_sumexp(const float *l, float m, size_t vl)
+MC_ISA_BODY double row_sumexp_body(const float *l, float m, size_t vl, int isa MC_ISA_UNUSED)
 {
     double acc[LANES] = {0};
     size_t i = 0;
@@ -47,20 +48,24 @@ XENT_CLONES static double row_sumexp(const float *l, float m, size_t vl)
     for (size_t j = 0; j < LANES; j++) s += acc[j];
     return s;
 }
+MC_ISA_VARIANTS(double, row_sumexp, (const float *l, float m, size_t vl), (l, m, vl))
 
-XENT_CLONES static void row_grad(float *d, const float *l, float m, float inv, float w, size_t vl)
+MC_ISA_BODY void row_grad_body(float *d, const float *l, float m, float inv, float w, size_t vl,
+                               int isa MC_ISA_UNUSED)
 {
     /* d may be l itself: each element is read before it is written */
 #pragma omp simd
     for (size_t j = 0; j < vl; j++) d[j] = w * (mc_exp_fast(l[j] - m) * inv);
 }
+MC_ISA_VARIANTS_VOID(row_grad, (float *d, const float *l, float m, float inv, float w, size_t vl),
+                     (d, l, m, inv, w, vl))
 
 /* rowmax[i] = max_j logits[i,j] */
 void mc_cpu_xent_max(mc_backend *be, float *rowmax, const float *logits, size_t N, size_t vl)
 {
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
-        rowmax[i] = row_max(logits + i * vl, vl);
+        rowmax[i] = row_max_for(be->isa)(logits + i * vl, vl);
     }
 }
 
@@ -73,7 +78,7 @@ void mc_cpu_xent_sumexp(mc_backend *be, float *sumexp, float *tlogit, const floa
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         const float *l = logits + i * vl;
-        sumexp[i] = (float)row_sumexp(l, rowmax[i], vl);
+        sumexp[i] = (float)row_sumexp_for(be->isa)(l, rowmax[i], vl);
         int64_t t = (int64_t)targets[i] - v0;
         tlogit[i] = targets[i] >= 0 && t >= 0 && t < (int64_t)vl ? l[t] : 0.0f;
     }
@@ -104,7 +109,7 @@ void mc_cpu_xent_bwd(mc_backend *be, float *dlogits, const float *logits, const 
             continue;
         }
         float w = dloss ? dloss[i] : scale, m = rowmax[i], inv = 1.0f / sumexp[i];
-        row_grad(d, l, m, inv, w, vl);
+        row_grad_for(be->isa)(d, l, m, inv, w, vl);
         int64_t t = (int64_t)targets[i] - v0;
         if (t >= 0 && t < (int64_t)vl) d[t] -= w;
     }
