@@ -75,7 +75,7 @@ typedef struct {
  * vectorize without reordering any sum: each dot product is accumulated in
  * index order, and each gradient row sums its terms in the order of rows
  * and keys whatever the tiling. */
-MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa MC_ISA_UNUSED)
+MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa)
 {
     const size_t T = A->T, Q = A->Q, G = A->G, D = A->D, hpg = A->hpg;
     const float scale = A->scale, *q = A->q, *k = A->k, *v = A->v, *dout = A->dout;
@@ -116,8 +116,8 @@ MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa 
                     qr[r] = q + ((b * T + t) * Q + h) * D;
                     gr[r] = dout + ((b * T + t) * Q + h) * D;
                 }
-                att_scores(S, qr, Kt, D);
-                att_scores(DP, gr, Vt, D);
+                att_scores(isa, S, qr, Kt, D);
+                att_scores(isa, DP, gr, Vt, D);
                 size_t nc[RT];
                 for (int r = 0; r < nr; r++) {
                     size_t t = t0 + (size_t)r;
@@ -140,20 +140,20 @@ MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa 
                 for (int r = 0; r < rows; r++) {
                     size_t c1 = nc[r];
                     int n = tile ? RT : 1;
-                    att_cols(dV, D, S + r * BK, gr + r, 0, c1, n);
-                    att_cols(dK, D, DP + r * BK, qr + r, 0, c1, n);
+                    att_cols(isa, dV, D, S + r * BK, gr + r, 0, c1, n);
+                    att_cols(isa, dK, D, DP + r * BK, qr + r, 0, c1, n);
                     if (dq0)
-                        att_rows(dq0 + (size_t)r * Q * D, Q * D, D, DP + r * BK, one, kb, G * D, 0,
-                                 c1, n);
+                        att_rows(isa, dq0 + (size_t)r * Q * D, Q * D, D, DP + r * BK, one, kb,
+                                 G * D, 0, c1, n);
                 }
                 if (tile)
                     for (int r = 1; r < RT; r++) {
                         if (nc[r] == nc[0]) continue;
-                        att_cols(dV, D, S + r * BK, gr + r, nc[0], nc[r], 1);
-                        att_cols(dK, D, DP + r * BK, qr + r, nc[0], nc[r], 1);
+                        att_cols(isa, dV, D, S + r * BK, gr + r, nc[0], nc[r], 1);
+                        att_cols(isa, dK, D, DP + r * BK, qr + r, nc[0], nc[r], 1);
                         if (dq0)
-                            att_rows(dq0 + (size_t)r * Q * D, Q * D, D, DP + r * BK, one, kb, G * D,
-                                     nc[0], nc[r], 1);
+                            att_rows(isa, dq0 + (size_t)r * Q * D, Q * D, D, DP + r * BK, one, kb,
+                                     G * D, nc[0], nc[r], 1);
                     }
             }
         }

@@ -49,7 +49,7 @@ static size_t kv_slab(size_t D)
  * every vector width gives the same bits; a row's arithmetic does not depend
  * on which rows share its work item or register tile, so decoding one row at
  * a time gives the prefill's bits. */
-MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa MC_ISA_UNUSED)
+MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
 {
     const size_t Q = A->Q, G = A->G, D = A->D, pos0 = A->pos0, n = A->n;
     float *Kt = ws, *S = Kt + kv_round16(D * BK), *o = S + RT * BK;
@@ -82,9 +82,9 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa MC
             for (int r = 0; r < RT; r++)
                 qr[r] = q + ((i0 + r0 + (size_t)(r < nr ? r : nr - 1)) * Q + h) * D;
             if (nr == RT)
-                att_scores(S, qr, Kt, D);
+                att_scores(isa, S, qr, Kt, D);
             else /* fewer rows than a tile (decoding: one): each alone */
-                for (int r = 0; r < nr; r++) att_scores1(S + r * BK, qr[r], Kt, D);
+                for (int r = 0; r < nr; r++) att_scores1(isa, S + r * BK, qr[r], Kt, D);
             size_t nc[RT];
             float corr[RT];
             for (int r = 0; r < nr; r++) {
@@ -109,15 +109,15 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa MC
             if (nr == RT) {
                 /* keys all four rows see as a tile, then each row's rest
                  * (rows are in position order: nc[0] is the least) */
-                att_rows(orow, D, D, S, corr, vbase + j0 * vstride, vstride, 0, nc[0], RT);
+                att_rows(isa, orow, D, D, S, corr, vbase + j0 * vstride, vstride, 0, nc[0], RT);
                 const float one[RT] = {1.0f, 1.0f, 1.0f, 1.0f};
                 for (int r = 1; r < RT; r++)
                     if (nc[r] > nc[0])
-                        att_rows(orow + r * D, D, D, S + r * BK, one, vbase + j0 * vstride, vstride,
-                                 nc[0], nc[r], 1);
+                        att_rows(isa, orow + r * D, D, D, S + r * BK, one, vbase + j0 * vstride,
+                                 vstride, nc[0], nc[r], 1);
             } else {
                 for (int r = 0; r < nr; r++)
-                    att_rows(orow + r * D, D, D, S + r * BK, corr + r, vbase + j0 * vstride,
+                    att_rows(isa, orow + r * D, D, D, S + r * BK, corr + r, vbase + j0 * vstride,
                              vstride, 0, nc[r], 1);
             }
         }
