@@ -172,7 +172,29 @@ static void check_bf16(mc_backend *be)
         bad += one != h[i];
     }
     TAP_OK(bad == 0, "bf16: %zu values cast in one call = one at a time: %zu differ", n, bad);
-    free(f), free(h);
+    /* mc_k_round to bf16 over the same array (its own vector loop): the
+     * cast's bits, widened */
+    float *r = malloc(n * sizeof *r);
+    memcpy(r, f, n * sizeof *r);
+    mc_k_round(be, r, n, MC_PREC_BF16);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &r[i], 4);
+        bad += u != (uint32_t)h[i] << 16;
+    }
+    TAP_OK(bad == 0, "bf16: mc_k_round over %zu values = the cast's bits: %zu differ", n, bad);
+    /* and back: mc_k_cast_from_bf16 over the array widens exactly */
+    mc_k_cast_from_bf16(be, r, h, n);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &r[i], 4);
+        bad += u != (uint32_t)h[i] << 16;
+    }
+    TAP_OK(bad == 0, "bf16: mc_k_cast_from_bf16 over %zu values widens exactly: %zu differ", n,
+           bad);
+    free(f), free(h), free(r);
 }
 
 static void check_fp16(mc_backend *be)

@@ -56,6 +56,10 @@ void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const flo
                                const float *kc, const float *vc, size_t B, size_t n, size_t pos0,
                                size_t L, size_t Q, size_t G, size_t D, float scale);
 
+/* dst[i] = src[i] rounded to the nearest value of prec, held in fp32 (dst
+ * may be src); vectorized on every path (elementwise.c). */
+void mc_cpu_round_into(mc_backend *be, float *dst, const float *src, size_t n, mc_prec prec);
+
 /* Round to the nearest value of prec and back to fp32. */
 static inline float mc_round_prec(float f, mc_prec prec)
 {

@@ -2,14 +2,14 @@
  * elementwise.c - CPU kernels that treat a tensor as a flat array: fill,
  * scale, add, accumulate, the reductions the trainer needs on the host
  * (sum of squares for the gradient norm, finiteness, mean), and rounding /
- * conversion to bf16 and fp16.
+ * conversion to bf16 and fp16. The streaming loops are compiled for each
+ * code path (isa.h) and give the same bits on every path.
  *
  * Reductions are split into fixed chunks of REDUCE_CHUNK elements whatever
  * the thread count; each chunk is summed in a fixed order (chunk_sum) and
  * the chunk sums are added in order, so the result is the same bits for any
  * thread count.
  */
-#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include "kern/cpu/cpu.h"
@@ -17,29 +17,70 @@
 
 #define REDUCE_CHUNK ((size_t)1 << 15)
 #define PAR_MIN ((size_t)1 << 14) /* below this, threads cost more than they save */
+#define SPAN ((size_t)4096)       /* elements per parallel work item */
+
+/* The streaming kernels run in spans of SPAN elements, each span a function
+ * compiled for every path (isa.h): at -O2 GCC vectorizes a loop of unknown
+ * length only when told (omp simd), and only for the path's width when
+ * compiled for it. */
+// clang-format off
+#define FOR_SPANS(be, n, i0, m, body)                                                      \
+    do {                                                                                   \
+        size_t nspan_ = ((n) + SPAN - 1) / SPAN;                                           \
+        _Pragma("omp parallel for num_threads(be->threads) if (nspan_ > 4) schedule(static)") \
+        for (size_t s_ = 0; s_ < nspan_; s_++) {                                           \
+            size_t i0 = s_ * SPAN, m = (n) - i0 < SPAN ? (n) - i0 : SPAN;                  \
+            body;                                                                          \
+        }                                                                                  \
+    } while (0)
+// clang-format on
+
+MC_ISA_BODY void fill_span_body(float *restrict x, float v, size_t n, int isa MC_ISA_UNUSED)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) x[i] = v;
+}
+MC_ISA_VARIANTS_VOID(fill_span, (float *restrict x, float v, size_t n), (x, v, n))
+
+MC_ISA_BODY void scale_span_body(float *restrict x, float a, size_t n, int isa MC_ISA_UNUSED)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) x[i] *= a;
+}
+MC_ISA_VARIANTS_VOID(scale_span, (float *restrict x, float a, size_t n), (x, a, n))
+
+/* out = a + b; out may be a or b (so no restrict: the loop is elementwise) */
+MC_ISA_BODY void add_span_body(float *out, const float *a, const float *b, size_t n,
+                               int isa MC_ISA_UNUSED)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+MC_ISA_VARIANTS_VOID(add_span, (float *out, const float *a, const float *b, size_t n),
+                     (out, a, b, n))
 
 void mc_cpu_fill(mc_backend *be, float *x, float v, size_t n)
 {
-#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = v;
+    fill_span_fn f = fill_span_for(be->isa);
+    FOR_SPANS(be, n, i0, m, f(x + i0, v, m));
 }
 
 void mc_cpu_scale(mc_backend *be, float *x, float s, size_t n)
 {
-#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
+    scale_span_fn f = scale_span_for(be->isa);
+    FOR_SPANS(be, n, i0, m, f(x + i0, s, m));
 }
 
 void mc_cpu_add(mc_backend *be, float *out, const float *a, const float *b, size_t n)
 {
-#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    add_span_fn f = add_span_for(be->isa);
+    FOR_SPANS(be, n, i0, m, f(out + i0, a + i0, b + i0, m));
 }
 
 void mc_cpu_acc(mc_backend *be, float *acc, const float *x, size_t n)
 {
-#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
-    for (size_t i = 0; i < n; i++) acc[i] += x[i];
+    add_span_fn f = add_span_for(be->isa);
+    FOR_SPANS(be, n, i0, m, f(acc + i0, acc + i0, x + i0, m));
 }
 
 /* One chunk's sum of x (square = 0) or x^2 (square = 1) in double. LANES
@@ -104,63 +145,87 @@ int mc_cpu_all_finite(mc_backend *be, const float *x, size_t n)
     return bad == 0;
 }
 
-void mc_cpu_round(mc_backend *be, float *x, size_t n, mc_prec prec)
+/* mc_f32_to_bf16's bits (nearest even; a NaN keeps its upper bits and
+ * becomes quiet) in a branch-free form the vectorizer takes, so every path
+ * gives the same bits as the scalar conversion. */
+static inline uint32_t bf16_bits(uint32_t x)
 {
-    if (prec == MC_PREC_FP32) return;
-#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = mc_round_prec(x[i], prec);
+    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16, quiet = (x >> 16) | 0x40u;
+    return (int32_t)(x & 0x7fffffffu) > 0x7f800000 ? quiet : r;
 }
 
-/* dst[i] = bf16(src[i]) for i in [0, n): 16 at a time with AVX-512, the
- * same integer rounding as mc_f32_to_bf16 (nearest even; a NaN keeps its
- * upper bits and becomes quiet), so the bits do not depend on the path. */
-__attribute__((target("avx512f,avx512bw"))) static void bf16_span_avx512(uint16_t *dst,
-                                                                         const float *src, size_t n)
+/* dst = round_prec(src) as fp32 (dst may be src) */
+MC_ISA_BODY void round_span_body(float *dst, const float *src, size_t n, mc_prec prec,
+                                 int isa MC_ISA_UNUSED)
 {
-    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
-    const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    const __m512i quiet = _mm512_set1_epi32(0x40);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512i x = _mm512_loadu_si512((const void *)(src + i));
-        __m512i r = _mm512_add_epi32(
-            x, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(x, 16), one)));
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, abs), inf);
-        r = _mm512_mask_or_epi32(r, nan, _mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u)),
-                                 _mm512_slli_epi32(quiet, 16));
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    if (prec == MC_PREC_BF16) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &src[i], 4);
+            u = bf16_bits(u) << 16;
+            memcpy(&dst[i], &u, 4);
+        }
+    } else if (prec == MC_PREC_TF32) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) dst[i] = mc_round_tf32(src[i]);
+    } else {
+        for (size_t i = 0; i < n; i++) dst[i] = mc_round_prec(src[i], prec);
     }
-    for (; i < n; i++) dst[i] = mc_f32_to_bf16(src[i]);
 }
+MC_ISA_VARIANTS_VOID(round_span, (float *dst, const float *src, size_t n, mc_prec prec),
+                     (dst, src, n, prec))
 
-static void bf16_span(uint16_t *dst, const float *src, size_t n)
+void mc_cpu_round_into(mc_backend *be, float *dst, const float *src, size_t n, mc_prec prec)
 {
-    static int avx512 = -1;
-    if (avx512 < 0) {
-        __builtin_cpu_init();
-        avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-    }
-    if (avx512) {
-        bf16_span_avx512(dst, src, n);
+    if (prec == MC_PREC_FP32) {
+        if (dst != src) memcpy(dst, src, n * sizeof(float));
         return;
     }
-    for (size_t i = 0; i < n; i++) dst[i] = mc_f32_to_bf16(src[i]);
+    round_span_fn f = round_span_for(be->isa);
+    FOR_SPANS(be, n, i0, m, f(dst + i0, src + i0, m, prec));
 }
+
+void mc_cpu_round(mc_backend *be, float *x, size_t n, mc_prec prec)
+{
+    mc_cpu_round_into(be, x, x, n, prec);
+}
+
+MC_ISA_BODY void bf16_span_body(uint16_t *restrict dst, const float *restrict src, size_t n,
+                                int isa MC_ISA_UNUSED)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        dst[i] = (uint16_t)bf16_bits(u);
+    }
+}
+MC_ISA_VARIANTS_VOID(bf16_span, (uint16_t *restrict dst, const float *restrict src, size_t n),
+                     (dst, src, n))
+
+MC_ISA_BODY void from_bf16_span_body(float *restrict dst, const uint16_t *restrict src, size_t n,
+                                     int isa MC_ISA_UNUSED)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+MC_ISA_VARIANTS_VOID(from_bf16_span, (float *restrict dst, const uint16_t *restrict src, size_t n),
+                     (dst, src, n))
 
 void mc_cpu_cast_to_bf16(mc_backend *be, uint16_t *out, const float *x, size_t n)
 {
-    size_t nb = (n + 4095) / 4096;
-#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
-    for (size_t b = 0; b < nb; b++) {
-        size_t i0 = b * 4096;
-        bf16_span(out + i0, x + i0, n - i0 < 4096 ? n - i0 : 4096);
-    }
+    bf16_span_fn f = bf16_span_for(be->isa);
+    FOR_SPANS(be, n, i0, m, f(out + i0, x + i0, m));
 }
 
 void mc_cpu_cast_from_bf16(mc_backend *be, float *out, const uint16_t *x, size_t n)
 {
-#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = mc_bf16_to_f32(x[i]);
+    from_bf16_span_fn f = from_bf16_span_for(be->isa);
+    FOR_SPANS(be, n, i0, m, f(out + i0, x + i0, m));
 }
 
 void mc_cpu_cast_to_fp16(mc_backend *be, uint16_t *out, const float *x, size_t n)

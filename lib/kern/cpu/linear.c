@@ -27,8 +27,7 @@ static const uint16_t *to_bf16(mc_backend *be, int slot, const float *src, size_
 static const float *to_rounded(mc_backend *be, int slot, const float *src, size_t n, mc_prec prec)
 {
     float *dst = mc_cpu_scratch(be, slot, n * sizeof(float));
-#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = mc_round_prec(src[i], prec);
+    mc_cpu_round_into(be, dst, src, n, prec);
     return dst;
 }
 
