@@ -99,6 +99,12 @@ const char *mc_backend_isa(const mc_backend *be)
 
 int mc_backend_bf16_emulated(const mc_backend *be) { return !IS_CUDA(be) && !be->dnnl_bf16; }
 
+size_t mc_backend_weight_bytes(const mc_backend *be, mc_prec prec)
+{
+    if (IS_CUDA(be) || prec == MC_PREC_FP32) return 0;
+    return prec == MC_PREC_BF16 && be->dnnl_bf16 ? 2 : 4;
+}
+
 int mc_backend_is_device(const mc_backend *be) { return be && IS_CUDA(be); }
 
 void *mc_backend_stream(mc_backend *be, mc_stream which)

@@ -67,6 +67,10 @@ const char *mc_backend_isa(const mc_backend *be);
  * no bf16 GEMM, so the operands are rounded to bf16 values held in fp32
  * and multiplied by the fp32 GEMM (the same numbers, at fp32's speed). */
 int mc_backend_bf16_emulated(const mc_backend *be);
+/* Bytes an element of a weight prepared for the GEMMs of precision prec
+ * (mc_k_prepare_weight): 2 (native bf16), 4 (rounded fp32), or 0 where the
+ * backend keeps no prepared copy (fp32; the CUDA backend). */
+size_t mc_backend_weight_bytes(const mc_backend *be, mc_prec prec);
 
 /* Backend memory: 64-byte aligned, zero-filled. NULL on failure (err set). */
 void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err);

@@ -57,7 +57,8 @@ static void linear(mc_infer *f, float *out, const float *in, int w, const float 
         mc_k_linear_q8_fwd(f->be, out, in, f->q8w[w], f->q8s[w], b, n, I, O, 0.0f);
     else
         mc_k_linear_fwd(f->be, m->prec, out, in, param_val(m, w),
-                        m->pb ? m->pb + m->params[w].offset : NULL, b, n, I, O, 0.0f);
+                        m->pw ? (const char *)m->pw + m->params[w].offset * m->pw_bytes : NULL, b,
+                        n, I, O, 0.0f);
 }
 
 static void layout(mc_infer *f, carver *cv)
@@ -149,9 +150,9 @@ mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, m
     cv.base = f->block;
     cv.off = 0;
     layout(f, &cv);
-    /* weights do not change under inference: round them to bf16 once for
-     * every GEMM (model.c remakes the rounding per forward pass) */
-    if (m->pb) mc_k_cast_to_bf16(f->be, m->pb, m->p, m->numel);
+    /* weights do not change under inference: prepare them once for every
+     * GEMM (model.c remakes them per forward pass) */
+    if (m->pw) mc_k_prepare_weight(f->be, m->prec, m->pw, m->p, m->numel);
     *out = f;
     return MC_OK;
 }

@@ -159,9 +159,10 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     if (!m->p) goto nomem;
     m->g = mc_balloc(be, m->numel * sizeof(float), err);
     if (!m->g) goto nomem;
-    if (prec == MC_PREC_BF16 && strcmp(mc_backend_name(be), "cpu") == 0) {
-        m->pb = mc_balloc(be, m->numel * sizeof(uint16_t), err);
-        if (!m->pb) goto nomem;
+    m->pw_bytes = mc_backend_weight_bytes(be, prec);
+    if (m->pw_bytes) {
+        m->pw = mc_balloc(be, m->numel * m->pw_bytes, err);
+        if (!m->pw) goto nomem;
     }
     if (alloc_acts(m, 1, err)) goto nomem;
     *out = m;
@@ -181,7 +182,7 @@ void mc_model_free(mc_model *m)
     if (m->act_block) mc_bfree(m->be, m->act_block);
     if (m->p) mc_bfree(m->be, m->p);
     if (m->g) mc_bfree(m->be, m->g);
-    if (m->pb) mc_bfree(m->be, m->pb);
+    if (m->pw) mc_bfree(m->be, m->pw);
     if (m->slots) free(m->slots[0].acts);
     free(m->slots);
     free(m->lp);
@@ -197,17 +198,17 @@ const mc_model_config *mc_model_get_config(const mc_model *m) { return &m->cfg; 
 /* Parameter i's values and gradient (NULL when the parameter is absent). */
 static float *param_val(mc_model *m, int i) { return i < 0 ? NULL : m->p + m->params[i].offset; }
 static float *param_grad(mc_model *m, int i) { return i < 0 ? NULL : m->g + m->params[i].offset; }
-/* parameter i's bf16 rounding (m->pb), NULL where the model keeps none */
-static const uint16_t *param_bf16(mc_model *m, int i)
+/* parameter i prepared for the GEMMs (m->pw), NULL where the model keeps none */
+static const void *param_prep(mc_model *m, int i)
 {
-    return i < 0 || !m->pb ? NULL : m->pb + m->params[i].offset;
+    return i < 0 || !m->pw ? NULL : (const char *)m->pw + m->params[i].offset * m->pw_bytes;
 }
-/* (re)make parameter i's bf16 rounding from its fp32 values */
+/* (re)make parameter i's prepared form from its fp32 values */
 static void round_weight(mc_model *m, int i)
 {
-    if (i >= 0 && m->pb)
-        mc_k_cast_to_bf16(m->be, m->pb + m->params[i].offset, param_val(m, i),
-                          (size_t)m->params[i].numel);
+    if (i >= 0 && m->pw)
+        mc_k_prepare_weight(m->be, m->prec, (char *)m->pw + m->params[i].offset * m->pw_bytes,
+                            param_val(m, i), (size_t)m->params[i].numel);
 }
 
 #define TRY(call)               \
@@ -299,7 +300,7 @@ static mc_status row_parallel_fwd(mc_model *m, float **out, const float *x, int 
                                   mc_error *err)
 {
     const float *bias = m->grid.tp_rank == 0 ? param_val(m, b) : NULL;
-    mc_k_linear_fwd(m->be, m->prec, m->tmp, x, param_val(m, w), param_bf16(m, w), bias, m->N, I,
+    mc_k_linear_fwd(m->be, m->prec, m->tmp, x, param_val(m, w), param_prep(m, w), bias, m->N, I,
                     m->C, 0.0f);
     return tp_reduce(m, m->tmp, m->loc, out, err);
 }
@@ -320,7 +321,7 @@ static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error
     round_weight(m, lp->fc2_w);
     norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
     TRY(tp_gather(m, a->ln1, &h, err));
-    mc_k_linear_fwd(be, m->prec, m->qkv, h, param_val(m, lp->qkv_w), param_bf16(m, lp->qkv_w),
+    mc_k_linear_fwd(be, m->prec, m->qkv, h, param_val(m, lp->qkv_w), param_prep(m, lp->qkv_w),
                     param_val(m, lp->qkv_b), N, C, m->qkv_out, 0.0f);
     mc_k_qkv_split(be, a->q, a->k, a->v, m->qkv, N, m->Ql, m->Gl, D);
     if (c->position_embedding_type == MC_POS_ROPE) {
@@ -334,7 +335,7 @@ static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error
 
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
     TRY(tp_gather(m, a->ln2, &h, err));
-    mc_k_linear_fwd(be, m->prec, a->fc1, h, param_val(m, lp->fc1_w), param_bf16(m, lp->fc1_w),
+    mc_k_linear_fwd(be, m->prec, a->fc1, h, param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w),
                     param_val(m, lp->fc1_b), N, C, m->fc1_out, 0.0f);
     if (c->swiglu)
         mc_k_swiglu_fwd(be, a->act, a->fc1, N, m->Fl);
@@ -363,7 +364,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     TRY(tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->dact, 0.0f, N * m->Fl);
     mc_k_linear_bwd(be, pr, m->dact, param_grad(m, lp->fc2_w), param_grad(m, lp->fc2_b), dy, a->act,
-                    param_val(m, lp->fc2_w), param_bf16(m, lp->fc2_w), N, m->Fl, C);
+                    param_val(m, lp->fc2_w), param_prep(m, lp->fc2_w), N, m->Fl, C);
     mc_k_fill(be, m->dfc1, 0.0f, N * m->fc1_out);
     if (c->swiglu)
         mc_k_swiglu_bwd(be, m->dfc1, m->dact, a->fc1, N, m->Fl);
@@ -372,7 +373,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     TRY(tp_gather(m, a->ln2, &x, err));
     mc_k_fill(be, m->dln, 0.0f, N * C);
     mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b), m->dfc1, x,
-                    param_val(m, lp->fc1_w), param_bf16(m, lp->fc1_w), N, C, m->fc1_out);
+                    param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w), N, C, m->fc1_out);
     TRY(tp_reduce(m, m->dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, err));
 
@@ -380,7 +381,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     TRY(tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->datt, 0.0f, N * m->Ql * D);
     mc_k_linear_bwd(be, pr, m->datt, param_grad(m, lp->proj_w), param_grad(m, lp->proj_b), dy,
-                    a->att, param_val(m, lp->proj_w), param_bf16(m, lp->proj_w), N, m->Ql * D, C);
+                    a->att, param_val(m, lp->proj_w), param_prep(m, lp->proj_w), N, m->Ql * D, C);
     mc_k_fill(be, m->dq, 0.0f, N * m->Ql * D);
     mc_k_fill(be, m->dk, 0.0f, N * m->Gl * D);
     mc_k_fill(be, m->dv, 0.0f, N * m->Gl * D);
@@ -396,7 +397,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     TRY(tp_gather(m, a->ln1, &x, err));
     mc_k_fill(be, m->dln, 0.0f, N * C);
     mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->qkv_w), param_grad(m, lp->qkv_b), dqkv, x,
-                    param_val(m, lp->qkv_w), param_bf16(m, lp->qkv_w), N, C, m->qkv_out);
+                    param_val(m, lp->qkv_w), param_prep(m, lp->qkv_w), N, C, m->qkv_out);
     TRY(tp_reduce(m, m->dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, err));
     return MC_OK;
@@ -419,7 +420,7 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
         size_t R = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
         const float *x = lnf + r0 * C;
         const int32_t *tgt = sl->targets + r0;
-        mc_k_linear_fwd(be, m->prec, m->logits, x, param_val(m, w), param_bf16(m, w), NULL, R, C,
+        mc_k_linear_fwd(be, m->prec, m->logits, x, param_val(m, w), param_prep(m, w), NULL, R, C,
                         vl, 0.0f);
         mc_k_xent_max(be, m->rowmax + r0, m->logits, R, vl);
         TRY(mc_allreduce_max(&m->grid, MC_GROUP_TP, be, m->rowmax + r0, R, err));
@@ -432,7 +433,7 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
         mc_k_xent_bwd(be, m->logits, m->logits, m->rowmax + r0, m->sumexp + r0, tgt, m->v0, R, vl,
                       NULL, scale);
         mc_k_linear_bwd(be, m->prec, m->dln + r0 * C, param_grad(m, w), NULL, m->logits, x,
-                        param_val(m, w), param_bf16(m, w), R, C, vl);
+                        param_val(m, w), param_prep(m, w), R, C, vl);
     }
     /* column-parallel (over the vocabulary): sum the input gradient */
     if (backward) TRY(tp_reduce(m, m->dln, m->loc, dl, err));

@@ -65,11 +65,15 @@ struct mc_model {
     int nlocal;                        /* layers on this rank */
     int first_stage, last_stage;
     float *p, *g; /* parameters and gradients, numel each */
-    /* prec BF16 on the CPU backend: the weight matrices of p rounded to bf16
-     * at the same offsets, remade from p by each forward pass (its layers'
-     * and the head's; the backward that follows uses them), so every GEMM
-     * of a pass shares one rounding of its weight. NULL otherwise. */
-    uint16_t *pb;
+    /* Where the backend keeps prepared weights (mc_backend_weight_bytes:
+     * prec BF16, FP16 or TF32 on the CPU backend): the weight matrices of p
+     * prepared for the GEMMs (bf16 bits, or rounded fp32 where bf16 is
+     * emulated), pw_bytes an element at the same element offsets, remade
+     * from p by each forward pass (its layers' and the head's; the backward
+     * that follows uses them), so every GEMM of a pass shares one rounding
+     * of its weight. NULL otherwise. */
+    void *pw;
+    size_t pw_bytes;
 
     /* local sizes */
     size_t N, T, C, D, Ql, Gl, Fl, fc1_out, qkv_out;

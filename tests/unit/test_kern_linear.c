@@ -180,29 +180,36 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
                !memcmp(dW, dW2, O * I * 4),
            "linear %s: rerun gives identical bytes", pn);
 
-    if (prec == MC_PREC_BF16) {
-        /* the weight's rounding given by the caller (Wb): the same bytes */
-        uint16_t *Wb = malloc(O * I * sizeof *Wb);
-        mc_k_cast_to_bf16(be, Wb, W, O * I);
+    if (prec != MC_PREC_FP32) {
+        /* the weight prepared by the caller (Wp): the same bytes */
+        size_t wb = mc_backend_weight_bytes(be, prec);
+        void *Wp = malloc(O * I * wb);
+        mc_k_prepare_weight(be, prec, Wp, W, O * I);
         float *out3 = kt_falloc(N * O), *dx3 = kt_copy(dx0, N * I), *dW3 = kt_copy(dW0, O * I);
-        mc_k_linear_fwd(be, prec, out3, x, W, Wb, NULL, N, I, O, 0.0f);
-        mc_k_linear_bwd(be, prec, dx3, dW3, NULL, g, x, W, Wb, N, I, O);
+        mc_k_linear_fwd(be, prec, out3, x, W, Wp, NULL, N, I, O, 0.0f);
+        mc_k_linear_bwd(be, prec, dx3, dW3, NULL, g, x, W, Wp, N, I, O);
         TAP_OK(!memcmp(out, out3, N * O * 4) && !memcmp(dx, dx3, N * I * 4) &&
                    !memcmp(dW, dW3, O * I * 4),
-               "linear bf16 with the weight's rounding passed in (Wb): identical bytes");
-        if (be->dnnl_bf16) {
-            /* and it is Wb that the oneDNN path multiplies: Wb of 2W gives
-             * exactly twice the output (scaling by 2 is exact) */
-            float *W2 = kt_copy(W, O * I);
-            mc_k_scale(be, W2, 2.0f, O * I);
-            mc_k_cast_to_bf16(be, Wb, W2, O * I);
-            mc_k_linear_fwd(be, prec, out3, x, W, Wb, NULL, N, I, O, 0.0f);
-            int twice = 1;
-            for (size_t i = 0; i < N * O; i++) twice &= out3[i] == 2.0f * out[i];
-            TAP_OK(twice, "linear bf16 (oneDNN): the product uses Wb, not a new rounding of W");
-            free(W2);
-        }
-        free(Wb), free(out3), free(dx3), free(dW3);
+               "linear %s with the weight prepared by the caller (Wp, %zu bytes an element): "
+               "identical bytes",
+               pn, wb);
+        /* and it is Wp that the GEMMs multiply, not a new rounding of W:
+         * Wp of 2W gives exactly twice the products (scaling by 2 is exact) */
+        float *W2 = kt_copy(W, O * I);
+        mc_k_scale(be, W2, 2.0f, O * I);
+        mc_k_prepare_weight(be, prec, Wp, W2, O * I);
+        mc_k_linear_fwd(be, prec, out3, x, W, Wp, NULL, N, I, O, 0.0f);
+        float *dx4 = kt_falloc(N * I);
+        mc_k_linear_bwd(be, prec, dx4, NULL, NULL, g, x, W, Wp, N, I, O);
+        float *dx5 = kt_falloc(N * I);
+        mc_k_linear_bwd(be, prec, dx5, NULL, NULL, g, x, W, NULL, N, I, O);
+        int twice = 1;
+        for (size_t i = 0; i < N * O; i++) twice &= out3[i] == 2.0f * out[i];
+        for (size_t i = 0; i < N * I; i++) twice &= dx4[i] == 2.0f * dx5[i];
+        TAP_OK(twice, "linear %s: the forward and dx products use Wp, not a new rounding of W",
+               pn);
+        free(W2), free(dx4), free(dx5);
+        free(Wp), free(out3), free(dx3), free(dW3);
     }
 
     free(x), free(W), free(b), free(g), free(xr), free(Wr), free(gr), free(dx_), free(dW_);

@@ -39,20 +39,43 @@ typedef struct operand {
     size_t n;
     int slot;
     const uint16_t *b16; /* bf16 rounding (given by the caller, or made here) */
-    const float *rnd;    /* fp16 / tf32 / bf16-without-oneDNN rounding */
+    const float *rnd;    /* fp16 / tf32 / bf16-without-oneDNN rounding (likewise) */
 } operand;
+
+/* The operand of weight W with its prepared form Wp (mc_k_prepare_weight:
+ * bf16 bits where the bf16 GEMM is native, rounded fp32 otherwise). */
+static operand weight_operand(mc_backend *be, mc_prec prec, const float *W, const void *Wp,
+                              size_t n)
+{
+    operand o = {W, n, MC_CPU_SCRATCH_GEMM_B, NULL, NULL};
+    if (Wp && prec == MC_PREC_BF16 && be->dnnl_bf16)
+        o.b16 = Wp;
+    else if (Wp && prec != MC_PREC_FP32)
+        o.rnd = Wp;
+    return o;
+}
+
+void mc_cpu_prepare_weight(mc_backend *be, mc_prec prec, void *out, const float *W, size_t n)
+{
+    assert(prec != MC_PREC_FP32);
+    if (prec == MC_PREC_BF16 && be->dnnl_bf16)
+        mc_cpu_cast_to_bf16(be, out, W, n);
+    else
+        mc_cpu_round_into(be, out, W, n, prec);
+}
 
 /* C[M,N] = op(A)[M,K] op(B)[K,N] + beta C, row-major, in precision prec:
  *   FP32: OpenBLAS sgemm.
  *   BF16: both operands rounded to bf16 (nearest even) into backend scratch
- *         (the weight not at all when the caller passes its rounding, Wb;
+ *         (the weight not at all when the caller passes it prepared, Wp;
  *         dout once for both backward products), then oneDNN's bf16 GEMM
  *         with fp32 accumulation (AVX512-BF16/AMX where the CPU has them).
- *         Where oneDNN has no bf16 GEMM for this CPU, the rounded values
- *         are widened into fp32 scratch and go through sgemm: a product of
- *         two bf16 values is exact in fp32, so that is the same computation.
- *   FP16, TF32: operands rounded to fp16 / tf32 values held in fp32
- *         scratch, then sgemm (their products are exact in fp32 as well). */
+ *   BF16 emulated (oneDNN has no bf16 GEMM for this CPU or path), FP16,
+ *         TF32: the operands rounded to bf16 / fp16 / tf32 values held in
+ *         fp32 (the weight once per forward pass by the caller, Wp), then
+ *         sgemm: a product of two such values is exact in fp32, so this is
+ *         the same computation, at sgemm's speed plus one rounding pass over
+ *         the activations. */
 static void gemm(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t N, size_t K,
                  operand *A, operand *B, float beta, float *C)
 {
@@ -80,11 +103,11 @@ static void gemm(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t 
 
 /* out[n,o] = beta out[n,o] + sum_i x[n,i] W[o,i] + b[o] */
 void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W,
-                       const uint16_t *Wb, const float *b, size_t N, size_t I, size_t O, float beta)
+                       const void *Wp, const float *b, size_t N, size_t I, size_t O, float beta)
 {
     assert(beta == 0.0f || beta == 1.0f);
     operand ox = {x, N * I, MC_CPU_SCRATCH_GEMM_A, NULL, NULL};
-    operand ow = {W, O * I, MC_CPU_SCRATCH_GEMM_B, Wb, NULL};
+    operand ow = weight_operand(be, prec, W, Wp, O * I);
     gemm(be, prec, 0, 1, N, O, I, &ox, &ow, beta, out);
     if (!b) return;
 #pragma omp parallel for num_threads(be->threads) if (N * O > PAR_MIN) schedule(static)
@@ -98,13 +121,13 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
 /* dx[n,i] += sum_o dout[n,o] W[o,i];  dW[o,i] += sum_n dout[n,o] x[n,i];
  * db[o] += sum_n dout[n,o] */
 void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db,
-                       const float *dout, const float *x, const float *W, const uint16_t *Wb,
-                       size_t N, size_t I, size_t O)
+                       const float *dout, const float *x, const float *W, const void *Wp, size_t N,
+                       size_t I, size_t O)
 {
     /* dout is rounded once for both products; W not at all when the
-     * caller gave Wb */
+     * caller gave Wp */
     operand od = {dout, N * O, MC_CPU_SCRATCH_GEMM_C, NULL, NULL};
-    operand ow = {W, O * I, MC_CPU_SCRATCH_GEMM_B, Wb, NULL};
+    operand ow = weight_operand(be, prec, W, Wp, O * I);
     operand ox = {x, N * I, MC_CPU_SCRATCH_GEMM_A, NULL, NULL};
     if (dx) gemm(be, prec, 0, 0, N, I, O, &od, &ow, 1.0f, dx);
     if (dW) gemm(be, prec, 1, 0, O, I, N, &od, &ox, 1.0f, dW);

@@ -155,10 +155,10 @@ __global__ void k_bias_add(float *out, const float *b, size_t N, size_t O)
 
 /* out[n,o] = beta out[n,o] + sum_i x[n,i] W[o,i] + b[o] */
 extern "C" void mc_cuda_linear_fwd(mc_cuda *cu, mc_prec prec, float *out, const float *x,
-                                   const float *W, const uint16_t *Wb, const float *b, size_t N,
+                                   const float *W, const void *Wp, const float *b, size_t N,
                                    size_t I, size_t O, float beta)
 {
-    (void)Wb; /* host-side bf16 copies are the CPU backend's; the model passes NULL here */
+    (void)Wp; /* prepared weights are the CPU backend's; the model passes NULL here */
     if (!N || !O) return;
     if (!I) { /* empty product: out = beta out + b */
         if (beta == 0.0f) CU_CHECK(cudaMemsetAsync(out, 0, N * O * sizeof(float), cu->stream));
@@ -199,9 +199,9 @@ __global__ void k_colsum_final(float *db, const float *part, size_t nch, size_t 
 /* dx += dout W;  dW += dout^T x;  db += column sums of dout */
 extern "C" void mc_cuda_linear_bwd(mc_cuda *cu, mc_prec prec, float *dx, float *dW, float *db,
                                    const float *dout, const float *x, const float *W,
-                                   const uint16_t *Wb, size_t N, size_t I, size_t O)
+                                   const void *Wp, size_t N, size_t I, size_t O)
 {
-    (void)Wb; /* see mc_cuda_linear_fwd */
+    (void)Wp; /* see mc_cuda_linear_fwd */
     if (!N || !O) return;
     if (I && (dx || dW)) {
         const void *g = operand(cu, prec, dout, N * O, MC_CU_SCRATCH_GEMM_C);
