@@ -222,6 +222,7 @@ mc_status mc_eval_open(const mc_eval_config *c, const mc_grid *g, mc_eval **out,
                              &ev->model, err);
     if (st) goto fail;
     ev->mcfg = mc_model_get_config(ev->model);
+    if (c->bf16 && int8 <= 0) ev->info.note = mc_backend_bf16_note(ev->be);
     ev->info.ctx = c->ctx ? c->ctx : ev->cfg.seq_length;
     st = mc_infer_new(ev->model, ev->info.ctx, ev->info.ctx, &ev->inf, err);
     if (st) mc_error_prefix(err, "--ctx-size %d", ev->info.ctx);

@@ -99,6 +99,19 @@ const char *mc_backend_isa(const mc_backend *be)
 
 int mc_backend_bf16_emulated(const mc_backend *be) { return !IS_CUDA(be) && !be->dnnl_bf16; }
 
+const char *mc_backend_bf16_note(const mc_backend *be)
+{
+    if (!mc_backend_bf16_emulated(be)) return NULL;
+    static const char *const note[] = {
+        "bf16 is emulated on the baseline path (no bf16 GEMM): operands are rounded to bf16 and "
+        "multiplied by the fp32 GEMM, at fp32's speed",
+        "bf16 is emulated on the avx2 path (no bf16 GEMM): operands are rounded to bf16 and "
+        "multiplied by the fp32 GEMM, at fp32's speed",
+        "bf16 is emulated on the avx512 path (oneDNN has no bf16 GEMM for this CPU): operands are "
+        "rounded to bf16 and multiplied by the fp32 GEMM, at fp32's speed"};
+    return note[be->isa];
+}
+
 size_t mc_backend_weight_bytes(const mc_backend *be, mc_prec prec)
 {
     if (IS_CUDA(be) || prec == MC_PREC_FP32) return 0;

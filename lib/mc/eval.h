@@ -266,6 +266,7 @@ typedef struct mc_eval_info {
     int64_t parameters; /* the whole model's */
     int ctx;            /* the context in use */
     int int8;           /* the linear layers run on int8 codes */
+    const char *note;   /* NULL, or a line for the log: bf16 is emulated */
     size_t nprompts;    /* prompts to continue */
 } mc_eval_info;
 

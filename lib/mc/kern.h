@@ -71,6 +71,9 @@ int mc_backend_bf16_emulated(const mc_backend *be);
  * (mc_k_prepare_weight): 2 (native bf16), 4 (rounded fp32), or 0 where the
  * backend keeps no prepared copy (fp32; the CUDA backend). */
 size_t mc_backend_weight_bytes(const mc_backend *be, mc_prec prec);
+/* The one line the tools print (start-up log, --dry-run) when bf16 GEMMs
+ * are emulated on this backend, naming the path; NULL when they are not. */
+const char *mc_backend_bf16_note(const mc_backend *be);
 
 /* Backend memory: 64-byte aligned, zero-filled. NULL on failure (err set). */
 void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err);

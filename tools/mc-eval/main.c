@@ -526,6 +526,7 @@ int main(int argc, char **argv)
         mc_log_info(&lg, "%s: iteration %" PRId64 ", %" PRId64 " parameters, context %d%s",
                     info->checkpoint, info->iteration, info->parameters, info->ctx,
                     grid.world > 1 ? ", tensor parallel" : "");
+    if (say && !a.quiet && info->note) mc_log_info(&lg, "note: %s", info->note);
 
     if (a.e.data_path || a.e.text_file) st = do_perplexity(ev, &a, &lg, say, &err);
     if (!st && a.e.ntasks) st = do_tasks(ev, &a, &lg, say, &err);

@@ -855,6 +855,16 @@ static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
     if (st) return st;
     mc_plan_print(&plan, print_stdout, NULL);
     mc_plan_free(&plan);
+    /* the CPU path of this machine, and whether bf16 is emulated on it */
+    if (a->device ? !strcmp(a->device, "cpu") : mc_backend_cuda_devices() == 0) {
+        mc_backend *be;
+        if ((st = mc_backend_cpu_new(1, &be, err))) return st;
+        printf("cpu path: %s%s%s\n", mc_backend_isa(be),
+               a->t.prec == MC_PREC_BF16 && mc_backend_bf16_note(be) ? "; note: " : "",
+               a->t.prec == MC_PREC_BF16 && mc_backend_bf16_note(be) ? mc_backend_bf16_note(be)
+                                                                     : "");
+        mc_backend_free(be);
+    }
     return fflush(stdout) == EOF ? mc_error_errno(err, MC_ERR_IO, errno, "stdout") : MC_OK;
 }
 
@@ -998,6 +1008,8 @@ int main(int argc, char **argv)
     } else if ((st = mc_backend_cpu_new((int)a.threads, &be, &err))) {
         goto fail;
     }
+    if (grid.rank == 0 && a.t.prec == MC_PREC_BF16 && mc_backend_bf16_note(be))
+        fprintf(stderr, "%s: note: %s\n", PROG, mc_backend_bf16_note(be));
 
     a.t.args_json = args_text;
     a.t.tokenizer = a.have_tokenizer ? &a.tok : NULL;
