@@ -47,8 +47,12 @@ typedef struct mc_backend mc_backend;
 
 /* ------------------------------------------------------------ backend */
 
-/* CPU backend; threads <= 0 means the cores present (OpenMP and BLAS). */
+/* CPU backend; threads <= 0 means the cores present (OpenMP and BLAS).
+ * MC_CPU_ISA in the environment pins its kernels' path (mc_backend_isa);
+ * a value that is no path or one the CPU lacks is MC_ERR_USAGE. */
 mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err);
+/* That check of MC_CPU_ISA alone, for a tool to make before any work. */
+mc_status mc_backend_cpu_check_env(mc_error *err);
 /* CUDA backend on GPU `device`; device < 0 picks this process's GPU from its
  * local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID or
  * LOCAL_RANK, modulo the GPUs visible). Fails with one clear message when mc

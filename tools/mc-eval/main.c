@@ -504,6 +504,7 @@ int main(int argc, char **argv)
                           " or srun",
                           a.tp, a.tp, a.tp);
     }
+    if (!st) st = mc_backend_cpu_check_env(&err);
     if (st) goto fail;
     if (a.dist_timeout > 0 && (st = mc_grid_set_timeout(&grid, a.dist_timeout, PROG, &err)))
         goto fail;

@@ -911,6 +911,7 @@ int main(int argc, char **argv)
         goto done;
     }
     if (!st) st = check_args(&a, &err);
+    if (!st) st = mc_backend_cpu_check_env(&err);
     mc_model_config mcfg;
     if (!st) st = model_config(&a, &mcfg, &err);
     if (!st && a.dry_run) {

@@ -34,6 +34,12 @@ static int probe_dnnl_bf16(void)
     return c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4;
 }
 
+mc_status mc_backend_cpu_check_env(mc_error *err)
+{
+    mc_isa isa;
+    return mc_cpu_isa_choose(&isa, err);
+}
+
 mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err)
 {
     *out = NULL;
