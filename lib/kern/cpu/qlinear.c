@@ -9,6 +9,7 @@
 #include <math.h>
 #include <immintrin.h>
 #include "kern/cpu/cpu.h"
+#include "kern/cpu/isa.h"
 
 #define Q8_DIRECT_ROWS 8
 
@@ -75,6 +76,25 @@ __attribute__((target("avx2,fma"))) static void dots_avx2(float *acc, const floa
     __m256 s[Q8_DIRECT_ROWS];
     for (size_t i = 0; i < m; i++) s[i] = _mm256_setzero_ps();
     size_t c = 0;
+    if (m == 1) {
+        /* one input row (generation): four independent sums, as above */
+        __m256 s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+        for (; c + 32 <= n; c += 32) {
+            __m256 w0 = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c))));
+            __m256 w1 = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c + 8))));
+            __m256 w2 = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c + 16))));
+            __m256 w3 = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c + 24))));
+            s[0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c), s[0]);
+            s1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + c + 8), s1);
+            s2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x + c + 16), s2);
+            s3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + c + 24), s3);
+        }
+        s[0] = _mm256_add_ps(_mm256_add_ps(s[0], s1), _mm256_add_ps(s2, s3));
+    }
     for (; c + 8 <= n; c += 8) {
         __m256 w = _mm256_cvtepi32_ps(
             _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c))));
@@ -102,12 +122,12 @@ static void dots_scalar(float *acc, const float *x, size_t ldx, size_t m, const 
 
 typedef void (*dots_fn)(float *, const float *, size_t, size_t, const int8_t *, size_t);
 
-static dots_fn pick_dots(void)
+/* the backend's path (isa.h): x86-64-v4 has AVX-512 F/BW, v3 AVX2 and FMA */
+static dots_fn pick_dots(const mc_backend *be)
 {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return dots_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return dots_avx2;
-    return dots_scalar;
+    return be->isa == MC_ISA_AVX512 ? dots_avx512
+           : be->isa == MC_ISA_AVX2 ? dots_avx2
+                                    : dots_scalar;
 }
 
 /*   out[n, r] = beta * out[n, r] + scale[r] * sum_c x[n, c] * Wq[r, c] + b[r]
@@ -119,7 +139,8 @@ static dots_fn pick_dots(void)
  * chosen at run time, a scalar loop elsewhere). Beyond that the product is
  * compute-bound: the weights are widened into fp32 scratch and the fp32
  * linear kernel (BLAS) does the GEMM. Deterministic: each output is one
- * fixed-order sum (the vector width is fixed per machine). */
+ * fixed-order sum for a path (isa.h); the paths sum in different orders
+ * (vector widths), so their results differ in the last bits. */
 void mc_cpu_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8_t *Wq,
                           const float *scale, const float *b, size_t N, size_t Cin, size_t Cout,
                           float beta)
@@ -134,8 +155,7 @@ void mc_cpu_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8
         mc_cpu_linear_fwd(be, MC_PREC_FP32, out, x, W, NULL, b, N, Cin, Cout, beta);
         return;
     }
-    static dots_fn dots;
-    if (!dots) dots = pick_dots(); /* idempotent: a race writes the same pointer */
+    dots_fn dots = pick_dots(be);
 #pragma omp parallel for num_threads(be->threads) schedule(static)
     for (size_t r = 0; r < Cout; r++) {
         float acc[Q8_DIRECT_ROWS];
