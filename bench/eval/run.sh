@@ -38,7 +38,10 @@ pyh=${MC_PYTHON_HEAVY:-/opt/mcheavy/bin/python}
 llama=${LLAMA_CPP_DIR:?set LLAMA_CPP_DIR to a llama.cpp build directory}/bin
 bin=$build/tools
 docs=/usr/share/doc/python3.11/html/_sources
-for p in "$bin/mc-eval/mc-eval" "$bin/mc-export/mc-export" "$llama/llama-completion"; do
+# llama-completion (llama.cpp since 2025) or, in older builds, llama-cli
+lc=$llama/llama-completion
+[ -x "$lc" ] || lc=$llama/llama-cli
+for p in "$bin/mc-eval/mc-eval" "$bin/mc-export/mc-export" "$lc"; do
     [ -x "$p" ] || { echo "run.sh: $p not found" >&2; exit 1; }
 done
 "$pyh" -c "import torch, transformers, tokenizers" ||
@@ -76,7 +79,7 @@ prompt="The Python interpreter"
 lc_gen() {
     local v
     for _ in 1 2 3 4 5; do
-        "$llama/llama-completion" -m "$1" -p "$prompt" -n "$ntok" --temp 0 -t "$threads" \
+        "$lc" -m "$1" -p "$prompt" -n "$ntok" --temp 0 -t "$threads" \
             -c "$ctx" --ignore-eos -no-cnv --no-warmup </dev/null > "$work/lc.log" 2>&1 || true
         v=$(sed -n 's/.* eval time = .*runs .*, *\([0-9.]*\) tokens per second).*/\1/p' \
             "$work/lc.log" | tail -n 1)

@@ -2,7 +2,7 @@
  * act.c - activations: GELU (tanh approximation, GPT-2) and SwiGLU (Llama,
  * Megatron's layout: the fc1 output holds (a | b) along the last dim). Every
  * kernel is elementwise, on vexp.h's vectorizable exp, and gives the same
- * bits with every vector width and thread split (see ACT_CLONES).
+ * bits with every vector width and thread split (see below).
  */
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/isa.h"
@@ -18,8 +18,8 @@
  * sigma(z) = 1 / (1 + exp(-z)), which has no cancellation:
  *   0.5 (1 + tanh u) = sigma(2u),   1 - tanh^2 u = 4 sigma(2u) (1 - sigma(2u)),
  *   1 - sigma(z) = exp(-z) sigma(z).
- * Each span body is cloned for AVX-512 and AVX2 (picked at load time); FP
- * contraction is off in this build, so every clone, vector width and thread
+ * Each span body is compiled for each path (isa.h, picked per backend); FP
+ * contraction is off in this build, so every path, vector width and thread
  * split gives the same bits. */
 
 /* y = 0.5 x (1 + tanh u) = x sigma(2u) = x / (1 + exp(-2u)),  u = k (x + c x^3) */

@@ -4,9 +4,9 @@
  * The update is memory-bound (28 bytes a parameter), so the loop must be
  * vectorized to run at memory speed: the span body has restrict pointers and
  * `omp simd` (GCC's -O2 cost model will not vectorize a loop that needs a
- * scalar tail or alias checks) and is cloned for AVX-512 and AVX2. Division
+ * scalar tail or alias checks) and is compiled for each path (isa.h). Division
  * and sqrt are correctly rounded in every width and FP contraction is off, so
- * the bits equal the scalar loop's for any clone and thread split.
+ * the bits equal the scalar loop's for any path and thread split.
  */
 #include <math.h>
 #include "kern/cpu/cpu.h"

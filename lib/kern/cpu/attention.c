@@ -54,10 +54,9 @@ typedef struct {
     float scale;
 } att_args;
 
-/* The per-item bodies are compiled for AVX-512 and AVX2 as well as the
- * baseline, picked at load time: the axpy loops are most of the work. The
- * clones differ only in vector width; no sum is reordered, so they give the
- * same bits. */
+/* The per-item body is compiled for each path (isa.h) and picked by the
+ * backend's: the variants differ in vector width and register tiles
+ * (att_tile.h); no sum is reordered, so they give the same bits. */
 
 /* One work item of the backward = (b, query group g): it owns dk and dv of
  * the group and dq of the group's query heads, so nothing is shared between

@@ -18,7 +18,7 @@
  * next to any term of order 1), above 88 it is exp(88) ~ 1.7e38 (finite, so
  * 1 / (1 + exp(x)) goes to ~0 instead of NaN). Plain multiply-adds in a fixed
  * order (the build keeps FP contraction off): every vector width and every
- * target clone gives the same bits. */
+ * path (isa.h) gives the same bits. */
 static inline float mc_exp_fast(float x)
 {
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
