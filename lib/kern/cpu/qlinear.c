@@ -12,6 +12,9 @@
 #include "kern/cpu/isa.h"
 
 #define Q8_DIRECT_ROWS 8
+#ifndef Q8_PREFETCH
+#define Q8_PREFETCH 4096 /* bytes of codes fetched ahead in generation */
+#endif
 
 void mc_cpu_quantize_q8_rows(mc_backend *be, int8_t *Wq, float *scale, const float *W, size_t rows,
                              size_t cols)
@@ -42,6 +45,7 @@ dots_avx512(float *acc, const float *x, size_t ldx, size_t m, const int8_t *q, s
          * is not bound by the latency of one chain of FMAs */
         __m512 s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
         for (; c + 64 <= n; c += 64) {
+            _mm_prefetch((const char *)(q + c + Q8_PREFETCH), _MM_HINT_T0);
             __m512 w0 = _mm512_cvtepi32_ps(
                 _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c))));
             __m512 w1 = _mm512_cvtepi32_ps(
@@ -80,6 +84,8 @@ __attribute__((target("avx2,fma"))) static void dots_avx2(float *acc, const floa
         /* one input row (generation): four independent sums, as above */
         __m256 s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
         for (; c + 32 <= n; c += 32) {
+            /* the rows are contiguous: fetch ahead into the next row */
+            _mm_prefetch((const char *)(q + c + Q8_PREFETCH), _MM_HINT_T0);
             __m256 w0 = _mm256_cvtepi32_ps(
                 _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c))));
             __m256 w1 = _mm256_cvtepi32_ps(
