@@ -337,6 +337,7 @@ int main(void)
     check_fp32(be, 5, 7, 3);
     check_fp32(be, 33, 40, 17);
     check_fp32(be, 1, 64, 1);
+    check_fp32(be, 1, 200, 77); /* one row: the matrix-vector path */
     check_fp32_determinism(be);
     check_bf16_rounding(be);
     check_lowp(be, MC_PREC_BF16, 37, 64, 29);

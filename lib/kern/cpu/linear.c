@@ -108,7 +108,13 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
     assert(beta == 0.0f || beta == 1.0f);
     operand ox = {x, N * I, MC_CPU_SCRATCH_GEMM_A, NULL, NULL};
     operand ow = weight_operand(be, prec, W, Wp, O * I);
-    gemm(be, prec, 0, 1, N, O, I, &ox, &ow, beta, out);
+    if (N == 1 && prec == MC_PREC_FP32)
+        /* one row (generation): a matrix-vector product streams W once,
+         * where sgemm would first copy it into its packed layout */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)O, (int)I, 1.0f, W, (int)I, x, 1, beta, out,
+                    1);
+    else
+        gemm(be, prec, 0, 1, N, O, I, &ox, &ow, beta, out);
     if (!b) return;
 #pragma omp parallel for num_threads(be->threads) if (N * O > PAR_MIN) schedule(static)
     for (size_t n = 0; n < N; n++) {
