@@ -65,6 +65,21 @@ static void check_flat(mc_backend *be)
     mc_k_fill(be, o, 0.375f, n);
     for (size_t i = 0; i < n; i++) ok &= o[i] == 0.375f;
     TAP_OK(ok, "fill");
+    /* zero (its own memset path) and negative zero (the vector path) */
+    mc_k_fill(be, o, 0.0f, n);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &o[i], 4);
+        ok &= u == 0;
+    }
+    mc_k_fill(be, o, -0.0f, n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &o[i], 4);
+        ok &= u == 0x80000000u;
+    }
+    TAP_OK(ok, "fill with +0 and -0: every element's bits");
     mc_k_add(be, o, a, b, n);
     ok = 1;
     for (size_t i = 0; i < n; i++) ok &= o[i] == a[i] + b[i];

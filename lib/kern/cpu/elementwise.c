@@ -61,6 +61,20 @@ MC_ISA_VARIANTS_VOID(add_span, (float *out, const float *a, const float *b, size
 
 void mc_cpu_fill(mc_backend *be, float *x, float v, size_t n)
 {
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    if (bits == 0) {
+        /* +0.0 is all zero bytes (zeroing gradients): memset, in one piece
+         * a thread, so that glibc's non-temporal stores (large sizes) write
+         * without first reading every line */
+        int nt = n > PAR_MIN ? be->threads : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int t = 0; t < nt; t++) {
+            size_t lo = n * (size_t)t / (size_t)nt, hi = n * (size_t)(t + 1) / (size_t)nt;
+            memset(x + lo, 0, (hi - lo) * sizeof *x);
+        }
+        return;
+    }
     fill_span_fn f = fill_span_for(be->isa);
     FOR_SPANS(be, n, i0, m, f(x + i0, v, m));
 }
