@@ -104,11 +104,11 @@ const char *mc_backend_bf16_note(const mc_backend *be)
     if (!mc_backend_bf16_emulated(be)) return NULL;
     static const char *const note[] = {
         "bf16 is emulated on the baseline path (no bf16 GEMM): operands are rounded to bf16 and "
-        "multiplied by the fp32 GEMM, at fp32's speed",
+        "multiplied by the fp32 GEMM, no faster than fp32",
         "bf16 is emulated on the avx2 path (no bf16 GEMM): operands are rounded to bf16 and "
-        "multiplied by the fp32 GEMM, at fp32's speed",
+        "multiplied by the fp32 GEMM, no faster than fp32",
         "bf16 is emulated on the avx512 path (oneDNN has no bf16 GEMM for this CPU): operands are "
-        "rounded to bf16 and multiplied by the fp32 GEMM, at fp32's speed"};
+        "rounded to bf16 and multiplied by the fp32 GEMM, no faster than fp32"};
     return note[be->isa];
 }
 

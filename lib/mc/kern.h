@@ -69,7 +69,7 @@ int mc_backend_threads(const mc_backend *be);
 const char *mc_backend_isa(const mc_backend *be);
 /* 1 when MC_PREC_BF16 GEMMs are emulated: the CPU (or the pinned path) has
  * no bf16 GEMM, so the operands are rounded to bf16 values held in fp32
- * and multiplied by the fp32 GEMM (the same numbers, at fp32's speed). */
+ * and multiplied by the fp32 GEMM (the same numbers; no faster than fp32). */
 int mc_backend_bf16_emulated(const mc_backend *be);
 /* Bytes an element of a weight prepared for the GEMMs of precision prec
  * (mc_k_prepare_weight): 2 (native bf16), 4 (rounded fp32), or 0 where the

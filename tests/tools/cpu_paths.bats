@@ -178,7 +178,7 @@ golden_on() {
         --train-iters 2 --bf16 --save ck
     [ "$(grep -c 'bf16 is emulated' <<<"$stderr")" -eq 1 ]
     assert_equal "$(grep 'bf16 is emulated' <<<"$stderr")" \
-        "mc-train: note: bf16 is emulated on the avx2 path (no bf16 GEMM): operands are rounded to bf16 and multiplied by the fp32 GEMM, at fp32's speed"
+        "mc-train: note: bf16 is emulated on the avx2 path (no bf16 GEMM): operands are rounded to bf16 and multiplied by the fp32 GEMM, no faster than fp32"
     run -0 env MC_CPU_ISA=avx2 "$MC_TRAIN" "${llama[@]}" --train-iters 1 --bf16 --dry-run --device cpu
     assert_line --partial "cpu path: avx2; note: bf16 is emulated on the avx2 path"
     run -0 --separate-stderr env MC_CPU_ISA=avx2 "$MC_EVAL" --bf16 --data-path "$data" \

@@ -117,6 +117,18 @@ static void check_flat(mc_backend *be)
     free(a), free(b), free(o);
 }
 
+/* how many of f[0..n) are not the bf16 bits h[i] widened to fp32 */
+static size_t widened_differ(const float *f, const uint16_t *h, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &f[i], 4);
+        bad += u != (uint32_t)h[i] << 16;
+    }
+    return bad;
+}
+
 /* values -> expected bf16 bits */
 static void check_bf16(mc_backend *be)
 {
@@ -192,21 +204,11 @@ static void check_bf16(mc_backend *be)
     float *r = malloc(n * sizeof *r);
     memcpy(r, f, n * sizeof *r);
     mc_k_round(be, r, n, MC_PREC_BF16);
-    bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &r[i], 4);
-        bad += u != (uint32_t)h[i] << 16;
-    }
+    bad = widened_differ(r, h, n);
     TAP_OK(bad == 0, "bf16: mc_k_round over %zu values = the cast's bits: %zu differ", n, bad);
     /* and back: mc_k_cast_from_bf16 over the array widens exactly */
     mc_k_cast_from_bf16(be, r, h, n);
-    bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &r[i], 4);
-        bad += u != (uint32_t)h[i] << 16;
-    }
+    bad = widened_differ(r, h, n);
     TAP_OK(bad == 0, "bf16: mc_k_cast_from_bf16 over %zu values widens exactly: %zu differ", n,
            bad);
     free(f), free(h), free(r);
