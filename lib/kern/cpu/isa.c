@@ -10,10 +10,23 @@ static const char *const isa_names[] = {"baseline", "avx2", "avx512"};
 
 mc_isa mc_cpu_isa_best(void)
 {
-#if defined(__GNUC__) && defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    /* GCC 12 knows the levels themselves (every feature of each) */
     __builtin_cpu_init();
     if (__builtin_cpu_supports("x86-64-v4")) return MC_ISA_AVX512;
     if (__builtin_cpu_supports("x86-64-v3")) return MC_ISA_AVX2;
+#elif defined(__clang__) && defined(__x86_64__)
+    /* clang 14 (the fuzzing builds) knows only features: those of each
+     * level that clang 14 can test (F16C and MOVBE come with AVX2 on every
+     * CPU that has it) */
+    __builtin_cpu_init();
+    int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+    if (v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512cd"))
+        return MC_ISA_AVX512;
+    if (v3) return MC_ISA_AVX2;
 #endif
     return MC_ISA_BASELINE;
 }
