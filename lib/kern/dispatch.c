@@ -102,14 +102,7 @@ int mc_backend_bf16_emulated(const mc_backend *be) { return !IS_CUDA(be) && !be-
 const char *mc_backend_bf16_note(const mc_backend *be)
 {
     if (!mc_backend_bf16_emulated(be)) return NULL;
-    static const char *const note[] = {
-        "bf16 is emulated on the baseline path (no bf16 GEMM): operands are rounded to bf16 and "
-        "multiplied by the fp32 GEMM, no faster than fp32",
-        "bf16 is emulated on the avx2 path (no bf16 GEMM): operands are rounded to bf16 and "
-        "multiplied by the fp32 GEMM, no faster than fp32",
-        "bf16 is emulated on the avx512 path (oneDNN has no bf16 GEMM for this CPU): operands are "
-        "rounded to bf16 and multiplied by the fp32 GEMM, no faster than fp32"};
-    return note[be->isa];
+    return be->bf16_note;
 }
 
 size_t mc_backend_weight_bytes(const mc_backend *be, mc_prec prec)

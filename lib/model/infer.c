@@ -45,7 +45,6 @@ struct mc_infer {
     } while (0)
 
 /* Parameter i's values (NULL when the parameter is absent). */
-static float *param_val(mc_model *m, int i) { return i < 0 ? NULL : m->p + m->params[i].offset; }
 
 /* out[n, O] = in[n, I] W^T (+ b) for the weight of parameter w: int8 codes
  * when mc_infer_use_int8 made them, the fp32 weights otherwise. */
@@ -56,9 +55,8 @@ static void linear(mc_infer *f, float *out, const float *in, int w, const float 
     if (f->q8w && f->q8w[w])
         mc_k_linear_q8_fwd(f->be, out, in, f->q8w[w], f->q8s[w], b, n, I, O, 0.0f);
     else
-        mc_k_linear_fwd(f->be, m->prec, out, in, param_val(m, w),
-                        m->pw ? (const char *)m->pw + m->params[w].offset * m->pw_bytes : NULL, b,
-                        n, I, O, 0.0f);
+        mc_k_linear_fwd(f->be, m->prec, out, in, param_val(m, w), param_prep(m, w), b, n, I, O,
+                        0.0f);
 }
 
 static void layout(mc_infer *f, carver *cv)

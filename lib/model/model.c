@@ -195,14 +195,8 @@ void mc_model_free(mc_model *m)
 
 const mc_model_config *mc_model_get_config(const mc_model *m) { return &m->cfg; }
 
-/* Parameter i's values and gradient (NULL when the parameter is absent). */
-static float *param_val(mc_model *m, int i) { return i < 0 ? NULL : m->p + m->params[i].offset; }
+/* Parameter i's gradient (NULL when the parameter is absent). */
 static float *param_grad(mc_model *m, int i) { return i < 0 ? NULL : m->g + m->params[i].offset; }
-/* parameter i prepared for the GEMMs (m->pw), NULL where the model keeps none */
-static const void *param_prep(mc_model *m, int i)
-{
-    return i < 0 || !m->pw ? NULL : (const char *)m->pw + m->params[i].offset * m->pw_bytes;
-}
 /* (re)make parameter i's prepared form from its fp32 values */
 static void round_weight(mc_model *m, int i)
 {

@@ -122,4 +122,15 @@ static inline float *carve(carver *cv, size_t n)
     return p;
 }
 
+/* Parameter i's values, and its form prepared for the GEMMs (m->pw; NULL
+ * where the model keeps none); NULL when the parameter is absent (i < 0). */
+static inline float *param_val(mc_model *m, int i)
+{
+    return i < 0 ? NULL : m->p + m->params[i].offset;
+}
+static inline const void *param_prep(mc_model *m, int i)
+{
+    return i < 0 || !m->pw ? NULL : (const char *)m->pw + m->params[i].offset * m->pw_bytes;
+}
+
 #endif

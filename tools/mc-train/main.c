@@ -859,10 +859,8 @@ static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
     if (a->device ? !strcmp(a->device, "cpu") : mc_backend_cuda_devices() == 0) {
         mc_backend *be;
         if ((st = mc_backend_cpu_new(1, &be, err))) return st;
-        printf("cpu path: %s%s%s\n", mc_backend_isa(be),
-               a->t.prec == MC_PREC_BF16 && mc_backend_bf16_note(be) ? "; note: " : "",
-               a->t.prec == MC_PREC_BF16 && mc_backend_bf16_note(be) ? mc_backend_bf16_note(be)
-                                                                     : "");
+        const char *note = a->t.prec == MC_PREC_BF16 ? mc_backend_bf16_note(be) : NULL;
+        printf("cpu path: %s%s%s\n", mc_backend_isa(be), note ? "; note: " : "", note ? note : "");
         mc_backend_free(be);
     }
     return fflush(stdout) == EOF ? mc_error_errno(err, MC_ERR_IO, errno, "stdout") : MC_OK;
@@ -1009,8 +1007,8 @@ int main(int argc, char **argv)
     } else if ((st = mc_backend_cpu_new((int)a.threads, &be, &err))) {
         goto fail;
     }
-    if (grid.rank == 0 && a.t.prec == MC_PREC_BF16 && mc_backend_bf16_note(be))
-        fprintf(stderr, "%s: note: %s\n", PROG, mc_backend_bf16_note(be));
+    const char *bf16_note = a.t.prec == MC_PREC_BF16 ? mc_backend_bf16_note(be) : NULL;
+    if (grid.rank == 0 && bf16_note) fprintf(stderr, "%s: note: %s\n", PROG, bf16_note);
 
     a.t.args_json = args_text;
     a.t.tokenizer = a.have_tokenizer ? &a.tok : NULL;

@@ -6,6 +6,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
@@ -64,6 +65,12 @@ mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err)
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
     be->dnnl_bf16 = probe_dnnl_bf16();
+    if (!be->dnnl_bf16)
+        snprintf(be->bf16_note, sizeof be->bf16_note,
+                 "bf16 is emulated on the %s path (%s): operands are rounded to bf16 and "
+                 "multiplied by the fp32 GEMM, no faster than fp32",
+                 mc_cpu_isa_name(isa),
+                 isa == MC_ISA_AVX512 ? "oneDNN has no bf16 GEMM for this CPU" : "no bf16 GEMM");
     *out = be;
     return MC_OK;
 }
