@@ -101,8 +101,9 @@ typedef struct mc_gptdata_config {
     int drop_last_partial_validation;    /* 1 (default) */
     double mid_level_surplus;            /* 0.005 */
     int mock;                            /* --mock-data */
-    int64_t vocab_size;                  /* mock: tokens in [0, vocab_size) */
-    int32_t eod;                         /* mock: last token of each document */
+    int sft; /* --sft: the one prefix is an SFT dataset (mc/sft.h), opened by the caller */
+    int64_t vocab_size; /* mock: tokens in [0, vocab_size) */
+    int32_t eod;        /* mock: last token of each document */
     /* JSON of the tokenizer's unique_identifiers for the cache description
      * (e.g. {"class": "..."}); NULL writes null. Only the cache file names
      * depend on it. */

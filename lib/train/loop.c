@@ -23,6 +23,7 @@
 #include "mc/ckpt.h"
 #include "mc/distopt.h"
 #include "mc/gptdata.h"
+#include "mc/sft.h"
 #include "mc/metrics.h"
 #include "mc/train.h"
 #include "train/commlog.h"
@@ -58,6 +59,8 @@ typedef struct run {
     mc_optim *optim;
     mc_grad_buckets *buckets; /* the data-parallel gradient reduction */
     mc_gpt_dataset *ds;
+    mc_sft_dataset *sft; /* --sft: packed conversations instead of ds */
+    uint8_t *mask;       /* --sft: one sample's loss mask */
     mc_metrics *metrics;
     mc_lr_schedule sched;
     mc_train_state s;
@@ -113,12 +116,19 @@ static void fmt_py(char *out, size_t cap, const char *fmt, double v)
         snprintf(out, cap, fmt, v);
 }
 
+static int64_t num_samples(const run *r, mc_split split)
+{
+    return r->sft ? mc_sft_dataset_num_samples(r->sft, split)
+                  : mc_gpt_dataset_num_samples(r->ds, split);
+}
+
 /* Fill one micro-batch: sample indices start at `first`, consecutive.
  * For a split, indices wrap around its size (validation is cyclic, as
- * Megatron's cyclic validation iterator). */
+ * Megatron's cyclic validation iterator). With --sft a target whose token
+ * the loss mask leaves out is -1, so the loss averages over the rest. */
 static mc_status load_batch(run *r, mc_split split, int64_t first, int wrap, mc_error *err)
 {
-    int64_t n = mc_gpt_dataset_num_samples(r->ds, split);
+    int64_t n = num_samples(r, split);
     int64_t mbs = r->c->micro_batch_size, T = r->T;
     for (int64_t b = 0; b < mbs; b++) {
         int64_t idx = first + b;
@@ -127,10 +137,14 @@ static mc_status load_batch(run *r, mc_split split, int64_t first, int wrap, mc_
             return mc_error_set(err, MC_ERR_INTERNAL,
                                 "%s sample %" PRId64 " is past the %" PRId64 " built",
                                 mc_split_name(split), idx, n);
-        mc_status st = mc_gpt_dataset_sample(r->ds, split, idx, r->sample, err);
+        mc_status st = r->sft ? mc_sft_dataset_sample(r->sft, split, idx, r->sample, r->mask, err)
+                              : mc_gpt_dataset_sample(r->ds, split, idx, r->sample, err);
         if (st) return st;
         memcpy(r->tokens + b * T, r->sample, (size_t)T * sizeof(int32_t));
         memcpy(r->targets + b * T, r->sample + 1, (size_t)T * sizeof(int32_t));
+        if (r->sft)
+            for (int64_t t = 0; t < T; t++)
+                if (!r->mask[t + 1]) r->targets[b * T + t] = -1;
     }
     return MC_OK;
 }
@@ -207,7 +221,7 @@ static mc_status evaluate(run *r, mc_split split, int64_t base, double *loss, mc
 static mc_status eval_and_print(run *r, mc_split split, const char *where, int64_t base,
                                 mc_error *err)
 {
-    if (r->c->eval_iters <= 0 || mc_gpt_dataset_num_samples(r->ds, split) <= 0) return MC_OK;
+    if (r->c->eval_iters <= 0 || num_samples(r, split) <= 0) return MC_OK;
     double loss;
     mc_status st = mc_optim_wait_params(r->optim, err);
     if (!st) st = evaluate(r, split, base, &loss, err);
@@ -376,6 +390,24 @@ static size_t bucket_elems(const mc_train_config *c, int64_t dp)
     return (size_t)(n > 40000000 ? n : 40000000);
 }
 
+/* The packing of each split, once, on rank 0: what users compare with
+ * other packers (efficiency = conversation tokens / sample tokens). */
+static void sft_report(const run *r)
+{
+    for (int s = 0; s < MC_SPLIT_COUNT; s++) {
+        mc_sft_stats st;
+        mc_sft_dataset_stats(r->sft, (mc_split)s, &st);
+        if (!st.samples) continue;
+        say(r,
+            "sft %s: %" PRId64 " conversations, %" PRId64 " samples of %" PRId64
+            " tokens over %" PRId64 " epoch(s), packing efficiency %.1f%%, %" PRId64
+            " loss tokens, %" PRId64 " truncated",
+            mc_split_name((mc_split)s), st.conversations, st.samples, r->T + 1, st.epochs,
+            100.0 * (double)st.tokens / ((double)st.samples * (double)(r->T + 1)), st.loss_tokens,
+            st.truncated);
+    }
+}
+
 static mc_status setup(run *r, const mc_model_config *model_cfg,
                        const struct mc_gptdata_config *data, mc_error *err)
 {
@@ -445,8 +477,22 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     mc_gptdata_num_samples(r->train_iters, c->eval_interval, c->eval_iters, r->global_batch,
                            dc.num_samples);
     if (c->train_samples > 0) dc.num_samples[MC_SPLIT_TRAIN] = c->train_samples;
-    if ((st = mc_gpt_dataset_open(&dc, &r->ds, err))) return st;
-    if (mc_gpt_dataset_num_samples(r->ds, MC_SPLIT_TRAIN) < r->train_iters * r->global_batch)
+    if (dc.sft) {
+        if (dc.blend.n != 1 || dc.blend.weights)
+            return mc_error_set(err, MC_ERR_USAGE,
+                                "--sft reads one dataset: give --data-path one prefix");
+        mc_sft_config sc = {.prefix = dc.blend.prefixes[0],
+                            .split = dc.split,
+                            .seq_length = r->T,
+                            .seed = dc.seed,
+                            .eod = dc.eod};
+        memcpy(sc.num_samples, dc.num_samples, sizeof sc.num_samples);
+        if ((st = mc_sft_dataset_open(&sc, &r->sft, err))) return st;
+        sft_report(r);
+    } else if ((st = mc_gpt_dataset_open(&dc, &r->ds, err))) {
+        return st;
+    }
+    if (num_samples(r, MC_SPLIT_TRAIN) < r->train_iters * r->global_batch)
         return mc_error_set(err, MC_ERR_INTERNAL,
                             "the training split has fewer samples than asked");
 
@@ -454,7 +500,8 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     r->tokens = malloc(n * sizeof *r->tokens);
     r->targets = malloc(n * sizeof *r->targets);
     r->sample = malloc((size_t)(r->T + 1) * sizeof *r->sample);
-    if (!r->tokens || !r->targets || !r->sample)
+    r->mask = malloc((size_t)(r->T + 1));
+    if (!r->tokens || !r->targets || !r->sample || !r->mask)
         return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     return mc_metrics_open(c->tensorboard_dir, c->log_json, &r->metrics, err);
 }
@@ -750,8 +797,10 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     free(r.tokens);
     free(r.targets);
     free(r.sample);
+    free(r.mask);
     free(r.config_json);
     mc_gpt_dataset_close(r.ds);
+    mc_sft_dataset_close(r.sft);
     mc_grad_buckets_free(r.buckets);
     mc_optim_free(r.optim);
     mc_model_free(r.model);

@@ -129,6 +129,7 @@ enum {
     OPT_SPLIT,
     OPT_DATA_CACHE_PATH,
     OPT_MOCK_DATA,
+    OPT_SFT,
     /* distributed */
     OPT_TP,
     OPT_PP,
@@ -298,6 +299,9 @@ static const mc_option options[] = {
     {"data-cache-path", MC_OPT_REQUIRED, OPT_DATA_CACHE_PATH, "DIR",
      "Where dataset indices are cached."},
     {"mock-data", MC_OPT_NONE, OPT_MOCK_DATA, NULL, "Random tokens instead of a dataset."},
+    {"sft", MC_OPT_NONE, OPT_SFT, NULL,
+     "Supervised fine-tuning: --data-path is an SFT dataset (mc-preprocess --dataset-type sft); "
+     "whole conversations packed into each sample, the loss over the loss mask's tokens only."},
     /* distributed (under mpirun or srun; data-parallel size = ranks / (TP x PP x CP)) */
     {"tensor-model-parallel-size", MC_OPT_REQUIRED, OPT_TP, "N",
      "Ranks that split each layer (1); must divide the heads, query groups and FFN size."},
@@ -367,6 +371,7 @@ typedef struct args {
     const char *split;
     const char *data_cache_path;
     int mock;
+    int sft; /* --sft */
     const char *device;
     int64_t threads;
     mc_train_config t;
@@ -665,6 +670,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_SPLIT: a->split = arg; break;
         case OPT_DATA_CACHE_PATH: a->data_cache_path = arg; break;
         case OPT_MOCK_DATA: a->mock = 1; break;
+        case OPT_SFT: a->sft = 1; break;
         case OPT_TP:
             st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 65536, &a->tp, err);
             break;
@@ -730,6 +736,8 @@ static mc_status check_args(args *a, mc_error *err)
     if (t->sched.lr < 0) return mc_error_set(err, MC_ERR_USAGE, "--lr is required");
     if (a->mock && a->data_path.len)
         return mc_error_set(err, MC_ERR_USAGE, "--mock-data and --data-path exclude each other");
+    if (a->mock && a->sft)
+        return mc_error_set(err, MC_ERR_USAGE, "--sft reads an SFT dataset, not --mock-data");
     if (t->finetune && !t->load) return mc_error_set(err, MC_ERR_USAGE, "--finetune needs --load");
     if (t->loss_scale > 0 && t->prec != MC_PREC_FP16)
         return mc_error_set(err, MC_ERR_USAGE, "--loss-scale needs --fp16");
@@ -966,6 +974,7 @@ int main(int argc, char **argv)
 
     /* Data: --mock-data, --data-path, or the prefix on stdin. */
     data.mock = a.mock;
+    data.sft = a.sft;
     data.vocab_size = mcfg.vocab_size;
     data.eod = eod;
     data.seed = (uint32_t)a.t.seed;

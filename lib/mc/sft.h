@@ -1,0 +1,73 @@
+/*
+ * sft.h - supervised fine-tuning data: conversations rendered with a chat
+ * template into tokens and a loss mask (mc-preprocess --dataset-type sft),
+ * and the packed dataset mc-train --sft reads them back from.
+ *
+ * On disk (mc-formats(5), SFT DATASETS) an SFT dataset is two indexed
+ * datasets with the same sequence lengths: PREFIX.{bin,idx} holds the
+ * tokens of each conversation followed by the tokenizer's EOD, and
+ * PREFIX_loss_mask.{bin,idx} (dtype uint8) holds 1 for each token the loss
+ * is computed on (the tokens of assistant turns, or every token with
+ * --train-on-prompt) and 0 elsewhere (the EOD is always 0).
+ *
+ * Packing: whole conversations go into samples of seq_length + 1 tokens by
+ * best-fit decreasing (longest first, each into the fullest sample it fits),
+ * per epoch over the split's conversations in a shuffled order
+ * (numpy.random.RandomState(seed), as the GPT dataset shuffles), then the
+ * epoch's samples are shuffled. A conversation longer than a sample is cut
+ * to its first seq_length + 1 tokens (counted in the statistics). The rest
+ * of a sample is padding: EOD tokens with mask 0. With attention reset at
+ * each EOD and positions restarting (mc-train --sft turns both on), no
+ * conversation sees another.
+ */
+#ifndef MC_SFT_H
+#define MC_SFT_H
+
+#include <stdint.h>
+#include "mc/status.h"
+#include "mc/gptdata.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mc_sft_config {
+    const char *prefix;                  /* the tokens' dataset; the mask is PREFIX_loss_mask */
+    const char *split;                   /* as --split, default "969,30,1" */
+    int64_t seq_length;                  /* a sample has seq_length + 1 tokens */
+    uint32_t seed;                       /* --seed */
+    int64_t num_samples[MC_SPLIT_COUNT]; /* wanted per split; -1 = one epoch */
+    int32_t eod;                         /* the padding token */
+} mc_sft_config;
+
+typedef struct mc_sft_dataset mc_sft_dataset;
+
+/* Open both datasets, check that they match (same number of sequences,
+ * same lengths, mask dtype uint8), and pack every split. Errors name the
+ * file: missing or malformed files, a mismatch (with the sequence and both
+ * lengths), a split that exists but has no conversations. */
+mc_status mc_sft_dataset_open(const mc_sft_config *c, mc_sft_dataset **out, mc_error *err);
+void mc_sft_dataset_close(mc_sft_dataset *ds);
+
+int64_t mc_sft_dataset_num_samples(const mc_sft_dataset *ds, mc_split split);
+/* Sample `index` of `split`: tokens[seq_length + 1] and mask[seq_length + 1]
+ * (0 or 1; a mask byte above 1 in the file is an error naming it). */
+mc_status mc_sft_dataset_sample(const mc_sft_dataset *ds, mc_split split, int64_t index,
+                                int32_t *tokens, uint8_t *mask, mc_error *err);
+
+typedef struct mc_sft_stats {
+    int64_t conversations; /* in the split, per epoch */
+    int64_t epochs;        /* packed */
+    int64_t samples;       /* built (all epochs) */
+    int64_t tokens;        /* conversation tokens placed (all epochs) */
+    int64_t loss_tokens;   /* of which the loss is computed on */
+    int64_t truncated;     /* conversations cut to fit (all epochs) */
+} mc_sft_stats;
+/* Statistics of a split's packing; tokens / (samples * (seq_length + 1))
+ * is the packing efficiency. */
+void mc_sft_dataset_stats(const mc_sft_dataset *ds, mc_split split, mc_sft_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
