@@ -264,29 +264,45 @@ $F/gpt7"
     assert_output "avg2/iter_0000003"
 }
 
-@test "errors: bad usage exits 2" {
+# Bad usage, one case a test, so that a failure names its case.
+@test "errors: bad usage exits 2: --dtype, --quantize and --group-size values" {
     run "$MC_RESHARD" --dtype fp64 "$F/gpt"
     assert_failure 2
     assert_output --partial "mc-reshard: error: --dtype: expected fp32, bf16 or fp16, got 'fp64'"
     run "$MC_RESHARD" --quantize int3 "$F/gpt"
     assert_failure 2
+    assert_output --partial "--quantize"
     run "$MC_RESHARD" --group-size 64 "$F/gpt"
     assert_failure 2
     assert_output --partial "--group-size applies to --quantize int4 only"
+}
+
+@test "errors: bad usage exits 2: --merge with a target grid, several inputs without --average, --average of one" {
     run "$MC_RESHARD" --merge --target-tensor-parallel-size 2 "$F/gpt"
     assert_failure 2
+    assert_output --partial "--merge writes one file"
     run "$MC_RESHARD" "$F/gpt" "$F/gpt7"
     assert_failure 2
     assert_output --partial "several only with --average"
     run "$MC_RESHARD" --average "$F/gpt"
     assert_failure 2
+    assert_output --partial "--average needs at least two checkpoints"
+}
+
+@test "errors: bad usage exits 2: a target grid the model cannot split, nothing written" {
     run "$MC_RESHARD" --target-tensor-parallel-size 3 -o t3 "$F/gpt"
     assert_failure 2
     assert_output --partial "must be a multiple of"
     [ ! -e t3 ]
+}
+
+@test "errors: bad usage exits 2: the output is the input's directory" {
     run "$MC_RESHARD" -o "$F/gpt" "$F/gpt"
     assert_failure 2
     assert_output --partial "the input checkpoint's directory"
+}
+
+@test "errors: bad usage exits 2: no checkpoint named and an empty stdin" {
     run "$MC_RESHARD" </dev/null
     assert_failure 2
     assert_output --partial "stdin holds no path"
