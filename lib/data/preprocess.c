@@ -109,6 +109,14 @@ static void process_record(worker_ctx *w, batch *b, slot *s)
     mc_error_clear(&e);
     for (size_t k = 0; k < p->n_keys; k++) s->ids[k].n = 0;
 
+    if (p->c->sft) {
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%llu", s->file, (unsigned long long)s->line);
+        if (mc_sft_encode(p->c->sft, w->enc, p->eod, where, data, s->len, &s->ids[0], &s->ids[1],
+                          &e) != MC_OK)
+            slot_fail(s, e.code == MC_ERR_NOMEM ? SLOT_FATAL : SLOT_INVALID, &e);
+        return;
+    }
     const char *texts[16];
     size_t lens[16];
     if (p->c->source.format == MC_INPUT_JSONL) {
@@ -292,7 +300,7 @@ static mc_status write_batch(pipeline *p, batch *b, mc_idx_writer **writers,
         for (size_t k = 0; k < p->n_keys; k++) {
             mc_status rc = mc_idx_writer_add(writers[k], s->ids[k].v, s->ids[k].n, err);
             if (rc != MC_OK) return rc;
-            st->tokens += s->ids[k].n;
+            if (!(p->c->sft && k == 1)) st->tokens += s->ids[k].n; /* not the mask */
         }
         st->documents++;
         st->text_bytes += s->len;
@@ -322,6 +330,7 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
                             mc_error *err)
 {
     static const char *const default_keys[] = {"text"};
+    static const char *const sft_keys[] = {"messages", "messages loss mask"};
     mc_preprocess_stats st;
     memset(&st, 0, sizeof st);
     double t0 = now_seconds();
@@ -329,7 +338,12 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
     pipeline p;
     memset(&p, 0, sizeof p);
     p.c = c;
-    if (c->source.format == MC_INPUT_TEXT || c->n_json_keys == 0) {
+    if (c->sft) {
+        if (c->source.format != MC_INPUT_JSONL)
+            return mc_error_set(err, MC_ERR_USAGE, "--dataset-type sft reads JSONL");
+        p.keys = sft_keys;
+        p.n_keys = 2;
+    } else if (c->source.format == MC_INPUT_TEXT || c->n_json_keys == 0) {
         p.keys = default_keys;
         p.n_keys = 1;
     } else {
@@ -339,9 +353,9 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
     if (p.n_keys > 16) return mc_error_set(err, MC_ERR_USAGE, "--json-keys: at most 16 keys");
     if (c->workers < 1) return mc_error_set(err, MC_ERR_USAGE, "--workers must be at least 1");
     p.eod = mc_tokenizer_eod(c->tokenizer);
-    if (c->append_eod && p.eod < 0)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--append-eod: the tokenizer has no end-of-document token");
+    if ((c->append_eod || c->sft) && p.eod < 0)
+        return mc_error_set(err, MC_ERR_USAGE, "%s: the tokenizer has no end-of-document token",
+                            c->sft ? "--dataset-type sft" : "--append-eod");
 
     mc_dtype dtype = mc_idx_dtype_for_vocab(mc_tokenizer_vocab_size(c->tokenizer));
     mc_idx_writer *writers[16] = {0};
@@ -355,8 +369,14 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
     if (rc != MC_OK) return rc;
     for (size_t k = 0; k < p.n_keys && rc == MC_OK; k++) {
         char prefix[4096];
-        rc = mc_dataset_prefix(prefix, sizeof prefix, c->output_prefix, p.keys[k], err);
-        if (rc == MC_OK) rc = mc_idx_writer_open(prefix, dtype, &writers[k], err);
+        int mask = c->sft && k == 1; /* beside the tokens: PREFIX_messages_document_loss_mask */
+        rc = mc_dataset_prefix(prefix, sizeof prefix - 16, c->output_prefix, p.keys[0], err);
+        if (mask)
+            strcat(prefix, "_loss_mask");
+        else if (rc == MC_OK)
+            rc = mc_dataset_prefix(prefix, sizeof prefix, c->output_prefix, p.keys[k], err);
+        if (rc == MC_OK)
+            rc = mc_idx_writer_open(prefix, mask ? MC_DTYPE_U8 : dtype, &writers[k], err);
     }
     if (rc != MC_OK) goto out_noworkers;
 

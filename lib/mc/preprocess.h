@@ -17,6 +17,7 @@
 #include "mc/bpe_train.h"
 #include "mc/docsource.h"
 #include "mc/tokenizer.h"
+#include "mc/sft.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,8 +50,13 @@ typedef struct mc_preprocess_config {
     int workers;               /* tokenizing threads, >= 1 */
     int skip_invalid;          /* skip and count bad records instead of failing */
     const char *output_prefix; /* datasets are OUTPUT_PREFIX_<key>_document */
-    size_t batch_documents;    /* 0: default 2048 */
-    size_t batch_bytes;        /* 0: default 8 MiB */
+    /* --dataset-type sft: each JSONL record is a conversation, written as
+     * OUTPUT_PREFIX_messages_document (tokens, EOD last) and
+     * OUTPUT_PREFIX_messages_document_loss_mask (uint8), mc/sft.h; the
+     * json_keys are not used. NULL: plain documents. */
+    const struct mc_sft_render_opts *sft;
+    size_t batch_documents; /* 0: default 2048 */
+    size_t batch_bytes;     /* 0: default 8 MiB */
     mc_progress_fn progress;
     void *progress_ctx;
     volatile sig_atomic_t *cancel; /* when it becomes non-zero, stop and write nothing */

@@ -23,6 +23,7 @@
 #ifndef MC_SFT_H
 #define MC_SFT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "mc/status.h"
 #include "mc/gptdata.h"
@@ -30,6 +31,51 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- conversations in (mc-preprocess --dataset-type sft) */
+
+struct mc_chat_template; /* mc/chat.h */
+struct json_t;           /* jansson */
+struct mc_encoder;       /* mc/tokenizer.h */
+struct mc_ids;           /* mc/buf.h */
+
+typedef struct mc_sft_render_opts {
+    const struct mc_chat_template *tmpl;
+    const char *bos_token, *eos_token; /* the template's variables; NULL: undefined */
+    int train_on_prompt;               /* mask 1 on every token but the EOD */
+    const struct json_t *extra;        /* more template variables (an object), or NULL */
+} mc_sft_render_opts;
+
+/* The chat template and the special tokens it may print: the template from
+ * template_path (a Jinja file, or a tokenizer_config.json's
+ * "chat_template"), else from the tokenizer_config.json in
+ * tokenizer_model's directory; bos_token and eos_token from that
+ * tokenizer_config.json when there is one. */
+typedef struct mc_sft_chat {
+    struct mc_chat_template *tmpl;
+    char *bos_token, *eos_token; /* NULL: undefined in the template */
+    char *source;                /* the file the template came from */
+} mc_sft_chat;
+mc_status mc_sft_chat_load(const char *template_path, const char *tokenizer_model, mc_sft_chat *out,
+                           mc_error *err);
+void mc_sft_chat_free(mc_sft_chat *c);
+
+/* One JSONL record, {"messages": [{"role", "content"}, ...]} with optional
+ * "tools" (passed to the template) and "system" (a first system message
+ * when the messages have none), into tokens and mask (replaced), EOD last
+ * with mask 0. The whole conversation is rendered once; each assistant
+ * message's bytes are what rendering messages[0..i] adds to messages[0..i)
+ * rendered with the generation prompt, which must each be a prefix of the
+ * whole. The text is tokenized stretch by stretch (prompt, assistant,
+ * prompt, ...); the assistant stretches get mask 1. `where` ("FILE:LINE")
+ * starts every error: invalid JSON, no messages, an unknown role, a bad
+ * content, no assistant message, a template that raises or cannot render
+ * it, or renders turns that do not extend each other. */
+mc_status mc_sft_encode(const mc_sft_render_opts *o, struct mc_encoder *enc, int32_t eod,
+                        const char *where, const char *line, size_t len, struct mc_ids *tokens,
+                        struct mc_ids *mask, mc_error *err);
+
+/* ---- the packed dataset (mc-train --sft) */
 
 typedef struct mc_sft_config {
     const char *prefix;                  /* the tokens' dataset; the mask is PREFIX_loss_mask */

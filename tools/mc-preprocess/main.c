@@ -24,10 +24,12 @@
 #include "mc/bpe_train.h"
 #include "mc/docsource.h"
 #include "mc/indexed.h"
+#include "mc/json.h"
 #include "mc/log.h"
 #include "mc/opt.h"
 #include "mc/preprocess.h"
 #include "mc/pretok.h"
+#include "mc/sft.h"
 #include "mc/tokenizer.h"
 #include "mc/tool.h"
 
@@ -62,7 +64,11 @@ enum {
     OPT_SHOW,
     OPT_QUIET,
     OPT_PARTITIONS,
-    OPT_KEEP_SEQUENTIAL
+    OPT_KEEP_SEQUENTIAL,
+    OPT_DATASET_TYPE,
+    OPT_CHAT_TEMPLATE,
+    OPT_CHAT_TEMPLATE_KWARGS,
+    OPT_TRAIN_ON_PROMPT
 };
 
 static const mc_option options[] = {
@@ -118,6 +124,16 @@ static const mc_option options[] = {
     {"show", MC_OPT_REQUIRED, OPT_SHOW, "N",
      "With --inspect: print document N (0-based), detokenized when a tokenizer is given, "
      "else as ids."},
+    {"dataset-type", MC_OPT_REQUIRED, OPT_DATASET_TYPE, "text|sft",
+     "text (default): documents; sft: JSONL conversations ({\"messages\": [...]}) rendered "
+     "with the chat template into PREFIX_messages_document and its _loss_mask."},
+    {"chat-template", MC_OPT_REQUIRED, OPT_CHAT_TEMPLATE, "FILE",
+     "With sft: the Jinja chat template, or a tokenizer_config.json holding one (default: the "
+     "tokenizer_config.json beside --tokenizer-model)."},
+    {"chat-template-kwargs", MC_OPT_REQUIRED, OPT_CHAT_TEMPLATE_KWARGS, "JSON",
+     "With sft: more template variables, a JSON object (e.g. '{\"enable_thinking\": false}')."},
+    {"train-on-prompt", MC_OPT_NONE, OPT_TRAIN_ON_PROMPT, NULL,
+     "With sft: the loss mask keeps every token, not only the assistant's."},
     {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "No progress or summary on stderr."},
     {"partitions", MC_OPT_REQUIRED, OPT_PARTITIONS, "N",
      "Accepted for Megatron compatibility and ignored: mc streams the input on --workers threads."},
@@ -148,8 +164,14 @@ typedef struct args {
     const char *inspect;
     int64_t show;
     int quiet;
+    int sft;                     /* --dataset-type sft */
+    const char *chat_template;   /* --chat-template */
+    const char *template_kwargs; /* --chat-template-kwargs */
+    int train_on_prompt;
     int exit_now; /* --help or --version was printed */
 } args;
+
+static const mc_choice dataset_types[] = {{"text", 0}, {"sft", 1}, {NULL, 0}};
 
 static const mc_choice input_formats[] = {
     {"jsonl", MC_INPUT_JSONL},
@@ -242,6 +264,12 @@ static mc_status parse_args(mc_cli *cli, args *a, mc_error *err)
             break;
         }
         case OPT_KEEP_SEQUENTIAL: break;
+        case OPT_DATASET_TYPE:
+            st = mc_parse_choice("--dataset-type", NULL, arg, dataset_types, &a->sft, err);
+            break;
+        case OPT_CHAT_TEMPLATE: a->chat_template = arg; break;
+        case OPT_CHAT_TEMPLATE_KWARGS: a->template_kwargs = arg; break;
+        case OPT_TRAIN_ON_PROMPT: a->train_on_prompt = 1; break;
         default: st = mc_error_set(err, MC_ERR_INTERNAL, "unhandled option %d", key); break;
         }
         if (st != MC_OK) return err->code == MC_OK ? MC_ERR_USAGE : err->code;
@@ -359,6 +387,15 @@ static mc_status run_preprocess(args *a, mc_error *err)
 {
     if (!a->output_prefix)
         return mc_error_set(err, MC_ERR_USAGE, "--output-prefix is required (see --help)");
+    if (!a->sft && (a->chat_template || a->template_kwargs || a->train_on_prompt))
+        return mc_error_set(err, MC_ERR_USAGE, "%s applies to --dataset-type sft only",
+                            a->chat_template     ? "--chat-template"
+                            : a->template_kwargs ? "--chat-template-kwargs"
+                                                 : "--train-on-prompt");
+    if (a->sft && (a->keys.len || a->source.format != MC_INPUT_JSONL))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dataset-type sft reads JSONL conversations (\"messages\"); it "
+                            "takes no --json-keys and no --input-format text");
     mc_tokenizer *tok = NULL;
     mc_status st = load_tokenizer(a, &tok, err);
     if (st != MC_OK) return st;
@@ -367,6 +404,27 @@ static mc_status run_preprocess(args *a, mc_error *err)
     inputs_config(a, &c);
     c.tokenizer = tok;
     c.append_eod = a->append_eod;
+    mc_sft_chat chat = {0};
+    json_t *kwargs = NULL;
+    mc_sft_render_opts sft = {0};
+    if (a->sft) {
+        if (a->template_kwargs) {
+            st = mc_json_load_buf("--chat-template-kwargs", a->template_kwargs,
+                                  strlen(a->template_kwargs), &kwargs, err);
+            if (!st && !json_is_object(kwargs))
+                st = mc_error_set(err, MC_ERR_USAGE, "--chat-template-kwargs: not a JSON object");
+            if (st) err->code = st = MC_ERR_USAGE;
+        }
+        if (!st) st = mc_sft_chat_load(a->chat_template, a->tok.model, &chat, err);
+        if (st) {
+            json_decref(kwargs);
+            mc_tokenizer_free(tok);
+            return st;
+        }
+        sft = (mc_sft_render_opts){chat.tmpl, chat.bos_token, chat.eos_token, a->train_on_prompt,
+                                   kwargs};
+        c.sft = &sft;
+    }
     c.workers = (int)a->workers;
     c.output_prefix = a->output_prefix;
     progress pr = {isatty(2), a->quiet, a->log_interval, (uint64_t)a->log_interval, 0};
@@ -381,13 +439,18 @@ static mc_status run_preprocess(args *a, mc_error *err)
         size_t n = keys ? c.n_json_keys : 1;
         for (size_t k = 0; k < n && st == MC_OK; k++) {
             char prefix[4096];
-            st = mc_dataset_prefix(prefix, sizeof prefix, a->output_prefix, keys ? keys[k] : "text",
+            st = mc_dataset_prefix(prefix, sizeof prefix, a->output_prefix,
+                                   a->sft ? "messages"
+                                   : keys ? keys[k]
+                                          : "text",
                                    err);
             if (st == MC_OK) printf("%s\n", prefix);
         }
     } else if (pr.tty && !a->quiet) {
         fprintf(stderr, "\r\033[K");
     }
+    mc_sft_chat_free(&chat);
+    json_decref(kwargs);
     mc_tokenizer_free(tok);
     return st;
 }
