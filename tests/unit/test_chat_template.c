@@ -177,6 +177,39 @@ static void semantics(void)
               "t.jinja:1: macro calls nested too deeply", "runaway recursion");
 }
 
+/* mc_chat_template_load on a tokenizer_config.json with a list of templates */
+static void load_config(void)
+{
+    char path[] = "/tmp/mc_chat_cfg_XXXXXX.json";
+    int fd = mkstemps(path, 5);
+    const char *cfg =
+        "{\"bos_token\": \"<s>\", \"chat_template\": [{\"name\": \"tool_use\", \"template\": "
+        "\"T\"}, {\"name\": \"default\", \"template\": \"{{ messages|length }}\\n{{ x.y }}\"}]}";
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f) {
+        fputs(cfg, f);
+        fclose(f);
+    }
+    mc_chat_template *t = NULL;
+    mc_error err = {0};
+    mc_status st = mc_chat_template_load(path, &t, &err);
+    TAP_OK(st == MC_OK, "tokenizer_config.json: the \"default\" template is loaded");
+    json_t *msgs = json_loads(M2, 0, NULL);
+    mc_chat_vars v = {.messages = msgs};
+    char *out = NULL;
+    size_t len;
+    st = t ? mc_chat_template_render(t, &v, &out, &len, &err) : MC_ERR_FORMAT;
+    char want[600];
+    snprintf(want, sizeof want, "%s[chat_template]:2: undefined value x has no attribute 'y'",
+             path);
+    TAP_OK(st && !strcmp(err.msg, want), "errors name the config and the template's line: %s",
+           err.msg);
+    free(out);
+    json_decref(msgs);
+    mc_chat_template_free(t);
+    remove(path);
+}
+
 /* Truncations and nesting of a real template: never a crash. */
 static void robustness(void)
 {
@@ -313,6 +346,7 @@ int main(void)
 {
     semantics();
     robustness();
+    load_config();
     golden();
     return tap_done();
 }
