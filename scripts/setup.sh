@@ -31,8 +31,8 @@ fi
 # The interoperability checks compare mc with the reference Python packages;
 # they live in a virtual environment, never in mc itself.
 venv=${MC_VENV:-$top/.venv}
-pypkgs=(numpy tokenizers tiktoken h5py hdf5plugin tensorboard safetensors gguf)
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import numpy, tokenizers, tiktoken, h5py, hdf5plugin, tensorboard, safetensors, gguf' 2>/dev/null; then
+pypkgs=(numpy tokenizers tiktoken h5py hdf5plugin tensorboard safetensors gguf jinja2)
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import numpy, tokenizers, tiktoken, h5py, hdf5plugin, tensorboard, safetensors, gguf, jinja2' 2>/dev/null; then
     echo "setup: creating $venv (${pypkgs[*]})" >&2
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "${pypkgs[@]}" \

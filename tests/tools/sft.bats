@@ -1,0 +1,118 @@
+#!/usr/bin/env bats
+# sft.bats - supervised fine-tuning data (issue 15): mc-preprocess
+# --dataset-type sft against an independent rendering (jinja2 set up as
+# transformers sets it up, and Hugging Face tokenizers:
+# tests/golden/check_sft_dataset.py), the template's sources, determinism,
+# and every bad input with its line and exit status; mc-train --sft on the
+# result. The data (tests/data/sft) comes from tests/golden/make_sft_data.py:
+# Qwen2.5-Instruct's published template over 64 conversations.
+
+bats_require_minimum_version 1.5.0
+load common
+
+MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
+SFT="$top_srcdir/tests/data/sft"
+CHECK="$top_srcdir/tests/golden/check_sft_dataset.py"
+TPL="$top_srcdir/tests/data/chat_templates"
+tok=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$SFT/tokenizer.json")
+
+setup() {
+    cd "$BATS_TEST_TMPDIR"
+}
+
+sft() {
+    "$MC_PREPROCESS" --dataset-type sft "${tok[@]}" --quiet "$@"
+}
+
+@test "sft: tokens and loss mask equal jinja2 + tokenizers' rendering, conversation by conversation" {
+    require_python_module tokenizers
+    require_python_module jinja2
+    run -0 --separate-stderr sft --input "$SFT/chat.jsonl" --output-prefix chat
+    assert_output "chat_messages_document" # only the prefix on stdout
+    [ -f chat_messages_document_loss_mask.bin ] && [ -f chat_messages_document_loss_mask.idx ]
+    run "$MC_PYTHON" "$CHECK" "$SFT/chat.jsonl" "$SFT" chat_messages_document
+    echo "$output"
+    assert_success
+    assert_output --partial "64 conversations"
+    assert_output --partial "0 differ; 0 tokenize differently whole"
+    # --train-on-prompt: the same tokens, every mask byte 1 but the EOD's
+    run -0 sft --input "$SFT/chat.jsonl" --output-prefix all --train-on-prompt
+    run "$MC_PYTHON" "$CHECK" "$SFT/chat.jsonl" "$SFT" all_messages_document --train-on-prompt
+    echo "$output"
+    assert_success
+    cmp chat_messages_document.bin all_messages_document.bin
+    ! cmp -s chat_messages_document_loss_mask.bin all_messages_document_loss_mask.bin
+}
+
+@test "sft: the template from --chat-template (Jinja or tokenizer_config.json) and the one beside the tokenizer agree; any worker count, same bytes" {
+    sft --input "$SFT/chat.jsonl" --output-prefix a
+    sft --input "$SFT/chat.jsonl" --output-prefix b --chat-template "$TPL/Qwen-Qwen2.5-7B-Instruct.jinja"
+    sft --input "$SFT/chat.jsonl" --output-prefix c --chat-template "$SFT/tokenizer_config.json" --workers 3
+    for p in b c; do
+        cmp a_messages_document.bin ${p}_messages_document.bin
+        cmp a_messages_document.idx ${p}_messages_document.idx
+        cmp a_messages_document_loss_mask.bin ${p}_messages_document_loss_mask.bin
+    done
+    # another template renders other tokens
+    sft --input "$SFT/chat.jsonl" --output-prefix s --chat-template "$TPL/HuggingFaceTB-SmolLM2-1.7B-Instruct.jinja"
+    ! cmp -s a_messages_document.bin s_messages_document.bin
+}
+
+@test "sft: each bad conversation fails with its file and line, exit 1, no dataset left; --skip-invalid counts them" {
+    local bad="$SFT/bad.jsonl"
+    for n in 1 2 3 4 5 6; do
+        sed -n "${n}p" "$bad" > one.jsonl
+        run sft --input one.jsonl --output-prefix out
+        echo "line $n: $output"
+        assert_failure 1
+        assert_output --regexp "^mc-preprocess: error: one\.jsonl:1:"
+        [ "${#lines[@]}" -eq 1 ]
+        assert_no_dataset out
+    done
+    run sft --input "$bad" --output-prefix out
+    assert_failure 1
+    assert_output --partial "bad.jsonl:1: messages[1]: unknown role 'bot'"
+    sed -n 2p "$bad" > one.jsonl
+    run sft --input one.jsonl --output-prefix out
+    assert_output --partial "no assistant message"
+    sed -n 3p "$bad" > one.jsonl
+    run sft --input one.jsonl --output-prefix out
+    assert_output --partial "messages[0]: \"content\" must be a string"
+    # the good ones still go through, the bad ones counted
+    cat "$SFT/chat.jsonl" "$bad" > mixed.jsonl
+    run -0 --separate-stderr "$MC_PREPROCESS" --dataset-type sft "${tok[@]}" --input mixed.jsonl \
+        --output-prefix mixed --skip-invalid
+    [[ "$stderr" == *"64 documents"* ]]
+    [[ "$stderr" == *"skipped 6 invalid records"* ]]
+}
+
+@test "sft: a template that raises, or uses a construct outside the subset, fails naming the template's line" {
+    head -n 3 "$SFT/chat.jsonl" > three.jsonl
+    # Gemma's template refuses a system message (raise_exception)
+    { echo '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}'
+      echo '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}'; } > sys.jsonl
+    run sft --input sys.jsonl --output-prefix g --chat-template "$TPL/google-gemma-2-2b-it.jinja"
+    assert_failure 1
+    assert_output --regexp "^mc-preprocess: error: sys\.jsonl:2: .*google-gemma-2-2b-it\.jinja:1: template raised: System role not supported$"
+    assert_no_dataset g
+    printf '{%% for m in messages %%}{{ m.content }}\n{%% filter upper %%}x{%% endfilter %%}{%% endfor %%}' > odd.jinja
+    run sft --input three.jsonl --output-prefix zz --chat-template odd.jinja
+    assert_failure 1
+    assert_output --regexp "odd\.jinja:2: .*filter"
+    assert_no_dataset zz
+}
+
+@test "sft: bad usage exits 2 before anything is read" {
+    run -2 "$MC_PREPROCESS" "${tok[@]}" --input "$SFT/chat.jsonl" --output-prefix x --chat-template t.jinja
+    assert_output --partial "--chat-template applies to --dataset-type sft only"
+    run -2 sft --input "$SFT/chat.jsonl" --output-prefix x --json-keys text
+    assert_output --partial "takes no --json-keys"
+    run -2 sft --input "$SFT/chat.jsonl" --output-prefix x --chat-template-kwargs '[1]'
+    assert_output --partial "--chat-template-kwargs: not a JSON object"
+    run -2 "$MC_PREPROCESS" --dataset-type chat "${tok[@]}" --input "$SFT/chat.jsonl" --output-prefix x
+    assert_output --partial "--dataset-type: expected text or sft, got 'chat'"
+    # no template anywhere: a tokenizer without a tokenizer_config.json beside it
+    run -2 sft --input "$SFT/chat.jsonl" --output-prefix x --tokenizer-model "$top_srcdir/tests/data/tokenizer/hf_bytelevel.json"
+    assert_output --partial "no chat template"
+    assert_no_dataset x
+}
