@@ -74,14 +74,18 @@ static void win_free(win *w)
 
 /* Run ids[0..len) from an empty cache, scoring positions i >= from against
  * ids[i + 1] (i + 1 < len + extra, where extra = 1 lets the last position
- * predict the id after the window). bos >= 0 overwrites the first id. */
+ * predict the id after the window). bos >= 0 overwrites the first id;
+ * mask_eod >= 0 leaves unscored the positions whose input is that id
+ * (--eod-mask-loss). */
 static mc_status run_window(mc_infer *inf, win *w, const int32_t *ids, size_t len, size_t from,
-                            int extra, int32_t bos, mc_ppl_stats *s, mc_error *err)
+                            int extra, int32_t bos, int32_t mask_eod, mc_ppl_stats *s,
+                            mc_error *err)
 {
     memcpy(w->tok, ids, len * sizeof *w->tok);
     if (bos >= 0) w->tok[0] = bos;
     for (size_t i = 0; i < len; i++)
         w->tgt[i] = i >= from && (i + 1 < len || extra) ? ids[i + 1] : -1;
+    if (mask_eod >= 0) mc_doc_mask_targets(mask_eod, w->tok, w->tgt, len);
     mc_infer_truncate(inf, 0);
     TRY(mc_infer_extend(inf, w->tok, (int)len, w->tgt, w->lp, NULL, err));
     for (size_t i = 0; i < len; i++) {
@@ -142,18 +146,18 @@ mc_status mc_ppl_run(mc_infer *inf, const mc_ppl_config *c, const int32_t *ids, 
         switch (c->mode) {
         case MC_PPL_PLAIN: {
             size_t b = k * ctx, len = n - 1 - b < ctx ? n - 1 - b : ctx;
-            st = run_window(inf, &w, ids + b, len, 0, 1, -1, s, err);
+            st = run_window(inf, &w, ids + b, len, 0, 1, -1, c->mask_eod, s, err);
             break;
         }
         case MC_PPL_LLAMA:
             /* positions first .. ctx - 2 predict ids first + 1 .. ctx - 1 */
-            st = run_window(inf, &w, ids + k * ctx, ctx, ctx / 2, 0, c->bos, s, err);
+            st = run_window(inf, &w, ids + k * ctx, ctx, ctx / 2, 0, c->bos, c->mask_eod, s, err);
             break;
         case MC_PPL_SLIDING: {
             size_t b = k * stride, e = b + ctx < n ? b + ctx : n;
             /* score ids prev_end .. e - 1, i.e. positions prev_end - 1 - b .. */
             size_t from = prev_end > b + 1 ? prev_end - 1 - b : 0;
-            st = run_window(inf, &w, ids + b, e - b, from, 0, -1, s, err);
+            st = run_window(inf, &w, ids + b, e - b, from, 0, -1, c->mask_eod, s, err);
             prev_end = e;
             break;
         }
@@ -201,6 +205,7 @@ mc_status mc_ppl_run_gptdata(mc_infer *inf, const mc_gptdata_config *dc, mc_spli
             w.tok[j] = sample[j];
             w.tgt[j] = sample[j + 1];
         }
+        if (dc->eod_mask_loss) mc_doc_mask_targets(dc->eod, w.tok, w.tgt, len);
         mc_infer_truncate(inf, 0);
         if ((st = mc_infer_extend(inf, w.tok, (int)len, w.tgt, w.lp, NULL, err))) break;
         for (size_t j = 0; j < len; j++) {

@@ -36,6 +36,7 @@ struct mc_eval {
     char ckpt_dir[4096];
     mc_eval_info info;
     int32_t bos;
+    int32_t eod;       /* the end-of-document id of packed documents */
     mc_buf prompts;    /* const char *: the prompt file's lines, then c->prompts */
     char *prompt_text; /* the prompt file, which the lines point into */
     json_t *doc;
@@ -222,6 +223,10 @@ mc_status mc_eval_open(const mc_eval_config *c, const mc_grid *g, mc_eval **out,
                              &ev->model, err);
     if (st) goto fail;
     ev->mcfg = mc_model_get_config(ev->model);
+    /* the tokenizer's end of document, else the vocabulary's last id (as
+     * mc-train's) */
+    ev->eod = ev->tok ? mc_tokenizer_eod(ev->tok) : -1;
+    if (ev->eod < 0) ev->eod = (int32_t)(ev->mcfg->vocab_size - 1);
     if (c->bf16 && int8 <= 0) ev->info.note = mc_backend_bf16_note(ev->be);
     ev->info.ctx = c->ctx ? c->ctx : ev->cfg.seq_length;
     st = mc_infer_new(ev->model, ev->info.ctx, ev->info.ctx, &ev->inf, err);
@@ -272,6 +277,9 @@ mc_status mc_eval_perplexity(mc_eval *ev, mc_ppl_progress cb, void *cb_ctx, mc_e
     int ctx = ev->info.ctx;
     const char *src = c->data_path ? c->data_path : c->text_file;
     double t0 = now_s();
+    /* packed documents: for the perplexity's windows and samples only */
+    mc_doc_resets docs = {ev->eod, c->reset_position_ids, c->reset_attention_mask};
+    mc_model_set_doc_resets(ev->model, &docs);
     if (c->mode == MC_PPL_SAMPLES) {
         mc_gptdata_config dc;
         mc_gptdata_config_init(&dc);
@@ -282,6 +290,8 @@ mc_status mc_eval_perplexity(mc_eval *ev, mc_ppl_progress cb, void *cb_ctx, mc_e
         dc.seq_length = ctx;
         dc.seed = (uint32_t)c->seed;
         dc.cache_dir = c->data_cache;
+        dc.eod = ev->eod;
+        dc.eod_mask_loss = c->eod_mask_loss;
         st = mc_ppl_run_gptdata(ev->inf, &dc, (mc_split)c->eval_split, 0,
                                 c->eval_samples ? c->eval_samples : -1, &s, cb, cb_ctx, err);
         mc_gptdata_blend_free(&dc.blend);
@@ -301,13 +311,18 @@ mc_status mc_eval_perplexity(mc_eval *ev, mc_ppl_progress cb, void *cb_ctx, mc_e
             free(text);
         }
         if (!st) {
-            mc_ppl_config pc = {c->mode, ctx, c->stride, c->chunks,
-                                c->add_bos && c->mode == MC_PPL_LLAMA ? ev->bos : -1};
+            mc_ppl_config pc = {c->mode,
+                                ctx,
+                                c->stride,
+                                c->chunks,
+                                c->add_bos && c->mode == MC_PPL_LLAMA ? ev->bos : -1,
+                                c->eod_mask_loss ? ev->eod : -1};
             st = mc_ppl_run(ev->inf, &pc, ids.v, ids.n, &s, cb, cb_ctx, err);
             if (st && st != MC_ERR_NOMEM) mc_error_prefix(err, "%s", src);
         }
     }
     mc_ids_free(&ids);
+    mc_model_set_doc_resets(ev->model, NULL);
     if (st) return st;
     double secs = now_s() - t0;
     res->s = s;
@@ -324,6 +339,14 @@ mc_status mc_eval_perplexity(mc_eval *ev, mc_ppl_progress cb, void *cb_ctx, mc_e
         if (ndocs >= 0) json_object_set_new(o, "documents", json_integer(ndocs));
     }
     json_object_set_new(o, "mode", json_string(mc_ppl_mode_name(c->mode)));
+    if (c->reset_position_ids || c->reset_attention_mask || c->eod_mask_loss) {
+        json_t *pk = json_object();
+        json_object_set_new(pk, "eod", json_integer(ev->eod));
+        json_object_set_new(pk, "reset_position_ids", json_boolean(c->reset_position_ids));
+        json_object_set_new(pk, "reset_attention_mask", json_boolean(c->reset_attention_mask));
+        json_object_set_new(pk, "eod_mask_loss", json_boolean(c->eod_mask_loss));
+        json_object_set_new(o, "packed_documents", pk);
+    }
     json_object_set_new(o, "ctx_size", json_integer(ctx));
     if (c->mode == MC_PPL_SLIDING)
         json_object_set_new(o, "stride", json_integer(c->stride ? c->stride : ctx / 2));

@@ -67,6 +67,8 @@ typedef struct mc_ppl_config {
     int stride;          /* sliding: 0 means ctx / 2 */
     int64_t max_windows; /* 0: all (llama.cpp's --chunks) */
     int32_t bos;         /* llama: id written over each window's first id; -1: none */
+    int32_t mask_eod;    /* --eod-mask-loss: positions whose input is this id are not
+                          * scored; -1: none */
 } mc_ppl_config;
 
 typedef struct mc_ppl_stats {
@@ -242,6 +244,10 @@ typedef struct mc_eval_config {
     int add_bos;            /* the BOS id before the text and each prompt */
     int bos_id;             /* -1 (default): the end-of-document id */
     uint64_t seed;          /* of the samples' order and of sampling (1234) */
+    /* packed documents in the perplexity's windows and samples, as
+     * mc-train's options (model.h "packed documents"); the end-of-document
+     * id is the tokenizer's, else the vocabulary's last */
+    int reset_position_ids, reset_attention_mask, eod_mask_loss;
     /* tasks */
     const mc_eval_task *tasks;
     size_t ntasks;

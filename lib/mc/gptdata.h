@@ -103,7 +103,13 @@ typedef struct mc_gptdata_config {
     int mock;                            /* --mock-data */
     int sft; /* --sft: the one prefix is an SFT dataset (mc/sft.h), opened by the caller */
     int64_t vocab_size; /* mock: tokens in [0, vocab_size) */
-    int32_t eod;        /* mock: last token of each document */
+    int32_t eod;        /* mock: last token of each document; the end-of-document id */
+    /* Packed documents, as Megatron's GPTDatasetConfig has them (the
+     * dataset hands out samples; the training loop and mc-eval act on
+     * these, model.h "packed documents"): --reset-position-ids,
+     * --reset-attention-mask, and --eod-mask-loss (targets whose input
+     * token is eod are not counted). */
+    int reset_position_ids, reset_attention_mask, eod_mask_loss;
     /* JSON of the tokenizer's unique_identifiers for the cache description
      * (e.g. {"class": "..."}); NULL writes null. Only the cache file names
      * depend on it. */

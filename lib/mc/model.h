@@ -146,6 +146,42 @@ void mc_model_zero_grads(mc_model *m);
 mc_status mc_model_step(mc_model *m, const int32_t *tokens, const int32_t *targets, int backward,
                         float grad_scale, double *loss, int64_t *ntok, mc_error *err);
 
+/* ------------------------------------------------------------ packed documents
+ *
+ * Megatron's --reset-position-ids and --reset-attention-mask
+ * (megatron/core/datasets/gpt_dataset.py, _get_ltor_masks_and_position_ids):
+ * a sequence packs several documents, each ended by the id eod (which
+ * belongs to the document it ends). With reset_position_ids the positions
+ * restart at 0 on the token after each eod; with reset_attention_mask a
+ * token attends only to the tokens of its own document at or before it (the
+ * attention kernels' segment starts: a variable-length attention over the
+ * documents, never a T x T mask). Megatron's --eod-mask-loss is the data's
+ * concern: mc_doc_mask_targets. */
+typedef struct mc_doc_resets {
+    int32_t eod;              /* the end-of-document id */
+    int reset_position_ids;   /* --reset-position-ids */
+    int reset_attention_mask; /* --reset-attention-mask */
+} mc_doc_resets;
+
+/* For n tokens of one sequence: pos[t] = t - (the index after the last eod
+ * before t) with reset_position_ids, else pos0 + t; seg[t] = that index
+ * (the document's first token) with reset_attention_mask, else 0. Either
+ * output may be NULL. */
+void mc_doc_layout(const mc_doc_resets *r, const int32_t *tokens, size_t n, size_t pos0,
+                   int32_t *pos, int32_t *seg);
+/* Megatron's --eod-mask-loss: targets[t] = -1 (not counted) where tokens[t]
+ * is eod, for t < n. */
+void mc_doc_mask_targets(int32_t eod, const int32_t *tokens, int32_t *targets, size_t n);
+
+/* Packed documents from now on (r NULL, or both resets 0: off). Then every
+ * forward needs the micro-batch's tokens on every pipeline stage (the
+ * positions and segments are computed from them), and the pipeline
+ * schedules pass them to every stage. mc_infer contexts of the model follow
+ * the same setting. */
+void mc_model_set_doc_resets(mc_model *m, const mc_doc_resets *r);
+/* 1 when a reset is on (every stage reads tokens). */
+int mc_model_doc_resets_on(const mc_model *m);
+
 /* Gradient readiness, for the data-parallel reduction overlapped with the
  * backward pass (lib/train/grad_buckets.c): during each backward pass of
  * mc_model_step the model calls fn(ctx, offset) each time every gradient
@@ -215,7 +251,8 @@ float *mc_model_stage_input(mc_model *m, int slot);
  * runs the output layer's backward (grad_scale as in mc_model_step), so
  * the logits are never kept. *out (not the last stage) is the stage's
  * output, valid until the slot is used again. Host arrays of micro_batch *
- * seq_length ids; NULL where the stage does not read them. */
+ * seq_length ids; NULL where the stage does not read them (with document
+ * resets, mc_model_set_doc_resets, every stage reads tokens). */
 mc_status mc_model_forward(mc_model *m, int slot, const int32_t *tokens, const int32_t *targets,
                            int backward, float grad_scale, const float **out, double *loss,
                            int64_t *ntok, mc_error *err);

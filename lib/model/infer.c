@@ -27,7 +27,13 @@ struct mc_infer {
     float *hrows, *logits, *rowmax, *sumexp, *tlogit, *loss; /* head scratch */
     float *gathered;                                         /* [tp * vl] */
     int32_t *dtok, *dtgt;
+    int32_t *dpos, *dseg; /* [max_rows] the chunk's positions and segment starts */
     int have_last;
+    /* packed documents (the model's mc_doc_resets): per cache position the
+     * first position of its document and whether its token is the eod;
+     * host scratch for the chunk's positions and segment starts */
+    int32_t *hdoc, *hpos, *hseg;
+    unsigned char *heod;
     /* weight-only int8: codes and row scales per parameter index (NULL:
      * fp32), see mc_infer_use_int8 */
     int8_t **q8w;
@@ -88,6 +94,8 @@ static void layout(mc_infer *f, carver *cv)
     f->gathered = carve(cv, (size_t)m->grid.tp * (size_t)f->vl);
     f->dtok = (int32_t *)carve(cv, R);
     f->dtgt = (int32_t *)carve(cv, f->hr);
+    f->dpos = (int32_t *)carve(cv, R);
+    f->dseg = (int32_t *)carve(cv, R);
 }
 
 mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, mc_error *err)
@@ -131,7 +139,12 @@ mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, m
     f->hloss = malloc(f->hr * sizeof *f->hloss);
     f->hmax = malloc(f->hr * sizeof *f->hmax);
     f->htl = malloc(f->hr * sizeof *f->htl);
-    if (!f->kc || !f->vc || !f->htgt || !f->hrow || !f->hloss || !f->hmax || !f->htl) {
+    f->hdoc = malloc((size_t)max_len * sizeof *f->hdoc);
+    f->heod = malloc((size_t)max_len);
+    f->hpos = malloc((size_t)max_rows * sizeof *f->hpos);
+    f->hseg = malloc((size_t)max_rows * sizeof *f->hseg);
+    if (!f->kc || !f->vc || !f->htgt || !f->hrow || !f->hloss || !f->hmax || !f->htl || !f->hdoc ||
+        !f->heod || !f->hpos || !f->hseg) {
         mc_infer_free(f);
         return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
     }
@@ -172,6 +185,10 @@ void mc_infer_free(mc_infer *f)
     free(f->hloss);
     free(f->hmax);
     free(f->htl);
+    free(f->hdoc);
+    free(f->heod);
+    free(f->hpos);
+    free(f->hseg);
     free(f);
 }
 
@@ -211,6 +228,36 @@ static mc_status row_parallel(mc_infer *f, const float *in, int w, int b, size_t
     return MC_OK;
 }
 
+/* Packed documents: the positions and segment starts of the chunk's n
+ * tokens at cache positions len .., into f->dpos and f->dseg; *pos and
+ * *seg get them, or NULL where the model's reset is off. A document starts
+ * at 0 and after each eod, as mc_doc_layout's; the cache remembers where,
+ * so a chunk continues the documents of the one before. */
+static void doc_layout(mc_infer *f, const int32_t *tokens, size_t n, const int32_t **pos,
+                       const int32_t **seg)
+{
+    const mc_model *m = f->m;
+    *pos = *seg = NULL;
+    if (!m->docs_on) return;
+    size_t len = (size_t)f->len;
+    for (size_t i = 0; i < n; i++) {
+        size_t p = len + i;
+        int32_t doc = p == 0 ? 0 : f->heod[p - 1] ? (int32_t)p : f->hdoc[p - 1];
+        f->hdoc[p] = doc;
+        f->heod[p] = tokens[i] == m->docs.eod;
+        f->hpos[i] = m->docs.reset_position_ids ? (int32_t)p - doc : (int32_t)p;
+        f->hseg[i] = m->docs.reset_attention_mask ? doc : 0;
+    }
+    if (m->docs.reset_position_ids) {
+        mc_bcopy_from_host(f->be, f->dpos, f->hpos, n * sizeof(int32_t));
+        *pos = f->dpos;
+    }
+    if (m->docs.reset_attention_mask) {
+        mc_bcopy_from_host(f->be, f->dseg, f->hseg, n * sizeof(int32_t));
+        *seg = f->dseg;
+    }
+}
+
 /* One chunk of n <= max_rows tokens at positions f->len .. f->len + n - 1;
  * f->lnf gets the final norm's output. */
 static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_error *err)
@@ -221,10 +268,12 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
     size_t C = f->C, D = f->D, pos0 = (size_t)f->len;
     float scale = 1.0f / sqrtf((float)D);
 
+    const int32_t *pos, *seg;
+    doc_layout(f, tokens, n, &pos, &seg);
     mc_bcopy_from_host(be, f->dtok, tokens, n * sizeof(int32_t));
     mc_k_embed_fwd(be, f->x, f->dtok, n, param_val(m, m->wte), f->v0, f->vl, C);
     TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, f->x, n * C, err));
-    if (m->wpe >= 0) mc_k_posemb_fwd(be, f->x, param_val(m, m->wpe), 1, n, C, pos0);
+    if (m->wpe >= 0) mc_k_posemb_fwd(be, f->x, param_val(m, m->wpe), 1, n, C, pos0, pos);
 
     for (int l = m->cl0[0]; l < m->cl1[0]; l++) {
         const mc_layer_params *lp = &m->lp[l];
@@ -234,10 +283,10 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
         linear(f, f->qkv, f->h, lp->qkv_w, param_val(m, lp->qkv_b), n, C, f->qkv_out);
         mc_k_qkv_split(be, f->q, kn, vn, f->qkv, n, f->Ql, f->Gl, D);
         if (c->position_embedding_type == MC_POS_ROPE) {
-            mc_k_rope_fwd(be, f->q, 1, n, f->Ql, D, c->rotary_base, pos0);
-            mc_k_rope_fwd(be, kn, 1, n, f->Gl, D, c->rotary_base, pos0);
+            mc_k_rope_fwd(be, f->q, 1, n, f->Ql, D, c->rotary_base, pos0, pos);
+            mc_k_rope_fwd(be, kn, 1, n, f->Gl, D, c->rotary_base, pos0, pos);
         }
-        mc_k_attention_kv_fwd(be, f->att, f->q, kc, vc, n, pos0, f->Ql, f->Gl, D, scale);
+        mc_k_attention_kv_fwd(be, f->att, f->q, kc, vc, n, pos0, f->Ql, f->Gl, D, scale, seg);
         TRY(row_parallel(f, f->att, lp->proj_w, lp->proj_b, f->Ql * D, n, err));
 
         norm(f, f->h, f->x, lp->ln2_w, lp->ln2_b, n);

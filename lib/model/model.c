@@ -49,6 +49,9 @@ static void layout_acts(mc_model *m, carver *cv)
         }
         sl->tokens = (int32_t *)carve(cv, N);
         sl->targets = (int32_t *)carve(cv, N);
+        sl->pos = (int32_t *)carve(cv, N);
+        sl->seg = (int32_t *)carve(cv, N);
+        sl->pos_loc = (int32_t *)carve(cv, Nl);
     }
     m->qkv = carve(cv, N * m->qkv_out);
     m->tmp = carve(cv, N * C);
@@ -154,6 +157,13 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     m->sp = k->sequence_parallel && g->tp > 1;
     m->Tl = m->sp ? m->T / tp : m->T;
     m->Nl = (size_t)micro_batch * m->Tl;
+    m->hpos = malloc(m->N * sizeof *m->hpos);
+    m->hseg = malloc(m->N * sizeof *m->hseg);
+    m->hpos_loc = malloc(m->Nl * sizeof *m->hpos_loc);
+    if (!m->hpos || !m->hseg || !m->hpos_loc) {
+        st = mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
 
     m->p = mc_balloc(be, m->numel * sizeof(float), err);
     if (!m->p) goto nomem;
@@ -190,6 +200,9 @@ void mc_model_free(mc_model *m)
     free(m->cl1);
     free(m->lidx);
     free(m->params);
+    free(m->hpos);
+    free(m->hseg);
+    free(m->hpos_loc);
     free(m);
 }
 
@@ -319,11 +332,11 @@ static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error
                     param_val(m, lp->qkv_b), N, C, m->qkv_out, 0.0f);
     mc_k_qkv_split(be, a->q, a->k, a->v, m->qkv, N, m->Ql, m->Gl, D);
     if (c->position_embedding_type == MC_POS_ROPE) {
-        mc_k_rope_fwd(be, a->q, B, T, m->Ql, D, c->rotary_base, 0);
-        mc_k_rope_fwd(be, a->k, B, T, m->Gl, D, c->rotary_base, 0);
+        mc_k_rope_fwd(be, a->q, B, T, m->Ql, D, c->rotary_base, 0, slot_pos(m, sl));
+        mc_k_rope_fwd(be, a->k, B, T, m->Gl, D, c->rotary_base, 0, slot_pos(m, sl));
     }
     mc_k_attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, m->Ql, m->Gl, D,
-                       1.0f / sqrtf((float)D));
+                       1.0f / sqrtf((float)D), slot_seg(m, sl));
     TRY(row_parallel_fwd(m, &y, a->att, lp->proj_w, lp->proj_b, m->Ql * D, err));
     mc_k_add(be, a->res2, a->res, y, m->Nl * C);
 
@@ -380,10 +393,10 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     mc_k_fill(be, m->dk, 0.0f, N * m->Gl * D);
     mc_k_fill(be, m->dv, 0.0f, N * m->Gl * D);
     mc_k_attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse, B, T,
-                       m->Ql, m->Gl, D, 1.0f / sqrtf((float)D));
+                       m->Ql, m->Gl, D, 1.0f / sqrtf((float)D), slot_seg(m, sl));
     if (c->position_embedding_type == MC_POS_ROPE) {
-        mc_k_rope_bwd(be, m->dq, B, T, m->Ql, D, c->rotary_base, 0);
-        mc_k_rope_bwd(be, m->dk, B, T, m->Gl, D, c->rotary_base, 0);
+        mc_k_rope_bwd(be, m->dq, B, T, m->Ql, D, c->rotary_base, 0, slot_pos(m, sl));
+        mc_k_rope_bwd(be, m->dk, B, T, m->Gl, D, c->rotary_base, 0, slot_pos(m, sl));
     }
     float *dqkv = m->qkv; /* the forward's scratch is free now */
     mc_k_fill(be, dqkv, 0.0f, N * m->qkv_out);
@@ -458,6 +471,51 @@ static mc_status check_ids(const mc_model *m, const int32_t *ids, const char *wh
     return MC_OK;
 }
 
+void mc_doc_layout(const mc_doc_resets *r, const int32_t *tokens, size_t n, size_t pos0,
+                   int32_t *pos, int32_t *seg)
+{
+    size_t doc = 0; /* the first token of the current document */
+    for (size_t t = 0; t < n; t++) {
+        if (pos) pos[t] = (int32_t)(r->reset_position_ids ? t - doc : pos0 + t);
+        if (seg) seg[t] = (int32_t)(r->reset_attention_mask ? doc : 0);
+        if (tokens[t] == r->eod) doc = t + 1;
+    }
+}
+
+void mc_doc_mask_targets(int32_t eod, const int32_t *tokens, int32_t *targets, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] == eod) targets[i] = -1;
+}
+
+void mc_model_set_doc_resets(mc_model *m, const mc_doc_resets *r)
+{
+    m->docs_on = r && (r->reset_position_ids || r->reset_attention_mask);
+    if (m->docs_on) m->docs = *r;
+}
+
+int mc_model_doc_resets_on(const mc_model *m) { return m->docs_on; }
+
+/* The micro-batch's positions and segment starts into slot sl, from its
+ * tokens (every stage has them with the resets on). */
+static mc_status doc_layout(mc_model *m, mc_slot *sl, const int32_t *tokens, mc_error *err)
+{
+    if (!tokens)
+        return mc_error_set(err, MC_ERR_INTERNAL,
+                            "model: document resets need the tokens on pipeline stage %d",
+                            m->grid.pp_rank);
+    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, r0 = (size_t)m->grid.tp_rank * Tl;
+    for (size_t b = 0; b < B; b++) {
+        mc_doc_layout(&m->docs, tokens + b * T, T, 0, m->hpos + b * T, m->hseg + b * T);
+        /* this rank's rows of the sequence-parallel regions: [r Tl, (r+1) Tl) */
+        memcpy(m->hpos_loc + b * Tl, m->hpos + b * T + (m->sp ? r0 : 0), Tl * sizeof(int32_t));
+    }
+    mc_bcopy_from_host(m->be, sl->pos, m->hpos, m->N * sizeof(int32_t));
+    mc_bcopy_from_host(m->be, sl->seg, m->hseg, m->N * sizeof(int32_t));
+    mc_bcopy_from_host(m->be, sl->pos_loc, m->hpos_loc, m->Nl * sizeof(int32_t));
+    return MC_OK;
+}
+
 /* Chunk c of this rank holds the embeddings / the head. */
 static int chunk_first(const mc_model *m, int c) { return m->first_stage && c == 0; }
 static int chunk_last(const mc_model *m, int c) { return m->last_stage && c == m->nchunks - 1; }
@@ -497,6 +555,7 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
     if (first || m->nchunks == 1) sl->bwd = 0;
     if (first) TRY(check_ids(m, tokens, "token", 0, NULL, err));
     if (last) TRY(check_ids(m, targets, "target", 1, &count, err));
+    if (m->docs_on) TRY(doc_layout(m, sl, tokens, err));
     if (first) {
         mc_bcopy_from_host(be, sl->tokens, tokens, N * sizeof(int32_t));
         /* Embedding: vocab-parallel lookup, all-reduced (reduce-scattered
@@ -506,7 +565,9 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
         size_t pos0 = m->sp ? (size_t)m->grid.tp_rank * m->Tl : 0;
         mc_k_embed_fwd(be, e, sl->tokens, N, param_val(m, m->wte), m->v0, m->vl, C);
         TRY(tp_reduce(m, e, x0, &x0, err));
-        if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, param_val(m, m->wpe), B, m->Tl, C, pos0);
+        const int32_t *pos = slot_pos(m, sl);
+        if (pos && m->sp) pos = sl->pos_loc;
+        if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, param_val(m, m->wpe), B, m->Tl, C, pos0, pos);
     }
     float *res_out = chunk_out(m, sl, chunk);
     for (int l = l0; l < l1; l++)
@@ -568,7 +629,8 @@ mc_status mc_model_backward_chunk(mc_model *m, int chunk, int slot, const float 
         const float *dx0;
         TRY(tp_gather(m, m->dres, &dx0, err));
         mc_k_embed_bwd(be, param_grad(m, m->wte), dx0, sl->tokens, N, m->v0, m->vl, C);
-        if (m->wpe >= 0) mc_k_posemb_bwd(be, param_grad(m, m->wpe), dx0, B, T, C, 0);
+        if (m->wpe >= 0)
+            mc_k_posemb_bwd(be, param_grad(m, m->wpe), dx0, B, T, C, 0, slot_pos(m, sl));
     } else if (din) {
         *din = m->dres;
     }

@@ -42,7 +42,11 @@ typedef struct mc_slot {
     float *lnf, *lnf_mean, *lnf_rstd; /* last stage: [Nl, C], [Nl] */
     float *dhead;                     /* last stage: d(final norm output), this rank's [Nl, C] */
     int32_t *tokens, *targets;        /* [N] backend copies */
-    int bwd;                          /* the forward ran the head's backward */
+    /* packed documents (mc_model_set_doc_resets), backend copies: each
+     * token's position and segment start [N], and the positions of this
+     * rank's [Nl] rows of the sequence-parallel regions */
+    int32_t *pos, *seg, *pos_loc;
+    int bwd; /* the forward ran the head's backward */
 } mc_slot;
 
 struct mc_model {
@@ -99,6 +103,13 @@ struct mc_model {
     float *logits;                          /* [chunk_rows, vl] */
     float *rowmax, *sumexp, *tlogit, *loss; /* [N] */
 
+    /* mc_model_set_doc_resets: the setting (docs_on: a reset is on), and
+     * host scratch for the positions and segment starts of a micro-batch
+     * ([N], [N], [Nl]) */
+    mc_doc_resets docs;
+    int docs_on;
+    int32_t *hpos, *hseg, *hpos_loc;
+
     /* mc_model_set_grad_ready_hook (NULL: none) */
     mc_grad_ready_fn grad_ready;
     void *grad_ready_ctx;
@@ -120,6 +131,17 @@ static inline float *carve(carver *cv, size_t n)
     float *p = cv->base ? (float *)(cv->base + cv->off) : NULL;
     cv->off += (n * sizeof(float) + 63) / 64 * 64;
     return p;
+}
+
+/* The per-token positions and segment starts of slot sl for the kernels
+ * (NULL where the corresponding reset is off: plain positions, causal). */
+static inline const int32_t *slot_pos(const mc_model *m, const mc_slot *sl)
+{
+    return m->docs_on && m->docs.reset_position_ids ? sl->pos : NULL;
+}
+static inline const int32_t *slot_seg(const mc_model *m, const mc_slot *sl)
+{
+    return m->docs_on && m->docs.reset_attention_mask ? sl->seg : NULL;
 }
 
 /* Parameter i's values, and its form prepared for the GEMMs (m->pw; NULL

@@ -67,6 +67,7 @@ typedef struct run {
     int64_t train_iters, global_batch, num_micro, dp, T;
     int pp;                             /* pipeline stages: > 1 runs pipeline.c */
     int32_t *tokens, *targets, *sample; /* host: one micro-batch, one sample */
+    int32_t mask_eod;                   /* --eod-mask-loss: the eod id; -1: off */
     char *config_json;
     int64_t last_saved; /* iteration of the last checkpoint written, -1 */
     mc_train_report *rep;
@@ -145,6 +146,8 @@ static mc_status load_batch(run *r, mc_split split, int64_t first, int wrap, mc_
         if (r->sft)
             for (int64_t t = 0; t < T; t++)
                 if (!r->mask[t + 1]) r->targets[b * T + t] = -1;
+        if (r->mask_eod >= 0)
+            mc_doc_mask_targets(r->mask_eod, r->tokens + b * T, r->targets + b * T, (size_t)T);
     }
     return MC_OK;
 }
@@ -440,6 +443,11 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     if ((st = mc_model_new(&mcfg, r->g, r->be, (int)c->micro_batch_size, c->prec, &r->model, err)))
         return st;
     mc_model_init_weights(r->model, c->seed);
+    /* packed documents: positions and attention restart after each eod
+     * (the model), the eod's own target left out of the loss (load_batch) */
+    mc_doc_resets docs = {data->eod, data->reset_position_ids, data->reset_attention_mask};
+    mc_model_set_doc_resets(r->model, &docs);
+    r->mask_eod = data->eod_mask_loss ? data->eod : -1;
     r->pp = mc_grid_group_size(r->g, MC_GROUP_PP);
     if (r->pp > 1 && (st = mc_model_set_slots(
                           r->model, mc_pipeline_model_slots(r->model, r->g, r->num_micro), err)))

@@ -279,7 +279,9 @@ static mc_status forward_virtual(ipipe *p, int64_t j, const float **out, mc_erro
     if (!cfirst)
         mc_bcopy(p->be, mc_model_chunk_input(p->m, c, s), staging(p, c), p->n * sizeof(float));
     const int32_t *tok = NULL, *tgt = NULL;
-    if (cfirst || clast) TRY(p->batch(p->ctx, k, &tok, &tgt, err));
+    /* the tokens: the embeddings' chunk, and every chunk with document
+     * resets (positions and segments are computed from them) */
+    if (cfirst || clast || mc_model_doc_resets_on(p->m)) TRY(p->batch(p->ctx, k, &tok, &tgt, err));
     double l;
     int64_t ntok;
     TRY(mc_model_forward_chunk(p->m, c, s, tok, tgt, p->backward, p->grad_scale, out, &l, &ntok,

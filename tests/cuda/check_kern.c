@@ -112,6 +112,32 @@ static void idrop(ctx *x, ipair p)
     mc_bfree(x->c, p.c);
     mc_bfree(x->g, p.g);
 }
+static ipair iput(ctx *x, const int32_t *h, size_t n)
+{
+    ipair p = {alloc(x->c, n * 4 + 4), alloc(x->g, n * 4 + 4)};
+    mc_bcopy_from_host(x->c, p.c, h, n * 4);
+    mc_bcopy_from_host(x->g, p.g, h, n * 4);
+    return p;
+}
+/* Packed documents in B sequences of T tokens: documents of 1 .. T/3 + 1
+ * tokens (the last cut at T); *seg gets each token's document start and
+ * *pos its position in its document (mc_doc_layout's arrays). */
+static void packed_docs(ctx *x, size_t B, size_t T, ipair *seg, ipair *pos)
+{
+    int32_t *hs = malloc(B * T * 4 + 4), *hp = malloc(B * T * 4 + 4);
+    for (size_t b = 0; b < B; b++)
+        for (size_t t = 0; t < T;) {
+            size_t len = 1 + next(x) % (T / 3 + 1);
+            for (size_t i = 0; i < len && t < T; i++, t++) {
+                hs[b * T + t] = (int32_t)(t - i);
+                hp[b * T + t] = (int32_t)i;
+            }
+        }
+    *seg = iput(x, hs, B * T);
+    *pos = iput(x, hp, B * T);
+    free(hs);
+    free(hp);
+}
 
 static void record(ctx *x, const char *kernel, double e, double tol)
 {
@@ -293,9 +319,9 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
     /* positions: B = 2 sequences of N/2 */
     size_t B = 2, T = N / 2;
     pair wpe = rnd(x, (T + 3) * C, 1), dwpe = rnd(x, (T + 3) * C, 1);
-    ON_BOTH(mc_k_posemb_fwd(be, S(o), S(wpe), B, T, C, 2));
+    ON_BOTH(mc_k_posemb_fwd(be, S(o), S(wpe), B, T, C, 2, NULL));
     cmp(x, "posemb_fwd", w, o, FP32);
-    ON_BOTH(mc_k_posemb_bwd(be, S(dwpe), S(g), B, T, C, 2));
+    ON_BOTH(mc_k_posemb_bwd(be, S(dwpe), S(g), B, T, C, 2, NULL));
     cmp(x, "posemb_bwd", w, dwpe, FP32);
     /* norms */
     pair xx = rnd(x, N * C, 2), nw = rnd(x, C, 1), nb = rnd(x, C, 1);
@@ -410,10 +436,17 @@ static void check_linear(ctx *x, size_t N, size_t I, size_t O)
     drop(x, g);
 }
 
-static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size_t D)
+/* packed: documents packed in each sequence (segment starts for the
+ * attention, positions for RoPE), with the kernels' names suffixed "_docs" */
+static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size_t D, int packed)
 {
     char w[96];
-    snprintf(w, sizeof w, "B=%zu T=%zu Q=%zu G=%zu D=%zu", B, T, Q, G, D);
+    snprintf(w, sizeof w, "B=%zu T=%zu Q=%zu G=%zu D=%zu%s", B, T, Q, G, D,
+             packed ? " packed" : "");
+    ipair sg = {NULL, NULL}, ps = {NULL, NULL};
+    if (packed) packed_docs(x, B, T, &sg, &ps);
+#define SI(p) (side ? (p).g : (p).c)
+#define K(name) (packed ? name "_docs" : name)
     size_t N = B * T, hpg = Q / G;
     /* the fused QKV projection output, split */
     pair qkv = rnd(x, N * G * (hpg + 2) * D, 1);
@@ -422,23 +455,33 @@ static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size
     cmp(x, "qkv_split", w, q, 0);
     cmp(x, "qkv_split", "k", k, 0);
     cmp(x, "qkv_split", "v", v, 0);
-    ON_BOTH(mc_k_rope_fwd(be, S(q), B, T, Q, D, 10000.0f, 3));
-    cmp(x, "rope_fwd", w, q, FP32);
-    ON_BOTH(mc_k_rope_fwd(be, S(k), B, T, G, D, 10000.0f, 3));
+    ON_BOTH(mc_k_rope_fwd(be, S(q), B, T, Q, D, 10000.0f, 3, SI(ps)));
+    cmp(x, K("rope_fwd"), w, q, FP32);
+    ON_BOTH(mc_k_rope_fwd(be, S(k), B, T, G, D, 10000.0f, 3, SI(ps)));
     pair out = poisoned(x, N * Q * D), lse = poisoned(x, B * Q * T);
     float scale = 1.0f / sqrtf((float)D);
-    ON_BOTH(mc_k_attention_fwd(be, S(out), S(lse), S(q), S(k), S(v), B, T, Q, G, D, scale));
-    cmp(x, "attention_fwd", w, out, FP32);
-    cmp(x, "attention_fwd", "lse", lse, FP32);
+    ON_BOTH(mc_k_attention_fwd(be, S(out), S(lse), S(q), S(k), S(v), B, T, Q, G, D, scale, SI(sg)));
+    cmp(x, K("attention_fwd"), w, out, FP32);
+    cmp(x, K("attention_fwd"), "lse", lse, FP32);
     pair dout = rnd(x, N * Q * D, 1), dq = rnd(x, N * Q * D, 1), dk = rnd(x, N * G * D, 1),
          dv = rnd(x, N * G * D, 1);
     ON_BOTH(mc_k_attention_bwd(be, S(dq), S(dk), S(dv), S(dout), S(q), S(k), S(v), S(out), S(lse),
-                               B, T, Q, G, D, scale));
-    cmp(x, "attention_bwd", "dq", dq, FP32);
-    cmp(x, "attention_bwd", "dk", dk, FP32);
-    cmp(x, "attention_bwd", "dv", dv, FP32);
-    ON_BOTH(mc_k_rope_bwd(be, S(dq), B, T, Q, D, 10000.0f, 3));
-    cmp(x, "rope_bwd", w, dq, FP32);
+                               B, T, Q, G, D, scale, SI(sg)));
+    cmp(x, K("attention_bwd"), "dq", dq, FP32);
+    cmp(x, K("attention_bwd"), "dk", dk, FP32);
+    cmp(x, K("attention_bwd"), "dv", dv, FP32);
+    ON_BOTH(mc_k_rope_bwd(be, S(dq), B, T, Q, D, 10000.0f, 3, SI(ps)));
+    cmp(x, K("rope_bwd"), w, dq, FP32);
+    if (packed) { /* learned positions at the documents' positions */
+        pair wpe = rnd(x, T * D, 1), o = rnd(x, N * D, 1), dwpe = rnd(x, T * D, 1);
+        ON_BOTH(mc_k_posemb_fwd(be, S(o), S(wpe), B, T, D, 0, SI(ps)));
+        cmp(x, K("posemb_fwd"), w, o, FP32);
+        ON_BOTH(mc_k_posemb_bwd(be, S(dwpe), S(o), B, T, D, 0, SI(ps)));
+        cmp(x, K("posemb_bwd"), w, dwpe, FP32);
+        drop(x, wpe);
+        drop(x, o);
+        drop(x, dwpe);
+    }
     pair dqkv = rnd(x, qkv.n, 1);
     ON_BOTH(mc_k_qkv_split_bwd(be, S(dqkv), S(dq), S(dk), S(dv), N, Q, G, D));
     cmp(x, "qkv_split_bwd", w, dqkv, FP32);
@@ -447,13 +490,13 @@ static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size
     {
         void *a1 = gbytes(x, dk);
         mc_k_attention_bwd(x->g, dq.g, dk.g, dv.g, dout.g, q.g, k.g, v.g, out.g, lse.g, B, T, Q, G,
-                           D, scale);
+                           D, scale, sg.g);
         pair again = mk(x, dk.n);
         mc_bcopy_from_host(x->g, again.g, a1, dk.n * 4);
         mc_k_attention_bwd(x->g, NULL, again.g, NULL, dout.g, q.g, k.g, v.g, out.g, lse.g, B, T, Q,
-                           G, D, scale);
+                           G, D, scale, sg.g);
         void *a2 = gbytes(x, dk), *a3 = gbytes(x, again);
-        check(x, "attention_bwd", !memcmp(a2, a3, dk.n * 4), "deterministic (same bytes twice)");
+        check(x, K("attention_bwd"), !memcmp(a2, a3, dk.n * 4), "deterministic (same bytes twice)");
         free(a1);
         free(a2);
         free(a3);
@@ -470,6 +513,12 @@ static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size
     drop(x, dk);
     drop(x, dv);
     drop(x, dqkv);
+    if (packed) {
+        idrop(x, sg);
+        idrop(x, ps);
+    }
+#undef SI
+#undef K
 }
 
 int main(int argc, char **argv)
@@ -506,11 +555,13 @@ int main(int argc, char **argv)
     check_linear(&x, 7, 5, 3);
     check_linear(&x, 256, 768, 2304);
     check_linear(&x, 1000, 300, 517);
-    check_attention(&x, 1, 1, 1, 1, 8);
-    check_attention(&x, 2, 37, 4, 2, 16);
-    check_attention(&x, 1, 130, 2, 2, 64);
-    check_attention(&x, 2, 256, 8, 2, 128);
-    check_attention(&x, 1, 1024, 12, 12, 64);
+    for (int packed = 0; packed < 2; packed++) {
+        check_attention(&x, 1, 1, 1, 1, 8, packed);
+        check_attention(&x, 2, 37, 4, 2, 16, packed);
+        check_attention(&x, 1, 130, 2, 2, 64, packed);
+        check_attention(&x, 2, 256, 8, 2, 128, packed);
+        check_attention(&x, 1, 1024, 12, 12, 64, packed);
+    }
     printf("1..%d\n", x.n);
     printf("# %-22s %10s %8s\n", "kernel", "worst err", "bound");
     for (int k = 0; k < x.nnames; k++)

@@ -16,27 +16,34 @@ def norm(cfg, x, w, b):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
-def rope(cfg, x):
+def rope(cfg, x, position_ids=None):
     # x [B, T, H, D]; Megatron's non-interleaved rotation: pairs (i, i + D/2),
-    # angle t * base^(-2i/D)
-    T, D = x.shape[1], x.shape[3]
+    # angle p * base^(-2i/D) at the token's position p (t, or position_ids
+    # [B, T])
+    B, T, D = x.shape[0], x.shape[1], x.shape[3]
     half = D // 2
     inv = cfg["rotary_base"] ** (-torch.arange(half, dtype=torch.float64) * 2 / D)
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    cos = torch.cos(ang).to(x.dtype)[None, :, None, :]
-    sin = torch.sin(ang).to(x.dtype)[None, :, None, :]
+    pos = (torch.arange(T)[None].expand(B, T) if position_ids is None else position_ids)
+    ang = pos.to(torch.float64)[:, :, None] * inv[None, None, :]
+    cos = torch.cos(ang).to(x.dtype)[:, :, None, :]
+    sin = torch.sin(ang).to(x.dtype)[:, :, None, :]
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def forward(cfg, P, tokens, targets, linear, use_rope, untied):
-    """Mean cross-entropy of one micro-batch; targets of -1 are ignored."""
+def forward(cfg, P, tokens, targets, linear, use_rope, untied, position_ids=None,
+            attention_mask=None):
+    """Mean cross-entropy of one micro-batch; targets of -1 are ignored.
+    position_ids [B, T] (default 0 .. T-1) and attention_mask (Megatron's:
+    True where attention is masked out, broadcast to [B, heads, T, T];
+    default causal) are those of Megatron's batch."""
     B, T = tokens.shape
     Q, G, D = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["kv_channels"]
     ln = cfg["normalization"] == "LayerNorm"
     x = P["embedding.word_embeddings.weight"][tokens]
     if not use_rope:
-        x = x + P["embedding.position_embeddings.weight"][:T][None]
+        wpe = P["embedding.position_embeddings.weight"]
+        x = x + (wpe[:T][None] if position_ids is None else wpe[position_ids])
     for l in range(cfg["num_layers"]):
         a = f"decoder.layers.{l}.self_attention"
         h = norm(cfg, x, P[a + ".linear_qkv.layer_norm_weight"],
@@ -47,11 +54,13 @@ def forward(cfg, P, tokens, targets, linear, use_rope, untied):
         k = qkv[:, :, :, Q // G]
         v = qkv[:, :, :, Q // G + 1]
         if use_rope:
-            q, k = rope(cfg, q), rope(cfg, k)
+            q, k = rope(cfg, q, position_ids), rope(cfg, k, position_ids)
         k = k.repeat_interleave(Q // G, dim=2)
         v = v.repeat_interleave(Q // G, dim=2)
         s = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(D)
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        if attention_mask is not None:
+            mask = attention_mask
         s = s.masked_fill(mask, float("-inf"))
         o = torch.einsum("bhts,bshd->bthd", torch.softmax(s, -1), v).reshape(B, T, Q * D)
         x = x + linear(o, P[a + ".linear_proj.weight"], P.get(a + ".linear_proj.bias"))

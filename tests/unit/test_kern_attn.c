@@ -67,7 +67,7 @@ static void check_shape(mc_backend *be, size_t B, size_t T, size_t Q, size_t G, 
     kt_fill(&r, dout, nq, -1, 1);
     float scale = 1.0f / sqrtf((float)D);
     float *out = kt_falloc(nq), *lse = kt_falloc(nl);
-    mc_k_attention_fwd(be, out, lse, q, k, v, B, T, Q, G, D, scale);
+    mc_k_attention_fwd(be, out, lse, q, k, v, B, T, Q, G, D, scale, NULL);
 
     att_ctx a = {B,
                  T,
@@ -93,7 +93,7 @@ static void check_shape(mc_backend *be, size_t B, size_t T, size_t Q, size_t G, 
     kt_fill(&r, dk, nk, -0.5, 0.5);
     kt_fill(&r, dv, nk, -0.5, 0.5);
     float *dq0 = kt_copy(dq, nq), *dk0 = kt_copy(dk, nk), *dv0 = kt_copy(dv, nk);
-    mc_k_attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, Q, G, D, scale);
+    mc_k_attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, Q, G, D, scale, NULL);
     double eq = kt_fd_check(att_loss, &a, a.q, nq, dq, dq0, samples, 1);
     double ek = kt_fd_check(att_loss, &a, a.k, nk, dk, dk0, samples, 2);
     double ev = kt_fd_check(att_loss, &a, a.v, nk, dv, dv0, samples, 3);
@@ -106,16 +106,16 @@ static void check_shape(mc_backend *be, size_t B, size_t T, size_t Q, size_t G, 
     float *out2 = kt_falloc(nq), *lse2 = kt_falloc(nl);
     float *dq2 = kt_copy(dq0, nq), *dk2 = kt_copy(dk0, nk), *dv2 = kt_copy(dv0, nk);
     mc_backend *be1 = kt_backend(1);
-    mc_k_attention_fwd(be1, out2, lse2, q, k, v, B, T, Q, G, D, scale);
-    mc_k_attention_bwd(be1, dq2, dk2, dv2, dout, q, k, v, out, lse, B, T, Q, G, D, scale);
+    mc_k_attention_fwd(be1, out2, lse2, q, k, v, B, T, Q, G, D, scale, NULL);
+    mc_k_attention_bwd(be1, dq2, dk2, dv2, dout, q, k, v, out, lse, B, T, Q, G, D, scale, NULL);
     mc_backend_free(be1);
     int same = !memcmp(out, out2, nq * 4) && !memcmp(lse, lse2, nl * 4) &&
                !memcmp(dq, dq2, nq * 4) && !memcmp(dk, dk2, nk * 4) && !memcmp(dv, dv2, nk * 4);
     memcpy(dq2, dq0, nq * 4);
     memcpy(dk2, dk0, nk * 4);
     memcpy(dv2, dv0, nk * 4);
-    mc_k_attention_fwd(be, out2, lse2, q, k, v, B, T, Q, G, D, scale);
-    mc_k_attention_bwd(be, dq2, dk2, dv2, dout, q, k, v, out, lse, B, T, Q, G, D, scale);
+    mc_k_attention_fwd(be, out2, lse2, q, k, v, B, T, Q, G, D, scale, NULL);
+    mc_k_attention_bwd(be, dq2, dk2, dv2, dout, q, k, v, out, lse, B, T, Q, G, D, scale, NULL);
     same = same && !memcmp(out, out2, nq * 4) && !memcmp(lse, lse2, nl * 4) &&
            !memcmp(dq, dq2, nq * 4) && !memcmp(dk, dk2, nk * 4) && !memcmp(dv, dv2, nk * 4);
     TAP_OK(same, "attention T=%zu Q=%zu G=%zu: rerun and 1 thread give identical bytes", T, Q, G);
@@ -135,10 +135,10 @@ static void check_null_grads(mc_backend *be)
     kt_fill(&r, q, nq, -1, 1), kt_fill(&r, k, nk, -1, 1), kt_fill(&r, v, nk, -1, 1);
     kt_fill(&r, dout, nq, -1, 1);
     float *out = kt_falloc(nq), *lse = kt_falloc(B * Q * T), sc = 0.35f;
-    mc_k_attention_fwd(be, out, lse, q, k, v, B, T, Q, G, D, sc);
+    mc_k_attention_fwd(be, out, lse, q, k, v, B, T, Q, G, D, sc, NULL);
     float *dq = kt_falloc(nq), *dk = kt_falloc(nk), *dv = kt_falloc(nk), *dk1 = kt_falloc(nk);
-    mc_k_attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, Q, G, D, sc);
-    mc_k_attention_bwd(be, NULL, dk1, NULL, dout, q, k, v, out, lse, B, T, Q, G, D, sc);
+    mc_k_attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, Q, G, D, sc, NULL);
+    mc_k_attention_bwd(be, NULL, dk1, NULL, dout, q, k, v, out, lse, B, T, Q, G, D, sc, NULL);
     TAP_OK(!memcmp(dk, dk1, nk * 4), "attention bwd with dq = dv = NULL gives the same dk");
     free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
     free(dk1);
@@ -153,7 +153,7 @@ static void check_long(mc_backend *be)
     kt_fill(&r, q, nq, -2, 2), kt_fill(&r, k, nk, -2, 2), kt_fill(&r, v, nk, -1, 1);
     float *out = kt_falloc(nq), *lse = kt_falloc(B * Q * T), scale = 0.125f;
     double t0 = kt_now();
-    mc_k_attention_fwd(be, out, lse, q, k, v, B, T, Q, G, D, scale);
+    mc_k_attention_fwd(be, out, lse, q, k, v, B, T, Q, G, D, scale, NULL);
     double dt = kt_now() - t0;
     double md = 0, mr = 0;
     size_t rows[] = {0, 1, 63, 64, 1000, 4031, 4094, 4095};
@@ -238,9 +238,9 @@ static void timing(mc_backend *be)
     double tf = 1e30, tb = 1e30; /* best of 3: the machine may be shared */
     for (int rep = 0; rep < 3; rep++) {
         double t0 = kt_now();
-        mc_k_attention_fwd(be, out, lse, q, k, v, B, T, H, H, D, 0.125f);
+        mc_k_attention_fwd(be, out, lse, q, k, v, B, T, H, H, D, 0.125f, NULL);
         double t1 = kt_now();
-        mc_k_attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, H, D, 0.125f);
+        mc_k_attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, H, D, 0.125f, NULL);
         double t2 = kt_now();
         tf = fmin(tf, t1 - t0), tb = fmin(tb, t2 - t1);
     }

@@ -51,7 +51,7 @@ static void check_ref(mc_backend *be, size_t n, size_t pos0, size_t Q, size_t G,
     double *vd = kt_todouble(vc, L * G * D), *ref = kt_dalloc(n * Q * D);
     double scale = 1.0 / sqrt((double)D);
     ref_kv(ref, qd, kd, vd, n, pos0, Q, G, D, scale);
-    mc_k_attention_kv_fwd(be, out, q, kc, vc, n, pos0, Q, G, D, (float)scale);
+    mc_k_attention_kv_fwd(be, out, q, kc, vc, n, pos0, Q, G, D, (float)scale, NULL);
     double e = kt_err(out, ref, n * Q * D);
     TAP_OK(e < 2e-6, "kv attention n=%zu pos0=%zu Q=%zu G=%zu D=%zu vs float64: err %.2e < 2e-6", n,
            pos0, Q, G, D, e);
@@ -69,10 +69,10 @@ static void check_prefill_decode(mc_backend *be, size_t T, size_t Q, size_t G, s
     kt_fill(&r, k, nk, -2, 2);
     kt_fill(&r, v, nk, -1, 1);
     float scale = 1.0f / sqrtf((float)D);
-    mc_k_attention_fwd(be, a, lse, q, k, v, 1, T, Q, G, D, scale);
-    mc_k_attention_kv_fwd(be, b, q, k, v, T, 0, Q, G, D, scale);
+    mc_k_attention_fwd(be, a, lse, q, k, v, 1, T, Q, G, D, scale, NULL);
+    mc_k_attention_kv_fwd(be, b, q, k, v, T, 0, Q, G, D, scale, NULL);
     for (size_t t = 0; t < T; t++)
-        mc_k_attention_kv_fwd(be, c + t * Q * D, q + t * Q * D, k, v, 1, t, Q, G, D, scale);
+        mc_k_attention_kv_fwd(be, c + t * Q * D, q + t * Q * D, k, v, 1, t, Q, G, D, scale, NULL);
     double *ad = kt_todouble(a, nq), *bd = kt_todouble(b, nq);
     double e1 = kt_err(b, ad, nq), e2 = kt_err(c, bd, nq);
     TAP_OK(e1 < 1e-6, "prefill T=%zu equals mc_k_attention_fwd: err %.2e < 1e-6", T, e1);
@@ -97,8 +97,8 @@ static void check_threads(void)
     kt_fill(&r, q, n * Q * D, -2, 2);
     kt_fill(&r, kc, L * G * D, -2, 2);
     kt_fill(&r, vc, L * G * D, -1, 1);
-    mc_k_attention_kv_fwd(b1, o1, q, kc, vc, n, pos0, Q, G, D, 0.25f);
-    mc_k_attention_kv_fwd(b2, o2, q, kc, vc, n, pos0, Q, G, D, 0.25f);
+    mc_k_attention_kv_fwd(b1, o1, q, kc, vc, n, pos0, Q, G, D, 0.25f, NULL);
+    mc_k_attention_kv_fwd(b2, o2, q, kc, vc, n, pos0, Q, G, D, 0.25f, NULL);
     TAP_OK(memcmp(o1, o2, n * Q * D * sizeof(float)) == 0, "1 and 2 threads: the same bits");
     free(q), free(kc), free(vc), free(o1), free(o2);
     mc_backend_free(b1);

@@ -74,7 +74,7 @@ static void check_embed(mc_backend *be)
     float *wpe = kt_falloc(P * C), *x = kt_falloc(B * T * C), *x0;
     kt_fill(&r, wpe, P * C, -1, 1), kt_fill(&r, x, B * T * C, -1, 1);
     x0 = kt_copy(x, B * T * C);
-    mc_k_posemb_fwd(be, x, wpe, B, T, C, pos0);
+    mc_k_posemb_fwd(be, x, wpe, B, T, C, pos0, NULL);
     ok = 1;
     for (size_t b = 0; b < B; b++)
         for (size_t t = 0; t < T; t++)
@@ -84,7 +84,7 @@ static void check_embed(mc_backend *be)
     float *dwpe = kt_falloc(P * C), *g = kt_falloc(B * T * C);
     kt_fill(&r, dwpe, P * C, -1, 1), kt_fill(&r, g, B * T * C, -1, 1);
     float *dwpe0 = kt_copy(dwpe, P * C);
-    mc_k_posemb_bwd(be, dwpe, g, B, T, C, pos0);
+    mc_k_posemb_bwd(be, dwpe, g, B, T, C, pos0, NULL);
     emb_ctx pe = {0, C, T, B, pos0, 0, 0, NULL, kt_todouble(wpe, P * C), kt_todouble(g, B * T * C)};
     err = kt_fd_check(pos_loss, &pe, pe.wte, P * C, dwpe, dwpe0, SIZE_MAX, 2);
     TAP_OK(err < 1e-6,
@@ -298,16 +298,16 @@ static void check_rope(mc_backend *be)
     double *ro = kt_dalloc(n);
     ref_rope(&c, ro);
     float *y = kt_copy(x, n);
-    mc_k_rope_fwd(be, y, B, T, H, D, 10000.0f, pos0);
+    mc_k_rope_fwd(be, y, B, T, H, D, 10000.0f, pos0, NULL);
     double eo = kt_err(y, ro, n);
     TAP_OK(eo < 1e-6, "rope fwd (rotate half, base 1e4, pos0 %zu) vs float64: %.2e < 1e-6", pos0,
            eo);
     /* the backward rewrites dx in place: dx = R^T dout */
     float *dx = kt_copy(g, n);
-    mc_k_rope_bwd(be, dx, B, T, H, D, 10000.0f, pos0);
+    mc_k_rope_bwd(be, dx, B, T, H, D, 10000.0f, pos0, NULL);
     double ex = kt_fd_check(rope_loss, &c, c.x, n, dx, NULL, SIZE_MAX, 1);
     TAP_OK(ex < 1e-6, "rope bwd (in place) vs FD: %.2e < 1e-6", ex);
-    mc_k_rope_bwd(be, y, B, T, H, D, 10000.0f, pos0);
+    mc_k_rope_bwd(be, y, B, T, H, D, 10000.0f, pos0, NULL);
     double rt = 0;
     for (size_t i = 0; i < n; i++) rt = fmax(rt, fabs(y[i] - x[i]));
     TAP_OK(rt < 1e-6, "rope bwd undoes rope fwd: max diff %.2e < 1e-6", rt);

@@ -55,6 +55,9 @@ enum {
     OPT_EVAL_SAMPLES,
     OPT_SEED,
     OPT_DATA_CACHE,
+    OPT_RESET_POSITION_IDS,
+    OPT_RESET_ATTENTION_MASK,
+    OPT_EOD_MASK_LOSS,
     OPT_TASK,
     OPT_LIMIT,
     OPT_LOG_SAMPLES,
@@ -118,6 +121,13 @@ static const mc_option options[] = {
      "Seed of the samples' order (as mc-train's --seed) and of sampling (1234)."},
     {"data-cache-path", MC_OPT_REQUIRED, OPT_DATA_CACHE, "DIR",
      "--ppl-mode samples: where the dataset's index files are cached (as mc-train)."},
+    {"reset-position-ids", MC_OPT_NONE, OPT_RESET_POSITION_IDS, NULL,
+     "Perplexity of packed documents: positions restart at 0 after each end-of-document "
+     "token (as mc-train)."},
+    {"reset-attention-mask", MC_OPT_NONE, OPT_RESET_ATTENTION_MASK, NULL,
+     "Perplexity of packed documents: attention does not cross an end-of-document token."},
+    {"eod-mask-loss", MC_OPT_NONE, OPT_EOD_MASK_LOSS, NULL,
+     "Perplexity: leave unscored the positions whose input is the end-of-document token."},
     /* tasks */
     {"task", MC_OPT_REQUIRED, OPT_TASK, "NAME=FILE",
      "Run a task on a local JSONL file: lambada_openai, hellaswag, arc_easy, arc_challenge, "
@@ -209,6 +219,9 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             break;
         case OPT_SEED: st = mc_parse_u64("--seed", arg, 0, UINT32_MAX, &e->seed, err); break;
         case OPT_DATA_CACHE: e->data_cache = arg; break;
+        case OPT_RESET_POSITION_IDS: e->reset_position_ids = 1; break;
+        case OPT_RESET_ATTENTION_MASK: e->reset_attention_mask = 1; break;
+        case OPT_EOD_MASK_LOSS: e->eod_mask_loss = 1; break;
         case OPT_TASK: {
             const char *eq = strchr(arg, '=');
             mc_eval_task t = {NULL, NULL, MC_TASK_LAMBADA};
@@ -282,6 +295,12 @@ static mc_status check_args(const args *a, mc_error *err)
                             "or --prompt/--prompt-file (generation)");
     if (e->data_path && e->text_file)
         return mc_error_set(err, MC_ERR_USAGE, "--data-path and --text-file exclude each other");
+    if (!ppl && (e->reset_position_ids || e->reset_attention_mask || e->eod_mask_loss))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--%s applies to perplexity: give --data-path or --text-file",
+                            e->reset_position_ids     ? "reset-position-ids"
+                            : e->reset_attention_mask ? "reset-attention-mask"
+                                                      : "eod-mask-loss");
     if (e->mode == MC_PPL_SAMPLES && !e->data_path)
         return mc_error_set(err, MC_ERR_USAGE, "--ppl-mode samples needs --data-path");
     if (e->text_file && e->eval_split != -1)

@@ -130,6 +130,9 @@ enum {
     OPT_DATA_CACHE_PATH,
     OPT_MOCK_DATA,
     OPT_SFT,
+    OPT_RESET_POSITION_IDS,
+    OPT_RESET_ATTENTION_MASK,
+    OPT_EOD_MASK_LOSS,
     /* distributed */
     OPT_TP,
     OPT_PP,
@@ -301,7 +304,14 @@ static const mc_option options[] = {
     {"mock-data", MC_OPT_NONE, OPT_MOCK_DATA, NULL, "Random tokens instead of a dataset."},
     {"sft", MC_OPT_NONE, OPT_SFT, NULL,
      "Supervised fine-tuning: --data-path is an SFT dataset (mc-preprocess --dataset-type sft); "
-     "whole conversations packed into each sample, the loss over the loss mask's tokens only."},
+     "whole conversations packed into each sample, the loss over the loss mask's tokens only; "
+     "implies --reset-position-ids, --reset-attention-mask and --eod-mask-loss."},
+    {"reset-position-ids", MC_OPT_NONE, OPT_RESET_POSITION_IDS, NULL,
+     "Packed documents: positions restart at 0 after each end-of-document token."},
+    {"reset-attention-mask", MC_OPT_NONE, OPT_RESET_ATTENTION_MASK, NULL,
+     "Packed documents: attention does not cross an end-of-document token."},
+    {"eod-mask-loss", MC_OPT_NONE, OPT_EOD_MASK_LOSS, NULL,
+     "Leave out of the loss the positions whose input is the end-of-document token."},
     /* distributed (under mpirun or srun; data-parallel size = ranks / (TP x PP x CP)) */
     {"tensor-model-parallel-size", MC_OPT_REQUIRED, OPT_TP, "N",
      "Ranks that split each layer (1); must divide the heads, query groups and FFN size."},
@@ -372,6 +382,7 @@ typedef struct args {
     const char *data_cache_path;
     int mock;
     int sft; /* --sft */
+    int reset_position_ids, reset_attention_mask, eod_mask_loss;
     const char *device;
     int64_t threads;
     mc_train_config t;
@@ -671,6 +682,9 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_DATA_CACHE_PATH: a->data_cache_path = arg; break;
         case OPT_MOCK_DATA: a->mock = 1; break;
         case OPT_SFT: a->sft = 1; break;
+        case OPT_RESET_POSITION_IDS: a->reset_position_ids = 1; break;
+        case OPT_RESET_ATTENTION_MASK: a->reset_attention_mask = 1; break;
+        case OPT_EOD_MASK_LOSS: a->eod_mask_loss = 1; break;
         case OPT_TP:
             st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 65536, &a->tp, err);
             break;
@@ -977,6 +991,11 @@ int main(int argc, char **argv)
     data.sft = a.sft;
     data.vocab_size = mcfg.vocab_size;
     data.eod = eod;
+    data.reset_position_ids = a.reset_position_ids;
+    data.reset_attention_mask = a.reset_attention_mask;
+    data.eod_mask_loss = a.eod_mask_loss;
+    /* --sft: conversations end with the eod; none sees or predicts another */
+    if (a.sft) data.reset_position_ids = data.reset_attention_mask = data.eod_mask_loss = 1;
     data.seed = (uint32_t)a.t.seed;
     if (a.split) data.split = a.split;
     data.cache_dir = a.data_cache_path;

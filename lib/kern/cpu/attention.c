@@ -52,6 +52,7 @@ typedef struct {
     const float *lse_in;
     size_t B, T, Q, G, D, hpg, nqb;
     float scale;
+    const int32_t *seg; /* [B*T] segment starts, or NULL */
 } att_args;
 
 /* The per-item body is compiled for each path (isa.h) and picked by the
@@ -69,6 +70,13 @@ typedef struct {
  * workspace) and the group's heads and query rows r >= the block's first
  * key inside.
  *
+ * Segments (packed documents): row r sees keys seg_r .. r; the others get
+ * P_rc = dS_rc = 0 exactly, so they add nothing and every sum keeps the
+ * order it has without segments (one document gives seg NULL's bits).
+ * Starts do not decrease, so the rows that see a key block end at the first
+ * row whose segment starts after it: the rows loop stops there, and a short
+ * document costs only its own rows.
+ *
  * The inner products run in register tiles of four query rows against a
  * block of keys (att_tile.h; keys transposed into the workspace), which
  * vectorize without reordering any sum: each dot product is accumulated in
@@ -84,6 +92,8 @@ MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa)
     float *Dr = DP + RT * BK;
     static const float one[RT] = {1.0f, 1.0f, 1.0f, 1.0f};
     size_t b = it / G, g = it % G;
+    const int32_t *seg = A->seg ? A->seg + b * T : NULL;
+    size_t t_end = 0; /* rows [j0, t_end) see the current key block */
     /* D_r = dout_r . out_r for every head of the group */
     for (size_t hh = 0; hh < hpg; hh++) {
         size_t h = g * hpg + hh;
@@ -103,12 +113,17 @@ MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa)
         transpose_block(Vt, vb, G * D, D, nk);
         memset(dK, 0, nk * D * sizeof(float));
         memset(dV, 0, nk * D * sizeof(float));
+        if (!seg)
+            t_end = T;
+        else /* the first row starting past the block (it grows with j0) */
+            for (t_end = t_end > j0 ? t_end : j0; t_end < T && (size_t)seg[t_end] < j0 + nk;
+                 t_end++) {}
         for (size_t hh = 0; hh < hpg; hh++) {
             size_t h = g * hpg + hh;
             const float *lrow = A->lse_in + (b * Q + h) * T;
             /* the rows that see the block, RT at a time */
-            for (size_t t0 = j0; t0 < T; t0 += RT) {
-                int nr = T - t0 < RT ? (int)(T - t0) : RT;
+            for (size_t t0 = j0; t0 < t_end; t0 += RT) {
+                int nr = t_end - t0 < RT ? (int)(t_end - t0) : RT;
                 const float *qr[RT], *gr[RT];
                 for (int r = 0; r < RT; r++) {
                     size_t t = t0 + (size_t)(r < nr ? r : nr - 1);
@@ -121,9 +136,12 @@ MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa)
                 for (int r = 0; r < nr; r++) {
                     size_t t = t0 + (size_t)r;
                     nc[r] = t - j0 + 1 < nk ? t - j0 + 1 : nk; /* causal mask */
+                    /* the segment's first key in the block (< nc[r]) */
+                    size_t lo = seg && (size_t)seg[t] > j0 ? (size_t)seg[t] - j0 : 0;
                     float lr = lrow[t], Dt = Dr[hh * T + t], *s = S + r * BK, *dp = DP + r * BK;
+                    for (size_t c = 0; c < lo; c++) s[c] = dp[c] = 0.0f;
 #pragma omp simd
-                    for (size_t c = 0; c < nc[r]; c++) {
+                    for (size_t c = lo; c < nc[r]; c++) {
                         float p = exp_fast(s[c] * scale - lr);
                         s[c] = p;
                         dp[c] = p * (dp[c] - Dt) * scale; /* dS */
@@ -166,22 +184,23 @@ MC_ISA_VARIANTS_VOID(bwd_item, (const att_args *A, size_t it, float *ws), (A, it
 
 void mc_cpu_attention_fwd(mc_backend *be, float *out, float *lse, const float *q, const float *k,
                           const float *v, size_t B, size_t T, size_t Q, size_t G, size_t D,
-                          float scale)
+                          float scale, const int32_t *seg)
 {
     /* the forward is attention_kv.c's: queries at positions 0..T-1 against
      * the T keys of each sequence */
-    mc_cpu_attention_rows_fwd(be, out, lse, q, k, v, B, T, 0, T, Q, G, D, scale);
+    mc_cpu_attention_rows_fwd(be, out, lse, q, k, v, B, T, 0, T, Q, G, D, scale, seg);
 }
 
 void mc_cpu_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const float *dout,
                           const float *q, const float *k, const float *v, const float *out,
                           const float *lse, size_t B, size_t T, size_t Q, size_t G, size_t D,
-                          float scale)
+                          float scale, const int32_t *seg)
 {
     assert(G > 0 && Q % G == 0 && D > 0);
     if (B == 0 || T == 0 || (!dq && !dk && !dv)) return;
     const size_t hpg = Q / G, items = B * G, slab = bwd_slab(D, hpg, T);
-    att_args A = {NULL, NULL, dq, dk, dv, q, k, v, dout, out, lse, B, T, Q, G, D, hpg, 0, scale};
+    att_args A = {NULL, NULL, dq, dk, dv, q, k,   v, dout,  out,
+                  lse,  B,    T,  Q,  G,  D, hpg, 0, scale, seg};
     float *work = mc_cpu_scratch(be, MC_CPU_SCRATCH_WORK,
                                  slab * (size_t)be->threads * sizeof(float));
 #pragma omp parallel num_threads(be->threads)

@@ -23,6 +23,7 @@ typedef struct {
     const float *q, *kc, *vc;
     size_t n, pos0, L, Q, G, D, hpg, nqb;
     float scale;
+    const int32_t *seg; /* [B*n] segment starts, or NULL */
 } kv_args;
 
 /* Workspace per thread: Kt[D*BK] (a key block transposed, zero past the
@@ -35,7 +36,8 @@ static size_t kv_slab(size_t D)
 
 /* One work item = (sequence, head, block of BQ query rows); items go to
  * threads dynamically and each owns its output rows, so the schedule changes
- * no bit. Query row i sees keys j <= pos0 + i:
+ * no bit. Query row i sees keys j <= pos0 + i (and j >= its segment start
+ * seg_i with segments; below, c runs over those keys only):
  *   s_j = scale q_i . k_j;  out_i = sum_j exp(s_j - m) v_j / sum_j exp(s_j - m)
  * with m = max_j s_j, computed blockwise with the online softmax (running
  * max, rescaled sum and output), so no row of scores longer than a key block
@@ -48,7 +50,17 @@ static size_t kv_slab(size_t D)
  * Dot products and sums run in index order, and the exp is vexp.h's, so
  * every vector width gives the same bits; a row's arithmetic does not depend
  * on which rows share its work item or register tile, so decoding one row at
- * a time gives the prefill's bits. */
+ * a time gives the prefill's bits.
+ *
+ * Segments (packed documents): a row's keys before its segment start get
+ * P_rc = 0 exactly, which adds nothing to any sum, and their scores take no
+ * part in the maximum, so the row's bits are those of seg NULL whenever its
+ * segment starts at 0. Starts do not decrease along the rows, so the key
+ * loop begins at the block of the item's first start, and a key block is
+ * seen by a range of rows: from the first whose position reaches it (the
+ * causal bound) to the last whose segment starts in or before it. A row
+ * outside that range has no key in the block, and skipping it is what a
+ * block of masked keys would do to it (nothing). */
 MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
 {
     const size_t Q = A->Q, G = A->G, D = A->D, pos0 = A->pos0, n = A->n;
@@ -58,7 +70,8 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
     size_t qb = A->nqb - 1 - it % A->nqb, bh = it / A->nqb, b = bh / Q, h = bh % Q;
     size_t g = h / A->hpg;
     size_t i0 = qb * BQ, i1 = i0 + BQ < n ? i0 + BQ : n, nq = i1 - i0;
-    size_t kend = pos0 + i1; /* keys this block of rows may see */
+    size_t kend = pos0 + i1;                                  /* keys this block of rows may see */
+    const int32_t *seg = A->seg ? A->seg + b * n + i0 : NULL; /* the item's rows' starts */
     const float *q = A->q + b * n * Q * D, *kc = A->kc + b * A->L * G * D;
     const float *vbase = A->vc + b * A->L * G * D + g * D;
     const size_t vstride = G * D;
@@ -67,7 +80,7 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
         l[r] = 0.0f;
     }
     memset(o, 0, nq * D * sizeof(float));
-    for (size_t j0 = 0; j0 < kend; j0 += BK) {
+    for (size_t j0 = seg ? (size_t)seg[0] / BK * BK : 0; j0 < kend; j0 += BK) {
         size_t nk = j0 + BK < kend ? BK : kend - j0;
         for (size_t d = 0; d < D; d++) {
             for (size_t c = 0; c < nk; c++) Kt[d * BK + c] = kc[((j0 + c) * G + g) * D + d];
@@ -75,9 +88,13 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
         }
         /* rows see keys 0..pos0 + i0 + r: those that see this block are a
          * suffix of the item's rows */
-        size_t r0 = pos0 + i0 >= j0 ? 0 : j0 - (pos0 + i0);
-        for (; r0 < nq; r0 += RT) {
-            int nr = nq - r0 < RT ? (int)(nq - r0) : RT;
+        size_t r0 = pos0 + i0 >= j0 ? 0 : j0 - (pos0 + i0), r1 = nq;
+        /* ... and, with segments, a prefix: rows whose segment starts here
+         * or before */
+        if (seg)
+            for (r1 = r0; r1 < nq && (size_t)seg[r1] < j0 + nk; r1++) {}
+        for (; r0 < r1; r0 += RT) {
+            int nr = r1 - r0 < RT ? (int)(r1 - r0) : RT;
             const float *qr[RT];
             for (int r = 0; r < RT; r++)
                 qr[r] = q + ((i0 + r0 + (size_t)(r < nr ? r : nr - 1)) * Q + h) * D;
@@ -90,17 +107,21 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
             for (int r = 0; r < nr; r++) {
                 size_t p = pos0 + i0 + r0 + (size_t)r; /* this row's position: keys 0..p */
                 nc[r] = p - j0 + 1 < nk ? p - j0 + 1 : nk;
+                /* its segment's first key in the block (< nc[r]: the row
+                 * sees the block) */
+                size_t lo = seg && (size_t)seg[r0 + r] > j0 ? (size_t)seg[r0 + r] - j0 : 0;
                 float *s = S + r * BK, mr = m[r0 + r], mx = mr;
                 const float scale = A->scale;
                 /* max is exact in any order, so a vector reduction is safe */
 #pragma omp simd reduction(max : mx)
-                for (size_t c = 0; c < nc[r]; c++) {
+                for (size_t c = lo; c < nc[r]; c++) {
                     s[c] *= scale;
                     mx = s[c] > mx ? s[c] : mx;
                 }
                 corr[r] = mr == -INFINITY ? 0.0f : mc_exp_fast(mr - mx); /* first block: 0 */
+                for (size_t c = 0; c < lo; c++) s[c] = 0.0f;
 #pragma omp simd
-                for (size_t c = 0; c < nc[r]; c++) s[c] = mc_exp_fast(s[c] - mx);
+                for (size_t c = lo; c < nc[r]; c++) s[c] = mc_exp_fast(s[c] - mx);
                 for (size_t c = nc[r]; c < BK; c++) s[c] = 0.0f;
                 l[r0 + r] = l[r0 + r] * corr[r] + att_rowsum(s);
                 m[r0 + r] = mx;
@@ -136,11 +157,12 @@ MC_ISA_VARIANTS_VOID(kv_item, (const kv_args *A, size_t it, float *ws), (A, it, 
  * lse[Q,n] (or NULL). Query head h reads group h / (Q/G). */
 void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const float *q,
                                const float *kc, const float *vc, size_t B, size_t n, size_t pos0,
-                               size_t L, size_t Q, size_t G, size_t D, float scale)
+                               size_t L, size_t Q, size_t G, size_t D, float scale,
+                               const int32_t *seg)
 {
     assert(G > 0 && Q % G == 0 && D > 0 && L >= pos0 + n);
     if (n == 0 || B == 0) return;
-    kv_args A = {out, lse, q, kc, vc, n, pos0, L, Q, G, D, Q / G, (n + BQ - 1) / BQ, scale};
+    kv_args A = {out, lse, q, kc, vc, n, pos0, L, Q, G, D, Q / G, (n + BQ - 1) / BQ, scale, seg};
     size_t items = B * Q * A.nqb, slab = kv_slab(D);
     int nt = be->threads;
     if ((size_t)nt > items) nt = (int)items;
@@ -152,7 +174,7 @@ void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const flo
 
 void mc_cpu_attention_kv_fwd(mc_backend *be, float *out, const float *q, const float *kc,
                              const float *vc, size_t n, size_t pos0, size_t Q, size_t G, size_t D,
-                             float scale)
+                             float scale, const int32_t *seg)
 {
-    mc_cpu_attention_rows_fwd(be, out, NULL, q, kc, vc, 1, n, pos0, pos0 + n, Q, G, D, scale);
+    mc_cpu_attention_rows_fwd(be, out, NULL, q, kc, vc, 1, n, pos0, pos0 + n, Q, G, D, scale, seg);
 }

@@ -51,10 +51,13 @@ void mc_cpu_bsync(mc_backend *be);
 
 /* The causal attention forward of both (attention_kv.c): B sequences of n
  * query rows at positions pos0.., keys/values [B, L, G, D] (L >= pos0 + n),
- * out [B, n, Q, D], lse [B, Q, n] (log-sum-exp per row, NULL: not kept). */
+ * out [B, n, Q, D], lse [B, Q, n] (log-sum-exp per row, NULL: not kept),
+ * seg [B, n] the rows' segment starts as key indices (NULL: none; kern_ops.def
+ * attention_fwd). */
 void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const float *q,
                                const float *kc, const float *vc, size_t B, size_t n, size_t pos0,
-                               size_t L, size_t Q, size_t G, size_t D, float scale);
+                               size_t L, size_t Q, size_t G, size_t D, float scale,
+                               const int32_t *seg);
 
 /* dst[i] = src[i] rounded to the nearest value of prec, held in fp32 (dst
  * may be src); vectorized on every path (elementwise.c). */

@@ -8,6 +8,7 @@
  * and the same sum order for any thread count.
  */
 #include <assert.h>
+#include <stdint.h>
 #include "kern/cpu/cpu.h"
 
 /* columns per work item of the backward: a cache line's worth and more */
@@ -47,22 +48,28 @@ void mc_cpu_embed_bwd(mc_backend *be, float *dwte, const float *dout, const int3
     }
 }
 
-/* out[b,t,:] += wpe[pos0+t,:] */
+/* out[b,t,:] += wpe[pos0+t,:], or wpe[pos[b T + t],:] */
 void mc_cpu_posemb_fwd(mc_backend *be, float *out, const float *wpe, size_t B, size_t T, size_t C,
-                       size_t pos0)
+                       size_t pos0, const int32_t *pos)
 {
 #pragma omp parallel for num_threads(be->threads) if (B * T * C > 16384) schedule(static)
     for (size_t bt = 0; bt < B * T; bt++) {
-        const float *p = wpe + (pos0 + bt % T) * C;
+        const float *p = wpe + (pos ? (size_t)pos[bt] : pos0 + bt % T) * C;
         float *o = out + bt * C;
         for (size_t c = 0; c < C; c++) o[c] += p[c];
     }
 }
 
-/* dwpe[pos0+t,:] += sum_b dout[b,t,:]  (each t owned by one thread, b in order) */
+/* dwpe[pos0+t,:] += sum_b dout[b,t,:]  (each t owned by one thread, b in order).
+ * With per-token positions, the embedding's backward with the positions as
+ * ids: rows in (b, t) order, which is the order above for pos = pos0 + t. */
 void mc_cpu_posemb_bwd(mc_backend *be, float *dwpe, const float *dout, size_t B, size_t T, size_t C,
-                       size_t pos0)
+                       size_t pos0, const int32_t *pos)
 {
+    if (pos) {
+        mc_cpu_embed_bwd(be, dwpe, dout, pos, B * T, 0, INT64_MAX, C);
+        return;
+    }
 #pragma omp parallel for num_threads(be->threads) if (B * T * C > 16384) schedule(static)
     for (size_t t = 0; t < T; t++) {
         float *d = dwpe + (pos0 + t) * C;

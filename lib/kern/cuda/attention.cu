@@ -4,7 +4,10 @@
  * registers, no T x T matrix anywhere; extra memory is the lse row kept for
  * the backward and one float per query row in the backward (D_r). fp32
  * throughout, as kern.h's attention is (no prec argument), so it matches the
- * CPU backend (kern/cpu/attention.c) to fp32 rounding.
+ * CPU backend (kern/cpu/attention.c) to fp32 rounding. With segment starts
+ * (packed documents, kern_ops.def attention_fwd) a row's keys before its
+ * start are masked like the keys after it, and key tiles wholly outside
+ * every row's segment of a block are skipped.
  */
 #include <math.h>
 #include "kern/cuda/internal.cuh"
@@ -24,7 +27,21 @@ struct att_args {
     const float *q, *k, *v, *dout, *o, *lse_in;
     int B, T, Q, G, D, hpg;
     float scale;
+    const int32_t *seg; /* [B*T] segment starts, or NULL */
 };
+
+/* row t of sequence b attends keys seg_start(A, b, t) .. t */
+__device__ __forceinline__ int seg_start(const att_args &A, int b, int t)
+{
+    return A.seg ? A.seg[(size_t)b * A.T + t] : 0;
+}
+
+/* The first key tile a block of rows starting at i0 needs: the tile of the
+ * first row's segment start (starts do not decrease along the rows). */
+__device__ __forceinline__ int first_tile(const att_args &A, int b, int i0)
+{
+    return A.seg ? seg_start(A, b, i0) / BK * BK : 0;
+}
 
 /* rows [t0, t0+n) of head `hd` of x[B,T,H,D] into sm (row stride ld), zeros past T */
 __device__ void load_rows(float *sm, int ld, const float *x, int b, int t0, int n, int H, int hd,
@@ -38,7 +55,7 @@ __device__ void load_rows(float *sm, int ld, const float *x, int b, int t0, int 
 
 /* Forward, block = (b, h, 32 query rows), 4 warps of 8 rows each. Per key
  * tile of 32 (each lane one key):
- *   s = scale q_r . k_lane (masked to key <= t);  m' = max(m, max s)
+ *   s = scale q_r . k_lane (masked to seg_t <= key <= t);  m' = max(m, max s)
  *   p = exp(s - m');  l = l exp(m - m') + sum p;  o = o exp(m - m') + sum_j p_j v_j
  * then out = o / l, lse = m + log l. */
 __global__ void __launch_bounds__(NWARP * 32) k_att_fwd(att_args A)
@@ -57,8 +74,11 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_fwd(att_args A)
 #pragma unroll
         for (int k = 0; k < DPL; k++) o[r][k] = 0.0f;
     }
+    int sg[RPW]; /* the rows' segment starts */
+#pragma unroll
+    for (int r = 0; r < RPW; r++) sg[r] = seg_start(A, b, min(i0 + warp * RPW + r, T - 1));
     const int jend = min(i0 + BQ, T);
-    for (int j0 = 0; j0 < jend; j0 += BK) {
+    for (int j0 = first_tile(A, b, i0); j0 < jend; j0 += BK) {
         __syncthreads(); /* the previous tile is consumed */
         load_rows(Ks, ldk, A.k, b, j0, BK, A.G, g, T, D);
         load_rows(Vs, D, A.v, b, j0, BK, A.G, g, T, D);
@@ -66,9 +86,10 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_fwd(att_args A)
 #pragma unroll
         for (int r = 0; r < RPW; r++) {
             const int row = warp * RPW + r, t = i0 + row;
-            if (t >= T || j0 > t) continue; /* warp-uniform */
+            /* warp-uniform; a tile that is processed holds a key of the row */
+            if (t >= T || j0 > t || j0 + BK <= sg[r]) continue;
             const int key = j0 + lane;
-            const bool valid = key <= t; /* also < T, since t < T */
+            const bool valid = key <= t && key >= sg[r]; /* also < T, since t < T */
             const float *qr = Qs + row * D, *kr = Ks + lane * ldk;
             float s = 0.0f;
 #pragma unroll 4
@@ -138,16 +159,18 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dq(att_args A)
     load_rows(Qs, D, A.q, b, i0, BQ, A.Q, h, T, D);
     load_rows(Gs, D, A.dout, b, i0, BQ, A.Q, h, T, D);
     float acc[RPW][DPL], lse[RPW], Dr[RPW];
+    int sg[RPW];
 #pragma unroll
     for (int r = 0; r < RPW; r++) {
         const int t = min(i0 + warp * RPW + r, T - 1);
         lse[r] = A.lse_in[((size_t)b * A.Q + h) * T + t];
         Dr[r] = A.Dr[((size_t)b * A.Q + h) * T + t];
+        sg[r] = seg_start(A, b, t);
 #pragma unroll
         for (int k = 0; k < DPL; k++) acc[r][k] = 0.0f;
     }
     const int jend = min(i0 + BQ, T);
-    for (int j0 = 0; j0 < jend; j0 += BK) {
+    for (int j0 = first_tile(A, b, i0); j0 < jend; j0 += BK) {
         __syncthreads();
         load_rows(Ks, ldk, A.k, b, j0, BK, A.G, g, T, D);
         load_rows(Vs, ldk, A.v, b, j0, BK, A.G, g, T, D);
@@ -155,8 +178,8 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dq(att_args A)
 #pragma unroll
         for (int r = 0; r < RPW; r++) {
             const int row = warp * RPW + r, t = i0 + row;
-            if (t >= T || j0 > t) continue;
-            const bool valid = j0 + lane <= t;
+            if (t >= T || j0 > t || j0 + BK <= sg[r]) continue;
+            const bool valid = j0 + lane <= t && j0 + lane >= sg[r];
             const float *qr = Qs + row * D, *gr = Gs + row * D;
             const float *kr = Ks + lane * ldk, *vr = Vs + lane * ldk;
             float s = 0.0f, dp = 0.0f;
@@ -194,7 +217,8 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dq(att_args A)
 
 /* dKV: block = (b, g, 32 keys), looping over the group's heads and the query
  * tiles at or after the keys: dv_c += sum_r P_rc dout_r,
- * dk_c += scale sum_r dS_rc q_r */
+ * dk_c += scale sum_r dS_rc q_r. With segments the query tiles end at the
+ * first whose rows all start after the block's keys. */
 __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dkv(att_args A)
 {
     extern __shared__ float sm[];
@@ -212,7 +236,8 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dkv(att_args A)
         for (int k = 0; k < DPL; k++) dk[c][k] = dv[c][k] = 0.0f;
     for (int hh = 0; hh < A.hpg; hh++) {
         const int h = g * A.hpg + hh;
-        for (int i0 = j0; i0 < T; i0 += BQ) { /* BQ == BK: tiles start at the keys */
+        /* BQ == BK: tiles start at the keys */
+        for (int i0 = j0; i0 < T && seg_start(A, b, i0) < j0 + BK; i0 += BQ) {
             __syncthreads();
             load_rows(Qs, ldq, A.q, b, i0, BQ, A.Q, h, T, D);
             load_rows(Gs, ldq, A.dout, b, i0, BQ, A.Q, h, T, D);
@@ -223,11 +248,12 @@ __global__ void __launch_bounds__(NWARP * 32) k_att_bwd_dkv(att_args A)
             }
             __syncthreads();
             const int t = i0 + lane; /* this lane's query row */
+            const int sg = seg_start(A, b, min(t, T - 1));
 #pragma unroll
             for (int c = 0; c < RPW; c++) {
                 const int key = j0 + warp * RPW + c;
                 if (key >= T) continue; /* warp-uniform */
-                const bool valid = t < T && t >= key;
+                const bool valid = t < T && t >= key && key >= sg;
                 const float *qr = Qs + lane * ldq, *gr = Gs + lane * ldq;
                 const float *kc = Ks + (warp * RPW + c) * D, *vc = Vs + (warp * RPW + c) * D;
                 float s = 0.0f, dp = 0.0f;
@@ -285,13 +311,13 @@ static void smem_limit(const void *k, size_t bytes)
 
 extern "C" void mc_cuda_attention_fwd(mc_cuda *cu, float *out, float *lse, const float *q,
                                       const float *k, const float *v, size_t B, size_t T, size_t Q,
-                                      size_t G, size_t D, float scale)
+                                      size_t G, size_t D, float scale, const int32_t *seg)
 {
     check_shape(G, Q, D, T);
     if (!B || !T) return;
-    att_args A = {out,    lse,    NULL,   NULL,         NULL, NULL,   q,
-                  k,      v,      NULL,   NULL,         NULL, (int)B, (int)T,
-                  (int)Q, (int)G, (int)D, (int)(Q / G), scale};
+    att_args A = {out,    lse,    NULL,   NULL,         NULL,  NULL,   q,
+                  k,      v,      NULL,   NULL,         NULL,  (int)B, (int)T,
+                  (int)Q, (int)G, (int)D, (int)(Q / G), scale, seg};
     size_t smem = (BQ * D + BK * (D + 1) + BK * D) * sizeof(float);
     smem_limit((const void *)k_att_fwd, smem);
     dim3 grid((unsigned)((T + BQ - 1) / BQ), (unsigned)Q, (unsigned)B);
@@ -302,13 +328,15 @@ extern "C" void mc_cuda_attention_fwd(mc_cuda *cu, float *out, float *lse, const
 extern "C" void mc_cuda_attention_bwd(mc_cuda *cu, float *dq, float *dk, float *dv,
                                       const float *dout, const float *q, const float *k,
                                       const float *v, const float *out, const float *lse, size_t B,
-                                      size_t T, size_t Q, size_t G, size_t D, float scale)
+                                      size_t T, size_t Q, size_t G, size_t D, float scale,
+                                      const int32_t *seg)
 {
     check_shape(G, Q, D, T);
     if (!B || !T || (!dq && !dk && !dv)) return;
     float *Dr = (float *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK, B * Q * T * sizeof(float));
-    att_args A = {NULL,   NULL,   dq,     dk,     dv,     Dr,           q,    k, v, dout, out, lse,
-                  (int)B, (int)T, (int)Q, (int)G, (int)D, (int)(Q / G), scale};
+    att_args A = {NULL,   NULL,   dq,     dk,           dv,    Dr,     q,
+                  k,      v,      dout,   out,          lse,   (int)B, (int)T,
+                  (int)Q, (int)G, (int)D, (int)(Q / G), scale, seg};
     size_t rows = B * T * Q;
     k_att_rowdot<<<(unsigned)((rows + NWARP - 1) / NWARP), NWARP * 32, 0, cu->stream>>>(A);
     KCHECK();

@@ -79,14 +79,14 @@ extern "C" void mc_cuda_embed_bwd(mc_cuda *cu, float *dwte, const float *dout, c
     KCHECK();
 }
 
-/* out[b,t,:] += wpe[pos0+t,:] */
+/* out[b,t,:] += wpe[pos0+t,:], or wpe[pos[b T + t],:] */
 __global__ void k_posemb_fwd(float *out, const float *wpe, size_t BT, size_t T, size_t C,
-                             size_t pos0)
+                             size_t pos0, const int32_t *pos)
 {
     GRID_STRIDE(k, BT * C)
     {
         size_t bt = k / C, c = k % C;
-        out[k] += wpe[(pos0 + bt % T) * C + c];
+        out[k] += wpe[(pos ? (size_t)pos[bt] : pos0 + bt % T) * C + c];
     }
 }
 
@@ -105,16 +105,23 @@ __global__ void k_posemb_bwd(float *dwpe, const float *dout, size_t B, size_t T,
 }
 
 extern "C" void mc_cuda_posemb_fwd(mc_cuda *cu, float *out, const float *wpe, size_t B, size_t T,
-                                   size_t C, size_t pos0)
+                                   size_t C, size_t pos0, const int32_t *pos)
 {
     if (!B || !T || !C) return;
-    k_posemb_fwd<<<mc_cu_blocks(B * T * C, TPB), TPB, 0, cu->stream>>>(out, wpe, B * T, T, C, pos0);
+    k_posemb_fwd<<<mc_cu_blocks(B * T * C, TPB), TPB, 0, cu->stream>>>(out, wpe, B * T, T, C, pos0,
+                                                                       pos);
     KCHECK();
 }
+/* Per-token positions: the embedding's backward with the positions as ids
+ * (each row of the table adds its tokens in (b, t) order, as the CPU). */
 extern "C" void mc_cuda_posemb_bwd(mc_cuda *cu, float *dwpe, const float *dout, size_t B, size_t T,
-                                   size_t C, size_t pos0)
+                                   size_t C, size_t pos0, const int32_t *pos)
 {
     if (!B || !T || !C) return;
+    if (pos) {
+        mc_cuda_embed_bwd(cu, dwpe, dout, pos, B * T, 0, INT64_MAX, C);
+        return;
+    }
     k_posemb_bwd<<<mc_cu_blocks(T * C, TPB), TPB, 0, cu->stream>>>(dwpe, dout, B, T, C, pos0);
     KCHECK();
 }
@@ -304,15 +311,16 @@ extern "C" void mc_cuda_rmsnorm_bwd(mc_cuda *cu, float *dx, float *dw, const flo
 
 /* ---------------------------------------------------- RoPE */
 
-/* tab[t,i] = (cos, sign sin) of (pos0 + t) base^(-2i/D), in double */
+/* tab[t,i] = (cos, sign sin) of p base^(-2i/D), in double, for the rows
+ * t < T of the table: p = pos0 + t, or pos[t] (per-token positions) */
 __global__ void k_rope_table(float *tab, size_t T, size_t half, size_t D, float base, size_t pos0,
-                             float sign)
+                             const int32_t *pos, float sign)
 {
     GRID_STRIDE(k, T * half)
     {
         size_t t = k / half, i = k % half;
         double inv = pow((double)base, -2.0 * (double)i / (double)D);
-        double a = (double)(pos0 + t) * inv;
+        double a = (double)(pos ? (size_t)pos[t] : pos0 + t) * inv;
         tab[2 * k] = (float)cos(a);
         tab[2 * k + 1] = sign * (float)sin(a);
     }
@@ -332,30 +340,32 @@ __global__ void k_rope_apply(float *x, const float *tab, size_t BT, size_t T, si
     }
 }
 
+/* The table has a row per position t < T shared by the B sequences, or with
+ * per-token positions a row per token (B T rows). */
 static void rope(mc_cuda *cu, float *x, size_t B, size_t T, size_t H, size_t D, float base,
-                 size_t pos0, float sign)
+                 size_t pos0, const int32_t *pos, float sign)
 {
     if (D % 2) mc_cu_die(__FILE__, __LINE__, "rope", "odd head dimension");
     if (!B || !T || !H || !D) return;
-    size_t half = D / 2;
-    float *tab = (float *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK, T * half * 2 * sizeof(float));
-    k_rope_table<<<mc_cu_blocks(T * half, TPB), TPB, 0, cu->stream>>>(tab, T, half, D, base, pos0,
-                                                                      sign);
+    size_t half = D / 2, rows = pos ? B * T : T;
+    float *tab = (float *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK, rows * half * 2 * sizeof(float));
+    k_rope_table<<<mc_cu_blocks(rows * half, TPB), TPB, 0, cu->stream>>>(tab, rows, half, D, base,
+                                                                         pos0, pos, sign);
     KCHECK();
-    k_rope_apply<<<mc_cu_blocks(B * T * H * half, TPB), TPB, 0, cu->stream>>>(x, tab, B * T, T, H,
-                                                                              half);
+    k_rope_apply<<<mc_cu_blocks(B * T * H * half, TPB), TPB, 0, cu->stream>>>(x, tab, B * T, rows,
+                                                                              H, half);
     KCHECK();
 }
 
 extern "C" void mc_cuda_rope_fwd(mc_cuda *cu, float *x, size_t B, size_t T, size_t H, size_t D,
-                                 float base, size_t pos0)
+                                 float base, size_t pos0, const int32_t *pos)
 {
-    rope(cu, x, B, T, H, D, base, pos0, 1.0f);
+    rope(cu, x, B, T, H, D, base, pos0, pos, 1.0f);
 }
 extern "C" void mc_cuda_rope_bwd(mc_cuda *cu, float *dx, size_t B, size_t T, size_t H, size_t D,
-                                 float base, size_t pos0)
+                                 float base, size_t pos0, const int32_t *pos)
 {
-    rope(cu, dx, B, T, H, D, base, pos0, -1.0f);
+    rope(cu, dx, B, T, H, D, base, pos0, pos, -1.0f);
 }
 
 /* ---------------------------------------------------- QKV split */
