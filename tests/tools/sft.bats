@@ -9,6 +9,7 @@
 
 bats_require_minimum_version 1.5.0
 load common
+load mpi_common
 
 MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
 SFT="$top_srcdir/tests/data/sft"
@@ -22,6 +23,20 @@ setup() {
 
 sft() {
     "$MC_PREPROCESS" --dataset-type sft "${tok[@]}" --quiet "$@"
+}
+
+# The dataset of chat.jsonl, once per file; prints its prefix.
+dataset() {
+    local p="$BATS_FILE_TMPDIR/chat"
+    [ -f "${p}_messages_document_loss_mask.idx" ] ||
+        sft --input "$SFT/chat.jsonl" --output-prefix "$p" >/dev/null
+    echo "${p}_messages_document"
+}
+
+# The mc-train arguments of the golden run (tests/golden/torch_sft.py).
+golden_args() {
+    "$MC_PYTHON" -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["mc_train_args"]))' \
+        "$SFT/golden_llama_fp32.json" | sed "s|^TOKENIZER\$|$SFT/tokenizer.json|"
 }
 
 @test "sft: tokens and loss mask equal jinja2 + tokenizers' rendering, conversation by conversation" {
@@ -115,4 +130,57 @@ sft() {
     run -2 sft --input "$SFT/chat.jsonl" --output-prefix x --tokenizer-model "$top_srcdir/tests/data/tokenizer/hf_bytelevel.json"
     assert_output --partial "no chat template"
     assert_no_dataset x
+}
+
+@test "mc-train --sft: 20 fp32 iterations equal PyTorch's masked loss (loss 1e-6, grad norm 5e-6, weights)" {
+    require_python_module h5py
+    local data
+    data=$(dataset)
+    local -a args
+    mapfile -t args < <(golden_args)
+    [ "${#args[@]}" -gt 20 ]
+    run -0 --separate-stderr "$MC_TRAIN" "${args[@]}" --threads 1 --sft --data-path "$data" \
+        --log-json log.jsonl --save ck
+    [[ "$stderr" == *"sft train: 64 conversations, 100 samples of 257 tokens over 4 epoch(s), packing efficiency 94.9%, 4920 loss tokens, 0 truncated"* ]]
+    [[ "$stderr" == *"iteration       20/      20"* ]]
+    run -0 "$MC_TRAIN" "${args[@]}" --threads 1 --train-iters 0 --mock-data --save init
+    run "$MC_PYTHON" "$top_srcdir/tests/golden/check_train_golden.py" "$SFT/golden_llama_fp32.json" \
+        log.jsonl ck/iter_0000020/model.h5 init/iter_0000000/model.h5
+    echo "$output"
+    assert_success
+    refute_output --partial FAIL
+    # without the mask (every token trained on) the run is another one
+    run -0 "$MC_TRAIN" "${args[@]}" --threads 1 --data-path "$data" \
+        --reset-position-ids --reset-attention-mask --eod-mask-loss --log-json plain.jsonl
+    [ "$(losses plain.jsonl | head -1)" != "$(losses log.jsonl | head -1)" ]
+}
+
+@test "mc-train --sft under TP=2 and under DP=2 with the distributed optimizer: the single process's losses (1e-6)" {
+    mpi_setup
+    local data
+    data=$(dataset)
+    local -a args
+    mapfile -t args < <(golden_args)
+    run -0 "$MC_TRAIN" "${args[@]}" --threads 1 --sft --data-path "$data" --log-json one.jsonl
+    run -0 mpi 2 "${args[@]}" --threads 1 --sft --data-path "$data" --tensor-model-parallel-size 2 \
+        --sequence-parallel --log-json tp.jsonl
+    3>&1 same_losses tp.jsonl one.jsonl
+    run -0 mpi 2 "${args[@]}" --threads 1 --sft --data-path "$data" \
+        --use-distributed-optimizer --log-json dp.jsonl
+    3>&1 same_losses dp.jsonl one.jsonl
+}
+
+@test "mc-train --sft: bad usage and a dataset without its mask" {
+    local data
+    data=$(dataset)
+    local -a args
+    mapfile -t args < <(golden_args)
+    run -2 "$MC_TRAIN" "${args[@]}" --sft --mock-data
+    assert_output --partial "--sft reads an SFT dataset, not --mock-data"
+    run -2 "$MC_TRAIN" "${args[@]}" --sft --data-path 1 "$data" 1 "$data"
+    assert_output --partial "--sft reads one dataset"
+    cp "$data.bin" lone.bin
+    cp "$data.idx" lone.idx
+    run -1 "$MC_TRAIN" "${args[@]}" --sft --data-path lone
+    assert_output --regexp "loss mask.*lone_loss_mask\.idx: cannot open"
 }
