@@ -146,8 +146,14 @@ mc_status mc_ckpt_write_model_config(mc_ckpt_writer *w, const mc_model_config *c
 
 /* ------------------------------------------------------------ tokenizer */
 
-static const char *const TOK_FILES[3][2] = {
-    {"model", "tokenizer_model"}, {"vocab", "tokenizer_vocab"}, {"merges", "tokenizer_merges"}};
+/* which file, and the dataset holding its bytes; "config" is the
+ * tokenizer_config.json found beside a Hugging Face tokenizer.json (its
+ * chat template and special tokens, for exports and chat) */
+#define N_TOK_FILES 4
+static const char *const TOK_FILES[N_TOK_FILES][2] = {{"model", "tokenizer_model"},
+                                                      {"vocab", "tokenizer_vocab"},
+                                                      {"merges", "tokenizer_merges"},
+                                                      {"config", "tokenizer_config"}};
 
 static mc_status put_file(mc_ckpt_writer *w, const char *path, const char *key, json_t *files,
                           const char *which, mc_error *err)
@@ -173,6 +179,17 @@ mc_status mc_ckpt_write_tokenizer(mc_ckpt_writer *w, const mc_tokenizer_spec *s,
     if (!st && s->vocab_file) st = put_file(w, s->vocab_file, TOK_FILES[1][1], files, "vocab", err);
     if (!st && s->merge_file)
         st = put_file(w, s->merge_file, TOK_FILES[2][1], files, "merges", err);
+    if (!st && s->kind == MC_TOKENIZER_HUGGINGFACE && s->model) {
+        const char *slash = strrchr(s->model, '/');
+        char *cfg = slash ? mc_strprintf("%.*s/tokenizer_config.json", (int)(slash - s->model),
+                                         s->model)
+                          : mc_strprintf("tokenizer_config.json");
+        if (!cfg)
+            st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+        else if (access(cfg, R_OK) == 0)
+            st = put_file(w, cfg, TOK_FILES[3][1], files, "config", err);
+        free(cfg);
+    }
     json_object_set_new(root, "files", files);
     if (s->kind == MC_TOKENIZER_TIKTOKEN) {
         json_t *sp = json_array();
@@ -207,7 +224,7 @@ int mc_ckpt_has_tokenizer(mc_ckpt_reader *r)
 mc_status mc_ckpt_read_tokenizer_file(mc_ckpt_reader *r, const char *which, void **data, size_t *n,
                                       mc_error *err)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_TOK_FILES; i++)
         if (!strcmp(which, TOK_FILES[i][0]))
             return mc_ckpt_read_bytes(r, TOK_FILES[i][1], data, n, err);
     return mc_error_set(err, MC_ERR_USAGE, "unknown tokenizer file \"%s\"", which);
@@ -223,7 +240,7 @@ mc_status mc_ckpt_copy_tokenizer(mc_ckpt_reader *r, mc_ckpt_writer *w, mc_error 
                         : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     free(text);
     json_t *files = json_object_get(t, "files");
-    for (int i = 0; i < 3 && !st; i++) {
+    for (int i = 0; i < N_TOK_FILES && !st; i++) {
         if (!json_object_get(files, TOK_FILES[i][0])) continue;
         void *data = NULL;
         size_t n = 0;
@@ -285,7 +302,7 @@ mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error
     mc_tokenizer_spec_init(&spec, kind);
     char paths[3][512] = {{0}};
     json_t *files = json_object_get(t, "files");
-    for (int i = 0; i < 3 && !st; i++) {
+    for (int i = 0; i < 3 && !st; i++) { /* the files a tokenizer loads (not "config") */
         if (!json_object_get(files, TOK_FILES[i][0])) continue;
         void *data = NULL;
         size_t n = 0;

@@ -136,6 +136,45 @@ static void tok_info_read(mc_ckpt_reader *r, tok_info *t)
     mc_tokenizer_free(tok);
 }
 
+/* The tokenizer_config.json stored beside the tokenizer (mc_ckpt_write_tokenizer
+ * keeps the one found beside a tokenizer.json), parsed, or NULL. */
+static json_t *stored_tokenizer_config(mc_ckpt_reader *r)
+{
+    json_t *t = NULL, *cfg = NULL;
+    mc_error e = {0};
+    if (mc_ckpt_read_json(r, "tokenizer", &t, &e)) return NULL;
+    if (json_object_get(json_object_get(t, "files"), "config")) {
+        void *data = NULL;
+        size_t n = 0;
+        json_error_t je;
+        if (!mc_ckpt_read_tokenizer_file(r, "config", &data, &n, &e))
+            cfg = json_loadb(data, n, 0, &je);
+        free(data);
+        if (cfg && !json_is_object(cfg)) {
+            json_decref(cfg);
+            cfg = NULL;
+        }
+    }
+    json_decref(t);
+    return cfg;
+}
+
+/* The id of the stored tokenizer_config.json's eos_token, or -1. */
+static int32_t own_eos_id(mc_ckpt_reader *r)
+{
+    json_t *own = stored_tokenizer_config(r);
+    const json_t *v = json_object_get(own, "eos_token");
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    int32_t id = -1;
+    mc_tokenizer *tok = NULL;
+    mc_error e = {0};
+    if (json_is_string(v) && !mc_ckpt_read_tokenizer(r, &tok, &e))
+        id = mc_tokenizer_token_to_id(tok, json_string_value(v));
+    mc_tokenizer_free(tok);
+    json_decref(own);
+    return id;
+}
+
 /* The tokenizer's files and tokenizer_config.json. */
 static mc_status write_tokenizer(mc_ckpt_reader *r, const tok_info *t, const mc_model_config *c,
                                  hf_arch arch, const char *dir, const mc_hf_export_options *o,
@@ -206,6 +245,18 @@ static mc_status write_tokenizer(mc_ckpt_reader *r, const tok_info *t, const mc_
         if (arch == HF_GPT2) json_object_set_new(cfg, "bos_token", json_string(eos));
         if (gpt2) json_object_set_new(cfg, "unk_token", json_string(eos));
     }
+    /* the model's own tokenizer_config.json, when training stored it: its
+     * chat template and its special tokens (a chat model stops at its
+     * end-of-turn token, not at the end of document) */
+    json_t *own = hf ? stored_tokenizer_config(r) : NULL;
+    static const char *const keep[] = {"chat_template", "bos_token", "eos_token",
+                                       "pad_token",     "unk_token", "add_bos_token",
+                                       "add_eos_token"};
+    for (size_t i = 0; own && i < sizeof keep / sizeof *keep; i++) {
+        json_t *v = json_object_get(own, keep[i]);
+        if (v && !json_is_null(v)) json_object_set(cfg, keep[i], v);
+    }
+    json_decref(own);
     json_decref(tj);
     return put_json(dir, "tokenizer_config.json", cfg, err);
 }
@@ -431,6 +482,13 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
             if (arch == HF_GPT2) json_object_set_new(g, "bos_token_id", json_integer(tok.eod));
             json_object_set_new(g, "eos_token_id", json_integer(tok.eod));
         }
+        /* a chat model's own end of turn (its stored tokenizer_config.json's
+         * eos_token) stops generation too, first */
+        int32_t turn = own_eos_id(r);
+        if (turn >= 0 && turn != tok.eod)
+            json_object_set_new(g, "eos_token_id",
+                                tok.eod >= 0 ? json_pack("[i,i]", (int)turn, (int)tok.eod)
+                                             : json_integer(turn));
         st = put_json(tmp, "generation_config.json", g, err);
     }
     if (!st) st = write_tokenizer(r, &tok, &c, arch, tmp, o, err);

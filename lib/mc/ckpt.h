@@ -272,13 +272,16 @@ mc_status mc_ckpt_write_model_config(mc_ckpt_writer *w, const mc_model_config *c
 
 /* Store the tokenizer of spec: its kind and options as the root attribute
  * "tokenizer" and the bytes of its files as datasets tokenizer_model,
- * tokenizer_vocab, tokenizer_merges. */
+ * tokenizer_vocab, tokenizer_merges; for a Hugging Face tokenizer.json, the
+ * tokenizer_config.json beside it too when there is one (tokenizer_config:
+ * the chat template and special tokens exports and chat need). */
 mc_status mc_ckpt_write_tokenizer(mc_ckpt_writer *w, const mc_tokenizer_spec *spec, mc_error *err);
 /* 1 when the checkpoint holds a tokenizer. */
 int mc_ckpt_has_tokenizer(mc_ckpt_reader *r);
 /* Load the stored tokenizer; MC_ERR_NOTFOUND (naming the file) when none. */
 mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error *err);
-/* The raw bytes of a stored tokenizer file, which = "model" (tokenizer.json
+/* The raw bytes of a stored tokenizer file, which = "config"
+ * (tokenizer_config.json, MC_ERR_NOTFOUND when none was stored), "model" (tokenizer.json
  * or tiktoken ranks), "vocab" or "merges"; *data malloc'd. The root
  * attribute "tokenizer" (mc_ckpt_read_json) says the type and file names. */
 mc_status mc_ckpt_read_tokenizer_file(mc_ckpt_reader *r, const char *which, void **data, size_t *n,

@@ -184,3 +184,36 @@ golden_args() {
     run -1 "$MC_TRAIN" "${args[@]}" --sft --data-path lone
     assert_output --regexp "loss mask.*lone_loss_mask\.idx: cannot open"
 }
+
+@test "the model's tokenizer_config.json travels: checkpoint, Hugging Face export (chat template, end-of-turn eos), import and export again" {
+    require_python_module jinja2
+    local data
+    data=$(dataset)
+    run -0 "$MC_TRAIN" --model tiny-llama --num-layers 1 --seq-length 256 "${tok[@]}" --sft \
+        --data-path "$data" --split 100,0,0 --micro-batch-size 2 --global-batch-size 2 \
+        --train-iters 1 --lr 1e-3 --eval-iters 0 --threads 1 --save ck
+    run -0 "$top_builddir/tools/mc-export/mc-export" --format hf -o hf ck
+    run -0 "$MC_PYTHON" - hf "$SFT/tokenizer_config.json" <<'PY'
+import json, sys
+out, own = (json.load(open(p)) for p in (sys.argv[1] + "/tokenizer_config.json", sys.argv[2]))
+gen = json.load(open(sys.argv[1] + "/generation_config.json"))
+tok = json.load(open(sys.argv[1] + "/tokenizer.json"))
+ids = {a["content"]: a["id"] for a in tok["added_tokens"]}
+assert out["chat_template"] == own["chat_template"], "chat template differs"
+assert out["eos_token"] == "<|im_end|>" and out["pad_token"] == "<|endoftext|>", out
+assert gen["eos_token_id"] == [ids["<|im_end|>"], ids["<|endoftext|>"]], gen
+print("ok")
+PY
+    assert_output "ok"
+    # imported back (mc-reshard) and exported again: the same files
+    run -0 "$top_builddir/tools/mc-reshard/mc-reshard" -o back hf
+    run -0 "$top_builddir/tools/mc-export/mc-export" --format hf -o hf2 back
+    cmp hf/tokenizer_config.json hf2/tokenizer_config.json
+    cmp hf/generation_config.json hf2/generation_config.json
+    # a tokenizer with no tokenizer_config.json beside it: none stored, mc's own written
+    run -0 "$MC_TRAIN" --model tiny-llama --num-layers 1 --seq-length 32 --mock-data \
+        --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$top_srcdir/tests/data/tokenizer/hf_bytelevel.json" \
+        --micro-batch-size 1 --global-batch-size 1 --train-iters 1 --lr 1e-3 --eval-iters 0 --save plain
+    run -0 "$top_builddir/tools/mc-export/mc-export" --format hf -o hfp plain
+    run ! grep -q chat_template hfp/tokenizer_config.json
+}
