@@ -230,6 +230,27 @@ mc_status mc_ckpt_read_tokenizer_file(mc_ckpt_reader *r, const char *which, void
     return mc_error_set(err, MC_ERR_USAGE, "unknown tokenizer file \"%s\"", which);
 }
 
+json_t *mc_ckpt_tokenizer_config(mc_ckpt_reader *r)
+{
+    json_t *t = NULL, *cfg = NULL;
+    mc_error e = {0};
+    if (mc_ckpt_read_json(r, "tokenizer", &t, &e)) return NULL;
+    if (json_object_get(json_object_get(t, "files"), "config")) {
+        void *data = NULL;
+        size_t n = 0;
+        json_error_t je;
+        if (!mc_ckpt_read_tokenizer_file(r, "config", &data, &n, &e))
+            cfg = json_loadb(data, n, 0, &je);
+        free(data);
+        if (cfg && !json_is_object(cfg)) {
+            json_decref(cfg);
+            cfg = NULL;
+        }
+    }
+    json_decref(t);
+    return cfg;
+}
+
 mc_status mc_ckpt_copy_tokenizer(mc_ckpt_reader *r, mc_ckpt_writer *w, mc_error *err)
 {
     json_t *t = NULL;

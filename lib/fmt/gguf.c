@@ -505,7 +505,7 @@ static void kv_arch(kvbuf *k, const char *arch, const char *name, uint32_t v)
     kv_u32(k, full, v);
 }
 
-static void put_tokenizer(kvbuf *k, const mc_gguf_vocab *v, int32_t eod)
+static void put_tokenizer(kvbuf *k, const mc_gguf_vocab *v, int32_t eod, int32_t eot)
 {
     kv_str(k, "tokenizer.ggml.model", "gpt2");
     kv_str(k, "tokenizer.ggml.pre", v->pre);
@@ -532,12 +532,36 @@ static void put_tokenizer(kvbuf *k, const mc_gguf_vocab *v, int32_t eod)
         /* mc's one special token, the end of document, ends generation */
         kv_u32(k, "tokenizer.ggml.bos_token_id", (uint32_t)eod);
         kv_u32(k, "tokenizer.ggml.eos_token_id", (uint32_t)eod);
-        kv_u32(k, "tokenizer.ggml.eot_token_id", (uint32_t)eod);
     }
+    /* the end of turn: a chat model's own (its tokenizer_config.json's
+     * eos_token), else the end of document */
+    if (eot >= 0 || eod >= 0)
+        kv_u32(k, "tokenizer.ggml.eot_token_id", (uint32_t)(eot >= 0 ? eot : eod));
     /* mc trains without a BOS token: llama.cpp must not add one (its
      * llama-bpe and tekken pre-tokenizers would by default) */
     kv_bool(k, "tokenizer.ggml.add_bos_token", 0);
     kv_bool(k, "tokenizer.ggml.add_eos_token", 0);
+}
+
+/* The model's own tokenizer_config.json, when the checkpoint keeps one:
+ * its end of turn (the eos_token there; -1 without), and its chat template
+ * as llama.cpp's tokenizer.chat_template. */
+static int32_t chat_eot(mc_ckpt_reader *r, const mc_tokenizer *tok)
+{
+    json_t *own = mc_ckpt_tokenizer_config(r);
+    const json_t *eos = json_object_get(own, "eos_token");
+    if (json_is_object(eos)) eos = json_object_get(eos, "content");
+    int32_t id = json_is_string(eos) ? mc_tokenizer_token_to_id(tok, json_string_value(eos)) : -1;
+    json_decref(own);
+    return id;
+}
+
+static void put_chat_template(kvbuf *k, mc_ckpt_reader *r)
+{
+    json_t *own = mc_ckpt_tokenizer_config(r);
+    const json_t *tpl = json_object_get(own, "chat_template");
+    if (json_is_string(tpl)) kv_str(k, "tokenizer.chat_template", json_string_value(tpl));
+    json_decref(own);
 }
 
 /* ------------------------------------------------------------ writing */
@@ -686,7 +710,8 @@ mc_status mc_export_gguf(const char *ckpt_path, const mc_gguf_options *o, const 
         kv_arch(&k, arch, "attention.key_length", (uint32_t)c.kv_channels);
         kv_arch(&k, arch, "attention.value_length", (uint32_t)c.kv_channels);
     }
-    put_tokenizer(&k, &v, mc_tokenizer_eod(tok));
+    put_tokenizer(&k, &v, mc_tokenizer_eod(tok), chat_eot(r, tok));
+    put_chat_template(&k, r);
 
     /* header, metadata, tensor infos */
     kvbuf hd = {.b = MC_BUF_INIT, .err = err};

@@ -136,33 +136,10 @@ static void tok_info_read(mc_ckpt_reader *r, tok_info *t)
     mc_tokenizer_free(tok);
 }
 
-/* The tokenizer_config.json stored beside the tokenizer (mc_ckpt_write_tokenizer
- * keeps the one found beside a tokenizer.json), parsed, or NULL. */
-static json_t *stored_tokenizer_config(mc_ckpt_reader *r)
-{
-    json_t *t = NULL, *cfg = NULL;
-    mc_error e = {0};
-    if (mc_ckpt_read_json(r, "tokenizer", &t, &e)) return NULL;
-    if (json_object_get(json_object_get(t, "files"), "config")) {
-        void *data = NULL;
-        size_t n = 0;
-        json_error_t je;
-        if (!mc_ckpt_read_tokenizer_file(r, "config", &data, &n, &e))
-            cfg = json_loadb(data, n, 0, &je);
-        free(data);
-        if (cfg && !json_is_object(cfg)) {
-            json_decref(cfg);
-            cfg = NULL;
-        }
-    }
-    json_decref(t);
-    return cfg;
-}
-
 /* The id of the stored tokenizer_config.json's eos_token, or -1. */
 static int32_t own_eos_id(mc_ckpt_reader *r)
 {
-    json_t *own = stored_tokenizer_config(r);
+    json_t *own = mc_ckpt_tokenizer_config(r);
     const json_t *v = json_object_get(own, "eos_token");
     if (json_is_object(v)) v = json_object_get(v, "content");
     int32_t id = -1;
@@ -248,7 +225,7 @@ static mc_status write_tokenizer(mc_ckpt_reader *r, const tok_info *t, const mc_
     /* the model's own tokenizer_config.json, when training stored it: its
      * chat template and its special tokens (a chat model stops at its
      * end-of-turn token, not at the end of document) */
-    json_t *own = hf ? stored_tokenizer_config(r) : NULL;
+    json_t *own = hf ? mc_ckpt_tokenizer_config(r) : NULL;
     static const char *const keep[] = {"chat_template", "bos_token", "eos_token",
                                        "pad_token",     "unk_token", "add_bos_token",
                                        "add_eos_token"};

@@ -286,6 +286,9 @@ mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error
  * attribute "tokenizer" (mc_ckpt_read_json) says the type and file names. */
 mc_status mc_ckpt_read_tokenizer_file(mc_ckpt_reader *r, const char *which, void **data, size_t *n,
                                       mc_error *err);
+/* The stored tokenizer_config.json parsed (an object), or NULL when none was
+ * stored or it is not a JSON object. */
+json_t *mc_ckpt_tokenizer_config(mc_ckpt_reader *r);
 /* Copy the tokenizer (attribute and files) from r to w; none is no error. */
 mc_status mc_ckpt_copy_tokenizer(mc_ckpt_reader *r, mc_ckpt_writer *w, mc_error *err);
 

@@ -205,6 +205,18 @@ assert gen["eos_token_id"] == [ids["<|im_end|>"], ids["<|endoftext|>"]], gen
 print("ok")
 PY
     assert_output "ok"
+    # GGUF: llama.cpp's chat template key and the end of turn
+    run -0 "$top_builddir/tools/mc-export/mc-export" --format gguf --dtype f32 -o m.gguf ck
+    require_python_module gguf
+    run -0 "$MC_PYTHON" - m.gguf "$SFT/tokenizer_config.json" <<'PY'
+import json, sys, gguf
+r, own = gguf.GGUFReader(sys.argv[1]), json.load(open(sys.argv[2]))
+val = lambda k: r.fields[k].parts[r.fields[k].data[0]]
+assert bytes(val("tokenizer.chat_template")).decode() == own["chat_template"]
+assert int(val("tokenizer.ggml.eot_token_id")[0]) != int(val("tokenizer.ggml.eos_token_id")[0])
+print("ok")
+PY
+    assert_output "ok"
     # imported back (mc-reshard) and exported again: the same files
     run -0 "$top_builddir/tools/mc-reshard/mc-reshard" -o back hf
     run -0 "$top_builddir/tools/mc-export/mc-export" --format hf -o hf2 back
