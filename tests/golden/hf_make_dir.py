@@ -15,6 +15,7 @@ usage: hf_make_dir.py gpt2|llama OUT [options]
   --rope-parameters      Llama: transformers 5's rope_parameters instead of
                          rope_theta
   --set KEY=JSON         set a config.json field (repeatable)
+  --vocab-size N         Llama: N ids (default 96), e.g. a real tokenizer's
   --drop NAME            leave a tensor out
   --extra NAME           add a tensor mc does not know
 """
@@ -81,7 +82,7 @@ def gpt2(a, rng):
 
 
 def llama(a, rng):
-    V, C, F, L, H, G, D = 96, 32, 64, 2, 4, 2, 8
+    V, C, F, L, H, G, D = a.vocab_size or 96, 32, 64, 2, 4, 2, 8
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V,
            "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
            "num_attention_heads": H, "num_key_value_heads": G, "head_dim": D,
@@ -129,6 +130,7 @@ def main():
     p.add_argument("--bias", action="store_true")
     p.add_argument("--rope-parameters", action="store_true")
     p.add_argument("--set", action="append", default=[])
+    p.add_argument("--vocab-size", type=int, default=0)
     p.add_argument("--drop", action="append", default=[])
     p.add_argument("--extra", action="append", default=[])
     a = p.parse_args()
