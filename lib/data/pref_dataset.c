@@ -163,8 +163,9 @@ mc_status mc_pref_dataset_read(const mc_pref_dataset *ds, int64_t pair, int side
                                uint8_t *mask, mc_error *err)
 {
     if (pair < 0 || pair >= mc_pref_dataset_num_pairs(ds) || side < 0 || side > 1)
-        return mc_error_set(err, MC_ERR_USAGE, "preference pair %" PRId64 " out of range [0, %" PRId64 ")",
-                            pair, mc_pref_dataset_num_pairs(ds));
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "preference pair %" PRId64 " out of range [0, %" PRId64 ")", pair,
+                            mc_pref_dataset_num_pairs(ds));
     const mc_idx *t = &ds->tok[side], *m = &ds->mask[side];
     mc_ids ids = MC_IDS_INIT;
     mc_status st = mc_idx_read(t, (uint64_t)pair, &ids, err);

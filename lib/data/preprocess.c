@@ -112,14 +112,12 @@ static void process_record(worker_ctx *w, batch *b, slot *s)
     if (p->c->sft) {
         char where[4200];
         snprintf(where, sizeof where, "%s:%llu", s->file, (unsigned long long)s->line);
-        mc_status rc =
-            p->c->preference
-                ? mc_pref_encode(p->c->sft, w->enc, p->eod, where, data, s->len, &s->ids[0],
-                                 &s->ids[1], &s->ids[2], &s->ids[3], &e)
-                : mc_sft_encode(p->c->sft, w->enc, p->eod, where, data, s->len, &s->ids[0],
-                                &s->ids[1], &e);
-        if (rc != MC_OK)
-            slot_fail(s, e.code == MC_ERR_NOMEM ? SLOT_FATAL : SLOT_INVALID, &e);
+        mc_status rc = p->c->preference
+                           ? mc_pref_encode(p->c->sft, w->enc, p->eod, where, data, s->len,
+                                            &s->ids[0], &s->ids[1], &s->ids[2], &s->ids[3], &e)
+                           : mc_sft_encode(p->c->sft, w->enc, p->eod, where, data, s->len,
+                                           &s->ids[0], &s->ids[1], &e);
+        if (rc != MC_OK) slot_fail(s, e.code == MC_ERR_NOMEM ? SLOT_FATAL : SLOT_INVALID, &e);
         return;
     }
     const char *texts[16];
@@ -380,7 +378,8 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
         char prefix[4096];
         /* beside the tokens: PREFIX_messages_document_loss_mask */
         int mask = c->sft && k % 2 == 1;
-        rc = mc_dataset_prefix(prefix, sizeof prefix - 16, c->output_prefix, p.keys[k & ~(size_t)1], err);
+        rc = mc_dataset_prefix(prefix, sizeof prefix - 16, c->output_prefix, p.keys[k & ~(size_t)1],
+                               err);
         if (mask)
             strcat(prefix, "_loss_mask");
         else if (rc == MC_OK)

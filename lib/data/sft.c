@@ -200,14 +200,13 @@ static mc_status answer_of(const json_t *rec, const char *key, const char *where
         return *out ? MC_OK : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     }
     if (!json_is_array(v))
-        return mc_error_set(err, MC_ERR_FORMAT,
-                            "%s: \"%s\" must be a string or a list of messages", where, key);
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: \"%s\" must be a string or a list of messages",
+                            where, key);
     int assistant;
     mc_status st = check_messages(v, where, key, &assistant, err);
     if (st) return st;
     if (!assistant)
-        return mc_error_set(err, MC_ERR_FORMAT, "%s: \"%s\" has no assistant message", where,
-                            key);
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: \"%s\" has no assistant message", where, key);
     *out = json_incref(v);
     return MC_OK;
 }

@@ -196,9 +196,8 @@ int mc_model_doc_resets_on(const mc_model *m);
  * logits are still never kept. Host arrays; fn runs once per forward of the
  * last stage, in the schedule's order, with the same values on every rank
  * of the tensor-parallel group. fn NULL: the mean cross-entropy. */
-typedef mc_status (*mc_logp_loss_fn)(void *ctx, const float *logp, const int32_t *targets,
-                                     size_t n, float *dlogp, double *loss, int64_t *count,
-                                     mc_error *err);
+typedef mc_status (*mc_logp_loss_fn)(void *ctx, const float *logp, const int32_t *targets, size_t n,
+                                     float *dlogp, double *loss, int64_t *count, mc_error *err);
 void mc_model_set_logp_loss(mc_model *m, mc_logp_loss_fn fn, void *ctx);
 
 /* Gradient readiness, for the data-parallel reduction overlapped with the

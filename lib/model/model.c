@@ -458,9 +458,9 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
  * gives every row's cross-entropy, -logp; the objective turns the host copy
  * into its loss and d loss / d logp; the backward runs the head again with
  * row weights -grad_scale * dlogp (m->loss holds them on the backend). */
-static mc_status logp_loss_head(mc_model *m, mc_slot *sl, const float *lnf,
-                                const int32_t *targets, int backward, float grad_scale,
-                                double *loss, int64_t *ntok, mc_error *err)
+static mc_status logp_loss_head(mc_model *m, mc_slot *sl, const float *lnf, const int32_t *targets,
+                                int backward, float grad_scale, double *loss, int64_t *ntok,
+                                mc_error *err)
 {
     mc_backend *be = m->be;
     size_t N = m->N;
@@ -478,7 +478,8 @@ static mc_status logp_loss_head(mc_model *m, mc_slot *sl, const float *lnf,
     int64_t count = 0;
     TRY(m->logp_loss(m->logp_loss_ctx, m->hlogp, targets, N, m->hdlogp, loss, &count, err));
     *ntok = count;
-    for (size_t i = 0; i < N; i++) m->hdlogp[i] = targets[i] < 0 ? 0.0f : -grad_scale * m->hdlogp[i];
+    for (size_t i = 0; i < N; i++)
+        m->hdlogp[i] = targets[i] < 0 ? 0.0f : -grad_scale * m->hdlogp[i];
     sl->bwd = backward && count > 0;
     if (!sl->bwd) return MC_OK;
     mc_bcopy_from_host(be, m->loss, m->hdlogp, N * sizeof(float));
@@ -627,8 +628,8 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
     norm_fwd(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, res_out, m->lnf_w, m->lnf_b);
     const float *lnf;
     TRY(tp_gather(m, sl->lnf, &lnf, err));
-    if (m->logp_loss) return logp_loss_head(m, sl, lnf, targets, backward, grad_scale, loss, ntok,
-                                            err);
+    if (m->logp_loss)
+        return logp_loss_head(m, sl, lnf, targets, backward, grad_scale, loss, ntok, err);
     /* Mean over counted targets; a micro-batch with none has loss 0 and
      * contributes no gradient. */
     float scale = count ? grad_scale / (float)count : 0.0f;

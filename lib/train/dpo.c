@@ -30,10 +30,7 @@ void mc_dpo_sequence_logps(const float *logp, const int32_t *targets, size_t B, 
 
 /* log sigmoid(x), without overflow either way */
 static double log_sigmoid(double x) { return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }
-static double sigmoid(double x)
-{
-    return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
-}
+static double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
 
 static int64_t counted(const int32_t *targets, size_t T)
 {

@@ -178,8 +178,8 @@ static mc_status dpo_logp_loss(void *ctx, const float *logp, const int32_t *targ
         return MC_OK;
     }
     *count = (int64_t)B;
-    return mc_dpo_objective(&r->c->dpo, logp, targets, B, T, r->dpo_cur, dlogp, loss,
-                            &r->dpo_sums, err);
+    return mc_dpo_objective(&r->c->dpo, logp, targets, B, T, r->dpo_cur, dlogp, loss, &r->dpo_sums,
+                            err);
 }
 
 /* Fill one micro-batch: sample indices start at `first`, consecutive.
@@ -659,7 +659,8 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
 /* What the log line averages over its interval. */
 typedef struct window {
     double loss_sum;
-    double rewards[4]; /* --dpo: sums of each iteration's rewards/chosen, rejected, accuracies, margins */
+    double rewards[4]; /* --dpo: sums of each iteration's rewards/chosen, rejected, accuracies,
+                          margins */
     int64_t advanced, skipped, nan;
     double t0;
 } window;
@@ -672,8 +673,8 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
     double per_iter = n_it ? (now_s() - w->t0) / (double)n_it : 0;
     double lr = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
     double avg = w->loss_sum / (double)(w->advanced > 0 ? w->advanced : 1);
-    double tok_s =
-        per_iter > 0 ? (double)(r->global_batch * r->T * (r->pref ? 2 : 1)) / per_iter : 0;
+    double tok_s = per_iter > 0 ? (double)(r->global_batch * r->T * (r->pref ? 2 : 1)) / per_iter
+                                : 0;
     double tflops = tok_s * r->flops_per_token / 1e12 / (double)r->g->world;
     char ts[64], norm[64] = "", line[1024];
     stamp(ts, sizeof ts);
@@ -871,13 +872,14 @@ static mc_status train_loop(run *r, mc_error *err)
             const mc_dpo_sums *d = &r->dpo_sums;
             double n = d->pairs > 0 ? d->pairs : 1;
             st = mc_metrics_scalar(r->metrics, MC_TAG_DPO_LOSS, it, loss, err);
-            if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_CHOSEN, it, d->chosen / n, err);
+            if (!st)
+                st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_CHOSEN, it, d->chosen / n, err);
             if (!st)
                 st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_REJECTED, it, d->rejected / n,
                                        err);
             if (!st)
-                st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_ACCURACIES, it,
-                                       d->accuracies / n, err);
+                st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_ACCURACIES, it, d->accuracies / n,
+                                       err);
             if (!st)
                 st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_MARGINS, it, d->margins / n, err);
         } else {

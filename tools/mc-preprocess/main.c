@@ -175,8 +175,7 @@ typedef struct args {
     int exit_now; /* --help or --version was printed */
 } args;
 
-static const mc_choice dataset_types[] = {
-    {"text", 0}, {"sft", 1}, {"preference", 2}, {NULL, 0}};
+static const mc_choice dataset_types[] = {{"text", 0}, {"sft", 1}, {"preference", 2}, {NULL, 0}};
 
 static const mc_choice input_formats[] = {
     {"jsonl", MC_INPUT_JSONL},
@@ -455,8 +454,8 @@ static mc_status run_preprocess(args *a, mc_error *err)
             st = mc_dataset_prefix(prefix, sizeof prefix, a->output_prefix,
                                    a->sft == 2 ? "chosen"
                                    : a->sft    ? "messages"
-                                   : keys ? keys[k]
-                                          : "text",
+                                   : keys      ? keys[k]
+                                               : "text",
                                    err);
             if (st == MC_OK) printf("%s\n", prefix);
         }

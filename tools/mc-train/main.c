@@ -401,7 +401,7 @@ typedef struct args {
     const char *split;
     const char *data_cache_path;
     int mock;
-    int sft; /* --sft */
+    int sft;     /* --sft */
     int dpo_set; /* an option of --dpo's given */
     int reset_position_ids, reset_attention_mask, eod_mask_loss;
     const char *device;
@@ -709,8 +709,10 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             a->dpo_set = 1;
             break;
         case OPT_DPO_LOSS_TYPE: {
-            static const mc_choice types[] = {
-                {"sigmoid", MC_DPO_SIGMOID}, {"ipo", MC_DPO_IPO}, {"hinge", MC_DPO_HINGE}, {NULL, 0}};
+            static const mc_choice types[] = {{"sigmoid", MC_DPO_SIGMOID},
+                                              {"ipo", MC_DPO_IPO},
+                                              {"hinge", MC_DPO_HINGE},
+                                              {NULL, 0}};
             int v = 0;
             st = mc_parse_choice("--dpo-loss-type", NULL, arg, types, &v, err);
             t->dpo.loss_type = (mc_dpo_loss)v;
@@ -718,8 +720,8 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             break;
         }
         case OPT_DPO_LABEL_SMOOTHING:
-            st = mc_parse_double("--dpo-label-smoothing", arg, 0, 0.4999999, &t->dpo.label_smoothing,
-                                 err);
+            st = mc_parse_double("--dpo-label-smoothing", arg, 0, 0.4999999,
+                                 &t->dpo.label_smoothing, err);
             a->dpo_set = 1;
             break;
         case OPT_REF_LOAD:
