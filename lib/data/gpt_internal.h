@@ -68,6 +68,11 @@ double mc_np_sum(const double *a, size_t n);
 #include "mc/gptdata.h"
 #include "mc/indexed.h"
 
+/* ---- sft_dataset.c: a loss mask checked against its tokens (same number of
+ * sequences and lengths, dtype uint8, bytes 0 or 1); *loss_count (malloc'd,
+ * set even on failure) gets each sequence's ones ---- */
+mc_status mc_sft_check_mask(const mc_idx *t, const mc_idx *m, int64_t **loss_count, mc_error *err);
+
 /* The documents of one dataset (Megatron's "low-level dataset"): an indexed
  * dataset, or mc's mock documents. */
 typedef struct mc_gpt_docs {

@@ -112,9 +112,12 @@ static void process_record(worker_ctx *w, batch *b, slot *s)
     if (p->c->sft) {
         char where[4200];
         snprintf(where, sizeof where, "%s:%llu", s->file, (unsigned long long)s->line);
-        if (mc_sft_encode(p->c->sft, w->enc, p->eod, where, data, s->len, &s->ids[0], &s->ids[1],
-                          &e) != MC_OK)
-            slot_fail(s, e.code == MC_ERR_NOMEM ? SLOT_FATAL : SLOT_INVALID, &e);
+        mc_status rc = p->c->preference
+                           ? mc_pref_encode(p->c->sft, w->enc, p->eod, where, data, s->len,
+                                            &s->ids[0], &s->ids[1], &s->ids[2], &s->ids[3], &e)
+                           : mc_sft_encode(p->c->sft, w->enc, p->eod, where, data, s->len,
+                                           &s->ids[0], &s->ids[1], &e);
+        if (rc != MC_OK) slot_fail(s, e.code == MC_ERR_NOMEM ? SLOT_FATAL : SLOT_INVALID, &e);
         return;
     }
     const char *texts[16];
@@ -300,7 +303,7 @@ static mc_status write_batch(pipeline *p, batch *b, mc_idx_writer **writers,
         for (size_t k = 0; k < p->n_keys; k++) {
             mc_status rc = mc_idx_writer_add(writers[k], s->ids[k].v, s->ids[k].n, err);
             if (rc != MC_OK) return rc;
-            if (!(p->c->sft && k == 1)) st->tokens += s->ids[k].n; /* not the mask */
+            if (!(p->c->sft && k % 2 == 1)) st->tokens += s->ids[k].n; /* not a mask */
         }
         st->documents++;
         st->text_bytes += s->len;
@@ -331,6 +334,8 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
 {
     static const char *const default_keys[] = {"text"};
     static const char *const sft_keys[] = {"messages", "messages loss mask"};
+    static const char *const pref_keys[] = {"chosen", "chosen loss mask", "rejected",
+                                            "rejected loss mask"};
     mc_preprocess_stats st;
     memset(&st, 0, sizeof st);
     double t0 = now_seconds();
@@ -341,8 +346,8 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
     if (c->sft) {
         if (c->source.format != MC_INPUT_JSONL)
             return mc_error_set(err, MC_ERR_USAGE, "--dataset-type sft reads JSONL");
-        p.keys = sft_keys;
-        p.n_keys = 2;
+        p.keys = c->preference ? pref_keys : sft_keys;
+        p.n_keys = c->preference ? 4 : 2;
     } else if (c->source.format == MC_INPUT_TEXT || c->n_json_keys == 0) {
         p.keys = default_keys;
         p.n_keys = 1;
@@ -355,7 +360,9 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
     p.eod = mc_tokenizer_eod(c->tokenizer);
     if ((c->append_eod || c->sft) && p.eod < 0)
         return mc_error_set(err, MC_ERR_USAGE, "%s: the tokenizer has no end-of-document token",
-                            c->sft ? "--dataset-type sft" : "--append-eod");
+                            c->preference ? "--dataset-type preference"
+                            : c->sft      ? "--dataset-type sft"
+                                          : "--append-eod");
 
     mc_dtype dtype = mc_idx_dtype_for_vocab(mc_tokenizer_vocab_size(c->tokenizer));
     mc_idx_writer *writers[16] = {0};
@@ -369,8 +376,10 @@ mc_status mc_preprocess_run(const mc_preprocess_config *c, mc_preprocess_stats *
     if (rc != MC_OK) return rc;
     for (size_t k = 0; k < p.n_keys && rc == MC_OK; k++) {
         char prefix[4096];
-        int mask = c->sft && k == 1; /* beside the tokens: PREFIX_messages_document_loss_mask */
-        rc = mc_dataset_prefix(prefix, sizeof prefix - 16, c->output_prefix, p.keys[0], err);
+        /* beside the tokens: PREFIX_messages_document_loss_mask */
+        int mask = c->sft && k % 2 == 1;
+        rc = mc_dataset_prefix(prefix, sizeof prefix - 16, c->output_prefix, p.keys[k & ~(size_t)1],
+                               err);
         if (mask)
             strcat(prefix, "_loss_mask");
         else if (rc == MC_OK)

@@ -20,47 +20,50 @@
 
 static const char *const roles[] = {"system", "user", "assistant", "tool", "developer", NULL};
 
-/* The record's messages as the template will see them: "messages" checked
- * (an array of objects with a known role and a string, list or null
- * content), a top-level "system" put first when the messages have none. */
-static mc_status messages_of(const json_t *rec, const char *where, json_t **out, mc_error *err)
+/* Check a list of messages: an array of objects with a known role and a
+ * string, list or null content; `what` names it in errors ("messages",
+ * "chosen", ...). *assistant gets whether one message is the assistant's. */
+static mc_status check_messages(const json_t *msgs, const char *where, const char *what,
+                                int *assistant, mc_error *err)
 {
-    *out = NULL;
-    if (!json_is_object(rec))
-        return mc_error_set(err, MC_ERR_FORMAT, "%s: a conversation must be a JSON object", where);
-    json_t *msgs = json_object_get(rec, "messages");
-    if (!msgs) return mc_error_set(err, MC_ERR_FORMAT, "%s: no \"messages\"", where);
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return mc_error_set(err, MC_ERR_FORMAT, "%s: \"messages\" must be a non-empty array",
-                            where);
-    int assistant = 0;
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: \"%s\" must be a non-empty array", where,
+                            what);
+    *assistant = 0;
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         json_t *m = json_array_get(msgs, i);
         if (!json_is_object(m))
-            return mc_error_set(err, MC_ERR_FORMAT, "%s: messages[%zu] is not an object", where, i);
+            return mc_error_set(err, MC_ERR_FORMAT, "%s: %s[%zu] is not an object", where, what, i);
         json_t *role = json_object_get(m, "role");
         if (!json_is_string(role))
-            return mc_error_set(err, MC_ERR_FORMAT, "%s: messages[%zu] has no \"role\" string",
-                                where, i);
+            return mc_error_set(err, MC_ERR_FORMAT, "%s: %s[%zu] has no \"role\" string", where,
+                                what, i);
         int k = 0;
         while (roles[k] && strcmp(roles[k], json_string_value(role))) k++;
         if (!roles[k])
             return mc_error_set(err, MC_ERR_FORMAT,
-                                "%s: messages[%zu]: unknown role '%s' (system, user, assistant, "
+                                "%s: %s[%zu]: unknown role '%s' (system, user, assistant, "
                                 "tool or developer)",
-                                where, i, json_string_value(role));
+                                where, what, i, json_string_value(role));
         json_t *content = json_object_get(m, "content");
         if (content && !json_is_string(content) && !json_is_array(content) &&
             !json_is_null(content))
             return mc_error_set(err, MC_ERR_FORMAT,
-                                "%s: messages[%zu]: \"content\" must be a string, a list of "
+                                "%s: %s[%zu]: \"content\" must be a string, a list of "
                                 "parts or null",
-                                where, i);
-        assistant |= !strcmp(roles[k], "assistant");
+                                where, what, i);
+        *assistant |= !strcmp(roles[k], "assistant");
     }
-    if (!assistant)
-        return mc_error_set(err, MC_ERR_FORMAT, "%s: no assistant message: nothing to train on",
-                            where);
+    return MC_OK;
+}
+
+/* The conversation as the template will see it: msgs (checked), then
+ * `more` (may be NULL), a top-level "system" of rec put first when the
+ * messages have none. */
+static mc_status conversation_of(const json_t *rec, const json_t *msgs, const json_t *more,
+                                 const char *where, json_t **out, mc_error *err)
+{
+    *out = NULL;
     json_t *sys = json_object_get(rec, "system");
     const char *first = json_string_value(json_object_get(json_array_get(msgs, 0), "role"));
     if (sys && !json_is_string(sys))
@@ -69,9 +72,27 @@ static mc_status messages_of(const json_t *rec, const char *where, json_t **out,
     if (!all) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     if (sys && strcmp(first, "system"))
         json_array_append_new(all, json_pack("{s:s,s:O}", "role", "system", "content", sys));
-    json_array_extend(all, msgs);
+    json_array_extend(all, (json_t *)msgs);
+    if (more) json_array_extend(all, (json_t *)more);
     *out = all;
     return MC_OK;
+}
+
+/* The record's messages as the template will see them (mc_sft_encode). */
+static mc_status messages_of(const json_t *rec, const char *where, json_t **out, mc_error *err)
+{
+    *out = NULL;
+    if (!json_is_object(rec))
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: a conversation must be a JSON object", where);
+    json_t *msgs = json_object_get(rec, "messages");
+    if (!msgs) return mc_error_set(err, MC_ERR_FORMAT, "%s: no \"messages\"", where);
+    int assistant;
+    mc_status st = check_messages(msgs, where, "messages", &assistant, err);
+    if (st) return st;
+    if (!assistant)
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: no assistant message: nothing to train on",
+                            where);
+    return conversation_of(rec, msgs, NULL, where, out, err);
 }
 
 /* Render messages[0..n) of all. */
@@ -92,18 +113,16 @@ static mc_status render(const mc_sft_render_opts *o, const json_t *rec, json_t *
     return st;
 }
 
-mc_status mc_sft_encode(const mc_sft_render_opts *o, mc_encoder *enc, int32_t eod,
-                        const char *where, const char *line, size_t len, mc_ids *tokens,
-                        mc_ids *mask, mc_error *err)
+/* The conversation `all` of record rec into tokens and mask (replaced), EOD
+ * last: the assistant messages at index >= first_trained get mask 1 (every
+ * token but the EOD with train_on_prompt). */
+static mc_status encode_conversation(const mc_sft_render_opts *o, mc_encoder *enc, int32_t eod,
+                                     const char *where, const json_t *rec, json_t *all,
+                                     size_t first_trained, mc_ids *tokens, mc_ids *mask,
+                                     mc_error *err)
 {
     tokens->n = mask->n = 0;
-    json_t *rec = NULL, *all = NULL;
-    mc_status st = mc_json_load_buf(where, line, len, &rec, err);
-    if (st) return st;
-    if ((st = messages_of(rec, where, &all, err))) {
-        json_decref(rec);
-        return st;
-    }
+    mc_status st = MC_OK;
     size_t n = json_array_size(all);
     char *text = NULL, *pre = NULL, *upto = NULL;
     size_t tlen = 0, plen, ulen;
@@ -111,7 +130,7 @@ mc_status mc_sft_encode(const mc_sft_render_opts *o, mc_encoder *enc, int32_t eo
     size_t *spans = calloc(2 * n + 2, sizeof *spans), ns = 0;
     if (!spans) st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     if (!st) st = render(o, rec, all, n, 0, &text, &tlen, err);
-    for (size_t i = 0; !st && !o->train_on_prompt && i < n; i++) {
+    for (size_t i = first_trained; !st && !o->train_on_prompt && i < n; i++) {
         const char *role = json_string_value(json_object_get(json_array_get(all, i), "role"));
         if (strcmp(role, "assistant")) continue;
         /* the conversation up to this turn with the generation prompt,
@@ -151,7 +170,95 @@ mc_status mc_sft_encode(const mc_sft_render_opts *o, mc_encoder *enc, int32_t eo
         mc_error_prefix(err, "%s", where);
     free(spans);
     free(text);
+    return st;
+}
+
+mc_status mc_sft_encode(const mc_sft_render_opts *o, mc_encoder *enc, int32_t eod,
+                        const char *where, const char *line, size_t len, mc_ids *tokens,
+                        mc_ids *mask, mc_error *err)
+{
+    tokens->n = mask->n = 0;
+    json_t *rec = NULL, *all = NULL;
+    mc_status st = mc_json_load_buf(where, line, len, &rec, err);
+    if (!st) st = messages_of(rec, where, &all, err);
+    if (!st) st = encode_conversation(o, enc, eod, where, rec, all, 0, tokens, mask, err);
     json_decref(all);
+    json_decref(rec);
+    return st;
+}
+
+/* A preference record's answer: a string (one assistant message) or a list
+ * of messages with an assistant message among them; *out is new. */
+static mc_status answer_of(const json_t *rec, const char *key, const char *where, json_t **out,
+                           mc_error *err)
+{
+    *out = NULL;
+    json_t *v = json_object_get(rec, key);
+    if (!v) return mc_error_set(err, MC_ERR_FORMAT, "%s: no \"%s\"", where, key);
+    if (json_is_string(v)) {
+        *out = json_pack("[{s:s,s:O}]", "role", "assistant", "content", v);
+        return *out ? MC_OK : mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
+    if (!json_is_array(v))
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: \"%s\" must be a string or a list of messages",
+                            where, key);
+    int assistant;
+    mc_status st = check_messages(v, where, key, &assistant, err);
+    if (st) return st;
+    if (!assistant)
+        return mc_error_set(err, MC_ERR_FORMAT, "%s: \"%s\" has no assistant message", where, key);
+    *out = json_incref(v);
+    return MC_OK;
+}
+
+mc_status mc_pref_encode(const mc_sft_render_opts *o, mc_encoder *enc, int32_t eod,
+                         const char *where, const char *line, size_t len, mc_ids *chosen,
+                         mc_ids *chosen_mask, mc_ids *rejected, mc_ids *rejected_mask,
+                         mc_error *err)
+{
+    chosen->n = chosen_mask->n = rejected->n = rejected_mask->n = 0;
+    json_t *rec = NULL, *prompt = NULL, *ans[2] = {NULL, NULL}, *all = NULL;
+    mc_status st = mc_json_load_buf(where, line, len, &rec, err);
+    if (st) return st;
+    if (!json_is_object(rec)) {
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: a preference record must be a JSON object",
+                          where);
+        goto out;
+    }
+    /* the prompt: "prompt" (a string: one user message; or messages, TRL's
+     * conversational format) or "messages" */
+    json_t *p = json_object_get(rec, "prompt");
+    const char *pkey = "prompt";
+    if (!p) {
+        p = json_object_get(rec, "messages");
+        pkey = "messages";
+    }
+    if (!p) {
+        st = mc_error_set(err, MC_ERR_FORMAT, "%s: no \"prompt\" or \"messages\"", where);
+        goto out;
+    }
+    int assistant;
+    if (json_is_string(p)) {
+        if (!(prompt = json_pack("[{s:s,s:O}]", "role", "user", "content", p)))
+            st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    } else if (!(st = check_messages(p, where, pkey, &assistant, err))) {
+        prompt = json_incref(p);
+    }
+    if (!st) st = answer_of(rec, "chosen", where, &ans[0], err);
+    if (!st) st = answer_of(rec, "rejected", where, &ans[1], err);
+    mc_ids *tok[2] = {chosen, rejected}, *mask[2] = {chosen_mask, rejected_mask};
+    for (int k = 0; k < 2 && !st; k++) {
+        if (!(st = conversation_of(rec, prompt, ans[k], where, &all, err))) {
+            size_t first = json_array_size(all) - json_array_size(ans[k]);
+            st = encode_conversation(o, enc, eod, where, rec, all, first, tok[k], mask[k], err);
+        }
+        json_decref(all);
+        all = NULL;
+    }
+out:
+    json_decref(prompt);
+    json_decref(ans[0]);
+    json_decref(ans[1]);
     json_decref(rec);
     return st;
 }

@@ -47,10 +47,10 @@ void mc_sft_dataset_close(mc_sft_dataset *ds)
 }
 
 /* The mask must match the tokens sequence by sequence and hold only 0 and
- * 1; count each sequence's ones on the way. */
-static mc_status check_mask(mc_sft_dataset *ds, mc_error *err)
+ * 1; count each sequence's ones on the way (gpt_internal.h). */
+mc_status mc_sft_check_mask(const mc_idx *t, const mc_idx *m, int64_t **loss_count, mc_error *err)
 {
-    const mc_idx *t = &ds->tok, *m = &ds->mask;
+    *loss_count = NULL;
     if (m->dtype != MC_DTYPE_U8)
         return mc_error_set(err, MC_ERR_FORMAT,
                             "%s.idx: a loss mask must have dtype uint8 (code %d), not code %d",
@@ -59,8 +59,9 @@ static mc_status check_mask(mc_sft_dataset *ds, mc_error *err)
         return mc_error_set(err, MC_ERR_FORMAT,
                             "%s.idx: %" PRIu64 " sequences, but %s.idx has %" PRIu64, m->prefix,
                             m->n_seq, t->prefix, t->n_seq);
-    ds->loss_count = calloc(t->n_seq ? t->n_seq : 1, sizeof *ds->loss_count);
-    if (!ds->loss_count) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    int64_t *count = calloc(t->n_seq ? t->n_seq : 1, sizeof *count);
+    if (!count) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    *loss_count = count;
     for (uint64_t s = 0; s < t->n_seq; s++) {
         int32_t lt = mc_idx_length(t, s), lm = mc_idx_length(m, s);
         if (lt != lm)
@@ -78,7 +79,7 @@ static mc_status check_mask(mc_sft_dataset *ds, mc_error *err)
                                     m->prefix, s, i, (unsigned)p[i]);
             ones += p[i];
         }
-        ds->loss_count[s] = ones;
+        count[s] = ones;
     }
     return MC_OK;
 }
@@ -238,7 +239,7 @@ mc_status mc_sft_dataset_open(const mc_sft_config *c, mc_sft_dataset **out, mc_e
         mc_error_prefix(err, "--sft needs the loss mask beside the tokens");
         goto fail;
     }
-    if ((st = check_mask(ds, err))) goto fail;
+    if ((st = mc_sft_check_mask(&ds->tok, &ds->mask, &ds->loss_count, err))) goto fail;
     /* the splits: documents [round(b*N), round(e*N)), as the GPT dataset */
     int64_t n = (int64_t)ds->tok.n_seq;
     double e = 0;

@@ -62,6 +62,12 @@ extern "C" {
 #define MC_TAG_MFU "mfu" /* fraction of peak, 0..1 */
 #define MC_TAG_SKIPPED_ITERS "skipped-iterations"
 #define MC_TAG_NAN_ITERS "nan-iterations"
+/* mc-train --dpo: TRL's names (the loss in place of "lm loss") */
+#define MC_TAG_DPO_LOSS "loss"
+#define MC_TAG_REWARDS_CHOSEN "rewards/chosen"
+#define MC_TAG_REWARDS_REJECTED "rewards/rejected"
+#define MC_TAG_REWARDS_ACCURACIES "rewards/accuracies"
+#define MC_TAG_REWARDS_MARGINS "rewards/margins"
 
 /* When mc_metrics_samples gave a step its consumed-sample count, each of
  * that step's scalars is also written to TensorBoard as "TAG vs samples"

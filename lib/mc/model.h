@@ -182,6 +182,24 @@ void mc_model_set_doc_resets(mc_model *m, const mc_doc_resets *r);
 /* 1 when a reset is on (every stage reads tokens). */
 int mc_model_doc_resets_on(const mc_model *m);
 
+/* A loss over each micro-batch's log-probabilities in place of the mean
+ * cross-entropy (mc-train --dpo: lib/train/dpo.c). On the last stage, after
+ * the LM head's forward, fn gets logp[i] = log softmax(logits_i)[targets[i]]
+ * over the padded vocabulary for the micro-batch's n = micro_batch *
+ * seq_length positions (0 where targets[i] < 0) and fills dlogp[i] =
+ * d loss / d logp[i] (dlogp comes zeroed; entries where targets[i] < 0 are
+ * ignored), *loss (the micro-batch's loss) and *count (the number it
+ * averages over; mc_model_forward reports it as *ntok, and a micro-batch
+ * with count 0 runs no backward). With backward the head then runs again
+ * with per-row weights -grad_scale * dlogp[i] on the cross-entropy's
+ * gradient (a row's cross-entropy is -logp): its GEMM is recomputed, the
+ * logits are still never kept. Host arrays; fn runs once per forward of the
+ * last stage, in the schedule's order, with the same values on every rank
+ * of the tensor-parallel group. fn NULL: the mean cross-entropy. */
+typedef mc_status (*mc_logp_loss_fn)(void *ctx, const float *logp, const int32_t *targets, size_t n,
+                                     float *dlogp, double *loss, int64_t *count, mc_error *err);
+void mc_model_set_logp_loss(mc_model *m, mc_logp_loss_fn fn, void *ctx);
+
 /* Gradient readiness, for the data-parallel reduction overlapped with the
  * backward pass (lib/train/grad_buckets.c): during each backward pass of
  * mc_model_step the model calls fn(ctx, offset) each time every gradient

@@ -55,6 +55,10 @@ typedef struct mc_preprocess_config {
      * OUTPUT_PREFIX_messages_document_loss_mask (uint8), mc/sft.h; the
      * json_keys are not used. NULL: plain documents. */
     const struct mc_sft_render_opts *sft;
+    /* with sft set: each record is a preference pair (mc_pref_encode),
+     * written as OUTPUT_PREFIX_chosen_document and
+     * OUTPUT_PREFIX_rejected_document, each with its _loss_mask */
+    int preference;
     size_t batch_documents; /* 0: default 2048 */
     size_t batch_bytes;     /* 0: default 8 MiB */
     mc_progress_fn progress;

@@ -75,6 +75,21 @@ mc_status mc_sft_encode(const mc_sft_render_opts *o, struct mc_encoder *enc, int
                         const char *where, const char *line, size_t len, struct mc_ids *tokens,
                         struct mc_ids *mask, mc_error *err);
 
+/* One preference record (mc-preprocess --dataset-type preference, TRL's
+ * preference format): the prompt is "prompt" (a string: one user message,
+ * or a list of messages) or "messages" (a list), with an optional top-level
+ * "system" as for mc_sft_encode; "chosen" and "rejected" are each a string
+ * (one assistant message) or a list of messages holding an assistant
+ * message. prompt + chosen and prompt + rejected are encoded as
+ * mc_sft_encode encodes a conversation, mask 1 on the answer's assistant
+ * messages only (the prompt's own assistant turns are context). Errors
+ * start with `where`: a missing "prompt"/"messages", "chosen" or
+ * "rejected", and every error of mc_sft_encode. */
+mc_status mc_pref_encode(const mc_sft_render_opts *o, struct mc_encoder *enc, int32_t eod,
+                         const char *where, const char *line, size_t len, struct mc_ids *chosen,
+                         struct mc_ids *chosen_mask, struct mc_ids *rejected,
+                         struct mc_ids *rejected_mask, mc_error *err);
+
 /* ---- the packed dataset (mc-train --sft) */
 
 typedef struct mc_sft_config {
@@ -112,6 +127,35 @@ typedef struct mc_sft_stats {
 /* Statistics of a split's packing; tokens / (samples * (seq_length + 1))
  * is the packing efficiency. */
 void mc_sft_dataset_stats(const mc_sft_dataset *ds, mc_split split, mc_sft_stats *s);
+
+/* ---- preference pairs (mc-train --dpo)
+ *
+ * Two SFT datasets with the same number of sequences, pair i being
+ * sequence i of PREFIX_chosen_document and of PREFIX_rejected_document
+ * (each with its _loss_mask). A sample is one pair, never packed: each side
+ * is cut to seq_length + 1 tokens or padded to it with EOD (mask 0). The
+ * splits take pairs [round(b N), round(e N)) as the SFT dataset takes
+ * conversations; each epoch visits a split's pairs in the order
+ * numpy.random.RandomState(seed).shuffle gives (one generator per split,
+ * epochs drawn one after another), epochs appended up to the samples
+ * wanted. */
+typedef struct mc_pref_dataset mc_pref_dataset;
+
+/* c->prefix is PREFIX_chosen_document (what mc-preprocess prints) or
+ * PREFIX; both datasets and masks are checked as mc_sft_dataset_open
+ * checks one, and against each other (the number of pairs). */
+mc_status mc_pref_dataset_open(const mc_sft_config *c, mc_pref_dataset **out, mc_error *err);
+void mc_pref_dataset_close(mc_pref_dataset *ds);
+int64_t mc_pref_dataset_num_pairs(const mc_pref_dataset *ds);
+int64_t mc_pref_dataset_num_samples(const mc_pref_dataset *ds, mc_split split);
+/* The pair (its sequence number) that sample `index` of `split` is. */
+int64_t mc_pref_dataset_pair(const mc_pref_dataset *ds, mc_split split, int64_t index);
+/* Pair `pair`'s chosen (side 0) or rejected (side 1) sequence:
+ * tokens[seq_length + 1] and mask[seq_length + 1], cut or padded. */
+mc_status mc_pref_dataset_read(const mc_pref_dataset *ds, int64_t pair, int side, int32_t *tokens,
+                               uint8_t *mask, mc_error *err);
+/* Pairs with a side longer than a sample (cut), over the whole dataset. */
+int64_t mc_pref_dataset_truncated(const mc_pref_dataset *ds);
 
 #ifdef __cplusplus
 }

@@ -104,6 +104,25 @@ void mc_optim_set_steps(mc_optim *o, int64_t steps);
 
 /* ------------------------------------------------------------ training run */
 
+/* Direct preference optimization (mc-train --dpo; TRL's DPOTrainer names and
+ * defaults). Per pair, with logp the sum of the answer's token
+ * log-probabilities and ref the reference model's:
+ *   delta = (logp_c - ref_c) - (logp_r - ref_r),  z = beta delta
+ *   sigmoid: -(1 - ls) log sigmoid(z) - ls log sigmoid(-z)   (ls: label smoothing)
+ *   ipo:     (delta' - 1 / (2 beta))^2, delta' with each side's log-ratio divided
+ *            by its number of answer tokens (TRL's normalization)
+ *   hinge:   max(0, 1 - z)
+ * the loss of a micro-batch being the mean over its pairs. */
+typedef enum mc_dpo_loss { MC_DPO_SIGMOID = 0, MC_DPO_IPO = 1, MC_DPO_HINGE = 2 } mc_dpo_loss;
+
+typedef struct mc_dpo_config {
+    int on;                 /* --dpo: the data is preference pairs (mc/sft.h) */
+    double beta;            /* --dpo-beta (0.1) */
+    mc_dpo_loss loss_type;  /* --dpo-loss-type (sigmoid) */
+    double label_smoothing; /* --dpo-label-smoothing (0), sigmoid only */
+    const char *ref_load;   /* --ref-load: the reference; NULL: the initial weights */
+} mc_dpo_config;
+
 /* Everything mc_train_run needs besides the model and the data: Megatron's
  * training, learning-rate, mixed-precision, logging and checkpointing
  * arguments (flag names in comments, Megatron's defaults from
@@ -175,6 +194,8 @@ typedef struct mc_train_config {
     int overlap_grad_reduce;
     int overlap_param_gather;
     int64_t ddp_bucket_size;
+    /* --dpo and its options (the data path names a preference dataset) */
+    mc_dpo_config dpo;
 } mc_train_config;
 
 void mc_train_config_init(mc_train_config *c);

@@ -203,6 +203,8 @@ void mc_model_free(mc_model *m)
     free(m->hpos);
     free(m->hseg);
     free(m->hpos_loc);
+    free(m->hlogp);
+    free(m->hdlogp);
     free(m);
 }
 
@@ -412,11 +414,13 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
 
 /* LM head and cross-entropy over row chunks of the final norm's output
  * lnf [N, C]. With backward, each chunk's logits become d(logits) in place
- * (weight scale per counted target) and flow at once into d(lnf) (m->dln,
- * zeroed here) and the head's weight; *dl gets d(lnf) summed over the
- * group, this rank's [Nl, C] rows (tp_reduce). */
+ * (weight scale per counted target, or dloss[i] per row when dloss is
+ * given) and flow at once into d(lnf) (m->dln, zeroed here) and the head's
+ * weight; *dl gets d(lnf) summed over the group, this rank's [Nl, C] rows
+ * (tp_reduce). With dloss (backend, [N]) the row statistics and losses of
+ * an earlier forward-only call are reused: only the logits are made again. */
 static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, int backward,
-                              float scale, float **dl, mc_error *err)
+                              float scale, const float *dloss, float **dl, mc_error *err)
 {
     mc_backend *be = m->be;
     size_t N = m->N, C = m->C, vl = (size_t)m->vl;
@@ -429,22 +433,66 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
         const int32_t *tgt = sl->targets + r0;
         mc_k_linear_fwd(be, m->prec, m->logits, x, param_val(m, w), param_prep(m, w), NULL, R, C,
                         vl, 0.0f);
-        mc_k_xent_max(be, m->rowmax + r0, m->logits, R, vl);
-        TRY(mc_allreduce_max(&m->grid, MC_GROUP_TP, be, m->rowmax + r0, R, err));
-        mc_k_xent_sumexp(be, m->sumexp + r0, m->tlogit + r0, m->logits, m->rowmax + r0, tgt, m->v0,
-                         R, vl);
-        TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->sumexp + r0, R, err));
-        TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->tlogit + r0, R, err));
-        mc_k_xent_loss(be, m->loss + r0, m->rowmax + r0, m->sumexp + r0, m->tlogit + r0, tgt, R);
+        if (!dloss) {
+            mc_k_xent_max(be, m->rowmax + r0, m->logits, R, vl);
+            TRY(mc_allreduce_max(&m->grid, MC_GROUP_TP, be, m->rowmax + r0, R, err));
+            mc_k_xent_sumexp(be, m->sumexp + r0, m->tlogit + r0, m->logits, m->rowmax + r0, tgt,
+                             m->v0, R, vl);
+            TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->sumexp + r0, R, err));
+            TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->tlogit + r0, R, err));
+            mc_k_xent_loss(be, m->loss + r0, m->rowmax + r0, m->sumexp + r0, m->tlogit + r0, tgt,
+                           R);
+        }
         if (!backward) continue;
         mc_k_xent_bwd(be, m->logits, m->logits, m->rowmax + r0, m->sumexp + r0, tgt, m->v0, R, vl,
-                      NULL, scale);
+                      dloss ? dloss + r0 : NULL, scale);
         mc_k_linear_bwd(be, m->prec, m->dln + r0 * C, param_grad(m, w), NULL, m->logits, x,
                         param_val(m, w), param_prep(m, w), R, C, vl);
     }
     /* column-parallel (over the vocabulary): sum the input gradient */
     if (backward) TRY(tp_reduce(m, m->dln, m->loc, dl, err));
     return MC_OK;
+}
+
+/* The head under a logp objective (mc_model_set_logp_loss): the forward
+ * gives every row's cross-entropy, -logp; the objective turns the host copy
+ * into its loss and d loss / d logp; the backward runs the head again with
+ * row weights -grad_scale * dlogp (m->loss holds them on the backend). */
+static mc_status logp_loss_head(mc_model *m, mc_slot *sl, const float *lnf, const int32_t *targets,
+                                int backward, float grad_scale, double *loss, int64_t *ntok,
+                                mc_error *err)
+{
+    mc_backend *be = m->be;
+    size_t N = m->N;
+    if (!m->hlogp) {
+        m->hlogp = malloc(N * sizeof *m->hlogp);
+        m->hdlogp = malloc(N * sizeof *m->hdlogp);
+        if (!m->hlogp || !m->hdlogp) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+    }
+    TRY(head_fwd_bwd(m, sl, lnf, 0, 0.0f, NULL, NULL, err));
+    mc_bcopy_to_host(be, m->hlogp, m->loss, N * sizeof(float));
+    for (size_t i = 0; i < N; i++) {
+        m->hlogp[i] = targets[i] < 0 ? 0.0f : -m->hlogp[i];
+        m->hdlogp[i] = 0.0f;
+    }
+    int64_t count = 0;
+    TRY(m->logp_loss(m->logp_loss_ctx, m->hlogp, targets, N, m->hdlogp, loss, &count, err));
+    *ntok = count;
+    for (size_t i = 0; i < N; i++)
+        m->hdlogp[i] = targets[i] < 0 ? 0.0f : -grad_scale * m->hdlogp[i];
+    sl->bwd = backward && count > 0;
+    if (!sl->bwd) return MC_OK;
+    mc_bcopy_from_host(be, m->loss, m->hdlogp, N * sizeof(float));
+    float *dl = NULL;
+    TRY(head_fwd_bwd(m, sl, lnf, 1, 0.0f, m->loss, &dl, err));
+    mc_bcopy(be, sl->dhead, dl, m->Nl * m->C * sizeof(float));
+    return MC_OK;
+}
+
+void mc_model_set_logp_loss(mc_model *m, mc_logp_loss_fn fn, void *ctx)
+{
+    m->logp_loss = fn;
+    m->logp_loss_ctx = ctx;
 }
 
 /* Tell the hook (if any) that gradients at offsets >= offset are final. */
@@ -580,12 +628,14 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
     norm_fwd(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, res_out, m->lnf_w, m->lnf_b);
     const float *lnf;
     TRY(tp_gather(m, sl->lnf, &lnf, err));
+    if (m->logp_loss)
+        return logp_loss_head(m, sl, lnf, targets, backward, grad_scale, loss, ntok, err);
     /* Mean over counted targets; a micro-batch with none has loss 0 and
      * contributes no gradient. */
     float scale = count ? grad_scale / (float)count : 0.0f;
     float *dl = NULL;
     sl->bwd = backward && count > 0;
-    TRY(head_fwd_bwd(m, sl, lnf, sl->bwd, scale, &dl, err));
+    TRY(head_fwd_bwd(m, sl, lnf, sl->bwd, scale, NULL, &dl, err));
     if (sl->bwd) mc_bcopy(be, sl->dhead, dl, m->Nl * C * sizeof(float));
     double sum = mc_k_mean(be, m->loss, N) * (double)N;
     *loss = count ? sum / (double)count : 0.0;

@@ -110,6 +110,12 @@ struct mc_model {
     int docs_on;
     int32_t *hpos, *hseg, *hpos_loc;
 
+    /* mc_model_set_logp_loss (NULL: the mean cross-entropy), and host
+     * scratch for a micro-batch's log-probabilities and their weights [N] */
+    mc_logp_loss_fn logp_loss;
+    void *logp_loss_ctx;
+    float *hlogp, *hdlogp;
+
     /* mc_model_set_grad_ready_hook (NULL: none) */
     mc_grad_ready_fn grad_ready;
     void *grad_ready_ctx;

@@ -27,6 +27,7 @@
 #include "mc/metrics.h"
 #include "mc/train.h"
 #include "train/commlog.h"
+#include "train/dpo.h"
 #include "train/grad_buckets.h"
 #include "train/pipeline.h"
 #include "train/state.h"
@@ -48,6 +49,7 @@ void mc_train_config_init(mc_train_config *c)
     c->eval_iters = 100;
     c->log_interval = 100;
     c->seed = 1234;
+    c->dpo.beta = 0.1;
 }
 
 /* Everything one run holds. */
@@ -61,6 +63,16 @@ typedef struct run {
     mc_gpt_dataset *ds;
     mc_sft_dataset *sft; /* --sft: packed conversations instead of ds */
     uint8_t *mask;       /* --sft: one sample's loss mask */
+    /* --dpo: the pairs (instead of ds), the reference's logp of every
+     * pair's chosen and rejected answer [2 pairs], the loaded micro-batch's
+     * pairs [mbs] (-1: padding of the reference pass) and reference values
+     * [2 mbs], whether the reference pass is running, and the sums of the
+     * iteration's metrics */
+    mc_pref_dataset *pref;
+    double *dpo_ref, *dpo_cur, *dpo_seq;
+    int64_t *dpo_pairs;
+    int dpo_ref_pass;
+    mc_dpo_sums dpo_sums;
     mc_metrics *metrics;
     mc_lr_schedule sched;
     mc_train_state s;
@@ -119,8 +131,55 @@ static void fmt_py(char *out, size_t cap, const char *fmt, double v)
 
 static int64_t num_samples(const run *r, mc_split split)
 {
-    return r->sft ? mc_sft_dataset_num_samples(r->sft, split)
-                  : mc_gpt_dataset_num_samples(r->ds, split);
+    return r->pref  ? mc_pref_dataset_num_samples(r->pref, split)
+           : r->sft ? mc_sft_dataset_num_samples(r->sft, split)
+                    : mc_gpt_dataset_num_samples(r->ds, split);
+}
+
+/* --dpo: pair `pair` into micro-batch row b (chosen) and row mbs + b
+ * (rejected), targets -1 where the answer's mask is 0; pair < 0 loads pair
+ * 0 as padding (the reference pass records nothing for it). */
+static mc_status load_pair(run *r, int64_t b, int64_t pair, mc_error *err)
+{
+    int64_t mbs = r->c->micro_batch_size, T = r->T, p = pair < 0 ? 0 : pair;
+    for (int side = 0; side < 2; side++) {
+        int64_t row = side ? mbs + b : b;
+        mc_status st = mc_pref_dataset_read(r->pref, p, side, r->sample, r->mask, err);
+        if (st) return st;
+        memcpy(r->tokens + row * T, r->sample, (size_t)T * sizeof(int32_t));
+        for (int64_t t = 0; t < T; t++)
+            r->targets[row * T + t] = r->mask[t + 1] ? r->sample[t + 1] : -1;
+        r->dpo_cur[2 * b + side] = r->dpo_ref ? r->dpo_ref[2 * p + side] : 0.0;
+    }
+    r->dpo_pairs[b] = pair;
+    return MC_OK;
+}
+
+/* --dpo's objective on the model's log-probabilities (mc_logp_loss_fn):
+ * in the reference pass, each pair's summed logp recorded; otherwise
+ * the loss against the micro-batch's reference values. */
+static mc_status dpo_logp_loss(void *ctx, const float *logp, const int32_t *targets, size_t n,
+                               float *dlogp, double *loss, int64_t *count, mc_error *err)
+{
+    run *r = ctx;
+    size_t B = (size_t)r->c->micro_batch_size, T = (size_t)r->T;
+    if (n != 2 * B * T)
+        return mc_error_set(err, MC_ERR_INTERNAL, "--dpo: a micro-batch of %zu positions", n);
+    if (r->dpo_ref_pass) {
+        mc_dpo_sequence_logps(logp, targets, B, T, r->dpo_seq);
+        for (size_t b = 0; b < B; b++) {
+            int64_t p = r->dpo_pairs[b];
+            if (p < 0) continue;
+            r->dpo_ref[2 * p] = r->dpo_seq[2 * b];
+            r->dpo_ref[2 * p + 1] = r->dpo_seq[2 * b + 1];
+        }
+        *loss = 0;
+        *count = 0;
+        return MC_OK;
+    }
+    *count = (int64_t)B;
+    return mc_dpo_objective(&r->c->dpo, logp, targets, B, T, r->dpo_cur, dlogp, loss, &r->dpo_sums,
+                            err);
 }
 
 /* Fill one micro-batch: sample indices start at `first`, consecutive.
@@ -138,6 +197,11 @@ static mc_status load_batch(run *r, mc_split split, int64_t first, int wrap, mc_
             return mc_error_set(err, MC_ERR_INTERNAL,
                                 "%s sample %" PRId64 " is past the %" PRId64 " built",
                                 mc_split_name(split), idx, n);
+        if (r->pref) {
+            mc_status st = load_pair(r, b, mc_pref_dataset_pair(r->pref, split, idx), err);
+            if (st) return st;
+            continue;
+        }
         mc_status st = r->sft ? mc_sft_dataset_sample(r->sft, split, idx, r->sample, r->mask, err)
                               : mc_gpt_dataset_sample(r->ds, split, idx, r->sample, err);
         if (st) return st;
@@ -411,6 +475,61 @@ static void sft_report(const run *r)
     }
 }
 
+/* --dpo: the reference model's logp of every pair's answers, once, before
+ * training: the model holds the reference's weights (--ref-load, loaded
+ * over a copy of the run's weights, which come back afterwards; else the
+ * weights the run starts from) and runs forward over the pairs in
+ * micro-batches, data-parallel rank d taking micro-batches d, d + dp, ...;
+ * the table is then summed over data parallelism (each entry is one
+ * rank's, the others add exact zeros). */
+static mc_status dpo_reference(run *r, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    int64_t P = mc_pref_dataset_num_pairs(r->pref), mbs = c->micro_batch_size;
+    int dp_rank = mc_grid_group_rank(r->g, MC_GROUP_DP);
+    r->dpo_ref = calloc((size_t)(2 * P + 1), sizeof *r->dpo_ref);
+    r->dpo_cur = calloc((size_t)(2 * mbs), sizeof *r->dpo_cur);
+    r->dpo_seq = calloc((size_t)(2 * mbs), sizeof *r->dpo_seq);
+    r->dpo_pairs = calloc((size_t)mbs, sizeof *r->dpo_pairs);
+    if (!r->dpo_ref || !r->dpo_cur || !r->dpo_seq || !r->dpo_pairs)
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    double t0 = now_s();
+    mc_status st = MC_OK;
+    float *saved = NULL;
+    size_t bytes = mc_model_numel(r->model) * sizeof(float);
+    char dir[4096] = "";
+    if (c->dpo.ref_load) {
+        if (!(saved = mc_balloc(r->be, bytes, err))) return err->code;
+        mc_bcopy(r->be, saved, mc_model_params(r->model), bytes);
+        st = mc_train_state_load(c->dpo.ref_load, r->g, r->be, r->model, NULL, NULL, dir,
+                                 sizeof dir, err);
+        if (st) mc_error_prefix(err, "--ref-load");
+    }
+    r->dpo_ref_pass = 1;
+    for (int64_t j = dp_rank; !st && j * mbs < P; j += r->dp) {
+        for (int64_t b = 0; b < mbs && !st; b++)
+            st = load_pair(r, b, j * mbs + b < P ? j * mbs + b : -1, err);
+        double l;
+        int64_t ntok;
+        if (!st) st = mc_model_step(r->model, r->tokens, r->targets, 0, 1.0f, &l, &ntok, err);
+    }
+    r->dpo_ref_pass = 0;
+    if (saved) {
+        mc_bcopy(r->be, mc_model_params(r->model), saved, bytes);
+        mc_bfree(r->be, saved);
+    }
+    /* every rank reaches the sum, failed or not: the error is agreed after */
+    st = mc_grid_status_all(r->g, st, "dpo reference", err);
+    if (!st) st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, r->dpo_ref, (size_t)(2 * P), err);
+    if (st) return st;
+    say(r,
+        "dpo: reference log-probabilities of %" PRId64 " pairs from %s [ t %.2fs ]; %" PRId64
+        " pairs with an answer cut to --seq-length",
+        P, c->dpo.ref_load ? dir : "the initial weights", now_s() - t0,
+        mc_pref_dataset_truncated(r->pref));
+    return MC_OK;
+}
+
 static mc_status setup(run *r, const mc_model_config *model_cfg,
                        const struct mc_gptdata_config *data, mc_error *err)
 {
@@ -440,8 +559,12 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     if ((st = mc_model_config_finish(&mcfg, mc_grid_group_size(r->g, MC_GROUP_TP), err))) return st;
     r->T = mcfg.seq_length;
     r->flops_per_token = mc_model_flops_per_token(&mcfg);
-    if ((st = mc_model_new(&mcfg, r->g, r->be, (int)c->micro_batch_size, c->prec, &r->model, err)))
+    /* --dpo: a micro-batch of B pairs runs 2 B sequences */
+    int per_sample = c->dpo.on ? 2 : 1;
+    if ((st = mc_model_new(&mcfg, r->g, r->be, (int)c->micro_batch_size * per_sample, c->prec,
+                           &r->model, err)))
         return st;
+    if (c->dpo.on) mc_model_set_logp_loss(r->model, dpo_logp_loss, r);
     mc_model_init_weights(r->model, c->seed);
     /* packed documents: positions and attention restart after each eod
      * (the model), the eod's own target left out of the loss (load_batch) */
@@ -476,6 +599,11 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     }
     if ((st = config_json(r, mc_model_get_config(r->model), err))) return st;
     if (c->load && (st = load(r, err))) return st;
+    if (c->dpo.on && !c->dpo.ref_load && r->s.iteration > 0)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dpo resumes at iteration %" PRId64 " of %s: its weights are no "
+                            "longer the reference; give the reference with --ref-load",
+                            r->s.iteration, c->load);
     if (c->init_only) return MC_OK; /* nothing to train: no data, no metrics */
 
     /* Data: as many samples as Megatron asks the dataset builder for. */
@@ -485,7 +613,18 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     mc_gptdata_num_samples(r->train_iters, c->eval_interval, c->eval_iters, r->global_batch,
                            dc.num_samples);
     if (c->train_samples > 0) dc.num_samples[MC_SPLIT_TRAIN] = c->train_samples;
-    if (dc.sft) {
+    if (c->dpo.on) {
+        if (dc.blend.n != 1 || dc.blend.weights)
+            return mc_error_set(err, MC_ERR_USAGE,
+                                "--dpo reads one preference dataset: give --data-path one prefix");
+        mc_sft_config sc = {.prefix = dc.blend.prefixes[0],
+                            .split = dc.split,
+                            .seq_length = r->T,
+                            .seed = dc.seed,
+                            .eod = dc.eod};
+        memcpy(sc.num_samples, dc.num_samples, sizeof sc.num_samples);
+        if ((st = mc_pref_dataset_open(&sc, &r->pref, err))) return st;
+    } else if (dc.sft) {
         if (dc.blend.n != 1 || dc.blend.weights)
             return mc_error_set(err, MC_ERR_USAGE,
                                 "--sft reads one dataset: give --data-path one prefix");
@@ -504,13 +643,14 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
         return mc_error_set(err, MC_ERR_INTERNAL,
                             "the training split has fewer samples than asked");
 
-    size_t n = (size_t)(c->micro_batch_size * r->T);
+    size_t n = (size_t)(c->micro_batch_size * r->T) * (size_t)per_sample;
     r->tokens = malloc(n * sizeof *r->tokens);
     r->targets = malloc(n * sizeof *r->targets);
     r->sample = malloc((size_t)(r->T + 1) * sizeof *r->sample);
     r->mask = malloc((size_t)(r->T + 1));
     if (!r->tokens || !r->targets || !r->sample || !r->mask)
         return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (c->dpo.on && (st = dpo_reference(r, err))) return st;
     return mc_metrics_open(c->tensorboard_dir, c->log_json, &r->metrics, err);
 }
 
@@ -519,6 +659,8 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
 /* What the log line averages over its interval. */
 typedef struct window {
     double loss_sum;
+    double rewards[4]; /* --dpo: sums of each iteration's rewards/chosen, rejected, accuracies,
+                          margins */
     int64_t advanced, skipped, nan;
     double t0;
 } window;
@@ -531,7 +673,8 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
     double per_iter = n_it ? (now_s() - w->t0) / (double)n_it : 0;
     double lr = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
     double avg = w->loss_sum / (double)(w->advanced > 0 ? w->advanced : 1);
-    double tok_s = per_iter > 0 ? (double)(r->global_batch * r->T) / per_iter : 0;
+    double tok_s = per_iter > 0 ? (double)(r->global_batch * r->T * (r->pref ? 2 : 1)) / per_iter
+                                : 0;
     double tflops = tok_s * r->flops_per_token / 1e12 / (double)r->g->world;
     char ts[64], norm[64] = "", line[1024];
     stamp(ts, sizeof ts);
@@ -540,8 +683,16 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
         fmt_py(v, sizeof v, "%.3f", grad_norm);
         snprintf(norm, sizeof norm, " grad norm: %s |", v);
     }
-    char lossv[48] = "";
-    if (avg >= 0.0) snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg);
+    char lossv[256] = "";
+    double na = (double)(w->advanced > 0 ? w->advanced : 1);
+    if (r->pref)
+        snprintf(lossv, sizeof lossv,
+                 " loss: %.6E | rewards/chosen: %.6E | rewards/rejected: %.6E |"
+                 " rewards/accuracies: %.4f | rewards/margins: %.6E |",
+                 avg, w->rewards[0] / na, w->rewards[1] / na, w->rewards[2] / na,
+                 w->rewards[3] / na);
+    else if (avg >= 0.0)
+        snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg);
     int len = snprintf(
         line, sizeof line,
         " [%s] iteration %8" PRId64 "/%8" PRId64 " | consumed samples: %12" PRId64
@@ -586,6 +737,7 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
     /* --overlap-param-gather: the last step's all-gather ends here. */
     if ((st = mc_optim_wait_params(r->optim, err))) return st;
     mc_model_zero_grads(r->model);
+    memset(&r->dpo_sums, 0, sizeof r->dpo_sums);
     double acc[2] = {0, 0};
     if (r->pp > 1) {
         pipe_batches pb = {r, MC_SPLIT_TRAIN, r->s.consumed_samples, 0};
@@ -616,6 +768,9 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
     if (st) return st;
     if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err))) return st;
     if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 2, err))) return st;
+    if (r->pref && (st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, &r->dpo_sums.loss,
+                                              sizeof r->dpo_sums / sizeof(double), err)))
+        return st;
     *lm_loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
     *nan = 0;
     *overflow = 0;
@@ -675,6 +830,14 @@ static mc_status train_loop(run *r, mc_error *err)
         } else {
             w.advanced++;
             w.loss_sum += loss;
+            if (r->pref) {
+                const mc_dpo_sums *d = &r->dpo_sums;
+                double n = d->pairs > 0 ? d->pairs : 1;
+                w.rewards[0] += d->chosen / n;
+                w.rewards[1] += d->rejected / n;
+                w.rewards[2] += d->accuracies / n;
+                w.rewards[3] += d->margins / n;
+            }
         }
         if (nan) {
             w.nan++;
@@ -704,7 +867,24 @@ static mc_status train_loop(run *r, mc_error *err)
 
         /* Every iteration's scalars (Megatron's tensorboard_log_interval 1). */
         double lr_now = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
-        st = mc_metrics_scalar(r->metrics, MC_TAG_LM_LOSS, it, loss, err);
+        if (r->pref) {
+            /* TRL's names: the iteration's means over its pairs */
+            const mc_dpo_sums *d = &r->dpo_sums;
+            double n = d->pairs > 0 ? d->pairs : 1;
+            st = mc_metrics_scalar(r->metrics, MC_TAG_DPO_LOSS, it, loss, err);
+            if (!st)
+                st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_CHOSEN, it, d->chosen / n, err);
+            if (!st)
+                st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_REJECTED, it, d->rejected / n,
+                                       err);
+            if (!st)
+                st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_ACCURACIES, it, d->accuracies / n,
+                                       err);
+            if (!st)
+                st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_MARGINS, it, d->margins / n, err);
+        } else {
+            st = mc_metrics_scalar(r->metrics, MC_TAG_LM_LOSS, it, loss, err);
+        }
         if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_LEARNING_RATE, it, lr_now, err);
         if (!st)
             st = mc_metrics_scalar(r->metrics, MC_TAG_BATCH_SIZE, it, (double)r->global_batch, err);
@@ -809,6 +989,11 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     free(r.config_json);
     mc_gpt_dataset_close(r.ds);
     mc_sft_dataset_close(r.sft);
+    mc_pref_dataset_close(r.pref);
+    free(r.dpo_ref);
+    free(r.dpo_cur);
+    free(r.dpo_seq);
+    free(r.dpo_pairs);
     mc_grad_buckets_free(r.buckets);
     mc_optim_free(r.optim);
     mc_model_free(r.model);

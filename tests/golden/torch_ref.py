@@ -32,8 +32,9 @@ def rope(cfg, x, position_ids=None):
 
 
 def forward(cfg, P, tokens, targets, linear, use_rope, untied, position_ids=None,
-            attention_mask=None):
-    """Mean cross-entropy of one micro-batch; targets of -1 are ignored.
+            attention_mask=None, reduction="mean"):
+    """Mean cross-entropy of one micro-batch; targets of -1 are ignored
+    (reduction "none": each position's, [B * T], 0 where ignored).
     position_ids [B, T] (default 0 .. T-1) and attention_mask (Megatron's:
     True where attention is masked out, broadcast to [B, heads, T, T];
     default causal) are those of Megatron's batch."""
@@ -80,4 +81,4 @@ def forward(cfg, P, tokens, targets, linear, use_rope, untied, position_ids=None
     logits = linear(x, wout, None)
     return torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1,
-        reduction="mean")
+        reduction=reduction)

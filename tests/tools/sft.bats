@@ -119,13 +119,13 @@ golden_args() {
 
 @test "sft: bad usage exits 2 before anything is read" {
     run -2 "$MC_PREPROCESS" "${tok[@]}" --input "$SFT/chat.jsonl" --output-prefix x --chat-template t.jinja
-    assert_output --partial "--chat-template applies to --dataset-type sft only"
+    assert_output --partial "--chat-template applies to --dataset-type sft and preference only"
     run -2 sft --input "$SFT/chat.jsonl" --output-prefix x --json-keys text
     assert_output --partial "takes no --json-keys"
     run -2 sft --input "$SFT/chat.jsonl" --output-prefix x --chat-template-kwargs '[1]'
     assert_output --partial "--chat-template-kwargs: not a JSON object"
     run -2 "$MC_PREPROCESS" --dataset-type chat "${tok[@]}" --input "$SFT/chat.jsonl" --output-prefix x
-    assert_output --partial "--dataset-type: expected text or sft, got 'chat'"
+    assert_output --partial "--dataset-type: expected text, sft or preference, got 'chat'"
     # no template anywhere: a tokenizer without a tokenizer_config.json beside it
     run -2 sft --input "$SFT/chat.jsonl" --output-prefix x --tokenizer-model "$top_srcdir/tests/data/tokenizer/hf_bytelevel.json"
     assert_output --partial "no chat template"

@@ -124,14 +124,18 @@ static const mc_option options[] = {
     {"show", MC_OPT_REQUIRED, OPT_SHOW, "N",
      "With --inspect: print document N (0-based), detokenized when a tokenizer is given, "
      "else as ids."},
-    {"dataset-type", MC_OPT_REQUIRED, OPT_DATASET_TYPE, "text|sft",
+    {"dataset-type", MC_OPT_REQUIRED, OPT_DATASET_TYPE, "text|sft|preference",
      "text (default): documents; sft: JSONL conversations ({\"messages\": [...]}) rendered "
-     "with the chat template into PREFIX_messages_document and its _loss_mask."},
+     "with the chat template into PREFIX_messages_document and its _loss_mask; preference: "
+     "JSONL {\"prompt\"|\"messages\", \"chosen\", \"rejected\"} into "
+     "PREFIX_chosen_document and PREFIX_rejected_document, each with its _loss_mask."},
     {"chat-template", MC_OPT_REQUIRED, OPT_CHAT_TEMPLATE, "FILE",
-     "With sft: the Jinja chat template, or a tokenizer_config.json holding one (default: the "
+     "With sft or preference: the Jinja chat template, or a tokenizer_config.json holding one "
+     "(default: the "
      "tokenizer_config.json beside --tokenizer-model)."},
     {"chat-template-kwargs", MC_OPT_REQUIRED, OPT_CHAT_TEMPLATE_KWARGS, "JSON",
-     "With sft: more template variables, a JSON object (e.g. '{\"enable_thinking\": false}')."},
+     "With sft or preference: more template variables, a JSON object (e.g. "
+     "'{\"enable_thinking\": false}')."},
     {"train-on-prompt", MC_OPT_NONE, OPT_TRAIN_ON_PROMPT, NULL,
      "With sft: the loss mask keeps every token, not only the assistant's."},
     {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "No progress or summary on stderr."},
@@ -171,7 +175,7 @@ typedef struct args {
     int exit_now; /* --help or --version was printed */
 } args;
 
-static const mc_choice dataset_types[] = {{"text", 0}, {"sft", 1}, {NULL, 0}};
+static const mc_choice dataset_types[] = {{"text", 0}, {"sft", 1}, {"preference", 2}, {NULL, 0}};
 
 static const mc_choice input_formats[] = {
     {"jsonl", MC_INPUT_JSONL},
@@ -388,14 +392,21 @@ static mc_status run_preprocess(args *a, mc_error *err)
     if (!a->output_prefix)
         return mc_error_set(err, MC_ERR_USAGE, "--output-prefix is required (see --help)");
     if (!a->sft && (a->chat_template || a->template_kwargs || a->train_on_prompt))
-        return mc_error_set(err, MC_ERR_USAGE, "%s applies to --dataset-type sft only",
+        return mc_error_set(err, MC_ERR_USAGE, "%s applies to --dataset-type sft%s only",
                             a->chat_template     ? "--chat-template"
                             : a->template_kwargs ? "--chat-template-kwargs"
-                                                 : "--train-on-prompt");
+                                                 : "--train-on-prompt",
+                            a->train_on_prompt ? "" : " and preference");
+    if (a->sft == 2 && a->train_on_prompt)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--train-on-prompt applies to --dataset-type sft only: a preference "
+                            "pair compares its answers");
     if (a->sft && (a->keys.len || a->source.format != MC_INPUT_JSONL))
         return mc_error_set(err, MC_ERR_USAGE,
-                            "--dataset-type sft reads JSONL conversations (\"messages\"); it "
-                            "takes no --json-keys and no --input-format text");
+                            "--dataset-type %s reads JSONL %s; it takes no --json-keys and no "
+                            "--input-format text",
+                            a->sft == 2 ? "preference" : "sft",
+                            a->sft == 2 ? "preference records" : "conversations (\"messages\")");
     mc_tokenizer *tok = NULL;
     mc_status st = load_tokenizer(a, &tok, err);
     if (st != MC_OK) return st;
@@ -424,6 +435,7 @@ static mc_status run_preprocess(args *a, mc_error *err)
         sft = (mc_sft_render_opts){chat.tmpl, chat.bos_token, chat.eos_token, a->train_on_prompt,
                                    kwargs};
         c.sft = &sft;
+        c.preference = a->sft == 2;
     }
     c.workers = (int)a->workers;
     c.output_prefix = a->output_prefix;
@@ -436,13 +448,14 @@ static mc_status run_preprocess(args *a, mc_error *err)
     if (st == MC_OK) {
         const char *const *keys = a->keys.len && a->source.format == MC_INPUT_JSONL ? c.json_keys
                                                                                     : NULL;
-        size_t n = keys ? c.n_json_keys : 1;
+        size_t n = keys ? c.n_json_keys : 1; /* preference: the chosen dataset's path */
         for (size_t k = 0; k < n && st == MC_OK; k++) {
             char prefix[4096];
             st = mc_dataset_prefix(prefix, sizeof prefix, a->output_prefix,
-                                   a->sft ? "messages"
-                                   : keys ? keys[k]
-                                          : "text",
+                                   a->sft == 2 ? "chosen"
+                                   : a->sft    ? "messages"
+                                   : keys      ? keys[k]
+                                               : "text",
                                    err);
             if (st == MC_OK) printf("%s\n", prefix);
         }

@@ -130,6 +130,11 @@ enum {
     OPT_DATA_CACHE_PATH,
     OPT_MOCK_DATA,
     OPT_SFT,
+    OPT_DPO,
+    OPT_DPO_BETA,
+    OPT_DPO_LOSS_TYPE,
+    OPT_DPO_LABEL_SMOOTHING,
+    OPT_REF_LOAD,
     OPT_RESET_POSITION_IDS,
     OPT_RESET_ATTENTION_MASK,
     OPT_EOD_MASK_LOSS,
@@ -306,6 +311,21 @@ static const mc_option options[] = {
      "Supervised fine-tuning: --data-path is an SFT dataset (mc-preprocess --dataset-type sft); "
      "whole conversations packed into each sample, the loss over the loss mask's tokens only; "
      "implies --reset-position-ids, --reset-attention-mask and --eod-mask-loss."},
+    {"dpo", MC_OPT_NONE, OPT_DPO, NULL,
+     "Direct preference optimization: --data-path is a preference dataset (mc-preprocess "
+     "--dataset-type preference); a sample is a (chosen, rejected) pair, each padded to "
+     "--seq-length; the reference's log-probabilities are computed once before training. "
+     "No pipeline parallelism."},
+    {"dpo-beta", MC_OPT_REQUIRED, OPT_DPO_BETA, "B",
+     "With --dpo: the KL coefficient beta (TRL's default 0.1)."},
+    {"dpo-loss-type", MC_OPT_REQUIRED, OPT_DPO_LOSS_TYPE, "sigmoid|ipo|hinge",
+     "With --dpo: the loss, TRL's formulas (default sigmoid)."},
+    {"dpo-label-smoothing", MC_OPT_REQUIRED, OPT_DPO_LABEL_SMOOTHING, "E",
+     "With --dpo and the sigmoid loss: the probability that a label is flipped, in [0, 0.5) "
+     "(conservative DPO; default 0)."},
+    {"ref-load", MC_OPT_REQUIRED, OPT_REF_LOAD, "CKPT",
+     "With --dpo: the frozen reference model (same architecture); default: the weights the run "
+     "starts from."},
     {"reset-position-ids", MC_OPT_NONE, OPT_RESET_POSITION_IDS, NULL,
      "Packed documents: positions restart at 0 after each end-of-document token."},
     {"reset-attention-mask", MC_OPT_NONE, OPT_RESET_ATTENTION_MASK, NULL,
@@ -381,7 +401,8 @@ typedef struct args {
     const char *split;
     const char *data_cache_path;
     int mock;
-    int sft; /* --sft */
+    int sft;     /* --sft */
+    int dpo_set; /* an option of --dpo's given */
     int reset_position_ids, reset_attention_mask, eod_mask_loss;
     const char *device;
     int64_t threads;
@@ -682,6 +703,31 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_DATA_CACHE_PATH: a->data_cache_path = arg; break;
         case OPT_MOCK_DATA: a->mock = 1; break;
         case OPT_SFT: a->sft = 1; break;
+        case OPT_DPO: t->dpo.on = 1; break;
+        case OPT_DPO_BETA:
+            st = mc_parse_double("--dpo-beta", arg, 1e-12, 1e12, &t->dpo.beta, err);
+            a->dpo_set = 1;
+            break;
+        case OPT_DPO_LOSS_TYPE: {
+            static const mc_choice types[] = {{"sigmoid", MC_DPO_SIGMOID},
+                                              {"ipo", MC_DPO_IPO},
+                                              {"hinge", MC_DPO_HINGE},
+                                              {NULL, 0}};
+            int v = 0;
+            st = mc_parse_choice("--dpo-loss-type", NULL, arg, types, &v, err);
+            t->dpo.loss_type = (mc_dpo_loss)v;
+            a->dpo_set = 1;
+            break;
+        }
+        case OPT_DPO_LABEL_SMOOTHING:
+            st = mc_parse_double("--dpo-label-smoothing", arg, 0, 0.4999999,
+                                 &t->dpo.label_smoothing, err);
+            a->dpo_set = 1;
+            break;
+        case OPT_REF_LOAD:
+            t->dpo.ref_load = arg;
+            a->dpo_set = 1;
+            break;
         case OPT_RESET_POSITION_IDS: a->reset_position_ids = 1; break;
         case OPT_RESET_ATTENTION_MASK: a->reset_attention_mask = 1; break;
         case OPT_EOD_MASK_LOSS: a->eod_mask_loss = 1; break;
@@ -752,6 +798,25 @@ static mc_status check_args(args *a, mc_error *err)
         return mc_error_set(err, MC_ERR_USAGE, "--mock-data and --data-path exclude each other");
     if (a->mock && a->sft)
         return mc_error_set(err, MC_ERR_USAGE, "--sft reads an SFT dataset, not --mock-data");
+    if (a->dpo_set && !t->dpo.on)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dpo-beta, --dpo-loss-type, --dpo-label-smoothing and --ref-load "
+                            "need --dpo");
+    if (t->dpo.on && (a->sft || a->mock))
+        return mc_error_set(err, MC_ERR_USAGE, "--dpo reads a preference dataset, not %s",
+                            a->sft ? "--sft's" : "--mock-data");
+    if (t->dpo.on && a->pp > 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dpo does not run under pipeline parallelism yet "
+                            "(--pipeline-model-parallel-size %" PRId64 ")",
+                            a->pp);
+    if (t->dpo.on && t->dpo.label_smoothing > 0 && t->dpo.loss_type != MC_DPO_SIGMOID)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dpo-label-smoothing applies to --dpo-loss-type sigmoid only");
+    if (t->dpo.on && (a->reset_position_ids || a->reset_attention_mask || a->eod_mask_loss))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dpo reads one answer per sequence: no --reset-position-ids, "
+                            "--reset-attention-mask or --eod-mask-loss");
     if (t->finetune && !t->load) return mc_error_set(err, MC_ERR_USAGE, "--finetune needs --load");
     if (t->loss_scale > 0 && t->prec != MC_PREC_FP16)
         return mc_error_set(err, MC_ERR_USAGE, "--loss-scale needs --fp16");
