@@ -5,7 +5,8 @@
 # Qwen2.5 chat template of tests/data/sft), imported with mc-reshard;
 # supervised fine-tuning on the conversations of tests/data/sft/chat.jsonl
 # (mc-preprocess --dataset-type sft, mc-train --sft); preference
-# optimization (DPO) on tests/data/sft/preference.jsonl; exported for
+# optimization (DPO) on tests/data/dpo/prefs.jsonl, the fine-tuned model
+# its own reference; exported for
 # Hugging Face; and, where transformers is installed, generation from the
 # export with the same chat template, checked token for token against
 # mc-eval's greedy generation from the fine-tuned checkpoint.
@@ -14,7 +15,7 @@
 # Environment: MC_PYTHON (numpy; default .venv/bin/python),
 # MC_PYTHON_HEAVY (torch + transformers, for the last step; default
 # /opt/mcheavy/bin/python: the step is skipped, saying so, without it),
-# SFT_ITERS (60), DPO_ITERS (20).
+# SFT_ITERS (150), DPO_ITERS (20).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -47,10 +48,16 @@ common=(--use-checkpoint-args --tokenizer-type HuggingFaceTokenizer
         --log-interval 10 --threads 2 --weight-decay 0.0)
 echo "== 4. supervised fine-tuning (the loss over the assistant's tokens)" >&2
 sft=$("$bin/mc-train/mc-train" "${common[@]}" --load "$base" --finetune --sft \
-    --data-path "$sft_data" --train-iters "${SFT_ITERS:-60}" --lr 3e-3 --lr-warmup-iters 5 \
+    --data-path "$sft_data" --train-iters "${SFT_ITERS:-150}" --lr 3e-3 --lr-warmup-iters 5 \
     --save "$out/sft")
 
-final=$sft
+echo "== 5. preference optimization (DPO, sigmoid loss), the SFT model as the reference" >&2
+pref=$("$bin/mc-preprocess/mc-preprocess" --dataset-type preference --quiet \
+    --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$out/hf-base/tokenizer.json" \
+    --output-prefix "$out/prefs" "$here/tests/data/dpo/prefs.jsonl")
+final=$("$bin/mc-train/mc-train" "${common[@]}" --load "$sft" --finetune --dpo --dpo-beta 0.1 \
+    --data-path "$pref" --train-iters "${DPO_ITERS:-20}" --lr 1e-3 --save "$out/dpo")
+
 echo "== 6. export for Hugging Face" >&2
 hf=$("$bin/mc-export/mc-export" --format hf -o "$out/hf-final" "$final")
 ls -l "$hf" >&2
@@ -65,16 +72,17 @@ import sys
 from transformers import AutoTokenizer
 tok = AutoTokenizer.from_pretrained(sys.argv[1])
 msgs = [{"role": "user", "content": "What is 3 plus 4?"}]
-sys.stdout.write(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True))
+sys.stdout.write(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) + "|")
 PY
 )
+prompt=${prompt%|} # (the "|" keeps the final newline from $(...))
 hf_ids=$("$pyh" - "$hf" "$prompt" <<'PY'
 import sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 tok = AutoTokenizer.from_pretrained(sys.argv[1])
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32)
 ids = tok(sys.argv[2], add_special_tokens=False, return_tensors="pt").input_ids
-out = model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1]:].tolist()
+out = model.generate(ids, max_new_tokens=16, do_sample=False)[0, ids.shape[1]:].tolist()
 print(" ".join(map(str, out)))
 print("transformers:", repr(tok.decode(out)), file=sys.stderr)
 PY
@@ -83,7 +91,7 @@ PY
 # first (generation_config.json): compare up to the first of either
 stops=$("$py" -c 'import json, sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["eos_token_id"])))' \
     "$hf/generation_config.json")
-mc_ids=$("$bin/mc-eval/mc-eval" "$final" --prompt "$prompt" --max-new-tokens 12 2>/dev/null |
+mc_ids=$("$bin/mc-eval/mc-eval" "$final" --prompt "$prompt" --max-new-tokens 16 2>/dev/null |
     "$py" -c 'import json, sys
 stops = set(map(int, sys.argv[1].split()))
 out = []
