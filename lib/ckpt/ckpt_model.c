@@ -20,21 +20,32 @@
 
 json_t *mc_model_config_json(const mc_model_config *c)
 {
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:I, s:s, s:f, s:b, "
-                     "s:s, s:f, s:b, s:b, s:f}",
-                     "num_layers", c->num_layers, "hidden_size", c->hidden_size,
-                     "num_attention_heads", c->num_attention_heads, "num_query_groups",
-                     c->num_query_groups, "ffn_hidden_size", c->ffn_hidden_size, "kv_channels",
-                     c->kv_channels, "seq_length", c->seq_length, "max_position_embeddings",
-                     c->max_position_embeddings, "vocab_size", (json_int_t)c->vocab_size,
-                     "make_vocab_size_divisible_by", c->make_vocab_size_divisible_by,
-                     "padded_vocab_size", (json_int_t)c->padded_vocab_size, "normalization",
-                     c->normalization == MC_NORM_RMSNORM ? "RMSNorm" : "LayerNorm", "norm_epsilon",
-                     (double)c->norm_epsilon, "swiglu", c->swiglu, "position_embedding_type",
-                     c->position_embedding_type == MC_POS_ROPE ? "rope" : "learned_absolute",
-                     "rotary_base", (double)c->rotary_base, "untie_embeddings_and_output_weights",
-                     c->untie_embeddings_and_output_weights, "add_bias_linear", c->add_bias_linear,
-                     "init_method_std", (double)c->init_method_std);
+    json_t *o = json_pack(
+        "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:I, s:s, s:f, s:b, "
+        "s:s, s:f, s:b, s:b, s:f}",
+        "num_layers", c->num_layers, "hidden_size", c->hidden_size, "num_attention_heads",
+        c->num_attention_heads, "num_query_groups", c->num_query_groups, "ffn_hidden_size",
+        c->ffn_hidden_size, "kv_channels", c->kv_channels, "seq_length", c->seq_length,
+        "max_position_embeddings", c->max_position_embeddings, "vocab_size",
+        (json_int_t)c->vocab_size, "make_vocab_size_divisible_by", c->make_vocab_size_divisible_by,
+        "padded_vocab_size", (json_int_t)c->padded_vocab_size, "normalization",
+        c->normalization == MC_NORM_RMSNORM ? "RMSNorm" : "LayerNorm", "norm_epsilon",
+        (double)c->norm_epsilon, "swiglu", c->swiglu, "position_embedding_type",
+        c->position_embedding_type == MC_POS_ROPE ? "rope" : "learned_absolute", "rotary_base",
+        (double)c->rotary_base, "untie_embeddings_and_output_weights",
+        c->untie_embeddings_and_output_weights, "add_bias_linear", c->add_bias_linear,
+        "init_method_std", (double)c->init_method_std);
+    /* written only when not the default, so older files read the same */
+    if (o && c->rotary_percent != 1.0f)
+        json_object_set_new(o, "rotary_percent", json_real(c->rotary_percent));
+    if (o && c->use_rope_scaling)
+        json_object_set_new(
+            o, "rope_scaling",
+            json_pack("{s:f, s:f, s:f, s:i}", "factor", (double)c->rope_scaling_factor,
+                      "low_freq_factor", (double)c->rope_low_freq_factor, "high_freq_factor",
+                      (double)c->rope_high_freq_factor, "original_max_position_embeddings",
+                      c->rope_original_max_position_embeddings));
+    return o;
 }
 
 static mc_status get_int(const json_t *o, const char *k, int64_t lo, int64_t *v, mc_error *err)
@@ -104,6 +115,25 @@ mc_status mc_model_config_from_json(const json_t *o, mc_model_config *c, mc_erro
         st = get_bool(o, "untie_embeddings_and_output_weights",
                       &c->untie_embeddings_and_output_weights, err);
     if (!st) st = get_bool(o, "add_bias_linear", &c->add_bias_linear, err);
+    if (!st && json_object_get(o, "rotary_percent"))
+        st = get_num(o, "rotary_percent", &c->rotary_percent, err);
+    json_t *rs = json_object_get(o, "rope_scaling");
+    if (!st && rs) {
+        if (!json_is_object(rs))
+            return mc_error_set(err, MC_ERR_FORMAT, "config.model.rope_scaling is not an object");
+        int64_t omp = 0;
+        c->use_rope_scaling = 1;
+        st = get_num(rs, "factor", &c->rope_scaling_factor, err);
+        if (!st) st = get_num(rs, "low_freq_factor", &c->rope_low_freq_factor, err);
+        if (!st) st = get_num(rs, "high_freq_factor", &c->rope_high_freq_factor, err);
+        if (!st) st = get_int(rs, "original_max_position_embeddings", 1, &omp, err);
+        if (!st && omp > INT32_MAX)
+            st = mc_error_set(
+                err, MC_ERR_FORMAT,
+                "config.model.rope_scaling.original_max_position_embeddings is too large");
+        if (!st) c->rope_original_max_position_embeddings = (int)omp;
+        if (st) mc_error_prefix(err, "rope_scaling");
+    }
     if (st) return st;
     const char *norm = json_string_value(json_object_get(o, "normalization"));
     const char *pos = json_string_value(json_object_get(o, "position_embedding_type"));

@@ -6,6 +6,7 @@
  * only kern.h, so the same code runs on either backend; the CPU backend is
  * the reference. Adding a kernel: doc/ARCHITECTURE.md, section 6.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "kern/backend.h"
@@ -196,3 +197,17 @@ void mc_bsync(mc_backend *be)
         ROUTE_##backends(ret, name, MC_KERN_UNPAREN args);  \
     }
 #include "mc/kern_ops.def"
+
+double mc_rope_inv_freq(const mc_rope *r, size_t d, size_t i)
+{
+    size_t R = r->rot_dim > 0 ? (size_t)r->rot_dim : d;
+    double inv = pow((double)r->base, -2.0 * (double)i / (double)R);
+    if (!r->scaling) return inv;
+    double L = (double)r->original_max_position_embeddings;
+    double lo = (double)r->low_freq_factor, hi = (double)r->high_freq_factor;
+    double f = (double)r->factor, wavelen = 2.0 * M_PI / inv;
+    if (wavelen < L / hi) return inv;     /* high frequencies: kept */
+    if (wavelen > L / lo) return inv / f; /* low frequencies: slowed by the factor */
+    double s = (L / wavelen - lo) / (hi - lo);
+    return (1.0 - s) * inv / f + s * inv;
+}

@@ -102,6 +102,27 @@ void mc_backend_stream_wait(mc_backend *be, mc_stream waiter, mc_stream signaler
 
 /* ------------------------------------------------------------ kernels */
 
+/* RoPE's frequencies (rope_fwd and rope_bwd in mc/kern_ops.def): the pairs
+ * (i, i + rot_dim/2), i < rot_dim/2, of each head's first rot_dim dims
+ * (rot_dim 0: the whole head; the dims after are left as they are, as
+ * Megatron's --rotary-percent) turn at inv_freq_i = base^(-2i/rot_dim),
+ * and with `scaling` Llama 3.1's: with wavelength w_i = 2 pi / inv_freq_i
+ * and L = original_max_position_embeddings, frequencies of w_i > L /
+ * low_freq_factor are divided by factor, those of w_i < L /
+ * high_freq_factor kept, and those between blended with s = (L / w_i -
+ * low_freq_factor) / (high_freq_factor - low_freq_factor) as
+ * (1 - s) inv / factor + s inv (transformers' "llama3" rope_type,
+ * Megatron's --use-rope-scaling). */
+typedef struct mc_rope {
+    float base;
+    int rot_dim;
+    int scaling;
+    float factor, low_freq_factor, high_freq_factor;
+    int original_max_position_embeddings;
+} mc_rope;
+/* inv_freq_i of r for a head of d dims, in double. */
+double mc_rope_inv_freq(const mc_rope *r, size_t d, size_t i);
+
 /* The kernels: mc_k_NAME(be, ...) for each entry MC_KERNEL(NAME, ...) of
  * mc/kern_ops.def, which documents each beside its entry. */
 #define MC_KERN_UNPAREN(...) __VA_ARGS__

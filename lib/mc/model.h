@@ -35,15 +35,22 @@ typedef struct mc_model_config {
     int ffn_hidden_size;     /* --ffn-hidden-size (0: 4 * hidden, or Llama's rule with --swiglu) */
     int kv_channels;         /* head dim; 0: hidden / heads */
     int seq_length;          /* --seq-length */
-    int max_position_embeddings;             /* --max-position-embeddings */
-    int64_t vocab_size;                      /* the tokenizer's size, before padding */
-    int make_vocab_size_divisible_by;        /* --make-vocab-size-divisible-by (default 128) */
-    int64_t padded_vocab_size;               /* computed by mc_model_config_finish */
-    mc_norm_kind normalization;              /* --normalization LayerNorm|RMSNorm */
-    float norm_epsilon;                      /* --norm-epsilon (1e-5) */
-    int swiglu;                              /* --swiglu */
-    mc_pos_kind position_embedding_type;     /* --position-embedding-type learned_absolute|rope */
-    float rotary_base;                       /* --rotary-base (10000) */
+    int max_position_embeddings;         /* --max-position-embeddings */
+    int64_t vocab_size;                  /* the tokenizer's size, before padding */
+    int make_vocab_size_divisible_by;    /* --make-vocab-size-divisible-by (default 128) */
+    int64_t padded_vocab_size;           /* computed by mc_model_config_finish */
+    mc_norm_kind normalization;          /* --normalization LayerNorm|RMSNorm */
+    float norm_epsilon;                  /* --norm-epsilon (1e-5) */
+    int swiglu;                          /* --swiglu */
+    mc_pos_kind position_embedding_type; /* --position-embedding-type learned_absolute|rope */
+    float rotary_base;                   /* --rotary-base (10000) */
+    float rotary_percent;                /* --rotary-percent (1): the head dims rotated */
+    /* --use-rope-scaling: Llama 3.1's RoPE frequency scaling (mc_rope in
+     * mc/kern.h), with --rope-scaling-factor (8), the low and high
+     * frequency factors (1, 4) and the original context (8192) */
+    int use_rope_scaling;
+    float rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_position_embeddings;
     int untie_embeddings_and_output_weights; /* --untie-embeddings-and-output-weights */
     int add_bias_linear;                     /* 0 with --disable-bias-linear */
     float init_method_std;                   /* --init-method-std (0.02) */

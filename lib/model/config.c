@@ -18,6 +18,11 @@ void mc_model_config_init(mc_model_config *c)
     c->swiglu = 0;
     c->position_embedding_type = MC_POS_LEARNED;
     c->rotary_base = 10000.0f;
+    c->rotary_percent = 1.0f;
+    c->rope_scaling_factor = 8.0f; /* Megatron's and Llama 3.1's */
+    c->rope_low_freq_factor = 1.0f;
+    c->rope_high_freq_factor = 4.0f;
+    c->rope_original_max_position_embeddings = 8192;
     c->untie_embeddings_and_output_weights = 0;
     c->add_bias_linear = 1;
     c->init_method_std = 0.02f;
@@ -171,6 +176,24 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
                    c->max_position_embeddings);
     if (c->position_embedding_type == MC_POS_ROPE && !(c->rotary_base > 0))
         return BAD("--rotary-base must be positive");
+    if (!(c->rotary_percent > 0 && c->rotary_percent <= 1))
+        return BAD("--rotary-percent must be in (0, 1], got %g", (double)c->rotary_percent);
+    if (c->position_embedding_type == MC_POS_ROPE && c->rotary_percent < 1) {
+        double r = c->kv_channels * (double)c->rotary_percent;
+        if (r != floor(r) || (int)r % 2 || r < 2)
+            return BAD("--rotary-percent %g of the head dimension %d is %g dims: it must be a "
+                       "positive even number",
+                       (double)c->rotary_percent, c->kv_channels, r);
+    }
+    if (c->use_rope_scaling && !(c->rope_scaling_factor >= 1 && c->rope_low_freq_factor > 0 &&
+                                 c->rope_high_freq_factor > c->rope_low_freq_factor &&
+                                 c->rope_original_max_position_embeddings > 0))
+        return BAD("--use-rope-scaling needs a factor >= 1, 0 < low frequency factor < high "
+                   "frequency factor and a positive original context (got %g, %g, %g, %d)",
+                   (double)c->rope_scaling_factor, (double)c->rope_low_freq_factor,
+                   (double)c->rope_high_freq_factor, c->rope_original_max_position_embeddings);
+    if (c->use_rope_scaling && c->position_embedding_type != MC_POS_ROPE)
+        return BAD("--use-rope-scaling needs --position-embedding-type rope");
 
     if (c->sequence_parallel && tp > 1 && c->seq_length % tp)
         return BAD("--sequence-parallel needs --seq-length (%d) to be a multiple of "

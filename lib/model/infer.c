@@ -283,8 +283,9 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
         linear(f, f->qkv, f->h, lp->qkv_w, param_val(m, lp->qkv_b), n, C, f->qkv_out);
         mc_k_qkv_split(be, f->q, kn, vn, f->qkv, n, f->Ql, f->Gl, D);
         if (c->position_embedding_type == MC_POS_ROPE) {
-            mc_k_rope_fwd(be, f->q, 1, n, f->Ql, D, c->rotary_base, pos0, pos);
-            mc_k_rope_fwd(be, kn, 1, n, f->Gl, D, c->rotary_base, pos0, pos);
+            mc_rope rp = mc_rope_of(c);
+            mc_k_rope_fwd(be, f->q, 1, n, f->Ql, D, &rp, pos0, pos);
+            mc_k_rope_fwd(be, kn, 1, n, f->Gl, D, &rp, pos0, pos);
         }
         mc_k_attention_kv_fwd(be, f->att, f->q, kc, vc, n, pos0, f->Ql, f->Gl, D, scale, seg);
         TRY(row_parallel(f, f->att, lp->proj_w, lp->proj_b, f->Ql * D, n, err));

@@ -334,8 +334,9 @@ static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error
                     param_val(m, lp->qkv_b), N, C, m->qkv_out, 0.0f);
     mc_k_qkv_split(be, a->q, a->k, a->v, m->qkv, N, m->Ql, m->Gl, D);
     if (c->position_embedding_type == MC_POS_ROPE) {
-        mc_k_rope_fwd(be, a->q, B, T, m->Ql, D, c->rotary_base, 0, slot_pos(m, sl));
-        mc_k_rope_fwd(be, a->k, B, T, m->Gl, D, c->rotary_base, 0, slot_pos(m, sl));
+        mc_rope rp = mc_rope_of(c);
+        mc_k_rope_fwd(be, a->q, B, T, m->Ql, D, &rp, 0, slot_pos(m, sl));
+        mc_k_rope_fwd(be, a->k, B, T, m->Gl, D, &rp, 0, slot_pos(m, sl));
     }
     mc_k_attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, m->Ql, m->Gl, D,
                        1.0f / sqrtf((float)D), slot_seg(m, sl));
@@ -397,8 +398,9 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     mc_k_attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse, B, T,
                        m->Ql, m->Gl, D, 1.0f / sqrtf((float)D), slot_seg(m, sl));
     if (c->position_embedding_type == MC_POS_ROPE) {
-        mc_k_rope_bwd(be, m->dq, B, T, m->Ql, D, c->rotary_base, 0, slot_pos(m, sl));
-        mc_k_rope_bwd(be, m->dk, B, T, m->Gl, D, c->rotary_base, 0, slot_pos(m, sl));
+        mc_rope rp = mc_rope_of(c);
+        mc_k_rope_bwd(be, m->dq, B, T, m->Ql, D, &rp, 0, slot_pos(m, sl));
+        mc_k_rope_bwd(be, m->dk, B, T, m->Gl, D, &rp, 0, slot_pos(m, sl));
     }
     float *dqkv = m->qkv; /* the forward's scratch is free now */
     mc_k_fill(be, dqkv, 0.0f, N * m->qkv_out);

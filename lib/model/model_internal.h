@@ -49,6 +49,21 @@ typedef struct mc_slot {
     int bwd; /* the forward ran the head's backward */
 } mc_slot;
 
+/* The RoPE kernels' parameters of a configuration. */
+static inline mc_rope mc_rope_of(const mc_model_config *c)
+{
+    int D = c->kv_channels;
+    int R = c->rotary_percent > 0 && c->rotary_percent < 1 ? (int)(D * c->rotary_percent) : 0;
+    mc_rope r = {c->rotary_base,
+                 R,
+                 c->use_rope_scaling,
+                 c->rope_scaling_factor,
+                 c->rope_low_freq_factor,
+                 c->rope_high_freq_factor,
+                 c->rope_original_max_position_embeddings};
+    return r;
+}
+
 struct mc_model {
     mc_model_config cfg;
     mc_grid grid;

@@ -24,6 +24,8 @@
 #include <string.h>
 #include "mc/kern.h"
 
+static const mc_rope rope10k = {10000.0f, 0, 0, 0, 0, 0, 0}; /* plain RoPE, base 10000 */
+
 typedef struct {
     mc_backend *c, *g;
     uint64_t rng;
@@ -455,9 +457,9 @@ static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size
     cmp(x, "qkv_split", w, q, 0);
     cmp(x, "qkv_split", "k", k, 0);
     cmp(x, "qkv_split", "v", v, 0);
-    ON_BOTH(mc_k_rope_fwd(be, S(q), B, T, Q, D, 10000.0f, 3, SI(ps)));
+    ON_BOTH(mc_k_rope_fwd(be, S(q), B, T, Q, D, &rope10k, 3, SI(ps)));
     cmp(x, K("rope_fwd"), w, q, FP32);
-    ON_BOTH(mc_k_rope_fwd(be, S(k), B, T, G, D, 10000.0f, 3, SI(ps)));
+    ON_BOTH(mc_k_rope_fwd(be, S(k), B, T, G, D, &rope10k, 3, SI(ps)));
     pair out = poisoned(x, N * Q * D), lse = poisoned(x, B * Q * T);
     float scale = 1.0f / sqrtf((float)D);
     ON_BOTH(mc_k_attention_fwd(be, S(out), S(lse), S(q), S(k), S(v), B, T, Q, G, D, scale, SI(sg)));
@@ -470,7 +472,7 @@ static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size
     cmp(x, K("attention_bwd"), "dq", dq, FP32);
     cmp(x, K("attention_bwd"), "dk", dk, FP32);
     cmp(x, K("attention_bwd"), "dv", dv, FP32);
-    ON_BOTH(mc_k_rope_bwd(be, S(dq), B, T, Q, D, 10000.0f, 3, SI(ps)));
+    ON_BOTH(mc_k_rope_bwd(be, S(dq), B, T, Q, D, &rope10k, 3, SI(ps)));
     cmp(x, K("rope_bwd"), w, dq, FP32);
     if (packed) { /* learned positions at the documents' positions */
         pair wpe = rnd(x, T * D, 1), o = rnd(x, N * D, 1), dwpe = rnd(x, T * D, 1);

@@ -16,6 +16,8 @@
  */
 #include "kern_test.h"
 
+static const mc_rope rope10k = {10000.0f, 0, 0, 0, 0, 0, 0}; /* plain RoPE, base 10000 */
+
 /* Documents of the given lengths, cycled, packed into B sequences of T:
  * seg[b T + t] = the first token of t's document, pos = t - that. */
 static void pack(const size_t *lens, size_t nlens, size_t B, size_t T, int32_t *seg, int32_t *pos)
@@ -291,16 +293,16 @@ static void check_positions(mc_backend *be)
     int ok = 1;
     for (int dir = 0; dir < 2; dir++) {
         if (dir == 0)
-            mc_k_rope_fwd(be, x, B, T, H, D, 10000.0f, 0, pos);
+            mc_k_rope_fwd(be, x, B, T, H, D, &rope10k, 0, pos);
         else
-            mc_k_rope_bwd(be, x, B, T, H, D, 10000.0f, 0, pos);
+            mc_k_rope_bwd(be, x, B, T, H, D, &rope10k, 0, pos);
         for (size_t bt = 0; bt < B * T;) { /* each document alone, from position 0 */
             size_t len = 1;
             while (bt + len < B * T && pos[bt + len] != 0) len++;
             if (dir == 0)
-                mc_k_rope_fwd(be, y + bt * H * D, 1, len, H, D, 10000.0f, 0, NULL);
+                mc_k_rope_fwd(be, y + bt * H * D, 1, len, H, D, &rope10k, 0, NULL);
             else
-                mc_k_rope_bwd(be, y + bt * H * D, 1, len, H, D, 10000.0f, 0, NULL);
+                mc_k_rope_bwd(be, y + bt * H * D, 1, len, H, D, &rope10k, 0, NULL);
             bt += len;
         }
         ok &= !memcmp(x, y, n * 4);

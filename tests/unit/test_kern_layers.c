@@ -8,6 +8,8 @@
  */
 #include "kern_test.h"
 
+static const mc_rope rope10k = {10000.0f, 0, 0, 0, 0, 0, 0}; /* plain RoPE, base 10000 */
+
 /* ------------------------------------------------------------ embedding */
 
 typedef struct {
@@ -259,18 +261,37 @@ typedef struct {
     size_t B, T, H, D, pos0;
     double base;
     double *x, *dout;
+    size_t rot;  /* dims rotated (0: D) */
+    int scaling; /* Llama 3.1's, with factor 8, low 1, high 4, original 8192 */
 } rope_ctx;
+
+/* transformers' _compute_llama3_parameters, as written there: wavelengths
+ * longer than the original context / low_freq_factor are slowed by the
+ * factor, those between the two bounds blended */
+static double llama3_inv(double inv)
+{
+    double factor = 8, low = 1, high = 4, old = 8192;
+    double low_wavelen = old / low, high_wavelen = old / high, wavelen = 2 * M_PI / inv;
+    double scaled = wavelen > low_wavelen ? inv / factor : inv;
+    double smooth = (old / wavelen - low) / (high - low);
+    double smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+    int medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+    return medium ? smoothed : scaled;
+}
 
 static void ref_rope(const rope_ctx *c, double *out)
 {
-    size_t half = c->D / 2;
+    size_t R = c->rot ? c->rot : c->D, half = R / 2;
     for (size_t b = 0; b < c->B; b++)
         for (size_t t = 0; t < c->T; t++)
             for (size_t h = 0; h < c->H; h++) {
                 const double *x = c->x + ((b * c->T + t) * c->H + h) * c->D;
                 double *o = out + ((b * c->T + t) * c->H + h) * c->D;
+                for (size_t i = R; i < c->D; i++) o[i] = x[i]; /* not rotated */
                 for (size_t i = 0; i < half; i++) {
-                    double ang = (double)(c->pos0 + t) * pow(c->base, -2.0 * i / c->D);
+                    double inv = pow(c->base, -2.0 * i / R);
+                    if (c->scaling) inv = llama3_inv(inv);
+                    double ang = (double)(c->pos0 + t) * inv;
                     o[i] = x[i] * cos(ang) - x[i + half] * sin(ang);
                     o[i + half] = x[i + half] * cos(ang) + x[i] * sin(ang);
                 }
@@ -294,24 +315,67 @@ static void check_rope(mc_backend *be)
     kt_rng r = {30};
     float *x = kt_falloc(n), *g = kt_falloc(n);
     kt_fill(&r, x, n, -1, 1), kt_fill(&r, g, n, -1, 1);
-    rope_ctx c = {B, T, H, D, pos0, 10000.0, kt_todouble(x, n), kt_todouble(g, n)};
+    rope_ctx c = {B, T, H, D, pos0, 10000.0, kt_todouble(x, n), kt_todouble(g, n), 0, 0};
     double *ro = kt_dalloc(n);
     ref_rope(&c, ro);
     float *y = kt_copy(x, n);
-    mc_k_rope_fwd(be, y, B, T, H, D, 10000.0f, pos0, NULL);
+    mc_k_rope_fwd(be, y, B, T, H, D, &rope10k, pos0, NULL);
     double eo = kt_err(y, ro, n);
     TAP_OK(eo < 1e-6, "rope fwd (rotate half, base 1e4, pos0 %zu) vs float64: %.2e < 1e-6", pos0,
            eo);
     /* the backward rewrites dx in place: dx = R^T dout */
     float *dx = kt_copy(g, n);
-    mc_k_rope_bwd(be, dx, B, T, H, D, 10000.0f, pos0, NULL);
+    mc_k_rope_bwd(be, dx, B, T, H, D, &rope10k, pos0, NULL);
     double ex = kt_fd_check(rope_loss, &c, c.x, n, dx, NULL, SIZE_MAX, 1);
     TAP_OK(ex < 1e-6, "rope bwd (in place) vs FD: %.2e < 1e-6", ex);
-    mc_k_rope_bwd(be, y, B, T, H, D, 10000.0f, pos0, NULL);
+    mc_k_rope_bwd(be, y, B, T, H, D, &rope10k, pos0, NULL);
     double rt = 0;
     for (size_t i = 0; i < n; i++) rt = fmax(rt, fabs(y[i] - x[i]));
     TAP_OK(rt < 1e-6, "rope bwd undoes rope fwd: max diff %.2e < 1e-6", rt);
     free(x), free(g), free(c.x), free(c.dout), free(ro), free(y), free(dx);
+}
+
+/* Partial rotation (--rotary-percent) and Llama 3.1's frequency scaling at
+ * long positions (--use-rope-scaling), each and both, against float64 and
+ * finite differences; base 500000 as Llama 3's. */
+static void check_rope_variants(mc_backend *be)
+{
+    size_t B = 1, T = 5, H = 2, D = 32, n = B * T * H * D;
+    struct {
+        size_t rot;
+        int scaling;
+        size_t pos0;
+    } v[] = {{16, 0, 7}, {0, 1, 20000}, {16, 1, 100000}};
+    for (size_t k = 0; k < sizeof v / sizeof *v; k++) {
+        kt_rng r = {31 + k};
+        float *x = kt_falloc(n), *g = kt_falloc(n);
+        kt_fill(&r, x, n, -1, 1), kt_fill(&r, g, n, -1, 1);
+        rope_ctx c = {
+            B,        T,           H, D, v[k].pos0, 500000.0, kt_todouble(x, n), kt_todouble(g, n),
+            v[k].rot, v[k].scaling};
+        mc_rope rp = {500000.0f, (int)v[k].rot, v[k].scaling, 8.0f, 1.0f, 4.0f, 8192};
+        double *ro = kt_dalloc(n);
+        ref_rope(&c, ro);
+        float *y = kt_copy(x, n);
+        mc_k_rope_fwd(be, y, B, T, H, D, &rp, v[k].pos0, NULL);
+        double eo = kt_err(y, ro, n);
+        TAP_OK(eo < 2e-6, "rope fwd, %zu of %zu dims rotated%s, pos0 %zu, vs float64: %.2e < 2e-6",
+               v[k].rot ? v[k].rot : D, D, v[k].scaling ? ", Llama 3.1 scaling" : "", v[k].pos0,
+               eo);
+        float *dx = kt_copy(g, n);
+        mc_k_rope_bwd(be, dx, B, T, H, D, &rp, v[k].pos0, NULL);
+        double ex = kt_fd_check(rope_loss, &c, c.x, n, dx, NULL, SIZE_MAX, 1);
+        TAP_OK(ex < 1e-6, "rope bwd of the same vs FD: %.2e < 1e-6", ex);
+        free(x), free(g), free(c.x), free(c.dout), free(ro), free(y), free(dx);
+    }
+    /* scaling changes only the low and middle frequencies */
+    mc_rope plain = {500000.0f, 0, 0, 8, 1, 4, 8192}, sc = plain;
+    sc.scaling = 1;
+    double f0 = mc_rope_inv_freq(&sc, 128, 0) / mc_rope_inv_freq(&plain, 128, 0);
+    double f63 = mc_rope_inv_freq(&sc, 128, 63) / mc_rope_inv_freq(&plain, 128, 63);
+    TAP_OK(f0 == 1.0 && fabs(f63 - 0.125) < 1e-15,
+           "Llama 3.1 scaling keeps the highest frequency (x%g), divides the lowest by 8 (x%g)", f0,
+           f63);
 }
 
 /* ------------------------------------------------------------ cross-entropy */
@@ -430,6 +494,7 @@ int main(void)
     check_act(be, 0);
     check_act(be, 1);
     check_rope(be);
+    check_rope_variants(be);
     check_xent(be);
     mc_backend_free(be);
     return tap_done();

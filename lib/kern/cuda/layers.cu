@@ -311,29 +311,31 @@ extern "C" void mc_cuda_rmsnorm_bwd(mc_cuda *cu, float *dx, float *dw, const flo
 
 /* ---------------------------------------------------- RoPE */
 
-/* tab[t,i] = (cos, sign sin) of p base^(-2i/D), in double, for the rows
- * t < T of the table: p = pos0 + t, or pos[t] (per-token positions) */
-__global__ void k_rope_table(float *tab, size_t T, size_t half, size_t D, float base, size_t pos0,
+/* tab[t,i] = (cos, sign sin) of p inv[i] (mc_rope_inv_freq, computed on
+ * the host in double), in double, for the rows t < T of the table: p =
+ * pos0 + t, or pos[t] (per-token positions) */
+__global__ void k_rope_table(float *tab, size_t T, size_t half, const double *inv, size_t pos0,
                              const int32_t *pos, float sign)
 {
     GRID_STRIDE(k, T * half)
     {
         size_t t = k / half, i = k % half;
-        double inv = pow((double)base, -2.0 * (double)i / (double)D);
-        double a = (double)(pos ? (size_t)pos[t] : pos0 + t) * inv;
+        double a = (double)(pos ? (size_t)pos[t] : pos0 + t) * inv[i];
         tab[2 * k] = (float)cos(a);
         tab[2 * k + 1] = sign * (float)sin(a);
     }
 }
 
-/* x1' = x1 cos - x2 sin; x2' = x2 cos + x1 sin over the pairs (i, i + D/2) */
-__global__ void k_rope_apply(float *x, const float *tab, size_t BT, size_t T, size_t H, size_t half)
+/* x1' = x1 cos - x2 sin; x2' = x2 cos + x1 sin over the pairs (i, i + half)
+ * of each head's first 2 half dims (of D) */
+__global__ void k_rope_apply(float *x, const float *tab, size_t BT, size_t T, size_t H, size_t half,
+                             size_t D)
 {
     GRID_STRIDE(k, BT * H * half)
     {
         size_t i = k % half, bth = k / half, bt = bth / H;
         const float *cs = tab + ((bt % T) * half + i) * 2;
-        float *x1 = x + bth * 2 * half + i, *x2 = x1 + half;
+        float *x1 = x + bth * D + i, *x2 = x1 + half;
         float c = cs[0], s = cs[1], a = *x1, b = *x2;
         *x1 = a * c - b * s;
         *x2 = b * c + a * s;
@@ -341,31 +343,40 @@ __global__ void k_rope_apply(float *x, const float *tab, size_t BT, size_t T, si
 }
 
 /* The table has a row per position t < T shared by the B sequences, or with
- * per-token positions a row per token (B T rows). */
-static void rope(mc_cuda *cu, float *x, size_t B, size_t T, size_t H, size_t D, float base,
+ * per-token positions a row per token (B T rows); the frequencies follow it
+ * in the same scratch. */
+static void rope(mc_cuda *cu, float *x, size_t B, size_t T, size_t H, size_t D, const mc_rope *r,
                  size_t pos0, const int32_t *pos, float sign)
 {
-    if (D % 2) mc_cu_die(__FILE__, __LINE__, "rope", "odd head dimension");
+    size_t R = r->rot_dim > 0 ? (size_t)r->rot_dim : D;
+    if (R % 2 || R > D) mc_cu_die(__FILE__, __LINE__, "rope", "odd or oversized rotary dimension");
     if (!B || !T || !H || !D) return;
-    size_t half = D / 2, rows = pos ? B * T : T;
-    float *tab = (float *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK, rows * half * 2 * sizeof(float));
-    k_rope_table<<<mc_cu_blocks(rows * half, TPB), TPB, 0, cu->stream>>>(tab, rows, half, D, base,
+    size_t half = R / 2, rows = pos ? B * T : T;
+    size_t tab_bytes = (rows * half * 2 * sizeof(float) + 15) & ~(size_t)15;
+    char *scr = (char *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK, tab_bytes + half * sizeof(double));
+    float *tab = (float *)scr;
+    double *inv = (double *)(scr + tab_bytes);
+    double host[1024];
+    if (half > 1024) mc_cu_die(__FILE__, __LINE__, "rope", "head dimension above 2048");
+    for (size_t i = 0; i < half; i++) host[i] = mc_rope_inv_freq(r, D, i);
+    mc_cuda_bcopy_from_host(cu, inv, host, half * sizeof(double));
+    k_rope_table<<<mc_cu_blocks(rows * half, TPB), TPB, 0, cu->stream>>>(tab, rows, half, inv,
                                                                          pos0, pos, sign);
     KCHECK();
     k_rope_apply<<<mc_cu_blocks(B * T * H * half, TPB), TPB, 0, cu->stream>>>(x, tab, B * T, rows,
-                                                                              H, half);
+                                                                              H, half, D);
     KCHECK();
 }
 
 extern "C" void mc_cuda_rope_fwd(mc_cuda *cu, float *x, size_t B, size_t T, size_t H, size_t D,
-                                 float base, size_t pos0, const int32_t *pos)
+                                 const mc_rope *r, size_t pos0, const int32_t *pos)
 {
-    rope(cu, x, B, T, H, D, base, pos0, pos, 1.0f);
+    rope(cu, x, B, T, H, D, r, pos0, pos, 1.0f);
 }
 extern "C" void mc_cuda_rope_bwd(mc_cuda *cu, float *dx, size_t B, size_t T, size_t H, size_t D,
-                                 float base, size_t pos0, const int32_t *pos)
+                                 const mc_rope *r, size_t pos0, const int32_t *pos)
 {
-    rope(cu, dx, B, T, H, D, base, pos0, pos, -1.0f);
+    rope(cu, dx, B, T, H, D, r, pos0, pos, -1.0f);
 }
 
 /* ---------------------------------------------------- QKV split */
