@@ -50,6 +50,8 @@ mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err)
         need = "RMSNorm", has = "LayerNorm";
     else if (!c->swiglu)
         need = "a SwiGLU MLP", has = "GELU";
+    else if (c->rotary_percent < 1)
+        need = "rotary embeddings over the whole head", has = "--rotary-percent below 1";
     if (need)
         return mc_error_set(err, MC_ERR_FORMAT,
                             "LlamaForCausalLM (the format for rotary positions) needs %s; this "
@@ -284,7 +286,15 @@ json_t *hf_config_json(const mc_model_config *c, hf_arch arch, int64_t eos_id,
         json_object_set_new(o, "max_position_embeddings", json_integer(c->max_position_embeddings));
         json_object_set_new(o, "rms_norm_eps", real(c->norm_epsilon));
         json_object_set_new(o, "rope_theta", real(c->rotary_base));
-        json_object_set_new(o, "rope_scaling", json_null());
+        json_object_set_new(o, "rope_scaling",
+                            c->use_rope_scaling
+                                ? json_pack("{s:s, s:o, s:o, s:o, s:i}", "rope_type", "llama3",
+                                            "factor", real(c->rope_scaling_factor),
+                                            "low_freq_factor", real(c->rope_low_freq_factor),
+                                            "high_freq_factor", real(c->rope_high_freq_factor),
+                                            "original_max_position_embeddings",
+                                            c->rope_original_max_position_embeddings)
+                                : json_null());
         json_object_set_new(o, "attention_bias", json_boolean(c->add_bias_linear));
         json_object_set_new(o, "mlp_bias", json_boolean(c->add_bias_linear));
         json_object_set_new(o, "attention_dropout", json_real(0));
@@ -361,6 +371,37 @@ static void refuse(reader *r, const char *k, const char *why)
     if (!r->st) r->st = mc_error_set(r->err, MC_ERR_FORMAT, "%s: %s: %s", r->where, k, why);
 }
 
+/* transformers' "llama3" rope_type (rope_scaling, or transformers 5's
+ * rope_parameters) into the configuration; any other type is refused. */
+static void rope_scaling(reader *r, const char *key, const json_t *rs, mc_model_config *c)
+{
+    char k[96];
+    const char *type = json_string_value(json_object_get(rs, "rope_type"));
+    if (!type) type = json_string_value(json_object_get(rs, "type"));
+    if (!json_is_object(rs) || !type || strcmp(type, "llama3")) {
+        snprintf(k, sizeof k, "%s.rope_type", key);
+        refuse(r, k, "mc's RoPE scaling is Llama 3.1's (\"llama3\") only");
+        return;
+    }
+    static const char *const names[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                        "original_max_position_embeddings"};
+    double v[4];
+    for (int i = 0; i < 4; i++) {
+        json_t *x = json_object_get(rs, names[i]);
+        v[i] = json_is_number(x) ? json_number_value(x) : -1;
+        if (!(v[i] > 0)) {
+            snprintf(k, sizeof k, "%s.%s", key, names[i]);
+            refuse(r, k, "expected a positive number");
+            return;
+        }
+    }
+    c->use_rope_scaling = 1;
+    c->rope_scaling_factor = (float)v[0];
+    c->rope_low_freq_factor = (float)v[1];
+    c->rope_high_freq_factor = (float)v[2];
+    c->rope_original_max_position_embeddings = (int)v[3];
+}
+
 static hf_arch detect(reader *r)
 {
     const char *a = json_string_value(json_array_get(json_object_get(r->o, "architectures"), 0));
@@ -430,16 +471,19 @@ static void parse_llama(reader *r, mc_model_config *c)
     if (strcmp(act, "silu")) refuse(r, "hidden_act", "mc's SwiGLU uses silu");
     double theta = get_num(r, "rope_theta", 10000.0);
     json_t *rs = json_object_get(r->o, "rope_scaling");
-    if (rs && !json_is_null(rs))
-        refuse(r, "rope_scaling", "RoPE scaling is not supported by mc (only plain RoPE)");
+    if (rs && !json_is_null(rs)) rope_scaling(r, "rope_scaling", rs, c);
     /* transformers 5 writes rope_parameters {"rope_type", "rope_theta"} */
     json_t *rp = json_object_get(r->o, "rope_parameters");
     if (rp && !json_is_null(rp)) {
         const char *type = json_string_value(json_object_get(rp, "rope_type"));
         json_t *th = json_object_get(rp, "rope_theta");
-        if (!json_is_object(rp) || (type && strcmp(type, "default")))
+        if (!json_is_object(rp))
+            refuse(r, "rope_parameters", "expected an object");
+        else if (type && !strcmp(type, "llama3"))
+            rope_scaling(r, "rope_parameters", rp, c);
+        else if (type && strcmp(type, "default"))
             refuse(r, "rope_parameters.rope_type",
-                   "RoPE scaling is not supported by mc (only \"default\")");
+                   "mc's RoPE is \"default\" or Llama 3.1's \"llama3\"");
         else if (th && !(json_is_number(th) && json_number_value(th) > 0))
             refuse(r, "rope_parameters.rope_theta", "expected a positive number");
         else if (th)

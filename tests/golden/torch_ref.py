@@ -23,6 +23,15 @@ def rope(cfg, x, position_ids=None):
     B, T, D = x.shape[0], x.shape[1], x.shape[3]
     half = D // 2
     inv = cfg["rotary_base"] ** (-torch.arange(half, dtype=torch.float64) * 2 / D)
+    rs = cfg.get("rope_scaling")
+    if rs:  # Llama 3.1's, as transformers' "llama3" rope_type computes it
+        L, lo, hi, f = (rs["original_max_position_embeddings"], rs["low_freq_factor"],
+                        rs["high_freq_factor"], rs["factor"])
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > L / lo, inv / f, inv)
+        smooth = (L / wavelen - lo) / (hi - lo)
+        medium = ~(wavelen < L / hi) & ~(wavelen > L / lo)
+        inv = torch.where(medium, (1 - smooth) * scaled / f + smooth * scaled, scaled)
     pos = (torch.arange(T)[None].expand(B, T) if position_ids is None else position_ids)
     ang = pos.to(torch.float64)[:, :, None] * inv[None, None, :]
     cos = torch.cos(ang).to(x.dtype)[:, :, None, :]

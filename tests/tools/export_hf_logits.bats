@@ -60,5 +60,5 @@ EOF2
     run --separate-stderr "$py" "$top_srcdir/tests/golden/hf_logits.py" "$top_builddir"
     echo "$stderr" | grep -v '^\[transformers\]\|Writing model shards'
     assert_success
-    [ "$(echo "$stderr" | grep -c ' ok$')" = 7 ]
+    [ "$(echo "$stderr" | grep -c ' ok$')" = 8 ]
 }

@@ -143,9 +143,11 @@ EOF
         assert_output "hf_import: error: $msg"
         [ ! -e ck ]
     }
-    bad llama "d/config.json: rope_scaling: RoPE scaling is not supported by mc (only plain RoPE)" \
+    bad llama "d/config.json: rope_scaling.low_freq_factor: expected a positive number" \
         --set 'rope_scaling={"rope_type": "llama3", "factor": 8.0}'
-    bad llama 'd/config.json: rope_parameters.rope_type: RoPE scaling is not supported by mc (only "default")' \
+    bad llama 'd/config.json: rope_scaling.rope_type: mc'"'"'s RoPE scaling is Llama 3.1'"'"'s ("llama3") only' \
+        --set 'rope_scaling={"rope_type": "dynamic", "factor": 2.0}'
+    bad llama 'd/config.json: rope_parameters.rope_type: mc'"'"'s RoPE is "default" or Llama 3.1'"'"'s "llama3"' \
         --rope-parameters --set 'rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}'
     bad llama "d/config.json: architectures: MistralForCausalLM is not supported (mc imports GPT2LMHeadModel and LlamaForCausalLM)" \
         --set 'architectures=["MistralForCausalLM"]'

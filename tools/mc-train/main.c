@@ -53,6 +53,12 @@ enum {
     OPT_SWIGLU,
     OPT_POS_TYPE,
     OPT_ROTARY_BASE,
+    OPT_ROTARY_PERCENT,
+    OPT_USE_ROPE_SCALING,
+    OPT_ROPE_SCALING_FACTOR,
+    OPT_ROPE_LOW_FREQ,
+    OPT_ROPE_HIGH_FREQ,
+    OPT_ROPE_ORIG_MAX_POS,
     OPT_GQA,
     OPT_NUM_QUERY_GROUPS,
     OPT_UNTIE,
@@ -176,6 +182,18 @@ static const mc_option options[] = {
     {"swiglu", MC_OPT_NONE, OPT_SWIGLU, NULL, "SwiGLU MLP instead of GELU."},
     {"position-embedding-type", MC_OPT_REQUIRED, OPT_POS_TYPE, "TYPE", "learned_absolute or rope."},
     {"rotary-base", MC_OPT_REQUIRED, OPT_ROTARY_BASE, "X", "RoPE base (10000)."},
+    {"rotary-percent", MC_OPT_REQUIRED, OPT_ROTARY_PERCENT, "X",
+     "Share of each head's dimensions RoPE turns (1.0); the rest pass unchanged."},
+    {"use-rope-scaling", MC_OPT_NONE, OPT_USE_ROPE_SCALING, NULL,
+     "Llama 3.1's RoPE frequency scaling for long contexts."},
+    {"rope-scaling-factor", MC_OPT_REQUIRED, OPT_ROPE_SCALING_FACTOR, "X",
+     "With --use-rope-scaling: the factor low frequencies are divided by (8)."},
+    {"rope-scaling-low-freq-factor", MC_OPT_REQUIRED, OPT_ROPE_LOW_FREQ, "X",
+     "With --use-rope-scaling: wavelengths above the original context / X are scaled (1)."},
+    {"rope-scaling-high-freq-factor", MC_OPT_REQUIRED, OPT_ROPE_HIGH_FREQ, "X",
+     "With --use-rope-scaling: wavelengths below the original context / X are kept (4)."},
+    {"rope-scaling-original-max-position-embeddings", MC_OPT_REQUIRED, OPT_ROPE_ORIG_MAX_POS, "N",
+     "With --use-rope-scaling: the context the model was first trained for (8192)."},
     {"group-query-attention", MC_OPT_NONE, OPT_GQA, NULL, "Grouped-query attention."},
     {"num-query-groups", MC_OPT_REQUIRED, OPT_NUM_QUERY_GROUPS, "N",
      "Key/value groups (implies --group-query-attention)."},
@@ -385,7 +403,13 @@ enum {
     SET_UNTIE = 1 << 13,
     SET_NOBIAS = 1 << 14,
     SET_STD = 1 << 15,
-    SET_DIVISIBLE = 1 << 16
+    SET_DIVISIBLE = 1 << 16,
+    SET_ROPE_PERCENT = 1 << 17,
+    SET_ROPE_SCALING = 1 << 18, /* --use-rope-scaling */
+    SET_ROPE_FACTOR = 1 << 19,
+    SET_ROPE_LOW = 1 << 20,
+    SET_ROPE_HIGH = 1 << 21,
+    SET_ROPE_ORIG = 1 << 22
 };
 
 typedef struct args {
@@ -513,6 +537,34 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             if (!st) a->m.position_embedding_type = (mc_pos_kind)v;
             a->set |= SET_POS;
             break;
+        case OPT_ROTARY_PERCENT:
+            st = mc_parse_float("--rotary-percent", arg, 1e-6f, 1, &a->m.rotary_percent, err);
+            a->set |= SET_ROPE_PERCENT;
+            break;
+        case OPT_USE_ROPE_SCALING: a->set |= SET_ROPE_SCALING; break;
+        case OPT_ROPE_SCALING_FACTOR:
+            st = mc_parse_float("--rope-scaling-factor", arg, 1, 1e6, &a->m.rope_scaling_factor,
+                                err);
+            a->set |= SET_ROPE_FACTOR;
+            break;
+        case OPT_ROPE_LOW_FREQ:
+            st = mc_parse_float("--rope-scaling-low-freq-factor", arg, 1e-6f, 1e6,
+                                &a->m.rope_low_freq_factor, err);
+            a->set |= SET_ROPE_LOW;
+            break;
+        case OPT_ROPE_HIGH_FREQ:
+            st = mc_parse_float("--rope-scaling-high-freq-factor", arg, 1e-6f, 1e6,
+                                &a->m.rope_high_freq_factor, err);
+            a->set |= SET_ROPE_HIGH;
+            break;
+        case OPT_ROPE_ORIG_MAX_POS: {
+            int64_t v;
+            st = mc_parse_i64("--rope-scaling-original-max-position-embeddings", arg, 1, INT32_MAX,
+                              &v, err);
+            a->m.rope_original_max_position_embeddings = (int)v;
+            a->set |= SET_ROPE_ORIG;
+            break;
+        }
         case OPT_ROTARY_BASE:
             st = mc_parse_float("--rotary-base", arg, 1, 1e12, &a->m.rotary_base, err);
             a->set |= SET_ROPE_BASE;
@@ -882,6 +934,13 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     if (a->set & SET_SWIGLU) c->swiglu = 1;
     if (a->set & SET_POS) c->position_embedding_type = m->position_embedding_type;
     if (a->set & SET_ROPE_BASE) c->rotary_base = m->rotary_base;
+    if (a->set & SET_ROPE_PERCENT) c->rotary_percent = m->rotary_percent;
+    if (a->set & SET_ROPE_SCALING) c->use_rope_scaling = 1;
+    if (a->set & SET_ROPE_FACTOR) c->rope_scaling_factor = m->rope_scaling_factor;
+    if (a->set & SET_ROPE_LOW) c->rope_low_freq_factor = m->rope_low_freq_factor;
+    if (a->set & SET_ROPE_HIGH) c->rope_high_freq_factor = m->rope_high_freq_factor;
+    if (a->set & SET_ROPE_ORIG)
+        c->rope_original_max_position_embeddings = m->rope_original_max_position_embeddings;
     if (a->set & SET_GROUPS) c->num_query_groups = m->num_query_groups;
     if (a->set & SET_UNTIE) c->untie_embeddings_and_output_weights = 1;
     if (a->set & SET_NOBIAS) c->add_bias_linear = 0;
