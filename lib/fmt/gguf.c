@@ -231,8 +231,10 @@ typedef enum xform {
     X_Q,
     X_K, /* llama: one part of the QKV, rows permuted for adjacent RoPE pairs */
     X_V,
-    X_GATE, /* llama: first half of SwiGLU's fc1 */
-    X_UP    /* llama: second half */
+    X_GATE,      /* llama: first half of SwiGLU's fc1 */
+    X_UP,        /* llama: second half */
+    X_ROPE_FREQS /* llama with RoPE scaling: llama.cpp's per-pair frequency divisors,
+                    computed (no source tensor) */
 } xform;
 
 typedef struct tplan {
@@ -249,6 +251,7 @@ typedef struct plan {
     tplan *t;
     size_t n, cap;
     int64_t Q, G, D; /* heads, query groups, head dim */
+    mc_rope rope;    /* the model's RoPE (X_ROPE_FREQS) */
 } plan;
 
 static mc_status plan_add(plan *p, const char *name, const char *src, xform x, int64_t rows,
@@ -301,6 +304,13 @@ static const char *arch_of(const mc_model_config *c, const char *file, mc_error 
         }
         return "gpt2";
     }
+    if (llama && c->rotary_percent < 1) {
+        mc_error_set(err, MC_ERR_FORMAT,
+                     "%s: GGUF's llama architecture turns whole heads; this model turns %g of "
+                     "each (--rotary-percent)",
+                     file, (double)c->rotary_percent);
+        return NULL;
+    }
     if (llama) return "llama";
     mc_error_set(err, MC_ERR_FORMAT,
                  "%s: GGUF has no architecture for this model (%s, %s, %s positions): llama.cpp "
@@ -321,8 +331,19 @@ static mc_status build_plan(const mc_model_config *c, int llama, int ggml, int h
     p->Q = Q;
     p->G = G;
     p->D = D;
+    p->rope = (mc_rope){c->rotary_base,
+                        0,
+                        c->use_rope_scaling,
+                        c->rope_scaling_factor,
+                        c->rope_low_freq_factor,
+                        c->rope_high_freq_factor,
+                        c->rope_original_max_position_embeddings};
     mc_status st = plan_add(p, "token_embd.weight", "embedding.word_embeddings.weight", X_COPY, V,
                             C, Vp, C, ggml, err);
+    /* Llama 3.1's scaling as llama.cpp reads it: theta_i / rope_freqs[i],
+     * so rope_freqs[i] = plain inv_freq_i / scaled inv_freq_i */
+    if (!st && llama && c->use_rope_scaling)
+        st = plan_add(p, "rope_freqs.weight", "", X_ROPE_FREQS, D / 2, 0, D / 2, 0, GGML_F32, err);
     if (!st && !llama) /* f32 whatever the type, as llama.cpp's converter does */
         st = plan_add(p, "position_embd.weight", "embedding.position_embeddings.weight", X_COPY,
                       c->max_position_embeddings, C, c->max_position_embeddings, C, GGML_F32, err);
@@ -446,6 +467,7 @@ static int64_t src_row(const plan *p, const tplan *t, int64_t r)
     case X_V: return (r / D) * grp + (per + 1) * D + r % D;
     case X_GATE: return r;
     case X_UP: return t->rows + r;
+    case X_ROPE_FREQS: return r; /* computed, not gathered */
     }
     return r;
 }
@@ -574,7 +596,17 @@ static mc_status write_tensor(mc_ckpt_reader *r, const plan *p, const tplan *t, 
     int64_t src_cols = t->src_cols ? t->src_cols : 1;
     mc_status st = MC_OK;
     int64_t rows_read = t->x == X_COPY ? t->rows : t->src_rows;
-    if (strcmp(cached, t->src) || t->x == X_COPY) {
+    if (t->x == X_ROPE_FREQS) {
+        free(*cache);
+        cached[0] = 0;
+        if (!(*cache = malloc((size_t)t->rows * sizeof **cache)))
+            return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+        mc_rope plain = p->rope;
+        plain.scaling = 0;
+        for (int64_t i = 0; i < t->rows; i++)
+            (*cache)[i] = (float)(mc_rope_inv_freq(&plain, (size_t)p->D, (size_t)i) /
+                                  mc_rope_inv_freq(&p->rope, (size_t)p->D, (size_t)i));
+    } else if (strcmp(cached, t->src) || t->x == X_COPY) {
         free(*cache);
         *cache = malloc((size_t)(rows_read * src_cols) * sizeof **cache);
         cached[0] = 0;
@@ -588,7 +620,7 @@ static mc_status write_tensor(mc_ckpt_reader *r, const plan *p, const tplan *t, 
     size_t n = (size_t)(t->rows * cols);
     float *x = *cache;
     float *tmp = NULL;
-    if (t->x != X_COPY) {
+    if (t->x != X_COPY && t->x != X_ROPE_FREQS) {
         tmp = malloc(n * sizeof *tmp);
         if (!tmp) return mc_error_set(err, MC_ERR_NOMEM, "out of memory for %s", t->name);
         for (int64_t i = 0; i < t->rows; i++)

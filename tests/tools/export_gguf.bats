@@ -290,3 +290,44 @@ llama_bin() {
         done
     done
 }
+
+@test "RoPE scaling: llama.cpp's rope_freqs tensor holds transformers' llama3 frequency ratios; a partial rotary dimension is refused" {
+    require_python_module gguf
+    local tok="$top_srcdir/tests/data/tokenizer/hf_bytelevel.json"
+    local m=(--model tiny-llama --seq-length 32 --micro-batch-size 1 --global-batch-size 1 --threads 1
+             --lr 1e-3 --train-iters 0 --mock-data --tokenizer-type HuggingFaceTokenizer
+             --tokenizer-model "$tok" --rotary-base 500000)
+    run -0 "$MC_TRAIN" "${m[@]}" --use-rope-scaling --rope-scaling-factor 8 \
+        --rope-scaling-original-max-position-embeddings 64 --save sc
+    run -0 "$MC_EXPORT" --format gguf --dtype f32 -o sc.gguf sc
+    run -0 "$MC_PYTHON" - sc.gguf <<'PY'
+import math, sys, gguf, numpy as np
+r = gguf.GGUFReader(sys.argv[1])
+t = {t.name: t for t in r.tensors}["rope_freqs.weight"]
+D = int(r.fields["llama.rope.dimension_count"].parts[-1][0])
+# transformers' _compute_llama3_parameters (factor 8, low 1, high 4, original 64)
+inv = 1.0 / 500000.0 ** (np.arange(0, D, 2) / D)
+wl = 2 * math.pi / inv
+scaled = np.where(wl > 64 / 1, inv / 8, inv)
+s = (64 / wl - 1) / (4 - 1)
+mid = ~(wl < 64 / 4) & ~(wl > 64 / 1)
+scaled = np.where(mid, (1 - s) * scaled / 8 + s * scaled, scaled)
+want = inv / scaled
+assert t.data.shape == (D // 2,), t.data.shape
+assert np.allclose(t.data, want, rtol=1e-6), (t.data, want)
+assert want.min() == 1 and want.max() == 8 and ((want > 1) & (want < 8)).any()
+print("ok", D // 2)
+PY
+    assert_output --regexp '^ok [0-9]+$'
+    run -0 "$MC_TRAIN" "${m[@]}" --save plain
+    run -0 "$MC_EXPORT" --format gguf --dtype f32 -o plain.gguf plain
+    run -0 "$MC_PYTHON" -c 'import sys, gguf; assert "rope_freqs.weight" not in {t.name for t in gguf.GGUFReader(sys.argv[1]).tensors}' plain.gguf
+    run -0 "$MC_TRAIN" "${m[@]}" --rotary-percent 0.5 --save half
+    run -1 "$MC_EXPORT" --format gguf -o half.gguf half
+    assert_output --partial "GGUF's llama architecture turns whole heads"
+    [ ! -e half.gguf ]
+    run -1 "$MC_EXPORT" --format hf -o half-hf half
+    assert_output --partial "rotary embeddings over the whole head"
+    run -2 "$MC_TRAIN" "${m[@]}" --rotary-percent 0.3 --save bad
+    assert_output --partial "--rotary-percent 0.3 of the head dimension"
+}
