@@ -62,6 +62,7 @@ extern "C" {
 #define MC_TAG_MFU "mfu" /* fraction of peak, 0..1 */
 #define MC_TAG_SKIPPED_ITERS "skipped-iterations"
 #define MC_TAG_NAN_ITERS "nan-iterations"
+#define MC_TAG_KD_LOSS "kd loss" /* --kd-teacher: the KL term, unscaled */
 
 /* When mc_metrics_samples gave a step its consumed-sample count, each of
  * that step's scalars is also written to TensorBoard as "TAG vs samples"

@@ -48,6 +48,8 @@ void mc_train_config_init(mc_train_config *c)
     c->eval_iters = 100;
     c->log_interval = 100;
     c->seed = 1234;
+    c->kd_temperature = 1.0f;
+    c->kd_alpha = 0.5f;
 }
 
 /* Everything one run holds. */
@@ -56,6 +58,7 @@ typedef struct run {
     mc_backend *be;
     const mc_grid *g;
     mc_model *model;
+    mc_model *teacher; /* --kd-teacher: frozen, never saved */
     mc_optim *optim;
     mc_grad_buckets *buckets; /* the data-parallel gradient reduction */
     mc_gpt_dataset *ds;
@@ -411,6 +414,35 @@ static void sft_report(const run *r)
     }
 }
 
+/* --kd-teacher: the teacher's model from its checkpoint (its own
+ * architecture, the student's grid, micro-batch and sequence length). */
+static mc_status load_teacher(run *r, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    if (r->pp > 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--kd-teacher: distillation under pipeline parallelism is not "
+                            "implemented");
+    mc_status st = mc_train_load_model(c->kd_teacher, r->g, r->be, (int)c->micro_batch_size,
+                                       (int)r->T, c->prec, &r->teacher, err);
+    if (st) return mc_error_prefix(err, "--kd-teacher %s", c->kd_teacher);
+    const mc_model_config *tc = mc_model_get_config(r->teacher);
+    const mc_model_config *sc = mc_model_get_config(r->model);
+    if (tc->padded_vocab_size != sc->padded_vocab_size)
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "--kd-teacher %s: the teacher's padded vocabulary of %" PRId64
+                            " differs from the student's %" PRId64,
+                            c->kd_teacher, tc->padded_vocab_size, sc->padded_vocab_size);
+    if ((st = mc_model_set_teacher(r->model, r->teacher, c->kd_temperature, c->kd_alpha, err)))
+        return mc_error_prefix(err, "--kd-teacher %s", c->kd_teacher);
+    say(r,
+        "distillation from %s: %d layers, hidden %d, %" PRId64
+        " parameters; temperature %g, alpha %g",
+        c->kd_teacher, tc->num_layers, tc->hidden_size, mc_model_global_numel(r->teacher),
+        (double)c->kd_temperature, (double)c->kd_alpha);
+    return MC_OK;
+}
+
 static mc_status setup(run *r, const mc_model_config *model_cfg,
                        const struct mc_gptdata_config *data, mc_error *err)
 {
@@ -449,6 +481,7 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     mc_model_set_doc_resets(r->model, &docs);
     r->mask_eod = data->eod_mask_loss ? data->eod : -1;
     r->pp = mc_grid_group_size(r->g, MC_GROUP_PP);
+    if (c->kd_teacher && !c->init_only && (st = load_teacher(r, err))) return st;
     if (r->pp > 1 && (st = mc_model_set_slots(
                           r->model, mc_pipeline_model_slots(r->model, r->g, r->num_micro), err)))
         return st;
@@ -518,7 +551,7 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
 
 /* What the log line averages over its interval. */
 typedef struct window {
-    double loss_sum;
+    double loss_sum, kd_sum;
     int64_t advanced, skipped, nan;
     double t0;
 } window;
@@ -540,8 +573,11 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
         fmt_py(v, sizeof v, "%.3f", grad_norm);
         snprintf(norm, sizeof norm, " grad norm: %s |", v);
     }
-    char lossv[48] = "";
-    if (avg >= 0.0) snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg);
+    char lossv[96] = "";
+    int lv = avg >= 0.0 ? snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg) : 0;
+    if (r->teacher && lv > 0)
+        snprintf(lossv + lv, sizeof lossv - (size_t)lv, " kd loss: %.6E |",
+                 w->kd_sum / (double)(w->advanced > 0 ? w->advanced : 1));
     int len = snprintf(
         line, sizeof line,
         " [%s] iteration %8" PRId64 "/%8" PRId64 " | consumed samples: %12" PRId64
@@ -571,8 +607,8 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
 
 /* One iteration: forward and backward over every micro-batch, then the
  * optimizer. *skipped and *nan say what happened; *grad_norm the norm. */
-static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *skipped, int *nan,
-                            int *overflow, mc_error *err)
+static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *grad_norm,
+                            int *skipped, int *nan, int *overflow, mc_error *err)
 {
     const mc_train_config *c = r->c;
     int dp_rank = mc_grid_group_rank(r->g, MC_GROUP_DP);
@@ -586,7 +622,8 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
     /* --overlap-param-gather: the last step's all-gather ends here. */
     if ((st = mc_optim_wait_params(r->optim, err))) return st;
     mc_model_zero_grads(r->model);
-    double acc[2] = {0, 0};
+    /* the loss sums and token count; [2]: the KL's sum with --kd-teacher */
+    double acc[3] = {0, 0, 0};
     if (r->pp > 1) {
         pipe_batches pb = {r, MC_SPLIT_TRAIN, r->s.consumed_samples, 0};
         if ((st = mc_pipeline_run(r->model, r->g, r->be, r->num_micro, 1, gscale, pipe_batch,
@@ -607,6 +644,7 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
             return st;
         acc[0] += l * (double)ntok;
         acc[1] += (double)ntok;
+        acc[2] += mc_model_kd_loss(r->model) * (double)ntok;
     }
     /* Tied embeddings across stages: the two copies' gradients summed
      * (Megatron's _allreduce_embedding_grads), then the data-parallel sum. */
@@ -614,12 +652,13 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
     st = r->buckets ? mc_grad_buckets_finish(r->buckets, err)
                     : mc_optim_reduce_grads(r->optim, err);
     if (st) return st;
-    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err))) return st;
-    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 2, err))) return st;
+    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 3, err))) return st;
+    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 3, err))) return st;
     *lm_loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    *kd_loss = !r->teacher ? NAN : acc[1] > 0 ? acc[2] / acc[1] : NAN;
     *nan = 0;
     *overflow = 0;
-    if (!isfinite(*lm_loss)) {
+    if (!isfinite(*lm_loss) || (r->teacher && !isfinite(*kd_loss))) {
         /* The loss itself is not finite: no update, whatever the
          * gradients (Megatron counts this as a nan iteration). */
         *skipped = *nan = 1;
@@ -655,10 +694,10 @@ static mc_status train_loop(run *r, mc_error *err)
     mc_comm_log comm = {0}; /* --log-comm: the steps' traffic only */
     r->rep->exit_reason = "train-iters";
     while (r->s.iteration < r->train_iters) {
-        double loss, norm;
+        double loss, kd, norm;
         int skipped, nan, overflow;
         mc_comm_log_start(r->g);
-        if ((st = train_step(r, &loss, &norm, &skipped, &nan, &overflow, err))) return st;
+        if ((st = train_step(r, &loss, &kd, &norm, &skipped, &nan, &overflow, err))) return st;
         mc_comm_log_end(&comm, r->g);
         int at_min = r->s.scaler.scale <= r->s.scaler.min_scale;
         mc_loss_scaler_update(&r->s.scaler, skipped);
@@ -669,12 +708,14 @@ static mc_status train_loop(run *r, mc_error *err)
         r->rep->iteration = it;
         r->rep->consumed_samples = r->s.consumed_samples;
         r->rep->last_lm_loss = loss;
+        r->rep->last_kd_loss = kd;
         if (skipped) {
             w.skipped++;
             r->rep->skipped_iters++;
         } else {
             w.advanced++;
             w.loss_sum += loss;
+            if (r->teacher) w.kd_sum += kd;
         }
         if (nan) {
             w.nan++;
@@ -705,6 +746,7 @@ static mc_status train_loop(run *r, mc_error *err)
         /* Every iteration's scalars (Megatron's tensorboard_log_interval 1). */
         double lr_now = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
         st = mc_metrics_scalar(r->metrics, MC_TAG_LM_LOSS, it, loss, err);
+        if (!st && r->teacher) st = mc_metrics_scalar(r->metrics, MC_TAG_KD_LOSS, it, kd, err);
         if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_LEARNING_RATE, it, lr_now, err);
         if (!st)
             st = mc_metrics_scalar(r->metrics, MC_TAG_BATCH_SIZE, it, (double)r->global_batch, err);
@@ -783,7 +825,7 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     run r;
     memset(&r, 0, sizeof r);
     memset(report, 0, sizeof *report);
-    report->valid_loss = report->test_loss = report->last_lm_loss = NAN;
+    report->valid_loss = report->test_loss = report->last_lm_loss = report->last_kd_loss = NAN;
     r.c = c;
     r.be = be;
     r.g = g;
@@ -812,5 +854,6 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     mc_grad_buckets_free(r.buckets);
     mc_optim_free(r.optim);
     mc_model_free(r.model);
+    mc_model_free(r.teacher);
     return st;
 }

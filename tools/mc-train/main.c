@@ -130,6 +130,9 @@ enum {
     OPT_DATA_CACHE_PATH,
     OPT_MOCK_DATA,
     OPT_SFT,
+    OPT_KD_TEACHER,
+    OPT_KD_TEMPERATURE,
+    OPT_KD_ALPHA,
     OPT_RESET_POSITION_IDS,
     OPT_RESET_ATTENTION_MASK,
     OPT_EOD_MASK_LOSS,
@@ -306,6 +309,14 @@ static const mc_option options[] = {
      "Supervised fine-tuning: --data-path is an SFT dataset (mc-preprocess --dataset-type sft); "
      "whole conversations packed into each sample, the loss over the loss mask's tokens only; "
      "implies --reset-position-ids, --reset-attention-mask and --eod-mask-loss."},
+    {"kd-teacher", MC_OPT_REQUIRED, OPT_KD_TEACHER, "CKPT",
+     "Knowledge distillation from the frozen model of checkpoint CKPT (any size and grid it was "
+     "saved under, the student's padded vocabulary): the loss mixes the cross-entropy with the "
+     "forward KL from the teacher's softmax to the student's. One pipeline stage only."},
+    {"kd-temperature", MC_OPT_REQUIRED, OPT_KD_TEMPERATURE, "T",
+     "Distillation: softmax temperature of both models' logits in the KL (1; > 0)."},
+    {"kd-alpha", MC_OPT_REQUIRED, OPT_KD_ALPHA, "A",
+     "Distillation: loss = (1 - A) cross-entropy + A T^2 KL (0.5; 0 to 1)."},
     {"reset-position-ids", MC_OPT_NONE, OPT_RESET_POSITION_IDS, NULL,
      "Packed documents: positions restart at 0 after each end-of-document token."},
     {"reset-attention-mask", MC_OPT_NONE, OPT_RESET_ATTENTION_MASK, NULL,
@@ -365,7 +376,8 @@ enum {
     SET_UNTIE = 1 << 13,
     SET_NOBIAS = 1 << 14,
     SET_STD = 1 << 15,
-    SET_DIVISIBLE = 1 << 16
+    SET_DIVISIBLE = 1 << 16,
+    SET_KD_OPTS = 1 << 17, /* --kd-temperature or --kd-alpha */
 };
 
 typedef struct args {
@@ -682,6 +694,15 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_DATA_CACHE_PATH: a->data_cache_path = arg; break;
         case OPT_MOCK_DATA: a->mock = 1; break;
         case OPT_SFT: a->sft = 1; break;
+        case OPT_KD_TEACHER: t->kd_teacher = arg; break;
+        case OPT_KD_TEMPERATURE:
+            st = mc_parse_float("--kd-temperature", arg, 1e-3, 1e3, &t->kd_temperature, err);
+            a->set |= SET_KD_OPTS;
+            break;
+        case OPT_KD_ALPHA:
+            st = mc_parse_float("--kd-alpha", arg, 0, 1, &t->kd_alpha, err);
+            a->set |= SET_KD_OPTS;
+            break;
         case OPT_RESET_POSITION_IDS: a->reset_position_ids = 1; break;
         case OPT_RESET_ATTENTION_MASK: a->reset_attention_mask = 1; break;
         case OPT_EOD_MASK_LOSS: a->eod_mask_loss = 1; break;
@@ -752,6 +773,12 @@ static mc_status check_args(args *a, mc_error *err)
         return mc_error_set(err, MC_ERR_USAGE, "--mock-data and --data-path exclude each other");
     if (a->mock && a->sft)
         return mc_error_set(err, MC_ERR_USAGE, "--sft reads an SFT dataset, not --mock-data");
+    if ((a->set & SET_KD_OPTS) && !t->kd_teacher)
+        return mc_error_set(err, MC_ERR_USAGE, "--kd-temperature and --kd-alpha need --kd-teacher");
+    if (t->kd_teacher && (a->pp > 1 || a->vpp > 0))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--kd-teacher: distillation under pipeline parallelism is not "
+                            "implemented; use --pipeline-model-parallel-size 1");
     if (t->finetune && !t->load) return mc_error_set(err, MC_ERR_USAGE, "--finetune needs --load");
     if (t->loss_scale > 0 && t->prec != MC_PREC_FP16)
         return mc_error_set(err, MC_ERR_USAGE, "--loss-scale needs --fp16");
