@@ -27,6 +27,11 @@ mc-train and compares through check_train_golden.py):
    the number of micro-batches. Logged: the lm loss (cross-entropy) and the
    kd loss (KL, unscaled), each Megatron's mean over the global batch's
    counted tokens.
+Both pad the vocabulary of 301 with --make-vocab-size-divisible-by 192, to
+384 under TP=1 and TP=2 alike (Megatron pads to a multiple of that times the
+TP size; 128 would give 512 under TP=2), so the teacher saved at TP=1 loads
+beside a TP=2 student (kd.bats).
+
 4. Writes tests/data/kd/golden_kd_llama_fp32.json (the format of
    tests/data/train/golden_*.json, plus each step's kd_loss, the teacher's
    mc-train arguments and the teacher's checksums).
@@ -53,7 +58,8 @@ COMMON = ["--seq-length", str(SEQ), "--tokenizer-type", "NullTokenizer", "--voca
           str(VOCAB), "--seed", str(SEED), "--micro-batch-size", str(MBS),
           "--global-batch-size", str(GBS), "--split", "100,0,0", "--eval-iters", "0",
           "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps", "1e-8",
-          "--weight-decay", "0.1", "--clip-grad", "1.0", "--log-interval", "1"]
+          "--weight-decay", "0.1", "--clip-grad", "1.0", "--log-interval", "1",
+          "--make-vocab-size-divisible-by", "192"]
 TEACHER_ARGS = ["--model", "tiny-llama", "--num-layers", "3", "--hidden-size", "96",
                 "--train-iters", "60", "--lr", "3e-3", "--min-lr", "3e-4",
                 "--lr-warmup-iters", "4", "--lr-decay-style", "cosine", "--no-save-optim",
