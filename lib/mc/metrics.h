@@ -68,6 +68,7 @@ extern "C" {
 #define MC_TAG_REWARDS_REJECTED "rewards/rejected"
 #define MC_TAG_REWARDS_ACCURACIES "rewards/accuracies"
 #define MC_TAG_REWARDS_MARGINS "rewards/margins"
+#define MC_TAG_KD_LOSS "kd loss" /* --kd-teacher: the KL term, unscaled */
 
 /* When mc_metrics_samples gave a step its consumed-sample count, each of
  * that step's scalars is also written to TensorBoard as "TAG vs samples"

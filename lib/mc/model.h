@@ -217,6 +217,26 @@ void mc_model_set_logp_loss(mc_model *m, mc_logp_loss_fn fn, void *ctx);
 typedef mc_status (*mc_grad_ready_fn)(void *ctx, size_t offset, mc_error *err);
 void mc_model_set_grad_ready_hook(mc_model *m, mc_grad_ready_fn fn, void *ctx);
 
+/* ------------------------------------------------------------ distillation
+ *
+ * Knowledge distillation (mc-train --kd-teacher): teacher is a frozen model
+ * (borrowed, never freed here; its gradients are never computed) built on
+ * the same grid, backend and micro-batch shape, of any size but with the
+ * same padded vocabulary (MC_ERR_FORMAT otherwise). Needs one pipeline
+ * stage (MC_ERR_USAGE otherwise), temperature > 0 and alpha in [0, 1].
+ * From then on every forward WITH backward (training) runs the teacher's
+ * forward on the same tokens and, in the LM head chunk by chunk, the
+ * forward KL(p_t || p_s) with p = softmax(logits / temperature),
+ * vocab-parallel, over the counted targets (targets >= 0); the gradient is
+ * that of (1 - alpha) CE + alpha temperature^2 KL (Hinton's scaling), each
+ * term a mean over the counted targets. *loss stays the cross-entropy's
+ * mean; mc_model_kd_loss gives the KL's. A forward without backward
+ * (evaluation) ignores the teacher. teacher NULL turns distillation off.
+ * The teacher follows the student's mc_model_set_doc_resets. */
+mc_status mc_model_set_teacher(mc_model *m, mc_model *teacher, float temperature, float alpha,
+                               mc_error *err);
+/* The last forward's mean KL over its counted targets (0 without one). */
+double mc_model_kd_loss(const mc_model *m);
 /* ------------------------------------------------------------ pipeline
  *
  * With pipeline parallelism (grid pp > 1) the model built on a rank is its

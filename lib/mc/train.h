@@ -196,6 +196,13 @@ typedef struct mc_train_config {
     int64_t ddp_bucket_size;
     /* --dpo and its options (the data path names a preference dataset) */
     mc_dpo_config dpo;
+    /* knowledge distillation (issue 15; mc_model_set_teacher): the frozen
+     * teacher's checkpoint (--kd-teacher; NULL: none), loaded on the run's
+     * grid beside the student and never saved; --kd-temperature (1) and
+     * --kd-alpha (0.5): loss = (1 - alpha) CE + alpha temperature^2 KL */
+    const char *kd_teacher;
+    float kd_temperature;
+    float kd_alpha;
 } mc_train_config;
 
 void mc_train_config_init(mc_train_config *c);
@@ -207,6 +214,7 @@ typedef struct mc_train_report {
     int64_t skipped_iters, nan_iters; /* over the whole run */
     char last_checkpoint[4096];       /* directory of the last checkpoint written, "" if none */
     double last_lm_loss;              /* the last iteration's training loss */
+    double last_kd_loss;              /* and its distillation KL (NaN without --kd-teacher) */
     double valid_loss, test_loss;     /* last evaluations (NaN when none ran) */
     const char *exit_reason; /* "train-iters", "signal", "exit-interval", "exit-duration" */
 } mc_train_report;

@@ -189,6 +189,7 @@ fail:
 void mc_model_free(mc_model *m)
 {
     if (!m) return;
+    mc_model_kd_free(m);
     if (m->act_block) mc_bfree(m->be, m->act_block);
     if (m->p) mc_bfree(m->be, m->p);
     if (m->g) mc_bfree(m->be, m->g);
@@ -445,9 +446,12 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
             mc_k_xent_loss(be, m->loss + r0, m->rowmax + r0, m->sumexp + r0, m->tlogit + r0, tgt,
                            R);
         }
+        /* distillation: the KL, and with backward the mixed gradient (kd.c) */
+        if (m->kd && m->kd->on) TRY(mc_model_kd_chunk(m, r0, R, tgt, backward, scale, err));
         if (!backward) continue;
-        mc_k_xent_bwd(be, m->logits, m->logits, m->rowmax + r0, m->sumexp + r0, tgt, m->v0, R, vl,
-                      dloss ? dloss + r0 : NULL, scale);
+        if (!(m->kd && m->kd->on))
+            mc_k_xent_bwd(be, m->logits, m->logits, m->rowmax + r0, m->sumexp + r0, tgt, m->v0, R,
+                          vl, dloss ? dloss + r0 : NULL, scale);
         mc_k_linear_bwd(be, m->prec, m->dln + r0 * C, param_grad(m, w), NULL, m->logits, x,
                         param_val(m, w), param_prep(m, w), R, C, vl);
     }
@@ -542,6 +546,7 @@ void mc_model_set_doc_resets(mc_model *m, const mc_doc_resets *r)
 {
     m->docs_on = r && (r->reset_position_ids || r->reset_attention_mask);
     if (m->docs_on) m->docs = *r;
+    if (m->kd) mc_model_set_doc_resets(m->kd->teacher, r);
 }
 
 int mc_model_doc_resets_on(const mc_model *m) { return m->docs_on; }
@@ -581,6 +586,44 @@ static mc_status chunk_grad_ready(mc_model *m, size_t offset, mc_error *err)
     return m->nchunks == 1 ? grad_ready(m, offset, err) : MC_OK;
 }
 
+/* The first stage's embedding of tokens (host) into x0, slot sl's first
+ * layer input. */
+static mc_status embed_fwd(mc_model *m, mc_slot *sl, const int32_t *tokens, float *x0,
+                           mc_error *err)
+{
+    mc_backend *be = m->be;
+    size_t N = m->N, C = m->C, B = (size_t)m->B;
+    mc_bcopy_from_host(be, sl->tokens, tokens, N * sizeof(int32_t));
+    /* Embedding: vocab-parallel lookup, all-reduced (reduce-scattered to
+     * this rank's positions [pos0, pos0 + Tl) with sequence parallelism),
+     * then positions. */
+    float *e = m->sp ? m->tmp : x0;
+    size_t pos0 = m->sp ? (size_t)m->grid.tp_rank * m->Tl : 0;
+    mc_k_embed_fwd(be, e, sl->tokens, N, param_val(m, m->wte), m->v0, m->vl, C);
+    TRY(tp_reduce(m, e, x0, &x0, err));
+    const int32_t *pos = slot_pos(m, sl);
+    if (pos && m->sp) pos = sl->pos_loc;
+    if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, param_val(m, m->wpe), B, m->Tl, C, pos0, pos);
+    return MC_OK;
+}
+
+mc_status mc_model_final_hidden(mc_model *t, const int32_t *tokens, const float **lnf,
+                                mc_error *err)
+{
+    if (!t->first_stage || !t->last_stage || t->nchunks != 1)
+        return mc_error_set(err, MC_ERR_INTERNAL, "model: a teacher needs one pipeline stage");
+    mc_slot *sl = &t->slots[0];
+    int l1 = t->cfg.num_layers;
+    TRY(check_ids(t, tokens, "token", 0, NULL, err));
+    if (t->docs_on) TRY(doc_layout(t, sl, tokens, err));
+    TRY(embed_fwd(t, sl, tokens, sl->acts[t->lidx[0]].res, err));
+    for (int l = 0; l < l1; l++)
+        TRY(layer_fwd(t, sl, l, l + 1 < l1 ? sl->acts[t->lidx[l + 1]].res : sl->res_out, err));
+    norm_fwd(t, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->res_out, t->lnf_w, t->lnf_b);
+    round_weight(t, t->out_w >= 0 ? t->out_w : t->wte);
+    return tp_gather(t, sl->lnf, lnf, err);
+}
+
 mc_status mc_model_forward(mc_model *m, int slot, const int32_t *tokens, const int32_t *targets,
                            int backward, float grad_scale, const float **out, double *loss,
                            int64_t *ntok, mc_error *err)
@@ -594,7 +637,7 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
                                  const float **out, double *loss, int64_t *ntok, mc_error *err)
 {
     mc_backend *be = m->be;
-    size_t N = m->N, C = m->C, B = (size_t)m->B;
+    size_t N = m->N, C = m->C;
     mc_slot *sl = &m->slots[slot];
     int64_t count = 0;
     int first = chunk_first(m, chunk), last = chunk_last(m, chunk);
@@ -606,19 +649,7 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
     if (first) TRY(check_ids(m, tokens, "token", 0, NULL, err));
     if (last) TRY(check_ids(m, targets, "target", 1, &count, err));
     if (m->docs_on) TRY(doc_layout(m, sl, tokens, err));
-    if (first) {
-        mc_bcopy_from_host(be, sl->tokens, tokens, N * sizeof(int32_t));
-        /* Embedding: vocab-parallel lookup, all-reduced (reduce-scattered
-         * to this rank's positions [pos0, pos0 + Tl) with sequence
-         * parallelism), then positions. */
-        float *x0 = sl->acts[m->lidx[l0]].res, *e = m->sp ? m->tmp : x0;
-        size_t pos0 = m->sp ? (size_t)m->grid.tp_rank * m->Tl : 0;
-        mc_k_embed_fwd(be, e, sl->tokens, N, param_val(m, m->wte), m->v0, m->vl, C);
-        TRY(tp_reduce(m, e, x0, &x0, err));
-        const int32_t *pos = slot_pos(m, sl);
-        if (pos && m->sp) pos = sl->pos_loc;
-        if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, param_val(m, m->wpe), B, m->Tl, C, pos0, pos);
-    }
+    if (first) TRY(embed_fwd(m, sl, tokens, sl->acts[m->lidx[l0]].res, err));
     float *res_out = chunk_out(m, sl, chunk);
     for (int l = l0; l < l1; l++)
         TRY(layer_fwd(m, sl, l, l + 1 < l1 ? sl->acts[m->lidx[l + 1]].res : res_out, err));
@@ -637,7 +668,16 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
     float scale = count ? grad_scale / (float)count : 0.0f;
     float *dl = NULL;
     sl->bwd = backward && count > 0;
+    /* Distillation in training only: the teacher's forward on the same
+     * tokens, then its logits chunk by chunk in the head (kd.c). */
+    if (m->kd) {
+        m->kd->on = sl->bwd;
+        m->kd->last_kl = 0.0;
+        if (m->kd->on) TRY(mc_model_final_hidden(m->kd->teacher, tokens, &m->kd->t_lnf, err));
+    }
     TRY(head_fwd_bwd(m, sl, lnf, sl->bwd, scale, NULL, &dl, err));
+    if (m->kd && m->kd->on)
+        m->kd->last_kl = mc_k_mean(be, m->kd->kl, N) * (double)N / (double)count;
     if (sl->bwd) mc_bcopy(be, sl->dhead, dl, m->Nl * C * sizeof(float));
     double sum = mc_k_mean(be, m->loss, N) * (double)N;
     *loss = count ? sum / (double)count : 0.0;

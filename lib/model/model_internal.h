@@ -134,7 +134,38 @@ struct mc_model {
     /* mc_model_set_grad_ready_hook (NULL: none) */
     mc_grad_ready_fn grad_ready;
     void *grad_ready_ctx;
+
+    /* mc_model_set_teacher (kd.c; NULL: no distillation) */
+    struct mc_kd *kd;
 };
+
+/* Knowledge distillation (kd.c): the frozen teacher, the settings, and
+ * backend scratch carved from one block: the teacher's logits of one head
+ * chunk [chunk_rows, vl], their row maxima [N], the three KL sums of a chunk
+ * [3, chunk_rows], and each row's KL [N]. */
+typedef struct mc_kd {
+    mc_model *teacher; /* borrowed */
+    float inv_tau, tau, alpha;
+    void *block;
+    float *tlogits, *tmax, *sums, *kl;
+    const float *t_lnf; /* the teacher's final-norm output [N, Ct] of this micro-batch */
+    int on;             /* this forward runs the KL (training, counted targets) */
+    double last_kl;     /* the last forward's mean KL over counted targets */
+} mc_kd;
+
+/* model.c: the teacher's side. Runs model t's forward over tokens (one
+ * stage, slot 0) up to its final norm, gathered to all N rows; *lnf is in
+ * t's buffers, valid until t runs again. Also prepares t's head weight. */
+mc_status mc_model_final_hidden(mc_model *t, const int32_t *tokens, const float **lnf,
+                                mc_error *err);
+/* kd.c: the KL of head chunk rows [r0, r0 + R) of the student m whose
+ * logits are in m->logits and whose cross-entropy statistics (m->rowmax,
+ * m->sumexp) are reduced; with backward, m->logits becomes the mixed
+ * gradient (scale as the cross-entropy's). tgt: the chunk's targets
+ * (backend). */
+mc_status mc_model_kd_chunk(mc_model *m, size_t r0, size_t R, const int32_t *tgt, int backward,
+                            float scale, mc_error *err);
+void mc_model_kd_free(mc_model *m);
 
 /* Fill m->params, m->lp and the indices from m->cfg and m->grid (params.c). */
 mc_status mc_model_build_registry(mc_model *m, mc_error *err);

@@ -50,6 +50,8 @@ void mc_train_config_init(mc_train_config *c)
     c->log_interval = 100;
     c->seed = 1234;
     c->dpo.beta = 0.1;
+    c->kd_temperature = 1.0f;
+    c->kd_alpha = 0.5f;
 }
 
 /* Everything one run holds. */
@@ -58,6 +60,7 @@ typedef struct run {
     mc_backend *be;
     const mc_grid *g;
     mc_model *model;
+    mc_model *teacher; /* --kd-teacher: frozen, never saved */
     mc_optim *optim;
     mc_grad_buckets *buckets; /* the data-parallel gradient reduction */
     mc_gpt_dataset *ds;
@@ -530,6 +533,35 @@ static mc_status dpo_reference(run *r, mc_error *err)
     return MC_OK;
 }
 
+/* --kd-teacher: the teacher's model from its checkpoint (its own
+ * architecture, the student's grid, micro-batch and sequence length). */
+static mc_status load_teacher(run *r, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    if (r->pp > 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--kd-teacher: distillation under pipeline parallelism is not "
+                            "implemented");
+    mc_status st = mc_train_load_model(c->kd_teacher, r->g, r->be, (int)c->micro_batch_size,
+                                       (int)r->T, c->prec, &r->teacher, err);
+    if (st) return mc_error_prefix(err, "--kd-teacher %s", c->kd_teacher);
+    const mc_model_config *tc = mc_model_get_config(r->teacher);
+    const mc_model_config *sc = mc_model_get_config(r->model);
+    if (tc->padded_vocab_size != sc->padded_vocab_size)
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "--kd-teacher %s: the teacher's padded vocabulary of %" PRId64
+                            " differs from the student's %" PRId64,
+                            c->kd_teacher, tc->padded_vocab_size, sc->padded_vocab_size);
+    if ((st = mc_model_set_teacher(r->model, r->teacher, c->kd_temperature, c->kd_alpha, err)))
+        return mc_error_prefix(err, "--kd-teacher %s", c->kd_teacher);
+    say(r,
+        "distillation from %s: %d layers, hidden %d, %" PRId64
+        " parameters; temperature %g, alpha %g",
+        c->kd_teacher, tc->num_layers, tc->hidden_size, mc_model_global_numel(r->teacher),
+        (double)c->kd_temperature, (double)c->kd_alpha);
+    return MC_OK;
+}
+
 static mc_status setup(run *r, const mc_model_config *model_cfg,
                        const struct mc_gptdata_config *data, mc_error *err)
 {
@@ -572,6 +604,7 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     mc_model_set_doc_resets(r->model, &docs);
     r->mask_eod = data->eod_mask_loss ? data->eod : -1;
     r->pp = mc_grid_group_size(r->g, MC_GROUP_PP);
+    if (c->kd_teacher && !c->init_only && (st = load_teacher(r, err))) return st;
     if (r->pp > 1 && (st = mc_model_set_slots(
                           r->model, mc_pipeline_model_slots(r->model, r->g, r->num_micro), err)))
         return st;
@@ -658,7 +691,7 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
 
 /* What the log line averages over its interval. */
 typedef struct window {
-    double loss_sum;
+    double loss_sum, kd_sum;
     double rewards[4]; /* --dpo: sums of each iteration's rewards/chosen, rejected, accuracies,
                           margins */
     int64_t advanced, skipped, nan;
@@ -691,8 +724,11 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
                  " rewards/accuracies: %.4f | rewards/margins: %.6E |",
                  avg, w->rewards[0] / na, w->rewards[1] / na, w->rewards[2] / na,
                  w->rewards[3] / na);
-    else if (avg >= 0.0)
-        snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg);
+    else if (avg >= 0.0) {
+        int lv = snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg);
+        if (r->teacher && lv > 0)
+            snprintf(lossv + lv, sizeof lossv - (size_t)lv, " kd loss: %.6E |", w->kd_sum / na);
+    }
     int len = snprintf(
         line, sizeof line,
         " [%s] iteration %8" PRId64 "/%8" PRId64 " | consumed samples: %12" PRId64
@@ -722,8 +758,8 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
 
 /* One iteration: forward and backward over every micro-batch, then the
  * optimizer. *skipped and *nan say what happened; *grad_norm the norm. */
-static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *skipped, int *nan,
-                            int *overflow, mc_error *err)
+static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *grad_norm,
+                            int *skipped, int *nan, int *overflow, mc_error *err)
 {
     const mc_train_config *c = r->c;
     int dp_rank = mc_grid_group_rank(r->g, MC_GROUP_DP);
@@ -738,7 +774,8 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
     if ((st = mc_optim_wait_params(r->optim, err))) return st;
     mc_model_zero_grads(r->model);
     memset(&r->dpo_sums, 0, sizeof r->dpo_sums);
-    double acc[2] = {0, 0};
+    /* the loss sums and token count; [2]: the KL's sum with --kd-teacher */
+    double acc[3] = {0, 0, 0};
     if (r->pp > 1) {
         pipe_batches pb = {r, MC_SPLIT_TRAIN, r->s.consumed_samples, 0};
         if ((st = mc_pipeline_run(r->model, r->g, r->be, r->num_micro, 1, gscale, pipe_batch,
@@ -759,6 +796,7 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
             return st;
         acc[0] += l * (double)ntok;
         acc[1] += (double)ntok;
+        acc[2] += mc_model_kd_loss(r->model) * (double)ntok;
     }
     /* Tied embeddings across stages: the two copies' gradients summed
      * (Megatron's _allreduce_embedding_grads), then the data-parallel sum. */
@@ -766,15 +804,16 @@ static mc_status train_step(run *r, double *lm_loss, double *grad_norm, int *ski
     st = r->buckets ? mc_grad_buckets_finish(r->buckets, err)
                     : mc_optim_reduce_grads(r->optim, err);
     if (st) return st;
-    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 2, err))) return st;
-    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 2, err))) return st;
+    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, acc, 3, err))) return st;
+    if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, acc, 3, err))) return st;
     if (r->pref && (st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, &r->dpo_sums.loss,
                                               sizeof r->dpo_sums / sizeof(double), err)))
         return st;
     *lm_loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    *kd_loss = !r->teacher ? NAN : acc[1] > 0 ? acc[2] / acc[1] : NAN;
     *nan = 0;
     *overflow = 0;
-    if (!isfinite(*lm_loss)) {
+    if (!isfinite(*lm_loss) || (r->teacher && !isfinite(*kd_loss))) {
         /* The loss itself is not finite: no update, whatever the
          * gradients (Megatron counts this as a nan iteration). */
         *skipped = *nan = 1;
@@ -810,10 +849,10 @@ static mc_status train_loop(run *r, mc_error *err)
     mc_comm_log comm = {0}; /* --log-comm: the steps' traffic only */
     r->rep->exit_reason = "train-iters";
     while (r->s.iteration < r->train_iters) {
-        double loss, norm;
+        double loss, kd, norm;
         int skipped, nan, overflow;
         mc_comm_log_start(r->g);
-        if ((st = train_step(r, &loss, &norm, &skipped, &nan, &overflow, err))) return st;
+        if ((st = train_step(r, &loss, &kd, &norm, &skipped, &nan, &overflow, err))) return st;
         mc_comm_log_end(&comm, r->g);
         int at_min = r->s.scaler.scale <= r->s.scaler.min_scale;
         mc_loss_scaler_update(&r->s.scaler, skipped);
@@ -824,6 +863,7 @@ static mc_status train_loop(run *r, mc_error *err)
         r->rep->iteration = it;
         r->rep->consumed_samples = r->s.consumed_samples;
         r->rep->last_lm_loss = loss;
+        r->rep->last_kd_loss = kd;
         if (skipped) {
             w.skipped++;
             r->rep->skipped_iters++;
@@ -838,6 +878,7 @@ static mc_status train_loop(run *r, mc_error *err)
                 w.rewards[2] += d->accuracies / n;
                 w.rewards[3] += d->margins / n;
             }
+            if (r->teacher) w.kd_sum += kd;
         }
         if (nan) {
             w.nan++;
@@ -884,6 +925,7 @@ static mc_status train_loop(run *r, mc_error *err)
                 st = mc_metrics_scalar(r->metrics, MC_TAG_REWARDS_MARGINS, it, d->margins / n, err);
         } else {
             st = mc_metrics_scalar(r->metrics, MC_TAG_LM_LOSS, it, loss, err);
+            if (!st && r->teacher) st = mc_metrics_scalar(r->metrics, MC_TAG_KD_LOSS, it, kd, err);
         }
         if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_LEARNING_RATE, it, lr_now, err);
         if (!st)
@@ -963,7 +1005,7 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     run r;
     memset(&r, 0, sizeof r);
     memset(report, 0, sizeof *report);
-    report->valid_loss = report->test_loss = report->last_lm_loss = NAN;
+    report->valid_loss = report->test_loss = report->last_lm_loss = report->last_kd_loss = NAN;
     r.c = c;
     r.be = be;
     r.g = g;
@@ -997,5 +1039,6 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     mc_grad_buckets_free(r.buckets);
     mc_optim_free(r.optim);
     mc_model_free(r.model);
+    mc_model_free(r.teacher);
     return st;
 }

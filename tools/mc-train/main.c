@@ -141,6 +141,9 @@ enum {
     OPT_DPO_LOSS_TYPE,
     OPT_DPO_LABEL_SMOOTHING,
     OPT_REF_LOAD,
+    OPT_KD_TEACHER,
+    OPT_KD_TEMPERATURE,
+    OPT_KD_ALPHA,
     OPT_RESET_POSITION_IDS,
     OPT_RESET_ATTENTION_MASK,
     OPT_EOD_MASK_LOSS,
@@ -344,6 +347,14 @@ static const mc_option options[] = {
     {"ref-load", MC_OPT_REQUIRED, OPT_REF_LOAD, "CKPT",
      "With --dpo: the frozen reference model (same architecture); default: the weights the run "
      "starts from."},
+    {"kd-teacher", MC_OPT_REQUIRED, OPT_KD_TEACHER, "CKPT",
+     "Knowledge distillation from the frozen model of checkpoint CKPT (any size and grid it was "
+     "saved under, the student's padded vocabulary): the loss mixes the cross-entropy with the "
+     "forward KL from the teacher's softmax to the student's. One pipeline stage only."},
+    {"kd-temperature", MC_OPT_REQUIRED, OPT_KD_TEMPERATURE, "T",
+     "Distillation: softmax temperature of both models' logits in the KL (1; > 0)."},
+    {"kd-alpha", MC_OPT_REQUIRED, OPT_KD_ALPHA, "A",
+     "Distillation: loss = (1 - A) cross-entropy + A T^2 KL (0.5; 0 to 1)."},
     {"reset-position-ids", MC_OPT_NONE, OPT_RESET_POSITION_IDS, NULL,
      "Packed documents: positions restart at 0 after each end-of-document token."},
     {"reset-attention-mask", MC_OPT_NONE, OPT_RESET_ATTENTION_MASK, NULL,
@@ -409,7 +420,8 @@ enum {
     SET_ROPE_FACTOR = 1 << 19,
     SET_ROPE_LOW = 1 << 20,
     SET_ROPE_HIGH = 1 << 21,
-    SET_ROPE_ORIG = 1 << 22
+    SET_ROPE_ORIG = 1 << 22,
+    SET_KD_OPTS = 1 << 23, /* --kd-temperature or --kd-alpha */
 };
 
 typedef struct args {
@@ -780,6 +792,15 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             t->dpo.ref_load = arg;
             a->dpo_set = 1;
             break;
+        case OPT_KD_TEACHER: t->kd_teacher = arg; break;
+        case OPT_KD_TEMPERATURE:
+            st = mc_parse_float("--kd-temperature", arg, 1e-3, 1e3, &t->kd_temperature, err);
+            a->set |= SET_KD_OPTS;
+            break;
+        case OPT_KD_ALPHA:
+            st = mc_parse_float("--kd-alpha", arg, 0, 1, &t->kd_alpha, err);
+            a->set |= SET_KD_OPTS;
+            break;
         case OPT_RESET_POSITION_IDS: a->reset_position_ids = 1; break;
         case OPT_RESET_ATTENTION_MASK: a->reset_attention_mask = 1; break;
         case OPT_EOD_MASK_LOSS: a->eod_mask_loss = 1; break;
@@ -869,6 +890,14 @@ static mc_status check_args(args *a, mc_error *err)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--dpo reads one answer per sequence: no --reset-position-ids, "
                             "--reset-attention-mask or --eod-mask-loss");
+    if ((a->set & SET_KD_OPTS) && !t->kd_teacher)
+        return mc_error_set(err, MC_ERR_USAGE, "--kd-temperature and --kd-alpha need --kd-teacher");
+    if (t->kd_teacher && t->dpo.on)
+        return mc_error_set(err, MC_ERR_USAGE, "--kd-teacher and --dpo exclude each other");
+    if (t->kd_teacher && (a->pp > 1 || a->vpp > 0))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--kd-teacher: distillation under pipeline parallelism is not "
+                            "implemented; use --pipeline-model-parallel-size 1");
     if (t->finetune && !t->load) return mc_error_set(err, MC_ERR_USAGE, "--finetune needs --load");
     if (t->loss_scale > 0 && t->prec != MC_PREC_FP16)
         return mc_error_set(err, MC_ERR_USAGE, "--loss-scale needs --fp16");
