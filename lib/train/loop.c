@@ -646,29 +646,24 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     mc_gptdata_num_samples(r->train_iters, c->eval_interval, c->eval_iters, r->global_batch,
                            dc.num_samples);
     if (c->train_samples > 0) dc.num_samples[MC_SPLIT_TRAIN] = c->train_samples;
-    if (c->dpo.on) {
+    if (c->dpo.on || dc.sft) {
+        /* one prefix: the SFT or preference dataset, packed or paired */
+        const char *what = c->dpo.on ? "--dpo reads one preference dataset"
+                                     : "--sft reads one dataset";
         if (dc.blend.n != 1 || dc.blend.weights)
-            return mc_error_set(err, MC_ERR_USAGE,
-                                "--dpo reads one preference dataset: give --data-path one prefix");
+            return mc_error_set(err, MC_ERR_USAGE, "%s: give --data-path one prefix", what);
         mc_sft_config sc = {.prefix = dc.blend.prefixes[0],
                             .split = dc.split,
                             .seq_length = r->T,
                             .seed = dc.seed,
                             .eod = dc.eod};
         memcpy(sc.num_samples, dc.num_samples, sizeof sc.num_samples);
-        if ((st = mc_pref_dataset_open(&sc, &r->pref, err))) return st;
-    } else if (dc.sft) {
-        if (dc.blend.n != 1 || dc.blend.weights)
-            return mc_error_set(err, MC_ERR_USAGE,
-                                "--sft reads one dataset: give --data-path one prefix");
-        mc_sft_config sc = {.prefix = dc.blend.prefixes[0],
-                            .split = dc.split,
-                            .seq_length = r->T,
-                            .seed = dc.seed,
-                            .eod = dc.eod};
-        memcpy(sc.num_samples, dc.num_samples, sizeof sc.num_samples);
-        if ((st = mc_sft_dataset_open(&sc, &r->sft, err))) return st;
-        sft_report(r);
+        if (c->dpo.on) {
+            if ((st = mc_pref_dataset_open(&sc, &r->pref, err))) return st;
+        } else {
+            if ((st = mc_sft_dataset_open(&sc, &r->sft, err))) return st;
+            sft_report(r);
+        }
     } else if ((st = mc_gpt_dataset_open(&dc, &r->ds, err))) {
         return st;
     }
