@@ -9,7 +9,9 @@ packs them (tests/golden/torch_sft.py's pack(), best-fit decreasing); TRL's
 own packer (trl.data_utils.pack_dataset, "bfd") is run on the same
 conversation lengths when trl is installed, for its packing efficiency.
 
-usage: hf_sft.py PREFIX SEQ MBS STEPS WARMUP THREADS LAYERS HIDDEN HEADS FFN
+usage: hf_sft.py PREFIX SEQ MBS STEPS WARMUP THREADS LAYERS HIDDEN HEADS FFN [bf16]
+(bf16: the forward and backward under torch.autocast(cpu, bfloat16), fp32 master
+weights, PyTorch's own mixed precision.)
 Prints one line: "hf ms/step MEDIAN tokens/s TPS efficiency EFF trl_efficiency E2".
 """
 import os
@@ -38,6 +40,7 @@ def read_indexed(prefix):
 def main():
     prefix = sys.argv[1]
     seq, mbs, steps, warm, threads, layers, hidden, heads, ffn = map(int, sys.argv[2:11])
+    bf16 = len(sys.argv) > 11 and sys.argv[11] == "bf16"
     torch.set_num_threads(threads)
     import torch_sft
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -74,8 +77,10 @@ def main():
         y[y < 0] = -100
         am = torch.zeros(masked.shape, dtype=torch.float32).masked_fill(masked, float("-inf"))
         t0 = time.perf_counter()
-        out = model(input_ids=x, attention_mask=am, position_ids=pos)
-        logits = out.logits
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(input_ids=x, attention_mask=am.to(torch.bfloat16) if bf16 else am,
+                        position_ids=pos)
+            logits = out.logits.float()
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                  y.reshape(-1), ignore_index=-100)
         loss.backward()

@@ -16,11 +16,13 @@
 # per step), the packing efficiencies, and the ratio against the target (>= 2x).
 #
 # Usage: bench/sft/run.sh [BUILD-DIR]
-# Environment: THREADS (2), SEQ (1024), MBS (1), STEPS (5), WARM (2),
+# Environment: THREADS (2), SEQ (1024), MBS (1), STEPS (5), WARM (2), PREC (fp32 or
+# bf16: mc-train --bf16 against PyTorch's autocast to bfloat16),
 # MC_PYTHON_HEAVY (torch + transformers; default /opt/mcheavy/bin/python).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}
+prec=${PREC:-fp32}
 threads=${THREADS:-2} seq=${SEQ:-1024} mbs=${MBS:-1} steps=${STEPS:-5} warm=${WARM:-2}
 convs=${CONVS:-2000}
 pyh=${MC_PYTHON_HEAVY:-/opt/mcheavy/bin/python}
@@ -33,7 +35,7 @@ fi
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //');" \
      "flags: $(grep -m1 -o -w -E 'avx512f|avx512_bf16|amx_bf16' /proc/cpuinfo | tr '\n' ' ')"
-echo "settings: threads=$threads SEQ=$seq MBS=$mbs steps=$steps (+$warm warm-up) conversations=$convs;" \
+echo "settings: precision=$prec threads=$threads SEQ=$seq MBS=$mbs steps=$steps (+$warm warm-up) conversations=$convs;" \
      "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # the conversations (same generator as the test data, more of them)
@@ -61,7 +63,8 @@ log=$("$build/tools/mc-train/mc-train" --model tiny-llama --num-layers $L --hidd
       --num-attention-heads $H --ffn-hidden-size $F --seq-length "$seq" \
       --max-position-embeddings "$seq" "${tok[@]}" --sft --data-path "$prefix" --split 100,0,0 \
       --micro-batch-size "$mbs" --global-batch-size "$mbs" --train-iters $((steps + warm)) \
-      --lr 1e-4 --eval-iters 0 --log-interval 1 --threads "$threads" 2>&1)
+      --lr 1e-4 --eval-iters 0 --log-interval 1 --threads "$threads" \
+      $([ "$prec" = bf16 ] && echo --bf16) 2>&1)
 mcms=$(echo "$log" | grep -o 'elapsed time per iteration (ms): [0-9.]*' | awk '{print $NF}' |
        tail -n "$steps" | sort -g | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')
 mceff=$(echo "$log" | grep -o 'packing efficiency [0-9.]*%' | head -1 | awk '{print $3}')
@@ -71,7 +74,7 @@ echo "mc ms/step $mcms tokens/s $mctps efficiency $mceff"
 
 # the peer
 hf=$("$pyh" "$here/bench/sft/hf_sft.py" "$prefix" "$seq" "$mbs" "$steps" "$warm" "$threads" \
-     $L $C $H $F 2>/dev/null | tail -1)
+     $L $C $H $F "$prec" 2>/dev/null | tail -1)
 echo "$hf"
 hftps=$(echo "$hf" | awk '{print $5}')
 awk -v a="$mctps" -v b="$hftps" 'BEGIN {r = a / b; printf "issue 15 target: mc tokens/s >= 2x the transformers/TRL loop: %.2fx %s\n", r, ((r >= 2) ? "MET" : "MISSED")}'
