@@ -23,7 +23,7 @@ owner() {
     status | log | buf | file | json | opt | dtype | tool) echo core ;;
     kern | kern_ops.def) echo kern ;;
     comm | comm_stats | comm_mpi) echo comm ;;
-    tokenizer | pretok | bpe_train | docsource | indexed | gptdata | preprocess | sft) echo data ;;
+    tokenizer | pretok | bpe_train | docsource | indexed | gptdata | preprocess | sft | chat) echo data ;;
     model) echo model ;;
     ckpt | quant) echo ckpt ;;
     safetensors | hf | gguf | llmc | metrics) echo fmt ;;
