@@ -15,11 +15,12 @@
  */
 #include <string.h>
 
+#include <immintrin.h>
+
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/isa.h"
 
 typedef float v16 __attribute__((vector_size(64)));
-typedef int8_t c16 __attribute__((vector_size(16)));
 
 /* outputs per parallel work item */
 #define ROWS_BLOCK 16
@@ -31,11 +32,33 @@ static inline __attribute__((always_inline)) void load_f(v16 *v, const float *p)
     memcpy(v, p, sizeof *v);
 }
 
-static inline __attribute__((always_inline)) void load_q(v16 *v, const int8_t *p)
+/* 16 codes widened to floats: one instruction pair per path (GCC's own
+ * vector conversion goes element by element); exact on every path */
+MC_TARGET_AVX512 static inline void load_q_avx512(v16 *v, const int8_t *p)
 {
-    c16 c;
-    memcpy(&c, p, sizeof c);
-    *v = __builtin_convertvector(c, v16);
+    __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+    memcpy(v, &f, sizeof f);
+}
+
+MC_TARGET_AVX2 static inline void load_q_avx2(v16 *v, const int8_t *p)
+{
+    __m256 f[2] = {
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))),
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))))};
+    memcpy(v, f, sizeof f);
+}
+
+static inline __attribute__((always_inline)) void load_q(v16 *v, const int8_t *p, int isa)
+{
+    if (isa >= MC_ISA_AVX512) {
+        load_q_avx512(v, p);
+    } else if (isa >= MC_ISA_AVX2) {
+        load_q_avx2(v, p);
+    } else {
+        float f[16];
+        for (int j = 0; j < 16; j++) f[j] = (float)p[j];
+        memcpy(v, f, sizeof f);
+    }
 }
 
 static inline __attribute__((always_inline)) float lanes_sum(const v16 *a)
@@ -51,22 +74,27 @@ static inline __attribute__((always_inline)) float lanes_sum(const v16 *a)
 static inline __attribute__((always_inline)) void tile(float *out, size_t ldo, const float *x,
                                                        size_t ldx, const float *W, const int8_t *Wq,
                                                        const float *scale, const float *b,
-                                                       size_t Cin, int RT, int OT, int q8)
+                                                       size_t Cin, int RT, int OT, int q8, int isa)
 {
     v16 acc[4][4];
+#pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
+#pragma GCC unroll 4
         for (int o = 0; o < OT; o++) acc[i][o] = (v16){0};
     size_t k = 0;
     for (; k + 16 <= Cin; k += 16) {
         v16 w[4];
+#pragma GCC unroll 4
         for (int o = 0; o < OT; o++)
             if (q8)
-                load_q(&w[o], Wq + (size_t)o * Cin + k);
+                load_q(&w[o], Wq + (size_t)o * Cin + k, isa);
             else
                 load_f(&w[o], W + (size_t)o * Cin + k);
+#pragma GCC unroll 4
         for (int i = 0; i < RT; i++) {
             v16 xv;
             load_f(&xv, x + (size_t)i * ldx + k);
+#pragma GCC unroll 4
             for (int o = 0; o < OT; o++) acc[i][o] = acc[i][o] + xv * w[o];
         }
     }
@@ -97,29 +125,41 @@ MC_ISA_BODY void rows_block_body(float *out, const float *x, const float *W, con
         for (; r + (size_t)OT <= r1; r += (size_t)OT) {
             if (q8)
                 tile(out + n * Cout + r, Cout, x + n * Cin, Cin, NULL, Wq + r * Cin, scale + r,
-                     b ? b + r : NULL, Cin, RT, OT, 1);
+                     b ? b + r : NULL, Cin, RT, OT, 1, isa);
             else
                 tile(out + n * Cout + r, Cout, x + n * Cin, Cin, W + r * Cin, NULL, NULL,
-                     b ? b + r : NULL, Cin, RT, OT, 0);
+                     b ? b + r : NULL, Cin, RT, OT, 0, isa);
         }
         for (; r < r1; r++) {
             if (q8)
                 tile(out + n * Cout + r, Cout, x + n * Cin, Cin, NULL, Wq + r * Cin, scale + r,
-                     b ? b + r : NULL, Cin, RT, 1, 1);
+                     b ? b + r : NULL, Cin, RT, 1, 1, isa);
             else
                 tile(out + n * Cout + r, Cout, x + n * Cin, Cin, W + r * Cin, NULL, NULL,
-                     b ? b + r : NULL, Cin, RT, 1, 0);
+                     b ? b + r : NULL, Cin, RT, 1, 0, isa);
         }
     }
-    for (; n < N; n++)
-        for (size_t r = r0; r < r1; r++) {
+    /* rows past the last whole tile: one at a time, 4 outputs a tile (four
+     * independent sums, so one row is not bound by one chain's latency) */
+    for (; n < N; n++) {
+        size_t r = r0;
+        for (; r + 4 <= r1; r += 4) {
             if (q8)
                 tile(out + n * Cout + r, Cout, x + n * Cin, Cin, NULL, Wq + r * Cin, scale + r,
-                     b ? b + r : NULL, Cin, 1, 1, 1);
+                     b ? b + r : NULL, Cin, 1, 4, 1, isa);
             else
                 tile(out + n * Cout + r, Cout, x + n * Cin, Cin, W + r * Cin, NULL, NULL,
-                     b ? b + r : NULL, Cin, 1, 1, 0);
+                     b ? b + r : NULL, Cin, 1, 4, 0, isa);
         }
+        for (; r < r1; r++) {
+            if (q8)
+                tile(out + n * Cout + r, Cout, x + n * Cin, Cin, NULL, Wq + r * Cin, scale + r,
+                     b ? b + r : NULL, Cin, 1, 1, 1, isa);
+            else
+                tile(out + n * Cout + r, Cout, x + n * Cin, Cin, W + r * Cin, NULL, NULL,
+                     b ? b + r : NULL, Cin, 1, 1, 0, isa);
+        }
+    }
 }
 
 MC_ISA_VARIANTS_VOID(rows_block,
