@@ -322,7 +322,7 @@ typedef struct mc_kvseq {
     const int32_t *tokens; /* n >= 1 new ids, run at positions len .. len + n - 1 */
     int n;
     const int32_t *targets; /* NULL, or n ids (< 0: none) whose log-probabilities are wanted */
-    float *logprobs;        /* [n]: log softmax(logits_j)[targets[j]] over the padded vocabulary */
+    double *logprobs;       /* [n]: log softmax(logits_j)[targets[j]] over the padded vocabulary */
     float *logits;          /* NULL, or host [padded vocab]: the last new row's logits */
 } mc_kvseq;
 

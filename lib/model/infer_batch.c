@@ -313,7 +313,7 @@ static void run_head(mc_kvpool *p, const mc_kvseq *seqs, int nseq, const float *
             int j = p->hpos[k0 + i];
             const float *lg = p->hlogits + i * vl;
             if (q->targets && q->targets[j] >= 0 && q->logprobs)
-                q->logprobs[j] = (float)mc_logprob_at(lg, V, q->targets[j]);
+                q->logprobs[j] = mc_logprob_at(lg, V, q->targets[j]);
             if (j == q->n - 1 && q->logits) memcpy(q->logits, lg, vl * sizeof(float));
         }
     }
