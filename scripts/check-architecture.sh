@@ -28,7 +28,7 @@ owner() {
     ckpt | quant) echo ckpt ;;
     safetensors | hf | gguf | llmc | metrics) echo fmt ;;
     train | distopt | schedule | plan) echo train ;;
-    eval) echo eval ;;
+    eval | serve) echo eval ;;
     *) echo unknown ;;
     esac
 }

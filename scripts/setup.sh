@@ -14,6 +14,7 @@ pkgs=(build-essential autoconf automake libtool pkg-config
       libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
       libzstd-dev zstd libpcre2-dev libjansson-dev libutf8proc-dev libdnnl-dev hdf5-tools
       libxxhash-dev xxhash   # checkpoint checksums (xxhash: xxh128sum, tests/tools/ckpt_verify.bats)
+      libmicrohttpd-dev      # mc-serve's HTTP (without it mc-serve is not built)
       bats bats-assert bats-support python3 python3-venv
       slurm-wlm     # tests/tools/slurm.bats runs a one-node SLURM (skips without it)
       python3.11-doc)   # the demo corpus: Python's reStructuredText docs
@@ -31,8 +32,8 @@ fi
 # The interoperability checks compare mc with the reference Python packages;
 # they live in a virtual environment, never in mc itself.
 venv=${MC_VENV:-$top/.venv}
-pypkgs=(numpy tokenizers tiktoken h5py hdf5plugin tensorboard safetensors gguf jinja2)
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import numpy, tokenizers, tiktoken, h5py, hdf5plugin, tensorboard, safetensors, gguf, jinja2' 2>/dev/null; then
+pypkgs=(numpy tokenizers tiktoken h5py hdf5plugin tensorboard safetensors gguf jinja2 openai)
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import numpy, tokenizers, tiktoken, h5py, hdf5plugin, tensorboard, safetensors, gguf, jinja2, openai' 2>/dev/null; then
     echo "setup: creating $venv (${pypkgs[*]})" >&2
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "${pypkgs[@]}" \

@@ -360,6 +360,62 @@ mc_status mc_infer_use_int8(mc_infer *inf, mc_error *err);
  * (gathered over the tensor-parallel group) into host[padded_vocab_size]. */
 mc_status mc_infer_logits(mc_infer *inf, float *host, mc_error *err);
 
+/* ------------------------------------------------------------ batched inference
+ * (lib/model/infer_batch.c)
+ *
+ * Many sequences in one forward pass over a pool of key/value blocks, for
+ * a server's scheduler (mc-serve): each sequence owns blocks of block_size
+ * positions (every layer's keys and values of those positions), taken from
+ * and given back to the pool, and each call advances any set of sequences
+ * by any number of rows each (a prompt's chunk beside others' one new
+ * token). Batch invariant: a sequence's logits and log-probabilities are
+ * the same bits whatever else runs in the call and however its rows were
+ * split into calls (the linears use mc_k_linear_rows_fwd; attention runs
+ * per sequence). One process only (no tensor or pipeline parallelism). */
+typedef struct mc_kvpool mc_kvpool;
+
+typedef struct mc_kvpool_config {
+    size_t bytes;   /* memory for keys and values: floor(bytes / block bytes) blocks */
+    int block_size; /* positions a block */
+    int max_len;    /* positions a sequence at most (<= learned positions) */
+    int max_rows;   /* rows (new positions of all sequences) a call at most */
+    int int8;       /* weight-only int8 linears (as mc_infer_use_int8) */
+} mc_kvpool_config;
+
+/* The bytes of one block: 2 x layers x block_size x (query groups x head dim) floats. */
+size_t mc_kvpool_block_bytes(const mc_model *m, int block_size);
+/* MC_ERR_USAGE for a grid of more than one rank, bytes below one block, a
+ * max_len beyond learned positions. The pool borrows the model's weights. */
+mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out, mc_error *err);
+void mc_kvpool_free(mc_kvpool *p); /* NULL is allowed */
+int mc_kvpool_blocks(const mc_kvpool *p);
+int mc_kvpool_blocks_free(const mc_kvpool *p);
+int mc_kvpool_block_size(const mc_kvpool *p);
+int mc_kvpool_max_rows(const mc_kvpool *p);
+int mc_kvpool_max_len(const mc_kvpool *p);
+int64_t mc_kvpool_padded_vocab(const mc_kvpool *p);
+/* n free block ids into ids (MC_ERR_LIMIT when fewer are free), and back. */
+mc_status mc_kvpool_take(mc_kvpool *p, int n, int32_t *ids, mc_error *err);
+void mc_kvpool_give(mc_kvpool *p, const int32_t *ids, int n);
+
+typedef struct mc_kvseq {
+    const int32_t *blocks; /* its blocks in position order, covering len + n positions */
+    int len;               /* positions already in its cache */
+    const int32_t *tokens; /* n >= 1 new ids, run at positions len .. len + n - 1 */
+    int n;
+    const int32_t *targets; /* NULL, or n ids (< 0: none) whose log-probabilities are wanted */
+    double *logprobs;       /* [n]: log softmax(logits_j)[targets[j]] over the padded vocabulary */
+    float *logits;          /* NULL, or host [padded vocab]: the last new row's logits */
+} mc_kvseq;
+
+/* Advance seqs[0..nseq) (at most max_rows rows in all). MC_ERR_LIMIT past
+ * a sequence's max_len or the rows, MC_ERR_FORMAT for an id outside the
+ * vocabulary; nothing is run then. */
+mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error *err);
+
+/* log softmax(logits[0..V))[t], in double (max subtracted first). */
+double mc_logprob_at(const float *logits, int64_t V, int32_t t);
+
 /* FLOPs of one forward+backward over `tokens` tokens, Megatron's formula
  * (documented in mc-train(1)). */
 double mc_model_flops_per_token(const mc_model_config *c);

@@ -1,0 +1,559 @@
+/*
+ * serve.c - the serving engine (serve.h): the checkpoint loaded for
+ * batched inference, the bounded queue, and the scheduler thread that runs
+ * continuous batching over the key/value block pool.
+ *
+ * One step of the scheduler, under the engine's lock except for the
+ * forward pass itself:
+ *   1. release cancelled requests (their blocks go back to the pool);
+ *   2. admit queued requests, first come first served, while the batch has
+ *      room and the pool can hold each admitted request's whole length
+ *      (prompt + max_tokens, capped by the context): blocks are taken as a
+ *      request grows, but admission reserves them, so a running request
+ *      never waits for memory and nothing is ever preempted;
+ *   3. build the batch: every running request's next token (one row each),
+ *      then the prompts still being prefilled, cut to the step's row
+ *      budget (a cut anywhere gives the same bits: mc_infer_batch);
+ *   4. run it (mc_infer_batch), then sample each request whose prompt is
+ *      done, check its stops, and wake its client.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "eval/serve_internal.h"
+#include "mc/chat.h"
+#include "mc/ckpt.h"
+#include "mc/json.h"
+#include "mc/train.h"
+
+void mc_serve_config_init(mc_serve_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->weights = -1;
+    c->kv_cache_mb = 256;
+    c->block_size = 16;
+    c->max_batch = 32;
+    c->max_batch_tokens = 256;
+    c->max_queue = 64;
+    c->seed = 1234;
+}
+
+double sv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ requests */
+
+void sv_req_unref(sv_req *r)
+{
+    if (!r || --r->refs > 0) return;
+    for (int i = 0; i < r->nstops; i++) free(r->stops[i]);
+    free(r->stops);
+    free(r->prompt_text);
+    mc_ids_free(&r->prompt);
+    mc_ids_free(&r->out);
+    free(r->blocks);
+    free(r->lps);
+    free(r->plps);
+    json_decref(r->tops);
+    mc_buf_free(&r->text);
+    mc_buf_free(&r->sse);
+    free(r->logits);
+    free(r);
+}
+
+static int blocks_for(const mc_serve *s, int positions)
+{
+    return (positions + s->c.block_size - 1) / s->c.block_size;
+}
+
+mc_status sv_submit(mc_serve *s, sv_req *r, mc_error *err)
+{
+    if (s->draining || s->quit)
+        return mc_error_set(err, MC_ERR_USAGE, "the server is shutting down");
+    if (s->nqueue >= s->c.max_queue)
+        return mc_error_set(err, MC_ERR_LIMIT, "the queue is full (%d requests wait; --max-queue)",
+                            s->nqueue);
+    int total = r->prompt.n + (size_t)r->gen.max_new_tokens > (size_t)s->info.ctx
+                    ? s->info.ctx
+                    : (int)r->prompt.n + r->gen.max_new_tokens;
+    r->need = blocks_for(s, total);
+    if (r->need > mc_kvpool_blocks(s->pool))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "the request needs %d key/value blocks of %d positions and the pool "
+                            "has %d (--kv-cache-mb)",
+                            r->need, s->c.block_size, mc_kvpool_blocks(s->pool));
+    r->blocks = malloc((size_t)r->need * sizeof *r->blocks);
+    r->lps = malloc(((size_t)r->gen.max_new_tokens + 1) * sizeof *r->lps);
+    r->logits = malloc((size_t)s->vpad * sizeof *r->logits);
+    if (!r->blocks || !r->lps || !r->logits)
+        return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    snprintf(r->id, sizeof r->id, "%s-%llu", r->chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)++s->next_id);
+    r->created = (int64_t)time(NULL);
+    if (!r->seeded) {
+        /* an unseeded request draws its own stream of the server's seed */
+        r->gen.seed = s->c.seed;
+        r->draw = s->next_id;
+    }
+    r->t_arrive = sv_now();
+    r->refs++;
+    r->state = SV_QUEUED;
+    if (s->qtail)
+        s->qtail->next = r;
+    else
+        s->qhead = r;
+    s->qtail = r;
+    s->nqueue++;
+    pthread_cond_signal(&s->work);
+    return MC_OK;
+}
+
+/* r leaves the batch (or the queue): its blocks back, its reservation
+ * dropped, its client woken. */
+static void finish_req(mc_serve *s, sv_req *r)
+{
+    mc_kvpool_give(s->pool, r->blocks, r->nblocks);
+    s->reserved -= r->need - r->nblocks;
+    r->nblocks = 0;
+    r->state = SV_DONE;
+    if (r->cancelled)
+        s->m.cancelled++;
+    else
+        s->m.completed++;
+    if (r->stream && !r->cancelled) sv_stream_update(s, r);
+    pthread_cond_broadcast(&s->progress);
+    sv_req_unref(r);
+}
+
+/* ------------------------------------------------------------ sampling */
+
+/* The top n of logits[0..vocab) as {"text": logprob} (ties: lower id first). */
+static json_t *alternatives(mc_serve *s, const float *logits, int n)
+{
+    json_t *o = json_object();
+    int32_t best[20];
+    int k = 0;
+    for (int64_t i = 0; i < s->vocab; i++) {
+        int j = k < n ? k++ : n;
+        if (j == n && !(logits[i] > logits[best[n - 1]])) continue;
+        if (j == n) j = n - 1;
+        while (j > 0 && logits[i] > logits[best[j - 1]]) {
+            best[j] = best[j - 1];
+            j--;
+        }
+        best[j] = (int32_t)i;
+    }
+    mc_buf t = MC_BUF_INIT;
+    for (int i = 0; i < k; i++) {
+        t.len = 0;
+        sv_token_text(s, best[i], &t);
+        mc_buf_append(&t, "", 1, NULL);
+        json_object_set_new(o, t.data ? t.data : "",
+                            json_real(mc_logprob_at(logits, s->vpad, best[i])));
+    }
+    mc_buf_free(&t);
+    return o;
+}
+
+/* the earliest stop string in text at or after byte `from`; -1 for none */
+static long find_stop(const sv_req *r, size_t from)
+{
+    long at = -1;
+    for (int i = 0; i < r->nstops; i++) {
+        size_t n = strlen(r->stops[i]);
+        for (size_t p = from; n && p + n <= r->text.len; p++)
+            if (!memcmp(r->text.data + p, r->stops[i], n)) {
+                if (at < 0 || (long)p < at) at = (long)p;
+                break;
+            }
+    }
+    return at;
+}
+
+/* Sample r's next token from its logits; 1 when r is finished. */
+static int next_token(mc_serve *s, sv_req *r)
+{
+    int64_t k = (int64_t)r->out.n;
+    int32_t t = mc_sample(&r->gen, r->logits, r->draw, (uint64_t)k, s->scratch, s->idx);
+    r->lps[k] = mc_logprob_at(r->logits, s->vpad, t);
+    if (r->logprobs > 0) json_array_append_new(r->tops, alternatives(s, r->logits, r->logprobs));
+    if (mc_ids_push(&r->out, t, NULL)) {
+        r->finish = "length";
+        return 1;
+    }
+    s->m.gen_tokens++;
+    if (!k) {
+        r->t_first = sv_now();
+        double d = r->t_first - r->t_arrive;
+        static const double B[SV_TTFT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1,
+                                                  0.25,  0.5,  1,     2.5,  10};
+        int b = 0;
+        while (b < SV_TTFT_BUCKETS && d > B[b]) b++;
+        s->m.ttft_hist[b]++;
+        s->m.ttft_sum += d;
+        s->m.ttft_count++;
+    }
+    if (t == s->eod) {
+        r->finish = "stop";
+        return 1;
+    }
+    size_t before = r->text.len;
+    mc_decode(s->tok, &t, 1, &r->text, NULL);
+    if (r->nstops) {
+        size_t from = before > r->max_stop ? before - r->max_stop : 0;
+        long at = find_stop(r, from);
+        if (at >= 0) {
+            r->text.len = (size_t)at;
+            r->finish = "stop";
+            return 1;
+        }
+    }
+    if ((int)r->out.n >= r->gen.max_new_tokens || r->len + 1 >= s->info.ctx) {
+        r->finish = "length";
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ the scheduler */
+
+static void observe_batch(mc_serve *s, int n, double secs)
+{
+    int b = 0;
+    while (b < SV_BATCH_BUCKETS && n > (1 << b)) b++;
+    s->m.batch_hist[b]++;
+    s->m.batch_sum += n;
+    s->m.steps++;
+    s->m.busy_s += secs;
+    if (n > s->m.max_batch_seen) s->m.max_batch_seen = n;
+}
+
+static void drop_cancelled(mc_serve *s)
+{
+    for (sv_req **pp = &s->qhead, *prev = NULL; *pp;) {
+        sv_req *r = *pp;
+        if (!r->cancelled) {
+            prev = r;
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        if (s->qtail == r) s->qtail = prev;
+        s->nqueue--;
+        s->reserved += r->need; /* finish_req takes back what was never reserved */
+        finish_req(s, r);
+    }
+    for (int i = 0; i < s->nrun;) {
+        sv_req *r = s->run[i];
+        if (!r->cancelled) {
+            i++;
+            continue;
+        }
+        s->run[i] = s->run[--s->nrun];
+        finish_req(s, r);
+    }
+}
+
+static void admit(mc_serve *s)
+{
+    while (s->qhead && s->nrun < s->c.max_batch) {
+        sv_req *r = s->qhead;
+        if (mc_kvpool_blocks_free(s->pool) - s->reserved < r->need) break;
+        s->qhead = r->next;
+        if (!s->qhead) s->qtail = NULL;
+        r->next = NULL;
+        s->nqueue--;
+        s->reserved += r->need;
+        r->state = SV_RUNNING;
+        s->run[s->nrun++] = r;
+    }
+}
+
+static int held(const mc_serve *s) { return s->c.hold_file && access(s->c.hold_file, F_OK) == 0; }
+
+/* Grow r's blocks to cover `positions`. */
+static void grow(mc_serve *s, sv_req *r, int positions)
+{
+    int want = blocks_for(s, positions);
+    if (want <= r->nblocks) return;
+    /* reserved at admission: cannot fail */
+    mc_kvpool_take(s->pool, want - r->nblocks, r->blocks + r->nblocks, NULL);
+    s->reserved -= want - r->nblocks;
+    r->nblocks = want;
+}
+
+static void *scheduler(void *arg)
+{
+    mc_serve *s = arg;
+    mc_error err;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        drop_cancelled(s);
+        if (s->quit) break;
+        admit(s);
+        if (!s->nrun || held(s)) {
+            if (s->c.hold_file) {
+                /* tests: look at the file again soon */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 10 * 1000 * 1000;
+                if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+                pthread_cond_timedwait(&s->work, &s->mu, &ts);
+            } else {
+                pthread_cond_wait(&s->work, &s->mu);
+            }
+            continue;
+        }
+        /* the batch: decodes first, then prompt chunks within the budget */
+        int nb = 0, rows = 0, budget = s->c.max_batch_tokens, solo = 0;
+        for (int pass = 0; pass < 2 && !solo; pass++)
+            for (int i = 0; i < s->nrun && rows < budget && !solo; i++) {
+                sv_req *r = s->run[i];
+                int prefill = r->fed < (int)r->prompt.n;
+                if (prefill != pass) continue;
+                /* KNOWN BUG (test_infer_batch, TODO): a prompt continued in a
+                 * later step beside other sequences does not get its alone
+                 * bits yet; until it is found, a prompt that must be cut, or
+                 * is being continued, runs in a step of its own */
+                if (prefill && (r->fed > 0 || (int)r->prompt.n - r->fed > budget - rows)) {
+                    if (nb) continue;
+                    solo = 1;
+                }
+                mc_kvseq *q = &s->seqs[nb];
+                memset(q, 0, sizeof *q);
+                if (prefill) {
+                    int n = (int)r->prompt.n - r->fed;
+                    if (n > budget - rows) n = budget - rows;
+                    q->tokens = r->prompt.v + r->fed;
+                    q->n = n;
+                    if (r->plps) {
+                        int32_t *t = s->targets + rows;
+                        for (int j = 0; j < n; j++)
+                            t[j] = r->fed + j + 1 < (int)r->prompt.n ? r->prompt.v[r->fed + j + 1]
+                                                                     : -1;
+                        q->targets = t;
+                        q->logprobs = r->plps + r->fed + 1;
+                    }
+                    if (r->fed + n == (int)r->prompt.n) q->logits = r->logits;
+                } else {
+                    q->tokens = &r->out.v[r->out.n - 1];
+                    q->n = 1;
+                    q->logits = r->logits;
+                }
+                grow(s, r, r->len + q->n);
+                q->blocks = r->blocks;
+                q->len = r->len;
+                r->rows = q->n;
+                s->inbatch[nb++] = r;
+                rows += q->n;
+            }
+        pthread_mutex_unlock(&s->mu);
+        double t0 = sv_now();
+        mc_status st = mc_infer_batch(s->pool, s->seqs, nb, &err);
+        double secs = sv_now() - t0;
+        pthread_mutex_lock(&s->mu);
+        observe_batch(s, nb, secs);
+        int firsts = 0;
+        for (int b = 0; b < nb; b++) {
+            sv_req *r = s->inbatch[b];
+            int done = 0;
+            if (st) {
+                /* cannot happen for requests the front checked; end it */
+                r->finish = "length";
+                done = 1;
+            } else {
+                r->len += r->rows;
+                if (r->fed < (int)r->prompt.n) r->fed += r->rows;
+                if (r->fed == (int)r->prompt.n && !r->cancelled) {
+                    firsts += r->out.n == 0;
+                    done = next_token(s, r);
+                    if (!done && r->stream) sv_stream_update(s, r);
+                }
+            }
+            if (done) {
+                for (int i = 0; i < s->nrun; i++)
+                    if (s->run[i] == r) {
+                        memmove(s->run + i, s->run + i + 1,
+                                (size_t)(s->nrun - i - 1) * sizeof *s->run);
+                        s->nrun--;
+                        break;
+                    }
+                finish_req(s, r);
+            }
+        }
+        if (firsts && s->c.hold_at_first && s->c.hold_file) {
+            FILE *f = fopen(s->c.hold_file, "w");
+            if (f) fclose(f);
+        }
+        pthread_cond_broadcast(&s->progress);
+    }
+    /* quitting: whatever is left is cancelled */
+    for (sv_req *r = s->qhead; r; r = r->next) r->cancelled = 1;
+    for (int i = 0; i < s->nrun; i++) s->run[i]->cancelled = 1;
+    drop_cancelled(s);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ opening */
+
+static mc_status read_ckpt(mc_serve *s, int *int8, mc_error *err)
+{
+    const mc_serve_config *c = &s->c;
+    mc_ckpt_reader *rd = NULL;
+    mc_model_config cfg;
+    mc_status st = mc_ckpt_open(c->ckpt, &rd, err);
+    if (!st) st = mc_ckpt_read_model_config(rd, &cfg, err);
+    if (!st && !mc_ckpt_has_tokenizer(rd))
+        st = mc_error_set(err, MC_ERR_NOTFOUND,
+                          "%s: the checkpoint stores no tokenizer, and serving text needs one",
+                          mc_ckpt_file(rd));
+    if (!st) st = mc_ckpt_read_tokenizer(rd, &s->tok, err);
+    *int8 = c->weights;
+    if (!st && *int8 < 0) {
+        const char *qkv = "model/decoder.layers.0.self_attention.linear_qkv.weight";
+        mc_ckpt_dtype dt = MC_CKPT_FLOAT32;
+        *int8 = mc_ckpt_has_tensor(rd, qkv) &&
+                !mc_ckpt_tensor_info(rd, qkv, NULL, NULL, &dt, NULL) && dt == MC_CKPT_INT8;
+    }
+    if (!st) {
+        s->info.iteration = mc_ckpt_iteration(rd);
+        snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s", mc_ckpt_dir(rd));
+        s->info.ctx = c->ctx ? c->ctx : cfg.seq_length;
+    }
+    mc_ckpt_close(rd);
+    return st;
+}
+
+/* The chat template's special tokens: the tokenizer's end-of-document token
+ * as eos_token and bos_token (GPT-2's <|endoftext|> is both). */
+static mc_status chat_tokens(mc_serve *s, mc_error *err)
+{
+    mc_buf t = MC_BUF_INIT;
+    if (s->eod >= 0) {
+        mc_status st = mc_decode(s->tok, &s->eod, 1, &t, err);
+        if (!st) st = mc_buf_append(&t, "", 1, err);
+        if (st) return st;
+        s->eos_text = t.data;
+        s->bos_text = strdup(t.data);
+        if (!s->bos_text) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
+    return MC_OK;
+}
+
+mc_status mc_serve_open(const mc_serve_config *c, mc_serve **out, mc_error *err)
+{
+    *out = NULL;
+    if (c->block_size < 1 || c->max_batch < 1 || c->max_batch_tokens < 1 || c->max_queue < 0)
+        return mc_error_set(err, MC_ERR_USAGE, "serving: a bad configuration");
+    mc_serve *s = calloc(1, sizeof *s);
+    if (!s) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    s->c = *c;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->text_mu, NULL);
+    pthread_cond_init(&s->work, NULL);
+    pthread_cond_init(&s->progress, NULL);
+    mc_grid one;
+    mc_grid_single(&one);
+    int int8 = 0;
+    mc_status st = read_ckpt(s, &int8, err);
+    if (!st && c->chat_template) st = mc_chat_template_load(c->chat_template, &s->chat, err);
+    if (!st) st = mc_backend_cpu_new(c->threads, &s->be, err);
+    if (!st) st = mc_train_load_model(c->ckpt, &one, s->be, 1, 1, MC_PREC_FP32, &s->model, err);
+    if (!st) {
+        mc_kvpool_config pc = {(size_t)(c->kv_cache_mb * 1048576.0), c->block_size, s->info.ctx,
+                               c->max_batch_tokens, int8 > 0};
+        st = mc_kvpool_new(s->model, &pc, &s->pool, err);
+        if (st)
+            mc_error_prefix(err, "--kv-cache-mb %g, --ctx-size %d", c->kv_cache_mb, s->info.ctx);
+    }
+    if (!st) st = mc_encoder_new(s->tok, &s->enc, err);
+    if (!st) {
+        s->vpad = mc_kvpool_padded_vocab(s->pool);
+        s->vocab = mc_tokenizer_vocab_size(s->tok);
+        if (s->vocab > s->vpad) s->vocab = s->vpad;
+        s->eod = mc_tokenizer_eod(s->tok);
+        st = chat_tokens(s, err);
+    }
+    if (!st) {
+        s->scratch = malloc((size_t)s->vpad * sizeof *s->scratch);
+        s->idx = malloc((size_t)s->vpad * sizeof *s->idx);
+        s->run = calloc((size_t)c->max_batch, sizeof *s->run);
+        s->inbatch = calloc((size_t)c->max_batch, sizeof *s->inbatch);
+        s->seqs = calloc((size_t)c->max_batch, sizeof *s->seqs);
+        s->targets = malloc((size_t)c->max_batch_tokens * sizeof *s->targets);
+        if (!s->scratch || !s->idx || !s->run || !s->inbatch || !s->seqs || !s->targets)
+            st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
+    if (!st) {
+        snprintf(s->model_name, sizeof s->model_name, "%s", c->model_name ? c->model_name : "mc");
+        s->info.checkpoint = s->ckpt_dir;
+        s->info.parameters = mc_model_global_numel(s->model);
+        s->info.int8 = int8 > 0;
+        s->info.blocks = mc_kvpool_blocks(s->pool);
+        s->info.block_size = c->block_size;
+        s->info.model_name = s->model_name;
+        s->info.chat = s->chat != NULL;
+        int e = pthread_create(&s->thread, NULL, scheduler, s);
+        if (e)
+            st = mc_error_errno(err, MC_ERR_IO, e, "the scheduler thread");
+        else
+            s->thread_started = 1;
+    }
+    if (st) {
+        mc_serve_free(s);
+        return st;
+    }
+    *out = s;
+    return MC_OK;
+}
+
+const mc_serve_info *mc_serve_get_info(const mc_serve *s) { return &s->info; }
+
+void mc_serve_drain(mc_serve *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    while (s->nqueue || s->nrun) pthread_cond_wait(&s->progress, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void mc_serve_free(mc_serve *s)
+{
+    if (!s) return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->mu);
+        s->quit = 1;
+        pthread_cond_signal(&s->work);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    mc_kvpool_free(s->pool);
+    mc_model_free(s->model);
+    if (s->be) mc_backend_free(s->be);
+    mc_encoder_free(s->enc);
+    mc_tokenizer_free(s->tok);
+    mc_chat_template_free(s->chat);
+    free(s->bos_text);
+    free(s->eos_text);
+    free(s->scratch);
+    free(s->idx);
+    free(s->run);
+    free(s->inbatch);
+    free(s->seqs);
+    free(s->targets);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->text_mu);
+    pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->progress);
+    free(s);
+}

@@ -1,0 +1,382 @@
+/*
+ * infer_batch.c - batched inference over a pool of key/value blocks
+ * (model.h, "batched inference"): what mc-serve's scheduler runs. Several
+ * sequences advance in one forward pass, each by its own number of rows (a
+ * newcomer's prompt chunk beside the others' one decoded token), their rows
+ * stacked through the linear layers, norms and activations, and each
+ * sequence's attention run alone against its own blocks.
+ *
+ * Batch invariance: a row's values never depend on the other rows. The
+ * linear layers use mc_k_linear_rows_fwd (one fixed-order sum per element
+ * whatever the number of rows; BLAS's sgemm and mc's sgemv path for one row
+ * do not promise it), norms, activations and RoPE are per row or per
+ * element, and attention sees only the sequence's own keys, gathered from
+ * its blocks into a contiguous scratch in position order (the attention
+ * kernel's rows do not depend on how the sequence was cut into calls). So
+ * a sequence gets the same bits alone or in any batch. See
+ * doc/ARCHITECTURE.md, "Inference".
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+struct mc_kvpool {
+    mc_model *m;
+    mc_backend *be;
+    int block_size, nblocks, max_rows, max_len, head_rows;
+    size_t C, D, Ql, Gl, Fl, fc1_out, qkv_out, kv_row, block_floats;
+    int64_t vl;
+    float *kpool, *vpool; /* [nblocks][nlocal][block_size][Gl D] */
+    int32_t *freelist;    /* free block ids, a stack */
+    int nfree;
+    void *block; /* the scratch below, one allocation */
+    float *x, *h, *qkv, *q, *kn, *vn, *att, *tmp, *fc1, *act, *mean, *rstd, *kc, *vc;
+    float *hrows, *logits;
+    int32_t *dtok;
+    float *hlogits;          /* host [head_rows, vl] */
+    int *hseq, *hpos, *hrow; /* host [max_rows]: the head's rows */
+    int8_t **q8w;            /* weight-only int8 codes and scales per parameter (NULL: fp32) */
+    float **q8s;
+};
+
+static int head_weight(const mc_model *m) { return m->out_w >= 0 ? m->out_w : m->wte; }
+
+static void layout(mc_kvpool *p, carver *cv)
+{
+    size_t R = (size_t)p->max_rows, L = (size_t)p->max_len, C = p->C;
+    p->x = carve(cv, R * C);
+    p->h = carve(cv, R * C);
+    p->qkv = carve(cv, R * p->qkv_out);
+    p->q = carve(cv, R * p->Ql * p->D);
+    p->kn = carve(cv, R * p->kv_row);
+    p->vn = carve(cv, R * p->kv_row);
+    p->att = carve(cv, R * p->Ql * p->D);
+    p->tmp = carve(cv, R * C);
+    p->fc1 = carve(cv, R * p->fc1_out);
+    p->act = carve(cv, R * p->Fl);
+    p->mean = carve(cv, R);
+    p->rstd = carve(cv, R);
+    p->kc = carve(cv, L * p->kv_row);
+    p->vc = carve(cv, L * p->kv_row);
+    p->hrows = carve(cv, (size_t)p->head_rows * C);
+    p->logits = carve(cv, (size_t)p->head_rows * (size_t)p->vl);
+    p->dtok = (int32_t *)carve(cv, R);
+}
+
+size_t mc_kvpool_block_bytes(const mc_model *m, int block_size)
+{
+    return 2 * (size_t)m->nlocal * (size_t)block_size * m->Gl * m->D * sizeof(float);
+}
+
+static mc_status use_int8(mc_kvpool *p, mc_error *err)
+{
+    mc_model *m = p->m;
+    p->q8w = calloc(m->nparams, sizeof *p->q8w);
+    p->q8s = calloc(m->nparams, sizeof *p->q8s);
+    if (!p->q8w || !p->q8s) return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
+    for (int l = m->cl0[0]; l <= m->cl1[0]; l++) {
+        int want[4], n = 0;
+        if (l < m->cl1[0]) {
+            const mc_layer_params *lp = &m->lp[l];
+            want[n++] = lp->qkv_w;
+            want[n++] = lp->proj_w;
+            want[n++] = lp->fc1_w;
+            want[n++] = lp->fc2_w;
+        } else {
+            want[n++] = head_weight(m);
+        }
+        for (int i = 0; i < n; i++) {
+            const mc_param *pa = &m->params[want[i]];
+            size_t rows = (size_t)pa->local_rows, cols = (size_t)pa->local_cols;
+            if (want[i] == m->wte) rows = (size_t)p->vl;
+            p->q8w[want[i]] = mc_balloc(p->be, rows * cols, err);
+            p->q8s[want[i]] = mc_balloc(p->be, rows * sizeof(float), err);
+            if (!p->q8w[want[i]] || !p->q8s[want[i]])
+                return mc_error_prefix(err, "inference: int8 copy of %s", pa->name);
+            mc_k_quantize_q8_rows(p->be, p->q8w[want[i]], p->q8s[want[i]], param_val(m, want[i]),
+                                  rows, cols);
+        }
+    }
+    return MC_OK;
+}
+
+mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out, mc_error *err)
+{
+    *out = NULL;
+    const mc_model_config *mc = &m->cfg;
+    if (m->grid.pp > 1 || m->nchunks != 1 || m->grid.tp > 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "batched inference runs on one process: tensor and pipeline "
+                            "parallelism are not supported");
+    if (c->block_size < 1 || c->max_rows < 1 || c->max_len < 2)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "a pool of blocks of %d positions, %d rows, %d "
+                            "positions a sequence",
+                            c->block_size, c->max_rows, c->max_len);
+    if (mc->position_embedding_type == MC_POS_LEARNED && c->max_len > mc->max_position_embeddings)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "a context of %d positions exceeds the model's %d learned positions",
+                            c->max_len, mc->max_position_embeddings);
+    size_t bb = mc_kvpool_block_bytes(m, c->block_size);
+    size_t nb = c->bytes / bb;
+    if (nb < 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "%.2f MiB of key/value cache hold no block of %d positions (%.2f MiB "
+                            "each)",
+                            (double)c->bytes / 1048576.0, c->block_size, (double)bb / 1048576.0);
+    if (nb > INT32_MAX / 2) nb = INT32_MAX / 2;
+    mc_kvpool *p = calloc(1, sizeof *p);
+    if (!p) return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
+    p->m = m;
+    p->be = m->be;
+    p->block_size = c->block_size;
+    p->nblocks = (int)nb;
+    p->max_rows = c->max_rows;
+    p->max_len = c->max_len;
+    p->head_rows = c->max_rows < 64 ? c->max_rows : 64;
+    p->C = m->C;
+    p->D = m->D;
+    p->Ql = m->Ql;
+    p->Gl = m->Gl;
+    p->Fl = m->Fl;
+    p->fc1_out = m->fc1_out;
+    p->qkv_out = m->qkv_out;
+    p->kv_row = m->Gl * m->D;
+    p->block_floats = (size_t)m->nlocal * (size_t)c->block_size * p->kv_row;
+    p->vl = m->vl;
+    mc_status st = MC_OK;
+    p->freelist = malloc(nb * sizeof *p->freelist);
+    p->hlogits = malloc((size_t)p->head_rows * (size_t)p->vl * sizeof *p->hlogits);
+    p->hseq = malloc((size_t)c->max_rows * sizeof(int));
+    p->hpos = malloc((size_t)c->max_rows * sizeof(int));
+    p->hrow = malloc((size_t)c->max_rows * sizeof(int));
+    if (!p->freelist || !p->hlogits || !p->hseq || !p->hpos || !p->hrow)
+        st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    if (!st) {
+        p->kpool = mc_balloc(p->be, nb * p->block_floats * sizeof(float), err);
+        p->vpool = p->kpool ? mc_balloc(p->be, nb * p->block_floats * sizeof(float), err) : NULL;
+        if (!p->vpool) st = mc_error_prefix(err, "key/value cache of %zu blocks", nb);
+    }
+    carver cv = {NULL, 0};
+    layout(p, &cv);
+    if (!st) {
+        p->block = mc_balloc(p->be, cv.off, err);
+        if (!p->block) st = mc_error_prefix(err, "inference scratch");
+    }
+    if (!st) {
+        cv.base = p->block;
+        cv.off = 0;
+        layout(p, &cv);
+        for (int i = 0; i < (int)nb; i++) p->freelist[i] = (int32_t)nb - 1 - i;
+        p->nfree = (int)nb;
+        if (c->int8) st = use_int8(p, err);
+    }
+    if (st) {
+        mc_kvpool_free(p);
+        return st;
+    }
+    *out = p;
+    return MC_OK;
+}
+
+void mc_kvpool_free(mc_kvpool *p)
+{
+    if (!p) return;
+    if (p->kpool) mc_bfree(p->be, p->kpool);
+    if (p->vpool) mc_bfree(p->be, p->vpool);
+    if (p->block) mc_bfree(p->be, p->block);
+    for (size_t i = 0; p->q8w && i < p->m->nparams; i++) {
+        if (p->q8w[i]) mc_bfree(p->be, p->q8w[i]);
+        if (p->q8s && p->q8s[i]) mc_bfree(p->be, p->q8s[i]);
+    }
+    free(p->q8w);
+    free(p->q8s);
+    free(p->freelist);
+    free(p->hlogits);
+    free(p->hseq);
+    free(p->hpos);
+    free(p->hrow);
+    free(p);
+}
+
+int mc_kvpool_blocks(const mc_kvpool *p) { return p->nblocks; }
+int mc_kvpool_blocks_free(const mc_kvpool *p) { return p->nfree; }
+int mc_kvpool_block_size(const mc_kvpool *p) { return p->block_size; }
+int mc_kvpool_max_rows(const mc_kvpool *p) { return p->max_rows; }
+int mc_kvpool_max_len(const mc_kvpool *p) { return p->max_len; }
+int64_t mc_kvpool_padded_vocab(const mc_kvpool *p) { return p->m->cfg.padded_vocab_size; }
+
+mc_status mc_kvpool_take(mc_kvpool *p, int n, int32_t *ids, mc_error *err)
+{
+    if (n > p->nfree)
+        return mc_error_set(err, MC_ERR_LIMIT, "%d key/value blocks wanted, %d free of %d", n,
+                            p->nfree, p->nblocks);
+    for (int i = 0; i < n; i++) ids[i] = p->freelist[--p->nfree];
+    return MC_OK;
+}
+
+void mc_kvpool_give(mc_kvpool *p, const int32_t *ids, int n)
+{
+    for (int i = 0; i < n; i++) p->freelist[p->nfree++] = ids[i];
+}
+
+double mc_logprob_at(const float *logits, int64_t V, int32_t t)
+{
+    float mx = logits[0];
+    for (int64_t i = 1; i < V; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double s = 0;
+    for (int64_t i = 0; i < V; i++) s += exp((double)logits[i] - (double)mx);
+    return (double)logits[t] - (double)mx - log(s);
+}
+
+static void linear(mc_kvpool *p, float *out, const float *in, int w, const float *b, size_t n,
+                   size_t I, size_t O)
+{
+    if (p->q8w && p->q8w[w])
+        mc_k_linear_rows_fwd(p->be, out, in, NULL, p->q8w[w], p->q8s[w], b, n, I, O);
+    else
+        mc_k_linear_rows_fwd(p->be, out, in, param_val(p->m, w), NULL, NULL, b, n, I, O);
+}
+
+static void norm(mc_kvpool *p, float *out, const float *x, int w, int b, size_t n)
+{
+    mc_model *m = p->m;
+    if (m->cfg.normalization == MC_NORM_LAYERNORM)
+        mc_k_layernorm_fwd(p->be, out, p->mean, p->rstd, x, param_val(m, w), param_val(m, b), n,
+                           p->C, m->cfg.norm_epsilon);
+    else
+        mc_k_rmsnorm_fwd(p->be, out, p->rstd, x, param_val(m, w), n, p->C, m->cfg.norm_epsilon);
+}
+
+/* key (or value) row of position pos of a sequence, layer li */
+static float *kv_at(const mc_kvpool *p, float *pool, const int32_t *blocks, int li, size_t pos)
+{
+    size_t bs = (size_t)p->block_size, blk = (size_t)blocks[pos / bs];
+    return pool + blk * p->block_floats + ((size_t)li * bs + pos % bs) * p->kv_row;
+}
+
+/* The new rows' keys and values into their blocks, then positions
+ * 0 .. len + n - 1 gathered into kc, vc for the attention. */
+static void seq_kv(mc_kvpool *p, const mc_kvseq *s, size_t row0, int li)
+{
+    size_t bs = (size_t)p->block_size, kr = p->kv_row * sizeof(float);
+    size_t len = (size_t)s->len, end = len + (size_t)s->n;
+    for (size_t pos = len; pos < end;) {
+        size_t run = bs - pos % bs;
+        if (run > end - pos) run = end - pos;
+        size_t j = pos - len;
+        mc_bcopy(p->be, kv_at(p, p->kpool, s->blocks, li, pos), p->kn + (row0 + j) * p->kv_row,
+                 run * kr);
+        mc_bcopy(p->be, kv_at(p, p->vpool, s->blocks, li, pos), p->vn + (row0 + j) * p->kv_row,
+                 run * kr);
+        pos += run;
+    }
+    for (size_t pos = 0; pos < end; pos += bs) {
+        size_t run = end - pos < bs ? end - pos : bs;
+        mc_bcopy(p->be, p->kc + pos * p->kv_row, kv_at(p, p->kpool, s->blocks, li, pos), run * kr);
+        mc_bcopy(p->be, p->vc + pos * p->kv_row, kv_at(p, p->vpool, s->blocks, li, pos), run * kr);
+    }
+}
+
+/* x += in W^T + b for a row-parallel linear (one rank: no reduction) */
+static void row_linear(mc_kvpool *p, const float *in, int w, int b, size_t I, size_t n)
+{
+    linear(p, p->tmp, in, w, param_val(p->m, b), n, I, p->C);
+    mc_k_acc(p->be, p->x, p->tmp, n * p->C);
+}
+
+/* The head over the rows that want logits: each sequence's last row when
+ * it asks for logits, and every row with a target; head_rows at a time. */
+static void run_head(mc_kvpool *p, const mc_kvseq *seqs, int nseq, const float *lnf)
+{
+    size_t C = p->C, vl = (size_t)p->vl, k = 0;
+    int64_t V = p->m->cfg.padded_vocab_size;
+    for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n)
+        for (int j = 0; j < seqs[s].n; j++)
+            if ((j == seqs[s].n - 1 && seqs[s].logits) ||
+                (seqs[s].targets && seqs[s].targets[j] >= 0)) {
+                p->hseq[k] = s;
+                p->hpos[k] = j;
+                p->hrow[k++] = r0 + j;
+            }
+    for (size_t k0 = 0; k0 < k; k0 += (size_t)p->head_rows) {
+        size_t nk = k - k0 < (size_t)p->head_rows ? k - k0 : (size_t)p->head_rows;
+        for (size_t i = 0; i < nk; i++)
+            mc_bcopy(p->be, p->hrows + i * C, lnf + (size_t)p->hrow[k0 + i] * C, C * sizeof(float));
+        linear(p, p->logits, p->hrows, head_weight(p->m), NULL, nk, C, vl);
+        mc_bcopy_to_host(p->be, p->hlogits, p->logits, nk * vl * sizeof(float));
+        for (size_t i = 0; i < nk; i++) {
+            const mc_kvseq *q = &seqs[p->hseq[k0 + i]];
+            int j = p->hpos[k0 + i];
+            const float *lg = p->hlogits + i * vl;
+            if (q->targets && q->targets[j] >= 0 && q->logprobs)
+                q->logprobs[j] = mc_logprob_at(lg, V, q->targets[j]);
+            if (j == q->n - 1 && q->logits) memcpy(q->logits, lg, vl * sizeof(float));
+        }
+    }
+}
+
+mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error *err)
+{
+    mc_model *m = p->m;
+    const mc_model_config *c = &m->cfg;
+    mc_backend *be = p->be;
+    int64_t V = c->padded_vocab_size;
+    size_t C = p->C, D = p->D, R = 0;
+    float scale = 1.0f / sqrtf((float)D);
+    for (int s = 0; s < nseq; s++) {
+        const mc_kvseq *q = &seqs[s];
+        if (q->n < 1 || q->len < 0 || q->len + q->n > p->max_len)
+            return mc_error_set(err, MC_ERR_LIMIT,
+                                "sequence %d: %d positions after %d do not fit the context of %d",
+                                s, q->n, q->len, p->max_len);
+        for (int i = 0; i < q->n; i++)
+            if (q->tokens[i] < 0 || q->tokens[i] >= V || (q->targets && q->targets[i] >= V))
+                return mc_error_set(err, MC_ERR_FORMAT,
+                                    "sequence %d: token id %d at position %d is outside the "
+                                    "vocabulary [0, %lld)",
+                                    s, q->tokens[i], q->len + i, (long long)V);
+        if (R + (size_t)q->n > (size_t)p->max_rows)
+            return mc_error_set(err, MC_ERR_LIMIT, "a batch of more than %d rows", p->max_rows);
+        mc_bcopy_from_host(be, p->dtok + R, q->tokens, (size_t)q->n * sizeof(int32_t));
+        R += (size_t)q->n;
+    }
+    if (!R) return MC_OK;
+    mc_k_embed_fwd(be, p->x, p->dtok, R, param_val(m, m->wte), m->v0, p->vl, C);
+    if (m->wpe >= 0)
+        for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n)
+            mc_k_posemb_fwd(be, p->x + (size_t)r0 * C, param_val(m, m->wpe), 1, (size_t)seqs[s].n,
+                            C, (size_t)seqs[s].len);
+    for (int l = m->cl0[0]; l < m->cl1[0]; l++) {
+        const mc_layer_params *lp = &m->lp[l];
+        int li = m->lidx[l];
+        norm(p, p->h, p->x, lp->ln1_w, lp->ln1_b, R);
+        linear(p, p->qkv, p->h, lp->qkv_w, param_val(m, lp->qkv_b), R, C, p->qkv_out);
+        mc_k_qkv_split(be, p->q, p->kn, p->vn, p->qkv, R, p->Ql, p->Gl, D);
+        for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n) {
+            const mc_kvseq *q = &seqs[s];
+            size_t n = (size_t)q->n, pos0 = (size_t)q->len, row0 = (size_t)r0;
+            if (c->position_embedding_type == MC_POS_ROPE) {
+                mc_k_rope_fwd(be, p->q + row0 * p->Ql * D, 1, n, p->Ql, D, c->rotary_base, pos0);
+                mc_k_rope_fwd(be, p->kn + row0 * p->kv_row, 1, n, p->Gl, D, c->rotary_base, pos0);
+            }
+            seq_kv(p, q, row0, li);
+            mc_k_attention_kv_fwd(be, p->att + row0 * p->Ql * D, p->q + row0 * p->Ql * D, p->kc,
+                                  p->vc, n, pos0, p->Ql, p->Gl, D, scale);
+        }
+        row_linear(p, p->att, lp->proj_w, lp->proj_b, p->Ql * D, R);
+        norm(p, p->h, p->x, lp->ln2_w, lp->ln2_b, R);
+        linear(p, p->fc1, p->h, lp->fc1_w, param_val(m, lp->fc1_b), R, C, p->fc1_out);
+        if (c->swiglu)
+            mc_k_swiglu_fwd(be, p->act, p->fc1, R, p->Fl);
+        else
+            mc_k_gelu_fwd(be, p->act, p->fc1, R * p->Fl);
+        row_linear(p, p->act, lp->fc2_w, lp->fc2_b, p->Fl, R);
+    }
+    norm(p, p->h, p->x, m->lnf_w, m->lnf_b, R);
+    run_head(p, seqs, nseq, p->h);
+    return MC_OK;
+}

@@ -1,0 +1,327 @@
+#!/usr/bin/env bats
+# mc-serve end to end: --help and the manual page in step, OpenAI's Python
+# client against the server on loopback (completions and chat, streamed
+# and not, equal to mc-eval's greedy output; log-probabilities equal to
+# mc-eval's within 1e-6), batch invariance under 32 concurrent clients,
+# every error body, the bounded queue, a client hanging up mid-stream and
+# SIGTERM. Nothing waits on time: the URL line on stdout says the server is
+# ready, and the test hook MC_TEST_SERVE_HOLD (mc-serve(1), ENVIRONMENT)
+# holds the scheduler where a test must act; loops poll /metrics for a
+# state, never sleep for a speed.
+
+bats_require_minimum_version 1.5.0
+load common
+
+MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
+MC_EVAL="$top_builddir/tools/mc-eval/mc-eval"
+MC_SERVE="$top_builddir/tools/mc-serve/mc-serve"
+D="$top_srcdir/tests/data/eval"
+TOK="$top_srcdir/tests/data/tokenizer/hf_bytelevel.json"
+CLIENT="$top_srcdir/tests/tools/serve_client.py"
+
+setup_file() {
+    [ -x "$MC_SERVE" ] || return 0
+    # the tiny GPT of eval.bats, with its tokenizer
+    "$MC_TRAIN" "@$D/gpt.args" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOK" \
+        --save "$BATS_FILE_TMPDIR/gpt" >/dev/null 2>&1
+}
+
+setup() {
+    [ -x "$MC_SERVE" ] || skip "mc-serve is not built (configure found no libmicrohttpd: install libmicrohttpd-dev)"
+    cd "$BATS_TEST_TMPDIR"
+    G="$BATS_FILE_TMPDIR/gpt"
+    SPID=
+}
+
+teardown() {
+    if [ -n "$SPID" ] && kill -0 "$SPID" 2>/dev/null; then
+        kill -KILL "$SPID" 2>/dev/null || true
+        wait "$SPID" 2>/dev/null || true
+    fi
+}
+
+# serve ARGS...: start mc-serve on a free port; URL and SPID set once its
+# URL line is out (the server is then ready). Its stderr is in serve.log.
+serve() {
+    mkfifo url.fifo
+    env --default-signal=TERM,INT "$MC_SERVE" "$G" --port 0 --threads 1 "$@" \
+        > url.fifo 2> serve.log &
+    SPID=$!
+    exec 5< url.fifo
+    read -r -t 120 URL <&5 || { cat serve.log; return 1; }
+    exec 5<&-
+    rm -f url.fifo
+}
+
+# metric NAME: its value in /metrics
+metric() {
+    curl -sf "$URL/metrics" | awk -v n="$1" '$1 == n { print $2 }'
+}
+
+# until_metric NAME VALUE: poll /metrics until NAME equals VALUE (bounded)
+until_metric() {
+    local i
+    for i in $(seq 6000); do
+        [ "$(metric "$1")" = "$2" ] && return 0
+        sleep 0.01
+    done
+    echo "# $1 is $(metric "$1"), never $2" >&3
+    return 1
+}
+
+client() {
+    require_python_module openai
+    "$MC_PYTHON" "$CLIENT" "$URL" "$@"
+}
+
+# mc-eval's greedy completion of PROMPT, as a JSON string
+eval_greedy() {
+    "$MC_EVAL" "$G" --quiet --prompt "$1" --max-new-tokens "$2" |
+        "$MC_PYTHON" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["generations"][0]["completion"]))'
+}
+
+@test "--help lists every option, each is in mc-serve(1), and --version names the package" {
+    run "$MC_SERVE" --help
+    assert_success
+    opts=$(echo "$output" | grep -o -- '--[a-z][a-z0-9-]*' | sort -u)
+    [ "$(echo "$opts" | wc -l)" -ge 15 ]
+    for o in $opts; do
+        grep -q -- "$(echo "$o" | sed 's/-/\\\\-/g')" "$top_srcdir/man/mc-serve.1" ||
+            { echo "$o is not in mc-serve.1"; return 1; }
+    done
+    run "$MC_SERVE" --version
+    assert_success
+    assert_output --regexp '^mc-serve \(mc\) [0-9]+\.[0-9]+'
+}
+
+@test "bad usage: exit 2 with one line" {
+    run "$MC_SERVE" "$G" --tensor-model-parallel-size 2
+    assert_failure 2
+    assert_output --partial "mc-serve runs on one process"
+    run "$MC_SERVE" "$G" --port 70000
+    assert_failure 2
+    assert_output --partial "--port"
+    run "$MC_SERVE" < /dev/null
+    assert_failure 2
+    assert_output --partial "no checkpoint given and stdin holds no path"
+    run "$MC_SERVE" "$BATS_TEST_TMPDIR/none" --port 0
+    assert_failure 1
+}
+
+@test "the checkpoint from stdin; /health, /v1/models, /metrics; the URL is the one line on stdout" {
+    mkfifo url.fifo
+    echo "$G" | "$MC_SERVE" --port 0 --threads 1 --model-name tiny > url.fifo 2> serve.log &
+    SPID=$!
+    exec 5< url.fifo
+    read -r -t 120 URL <&5
+    [[ "$URL" =~ ^http://127\.0\.0\.1:[0-9]+$ ]]
+    run curl -sf "$URL/health"
+    assert_output '{"status":"ok"}'
+    run curl -sf "$URL/v1/models"
+    assert_output --partial '"id":"tiny"'
+    assert_output --partial '"object":"list"'
+    run curl -sf "$URL/metrics"
+    assert_output --partial "# TYPE mc_serve_batch_size histogram"
+    assert_output --partial "mc_serve_kv_blocks_total "
+    assert_output --partial "mc_serve_time_to_first_token_seconds_count 0"
+    kill -TERM "$SPID"
+    wait "$SPID"
+    run cat <&5
+    assert_output ""
+}
+
+@test "completions through the openai package, streamed and not, equal mc-eval's greedy output" {
+    require_python_module openai
+    serve
+    for p in "The river" "In Python, a list" "x"; do
+        want=$(eval_greedy "$p" 24)
+        [ "$(client complete "$p" 24)" = "$want" ]
+        [ "$(client complete "$p" 24 stream)" = "$want" ]
+    done
+    [ "$(metric mc_serve_requests_completed_total)" = 6 ]
+    [ "$(metric mc_serve_kv_blocks_in_use)" = 0 ]
+}
+
+@test "log-probabilities equal mc-eval's (multiple_choice log-likelihoods) within 1e-6 a token" {
+    require_python_module openai
+    serve
+    # context + continuation echoed: the continuation's log-probabilities sum
+    # to the log-likelihood mc-eval's task scores (its continuation is " " +
+    # choice, so the prompt's ids are the context's, then the continuation's)
+    cat > mc.jsonl <<'EOF'
+{"context": "The river flows", "choices": ["into the sea", "under the bridge"], "answer": 0}
+{"context": "In Python, a list", "choices": ["is mutable", "holds values in order"], "answer": 0}
+EOF
+    "$MC_EVAL" "$G" --quiet --task multiple_choice=mc.jsonl --log-samples > ev.json
+    client echo "The river flows" > c0.json
+    client echo "The river flows into the sea" > a.json
+    client echo "The river flows under the bridge" > b.json
+    client echo "In Python, a list" > c1.json
+    client echo "In Python, a list is mutable" > d.json
+    client echo "In Python, a list holds values in order" > e.json
+    "$MC_PYTHON" - <<'EOF'
+import json
+ev = json.load(open("ev.json"))["tasks"]["multiple_choice"]["samples"]
+def ll(ctx, full):
+    c, f = json.load(open(ctx)), json.load(open(full))
+    return sum(f[len(c):]), len(f) - len(c)
+got = [[ll("c0.json", "a.json"), ll("c0.json", "b.json")],
+       [ll("c1.json", "d.json"), ll("c1.json", "e.json")]]
+for g, s in zip(got, ev):
+    for (x, k), y in zip(g, s["loglikelihoods"]):
+        # mc-eval sums k float log-probabilities: 1e-6 each
+        print("# served %.9f mc-eval %.9f (%d tokens)" % (x, y, k))
+        assert k >= 2 and abs(x - y) <= 1e-6 * k, (x, y, k)
+EOF
+}
+
+@test "32 concurrent clients each get exactly the tokens and log-probabilities they get alone" {
+    require_python_module openai
+    serve --max-batch 32
+    client specs 32 specs.json
+    client run specs.json alone.json
+    [ "$(metric mc_serve_batch_size_max)" = 1 ]
+    # held while all 32 are admitted, so the first step runs them together
+    touch hold
+    kill -TERM "$SPID"; wait "$SPID" || true
+    MC_TEST_SERVE_HOLD="$PWD/hold" serve --max-batch 32
+    client run specs.json together.json concurrent &
+    cpid=$!
+    until_metric mc_serve_requests_running 32
+    rm hold
+    wait "$cpid"
+    "$MC_PYTHON" - <<'EOF'
+import json
+a, b = json.load(open("alone.json")), json.load(open("together.json"))
+assert len(a) == len(b) == 32
+for i, (x, y) in enumerate(zip(a, b)):
+    assert x == y, (i, x, y)
+print("# 32 requests: text, tokens and log-probabilities identical")
+EOF
+    max=$(metric mc_serve_batch_size_max)
+    echo "# largest batch: $max" >&3
+    [ "$max" -gt 1 ]
+    [ "$(metric mc_serve_kv_blocks_in_use)" = 0 ]
+}
+
+@test "int8 weights: batch invariant too" {
+    require_python_module openai
+    touch hold
+    MC_TEST_SERVE_HOLD="$PWD/hold" serve --weights int8 --max-batch 8
+    client specs 8 specs.json
+    client run specs.json together.json concurrent &
+    cpid=$!
+    until_metric mc_serve_requests_running 8
+    rm hold
+    wait "$cpid"
+    client run specs.json alone.json
+    cmp alone.json together.json
+}
+
+@test "bad requests: 400 in OpenAI's error shape naming the field; 404; 405" {
+    serve --ctx-size 16
+    post() { curl -s -o body.json -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
+    field() { "$MC_PYTHON" -c "import json; e = json.load(open('body.json'))['error']; print(e['$1'])"; }
+    [ "$(post /v1/completions '{"prompt": "x",')" = 400 ]
+    [ "$(field type)" = invalid_request_error ]
+    [ "$(field code)" = invalid_json ]
+    [ "$(post /v1/completions '{"max_tokens": 3}')" = 400 ]
+    [ "$(field param)" = prompt ]
+    [ "$(field message)" = "missing required field 'prompt'" ]
+    [ "$(post /v1/completions '{"prompt": "x", "max_tokens": "3"}')" = 400 ]
+    [ "$(field param)" = max_tokens ]
+    [ "$(field message)" = "'max_tokens' must be an integer" ]
+    [ "$(post /v1/completions '{"prompt": "x", "temperature": "hot"}')" = 400 ]
+    [ "$(field param)" = temperature ]
+    [ "$(post /v1/completions '{"prompt": "x", "stream": 1}')" = 400 ]
+    [ "$(field param)" = stream ]
+    [ "$(post /v1/completions '{"prompt": 5}')" = 400 ]
+    [ "$(field param)" = prompt ]
+    [ "$(post /v1/completions '{"prompt": "x", "stop": [1]}')" = 400 ]
+    [ "$(field param)" = stop ]
+    long=$(printf 'word %.0s' $(seq 40))
+    [ "$(post /v1/completions "{\"prompt\": \"$long\"}")" = 400 ]
+    [ "$(field param)" = prompt ]
+    [ "$(field code)" = context_length_exceeded ]
+    [[ "$(field message)" == *"context holds 16"* ]]
+    [ "$(post /v1/chat/completions '{"messages": "hi"}')" = 400 ]
+    [ "$(field param)" = messages ]
+    [ "$(post /v1/embeddings '{}')" = 404 ]
+    [ "$(field code)" = not_found ]
+    run curl -s -D - -o body.json "$URL/v1/completions"
+    assert_output --partial "405"
+    assert_output --partial "Allow: POST"
+    [ "$(metric 'mc_serve_requests_rejected_total{reason="bad_request"}')" = 9 ]
+}
+
+@test "/v1/chat/completions: 501 without a chat template; with one, mc-eval's greedy output of the rendered prompt" {
+    require_python_module openai
+    serve
+    run curl -s -w ' %{http_code}' "$URL/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "hi"}]}'
+    assert_output --partial '"code":"no_chat_template"'
+    assert_output --partial "--chat-template"
+    assert_output --partial " 501"
+    kill -TERM "$SPID"; wait "$SPID"
+    printf '%s' '{% for m in messages %}{{ m.role }}: {{ m.content }}
+{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}' > t.jinja
+    serve --chat-template t.jinja
+    want=$(eval_greedy "user: The river
+assistant:" 20)
+    [ "$(client chat "The river" 20)" = "$want" ]
+    [ "$(client chat "The river" 20 stream)" = "$want" ]
+}
+
+@test "the queue is bounded: 429 when --max-queue requests wait" {
+    touch hold
+    MC_TEST_SERVE_HOLD="$PWD/hold" serve --max-batch 1 --max-queue 1
+    body='{"prompt": "The river", "max_tokens": 4, "temperature": 0}'
+    curl -s -o a.json -w '%{http_code}' "$URL/v1/completions" -d "$body" > a.code &
+    apid=$!
+    until_metric mc_serve_requests_running 1
+    curl -s -o b.json -w '%{http_code}' "$URL/v1/completions" -d "$body" > b.code &
+    bpid=$!
+    until_metric mc_serve_queue_length 1
+    run curl -s -w ' %{http_code}' "$URL/v1/completions" -d "$body"
+    assert_output --partial '"type":"rate_limit_error"'
+    assert_output --partial '"code":"queue_full"'
+    assert_output --partial " 429"
+    rm hold
+    wait "$apid" "$bpid"
+    [ "$(cat a.code)" = 200 ] && [ "$(cat b.code)" = 200 ]
+    [ "$(metric 'mc_serve_requests_rejected_total{reason="queue_full"}')" = 1 ]
+}
+
+@test "a client that hangs up mid-stream: its request is cancelled and its blocks return to the pool" {
+    require_python_module json
+    MC_TEST_SERVE_HOLD="$PWD/hold" MC_TEST_SERVE_HOLD_AT_FIRST=1 serve
+    run "$MC_PYTHON" "$CLIENT" "$URL" hang "The river"
+    assert_output "first chunk"
+    until_metric mc_serve_requests_cancelled_total 1
+    until_metric mc_serve_kv_blocks_in_use 0
+    [ "$(metric mc_serve_requests_running)" = 0 ]
+    run curl -sf "$URL/health"
+    assert_output '{"status":"ok"}'
+}
+
+@test "SIGTERM: no new connections, the running request finishes, exit 0" {
+    touch hold
+    MC_TEST_SERVE_HOLD="$PWD/hold" serve
+    curl -s -o a.json -w '%{http_code}' "$URL/v1/completions" \
+        -d '{"prompt": "The river", "max_tokens": 12, "temperature": 0}' > a.code &
+    cpid=$!
+    until_metric mc_serve_requests_running 1
+    kill -TERM "$SPID"
+    # the listening socket closes: poll until a connection is refused
+    for i in $(seq 6000); do curl -s "$URL/health" > /dev/null || break; sleep 0.01; done
+    run curl -s "$URL/health"
+    assert_failure
+    rm hold
+    wait "$cpid"
+    [ "$(cat a.code)" = 200 ]
+    rc=0
+    wait "$SPID" || rc=$?
+    [ "$rc" = 0 ]
+    want=$(eval_greedy "The river" 12)
+    [ "$("$MC_PYTHON" -c 'import json; print(json.dumps(json.load(open("a.json"))["choices"][0]["text"]))')" = "$want" ]
+    grep -q "finishing the requests received" serve.log
+}

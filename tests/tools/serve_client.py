@@ -1,0 +1,125 @@
+"""serve_client.py - the clients of tests/tools/serve.bats: OpenAI's Python
+package (and a raw socket where a client must misbehave) against mc-serve.
+
+  serve_client.py URL complete PROMPT MAX [stream]   the completion's text (JSON string)
+  serve_client.py URL chat TEXT MAX [stream]         a chat completion's content (JSON string)
+  serve_client.py URL echo PROMPT                    the prompt's token log-probabilities (echo)
+  serve_client.py URL specs N OUT                    N request specs (prompts, lengths, sampling)
+  serve_client.py URL run SPECS OUT [concurrent]     run them one by one, or all at once
+  serve_client.py URL hang PROMPT                    stream, read the first chunk, hang up
+"""
+import json
+import socket
+import sys
+import threading
+import urllib.parse
+
+URL, MODE = sys.argv[1], sys.argv[2]
+ARGS = sys.argv[3:]
+
+
+def client():
+    import openai
+    return openai.OpenAI(base_url=URL + "/v1", api_key="none", max_retries=0, timeout=600)
+
+
+def complete(c, prompt, max_tokens, stream=False, **kw):
+    if stream:
+        parts, lps = [], []
+        for ch in c.completions.create(model="mc", prompt=prompt, max_tokens=max_tokens,
+                                       temperature=0, stream=True, **kw):
+            parts.append(ch.choices[0].text)
+            if ch.choices[0].logprobs:
+                lps += ch.choices[0].logprobs.token_logprobs
+        return "".join(parts), lps
+    r = c.completions.create(model="mc", prompt=prompt, max_tokens=max_tokens, temperature=0, **kw)
+    lp = r.choices[0].logprobs
+    return r.choices[0].text, (lp.token_logprobs if lp else [])
+
+
+if MODE == "complete":
+    text, _ = complete(client(), ARGS[0], int(ARGS[1]), len(ARGS) > 2)
+    print(json.dumps(text))
+elif MODE == "chat":
+    c = client()
+    msgs = [{"role": "user", "content": ARGS[0]}]
+    if len(ARGS) > 2:
+        text = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+            model="mc", messages=msgs, max_tokens=int(ARGS[1]), temperature=0, stream=True))
+    else:
+        r = c.chat.completions.create(model="mc", messages=msgs, max_tokens=int(ARGS[1]),
+                                      temperature=0)
+        text = r.choices[0].message.content
+    print(json.dumps(text))
+elif MODE == "echo":
+    r = client().completions.create(model="mc", prompt=ARGS[0], max_tokens=1, temperature=0,
+                                    echo=True, logprobs=0)
+    print(json.dumps(r.choices[0].logprobs.token_logprobs[:r.usage.prompt_tokens]))
+elif MODE == "specs":
+    import random
+    rnd = random.Random(5)
+    words = ("the river list python function value under over a an of to in and time "
+             "model token batch stream server").split()
+    specs = []
+    for i in range(int(ARGS[0])):
+        prompt = " ".join(rnd.choice(words) for _ in range(1 + rnd.randrange(30)))
+        s = {"prompt": prompt, "max_tokens": 1 + rnd.randrange(40), "logprobs": 1}
+        if i % 3 == 1:
+            s.update(temperature=1.1, top_p=0.9, seed=100 + i)
+        elif i % 3 == 2:
+            s.update(temperature=0.8, top_k=20, seed=7, stream=True)
+        else:
+            s.update(temperature=0)
+        specs.append(s)
+    json.dump(specs, open(ARGS[1], "w"))
+elif MODE == "run":
+    specs = json.load(open(ARGS[0]))
+    c = client()
+    out = [None] * len(specs)
+
+    def one(i):
+        s = dict(specs[i])
+        stream = s.pop("stream", False)
+        if "top_k" in s:
+            s["extra_body"] = {"top_k": s.pop("top_k")}
+        if stream:
+            text, lps, toks, fin = "", [], [], None
+            for ch in c.completions.create(model="mc", stream=True, **s):
+                text += ch.choices[0].text
+                if ch.choices[0].logprobs:
+                    lps += ch.choices[0].logprobs.token_logprobs
+                    toks += ch.choices[0].logprobs.tokens
+                fin = ch.choices[0].finish_reason or fin
+        else:
+            r = c.completions.create(model="mc", **s)
+            text, fin = r.choices[0].text, r.choices[0].finish_reason
+            lps, toks = r.choices[0].logprobs.token_logprobs, r.choices[0].logprobs.tokens
+        out[i] = {"text": text, "logprobs": lps, "tokens": toks, "finish": fin}
+
+    if len(ARGS) > 2:
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(len(specs))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    else:
+        for i in range(len(specs)):
+            one(i)
+    json.dump(out, open(ARGS[1], "w"))
+elif MODE == "hang":
+    u = urllib.parse.urlparse(URL)
+    s = socket.create_connection((u.hostname, u.port))
+    body = json.dumps({"prompt": ARGS[0], "max_tokens": 100, "temperature": 0,
+                       "stream": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while b"data: " not in got:
+        d = s.recv(4096)
+        if not d:
+            break
+        got += d
+    s.close()
+    print("first chunk" if b"data: " in got else "nothing")
+else:
+    sys.exit("unknown mode " + MODE)
