@@ -202,7 +202,7 @@ static int next_token(mc_serve *s, sv_req *r)
         s->m.ttft_sum += d;
         s->m.ttft_count++;
     }
-    if (t == s->eod) {
+    if (t == s->eod || (s->eot >= 0 && t == s->eot)) {
         r->finish = "stop";
         return 1;
     }
@@ -418,6 +418,7 @@ static mc_status read_ckpt(mc_serve *s, int *int8, mc_error *err)
                           "%s: the checkpoint stores no tokenizer, and serving text needs one",
                           mc_ckpt_file(rd));
     if (!st) st = mc_ckpt_read_tokenizer(rd, &s->tok, err);
+    if (!st) s->own = mc_ckpt_tokenizer_config(rd); /* its chat template and tokens */
     *int8 = c->weights;
     if (!st && *int8 < 0) {
         const char *qkv = "model/decoder.layers.0.self_attention.linear_qkv.weight";
@@ -434,11 +435,24 @@ static mc_status read_ckpt(mc_serve *s, int *int8, mc_error *err)
     return st;
 }
 
-/* The chat template's special tokens: the tokenizer's end-of-document token
- * as eos_token and bos_token (GPT-2's <|endoftext|> is both). */
+/* A special token of the model's tokenizer_config.json: a string or
+ * {"content": ...}; NULL when absent. */
+static const char *own_token(const json_t *own, const char *key)
+{
+    const json_t *v = json_object_get(own, key);
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    return json_string_value(v);
+}
+
+/* The chat template's special tokens: the model's own (the checkpoint's
+ * tokenizer_config.json) where it has them, else the tokenizer's
+ * end-of-document token as eos_token and bos_token (GPT-2's <|endoftext|>
+ * is both); the model's own eos_token, when it is another token, ends a
+ * generation too (a chat model's end of turn). */
 static mc_status chat_tokens(mc_serve *s, mc_error *err)
 {
     mc_buf t = MC_BUF_INIT;
+    s->eot = -1;
     if (s->eod >= 0) {
         mc_status st = mc_decode(s->tok, &s->eod, 1, &t, err);
         if (!st) st = mc_buf_append(&t, "", 1, err);
@@ -447,7 +461,30 @@ static mc_status chat_tokens(mc_serve *s, mc_error *err)
         s->bos_text = strdup(t.data);
         if (!s->bos_text) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     }
+    const char *eos = own_token(s->own, "eos_token"), *bos = own_token(s->own, "bos_token");
+    if (eos) {
+        free(s->eos_text);
+        if (!(s->eos_text = strdup(eos))) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+        int32_t id = mc_tokenizer_token_to_id(s->tok, eos);
+        if (id >= 0 && id != s->eod) s->eot = id;
+    }
+    if (bos) {
+        free(s->bos_text);
+        if (!(s->bos_text = strdup(bos))) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
     return MC_OK;
+}
+
+/* The chat template: --chat-template, else the one the checkpoint keeps in
+ * its tokenizer_config.json (none: chat answers 501). */
+static mc_status load_chat(mc_serve *s, mc_error *err)
+{
+    if (s->c.chat_template) return mc_chat_template_load(s->c.chat_template, &s->chat, err);
+    const char *tpl = json_string_value(json_object_get(s->own, "chat_template"));
+    if (!tpl) return MC_OK;
+    char name[4200];
+    snprintf(name, sizeof name, "%s/tokenizer_config.json[chat_template]", s->ckpt_dir);
+    return mc_chat_template_parse(name, tpl, strlen(tpl), &s->chat, err);
 }
 
 mc_status mc_serve_open(const mc_serve_config *c, mc_serve **out, mc_error *err)
@@ -466,7 +503,7 @@ mc_status mc_serve_open(const mc_serve_config *c, mc_serve **out, mc_error *err)
     mc_grid_single(&one);
     int int8 = 0;
     mc_status st = read_ckpt(s, &int8, err);
-    if (!st && c->chat_template) st = mc_chat_template_load(c->chat_template, &s->chat, err);
+    if (!st) st = load_chat(s, err);
     if (!st) st = mc_backend_cpu_new(c->threads, &s->be, err);
     if (!st) st = mc_train_load_model(c->ckpt, &one, s->be, 1, 1, MC_PREC_FP32, &s->model, err);
     if (!st) {
@@ -543,6 +580,7 @@ void mc_serve_free(mc_serve *s)
     mc_encoder_free(s->enc);
     mc_tokenizer_free(s->tok);
     mc_chat_template_free(s->chat);
+    json_decref(s->own);
     free(s->bos_text);
     free(s->eos_text);
     free(s->scratch);

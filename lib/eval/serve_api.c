@@ -280,10 +280,12 @@ static int get_messages(mc_serve *s, mc_serve_reply *r, json_t *j, sv_req *q)
         return 0;
     }
     if (!s->chat) {
-        reply_error(r, 501, "invalid_request_error", "messages", "no_chat_template",
-                    "this server has no chat template: the checkpoint's tokenizer carries none; "
-                    "start mc-serve with --chat-template FILE (a .jinja file or a "
-                    "tokenizer_config.json)");
+        reply_error(
+            r, 501, "invalid_request_error", "messages", "no_chat_template",
+            "this server has no chat template: the checkpoint keeps no tokenizer_config.json "
+            "with one; "
+            "start mc-serve with --chat-template FILE (a .jinja file or a "
+            "tokenizer_config.json)");
         return 0;
     }
     mc_chat_vars v = {m, json_is_array(tools) ? tools : NULL, 1, s->bos_text, s->eos_text, NULL};

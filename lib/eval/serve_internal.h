@@ -86,8 +86,10 @@ struct mc_serve {
     mc_encoder *enc;
     mc_chat_template *chat;
     char *bos_text, *eos_text; /* the chat template's bos_token, eos_token */
+    json_t *own;               /* the checkpoint's tokenizer_config.json, or NULL */
     int64_t vocab, vpad;
     int32_t eod;
+    int32_t eot; /* the model's own end of turn (its eos_token), -1: none but the eod */
     pthread_mutex_t mu;
     pthread_mutex_t text_mu; /* the encoder and the chat template, shared by the clients */
     pthread_cond_t work, progress;

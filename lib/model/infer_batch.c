@@ -349,7 +349,7 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
     if (m->wpe >= 0)
         for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n)
             mc_k_posemb_fwd(be, p->x + (size_t)r0 * C, param_val(m, m->wpe), 1, (size_t)seqs[s].n,
-                            C, (size_t)seqs[s].len);
+                            C, (size_t)seqs[s].len, NULL);
     for (int l = m->cl0[0]; l < m->cl1[0]; l++) {
         const mc_layer_params *lp = &m->lp[l];
         int li = m->lidx[l];
@@ -360,12 +360,13 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
             const mc_kvseq *q = &seqs[s];
             size_t n = (size_t)q->n, pos0 = (size_t)q->len, row0 = (size_t)r0;
             if (c->position_embedding_type == MC_POS_ROPE) {
-                mc_k_rope_fwd(be, p->q + row0 * p->Ql * D, 1, n, p->Ql, D, c->rotary_base, pos0);
-                mc_k_rope_fwd(be, p->kn + row0 * p->kv_row, 1, n, p->Gl, D, c->rotary_base, pos0);
+                mc_rope rp = mc_rope_of(c);
+                mc_k_rope_fwd(be, p->q + row0 * p->Ql * D, 1, n, p->Ql, D, &rp, pos0, NULL);
+                mc_k_rope_fwd(be, p->kn + row0 * p->kv_row, 1, n, p->Gl, D, &rp, pos0, NULL);
             }
             seq_kv(p, q, row0, li);
             mc_k_attention_kv_fwd(be, p->att + row0 * p->Ql * D, p->q + row0 * p->Ql * D, p->kc,
-                                  p->vc, n, pos0, p->Ql, p->Gl, D, scale);
+                                  p->vc, n, pos0, p->Ql, p->Gl, D, scale, NULL);
         }
         row_linear(p, p->att, lp->proj_w, lp->proj_b, p->Ql * D, R);
         norm(p, p->h, p->x, lp->ln2_w, lp->ln2_b, R);

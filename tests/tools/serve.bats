@@ -325,3 +325,39 @@ assistant:" 20)
     [ "$("$MC_PYTHON" -c 'import json; print(json.dumps(json.load(open("a.json"))["choices"][0]["text"]))')" = "$want" ]
     grep -q "finishing the requests received" serve.log
 }
+
+@test "/v1/chat/completions with the checkpoint's own template (its tokenizer_config.json), stopping at its end of turn" {
+    require_python_module openai
+    require_python_module jinja2
+    local sft="$top_srcdir/tests/data/sft"
+    "$MC_PREPROCESS" --dataset-type sft --quiet --tokenizer-type HuggingFaceTokenizer \
+        --tokenizer-model "$sft/tokenizer.json" --input "$sft/chat.jsonl" --output-prefix chat >/dev/null
+    "$MC_TRAIN" --model tiny-gpt --num-layers 2 --hidden-size 64 --seq-length 256 \
+        --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$sft/tokenizer.json" --sft \
+        --data-path chat_messages_document --split 100,0,0 --micro-batch-size 4 \
+        --global-batch-size 4 --train-iters 120 --lr 3e-3 --eval-iters 0 --threads 1 \
+        --save chatck >/dev/null 2>&1
+    G=chatck
+    serve
+    # the prompt as transformers' apply_chat_template renders it (jinja2, its settings)
+    local prompt
+    prompt=$("$MC_PYTHON" - "$sft/tokenizer_config.json" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[0].rsplit("/", 1)[0])
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+cfg = json.load(open(sys.argv[1]))
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+t = env.from_string(cfg["chat_template"])
+sys.stdout.write(t.render(messages=[{"role": "user", "content": "What is 3 plus 4?"}],
+                          add_generation_prompt=True, eos_token=cfg["eos_token"]) + "|")
+PY
+)
+    prompt=${prompt%|}
+    # mc-eval goes on past the end of turn; the server stops there
+    local full want
+    full=$(eval_greedy "$prompt" 24)
+    [[ "$full" == *'<|im_end|>'* ]]
+    want=$("$MC_PYTHON" -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1]).split("<|im_end|>")[0]))' "$full")
+    [ "$(client chat "What is 3 plus 4?" 24)" = "$want" ]
+    [ "$(client chat "What is 3 plus 4?" 24 stream)" = "$want" ]
+}
