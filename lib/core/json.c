@@ -12,6 +12,9 @@
 #include "config.h"
 #endif
 
+#include <utf8proc.h>
+
+#include "mc/buf.h"
 #include "mc/json.h"
 #include "mc/file.h"
 
@@ -67,4 +70,24 @@ mc_status mc_json_load_file(const char *path, json_t **out, mc_error *err)
                             je.line > 0 ? je.line : 1, je.column > 0 ? je.column : 1, je.text);
     *out = j;
     return MC_OK;
+}
+
+json_t *mc_json_text(const char *s, size_t n)
+{
+    mc_buf b = MC_BUF_INIT;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
+                                              (utf8proc_ssize_t)(n - i), &c);
+        if (k < 1) {
+            if (mc_buf_append(&b, "\xEF\xBF\xBD", 3, NULL)) break;
+            i++;
+        } else {
+            if (mc_buf_append(&b, s + i, (size_t)k, NULL)) break;
+            i += (size_t)k;
+        }
+    }
+    json_t *j = json_stringn(b.data ? b.data : "", b.len);
+    mc_buf_free(&b);
+    return j ? j : json_string("");
 }

@@ -15,8 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <utf8proc.h>
-
+#include "mc/json.h"
 #include "mc/ckpt.h"
 #include "mc/eval.h"
 #include "mc/file.h"
@@ -60,29 +59,6 @@ static double now_s(void)
 }
 
 static json_t *jreal(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
-/* A JSON string of bytes that may not be UTF-8 (a generation can stop
- * inside a character): invalid sequences become U+FFFD, as Python's
- * decode(errors="replace") does. */
-static json_t *jtext(const char *s, size_t n)
-{
-    mc_buf b = MC_BUF_INIT;
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
-                                              (utf8proc_ssize_t)(n - i), &c);
-        if (k < 1) {
-            if (mc_buf_append(&b, "\xEF\xBF\xBD", 3, NULL)) break;
-            i++;
-        } else {
-            if (mc_buf_append(&b, s + i, (size_t)k, NULL)) break;
-            i += (size_t)k;
-        }
-    }
-    json_t *j = json_stringn(b.data ? b.data : "", b.len);
-    mc_buf_free(&b);
-    return j ? j : json_string("");
-}
 
 /* ------------------------------------------------------------ opening */
 
@@ -477,8 +453,8 @@ mc_status mc_eval_generate(mc_eval *ev, mc_eval_text_fn cb, void *cb_ctx, mc_eva
         if ((st = mc_decode(ev->tok, out.v, keep, &text, err))) break;
         json_t *o = json_object(), *toks = json_array();
         for (size_t k = 0; k < out.n; k++) json_array_append_new(toks, json_integer(out.v[k]));
-        json_object_set_new(o, "prompt", jtext(prompts[i], strlen(prompts[i])));
-        json_object_set_new(o, "completion", jtext(text.data, text.len));
+        json_object_set_new(o, "prompt", mc_json_text(prompts[i], strlen(prompts[i])));
+        json_object_set_new(o, "completion", mc_json_text(text.data, text.len));
         json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)ids.n));
         json_object_set_new(o, "tokens", toks);
         json_object_set_new(o, "stop", json_string(mc_gen_stop_name(stop)));

@@ -12,32 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <utf8proc.h>
-
 #include "eval/serve_internal.h"
+#include "mc/json.h"
 
 #define MAX_STOPS 4
 #define MAX_TOP_LOGPROBS 20
-
-json_t *sv_json_text(const char *s, size_t n)
-{
-    mc_buf b = MC_BUF_INIT;
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
-                                              (utf8proc_ssize_t)(n - i), &c);
-        if (k < 1) {
-            if (mc_buf_append(&b, "\xEF\xBF\xBD", 3, NULL)) break;
-            i++;
-        } else {
-            if (mc_buf_append(&b, s + i, (size_t)k, NULL)) break;
-            i += (size_t)k;
-        }
-    }
-    json_t *j = json_stringn(b.data ? b.data : "", b.len);
-    mc_buf_free(&b);
-    return j ? j : json_string("");
-}
 
 void sv_token_text(mc_serve *s, int32_t id, mc_buf *out) { mc_decode(s->tok, &id, 1, out, NULL); }
 
@@ -324,7 +303,7 @@ static json_t *logprobs_completion(mc_serve *s, const sv_req *q, int t0, int t1,
     for (int i = 0; with_prompt && i < (int)q->prompt.n; i++) {
         t.len = 0;
         sv_token_text(s, q->prompt.v[i], &t);
-        json_array_append_new(toks, sv_json_text(t.data, t.len));
+        json_array_append_new(toks, mc_json_text(t.data, t.len));
         json_array_append_new(lps, i && q->plps ? json_real(q->plps[i]) : json_null());
         json_array_append_new(offs, json_integer((json_int_t)off));
         if (json_is_array(tops)) json_array_append_new(tops, json_null());
@@ -334,7 +313,7 @@ static json_t *logprobs_completion(mc_serve *s, const sv_req *q, int t0, int t1,
         if (q->out.v[i] == s->eod) continue;
         t.len = 0;
         sv_token_text(s, q->out.v[i], &t);
-        json_array_append_new(toks, sv_json_text(t.data, t.len));
+        json_array_append_new(toks, mc_json_text(t.data, t.len));
         json_array_append_new(lps, json_real(q->lps[i]));
         json_array_append_new(offs, json_integer((json_int_t)off));
         if (json_is_array(tops)) json_array_append(tops, json_array_get(q->tops, (size_t)i));
@@ -365,7 +344,7 @@ static json_t *logprobs_chat(mc_serve *s, const sv_req *q, int t0, int t1)
         t.len = 0;
         sv_token_text(s, q->out.v[i], &t);
         json_t *e = json_object(), *alts = json_array();
-        json_object_set_new(e, "token", sv_json_text(t.data, t.len));
+        json_object_set_new(e, "token", mc_json_text(t.data, t.len));
         json_object_set_new(e, "logprob", json_real(q->lps[i]));
         json_object_set_new(e, "bytes", bytes_of(&t));
         json_t *top = q->logprobs > 0 ? json_array_get(q->tops, (size_t)i) : NULL;
@@ -417,7 +396,7 @@ static json_t *response(mc_serve *s, const sv_req *q)
     if (q->chat) {
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
-        json_object_set_new(msg, "content", sv_json_text(q->text.data, q->text.len));
+        json_object_set_new(msg, "content", mc_json_text(q->text.data, q->text.len));
         json_object_set_new(choice, "message", msg);
         json_object_set_new(choice, "logprobs",
                             q->logprobs >= 0 ? logprobs_chat(s, q, 0, (int)q->out.n) : json_null());
@@ -425,7 +404,7 @@ static json_t *response(mc_serve *s, const sv_req *q)
         mc_buf t = MC_BUF_INIT;
         if (q->echo) mc_buf_append(&t, q->prompt_text, q->prompt_len, NULL);
         mc_buf_append(&t, q->text.data, q->text.len, NULL);
-        json_object_set_new(choice, "text", sv_json_text(t.data, t.len));
+        json_object_set_new(choice, "text", mc_json_text(t.data, t.len));
         mc_buf_free(&t);
         json_object_set_new(choice, "logprobs",
                             q->logprobs >= 0
@@ -479,7 +458,7 @@ void sv_stream_update(mc_serve *s, sv_req *q)
     if (q->chat) {
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));
-        json_object_set_new(delta, "content", sv_json_text(q->text.data + q->sent, safe - q->sent));
+        json_object_set_new(delta, "content", mc_json_text(q->text.data + q->sent, safe - q->sent));
         json_object_set_new(choice, "delta", delta);
         json_object_set_new(choice, "logprobs",
                             q->logprobs >= 0 ? logprobs_chat(s, q, q->tok_sent, ntok)
@@ -488,7 +467,7 @@ void sv_stream_update(mc_serve *s, sv_req *q)
         mc_buf t = MC_BUF_INIT;
         if (first && q->echo) mc_buf_append(&t, q->prompt_text, q->prompt_len, NULL);
         mc_buf_append(&t, q->text.data + q->sent, safe - q->sent, NULL);
-        json_object_set_new(choice, "text", sv_json_text(t.data, t.len));
+        json_object_set_new(choice, "text", mc_json_text(t.data, t.len));
         mc_buf_free(&t);
         json_object_set_new(
             choice, "logprobs",

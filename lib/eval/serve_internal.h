@@ -122,6 +122,5 @@ void sv_stream_update(mc_serve *s, sv_req *r);
 void sv_token_text(mc_serve *s, int32_t id, mc_buf *out);
 /* A JSON string of bytes that may not be UTF-8: invalid bytes become
  * U+FFFD, as Python's decode(errors="replace"). */
-json_t *sv_json_text(const char *p, size_t n);
 
 #endif

@@ -17,6 +17,12 @@ mc_status mc_json_load_file(const char *path, json_t **out, mc_error *err);
 mc_status mc_json_load_buf(const char *where, const char *data, size_t len, json_t **out,
                            mc_error *err);
 
+/* A JSON string of the bytes s[0..n) as text: invalid UTF-8 (a token that
+ * ends inside a character) becomes U+FFFD, as Python's
+ * decode(errors="replace") does. Never NULL (an empty string when out of
+ * memory). */
+json_t *mc_json_text(const char *s, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
