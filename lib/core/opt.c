@@ -770,3 +770,14 @@ const char *mc_lr_decay_style_name(mc_lr_decay_style s)
     const char *n = mc_choice_name(decay_styles, (int)s);
     return n ? n : "?";
 }
+
+mc_status mc_cli_one_positional(const mc_cli *cli, const char *what, const char **out,
+                                mc_error *err)
+{
+    int npos = cli->argc - cli->optind;
+    if (npos > 1)
+        return mc_error_set(err, MC_ERR_USAGE, "one %s at most, got %d arguments (%s ...)", what,
+                            npos, cli->argv[cli->optind + 1]);
+    if (npos == 1 && strcmp(cli->argv[cli->optind], "-")) *out = cli->argv[cli->optind];
+    return MC_OK;
+}

@@ -132,6 +132,13 @@ mc_status mc_wsd_decay_style_parse(const char *name, mc_wsd_decay_style *out, mc
 mc_status mc_wd_incr_style_parse(const char *name, mc_wd_incr_style *out, mc_error *err);
 const char *mc_lr_decay_style_name(mc_lr_decay_style s);
 
+/* The one positional argument a tool may take after the options (a
+ * checkpoint): *out is it, or stays as it was when there is none or it is
+ * "-" (the pipeline contract: the path on stdin). More than one is
+ * MC_ERR_USAGE, "one WHAT at most, got N arguments (SECOND ...)". */
+mc_status mc_cli_one_positional(const mc_cli *cli, const char *what, const char **out,
+                                mc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -101,6 +101,9 @@ eval_greedy() {
     run "$MC_SERVE" "$G" --port 70000
     assert_failure 2
     assert_output --partial "--port"
+    run "$MC_SERVE" "$G" "$G"
+    assert_failure 2
+    assert_output --partial "one checkpoint at most, got 2 arguments"
     run "$MC_SERVE" < /dev/null
     assert_failure 2
     assert_output --partial "no checkpoint given and stdin holds no path"

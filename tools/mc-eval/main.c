@@ -272,11 +272,8 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         return MC_OK;
     }
     if (key == MC_CLI_ERROR) return MC_ERR_USAGE;
-    int npos = cli->argc - cli->optind;
-    if (npos > 1)
-        return mc_error_set(err, MC_ERR_USAGE, "one checkpoint at most, got %d arguments (%s ...)",
-                            npos, cli->argv[cli->optind + 1]);
-    if (npos == 1 && strcmp(cli->argv[cli->optind], "-")) e->ckpt = cli->argv[cli->optind];
+    mc_status pst = mc_cli_one_positional(cli, "checkpoint", &e->ckpt, err);
+    if (pst) return pst;
     e->tasks = (const mc_eval_task *)(const void *)a->tasks.data;
     e->ntasks = a->tasks.len / sizeof *e->tasks;
     e->prompts = mc_buf_strs(&a->prompts);

@@ -153,12 +153,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         return MC_OK;
     }
     if (key == MC_CLI_ERROR) return MC_ERR_USAGE;
-    int npos = cli->argc - cli->optind;
-    if (npos > 1)
-        return mc_error_set(err, MC_ERR_USAGE, "one checkpoint at most, got %d arguments (%s ...)",
-                            npos, cli->argv[cli->optind + 1]);
-    if (npos == 1 && strcmp(cli->argv[cli->optind], "-")) c->ckpt = cli->argv[cli->optind];
-    return MC_OK;
+    return mc_cli_one_positional(cli, "checkpoint", &c->ckpt, err);
 }
 
 /* ------------------------------------------------------------ HTTP */
