@@ -10,6 +10,12 @@ MC_PREPROCESS="$top_builddir/tools/mc-preprocess/mc-preprocess"
 MC_PYTHON="${MC_PYTHON:-$top_srcdir/.venv/bin/python}"
 DOCS=/usr/share/doc/python3.11/html/_sources
 
+# Empty stdin: `< <(:)`, never `< /dev/null`. Some containers (this
+# project's CI machines among them) have a regular file at /dev/null, which
+# every `> /dev/null` of every test running beside writes into: reading it
+# then races with them (a tool that reads a path from stdin got another
+# test's line). Writing to /dev/null is harmless either way.
+
 # Skip, saying why, when the Python interoperability environment (numpy,
 # tokenizers, tiktoken) is absent; the README's test command installs it.
 require_python_module() {

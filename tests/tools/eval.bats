@@ -159,7 +159,7 @@ json() {
     run "$MC_EVAL" "$G" --text-file "$D/text.txt" --ctx-size 200
     assert_failure 2
     assert_output "mc-eval: error: --ctx-size 200: a context of 200 positions exceeds the model's 128 learned positions"
-    run "$MC_EVAL" --prompt-file - --prompt x < /dev/null
+    run "$MC_EVAL" --prompt-file - --prompt x < <(:)
     assert_failure 2
     assert_output --partial "the checkpoint must be an argument"
     run "$MC_EVAL" "$G" --prompt x --top-p 0

@@ -72,7 +72,7 @@ check() {
     assert_output --partial "--max-shard-size applies to --format hf only"
     run -2 "$MC_EXPORT" g g --format hf -o out
     assert_output --partial "one checkpoint at a time"
-    run -2 "$MC_EXPORT" --format hf -o out < /dev/null
+    run -2 "$MC_EXPORT" --format hf -o out < <(:)
     assert_output --partial "stdin: no checkpoint path"
     [ ! -e out ]
 }

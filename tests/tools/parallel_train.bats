@@ -244,7 +244,7 @@ finish_job() {
     paste <(losses one.jsonl) <(losses two.jsonl) |
         awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * $1) exit 1 }'
     # an empty stdin: one usage error, every rank stops
-    run mpi_exec 120 2 "$MC_TRAIN" "${data[@]}" </dev/null
+    run mpi_exec 120 2 "$MC_TRAIN" "${data[@]}" < <(:)
     assert_failure
     assert_output --partial "stdin holds no dataset prefix"
 }

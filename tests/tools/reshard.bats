@@ -303,7 +303,7 @@ $F/gpt7"
 }
 
 @test "errors: bad usage exits 2: no checkpoint named and an empty stdin" {
-    run "$MC_RESHARD" </dev/null
+    run "$MC_RESHARD" < <(:)
     assert_failure 2
     assert_output --partial "stdin holds no path"
 }

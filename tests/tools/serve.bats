@@ -104,7 +104,7 @@ eval_greedy() {
     run "$MC_SERVE" "$G" "$G"
     assert_failure 2
     assert_output --partial "one checkpoint at most, got 2 arguments"
-    run "$MC_SERVE" < /dev/null
+    run "$MC_SERVE" < <(:)
     assert_failure 2
     assert_output --partial "no checkpoint given and stdin holds no path"
     run "$MC_SERVE" "$BATS_TEST_TMPDIR/none" --port 0

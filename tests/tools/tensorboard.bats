@@ -142,10 +142,10 @@ print("ok")'
 
 @test "errors name the directory or file" {
     touch plain
-    run "$MKEVENTS" plain/tb - < /dev/null
+    run "$MKEVENTS" plain/tb - < <(:)
     assert_failure 1
     assert_output "mkevents: error: plain/tb: cannot create TensorBoard directory: Not a directory"
-    run "$MKEVENTS" - nodir/run.jsonl < /dev/null
+    run "$MKEVENTS" - nodir/run.jsonl < <(:)
     assert_failure 1
     assert_output "mkevents: error: nodir/run.jsonl: directory 'nodir' does not exist"
     run "$MKEVENTS" - run.jsonl < <(printf 'S\t1\tlm loss\t1\nS\t1\tlm loss\t2\n')

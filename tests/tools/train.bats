@@ -332,7 +332,7 @@ latest_checkpointed_iteration.txt"
     assert_success
     assert_output ""
     # an empty stdin is a usage error
-    run "$MC_TRAIN" "${gpt[@]}" --tokenizer-type NullTokenizer --vocab-size 50 --train-iters 1 </dev/null
+    run "$MC_TRAIN" "${gpt[@]}" --tokenizer-type NullTokenizer --vocab-size 50 --train-iters 1 < <(:)
     assert_failure 2
     assert_output --partial "stdin holds no dataset prefix"
 }
