@@ -66,6 +66,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_ref  # noqa: E402
+import torch_sft  # noqa: E402
 from torch_train import mc_initial  # noqa: E402
 
 ITERS, MBS, GBS, SEQ, SEED, LR = 6, 2, 4, 128, 1234, 2e-3
@@ -93,33 +94,10 @@ RUNS = [
 
 
 def pairs():
-    from transformers import PreTrainedTokenizerFast
-
-    cfg = json.load(open(os.path.join(SFT, "tokenizer_config.json")))
-    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(SFT, "tokenizer.json"),
-                                  eos_token=cfg["eos_token"], pad_token=cfg["pad_token"])
-    tok.chat_template = cfg["chat_template"]
-    eod = tok.convert_tokens_to_ids("<|endoftext|>")
-
-    def render(msgs, gen):
-        return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+    tok, eod = torch_sft.chat_tokenizer()
 
     def encode(prompt, answer):
-        msgs = prompt + answer
-        raw = render(msgs, False).encode()
-        cuts = []
-        for i in range(len(prompt), len(msgs)):
-            if msgs[i]["role"] == "assistant":
-                cuts += [len(render(msgs[:i], True).encode()),
-                         len(render(msgs[: i + 1], False).encode())]
-        bounds = [0] + cuts + [len(raw)]
-        ids, mask = [], []
-        for k in range(len(bounds) - 1):
-            seg = raw[bounds[k]: bounds[k + 1]].decode()
-            e = tok(seg, add_special_tokens=False)["input_ids"] if seg else []
-            ids += e
-            mask += [k % 2] * len(e)
-        return ids + [eod], mask + [0]
+        return torch_sft.encode(tok, eod, prompt + answer, first=len(prompt))
 
     out = []
     for line in open(os.path.join(DATA, "prefs.jsonl")):

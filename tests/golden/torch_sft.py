@@ -63,36 +63,44 @@ ARGS = ["--model", "tiny-llama", "--seq-length", str(SEQ), "--tokenizer-type",
         "--log-interval", "1"]
 
 
-def conversations():
+def chat_tokenizer():
+    """transformers' tokenizer of tests/data/sft with its chat template, and
+    the EOD id."""
     from transformers import PreTrainedTokenizerFast
 
     cfg = json.load(open(os.path.join(DATA, "tokenizer_config.json")))
     tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(DATA, "tokenizer.json"),
                                   eos_token=cfg["eos_token"], pad_token=cfg["pad_token"])
     tok.chat_template = cfg["chat_template"]
-    eod = tok.convert_tokens_to_ids("<|endoftext|>")
+    return tok, tok.convert_tokens_to_ids("<|endoftext|>")
 
-    def render(msgs, gen):
-        return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
 
-    out = []
-    for line in open(os.path.join(DATA, "chat.jsonl")):
-        msgs = json.loads(line)["messages"]
-        raw = render(msgs, False).encode()
-        cuts = []
-        for i, m in enumerate(msgs):
-            if m["role"] == "assistant":
-                cuts += [len(render(msgs[:i], True).encode()),
-                         len(render(msgs[: i + 1], False).encode())]
-        bounds = [0] + cuts + [len(raw)]
-        ids, mask = [], []
-        for k in range(len(bounds) - 1):
-            seg = raw[bounds[k]: bounds[k + 1]].decode()
-            e = tok(seg, add_special_tokens=False)["input_ids"] if seg else []
-            ids += e
-            mask += [k % 2] * len(e)
-        out.append((ids + [eod], mask + [0]))
-    return out, eod
+def encode(tok, eod, msgs, first=0):
+    """Tokens and mask of a conversation as step 1 above says: the assistant
+    messages from messages[first] on are masked in."""
+    def render(m, gen):
+        return tok.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
+
+    raw = render(msgs, False).encode()
+    cuts = []
+    for i in range(first, len(msgs)):
+        if msgs[i]["role"] == "assistant":
+            cuts += [len(render(msgs[:i], True).encode()),
+                     len(render(msgs[: i + 1], False).encode())]
+    bounds = [0] + cuts + [len(raw)]
+    ids, mask = [], []
+    for k in range(len(bounds) - 1):
+        seg = raw[bounds[k]: bounds[k + 1]].decode()
+        e = tok(seg, add_special_tokens=False)["input_ids"] if seg else []
+        ids += e
+        mask += [k % 2] * len(e)
+    return ids + [eod], mask + [0]
+
+
+def conversations():
+    tok, eod = chat_tokenizer()
+    return [encode(tok, eod, json.loads(line)["messages"])
+            for line in open(os.path.join(DATA, "chat.jsonl"))], eod
 
 
 def pack(convs, nsamples, eod):
