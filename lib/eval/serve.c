@@ -314,20 +314,15 @@ static void *scheduler(void *arg)
             continue;
         }
         /* the batch: decodes first, then prompt chunks within the budget */
-        int nb = 0, rows = 0, budget = s->c.max_batch_tokens, solo = 0;
-        for (int pass = 0; pass < 2 && !solo; pass++)
-            for (int i = 0; i < s->nrun && rows < budget && !solo; i++) {
+        int nb = 0, rows = 0, budget = s->c.max_batch_tokens;
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < s->nrun && rows < budget; i++) {
                 sv_req *r = s->run[i];
                 int prefill = r->fed < (int)r->prompt.n;
                 if (prefill != pass) continue;
-                /* KNOWN BUG (test_infer_batch, TODO): a prompt continued in a
-                 * later step beside other sequences does not get its alone
-                 * bits yet; until it is found, a prompt that must be cut, or
-                 * is being continued, runs in a step of its own */
-                if (prefill && (r->fed > 0 || (int)r->prompt.n - r->fed > budget - rows)) {
-                    if (nb) continue;
-                    solo = 1;
-                }
+                /* a prompt longer than what is left of the budget is cut;
+                 * its next chunk joins a later step, beside whatever else
+                 * runs then (its rows' bits do not depend on that) */
                 mc_kvseq *q = &s->seqs[nb];
                 memset(q, 0, sizeof *q);
                 if (prefill) {

@@ -221,6 +221,26 @@ EOF
     cmp alone.json together.json
 }
 
+@test "prompts cut by --max-batch-tokens continue beside others with the same bits" {
+    require_python_module openai
+    serve --max-batch 8
+    client specs 8 specs.json
+    client run specs.json alone.json
+    kill -TERM "$SPID"; wait "$SPID" || true
+    # 7 rows a step: most prompts are cut, and their later chunks run
+    # beside the other requests' prompt chunks and decoded tokens
+    touch hold
+    MC_TEST_SERVE_HOLD="$PWD/hold" serve --max-batch 8 --max-batch-tokens 7
+    client run specs.json together.json concurrent &
+    cpid=$!
+    until_metric mc_serve_requests_running 8
+    rm hold
+    wait "$cpid"
+    cmp alone.json together.json
+    [ "$(metric mc_serve_batch_size_max)" -gt 1 ]
+    [ "$(metric mc_serve_kv_blocks_in_use)" = 0 ]
+}
+
 @test "bad requests: 400 in OpenAI's error shape naming the field; 404; 405" {
     serve --ctx-size 16
     post() { curl -s -o body.json -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }
