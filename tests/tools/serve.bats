@@ -241,6 +241,28 @@ EOF
     [ "$(metric mc_serve_kv_blocks_in_use)" = 0 ]
 }
 
+@test "10,000 requests leave memory flat: RSS at the end within 5% of its value after the first 1,000" {
+    printf '%s' '{% for m in messages %}{{ m.role }}: {{ m.content }}
+{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}' > t.jinja
+    # a small pool, so that the baseline is mostly the process itself and a
+    # leak of a few hundred bytes a request would show
+    serve --max-batch 8 --kv-cache-mb 2 --chat-template t.jinja
+    # completions and chat, streamed and not, greedy and sampled, from 8
+    # keep-alive connections; the count bounds the run, not a clock
+    client load 10000 "$SPID" load.json
+    "$MC_PYTHON" - <<'EOF'
+import json
+r = json.load(open("load.json"))
+a, b = r["rss_kb"]["first_1000"], r["rss_kb"]["end"]
+print("# %d requests, %d not 200 %s; RSS %d KiB after 1,000, %d KiB at the end (%+.2f%%)"
+      % (r["requests"], r["nbad"], r["bad"], a, b, 100.0 * (b - a) / a))
+assert r["requests"] == 10000 and r["nbad"] == 0
+assert b <= 1.05 * a
+EOF
+    [ "$(metric mc_serve_requests_completed_total)" = 10000 ]
+    [ "$(metric mc_serve_kv_blocks_in_use)" = 0 ]
+}
+
 @test "bad requests: 400 in OpenAI's error shape naming the field; 404; 405" {
     serve --ctx-size 16
     post() { curl -s -o body.json -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }

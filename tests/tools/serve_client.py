@@ -7,6 +7,9 @@ package (and a raw socket where a client must misbehave) against mc-serve.
   serve_client.py URL specs N OUT                    N request specs (prompts, lengths, sampling)
   serve_client.py URL run SPECS OUT [concurrent]     run them one by one, or all at once
   serve_client.py URL hang PROMPT                    stream, read the first chunk, hang up
+  serve_client.py URL load N PID OUT                 N short requests from 8 connections; the
+                                                     server's RSS after the first 1,000 and at
+                                                     the end, in OUT (JSON)
 """
 import json
 import socket
@@ -121,5 +124,56 @@ elif MODE == "hang":
         got += d
     s.close()
     print("first chunk" if b"data: " in got else "nothing")
+elif MODE == "load":
+    import http.client
+    n, pid = int(ARGS[0]), int(ARGS[1])
+    u = urllib.parse.urlparse(URL)
+    lock = threading.Lock()
+    state = {"next": 0, "done": 0, "bad": [], "rss": {}}
+
+    def rss():
+        for line in open("/proc/%d/status" % pid):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+
+    def worker(w):
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+        while True:
+            with lock:
+                i = state["next"]
+                if i >= n:
+                    break
+                state["next"] += 1
+            words = ("the river list python function value under a of to in model "
+                     "token").split()
+            prompt = " ".join(words[(i * 7 + k) % len(words)] for k in range(1 + i % 23))
+            if i % 4 == 3:
+                path, body = "/v1/chat/completions", {"messages": [
+                    {"role": "user", "content": prompt}], "max_tokens": 1 + i % 5}
+            else:
+                path, body = "/v1/completions", {"prompt": prompt, "max_tokens": 1 + i % 6,
+                                                 "logprobs": i % 2}
+            body.update(model="mc", temperature=(i % 3) * 0.5, seed=i, stream=i % 5 == 0)
+            conn.request("POST", path, json.dumps(body),
+                         {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            data = r.read()
+            ok = r.status == 200
+            with lock:
+                if not ok:
+                    state["bad"].append((i, r.status, data[:200].decode("latin-1")))
+                state["done"] += 1
+                if state["done"] == 1000:
+                    state["rss"]["first_1000"] = rss()
+        conn.close()
+
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    state["rss"]["end"] = rss()
+    json.dump({"requests": state["done"], "bad": state["bad"][:5], "nbad": len(state["bad"]),
+               "rss_kb": state["rss"]}, open(ARGS[2], "w"))
 else:
     sys.exit("unknown mode " + MODE)
