@@ -5,6 +5,7 @@
  * or with MPI_Abort after an error of one rank. Why, and what Open MPI's
  * mpirun does when a rank dies: doc/ARCHITECTURE.md, "Communication".
  */
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -239,5 +240,32 @@ mc_status mc_grid_check_config(const mc_grid *g, const void *bytes, size_t n, mc
                           ndiff > 1 ? "" : "s", (unsigned long long)all[0], first,
                           (unsigned long long)all[first]);
     free(all);
+    return st;
+}
+
+mc_status mc_grid_init_tp_group(int *argc, char ***argv, mc_status st, int64_t tp, const char *tool,
+                                mc_grid *g, int *grid_error, mc_error *err)
+{
+    mc_grid_single(g);
+    *grid_error = 0;
+    if (mc_grid_launched_by_mpi()) {
+        mc_error gerr;
+        mc_error_clear(&gerr);
+        mc_status gst = mc_grid_init_mpi(argc, argv, st ? 1 : (int)tp, 1, 1, 1, g, &gerr);
+        if (!st && gst) *err = gerr, st = gst, *grid_error = 1;
+        if (!st && g->world != tp) {
+            st = mc_error_set(err, MC_ERR_USAGE,
+                              "%d ranks for --tensor-model-parallel-size %" PRId64
+                              ": %s runs one tensor-parallel group, start %" PRId64 " ranks",
+                              g->world, tp, tool, tp);
+            *grid_error = 1;
+        }
+    } else if (!st && tp > 1) {
+        st = mc_error_set(err, MC_ERR_USAGE,
+                          "--tensor-model-parallel-size %" PRId64 " needs %" PRId64
+                          " ranks and this is one process: start it with mpirun -np %" PRId64
+                          " or srun",
+                          tp, tp, tp);
+    }
     return st;
 }

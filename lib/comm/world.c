@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "comm_internal.h"
 #include "mc/comm_mpi.h"
 
@@ -135,6 +136,28 @@ mc_status mc_grid_broadcast_bytes(const mc_grid *g, void *x, size_t n, int root,
     mc_watchdog_enter(cm->wd, op, MC_GROUP_WORLD);
     int rc = MPI_Bcast(x, (int)n, MPI_BYTE, root, cm->comm[MC_GROUP_WORLD]);
     mc_watchdog_leave(cm->wd);
+    return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, op, MC_GROUP_WORLD);
+}
+
+mc_status mc_grid_broadcast_idle(const mc_grid *g, void *x, size_t n, int root, const char *op,
+                                 mc_error *err)
+{
+    mc_comm *cm = world_of(g);
+    if (!cm || n == 0) return MC_OK;
+    if (root < 0 || root >= g->world || n > (size_t)INT_MAX)
+        return mc_error_set(err, MC_ERR_INTERNAL, "%s on the %s: root %d, %zu bytes", op,
+                            mc_group_name(MC_GROUP_WORLD), root, n);
+    MPI_Request rq;
+    int rc = MPI_Ibcast(x, (int)n, MPI_BYTE, root, cm->comm[MC_GROUP_WORLD], &rq);
+    for (int done = 0, spins = 0; rc == MPI_SUCCESS;) {
+        rc = MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+        if (done) break;
+        /* answer at once while steps follow each other; nap when idle */
+        if (++spins > 1000) {
+            struct timespec ts = {0, 200 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
     return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, op, MC_GROUP_WORLD);
 }
 

@@ -291,6 +291,98 @@ static void grow(mc_serve *s, sv_req *r, int positions)
     r->nblocks = want;
 }
 
+/* ------------------------------------------------------------ tensor parallelism */
+
+/* A step on the wire (int32): nb, then per sequence n, len, its block
+ * count k, flags (1: logits wanted, 2: targets), n ids, n targets when
+ * flagged, k block ids. Every rank runs mc_infer_batch on the same
+ * description, so the head's rows and every collective match. */
+enum { SV_WANT_LOGITS = 1, SV_HAS_TARGETS = 2 };
+
+static int wire_room(mc_serve *s, size_t n)
+{
+    if (n <= s->wire_cap) return 1;
+    int32_t *w = realloc(s->wire, n * sizeof *w);
+    if (!w) return 0;
+    s->wire = w;
+    s->wire_cap = n;
+    return 1;
+}
+
+static size_t seq_blocks(const mc_serve *s, const mc_kvseq *q)
+{
+    return (size_t)((q->len + q->n + s->c.block_size - 1) / s->c.block_size);
+}
+
+/* Rank 0: the step of nb sequences (nb < 0: quit) to the other ranks. */
+static mc_status send_step(mc_serve *s, int nb, mc_error *err)
+{
+    size_t n = 1;
+    for (int b = 0; b < nb; b++) {
+        const mc_kvseq *q = &s->seqs[b];
+        n += 4 + (size_t)q->n * (q->targets ? 2 : 1) + seq_blocks(s, q);
+    }
+    if (!wire_room(s, n)) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    int32_t *w = s->wire, head[2] = {nb, (int32_t)n};
+    *w++ = nb;
+    for (int b = 0; b < nb; b++) {
+        const mc_kvseq *q = &s->seqs[b];
+        size_t k = seq_blocks(s, q);
+        *w++ = q->n;
+        *w++ = q->len;
+        *w++ = (int32_t)k;
+        *w++ = (q->logits ? SV_WANT_LOGITS : 0) | (q->targets ? SV_HAS_TARGETS : 0);
+        memcpy(w, q->tokens, (size_t)q->n * sizeof *w);
+        w += q->n;
+        if (q->targets) {
+            memcpy(w, q->targets, (size_t)q->n * sizeof *w);
+            w += q->n;
+        }
+        memcpy(w, q->blocks, k * sizeof *w);
+        w += k;
+    }
+    mc_status st = mc_grid_broadcast_idle(&s->grid, head, sizeof head, 0, "a step's size", err);
+    if (!st && nb > 0)
+        st = mc_grid_broadcast_bytes(&s->grid, s->wire, n * sizeof *s->wire, 0, "a step", err);
+    return st;
+}
+
+mc_status mc_serve_follow(mc_serve *s, mc_error *err)
+{
+    if (s->grid.rank == 0)
+        return mc_error_set(err, MC_ERR_INTERNAL, "serving: rank 0 leads, it does not follow");
+    for (;;) {
+        int32_t head[2];
+        mc_status st = mc_grid_broadcast_idle(&s->grid, head, sizeof head, 0, "a step's size", err);
+        if (st) return st;
+        int nb = head[0];
+        if (nb < 0) return MC_OK;
+        if (nb > s->c.max_batch || head[1] < 1 || !wire_room(s, (size_t)head[1]))
+            return mc_error_set(err, MC_ERR_INTERNAL, "serving: a step of %d sequences", nb);
+        st = mc_grid_broadcast_bytes(&s->grid, s->wire, (size_t)head[1] * sizeof *s->wire, 0,
+                                     "a step", err);
+        if (st) return st;
+        const int32_t *w = s->wire + 1;
+        for (int b = 0; b < nb; b++) {
+            mc_kvseq *q = &s->seqs[b];
+            memset(q, 0, sizeof *q);
+            q->n = *w++;
+            q->len = *w++;
+            int k = *w++, flags = *w++;
+            q->tokens = w;
+            w += q->n;
+            if (flags & SV_HAS_TARGETS) {
+                q->targets = w;
+                w += q->n;
+            }
+            q->blocks = w;
+            w += k;
+            if (flags & SV_WANT_LOGITS) q->logits = s->junk;
+        }
+        if ((st = mc_infer_batch(s->pool, s->seqs, nb, err))) return st;
+    }
+}
+
 static void *scheduler(void *arg)
 {
     mc_serve *s = arg;
@@ -353,7 +445,8 @@ static void *scheduler(void *arg)
             }
         pthread_mutex_unlock(&s->mu);
         double t0 = sv_now();
-        mc_status st = mc_infer_batch(s->pool, s->seqs, nb, &err);
+        mc_status st = s->grid.world > 1 ? send_step(s, nb, &err) : MC_OK;
+        if (!st) st = mc_infer_batch(s->pool, s->seqs, nb, &err);
         double secs = sv_now() - t0;
         pthread_mutex_lock(&s->mu);
         observe_batch(s, nb, secs);
@@ -391,7 +484,13 @@ static void *scheduler(void *arg)
         }
         pthread_cond_broadcast(&s->progress);
     }
-    /* quitting: whatever is left is cancelled */
+    /* quitting: the other ranks stop following; whatever is left is
+     * cancelled */
+    if (s->grid.world > 1) {
+        mc_error qerr;
+        mc_error_clear(&qerr);
+        send_step(s, -1, &qerr);
+    }
     for (sv_req *r = s->qhead; r; r = r->next) r->cancelled = 1;
     for (int i = 0; i < s->nrun; i++) s->run[i]->cancelled = 1;
     drop_cancelled(s);
@@ -494,13 +593,15 @@ mc_status mc_serve_open(const mc_serve_config *c, mc_serve **out, mc_error *err)
     pthread_mutex_init(&s->text_mu, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->progress, NULL);
-    mc_grid one;
-    mc_grid_single(&one);
+    if (c->grid)
+        s->grid = *c->grid;
+    else
+        mc_grid_single(&s->grid);
     int int8 = 0;
     mc_status st = read_ckpt(s, &int8, err);
     if (!st) st = load_chat(s, err);
     if (!st) st = mc_backend_cpu_new(c->threads, &s->be, err);
-    if (!st) st = mc_train_load_model(c->ckpt, &one, s->be, 1, 1, MC_PREC_FP32, &s->model, err);
+    if (!st) st = mc_train_load_model(c->ckpt, &s->grid, s->be, 1, 1, MC_PREC_FP32, &s->model, err);
     if (!st) {
         mc_kvpool_config pc = {(size_t)(c->kv_cache_mb * 1048576.0), c->block_size, s->info.ctx,
                                c->max_batch_tokens, int8 > 0};
@@ -523,7 +624,8 @@ mc_status mc_serve_open(const mc_serve_config *c, mc_serve **out, mc_error *err)
         s->inbatch = calloc((size_t)c->max_batch, sizeof *s->inbatch);
         s->seqs = calloc((size_t)c->max_batch, sizeof *s->seqs);
         s->targets = malloc((size_t)c->max_batch_tokens * sizeof *s->targets);
-        if (!s->scratch || !s->idx || !s->run || !s->inbatch || !s->seqs || !s->targets)
+        s->junk = malloc((size_t)s->vpad * sizeof *s->junk);
+        if (!s->scratch || !s->idx || !s->run || !s->inbatch || !s->seqs || !s->targets || !s->junk)
             st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     }
     if (!st) {
@@ -535,6 +637,10 @@ mc_status mc_serve_open(const mc_serve_config *c, mc_serve **out, mc_error *err)
         s->info.block_size = c->block_size;
         s->info.model_name = s->model_name;
         s->info.chat = s->chat != NULL;
+    }
+    /* every rank opened, or none goes on */
+    if (s->grid.world > 1) st = mc_grid_status_all(&s->grid, st, "opening the server", err);
+    if (!st && s->grid.rank == 0) {
         int e = pthread_create(&s->thread, NULL, scheduler, s);
         if (e)
             st = mc_error_errno(err, MC_ERR_IO, e, "the scheduler thread");
@@ -584,6 +690,8 @@ void mc_serve_free(mc_serve *s)
     free(s->inbatch);
     free(s->seqs);
     free(s->targets);
+    free(s->wire);
+    free(s->junk);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->text_mu);
     pthread_cond_destroy(&s->work);

@@ -105,6 +105,11 @@ struct mc_serve {
     mc_kvseq *seqs;
     sv_req **inbatch;
     int32_t *targets; /* [max_batch_tokens] */
+    /* tensor parallelism: the steps rank 0 broadcasts (serve.c) */
+    mc_grid grid;
+    int32_t *wire; /* a step: nb, then each sequence's n, len, blocks, flags, ids */
+    size_t wire_cap;
+    float *junk; /* a follower's logits [padded vocab] */
     uint64_t next_id;
     sv_metrics m;
 };

@@ -86,6 +86,15 @@ int mc_grid_launched_by_mpi(void);
  * with the default 10 minutes. */
 mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int ep, mc_grid *g,
                            mc_error *err);
+/* The grid of a tool that runs one tensor-parallel group of tp ranks
+ * (mc-eval, mc-serve; tool names it in messages): under an MPI launcher,
+ * mc_grid_init_mpi, and a world of other than tp ranks is a usage error;
+ * otherwise the single grid, and tp > 1 is a usage error. st is the
+ * caller's status so far: after an error every rank still starts MPI, so
+ * that rank 0 alone reports it, and st is returned as it is. *grid_error
+ * is set when the failure is the grid's (the exit status is then 1). */
+mc_status mc_grid_init_tp_group(int *argc, char ***argv, mc_status st, int64_t tp, const char *tool,
+                                mc_grid *g, int *grid_error, mc_error *err);
 /* Frees the communicators, stops the watchdog and finalizes MPI (when
  * mc_grid_init_mpi initialized it). Collective: every rank calls it. No-op
  * for mc_grid_single. */
@@ -132,6 +141,11 @@ mc_status mc_grid_allgather_bytes(const mc_grid *g, const void *in, size_t n, co
 /* x[0..n) of world rank root to every rank (n the same everywhere). */
 mc_status mc_grid_broadcast_bytes(const mc_grid *g, void *x, size_t n, int root, const char *op,
                                   mc_error *err);
+/* mc_grid_broadcast_bytes for a rank that may wait long for the root (a
+ * server's follower between requests): no deadline, and the wait sleeps
+ * in short naps instead of spinning on a core. */
+mc_status mc_grid_broadcast_idle(const mc_grid *g, void *x, size_t n, int root, const char *op,
+                                 mc_error *err);
 /* Collective calls made outside lib/comm on the world's communicator
  * (mc/comm_mpi.h: parallel HDF5's I/O) under the deadline: the watchdog ends
  * the job when more than --distributed-timeout-minutes pass between begin

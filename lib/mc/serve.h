@@ -27,21 +27,24 @@ extern "C" {
 #endif
 
 typedef struct mc_serve_config {
-    const char *ckpt;          /* mc_ckpt_open's path */
-    const char *model_name;    /* the id /v1/models lists; NULL: "mc" */
-    const char *chat_template; /* a template file (mc_chat_template_load); NULL: none */
-    int threads;               /* CPU threads; 0: the cores present */
-    int ctx;                   /* positions a request at most; 0: the checkpoint's seq_length */
-    int weights;               /* 0: fp32, 1: int8 codes; -1: as the checkpoint stores them */
-    double kv_cache_mb;        /* the key/value pool */
-    int block_size;            /* positions a block */
-    int max_batch;             /* requests decoded together at most */
-    int max_batch_tokens;      /* rows (new positions) a step at most */
-    int max_queue;             /* requests waiting at most; more are refused (429) */
-    uint64_t seed;             /* draws of requests that give no seed */
-    const char *hold_file;     /* tests only: while this file exists, no step runs */
-    int hold_at_first;         /* tests only: make hold_file after a step that gave a request
-                                  its first token */
+    const char *ckpt;           /* mc_ckpt_open's path */
+    const char *model_name;     /* the id /v1/models lists; NULL: "mc" */
+    const char *chat_template;  /* a template file (mc_chat_template_load); NULL: none */
+    int threads;                /* CPU threads; 0: the cores present */
+    int ctx;                    /* positions a request at most; 0: the checkpoint's seq_length */
+    int weights;                /* 0: fp32, 1: int8 codes; -1: as the checkpoint stores them */
+    double kv_cache_mb;         /* the key/value pool */
+    int block_size;             /* positions a block */
+    int max_batch;              /* requests decoded together at most */
+    int max_batch_tokens;       /* rows (new positions) a step at most */
+    int max_queue;              /* requests waiting at most; more are refused (429) */
+    uint64_t seed;              /* draws of requests that give no seed */
+    const char *hold_file;      /* tests only: while this file exists, no step runs */
+    int hold_at_first;          /* tests only: make hold_file after a step that gave a request
+                                   its first token */
+    const struct mc_grid *grid; /* NULL: one process; else one tensor-parallel group (world ==
+                                   tp): rank 0 serves and drives every step, the other ranks
+                                   run mc_serve_follow */
 } mc_serve_config;
 
 /* 256 MiB, blocks of 16, batches of 32 requests and 256 rows, a queue of
@@ -60,8 +63,12 @@ typedef struct mc_serve_info {
 } mc_serve_info;
 
 /* Load the checkpoint (with its tokenizer), the chat template, the pool,
- * and start the scheduler thread. */
+ * and start the scheduler thread (on rank 0 of a grid). Collective under a
+ * grid: every rank returns the same status. */
 mc_status mc_serve_open(const mc_serve_config *c, mc_serve **out, mc_error *err);
+/* A rank other than 0 of the grid: run each step rank 0's scheduler
+ * broadcasts, until rank 0's engine is freed. */
+mc_status mc_serve_follow(mc_serve *s, mc_error *err);
 const mc_serve_info *mc_serve_get_info(const mc_serve *s);
 /* Refuse new generations from now on (503) and return once every queued
  * and running request has finished. */

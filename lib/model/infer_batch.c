@@ -15,6 +15,12 @@
  * kernel's rows do not depend on how the sequence was cut into calls). So
  * a sequence gets the same bits alone or in any batch. See
  * doc/ARCHITECTURE.md, "Inference".
+ *
+ * Under tensor parallelism every rank of the group makes the same call
+ * (mc-serve's leader broadcasts each step) on its share of the heads and
+ * columns; the embedding and the row-parallel linears are summed over the
+ * group in rank order (lib/comm: the same bits whatever the number of
+ * rows), and the head's logits are gathered whole on every rank.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -33,9 +39,10 @@ struct mc_kvpool {
     int nfree;
     void *block; /* the scratch below, one allocation */
     float *x, *h, *qkv, *q, *kn, *vn, *att, *tmp, *fc1, *act, *mean, *rstd, *kc, *vc;
-    float *hrows, *logits;
+    float *hrows, *logits, *gathered;
     int32_t *dtok;
-    float *hlogits;          /* host [head_rows, vl] */
+    float *hlogits;          /* host [head_rows, tp vl] */
+    float *hgathered;        /* host [tp][head_rows vl] (tensor parallel) */
     int *hseq, *hpos, *hrow; /* host [max_rows]: the head's rows */
     int8_t **q8w;            /* weight-only int8 codes and scales per parameter (NULL: fp32) */
     float **q8s;
@@ -62,6 +69,7 @@ static void layout(mc_kvpool *p, carver *cv)
     p->vc = carve(cv, L * p->kv_row);
     p->hrows = carve(cv, (size_t)p->head_rows * C);
     p->logits = carve(cv, (size_t)p->head_rows * (size_t)p->vl);
+    p->gathered = carve(cv, (size_t)p->m->grid.tp * (size_t)p->head_rows * (size_t)p->vl);
     p->dtok = (int32_t *)carve(cv, R);
 }
 
@@ -106,10 +114,10 @@ mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out,
 {
     *out = NULL;
     const mc_model_config *mc = &m->cfg;
-    if (m->grid.pp > 1 || m->nchunks != 1 || m->grid.tp > 1)
+    if (m->grid.pp > 1 || m->nchunks != 1)
         return mc_error_set(err, MC_ERR_USAGE,
-                            "batched inference runs on one process: tensor and pipeline "
-                            "parallelism are not supported");
+                            "batched inference runs on one process or a tensor-parallel group: "
+                            "pipeline parallelism is not supported");
     if (c->block_size < 1 || c->max_rows < 1 || c->max_len < 2)
         return mc_error_set(err, MC_ERR_USAGE,
                             "a pool of blocks of %d positions, %d rows, %d "
@@ -148,11 +156,13 @@ mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out,
     p->vl = m->vl;
     mc_status st = MC_OK;
     p->freelist = malloc(nb * sizeof *p->freelist);
-    p->hlogits = malloc((size_t)p->head_rows * (size_t)p->vl * sizeof *p->hlogits);
+    size_t hl = (size_t)p->head_rows * (size_t)p->vl * (size_t)m->grid.tp * sizeof(float);
+    p->hlogits = malloc(hl);
+    p->hgathered = malloc(hl);
     p->hseq = malloc((size_t)c->max_rows * sizeof(int));
     p->hpos = malloc((size_t)c->max_rows * sizeof(int));
     p->hrow = malloc((size_t)c->max_rows * sizeof(int));
-    if (!p->freelist || !p->hlogits || !p->hseq || !p->hpos || !p->hrow)
+    if (!p->freelist || !p->hlogits || !p->hgathered || !p->hseq || !p->hpos || !p->hrow)
         st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     if (!st) {
         p->kpool = mc_balloc(p->be, nb * p->block_floats * sizeof(float), err);
@@ -195,6 +205,7 @@ void mc_kvpool_free(mc_kvpool *p)
     free(p->q8s);
     free(p->freelist);
     free(p->hlogits);
+    free(p->hgathered);
     free(p->hseq);
     free(p->hpos);
     free(p->hrow);
@@ -281,18 +292,32 @@ static void seq_kv(mc_kvpool *p, const mc_kvseq *s, size_t row0, int li)
     }
 }
 
-/* x += in W^T + b for a row-parallel linear (one rank: no reduction) */
-static void row_linear(mc_kvpool *p, const float *in, int w, int b, size_t I, size_t n)
+#define TRY(call)               \
+    do {                        \
+        mc_status st_ = (call); \
+        if (st_) return st_;    \
+    } while (0)
+
+/* x += (in W^T summed over the tensor-parallel group) + b, for a
+ * row-parallel linear of input width I */
+static mc_status row_linear(mc_kvpool *p, const float *in, int w, int b, size_t I, size_t n,
+                            mc_error *err)
 {
-    linear(p, p->tmp, in, w, param_val(p->m, b), n, I, p->C);
+    mc_model *m = p->m;
+    linear(p, p->tmp, in, w, m->grid.tp_rank == 0 ? param_val(m, b) : NULL, n, I, p->C);
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, p->be, p->tmp, n * p->C, err));
     mc_k_acc(p->be, p->x, p->tmp, n * p->C);
+    return MC_OK;
 }
 
 /* The head over the rows that want logits: each sequence's last row when
- * it asks for logits, and every row with a target; head_rows at a time. */
-static void run_head(mc_kvpool *p, const mc_kvseq *seqs, int nseq, const float *lnf)
+ * it asks for logits, and every row with a target; head_rows at a time,
+ * each rank's columns gathered into whole rows. */
+static mc_status run_head(mc_kvpool *p, const mc_kvseq *seqs, int nseq, const float *lnf,
+                          mc_error *err)
 {
-    size_t C = p->C, vl = (size_t)p->vl, k = 0;
+    const mc_grid *g = &p->m->grid;
+    size_t C = p->C, vl = (size_t)p->vl, k = 0, tp = (size_t)g->tp, V0 = tp * vl;
     int64_t V = p->m->cfg.padded_vocab_size;
     for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n)
         for (int j = 0; j < seqs[s].n; j++)
@@ -307,16 +332,26 @@ static void run_head(mc_kvpool *p, const mc_kvseq *seqs, int nseq, const float *
         for (size_t i = 0; i < nk; i++)
             mc_bcopy(p->be, p->hrows + i * C, lnf + (size_t)p->hrow[k0 + i] * C, C * sizeof(float));
         linear(p, p->logits, p->hrows, head_weight(p->m), NULL, nk, C, vl);
-        mc_bcopy_to_host(p->be, p->hlogits, p->logits, nk * vl * sizeof(float));
+        if (tp > 1) {
+            TRY(mc_allgather(g, MC_GROUP_TP, p->be, p->logits, p->gathered, nk * vl, err));
+            mc_bcopy_to_host(p->be, p->hgathered, p->gathered, tp * nk * vl * sizeof(float));
+            for (size_t r = 0; r < tp; r++)
+                for (size_t i = 0; i < nk; i++)
+                    memcpy(p->hlogits + i * V0 + r * vl, p->hgathered + (r * nk + i) * vl,
+                           vl * sizeof(float));
+        } else {
+            mc_bcopy_to_host(p->be, p->hlogits, p->logits, nk * vl * sizeof(float));
+        }
         for (size_t i = 0; i < nk; i++) {
             const mc_kvseq *q = &seqs[p->hseq[k0 + i]];
             int j = p->hpos[k0 + i];
-            const float *lg = p->hlogits + i * vl;
+            const float *lg = p->hlogits + i * V0;
             if (q->targets && q->targets[j] >= 0 && q->logprobs)
                 q->logprobs[j] = mc_logprob_at(lg, V, q->targets[j]);
-            if (j == q->n - 1 && q->logits) memcpy(q->logits, lg, vl * sizeof(float));
+            if (j == q->n - 1 && q->logits) memcpy(q->logits, lg, V0 * sizeof(float));
         }
     }
+    return MC_OK;
 }
 
 mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error *err)
@@ -346,6 +381,7 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
     }
     if (!R) return MC_OK;
     mc_k_embed_fwd(be, p->x, p->dtok, R, param_val(m, m->wte), m->v0, p->vl, C);
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, p->x, R * C, err));
     if (m->wpe >= 0)
         for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n)
             mc_k_posemb_fwd(be, p->x + (size_t)r0 * C, param_val(m, m->wpe), 1, (size_t)seqs[s].n,
@@ -368,16 +404,15 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
             mc_k_attention_kv_fwd(be, p->att + row0 * p->Ql * D, p->q + row0 * p->Ql * D, p->kc,
                                   p->vc, n, pos0, p->Ql, p->Gl, D, scale, NULL);
         }
-        row_linear(p, p->att, lp->proj_w, lp->proj_b, p->Ql * D, R);
+        TRY(row_linear(p, p->att, lp->proj_w, lp->proj_b, p->Ql * D, R, err));
         norm(p, p->h, p->x, lp->ln2_w, lp->ln2_b, R);
         linear(p, p->fc1, p->h, lp->fc1_w, param_val(m, lp->fc1_b), R, C, p->fc1_out);
         if (c->swiglu)
             mc_k_swiglu_fwd(be, p->act, p->fc1, R, p->Fl);
         else
             mc_k_gelu_fwd(be, p->act, p->fc1, R * p->Fl);
-        row_linear(p, p->act, lp->fc2_w, lp->fc2_b, p->Fl, R);
+        TRY(row_linear(p, p->act, lp->fc2_w, lp->fc2_b, p->Fl, R, err));
     }
     norm(p, p->h, p->x, m->lnf_w, m->lnf_b, R);
-    run_head(p, seqs, nseq, p->h);
-    return MC_OK;
+    return run_head(p, seqs, nseq, p->h, err);
 }

@@ -11,6 +11,7 @@
 
 bats_require_minimum_version 1.5.0
 load common
+load mpi_common
 
 MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
 MC_EVAL="$top_builddir/tools/mc-eval/mc-eval"
@@ -46,6 +47,20 @@ serve() {
     mkfifo url.fifo
     env --default-signal=TERM,INT "$MC_SERVE" "$G" --port 0 --threads 1 "$@" \
         > url.fifo 2> serve.log &
+    SPID=$!
+    exec 5< url.fifo
+    read -r -t 120 URL <&5 || { cat serve.log; return 1; }
+    exec 5<&-
+    rm -f url.fifo
+}
+
+# serve_tp ARGS...: serve on 2 tensor-parallel ranks under mpirun (SPID is
+# timeout's, which passes a signal on to mpirun and so to the ranks)
+serve_tp() {
+    mkfifo url.fifo
+    env --default-signal=TERM,INT timeout -k 5 600 "$MPIRUN" --oversubscribe --bind-to none \
+        --mca btl self,vader -np 2 "$MC_SERVE" "$G" --port 0 --threads 1 \
+        --tensor-model-parallel-size 2 "$@" > url.fifo 2> serve.log &
     SPID=$!
     exec 5< url.fifo
     read -r -t 120 URL <&5 || { cat serve.log; return 1; }
@@ -97,7 +112,7 @@ eval_greedy() {
 @test "bad usage: exit 2 with one line" {
     run "$MC_SERVE" "$G" --tensor-model-parallel-size 2
     assert_failure 2
-    assert_output --partial "mc-serve runs on one process"
+    assert_output --partial "needs 2 ranks and this is one process"
     run "$MC_SERVE" "$G" --port 70000
     assert_failure 2
     assert_output --partial "--port"
@@ -261,6 +276,46 @@ assert b <= 1.05 * a
 EOF
     [ "$(metric mc_serve_requests_completed_total)" = 10000 ]
     [ "$(metric mc_serve_kv_blocks_in_use)" = 0 ]
+}
+
+@test "tensor parallel under mpirun: greedy tokens of one process, log-probabilities within 1e-5, batch invariant; SIGTERM to the ranks finishes and exits 0" {
+    require_python_module openai
+    mpi_setup
+    serve --max-batch 8
+    client specs 8 specs.json
+    client run specs.json one.json
+    kill -TERM "$SPID"; wait "$SPID" || true
+    touch hold
+    MC_TEST_SERVE_HOLD="$PWD/hold" serve_tp --max-batch 8 --max-batch-tokens 16
+    client run specs.json together.json concurrent &
+    cpid=$!
+    until_metric mc_serve_requests_running 8
+    rm hold
+    wait "$cpid"
+    client run specs.json alone.json
+    # rank 0 drives the steps of both ranks: alone or together, the same bits
+    cmp alone.json together.json
+    "$MC_PYTHON" - <<'EOF'
+import json
+one, tp, specs = (json.load(open(f)) for f in ("one.json", "alone.json", "specs.json"))
+n, d = 0, 0.0
+for s, a, b in zip(specs, one, tp):
+    if s["temperature"] == 0:
+        assert a["tokens"] == b["tokens"], (a, b)
+        d = max([d] + [abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"])])
+        n += 1
+print("# %d greedy requests: the same tokens, log-probabilities within %.2e" % (n, d))
+assert n >= 2 and d <= 1e-5
+EOF
+    grep -q "tensor parallel" serve.log
+    # as srun or scancel do: SIGTERM to every rank
+    local mp
+    mp=$(pgrep -P "$SPID" -x mpirun)
+    pkill -TERM -P "$mp"
+    rc=0
+    wait "$SPID" || rc=$?
+    [ "$rc" = 0 ] || { cat serve.log; false; }
+    grep -q "finishing the requests received" serve.log
 }
 
 @test "bad requests: 400 in OpenAI's error shape naming the field; 404; 405" {

@@ -501,25 +501,7 @@ int main(int argc, char **argv)
 
     /* The grid: under an MPI launcher every rank starts MPI even after a
      * usage error, so that rank 0 alone reports it. */
-    if (mc_grid_launched_by_mpi()) {
-        mc_error gerr;
-        mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, 1, 1, 1, &grid, &gerr);
-        if (!st && gst) err = gerr, st = gst, grid_error = 1;
-        if (!st && grid.world != a.tp) {
-            st = mc_error_set(&err, MC_ERR_USAGE,
-                              "%d ranks for --tensor-model-parallel-size %" PRId64
-                              ": evaluation runs one tensor-parallel group, start %" PRId64
-                              " ranks",
-                              grid.world, a.tp, a.tp);
-            grid_error = 1;
-        }
-    } else if (!st && a.tp > 1) {
-        st = mc_error_set(&err, MC_ERR_USAGE,
-                          "--tensor-model-parallel-size %" PRId64 " needs %" PRId64
-                          " ranks and this is one process: start it with mpirun -np %" PRId64
-                          " or srun",
-                          a.tp, a.tp, a.tp);
-    }
+    st = mc_grid_init_tp_group(&argc, &argv, st, a.tp, "evaluation", &grid, &grid_error, &err);
     if (!st) st = mc_backend_cpu_check_env(&err);
     if (st) goto fail;
     if (a.dist_timeout > 0 && (st = mc_grid_set_timeout(&grid, a.dist_timeout, PROG, &err)))

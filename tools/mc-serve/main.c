@@ -84,7 +84,8 @@ static const mc_option options[] = {
      "Chat template for /v1/chat/completions: a Jinja file or a tokenizer_config.json."},
     {"seed", MC_OPT_REQUIRED, OPT_SEED, "N", "Seed of the draws of requests without one (1234)."},
     {"tensor-model-parallel-size", MC_OPT_REQUIRED, OPT_TP, "N",
-     "Only 1: mc-serve runs on one process."},
+     "Under mpirun or srun: ranks that split each layer (1); the world must be N ranks. Rank 0 "
+     "serves HTTP and drives every step."},
     {"no-verify", MC_OPT_NONE, OPT_NO_VERIFY, NULL,
      "Do not check the checkpoint's files against its checksums.xxh128 manifest."},
     {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "Only errors on stderr."},
@@ -135,12 +136,6 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_SEED: st = mc_parse_u64("--seed", arg, 0, UINT32_MAX, &c->seed, err); break;
         case OPT_TP:
             st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 4096, &a->tp, err);
-            if (!st && a->tp > 1)
-                st = mc_error_set(err, MC_ERR_USAGE,
-                                  "--tensor-model-parallel-size %" PRId64
-                                  ": mc-serve runs on one process (tensor parallelism is not "
-                                  "supported yet); serve with 1",
-                                  a->tp);
             break;
         case OPT_NO_VERIFY: mc_ckpt_set_verify(0); break;
         case OPT_QUIET: a->quiet = 1; break;
@@ -345,14 +340,17 @@ int main(int argc, char **argv)
     char *stdin_ckpt = NULL;
     mc_serve *s = NULL;
     struct MHD_Daemon *d = NULL;
-    int rc = 1;
+    int rc = 1, grid_error = 0;
+    mc_grid grid;
+    mc_grid_single(&grid);
     mc_status st = mc_cli_init(&cli, PROG, "[OPTION]... [CHECKPOINT]",
                                "Serve a checkpoint (a checkpoint directory, an iteration "
                                "directory or its model.h5; read from stdin when omitted or -) "
                                "over HTTP with OpenAI's API: /v1/completions, "
                                "/v1/chat/completions, /v1/models, /health, /metrics. Prints its "
                                "URL on stdout when ready; logs go to stderr. SIGTERM or SIGINT "
-                               "finishes the requests received and exits 0.",
+                               "finishes the requests received and exits 0. Under mpirun or "
+                               "srun, runs on --tensor-model-parallel-size ranks.",
                                options, argc, argv, &err);
     int exit_now = 0;
     if (!st) st = parse_args(&cli, &a, &exit_now, &err);
@@ -360,29 +358,41 @@ int main(int argc, char **argv)
         rc = 0;
         goto done;
     }
-    if (st) {
-        rc = st == MC_ERR_USAGE ? mc_tool_usage(&lg, &err) : (mc_log_fail(&lg, &err), 1);
-        goto done;
-    }
-    if (!a.c.ckpt) {
-        st = mc_tool_stdin_path(&stdin_ckpt,
-                                "no checkpoint given and stdin is a terminal: give its path, or "
-                                "pipe in what mc-train prints",
-                                "no checkpoint given and stdin holds no path", &err);
-        if (st) {
-            rc = mc_tool_usage(&lg, &err);
-            goto done;
-        }
-        a.c.ckpt = stdin_ckpt;
-    }
-    /* SIGTERM and SIGINT blocked in every thread; the main thread waits for them */
+    /* SIGTERM and SIGINT blocked in every thread (MPI's too, so block them
+     * before it starts); rank 0's main thread waits for them */
     sigset_t stop, old;
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, &old);
+    /* The grid: under an MPI launcher every rank starts MPI even after a
+     * usage error, so that rank 0 alone reports it. */
+    st = mc_grid_init_tp_group(&argc, &argv, st, a.tp, "mc-serve", &grid, &grid_error, &err);
+    if (st) goto fail;
+    a.c.grid = &grid;
+    int lead = grid.rank == 0;
+    if (!a.c.ckpt) {
+        /* mpirun gives stdin to rank 0 alone, which broadcasts the path */
+        st = lead ? mc_tool_stdin_path(&stdin_ckpt,
+                                       "no checkpoint given and stdin is a terminal: give its "
+                                       "path, or pipe in what mc-train prints",
+                                       "no checkpoint given and stdin holds no path", &err)
+                  : MC_OK;
+        if ((st = mc_broadcast_text(&grid, st, &stdin_ckpt, &err))) goto fail;
+        a.c.ckpt = stdin_ckpt;
+    }
     signal(SIGPIPE, SIG_IGN);
     if ((st = mc_serve_open(&a.c, &s, &err))) goto fail;
+    if (!lead) {
+        /* SIGTERM stays blocked here: rank 0 drains, then ends the steps */
+        if ((st = mc_serve_follow(s, &err))) {
+            mc_log_fail(&lg, &err);
+            rc = mc_grid_fail(&grid, 0);
+            goto done;
+        }
+        rc = 0;
+        goto done;
+    }
     the_engine = s;
     const mc_serve_info *info = mc_serve_get_info(s);
     server sv = {s};
@@ -391,10 +401,10 @@ int main(int argc, char **argv)
     if (!a.quiet) {
         mc_log_info(&lg,
                     "%s: iteration %" PRId64 ", %" PRId64 " parameters, context %d, %s weights, "
-                    "%d key/value blocks of %d positions%s",
+                    "%d key/value blocks of %d positions%s%s",
                     info->checkpoint, info->iteration, info->parameters, info->ctx,
                     info->int8 ? "int8" : "fp32", info->blocks, info->block_size,
-                    info->chat ? ", chat template" : "");
+                    info->chat ? ", chat template" : "", grid.world > 1 ? ", tensor parallel" : "");
         mc_log_info(&lg, "listening on %s", url);
     }
     printf("%s\n", url);
@@ -418,10 +428,16 @@ int main(int argc, char **argv)
     rc = 0;
     goto done;
 fail:
-    rc = st == MC_ERR_USAGE ? mc_tool_usage(&lg, &err) : (mc_log_fail(&lg, &err), 1);
+    /* before serving, every rank meets the same errors: rank 0 reports */
+    if (grid.rank == 0)
+        rc = st == MC_ERR_USAGE && !grid_error ? mc_tool_usage(&lg, &err)
+                                               : (mc_log_fail(&lg, &err), 1);
+    else
+        rc = st == MC_ERR_USAGE && !grid_error ? 2 : 1;
 done:
     if (d) MHD_stop_daemon(d);
     mc_serve_free(s);
+    if (grid.impl) mc_grid_finalize(&grid);
     free(stdin_ckpt);
     mc_cli_free(&cli);
     return mc_tool_exit(&lg, rc);
