@@ -159,6 +159,23 @@ static int get_common(mc_serve *s, mc_serve_reply *r, json_t *j, sv_req *q, int 
     if (!get_int(r, j, "seed", 0, 0xffffffffL, &seed)) return 0;
     if (!get_int(r, j, "n", 1, 1, &n)) return 0;
     if (!get_bool(r, j, "stream", &stream)) return 0;
+    json_t *so = json_object_get(j, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) {
+            BAD("stream_options", "'stream_options' must be an object");
+            return 0;
+        }
+        if (!stream) {
+            BAD("stream_options", "'stream_options' is only allowed when 'stream' is true");
+            return 0;
+        }
+        json_t *iu = json_object_get(so, "include_usage");
+        if (iu && !json_is_null(iu) && !json_is_boolean(iu)) {
+            BAD("stream_options", "'stream_options.include_usage' must be a boolean");
+            return 0;
+        }
+        q->include_usage = json_is_true(iu);
+    }
     if (!get_stops(r, j, q)) return 0;
     json_t *model = json_object_get(j, "model");
     if (model && !json_is_null(model) && !json_is_string(model)) {
@@ -481,11 +498,19 @@ void sv_stream_update(mc_serve *s, sv_req *q)
                         done ? json_string(q->finish ? q->finish : "length") : json_null());
     json_array_append_new(choices, choice);
     json_object_set_new(o, "choices", choices);
+    if (q->include_usage) json_object_set_new(o, "usage", json_null());
     sse_event(q, o);
     q->sent = safe;
     q->tok_sent = ntok;
     q->role_sent = 1;
     if (done) {
+        if (q->include_usage) {
+            /* OpenAI's last chunk: no choices, the request's usage */
+            o = head(s, q, q->chat ? "chat.completion.chunk" : "text_completion");
+            json_object_set_new(o, "choices", json_array());
+            json_object_set_new(o, "usage", usage(q));
+            sse_event(q, o);
+        }
         mc_buf_append(&q->sse, "data: [DONE]\n\n", 14, NULL);
         q->sse_end = 1;
     }

@@ -25,6 +25,7 @@ typedef struct sv_req {
     int refs;            /* the engine's and the client's */
     int state, cancelled;
     int chat, stream;
+    int include_usage; /* stream_options.include_usage: a last chunk with the usage */
     /* parameters */
     mc_gen_config gen; /* max_new_tokens, temperature, top_k, top_p, seed, eod, vocab */
     uint64_t draw;     /* the generator's stream */

@@ -318,6 +318,22 @@ EOF
     grep -q "finishing the requests received" serve.log
 }
 
+@test "stream_options.include_usage: a last chunk with no choices carries the usage of the unstreamed response" {
+    require_python_module openai
+    serve
+    run client usage "The river" 9
+    assert_success
+    "$MC_PYTHON" -c 'import json, sys; a, b = json.loads(sys.argv[1]); assert a == b and a["completion_tokens"] == 9 and a["prompt_tokens"] > 0, (a, b)' "$output"
+    run curl -s -w ' %{http_code}' "$URL/v1/completions" \
+        -d '{"prompt": "x", "max_tokens": 2, "stream_options": {"include_usage": true}}'
+    assert_output --partial '"param":"stream_options"'
+    assert_output --partial " 400"
+    run curl -s -w ' %{http_code}' "$URL/v1/completions" \
+        -d '{"prompt": "x", "max_tokens": 2, "stream": true, "stream_options": 1}'
+    assert_output --partial '"param":"stream_options"'
+    assert_output --partial " 400"
+}
+
 @test "bad requests: 400 in OpenAI's error shape naming the field; 404; 405" {
     serve --ctx-size 16
     post() { curl -s -o body.json -w '%{http_code}' "$URL$1" -H 'Content-Type: application/json' -d "$2"; }

@@ -7,6 +7,8 @@ package (and a raw socket where a client must misbehave) against mc-serve.
   serve_client.py URL specs N OUT                    N request specs (prompts, lengths, sampling)
   serve_client.py URL run SPECS OUT [concurrent]     run them one by one, or all at once
   serve_client.py URL hang PROMPT                    stream, read the first chunk, hang up
+  serve_client.py URL usage PROMPT MAX               stream with include_usage: the usage
+                                                     chunk's and the unstreamed response's usage
   serve_client.py URL load N PID OUT                 N short requests from 8 connections; the
                                                      server's RSS after the first 1,000 and at
                                                      the end, in OUT (JSON)
@@ -124,6 +126,18 @@ elif MODE == "hang":
         got += d
     s.close()
     print("first chunk" if b"data: " in got else "nothing")
+elif MODE == "usage":
+    c = client()
+    chunks = list(c.completions.create(model="mc", prompt=ARGS[0], max_tokens=int(ARGS[1]),
+                                       temperature=0, stream=True,
+                                       stream_options={"include_usage": True}))
+    assert all(ch.usage is None for ch in chunks[:-1]), chunks
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None, last
+    text = "".join(ch.choices[0].text for ch in chunks[:-1])
+    r = c.completions.create(model="mc", prompt=ARGS[0], max_tokens=int(ARGS[1]), temperature=0)
+    assert text == r.choices[0].text, (text, r.choices[0].text)
+    print(json.dumps([last.usage.model_dump(), r.usage.model_dump()]))
 elif MODE == "load":
     import http.client
     n, pid = int(ARGS[0]), int(ARGS[1])
