@@ -14,8 +14,11 @@
  *
  * Prints TAP ("ok N - ..."), then a table of the worst error per kernel.
  * Without a GPU (or an mc built without CUDA) it prints "no GPU: skipped"
- * and exits 77. --devices prints the number of GPUs and exits.
- * Usage: check_kern [--devices] [--seed N]
+ * and exits 77. --devices prints the number of GPUs and exits. --rehearse
+ * runs every check with a second CPU backend in the GPU's place (no GPU
+ * needed; every error must be 0), so the harness itself is tried before
+ * GPU time is spent on it.
+ * Usage: check_kern [--devices] [--rehearse] [--seed N]
  */
 #include <math.h>
 #include <stdint.h>
@@ -381,6 +384,33 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
     ON_BOTH(mc_k_xent_bwd(be, S(dl), S(logits), S(rowmax), S(sumexp), side ? tg.g : tg.c, v0, N,
                           (size_t)vl, S(dloss), 0));
     cmp(x, "xent_bwd", "dloss", dl, FP32);
+    /* knowledge distillation at tau = 2 against a teacher's logits: the
+     * sums, the KL and the mixed gradient (written, then in place) */
+    {
+        pair t = rnd(x, N * (size_t)vl, 8), tmax = poisoned(x, N), sums = poisoned(x, 3 * N);
+        pair kl = poisoned(x, N), d = poisoned(x, N * (size_t)vl);
+        ON_BOTH(mc_k_xent_max(be, S(tmax), S(t), N, (size_t)vl));
+        ON_BOTH(
+            mc_k_kd_sums(be, S(sums), S(logits), S(t), S(rowmax), S(tmax), N, (size_t)vl, 0.5f));
+        cmp(x, "kd_sums", w, sums, FP32);
+        ON_BOTH(mc_k_kd_loss(be, S(kl), S(sums), side ? tg.g : tg.c, N));
+        cmp(x, "kd_loss", w, kl, FP32);
+        ON_BOTH(mc_k_kd_bwd(be, S(d), S(logits), S(t), S(rowmax), S(sumexp), S(tmax), S(sums),
+                            side ? tg.g : tg.c, v0, N, (size_t)vl, 0.5f, 0.25f, 0.75f));
+        cmp(x, "kd_bwd", w, d, FP32);
+        pair s2 = rnd(x, N * (size_t)vl, 1);
+        mc_bcopy(x->c, s2.c, logits.c, s2.n * 4);
+        mc_bcopy(x->g, s2.g, logits.g, s2.n * 4);
+        ON_BOTH(mc_k_kd_bwd(be, S(s2), S(s2), S(t), S(rowmax), S(sumexp), S(tmax), S(sums),
+                            side ? tg.g : tg.c, v0, N, (size_t)vl, 0.5f, 0.25f, 0.75f));
+        cmp(x, "kd_bwd", "in place", s2, FP32);
+        drop(x, s2);
+        drop(x, t);
+        drop(x, tmax);
+        drop(x, sums);
+        drop(x, kl);
+        drop(x, d);
+    }
     /* in place, with a scale instead of dloss */
     ON_BOTH(mc_k_xent_bwd(be, S(logits), S(logits), S(rowmax), S(sumexp), side ? tg.g : tg.c, v0, N,
                           (size_t)vl, NULL, 0.125f));
@@ -527,20 +557,28 @@ int main(int argc, char **argv)
 {
     ctx x = {0};
     x.rng = 20261122;
-    int devices = mc_backend_cuda_devices();
+    int devices = mc_backend_cuda_devices(), rehearse = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--devices")) {
             printf("%d\n", devices);
             return 0;
+        } else if (!strcmp(argv[i], "--rehearse")) {
+            rehearse = 1;
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
             x.rng = strtoull(argv[++i], NULL, 10);
         } else {
-            fprintf(stderr, "usage: check_kern [--devices] [--seed N]\n");
+            fprintf(stderr, "usage: check_kern [--devices] [--rehearse] [--seed N]\n");
             return 2;
         }
     }
     mc_error err;
-    if (devices == 0 || mc_backend_cuda_new(-1, &x.g, &err)) {
+    if (rehearse) {
+        if (mc_backend_cpu_new(0, &x.g, &err)) {
+            printf("Bail out! %s\n", err.msg);
+            return 1;
+        }
+        printf("# rehearsal: a second CPU backend in the GPU's place\n");
+    } else if (devices == 0 || mc_backend_cuda_new(-1, &x.g, &err)) {
         printf("no GPU: skipped\n");
         return 77;
     }

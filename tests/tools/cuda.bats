@@ -50,3 +50,16 @@ setup() {
     assert_success
     assert_output --partial "0 of"
 }
+
+@test "check_kern --rehearse: the GPU harness runs whole with a second CPU backend, every check at 0 error" {
+    # what the lent GPU's first minutes would otherwise find: a harness
+    # that crashes or miscounts before it compares anything
+    run "$CHECK_KERN" --rehearse
+    assert_success
+    assert_line "# rehearsal: a second CPU backend in the GPU's place"
+    assert_output --partial "kd_bwd in place"
+    assert_output --partial "attention_fwd_docs"
+    assert_line --regexp '^# 0 of [0-9]+ checks failed$'
+    # the same backend twice: every comparison exact
+    ! printf '%s\n' "$output" | grep -E 'rel err [0-9.]+e[-+][0-9]+' | grep -v 'rel err 0.00e+00'
+}
