@@ -34,6 +34,7 @@
 # bf16 hardware on an AVX2 machine).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
+. "$here/bench/lib/gpt2_model.sh"
 build=${1:-$here/build}
 threads=${THREADS:-2} reps=${REPS:-3} ppl=${PPL:-1} ctx=${CTX:-256} chunks=${CHUNKS:-16} ntok=${NTOK:-128}
 pyh=${MC_PYTHON_HEAVY:-/opt/mcheavy/bin/python}
@@ -56,21 +57,7 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
      "load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 
 ckpt=${CKPT:-}
-if [ -z "$ckpt" ]; then
-    echo "== training the model (tokenizer, dataset, 2 iterations)" >&2
-    tok=$("$bin/mc-preprocess/mc-preprocess" --train-tokenizer --vocab-size 4096 --quiet \
-            --input-format text --output "$work/tok.json" "$docs/library/*.txt")
-    prefix=$("$bin/mc-preprocess/mc-preprocess" --tokenizer-type HuggingFaceTokenizer \
-            --tokenizer-model "$tok" --input-format text --append-eod --quiet \
-            --output-prefix "$work/lib" "$docs/library/*.txt")
-    ckpt=$("$bin/mc-train/mc-train" --num-layers 12 --hidden-size 768 --num-attention-heads 12 \
-            --seq-length "$ctx" --max-position-embeddings "$ctx" --data-path "$prefix" \
-            --split 100,0,0 --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$tok" \
-            --micro-batch-size 4 --global-batch-size 4 --train-iters 2 --lr 6e-4 \
-            --untie-embeddings-and-output-weights \
-            --eval-iters 0 --log-interval 10 --threads "$threads" --save "$work/ckpt" \
-            --data-cache-path "$work/cache" 2>/dev/null)
-fi
+[ -n "$ckpt" ] || ckpt=$(train_gpt2_model "$bin" "$work" "$ctx" "$threads" 4)
 "$bin/mc-export/mc-export" --format hf -o "$work/hf" "$ckpt" >/dev/null
 "$bin/mc-export/mc-export" --format gguf --dtype q8_0 -o "$work/m.q8_0.gguf" "$ckpt" >/dev/null
 "$bin/mc-export/mc-export" --format gguf --dtype f32 -o "$work/m.f32.gguf" "$ckpt" >/dev/null

@@ -25,6 +25,7 @@
 # KEEP (set: keep the work directory, its models, logs and JSON results).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
+. "$here/bench/lib/gpt2_model.sh"
 build=${1:-$here/build}
 threads=${THREADS:-2} reps=${REPS:-3} ctx=${CTX:-512} ntok=${NTOK:-64}
 py=${PYTHON:-python3}
@@ -50,21 +51,7 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "llama-server: $("$ls" --version 2>&1 | tr '\n' ' ')"
 
 ckpt=${CKPT:-}
-if [ -z "$ckpt" ]; then
-    echo "== training the model (tokenizer, dataset, 2 iterations)" >&2
-    tok=$("$bin/mc-preprocess/mc-preprocess" --train-tokenizer --vocab-size 4096 --quiet \
-            --input-format text --output "$work/tok.json" "$docs/library/*.txt")
-    prefix=$("$bin/mc-preprocess/mc-preprocess" --tokenizer-type HuggingFaceTokenizer \
-            --tokenizer-model "$tok" --input-format text --append-eod --quiet \
-            --output-prefix "$work/lib" "$docs/library/*.txt")
-    ckpt=$("$bin/mc-train/mc-train" --num-layers 12 --hidden-size 768 --num-attention-heads 12 \
-            --seq-length "$ctx" --max-position-embeddings "$ctx" --data-path "$prefix" \
-            --split 100,0,0 --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$tok" \
-            --micro-batch-size 2 --global-batch-size 2 --train-iters 2 --lr 6e-4 \
-            --untie-embeddings-and-output-weights \
-            --eval-iters 0 --log-interval 10 --threads "$threads" --save "$work/ckpt" \
-            --data-cache-path "$work/cache" 2>/dev/null)
-fi
+[ -n "$ckpt" ] || ckpt=$(train_gpt2_model "$bin" "$work" "$ctx" "$threads" 2)
 ck8=$("$bin/mc-reshard/mc-reshard" --quantize int8 -o "$work/ckpt8" "$ckpt")
 "$bin/mc-export/mc-export" --format gguf --dtype q8_0 -o "$work/m.q8_0.gguf" "$ckpt" >/dev/null
 # prompts: lines of the howto pages (not in the training text), 40 to 300 bytes

@@ -84,6 +84,22 @@ until_metric() {
     return 1
 }
 
+# together N SERVE-COMMAND ARGS...: start the server held (MC_TEST_SERVE_HOLD),
+# send specs.json's N requests at once, release the scheduler when all N
+# run, and wait for their answers in together.json: the first step runs
+# them together
+together() {
+    local n=$1 cpid
+    shift
+    touch hold
+    MC_TEST_SERVE_HOLD="$PWD/hold" "$@"
+    client run specs.json together.json concurrent &
+    cpid=$!
+    until_metric mc_serve_requests_running "$n"
+    rm hold
+    wait "$cpid"
+}
+
 client() {
     require_python_module openai
     "$MC_PYTHON" "$CLIENT" "$URL" "$@"
@@ -199,15 +215,9 @@ EOF
     client specs 32 specs.json
     client run specs.json alone.json
     [ "$(metric mc_serve_batch_size_max)" = 1 ]
-    # held while all 32 are admitted, so the first step runs them together
-    touch hold
     kill -TERM "$SPID"; wait "$SPID" || true
-    MC_TEST_SERVE_HOLD="$PWD/hold" serve --max-batch 32
-    client run specs.json together.json concurrent &
-    cpid=$!
-    until_metric mc_serve_requests_running 32
-    rm hold
-    wait "$cpid"
+    # held while all 32 are admitted, so the first step runs them together
+    together 32 serve --max-batch 32
     "$MC_PYTHON" - <<'EOF'
 import json
 a, b = json.load(open("alone.json")), json.load(open("together.json"))
@@ -224,14 +234,8 @@ EOF
 
 @test "int8 weights: batch invariant too" {
     require_python_module openai
-    touch hold
-    MC_TEST_SERVE_HOLD="$PWD/hold" serve --weights int8 --max-batch 8
     client specs 8 specs.json
-    client run specs.json together.json concurrent &
-    cpid=$!
-    until_metric mc_serve_requests_running 8
-    rm hold
-    wait "$cpid"
+    together 8 serve --weights int8 --max-batch 8
     client run specs.json alone.json
     cmp alone.json together.json
 }
@@ -244,13 +248,7 @@ EOF
     kill -TERM "$SPID"; wait "$SPID" || true
     # 7 rows a step: most prompts are cut, and their later chunks run
     # beside the other requests' prompt chunks and decoded tokens
-    touch hold
-    MC_TEST_SERVE_HOLD="$PWD/hold" serve --max-batch 8 --max-batch-tokens 7
-    client run specs.json together.json concurrent &
-    cpid=$!
-    until_metric mc_serve_requests_running 8
-    rm hold
-    wait "$cpid"
+    together 8 serve --max-batch 8 --max-batch-tokens 7
     cmp alone.json together.json
     [ "$(metric mc_serve_batch_size_max)" -gt 1 ]
     [ "$(metric mc_serve_kv_blocks_in_use)" = 0 ]
@@ -285,13 +283,7 @@ EOF
     client specs 8 specs.json
     client run specs.json one.json
     kill -TERM "$SPID"; wait "$SPID" || true
-    touch hold
-    MC_TEST_SERVE_HOLD="$PWD/hold" serve_tp --max-batch 8 --max-batch-tokens 16
-    client run specs.json together.json concurrent &
-    cpid=$!
-    until_metric mc_serve_requests_running 8
-    rm hold
-    wait "$cpid"
+    together 8 serve_tp --max-batch 8 --max-batch-tokens 16
     client run specs.json alone.json
     # rank 0 drives the steps of both ranks: alone or together, the same bits
     cmp alone.json together.json
