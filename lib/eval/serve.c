@@ -500,7 +500,7 @@ static void *scheduler(void *arg)
 
 /* ------------------------------------------------------------ opening */
 
-static mc_status read_ckpt(mc_serve *s, int *int8, mc_error *err)
+static mc_status read_ckpt(mc_serve *s, int *weights, mc_error *err)
 {
     const mc_serve_config *c = &s->c;
     mc_ckpt_reader *rd = NULL;
@@ -513,12 +513,16 @@ static mc_status read_ckpt(mc_serve *s, int *int8, mc_error *err)
                           mc_ckpt_file(rd));
     if (!st) st = mc_ckpt_read_tokenizer(rd, &s->tok, err);
     if (!st) s->own = mc_ckpt_tokenizer_config(rd); /* its chat template and tokens */
-    *int8 = c->weights;
-    if (!st && *int8 < 0) {
+    *weights = c->weights;
+    if (!st && *weights < 0) {
+        /* as the checkpoint stores its weights: its own int8 codes or bf16 values */
         const char *qkv = "model/decoder.layers.0.self_attention.linear_qkv.weight";
         mc_ckpt_dtype dt = MC_CKPT_FLOAT32;
-        *int8 = mc_ckpt_has_tensor(rd, qkv) &&
-                !mc_ckpt_tensor_info(rd, qkv, NULL, NULL, &dt, NULL) && dt == MC_CKPT_INT8;
+        if (!mc_ckpt_has_tensor(rd, qkv) || mc_ckpt_tensor_info(rd, qkv, NULL, NULL, &dt, NULL))
+            dt = MC_CKPT_FLOAT32;
+        *weights = dt == MC_CKPT_INT8       ? MC_KV_WEIGHTS_INT8
+                   : dt == MC_CKPT_BFLOAT16 ? MC_KV_WEIGHTS_BF16
+                                            : MC_KV_WEIGHTS_FP32;
     }
     if (!st) {
         s->info.iteration = mc_ckpt_iteration(rd);
@@ -597,14 +601,14 @@ mc_status mc_serve_open(const mc_serve_config *c, mc_serve **out, mc_error *err)
         s->grid = *c->grid;
     else
         mc_grid_single(&s->grid);
-    int int8 = 0;
-    mc_status st = read_ckpt(s, &int8, err);
+    int weights = 0;
+    mc_status st = read_ckpt(s, &weights, err);
     if (!st) st = load_chat(s, err);
     if (!st) st = mc_backend_cpu_new(c->threads, &s->be, err);
     if (!st) st = mc_train_load_model(c->ckpt, &s->grid, s->be, 1, 1, MC_PREC_FP32, &s->model, err);
     if (!st) {
         mc_kvpool_config pc = {(size_t)(c->kv_cache_mb * 1048576.0), c->block_size, s->info.ctx,
-                               c->max_batch_tokens, int8 > 0};
+                               c->max_batch_tokens, weights};
         st = mc_kvpool_new(s->model, &pc, &s->pool, err);
         if (st)
             mc_error_prefix(err, "--kv-cache-mb %g, --ctx-size %d", c->kv_cache_mb, s->info.ctx);
@@ -632,7 +636,7 @@ mc_status mc_serve_open(const mc_serve_config *c, mc_serve **out, mc_error *err)
         snprintf(s->model_name, sizeof s->model_name, "%s", c->model_name ? c->model_name : "mc");
         s->info.checkpoint = s->ckpt_dir;
         s->info.parameters = mc_model_global_numel(s->model);
-        s->info.int8 = int8 > 0;
+        s->info.weights = weights;
         s->info.blocks = mc_kvpool_blocks(s->pool);
         s->info.block_size = c->block_size;
         s->info.model_name = s->model_name;

@@ -379,8 +379,12 @@ typedef struct mc_kvpool_config {
     int block_size; /* positions a block */
     int max_len;    /* positions a sequence at most (<= learned positions) */
     int max_rows;   /* rows (new positions of all sequences) a call at most */
-    int int8;       /* weight-only int8 linears (as mc_infer_use_int8) */
+    int weights;    /* the linears' weights: MC_KV_WEIGHTS_* */
 } mc_kvpool_config;
+/* mc_kvpool_config.weights: the model's fp32 values; weight-only int8 (as
+ * mc_infer_use_int8: codes and one scale per row); weight-only bf16 (the
+ * values rounded to bf16, nearest even, widened exactly in the kernel). */
+enum { MC_KV_WEIGHTS_FP32 = 0, MC_KV_WEIGHTS_INT8 = 1, MC_KV_WEIGHTS_BF16 = 2 };
 
 /* The bytes of one block: 2 x layers x block_size x (query groups x head dim) floats. */
 size_t mc_kvpool_block_bytes(const mc_model *m, int block_size);

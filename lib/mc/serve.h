@@ -27,12 +27,13 @@ extern "C" {
 #endif
 
 typedef struct mc_serve_config {
-    const char *ckpt;           /* mc_ckpt_open's path */
-    const char *model_name;     /* the id /v1/models lists; NULL: "mc" */
-    const char *chat_template;  /* a template file (mc_chat_template_load); NULL: none */
-    int threads;                /* CPU threads; 0: the cores present */
-    int ctx;                    /* positions a request at most; 0: the checkpoint's seq_length */
-    int weights;                /* 0: fp32, 1: int8 codes; -1: as the checkpoint stores them */
+    const char *ckpt;          /* mc_ckpt_open's path */
+    const char *model_name;    /* the id /v1/models lists; NULL: "mc" */
+    const char *chat_template; /* a template file (mc_chat_template_load); NULL: none */
+    int threads;               /* CPU threads; 0: the cores present */
+    int ctx;                   /* positions a request at most; 0: the checkpoint's seq_length */
+    int weights; /* MC_KV_WEIGHTS_FP32, _INT8 (codes and row scales) or _BF16 (model.h); -1: as
+                    the checkpoint stores them (int8 or bf16 for such a checkpoint, else fp32) */
     double kv_cache_mb;         /* the key/value pool */
     int block_size;             /* positions a block */
     int max_batch;              /* requests decoded together at most */
@@ -56,7 +57,8 @@ typedef struct mc_serve mc_serve;
 typedef struct mc_serve_info {
     const char *checkpoint; /* the iteration directory */
     int64_t iteration, parameters;
-    int ctx, int8;
+    int ctx;
+    int weights;            /* MC_KV_WEIGHTS_* in use */
     int blocks, block_size; /* the pool */
     const char *model_name;
     int chat; /* a chat template is loaded */

@@ -46,6 +46,7 @@ struct mc_kvpool {
     int *hseq, *hpos, *hrow; /* host [max_rows]: the head's rows */
     int8_t **q8w;            /* weight-only int8 codes and scales per parameter (NULL: fp32) */
     float **q8s;
+    uint16_t **b16w; /* weight-only bf16 values per parameter (NULL: fp32) */
 };
 
 static int head_weight(const mc_model *m) { return m->out_w >= 0 ? m->out_w : m->wte; }
@@ -78,12 +79,18 @@ size_t mc_kvpool_block_bytes(const mc_model *m, int block_size)
     return 2 * (size_t)m->nlocal * (size_t)block_size * m->Gl * m->D * sizeof(float);
 }
 
-static mc_status use_int8(mc_kvpool *p, mc_error *err)
+/* The linears' weights (and the head's, this rank's rows of the vocabulary)
+ * as int8 codes with row scales, or as bf16 values. */
+static mc_status use_weights(mc_kvpool *p, int kind, mc_error *err)
 {
     mc_model *m = p->m;
-    p->q8w = calloc(m->nparams, sizeof *p->q8w);
-    p->q8s = calloc(m->nparams, sizeof *p->q8s);
-    if (!p->q8w || !p->q8s) return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
+    int bf16 = kind == MC_KV_WEIGHTS_BF16;
+    if (bf16)
+        p->b16w = calloc(m->nparams, sizeof *p->b16w);
+    else
+        p->q8w = calloc(m->nparams, sizeof *p->q8w), p->q8s = calloc(m->nparams, sizeof *p->q8s);
+    if (bf16 ? !p->b16w : !p->q8w || !p->q8s)
+        return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
     for (int l = m->cl0[0]; l <= m->cl1[0]; l++) {
         int want[4], n = 0;
         if (l < m->cl1[0]) {
@@ -99,6 +106,13 @@ static mc_status use_int8(mc_kvpool *p, mc_error *err)
             const mc_param *pa = &m->params[want[i]];
             size_t rows = (size_t)pa->local_rows, cols = (size_t)pa->local_cols;
             if (want[i] == m->wte) rows = (size_t)p->vl;
+            if (bf16) {
+                p->b16w[want[i]] = mc_balloc(p->be, rows * cols * sizeof(uint16_t), err);
+                if (!p->b16w[want[i]])
+                    return mc_error_prefix(err, "inference: bf16 copy of %s", pa->name);
+                mc_k_cast_to_bf16(p->be, p->b16w[want[i]], param_val(m, want[i]), rows * cols);
+                continue;
+            }
             p->q8w[want[i]] = mc_balloc(p->be, rows * cols, err);
             p->q8s[want[i]] = mc_balloc(p->be, rows * sizeof(float), err);
             if (!p->q8w[want[i]] || !p->q8s[want[i]])
@@ -181,7 +195,8 @@ mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out,
         layout(p, &cv);
         for (int i = 0; i < (int)nb; i++) p->freelist[i] = (int32_t)nb - 1 - i;
         p->nfree = (int)nb;
-        if (c->int8) st = use_int8(p, err);
+        if (c->weights == MC_KV_WEIGHTS_INT8 || c->weights == MC_KV_WEIGHTS_BF16)
+            st = use_weights(p, c->weights, err);
     }
     if (st) {
         mc_kvpool_free(p);
@@ -201,8 +216,11 @@ void mc_kvpool_free(mc_kvpool *p)
         if (p->q8w[i]) mc_bfree(p->be, p->q8w[i]);
         if (p->q8s && p->q8s[i]) mc_bfree(p->be, p->q8s[i]);
     }
+    for (size_t i = 0; p->b16w && i < p->m->nparams; i++)
+        if (p->b16w[i]) mc_bfree(p->be, p->b16w[i]);
     free(p->q8w);
     free(p->q8s);
+    free(p->b16w);
     free(p->freelist);
     free(p->hlogits);
     free(p->hgathered);
@@ -248,6 +266,8 @@ static void linear(mc_kvpool *p, float *out, const float *in, int w, const float
 {
     if (p->q8w && p->q8w[w])
         mc_k_linear_rows_fwd(p->be, out, in, NULL, p->q8w[w], p->q8s[w], b, n, I, O);
+    else if (p->b16w && p->b16w[w])
+        mc_k_linear_rows_bf16_fwd(p->be, out, in, p->b16w[w], b, n, I, O);
     else
         mc_k_linear_rows_fwd(p->be, out, in, param_val(p->m, w), NULL, NULL, b, n, I, O);
 }

@@ -240,6 +240,31 @@ EOF
     cmp alone.json together.json
 }
 
+@test "bf16 weights: a bf16 checkpoint served on its own values gives the bits of --weights fp32, batch invariant" {
+    require_python_module openai
+    "$top_builddir/tools/mc-reshard/mc-reshard" --dtype bf16 -o gbf "$G" >/dev/null
+    G=$PWD/gbf
+    serve --weights fp32 --max-batch 8
+    client specs 8 specs.json
+    client run specs.json fp32.json
+    kill -TERM "$SPID"; wait "$SPID" || true
+    together 8 serve --max-batch 8
+    grep -q "bf16 weights" serve.log
+    client run specs.json alone.json
+    cmp alone.json together.json
+    cmp fp32.json alone.json
+    # an fp32 checkpoint with --weights bf16 is rounded: not its fp32 bits
+    kill -TERM "$SPID"; wait "$SPID" || true
+    G=$BATS_FILE_TMPDIR/gpt
+    serve --weights bf16
+    grep -q "bf16 weights" serve.log
+    client run specs.json rounded.json
+    kill -TERM "$SPID"; wait "$SPID" || true
+    serve
+    client run specs.json exact.json
+    ! cmp -s rounded.json exact.json
+}
+
 @test "prompts cut by --max-batch-tokens continue beside others with the same bits" {
     require_python_module openai
     serve --max-batch 8

@@ -4,6 +4,8 @@
  * summation order re-done here in scalar C (bit for bit, so every path
  * gives the same bits), and the batch invariance itself: a row's outputs
  * are the same bits whatever the number of rows and its place among them.
+ * bf16 weights: the bits of the fp32 kernel on their widened values, at
+ * every batch size.
  */
 #include <math.h>
 #include <stdio.h>
@@ -79,6 +81,28 @@ int main(void)
         TAP_OK(varied == 0, "%s: a row's bits do not depend on the batch (%d of 91 differ)", kind,
                varied);
         free(xb), free(ob);
+    }
+    /* bf16: W rounded (nearest even, kern.h cast), against the fp32 kernel
+     * on the widened values: the same sum of the same products */
+    {
+        uint16_t *wb = malloc(Cout * Cin * sizeof *wb);
+        float *wide = kt_falloc(Cout * Cin), *o2 = kt_falloc(NMAX * Cout);
+        mc_k_cast_to_bf16(be, wb, W, Cout * Cin);
+        mc_k_cast_from_bf16(be, wide, wb, Cout * Cin);
+        int differ = 0, same_as_fp32 = 1;
+        for (size_t N = 1; N <= NMAX; N++) {
+            mc_k_linear_rows_bf16_fwd(be, out, x, wb, b, N, Cin, Cout);
+            mc_k_linear_rows_fwd(be, o2, x, wide, NULL, NULL, b, N, Cin, Cout);
+            differ += memcmp(out, o2, N * Cout * sizeof(float)) != 0;
+        }
+        TAP_OK(differ == 0,
+               "bf16: the bits of the fp32 kernel on the widened weights at 1..13 rows (%d "
+               "differ)",
+               differ);
+        mc_k_linear_rows_fwd(be, o2, x, W, NULL, NULL, b, NMAX, Cin, Cout);
+        same_as_fp32 = !memcmp(out, o2, NMAX * Cout * sizeof(float));
+        TAP_OK(!same_as_fp32, "bf16: the weights are rounded (results differ from fp32's)");
+        free(wb), free(wide), free(o2);
     }
     free(W), free(b), free(s), free(q), free(x), free(out), free(one), free(ref);
     mc_backend_free(be);

@@ -67,8 +67,9 @@ static const mc_option options[] = {
      "Positions a request may use, prompt plus generated tokens (default: the checkpoint's "
      "--seq-length)."},
     {"weights", MC_OPT_REQUIRED, OPT_WEIGHTS, "TYPE",
-     "fp32 or int8: run the linear layers on fp32 weights or on int8 codes with one scale "
-     "per row. Default: int8 for a checkpoint quantized to int8, fp32 otherwise."},
+     "fp32, bf16 or int8: run the linear layers on fp32 weights, on bf16 weights (half the "
+     "bytes) or on int8 codes with one scale per row. Default: int8 for a checkpoint quantized "
+     "to int8, bf16 for a bf16 checkpoint (on its own values), fp32 otherwise."},
     {"threads", MC_OPT_REQUIRED, OPT_THREADS, "N", "CPU threads (default: the cores present)."},
     {"kv-cache-mb", MC_OPT_REQUIRED, OPT_KV_MB, "MB",
      "Memory for the key/value cache, cut into blocks shared by all requests (256)."},
@@ -92,7 +93,10 @@ static const mc_option options[] = {
     {NULL, 0, 0, NULL, NULL},
 };
 
-static const mc_choice weight_types[] = {{"fp32", 0}, {"int8", 1}, {NULL, 0}};
+static const mc_choice weight_types[] = {{"fp32", MC_KV_WEIGHTS_FP32},
+                                         {"bf16", MC_KV_WEIGHTS_BF16},
+                                         {"int8", MC_KV_WEIGHTS_INT8},
+                                         {NULL, 0}};
 
 typedef struct args {
     mc_serve_config c;
@@ -403,8 +407,11 @@ int main(int argc, char **argv)
                     "%s: iteration %" PRId64 ", %" PRId64 " parameters, context %d, %s weights, "
                     "%d key/value blocks of %d positions%s%s",
                     info->checkpoint, info->iteration, info->parameters, info->ctx,
-                    info->int8 ? "int8" : "fp32", info->blocks, info->block_size,
-                    info->chat ? ", chat template" : "", grid.world > 1 ? ", tensor parallel" : "");
+                    info->weights == MC_KV_WEIGHTS_INT8   ? "int8"
+                    : info->weights == MC_KV_WEIGHTS_BF16 ? "bf16"
+                                                          : "fp32",
+                    info->blocks, info->block_size, info->chat ? ", chat template" : "",
+                    grid.world > 1 ? ", tensor parallel" : "");
         mc_log_info(&lg, "listening on %s", url);
     }
     printf("%s\n", url);
