@@ -1,6 +1,7 @@
 /*
  * gpt_internal.h - private pieces of the GPT dataset (lib/data/gpt_*.c,
- * blend.c, mt19937.c, npy.c, pyjson.c, md5.c): numpy's legacy RandomState,
+ * blend.c, mt19937.c, pcg64.c, npy.c, pyjson.c, md5.c): numpy's legacy
+ * RandomState and its default_rng,
  * .npy files, Python-style JSON for Megatron's cache descriptions, MD5.
  * Not installed; nothing outside lib/data includes it.
  */
@@ -29,6 +30,22 @@ uint64_t mc_mt_interval(mc_mt19937 *s, uint64_t max);
 /* RandomState.shuffle of a 1-D array with elements of `size` bytes
  * (Fisher-Yates from the end, j = random_interval(i)). */
 void mc_mt_shuffle(mc_mt19937 *s, void *data, int64_t n, size_t size);
+
+/* ---- pcg64.c: numpy.random.default_rng (SeedSequence, PCG64) ---- */
+typedef struct mc_pcg64 {
+    uint64_t state[2], inc[2]; /* 128-bit, high word first */
+    int has32;                 /* next_uint32's buffered high half */
+    uint32_t hi32;
+} mc_pcg64;
+
+/* SeedSequence(seed).generate_state(nwords, uint32) for an integer seed. */
+void mc_seedseq_state(uint64_t seed, uint32_t *out, int nwords);
+/* default_rng(seed)'s bit generator. */
+void mc_pcg64_seed(mc_pcg64 *g, uint64_t seed);
+uint64_t mc_pcg64_next64(mc_pcg64 *g);
+uint32_t mc_pcg64_next32(mc_pcg64 *g);
+/* Generator.integers(low, high, size=n, dtype=int32): [low, high). */
+void mc_pcg64_integers32(mc_pcg64 *g, int32_t low, int32_t high, int32_t *out, size_t n);
 
 /* ---- npy.c: numpy .npy files (format 1.0 written, 1.0-3.0 read) ---- */
 typedef enum mc_npy_type { MC_NPY_I16, MC_NPY_I32, MC_NPY_U32, MC_NPY_I64 } mc_npy_type;
