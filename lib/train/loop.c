@@ -10,6 +10,7 @@
 #include "config.h"
 #endif
 
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -562,6 +563,44 @@ static mc_status load_teacher(run *r, mc_error *err)
     return MC_OK;
 }
 
+/* The test hook MC_TEST_FAULT_NAN=RANK:ITER[:inf][,RANK:ITER[:inf]...]
+ * (mc-train(1), ENVIRONMENT): world rank RANK's gradient holds a NaN (an
+ * Inf with ":inf") at iteration ITER (the log's 1-based number), planted
+ * before the backward passes accumulate into it, so it reaches the
+ * data-parallel reduction and the overflow check as a real one would. The
+ * whole value is checked at the start (it == 0: only the syntax); *poison
+ * is NaN or Inf for an entry naming this rank and iteration, else 0. */
+static mc_status fault_nan(int rank, int64_t it, float *poison, mc_error *err)
+{
+    const char *spec = getenv("MC_TEST_FAULT_NAN");
+    *poison = 0.0f;
+    if (!spec) return MC_OK;
+    for (const char *p = spec; *p;) {
+        char *end;
+        errno = 0;
+        long long rk = strtoll(p, &end, 10);
+        long long at = 0;
+        int ok = end != p && *end == ':' && rk >= 0 && errno == 0;
+        if (ok) {
+            const char *q = end + 1;
+            at = strtoll(q, &end, 10);
+            ok = end != q && at >= 1 && errno == 0;
+        }
+        int inf = 0;
+        if (ok && !strncmp(end, ":inf", 4)) {
+            inf = 1;
+            end += 4;
+        }
+        if (!ok || (*end != ',' && *end != '\0'))
+            return mc_error_set(err, MC_ERR_USAGE,
+                                "MC_TEST_FAULT_NAN: '%s' is not RANK:ITER[:inf][,RANK:ITER...]",
+                                spec);
+        if (rk == rank && at == it) *poison = inf ? INFINITY : NAN;
+        p = *end ? end + 1 : end;
+    }
+    return MC_OK;
+}
+
 static mc_status setup(run *r, const mc_model_config *model_cfg,
                        const struct mc_gptdata_config *data, mc_error *err)
 {
@@ -638,6 +677,8 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
                             "longer the reference; give the reference with --ref-load",
                             r->s.iteration, c->load);
     if (c->init_only) return MC_OK; /* nothing to train: no data, no metrics */
+    float unused;
+    if ((st = fault_nan(r->g->rank, 0, &unused, err))) return st;
 
     /* Data: as many samples as Megatron asks the dataset builder for. */
     mc_gptdata_config dc = *data;
@@ -768,6 +809,9 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
     /* --overlap-param-gather: the last step's all-gather ends here. */
     if ((st = mc_optim_wait_params(r->optim, err))) return st;
     mc_model_zero_grads(r->model);
+    float poison;
+    if ((st = fault_nan(r->g->rank, r->s.iteration + 1, &poison, err))) return st;
+    if (poison != 0.0f) mc_bcopy_from_host(r->be, mc_model_grads(r->model), &poison, sizeof poison);
     memset(&r->dpo_sums, 0, sizeof r->dpo_sums);
     /* the loss sums and token count; [2]: the KL's sum with --kd-teacher */
     double acc[3] = {0, 0, 0};
