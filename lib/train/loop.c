@@ -591,7 +591,7 @@ static mc_status fault_nan(int rank, int64_t it, float *poison, mc_error *err)
             inf = 1;
             end += 4;
         }
-        if (!ok || (*end != ',' && *end != '\0'))
+        if (!ok || (*end != ',' && *end != '\0') || (*end == ',' && !end[1]))
             return mc_error_set(err, MC_ERR_USAGE,
                                 "MC_TEST_FAULT_NAN: '%s' is not RANK:ITER[:inf][,RANK:ITER...]",
                                 spec);
