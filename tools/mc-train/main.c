@@ -229,7 +229,7 @@ static const mc_option options[] = {
     {"loss-scale-window", MC_OPT_REQUIRED, OPT_LOSS_SCALE_WINDOW, "N",
      "Clean iterations before the dynamic scale doubles (1000)."},
     {"hysteresis", MC_OPT_REQUIRED, OPT_HYSTERESIS, "N",
-     "Overflows in a row before the dynamic scale halves (2)."},
+     "Overflows before the dynamic scale halves; a clean window restores them (2)."},
     /* training */
     {"micro-batch-size", MC_OPT_REQUIRED, OPT_MICRO_BATCH, "N", "Sequences per micro-batch (1)."},
     {"global-batch-size", MC_OPT_REQUIRED, OPT_GLOBAL_BATCH, "N",
