@@ -19,12 +19,13 @@
 # the machine's speed; the assertions hold wherever it lands). Every wait is
 # bounded (timeout, or a loop of at most a fixed count).
 #
-# Usage: kill_campaign.sh [-s SEED] [-n SINGLE] [-m MPI] [-d DIR] [-q]
+# Usage: kill_campaign.sh [-s SEED] [-n SINGLE] [-m MPI] [-d DIR] [-a] [-q]
 #   -s SEED    seed of the moments (default 17)
 #   -n SINGLE  kills of the one-process run (default 25)
 #   -m MPI     kills of the TP=2 x DP=2 run (default 25; 0 without mpirun)
 #   -d DIR     working directory (default: a new one under $TMPDIR, removed
 #              at the end unless a kill failed)
+#   -a         the killed runs save with --async-save (one process only)
 #   -q         print only the failures and the summary
 # Environment: MC_TRAIN (the mc-train binary; default the build tree's),
 # MPIRUN (default the one on PATH). Prints one line per kill and a summary
@@ -32,13 +33,14 @@
 # otherwise, 2 on bad usage or a missing program.
 set -u
 
-seed=17 single=25 mpi=25 dir= quiet=0
-while getopts 's:n:m:d:q' o; do
+seed=17 single=25 mpi=25 dir= quiet=0 async=()
+while getopts 's:n:m:d:aq' o; do
     case $o in
     s) seed=$OPTARG ;;
     n) single=$OPTARG ;;
     m) mpi=$OPTARG ;;
     d) dir=$OPTARG ;;
+    a) async=(--async-save) ;;
     q) quiet=1 ;;
     *) exit 2 ;;
     esac
@@ -148,7 +150,7 @@ campaign() {
         local before
         before=$(find "$ck" -maxdepth 1 -name '.iter_*' 2>/dev/null | sort)
         launch "$mode" "${common[@]}" --train-iters $ITERS --save "$ck" --load "$ck" \
-            --save-interval 1 --log-json run.jsonl
+            --save-interval 1 --log-json run.jsonl "${async[@]}"
         # the delay counts from the first iteration's log line (start-up,
         # seconds on a loaded machine, is not what is tested): wait, bounded
         local i want pids=()
@@ -248,7 +250,7 @@ campaign() {
 
 [ "$single" -gt 0 ] && campaign single "$single" 1500
 [ "$mpi" -gt 0 ] && campaign mpi "$mpi" 3000
-echo "survived $survived of $total kills ($corrupt corrupt; $midsave mid-save, $nolatest before the first save; seed $seed)"
+echo "survived $survived of $total kills${async:+ (--async-save)} ($corrupt corrupt; $midsave mid-save, $nolatest before the first save; seed $seed)"
 [ "$keep" = 1 ] && echo "files kept in $dir"
 cd / && [ "$keep" = 0 ] && rm -rf "$dir"
 [ "$corrupt" = 0 ] && [ "$total" = $((single + mpi)) ]
