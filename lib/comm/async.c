@@ -320,8 +320,9 @@ mc_status mc_wait(const mc_grid *g, mc_request *r, mc_error *err)
     mc_comm *cm = g->impl;
     mc_status st;
     double t0 = mc_comm_now();
-    mc_watchdog_enter(cm->wd, r->name, r->k);
-    if (r->op == OP_SEND || r->op == OP_RECV) {
+    int p2p = r->op == OP_SEND || r->op == OP_RECV;
+    mc_watchdog_enter_peer(cm->wd, r->name, r->k, p2p ? mc_comm_world_rank(r->c, r->peer) : -1);
+    if (p2p) {
         MPI_Status s;
         int rc = MPI_Wait(&r->mpi, &s);
         mc_watchdog_leave(cm->wd);

@@ -17,6 +17,10 @@ typedef struct mc_watchdog mc_watchdog;
 mc_status mc_watchdog_start(mc_watchdog **out, int rank, double minutes, mc_error *err);
 void mc_watchdog_configure(mc_watchdog *wd, double minutes, const char *prog);
 void mc_watchdog_enter(mc_watchdog *wd, const char *op, mc_group_kind k);
+/* Point to point: peer is the other end's world rank, named on expiry. */
+void mc_watchdog_enter_peer(mc_watchdog *wd, const char *op, mc_group_kind k, int peer);
+/* The world rank of group rank peer of communicator c (-1 if none). */
+int mc_comm_world_rank(MPI_Comm c, int peer);
 void mc_watchdog_leave(mc_watchdog *wd);
 void mc_watchdog_stop(mc_watchdog *wd);
 

@@ -152,11 +152,12 @@ mc_status mc_comm_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const f
 
 /* Blocking calls wait for the group's queued non-blocking work first (so the
  * order on the communicator is the issue order) and run under the deadline. */
-#define BEGIN(op, k)                                                              \
+#define BEGIN_PEER(op, k, peer)                                                   \
     mc_comm *cm = g->impl;                                                        \
     double t0_ = mc_comm_now();                                                   \
     if (mc_async_busy(cm, k) && (st = mc_async_drain(cm, k, op, err))) return st; \
-    mc_watchdog_enter(cm->wd, op, k)
+    mc_watchdog_enter_peer(cm->wd, op, k, peer)
+#define BEGIN(op, k) BEGIN_PEER(op, k, -1)
 /* Leave the deadline and count the call (stats.c): kind, bytes handed,
  * bytes this rank sent, the time blocked since BEGIN (a drain included). */
 #define END(kind, bytes, wire) \
@@ -337,13 +338,28 @@ mc_status mc_comm_peer(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
     return check_count(n, op, k, err);
 }
 
+int mc_comm_world_rank(MPI_Comm c, int peer)
+{
+    MPI_Group gc, gw;
+    int out = -1;
+    if (MPI_Comm_group(c, &gc) != MPI_SUCCESS) return -1;
+    if (MPI_Comm_group(MPI_COMM_WORLD, &gw) == MPI_SUCCESS) {
+        if (MPI_Group_translate_ranks(gc, 1, &peer, gw, &out) != MPI_SUCCESS ||
+            out == MPI_UNDEFINED)
+            out = -1;
+        MPI_Group_free(&gw);
+    }
+    MPI_Group_free(&gc);
+    return out;
+}
+
 mc_status mc_send(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *x, size_t n,
                   int peer, mc_error *err)
 {
     MPI_Comm c;
     mc_status st = mc_comm_peer(g, k, be, "send", peer, n, &c, err);
     if (st) return st;
-    BEGIN("send", k);
+    BEGIN_PEER("send", k, mc_comm_world_rank(c, peer));
     /* device memory goes through host memory (see mc_comm_stage) */
     float *h = mc_comm_stage(be, x, n);
     int rc = h || !n ? MPI_Send(h ? h : x, (int)n, MPI_FLOAT, peer, 0, c) : MPI_ERR_NO_MEM;
@@ -371,7 +387,7 @@ mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, s
     mc_status st = mc_comm_peer(g, k, be, "receive", peer, n, &c, err);
     if (st) return st;
     MPI_Status s;
-    BEGIN("receive", k);
+    BEGIN_PEER("receive", k, mc_comm_world_rank(c, peer));
     float *h = mc_nccl_wanted(be) ? malloc(n * sizeof(float) + 1) : x;
     int rc = h ? MPI_Recv(h, (int)n, MPI_FLOAT, peer, 0, c, &s) : MPI_ERR_NO_MEM;
     if (h && h != x) {

@@ -55,15 +55,18 @@ void mc_interrupt_install(void)
     }
 }
 
-/* MC_TEST_STOP_AT_TEMP set in the environment: the process stops itself
- * (SIGSTOP) when it counts its first temporary, so a test can send a
- * signal at exactly that point and then SIGCONT, whatever the machine's
- * speed (tests/tools/interrupt.bats). */
+/* MC_TEST_STOP_AT_TEMP=N in the environment (N >= 1; any other non-empty
+ * value but 0 means 1): the process stops itself (SIGSTOP) when it counts
+ * its Nth temporary, so a test can send a signal at exactly that point and
+ * then SIGCONT, whatever the machine's speed (tests/tools/interrupt.bats;
+ * kill_campaign.bats stops mc-train --async-save in its third save). */
 static void stop_for_test(void)
 {
-    static atomic_int stopped;
+    static atomic_int seen;
     const char *v = getenv("MC_TEST_STOP_AT_TEMP");
-    if (v && *v && *v != '0' && atomic_exchange(&stopped, 1) == 0) raise(SIGSTOP);
+    if (!v || !*v || *v == '0') return;
+    int n = atoi(v);
+    if (atomic_fetch_add(&seen, 1) + 1 == (n > 0 ? n : 1)) raise(SIGSTOP);
 }
 
 void mc_temp_begin(void)

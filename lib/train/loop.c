@@ -10,9 +10,11 @@
 #include "config.h"
 #endif
 
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +90,18 @@ typedef struct run {
     mc_train_report *rep;
     double flops_per_token;
     double t_start; /* --exit-duration-in-mins counts from here, set-up included */
+    /* --async-save: the write in flight, if any */
+    struct {
+        int active;
+        pthread_t thread;
+        mc_train_snapshot *snap;
+        const char *dir;
+        int64_t iteration;
+        double t0;
+        mc_status st;
+        mc_error err;
+        char out[4096];
+    } async;
 } run;
 
 static void say(const run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -323,6 +337,59 @@ static mc_status eval_and_print(run *r, mc_split split, const char *where, int64
 
 /* ---------------------------------------------------------------- checkpoints */
 
+static void *async_write(void *arg)
+{
+    run *r = arg;
+    r->async.st = mc_train_snapshot_write(r->async.snap, r->async.dir, r->async.out,
+                                          sizeof r->async.out, &r->async.err);
+    return NULL;
+}
+
+/* --async-save: wait for the write in flight, report it. */
+static mc_status async_finish(run *r, mc_error *err)
+{
+    if (!r->async.active) return MC_OK;
+    pthread_join(r->async.thread, NULL);
+    r->async.active = 0;
+    mc_train_snapshot_free(r->async.snap);
+    r->async.snap = NULL;
+    if (r->async.st) {
+        *err = r->async.err;
+        return r->async.st;
+    }
+    snprintf(r->rep->last_checkpoint, sizeof r->rep->last_checkpoint, "%s", r->async.out);
+    say(r,
+        "  successfully saved checkpoint from iteration %7" PRId64 " to %s [ t %.2fs, "
+        "asynchronous ]",
+        r->async.iteration, r->async.out, now_s() - r->async.t0);
+    return MC_OK;
+}
+
+/* --async-save: the previous write done, a copy of the state now, written
+ * on a thread while training goes on. */
+static mc_status async_save(run *r, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    mc_status st = async_finish(r, err);
+    if (st) return st;
+    r->async.t0 = now_s();
+    r->async.iteration = r->s.iteration;
+    r->async.dir = c->save;
+    if ((st = mc_train_state_snapshot(r->be, r->model, c->no_save_optim ? NULL : r->optim, &r->s,
+                                      r->config_json, c->tokenizer, c->ckpt_compression,
+                                      &r->async.snap, err)))
+        return st;
+    int rc = pthread_create(&r->async.thread, NULL, async_write, r);
+    if (rc) {
+        mc_train_snapshot_free(r->async.snap);
+        r->async.snap = NULL;
+        return mc_error_errno(err, MC_ERR_INTERNAL, rc, "--async-save: cannot start a thread");
+    }
+    r->async.active = 1;
+    r->last_saved = r->s.iteration;
+    return MC_OK;
+}
+
 static mc_status save(run *r, mc_error *err)
 {
     const mc_train_config *c = r->c;
@@ -333,6 +400,7 @@ static mc_status save(run *r, mc_error *err)
         if (ws) return ws;
     }
     r->s.optim_steps = mc_optim_steps(r->optim);
+    if (c->async_save && !c->init_only) return async_save(r, err);
     double t0 = now_s();
     mc_status st = mc_train_state_save(c->save, r->g, r->be, r->model,
                                        c->no_save_optim ? NULL : r->optim, &r->s, r->config_json,
@@ -562,6 +630,44 @@ static mc_status load_teacher(run *r, mc_error *err)
     return MC_OK;
 }
 
+/* The test hook MC_TEST_FAULT_NAN=RANK:ITER[:inf][,RANK:ITER[:inf]...]
+ * (mc-train(1), ENVIRONMENT): world rank RANK's gradient holds a NaN (an
+ * Inf with ":inf") at iteration ITER (the log's 1-based number), planted
+ * before the backward passes accumulate into it, so it reaches the
+ * data-parallel reduction and the overflow check as a real one would. The
+ * whole value is checked at the start (it == 0: only the syntax); *poison
+ * is NaN or Inf for an entry naming this rank and iteration, else 0. */
+static mc_status fault_nan(int rank, int64_t it, float *poison, mc_error *err)
+{
+    const char *spec = getenv("MC_TEST_FAULT_NAN");
+    *poison = 0.0f;
+    if (!spec) return MC_OK;
+    for (const char *p = spec; *p;) {
+        char *end;
+        errno = 0;
+        long long rk = strtoll(p, &end, 10);
+        long long at = 0;
+        int ok = end != p && *end == ':' && rk >= 0 && errno == 0;
+        if (ok) {
+            const char *q = end + 1;
+            at = strtoll(q, &end, 10);
+            ok = end != q && at >= 1 && errno == 0;
+        }
+        int inf = 0;
+        if (ok && !strncmp(end, ":inf", 4)) {
+            inf = 1;
+            end += 4;
+        }
+        if (!ok || (*end != ',' && *end != '\0') || (*end == ',' && !end[1]))
+            return mc_error_set(err, MC_ERR_USAGE,
+                                "MC_TEST_FAULT_NAN: '%s' is not RANK:ITER[:inf][,RANK:ITER...]",
+                                spec);
+        if (rk == rank && at == it) *poison = inf ? INFINITY : NAN;
+        p = *end ? end + 1 : end;
+    }
+    return MC_OK;
+}
+
 static mc_status setup(run *r, const mc_model_config *model_cfg,
                        const struct mc_gptdata_config *data, mc_error *err)
 {
@@ -637,7 +743,13 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
                             "--dpo resumes at iteration %" PRId64 " of %s: its weights are no "
                             "longer the reference; give the reference with --ref-load",
                             r->s.iteration, c->load);
+    if (c->async_save && r->g->world > 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--async-save: one process only for now (the parallel writer's "
+                            "collectives would need a thread and communicator of their own)");
     if (c->init_only) return MC_OK; /* nothing to train: no data, no metrics */
+    float unused;
+    if ((st = fault_nan(r->g->rank, 0, &unused, err))) return st;
 
     /* Data: as many samples as Megatron asks the dataset builder for. */
     mc_gptdata_config dc = *data;
@@ -768,6 +880,9 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
     /* --overlap-param-gather: the last step's all-gather ends here. */
     if ((st = mc_optim_wait_params(r->optim, err))) return st;
     mc_model_zero_grads(r->model);
+    float poison;
+    if ((st = fault_nan(r->g->rank, r->s.iteration + 1, &poison, err))) return st;
+    if (poison != 0.0f) mc_bcopy_from_host(r->be, mc_model_grads(r->model), &poison, sizeof poison);
     memset(&r->dpo_sums, 0, sizeof r->dpo_sums);
     /* the loss sums and token count; [2]: the KL's sum with --kd-teacher */
     double acc[3] = {0, 0, 0};
@@ -1013,6 +1128,10 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
         report->consumed_samples = r.s.consumed_samples;
         st = c->init_only ? save(&r, err) : train_loop(&r, err);
     }
+    /* --async-save: the last write is waited for, whatever ended the run */
+    mc_error aerr;
+    mc_status ast = async_finish(&r, st ? &aerr : err);
+    if (!st) st = ast;
     mc_error cerr;
     mc_status cst = mc_metrics_close(r.metrics, &cerr);
     if (!st && cst) {

@@ -88,6 +88,87 @@ static int writes_param(const mc_grid *g, const mc_param *p)
     return !(p->split_dim < 0 && g->tp_rank != 0);
 }
 
+/* This rank's parameters and (with o) moments, block by block, to fn:
+ * the writer's tensors, or a snapshot's copies. Collective on a grid (the
+ * moments' gather). */
+static mc_status save_params(const mc_grid *g, mc_backend *be, mc_model *m, mc_optim *o,
+                             block_fn fn, void *ctx, mc_error *err)
+{
+    mc_status st = MC_OK;
+    int writer = g->dp_rank == 0 && g->cp_rank == 0;
+    size_t maxn = max_param_numel(m), np = mc_model_num_params(m);
+    float *host = malloc(maxn * sizeof *host);
+    /* Backend scratch for the moments of one parameter (full, this
+     * tensor-parallel rank's slice), gathered from the data-parallel
+     * shards under the distributed optimizer. */
+    float *mom = o ? mc_balloc(be, 2 * maxn * sizeof *mom, err) : NULL;
+    if (!host || (o && !mom)) st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
+    if (!st && o) st = mc_optim_wait_params(o, err);
+
+    char path[512];
+    for (size_t i = 0; i < np && !st; i++) {
+        const mc_param *p = mc_model_param(m, i);
+        if (!writes_param(g, p)) continue;
+        if (writer) {
+            mc_bcopy_to_host(be, host, mc_model_params(m) + p->offset, p->numel * sizeof(float));
+            snprintf(path, sizeof path, "%s/%s", GROUPS[0], p->name);
+            st = for_blocks(p, path, host, fn, ctx, err);
+        }
+        if (st || !o) continue;
+        st = mc_optim_gather_moments(o, p->offset, p->numel, writer ? mom : NULL,
+                                     writer ? mom + maxn : NULL, err);
+        for (int k = 1; k <= 2 && !st && writer; k++) {
+            mc_bcopy_to_host(be, host, mom + (size_t)(k - 1) * maxn, p->numel * sizeof(float));
+            snprintf(path, sizeof path, "%s/%s", GROUPS[k], p->name);
+            st = for_blocks(p, path, host, fn, ctx, err);
+        }
+    }
+    free(host);
+    if (mom) mc_bfree(be, mom);
+    return st;
+}
+
+/* Everything after the tensors: the counters, the configuration, the
+ * tokenizer and the loss scaler. */
+static mc_status write_tail(mc_ckpt_writer *w, const mc_train_state *s, int has_optim,
+                            const char *config_json, const mc_tokenizer_spec *tok, mc_error *err)
+{
+    mc_status st = mc_ckpt_write_int(w, "consumed_samples", s->consumed_samples, err);
+    if (!st) st = mc_ckpt_write_int(w, "scheduler_samples", s->sched_samples, err);
+    if (!st) st = mc_ckpt_write_int(w, "optimizer_steps", s->optim_steps, err);
+    if (!st) st = mc_ckpt_write_int(w, "has_optimizer", has_optim, err);
+    if (!st && config_json) st = mc_ckpt_write_json(w, "config", config_json, err);
+    if (!st && tok) st = mc_ckpt_write_tokenizer(w, tok, err);
+    if (!st) {
+        json_t *ts = json_pack("{s:f, s:b, s:f, s:i, s:i, s:i, s:i}", "loss_scale", s->scaler.scale,
+                               "dynamic", s->scaler.dynamic, "min_loss_scale", s->scaler.min_scale,
+                               "window", s->scaler.window, "hysteresis", s->scaler.hysteresis,
+                               "growth_tracker", s->scaler.growth_tracker, "hysteresis_tracker",
+                               s->scaler.hysteresis_tracker);
+        char *text = ts ? json_dumps(ts, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+        st = text ? mc_ckpt_write_json(w, "train_state", text, err)
+                  : mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
+        free(text);
+        json_decref(ts);
+    }
+    return st;
+}
+
+/* The tail, then the commit (or the abort, which on a grid fails every
+ * rank's save with this error). */
+static mc_status finish(mc_ckpt_writer *w, mc_status st, const mc_train_state *s, int has_optim,
+                        const char *config_json, const mc_tokenizer_spec *tok, char *out_dir,
+                        size_t cap, mc_error *err)
+{
+    if (!st) st = write_tail(w, s, has_optim, config_json, tok, err);
+    if (st) {
+        mc_ckpt_writer_abort(w);
+        return st;
+    }
+    snprintf(out_dir, cap, "%s", mc_ckpt_writer_dir(w));
+    return mc_ckpt_writer_commit(w, err);
+}
+
 mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be, mc_model *m,
                               mc_optim *o, const mc_train_state *s, const char *config_json,
                               const mc_tokenizer_spec *tok, int compression, char *out_dir,
@@ -103,64 +184,110 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
     if (st) return st;
     if (compression)
         st = mc_ckpt_writer_set_compression(w, (mc_ckpt_compression)compression, 0, err);
-
-    int writer = g->dp_rank == 0 && g->cp_rank == 0;
-    size_t maxn = max_param_numel(m), np = mc_model_num_params(m);
-    float *host = malloc(maxn * sizeof *host);
-    /* Backend scratch for the moments of one parameter (full, this
-     * tensor-parallel rank's slice), gathered from the data-parallel
-     * shards under the distributed optimizer. */
-    float *mom = o ? mc_balloc(be, 2 * maxn * sizeof *mom, err) : NULL;
-    if (!st && (!host || (o && !mom)))
-        st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
-    if (!st && o) st = mc_optim_wait_params(o, err);
-
     wctx c = {w};
-    char path[512];
-    for (size_t i = 0; i < np && !st; i++) {
-        const mc_param *p = mc_model_param(m, i);
-        if (!writes_param(g, p)) continue;
-        if (writer) {
-            mc_bcopy_to_host(be, host, mc_model_params(m) + p->offset, p->numel * sizeof(float));
-            snprintf(path, sizeof path, "%s/%s", GROUPS[0], p->name);
-            st = for_blocks(p, path, host, write_block, &c, err);
-        }
-        if (st || !o) continue;
-        st = mc_optim_gather_moments(o, p->offset, p->numel, writer ? mom : NULL,
-                                     writer ? mom + maxn : NULL, err);
-        for (int k = 1; k <= 2 && !st && writer; k++) {
-            mc_bcopy_to_host(be, host, mom + (size_t)(k - 1) * maxn, p->numel * sizeof(float));
-            snprintf(path, sizeof path, "%s/%s", GROUPS[k], p->name);
-            st = for_blocks(p, path, host, write_block, &c, err);
-        }
-    }
-    free(host);
-    if (mom) mc_bfree(be, mom);
+    if (!st) st = save_params(g, be, m, o, write_block, &c, err);
+    return finish(w, st, s, o != NULL, config_json, tok, out_dir, cap, err);
+}
 
-    if (!st) st = mc_ckpt_write_int(w, "consumed_samples", s->consumed_samples, err);
-    if (!st) st = mc_ckpt_write_int(w, "scheduler_samples", s->sched_samples, err);
-    if (!st) st = mc_ckpt_write_int(w, "optimizer_steps", s->optim_steps, err);
-    if (!st) st = mc_ckpt_write_int(w, "has_optimizer", o != NULL, err);
-    if (!st && config_json) st = mc_ckpt_write_json(w, "config", config_json, err);
-    if (!st && tok) st = mc_ckpt_write_tokenizer(w, tok, err);
-    if (!st) {
-        json_t *ts = json_pack("{s:f, s:b, s:f, s:i, s:i, s:i, s:i}", "loss_scale", s->scaler.scale,
-                               "dynamic", s->scaler.dynamic, "min_loss_scale", s->scaler.min_scale,
-                               "window", s->scaler.window, "hysteresis", s->scaler.hysteresis,
-                               "growth_tracker", s->scaler.growth_tracker, "hysteresis_tracker",
-                               s->scaler.hysteresis_tracker);
-        char *text = ts ? json_dumps(ts, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
-        st = text ? mc_ckpt_write_json(w, "train_state", text, err)
-                  : mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
-        free(text);
-        json_decref(ts);
+/* ------------------------------------------------------------ snapshots */
+
+typedef struct snap_block {
+    char *path;
+    int64_t rows, cols, row0, col0, nrows, lcols;
+    float *data;
+} snap_block;
+
+struct mc_train_snapshot {
+    snap_block *b;
+    size_t n, cap;
+    mc_train_state s;
+    int has_optim, compression;
+    char *config_json;
+    const mc_tokenizer_spec *tok;
+};
+
+static mc_status record_block(void *ctx, const mc_param *p, const char *path, int64_t row0,
+                              int64_t nrows, float *host, mc_error *err)
+{
+    mc_train_snapshot *sn = ctx;
+    if (sn->n == sn->cap) {
+        size_t cap = sn->cap ? 2 * sn->cap : 64;
+        snap_block *b = realloc(sn->b, cap * sizeof *b);
+        if (!b) return mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
+        sn->b = b;
+        sn->cap = cap;
     }
+    snap_block *b = &sn->b[sn->n];
+    b->lcols = p->ndim == 1 ? 1 : p->local_cols;
+    size_t bytes = (size_t)(nrows * b->lcols) * sizeof(float);
+    b->path = strdup(path);
+    b->data = malloc(bytes ? bytes : 1);
+    if (!b->path || !b->data) {
+        free(b->path);
+        free(b->data);
+        return mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
+    }
+    memcpy(b->data, host, bytes);
+    b->rows = p->rows;
+    b->cols = ckpt_cols(p);
+    b->row0 = row0;
+    b->col0 = p->col0;
+    b->nrows = nrows;
+    sn->n++;
+    return MC_OK;
+}
+
+void mc_train_snapshot_free(mc_train_snapshot *sn)
+{
+    if (!sn) return;
+    for (size_t i = 0; i < sn->n; i++) {
+        free(sn->b[i].path);
+        free(sn->b[i].data);
+    }
+    free(sn->b);
+    free(sn->config_json);
+    free(sn);
+}
+
+mc_status mc_train_state_snapshot(mc_backend *be, mc_model *m, mc_optim *o, const mc_train_state *s,
+                                  const char *config_json, const mc_tokenizer_spec *tok,
+                                  int compression, mc_train_snapshot **out, mc_error *err)
+{
+    *out = NULL;
+    mc_grid one;
+    mc_grid_single(&one);
+    mc_train_snapshot *sn = calloc(1, sizeof *sn);
+    if (!sn) return mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
+    sn->s = *s;
+    sn->has_optim = o != NULL;
+    sn->compression = compression;
+    sn->tok = tok;
+    mc_status st = MC_OK;
+    if (config_json && !(sn->config_json = strdup(config_json)))
+        st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
+    if (!st) st = save_params(&one, be, m, o, record_block, sn, err);
     if (st) {
-        mc_ckpt_writer_abort(w); /* on a grid: every rank's save fails with this error */
+        mc_train_snapshot_free(sn);
         return st;
     }
-    snprintf(out_dir, cap, "%s", mc_ckpt_writer_dir(w));
-    return mc_ckpt_writer_commit(w, err);
+    *out = sn;
+    return MC_OK;
+}
+
+mc_status mc_train_snapshot_write(const mc_train_snapshot *sn, const char *dir, char *out_dir,
+                                  size_t cap, mc_error *err)
+{
+    mc_ckpt_writer *w = NULL;
+    mc_status st = mc_ckpt_writer_begin(dir, sn->s.iteration, &w, err);
+    if (st) return st;
+    if (sn->compression)
+        st = mc_ckpt_writer_set_compression(w, (mc_ckpt_compression)sn->compression, 0, err);
+    for (size_t i = 0; i < sn->n && !st; i++) {
+        const snap_block *b = &sn->b[i];
+        st = mc_ckpt_write_tensor(w, b->path, b->rows, b->cols, b->row0, b->col0, b->nrows,
+                                  b->lcols, b->data, MC_CKPT_FLOAT32, err);
+    }
+    return finish(w, st, &sn->s, sn->has_optim, sn->config_json, sn->tok, out_dir, cap, err);
 }
 
 /* Compare the checkpoint's model configuration with this run's: every

@@ -35,6 +35,20 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
                               const mc_tokenizer_spec *tok, int compression, char *out_dir,
                               size_t cap, mc_error *err);
 
+/* --async-save (one process): a host copy of everything
+ * mc_train_state_save writes, taken at the save iteration
+ * (mc_train_state_snapshot, on the training thread), then written by
+ * mc_train_snapshot_write on another thread while training goes on, with
+ * the same temporary directory, checksums, rename and latest pointer.
+ * config_json is copied; tok must outlive the snapshot. */
+typedef struct mc_train_snapshot mc_train_snapshot;
+mc_status mc_train_state_snapshot(mc_backend *be, mc_model *m, mc_optim *o, const mc_train_state *s,
+                                  const char *config_json, const mc_tokenizer_spec *tok,
+                                  int compression, mc_train_snapshot **out, mc_error *err);
+mc_status mc_train_snapshot_write(const mc_train_snapshot *sn, const char *dir, char *out_dir,
+                                  size_t cap, mc_error *err);
+void mc_train_snapshot_free(mc_train_snapshot *sn);
+
 /* Read a checkpoint into the model (every parameter must exist with the
  * model's global shape: the error names the tensor and both shapes, or the
  * configuration field that differs). With o non-NULL the Adam moments are

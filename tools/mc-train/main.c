@@ -128,6 +128,7 @@ enum {
     OPT_USE_CKPT_ARGS,
     OPT_NO_LOAD_OPTIM,
     OPT_NO_SAVE_OPTIM,
+    OPT_ASYNC_SAVE,
     OPT_CKPT_COMPRESSION,
     OPT_NO_VERIFY,
     /* data */
@@ -229,7 +230,7 @@ static const mc_option options[] = {
     {"loss-scale-window", MC_OPT_REQUIRED, OPT_LOSS_SCALE_WINDOW, "N",
      "Clean iterations before the dynamic scale doubles (1000)."},
     {"hysteresis", MC_OPT_REQUIRED, OPT_HYSTERESIS, "N",
-     "Overflows in a row before the dynamic scale halves (2)."},
+     "Overflows before the dynamic scale halves; a clean window restores them (2)."},
     /* training */
     {"micro-batch-size", MC_OPT_REQUIRED, OPT_MICRO_BATCH, "N", "Sequences per micro-batch (1)."},
     {"global-batch-size", MC_OPT_REQUIRED, OPT_GLOBAL_BATCH, "N",
@@ -318,6 +319,8 @@ static const mc_option options[] = {
      "Do not check the --load checkpoint's files against its checksums.xxh128 manifest "
      "before reading them (faster; a damaged file may then crash HDF5)."},
     {"no-save-optim", MC_OPT_NONE, OPT_NO_SAVE_OPTIM, NULL, "Do not save the optimizer state."},
+    {"async-save", MC_OPT_NONE, OPT_ASYNC_SAVE, NULL,
+     "Write checkpoints from a copy of the state while training goes on (one process)."},
     {"ckpt-compression", MC_OPT_REQUIRED, OPT_CKPT_COMPRESSION, "none|zstd",
      "Compress checkpoint tensors (HDF5 filter 32015)."},
     /* data */
@@ -752,6 +755,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_NO_LOAD_OPTIM: t->no_load_optim = 1; break;
         case OPT_NO_VERIFY: mc_ckpt_set_verify(0); break;
         case OPT_NO_SAVE_OPTIM: t->no_save_optim = 1; break;
+        case OPT_ASYNC_SAVE: t->async_save = 1; break;
         case OPT_CKPT_COMPRESSION: {
             mc_ckpt_compression c;
             st = mc_ckpt_compression_parse(arg, &c, err);
