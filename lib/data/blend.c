@@ -449,10 +449,9 @@ mc_status mc_gpt_dataset_open(const mc_gptdata_config *c, mc_gpt_dataset **out, 
         goto fail;
     }
     for (size_t d = 0; d < ds->n; d++) {
-        if (c->mock)
-            mc_gpt_docs_mock(&ds->docs[d], c->seed, c->vocab_size, c->eod);
-        else if ((st = mc_gpt_docs_open(&ds->docs[d], bl->prefixes[d], err)) != MC_OK)
-            goto fail;
+        st = c->mock ? mc_gpt_docs_mock(&ds->docs[d], c->vocab_size, c->eod, err)
+                     : mc_gpt_docs_open(&ds->docs[d], bl->prefixes[d], err);
+        if (st != MC_OK) goto fail;
     }
 
     /* what each (dataset, split) is asked for */

@@ -32,23 +32,22 @@ mc_status mc_gpt_docs_open(mc_gpt_docs *docs, const char *prefix, mc_error *err)
     return MC_OK;
 }
 
-/* splitmix64's finalizer: a counter-based hash for mock documents */
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-void mc_gpt_docs_mock(mc_gpt_docs *docs, uint32_t seed, int64_t vocab_size, int32_t eod)
+/* Megatron Core's MockGPTLowLevelDataset: MC_GPTDATA_MOCK_DOCS documents
+ * whose lengths are numpy.random.default_rng(0).integers(1, 4096) (seed 0
+ * whatever the run's: the run's seed shuffles them, as for real data). */
+mc_status mc_gpt_docs_mock(mc_gpt_docs *docs, int64_t vocab_size, int32_t eod, mc_error *err)
 {
     memset(docs, 0, sizeof *docs);
     docs->mock = 1;
-    docs->seed = seed;
     docs->vocab_size = vocab_size;
     docs->eod = eod;
     docs->n_docs = MC_GPTDATA_MOCK_DOCS;
+    docs->mock_len = malloc(MC_GPTDATA_MOCK_DOCS * sizeof *docs->mock_len);
+    if (!docs->mock_len) return mc_error_set(err, MC_ERR_NOMEM, "mock data: out of memory");
+    mc_pcg64 g;
+    mc_pcg64_seed(&g, 0);
+    mc_pcg64_integers32(&g, 1, MC_GPTDATA_MOCK_MAXLEN, docs->mock_len, MC_GPTDATA_MOCK_DOCS);
+    return MC_OK;
 }
 
 void mc_gpt_docs_close(mc_gpt_docs *docs)
@@ -56,14 +55,13 @@ void mc_gpt_docs_close(mc_gpt_docs *docs)
     if (!docs) return;
     if (!docs->mock) mc_idx_close(&docs->idx);
     free(docs->path);
+    free(docs->mock_len);
     memset(docs, 0, sizeof *docs);
 }
 
 int64_t mc_gpt_docs_length(const mc_gpt_docs *docs, int64_t doc)
 {
-    if (docs->mock) /* lengths in [1, MAXLEN) as Megatron's mock draws them */
-        return 1 + (int64_t)(mix64((uint64_t)docs->seed << 32 ^ (uint64_t)doc) %
-                             (MC_GPTDATA_MOCK_MAXLEN - 1));
+    if (docs->mock) return docs->mock_len[doc];
     return mc_idx_length(&docs->idx, (uint64_t)doc);
 }
 
@@ -71,11 +69,11 @@ int64_t mc_gpt_docs_length(const mc_gpt_docs *docs, int64_t doc)
 static void doc_tokens(const mc_gpt_docs *docs, int64_t doc, int64_t off, int64_t n, int32_t *out)
 {
     if (docs->mock) {
+        /* Megatron's: (arange(length - 1) + 1) % vocab_size, then the eod */
         int64_t len = mc_gpt_docs_length(docs, doc);
         for (int64_t i = 0; i < n; i++) {
             int64_t pos = off + i;
-            uint64_t h = mix64(mix64((uint64_t)docs->seed << 32 ^ (uint64_t)doc) ^ (uint64_t)pos);
-            out[i] = pos == len - 1 ? docs->eod : (int32_t)(h % (uint64_t)docs->vocab_size);
+            out[i] = pos == len - 1 ? docs->eod : (int32_t)((pos + 1) % docs->vocab_size);
         }
         return;
     }

@@ -95,15 +95,15 @@ mc_status mc_sft_check_mask(const mc_idx *t, const mc_idx *m, int64_t **loss_cou
 typedef struct mc_gpt_docs {
     mc_idx idx;
     int mock;
-    uint32_t seed;
     int64_t vocab_size;
     int32_t eod;
     int64_t n_docs;
-    char *path; /* the prefix as given (Megatron's dataset_path); NULL for mock */
+    char *path;        /* the prefix as given (Megatron's dataset_path); NULL for mock */
+    int32_t *mock_len; /* mock: every document's length */
 } mc_gpt_docs;
 
 mc_status mc_gpt_docs_open(mc_gpt_docs *docs, const char *prefix, mc_error *err);
-void mc_gpt_docs_mock(mc_gpt_docs *docs, uint32_t seed, int64_t vocab_size, int32_t eod);
+mc_status mc_gpt_docs_mock(mc_gpt_docs *docs, int64_t vocab_size, int32_t eod, mc_error *err);
 void mc_gpt_docs_close(mc_gpt_docs *docs);
 int64_t mc_gpt_docs_length(const mc_gpt_docs *docs, int64_t doc);
 

@@ -36,14 +36,13 @@
  * Indices are built once, written atomically, then memory-mapped; a second
  * open with the same configuration maps the cached files and builds nothing.
  *
- * Mock data (mc's own, documented difference): Megatron's MockGPTDataset
- * draws document lengths from numpy's PCG64 and fills documents with
- * 1,2,3,... then EOD. mc's mock dataset has MC_GPTDATA_MOCK_DOCS documents
- * whose lengths (in [1, MC_GPTDATA_MOCK_MAXLEN)) and tokens (uniform in
- * [0, vocab_size), last token eod) come from a counter-based hash of
- * (seed, document, position); like Megatron's it is split 1,1,1 whatever
- * --split says, then split and shuffled like real data, and never cached.
- * Same seed, same samples.
+ * Mock data: Megatron Core's MockGPTDataset sample for sample. Its
+ * MC_GPTDATA_MOCK_DOCS documents have the lengths
+ * numpy.random.default_rng(0).integers(1, MC_GPTDATA_MOCK_MAXLEN) (seed 0
+ * whatever the run's; lib/data/pcg64.c) and hold 1, 2, ..., length - 1
+ * (modulo the vocabulary size) then the eod; like Megatron's they are
+ * split 1,1,1 whatever --split says, then split and shuffled with the run's
+ * seed like real data, and never cached.
  *
  * A sample shorter than seq_length+1 (only the last validation sample with
  * drop_last_partial_validation = 0) is padded with -1, Megatron's pad id.

@@ -504,6 +504,75 @@ static void errors_and_mock(void)
     mc_gpt_dataset_close(m3);
 }
 
+/* Megatron Core's mock dataset (tests/data/gptdata/megatron_mock_samples.txt,
+ * tests/golden/megatron_mock_samples.py): every split's length and its
+ * listed samples, token for token. */
+static void golden_mock(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/data/gptdata/megatron_mock_samples.txt", srcdir());
+    FILE *f = fopen(path, "r");
+    TAP_OK(f != NULL, "golden mock samples readable");
+    if (!f) return;
+    static char line[1 << 16];
+    mc_gpt_dataset *d = NULL;
+    mc_error err = {0};
+    char name[64] = "";
+    int64_t seq = 0;
+    int bad = 0, samples = 0, configs = 0;
+    while (fgets(line, sizeof line, f)) {
+        char sname[16];
+        long long v1, v2, v3, v4, v5, v6, v7;
+        int used = 0;
+        if (sscanf(line, "config %63s %lld %lld %lld %lld %lld %lld %lld", name, &v1, &v2, &v3, &v4,
+                   &v5, &v6, &v7) == 8) {
+            if (d) mc_gpt_dataset_close(d);
+            mc_gptdata_config c;
+            mc_gptdata_config_init(&c);
+            c.mock = 1;
+            c.vocab_size = v1;
+            c.eod = (int32_t)v2;
+            c.seq_length = seq = v3;
+            c.seed = (uint32_t)v4;
+            c.num_samples[0] = v5, c.num_samples[1] = v6, c.num_samples[2] = v7;
+            mc_status st = mc_gpt_dataset_open(&c, &d, &err);
+            configs++;
+            if (st) {
+                TAP_OK(0, "mock %s opens: %s", name, err.msg);
+                d = NULL;
+            }
+        } else if (d && sscanf(line, "split %15s %lld", sname, &v1) == 2) {
+            int sp = split_of(sname);
+            int64_t n = mc_gpt_dataset_num_samples(d, (mc_split)sp);
+            if (n != v1) {
+                TAP_DIAG("mock %s: split %s has %lld samples, megatron-core %lld", name, sname,
+                         (long long)n, v1);
+                bad++;
+            }
+        } else if (d && sscanf(line, "%15s %lld: %n", sname, &v1, &used) == 2 && used > 0) {
+            int32_t t[4200];
+            char *p = line + used;
+            mc_gpt_dataset_sample(d, (mc_split)split_of(sname), v1, t, &err);
+            for (int64_t k = 0; k <= seq; k++) {
+                long want = strtol(p, &p, 10);
+                if (t[k] != want) {
+                    if (bad++ < 3)
+                        TAP_DIAG("mock %s %s %lld: token %lld is %d, megatron-core %ld", name,
+                                 sname, v1, (long long)k, t[k], want);
+                    break;
+                }
+            }
+            samples++;
+        }
+    }
+    fclose(f);
+    if (d) mc_gpt_dataset_close(d);
+    TAP_OK(configs == 2 && samples > 60 && bad == 0,
+           "--mock-data is megatron-core's mock dataset: %d configurations, %d samples and the "
+           "splits' lengths equal (%d differ)",
+           configs, samples, bad);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mc-test-gptdata-XXXXXX");
@@ -523,6 +592,7 @@ int main(void)
         golden();
         cache_reuse();
         errors_and_mock();
+        golden_mock();
     }
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

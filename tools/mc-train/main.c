@@ -330,7 +330,8 @@ static const mc_option options[] = {
     {"split", MC_OPT_REQUIRED, OPT_SPLIT, "A,B,C", "Train, validation, test weights (969,30,1)."},
     {"data-cache-path", MC_OPT_REQUIRED, OPT_DATA_CACHE_PATH, "DIR",
      "Where dataset indices are cached."},
-    {"mock-data", MC_OPT_NONE, OPT_MOCK_DATA, NULL, "Random tokens instead of a dataset."},
+    {"mock-data", MC_OPT_NONE, OPT_MOCK_DATA, NULL,
+     "Megatron Core's mock dataset instead of a dataset: documents 1, 2, ..., n-1, eod."},
     {"sft", MC_OPT_NONE, OPT_SFT, NULL,
      "Supervised fine-tuning: --data-path is an SFT dataset (mc-preprocess --dataset-type sft); "
      "whole conversations packed into each sample, the loss over the loss mask's tokens only; "
