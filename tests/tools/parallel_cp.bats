@@ -11,8 +11,10 @@
 # packed documents (--reset-position-ids --reset-attention-mask
 # --eod-mask-loss on a dataset whose documents cross the chunks, so
 # boundaries fall on other ranks), CP=2 x TP=2 with sequence parallelism,
-# CP=2 x DP=2 with the distributed optimizer and CP=2 x PP=2, for both
-# communication types. A checkpoint written at CP=4 resumes at CP=1 with the
+# CP=2 x DP=2 with the distributed optimizer and CP=2 x PP=2 (with packed
+# documents too: every stage finds the boundaries of several micro-batches
+# in flight), micro-batches of 2 sequences, for both communication types;
+# validation losses under CP=4 print as one process's. A checkpoint written at CP=4 resumes at CP=1 with the
 # uninterrupted run's losses. Bad input (a sequence length the chunks or
 # sequence parallelism cannot split, heads a2a cannot split) is one line
 # and exit 2 before any work.
@@ -97,13 +99,16 @@ equivalent() {
     equivalent cp4 4 llama --context-parallel-size 4
 }
 
-@test "p2p: packed documents split across ranks, GPT and Llama, CP=2 and CP=4, match one process" {
+@test "p2p: packed documents split across ranks, GPT and Llama, CP=2 and CP=4, CP=2 x PP=2, match one process" {
     pgpt
     pllama
     equivalent gcp2 2 pgpt --context-parallel-size 2
     equivalent gcp4 4 pgpt --context-parallel-size 4
     equivalent lcp2 2 pllama --context-parallel-size 2
     equivalent lcp4 4 pllama --context-parallel-size 4
+    # every pipeline stage finds the boundaries (several micro-batches in
+    # flight, each with its own)
+    equivalent gcp2pp2 4 pgpt --context-parallel-size 2 --pipeline-model-parallel-size 2
 }
 
 @test "p2p: CP=2 x TP=2 with sequence parallelism, CP=2 x DP=2 distributed, CP=2 x PP=2" {
@@ -120,12 +125,14 @@ equivalent() {
     equivalent lcp4 4 llama --context-parallel-size 4 --cp-comm-type a2a
 }
 
-@test "a2a: packed documents, GPT and Llama, CP=2 and CP=4 (GPT), match one process" {
+@test "a2a: packed documents, GPT and Llama, CP=2 and CP=4 (GPT), CP=2 x PP=2, match one process" {
     pgpt
     pllama
     equivalent gcp2 2 pgpt --context-parallel-size 2 --cp-comm-type a2a
     equivalent gcp4 4 pgpt --context-parallel-size 4 --cp-comm-type a2a
     equivalent lcp2 2 pllama --context-parallel-size 2 --cp-comm-type a2a
+    equivalent lcp2pp2 4 pllama --context-parallel-size 2 --pipeline-model-parallel-size 2 \
+        --cp-comm-type a2a
 }
 
 @test "a2a: CP=2 x TP=2 with sequence parallelism, CP=2 x DP=2 distributed, CP=2 x PP=2" {
@@ -135,6 +142,21 @@ equivalent() {
         --cp-comm-type a2a
     equivalent cp2pp2 4 gpt --context-parallel-size 2 --pipeline-model-parallel-size 2 \
         --cp-comm-type a2a
+}
+
+@test "micro-batches of 2 sequences (p2p and a2a), and validation under CP, match one process" {
+    # every sequence of a micro-batch is cut alike; the reference runs
+    # micro-batches of 1 (the same mean: every target counts)
+    equivalent mb2 2 gpt --context-parallel-size 2 --micro-batch-size 2
+    equivalent mb2a 2 llama --context-parallel-size 2 --micro-batch-size 2 --cp-comm-type a2a
+    local v=(--eval-interval 5 --eval-iters 2 --train-iters 10)
+    run -0 "$MC_TRAIN" "${gpt[@]}" "${v[@]}"
+    grep 'validation loss' <<<"$output" >one.txt
+    [ "$(wc -l <one.txt)" -eq 3 ]
+    run --separate-stderr mpi 4 "${gpt[@]}" "${v[@]}" --context-parallel-size 4
+    assert_success
+    grep 'validation loss' <<<"$stderr" >cp4.txt
+    diff one.txt cp4.txt
 }
 
 @test "a checkpoint written at CP=4 resumes at CP=1 continuing the run's losses" {

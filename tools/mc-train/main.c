@@ -1118,7 +1118,7 @@ int main(int argc, char **argv)
     if (!st) st = mc_backend_cpu_check_env(&err);
     mc_model_config mcfg;
     if (!st) st = model_config(&a, &mcfg, &err);
-    if (!st && !a.use_ckpt_args) st = mc_model_check_cp(&mcfg, (int)a.tp, (int)a.cp, &err);
+    if (!st) st = mc_model_check_cp(&mcfg, (int)a.tp, (int)a.cp, &err);
     if (!st && a.dry_run) {
         if (!(st = dry_run(&a, &mcfg, &err))) {
             rc = 0;
