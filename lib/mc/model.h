@@ -136,7 +136,10 @@ typedef struct mc_model mc_model;
 
 /* Build the model for micro-batches of `micro_batch` sequences of
  * config->seq_length tokens; allocates parameters, gradients and
- * activations on the backend. prec is the GEMM precision. */
+ * activations on the backend. prec is the GEMM precision. Under context
+ * parallelism (g->cp > 1) the model still takes whole sequences but keeps
+ * the rows of this rank's two chunks (config->cp_comm_type says how
+ * attention crosses the group; mc_model_check_cp's rules, MC_ERR_USAGE). */
 mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *be, int micro_batch,
                        mc_prec prec, mc_model **out, mc_error *err);
 void mc_model_free(mc_model *m);
@@ -158,7 +161,9 @@ void mc_model_init_weights(mc_model *m, uint64_t seed);
 void mc_model_zero_grads(mc_model *m);
 
 /* One micro-batch: tokens and targets are host arrays of micro_batch *
- * seq_length ids (targets < 0 are ignored). Runs the forward pass and, when
+ * seq_length ids (targets < 0 are ignored; under context parallelism the
+ * whole sequences on every rank of the group, the loss and count those of
+ * the whole micro-batch). Runs the forward pass and, when
  * backward is set, the backward pass, adding into the gradients with the
  * loss scaled by grad_scale (e.g. 1 / number of micro-batches, times the
  * fp16 loss scale). *loss gets the mean loss over counted targets, *ntok the
