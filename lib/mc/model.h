@@ -59,6 +59,11 @@ typedef struct mc_model_config {
      * every sequence per rank (doc/ARCHITECTURE.md, "The model"); needs
      * seq_length % tp == 0. Ignored at tp = 1, as Megatron turns it off there. */
     int sequence_parallel;
+    /* --cp-comm-type under context parallelism (the grid's cp > 1; not an
+     * architecture: checkpoints do not record it): MC_CP_P2P, ring
+     * attention, or MC_CP_A2A, Ulysses' all-to-all (doc/ARCHITECTURE.md,
+     * "Context parallelism"). */
+    int cp_comm_type;
     /* --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers:
      * layers on the first / last pipeline stage (0: the even split; see
      * mc_model_stage_layers). */
@@ -70,6 +75,14 @@ typedef struct mc_model_config {
      * virtual pipeline stages; see mc_model_chunk_layers). */
     int num_layers_per_virtual_pipeline_stage;
 } mc_model_config;
+
+enum { MC_CP_P2P = 0, MC_CP_A2A = 1 };
+/* The sequence and heads against context parallelism of cp ranks (with tp
+ * tensor-parallel ranks): seq_length a multiple of 2 cp (of cp tp with
+ * sequence parallelism), and with MC_CP_A2A the heads and query groups of
+ * a tensor-parallel rank multiples of cp; MC_ERR_USAGE naming the options
+ * otherwise. cp 1: MC_OK. */
+mc_status mc_model_check_cp(const mc_model_config *c, int tp, int cp, mc_error *err);
 
 /* Megatron's defaults (GPT-style: LayerNorm, GELU, learned positions, biases,
  * tied embeddings); fields left 0 are derived by mc_model_config_finish. */
@@ -123,7 +136,10 @@ typedef struct mc_model mc_model;
 
 /* Build the model for micro-batches of `micro_batch` sequences of
  * config->seq_length tokens; allocates parameters, gradients and
- * activations on the backend. prec is the GEMM precision. */
+ * activations on the backend. prec is the GEMM precision. Under context
+ * parallelism (g->cp > 1) the model still takes whole sequences but keeps
+ * the rows of this rank's two chunks (config->cp_comm_type says how
+ * attention crosses the group; mc_model_check_cp's rules, MC_ERR_USAGE). */
 mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *be, int micro_batch,
                        mc_prec prec, mc_model **out, mc_error *err);
 void mc_model_free(mc_model *m);
@@ -145,7 +161,9 @@ void mc_model_init_weights(mc_model *m, uint64_t seed);
 void mc_model_zero_grads(mc_model *m);
 
 /* One micro-batch: tokens and targets are host arrays of micro_batch *
- * seq_length ids (targets < 0 are ignored). Runs the forward pass and, when
+ * seq_length ids (targets < 0 are ignored; under context parallelism the
+ * whole sequences on every rank of the group, the loss and count those of
+ * the whole micro-batch). Runs the forward pass and, when
  * backward is set, the backward pass, adding into the gradients with the
  * loss scaled by grad_scale (e.g. 1 / number of micro-batches, times the
  * fp16 loss scale). *loss gets the mean loss over counted targets, *ntok the

@@ -30,6 +30,11 @@ typedef struct mc_plan_stage {
      * (tensor sizes, not the wire), and the calls. */
     double tp_bytes, dp_bytes, pp_bytes, embd_bytes;
     int64_t tp_calls, dp_calls, pp_calls, embd_calls;
+    /* Context parallelism's point to point (sends and receives counted
+     * alike, as mc/comm_stats.h counts them; the loss's host scalar left
+     * out); cp_wire: the bytes sent. Its scratch is in act_bytes. */
+    double cp_bytes, cp_wire;
+    int64_t cp_calls;
     /* The same in wire bytes per rank of a ring algorithm: all-reduce
      * 2(n-1)/n x size, all-gather / reduce-scatter (n-1)/n x full size,
      * point to point x 1. */
@@ -38,6 +43,7 @@ typedef struct mc_plan_stage {
 
 typedef struct mc_plan {
     int world, tp, pp, cp, dp;
+    int cp_comm_type; /* MC_CP_P2P or MC_CP_A2A */
     int sequence_parallel, distributed_optimizer;
     int64_t micro_batch, global_batch, num_micro;
     int64_t global_params; /* the model's parameters (unpadded) */
@@ -52,6 +58,14 @@ typedef struct mc_plan {
 mc_status mc_plan_compute(const mc_model_config *c, int world, int tp, int pp, int64_t micro_batch,
                           int64_t global_batch, int distributed_optimizer, mc_plan *out,
                           mc_error *err);
+/* The same on tp x pp x cp ranks (data-parallel size world / (tp pp cp)):
+ * activations and the tensor- and pipeline-parallel traffic of this rank's
+ * seq_length / cp rows, the context-parallel traffic of
+ * c->cp_comm_type, the gradients reduced over data x context. The
+ * sequence is checked as mc_model_check_cp does. */
+mc_status mc_plan_compute_cp(const mc_model_config *c, int world, int tp, int pp, int cp,
+                             int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
+                             mc_plan *out, mc_error *err);
 void mc_plan_free(mc_plan *p);
 /* The plan as text lines, one call of print per line. */
 void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line), void *ctx);

@@ -141,7 +141,7 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
 
     const mc_model_config *k = &m->cfg;
     size_t tp = (size_t)g->tp;
-    m->T = (size_t)k->seq_length;
+    m->T = (size_t)k->seq_length / (size_t)g->cp; /* context parallelism: this rank's rows */
     m->N = (size_t)micro_batch * m->T;
     m->C = (size_t)k->hidden_size;
     m->D = (size_t)k->kv_channels;
@@ -157,6 +157,7 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     m->sp = k->sequence_parallel && g->tp > 1;
     m->Tl = m->sp ? m->T / tp : m->T;
     m->Nl = (size_t)micro_batch * m->Tl;
+    if (g->cp > 1 && (st = mc_model_cp_new(m, k->cp_comm_type, err))) goto fail;
     m->hpos = malloc(m->N * sizeof *m->hpos);
     m->hseg = malloc(m->N * sizeof *m->hseg);
     m->hpos_loc = malloc(m->Nl * sizeof *m->hpos_loc);
@@ -190,6 +191,7 @@ void mc_model_free(mc_model *m)
 {
     if (!m) return;
     mc_model_kd_free(m);
+    mc_model_cp_free(m);
     if (m->act_block) mc_bfree(m->be, m->act_block);
     if (m->p) mc_bfree(m->be, m->p);
     if (m->g) mc_bfree(m->be, m->g);
@@ -339,8 +341,11 @@ static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error
         mc_k_rope_fwd(be, a->q, B, T, m->Ql, D, &rp, 0, slot_pos(m, sl));
         mc_k_rope_fwd(be, a->k, B, T, m->Gl, D, &rp, 0, slot_pos(m, sl));
     }
-    mc_k_attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, m->Ql, m->Gl, D,
-                       1.0f / sqrtf((float)D), slot_seg(m, sl));
+    if (m->cpa)
+        TRY(mc_model_cp_attention_fwd(m, sl, a, slot_seg(m, sl), err));
+    else
+        mc_k_attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, m->Ql, m->Gl, D,
+                           1.0f / sqrtf((float)D), slot_seg(m, sl));
     TRY(row_parallel_fwd(m, &y, a->att, lp->proj_w, lp->proj_b, m->Ql * D, err));
     mc_k_add(be, a->res2, a->res, y, m->Nl * C);
 
@@ -396,8 +401,11 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     mc_k_fill(be, m->dq, 0.0f, N * m->Ql * D);
     mc_k_fill(be, m->dk, 0.0f, N * m->Gl * D);
     mc_k_fill(be, m->dv, 0.0f, N * m->Gl * D);
-    mc_k_attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse, B, T,
-                       m->Ql, m->Gl, D, 1.0f / sqrtf((float)D), slot_seg(m, sl));
+    if (m->cpa)
+        TRY(mc_model_cp_attention_bwd(m, sl, a, slot_seg(m, sl), err));
+    else
+        mc_k_attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse, B, T,
+                           m->Ql, m->Gl, D, 1.0f / sqrtf((float)D), slot_seg(m, sl));
     if (c->position_embedding_type == MC_POS_ROPE) {
         mc_rope rp = mc_rope_of(c);
         mc_k_rope_bwd(be, m->dq, B, T, m->Ql, D, &rp, 0, slot_pos(m, sl));
@@ -555,13 +563,19 @@ int mc_model_doc_resets_on(const mc_model *m) { return m->docs_on; }
  * tokens (every stage has them with the resets on). */
 static mc_status doc_layout(mc_model *m, mc_slot *sl, const int32_t *tokens, mc_error *err)
 {
-    if (!tokens)
+    if (!tokens && m->docs_on)
         return mc_error_set(err, MC_ERR_INTERNAL,
                             "model: document resets need the tokens on pipeline stage %d",
                             m->grid.pp_rank);
     size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, r0 = (size_t)m->grid.tp_rank * Tl;
     for (size_t b = 0; b < B; b++) {
-        mc_doc_layout(&m->docs, tokens + b * T, T, 0, m->hpos + b * T, m->hseg + b * T);
+        if (m->cpa) /* tokens: the whole sequences (cp x T each) */
+            TRY(mc_model_cp_layout(m, (int)(sl - m->slots), b,
+                                   tokens && m->docs_on ? tokens + b * T * (size_t)m->grid.cp
+                                                        : NULL,
+                                   m->hpos + b * T, m->hseg + b * T, err));
+        else
+            mc_doc_layout(&m->docs, tokens + b * T, T, 0, m->hpos + b * T, m->hseg + b * T);
         /* this rank's rows of the sequence-parallel regions: [r Tl, (r+1) Tl) */
         memcpy(m->hpos_loc + b * Tl, m->hpos + b * T + (m->sp ? r0 : 0), Tl * sizeof(int32_t));
     }
@@ -646,9 +660,15 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
     *ntok = 0;
     if (out) *out = NULL;
     if (first || m->nchunks == 1) sl->bwd = 0;
+    /* context parallelism: the whole sequences come in; this rank's rows
+     * go on, and the mean is over the whole micro-batch's targets */
+    const int32_t *whole = tokens;
+    int64_t whole_count = 0;
+    if (m->cpa) TRY(mc_model_cp_cut(m, &tokens, &targets, &whole_count, err));
     if (first) TRY(check_ids(m, tokens, "token", 0, NULL, err));
     if (last) TRY(check_ids(m, targets, "target", 1, &count, err));
-    if (m->docs_on) TRY(doc_layout(m, sl, tokens, err));
+    if (m->cpa) count = whole_count;
+    if (m->docs_on || m->cpa) TRY(doc_layout(m, sl, m->cpa ? whole : tokens, err));
     if (first) TRY(embed_fwd(m, sl, tokens, sl->acts[m->lidx[l0]].res, err));
     float *res_out = chunk_out(m, sl, chunk);
     for (int l = l0; l < l1; l++)
@@ -680,6 +700,7 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
         m->kd->last_kl = mc_k_mean(be, m->kd->kl, N) * (double)N / (double)count;
     if (sl->bwd) mc_bcopy(be, sl->dhead, dl, m->Nl * C * sizeof(float));
     double sum = mc_k_mean(be, m->loss, N) * (double)N;
+    if (m->cpa) TRY(mc_allreduce_sum_f64(&m->grid, MC_GROUP_CP, &sum, 1, err));
     *loss = count ? sum / (double)count : 0.0;
     *ntok = count;
     return MC_OK;

@@ -137,6 +137,10 @@ struct mc_model {
 
     /* mc_model_set_teacher (kd.c; NULL: no distillation) */
     struct mc_kd *kd;
+
+    /* context parallelism (cp_attn.c; NULL at cp = 1): T, N and the slots
+     * are this rank's two chunks of every sequence, seq_length / cp rows */
+    struct mc_cp_attn *cpa;
 };
 
 /* Knowledge distillation (kd.c): the frozen teacher, the settings, and
@@ -167,6 +171,30 @@ mc_status mc_model_kd_chunk(mc_model *m, size_t r0, size_t R, const int32_t *tgt
                             float scale, mc_error *err);
 void mc_model_kd_free(mc_model *m);
 
+/* Context parallelism (cp_attn.c). mc_model_cp_new checks the sequence
+ * length against the grid (MC_ERR_USAGE) and allocates the scratch of
+ * type (MC_CP_P2P or MC_CP_A2A); m->T is already seq_length / cp. */
+typedef struct mc_cp_attn mc_cp_attn;
+mc_status mc_model_cp_new(mc_model *m, int type, mc_error *err);
+void mc_model_cp_free(mc_model *m);
+/* The micro-batch's whole sequences (host, B x seq_length; either may be
+ * NULL) cut to this rank's rows; *count: the counted targets of the whole
+ * micro-batch (the mean's denominator on every rank). */
+mc_status mc_model_cp_cut(mc_model *m, const int32_t **tokens, const int32_t **targets,
+                          int64_t *count, mc_error *err);
+/* Sequence b of slot `slot`: the positions and segment starts (as positions
+ * in the whole sequence) of this rank's rows, from the whole sequence's
+ * tokens (NULL: no resets, plain positions). */
+mc_status mc_model_cp_layout(mc_model *m, int slot, size_t b, const int32_t *tokens, int32_t *pos,
+                             int32_t *seg, mc_error *err);
+/* Attention of layer acts L over the group: L->att and L->lse from L->q,
+ * k, v (forward); m->dq, dk, dv (zero on entry) from m->datt (backward).
+ * seg: the slot's segment starts or NULL. */
+mc_status mc_model_cp_attention_fwd(mc_model *m, const mc_slot *sl, mc_layer_acts *L,
+                                    const int32_t *seg, mc_error *err);
+mc_status mc_model_cp_attention_bwd(mc_model *m, const mc_slot *sl, mc_layer_acts *L,
+                                    const int32_t *seg, mc_error *err);
+
 /* Fill m->params, m->lp and the indices from m->cfg and m->grid (params.c). */
 mc_status mc_model_build_registry(mc_model *m, mc_error *err);
 
@@ -189,7 +217,8 @@ static inline float *carve(carver *cv, size_t n)
  * (NULL where the corresponding reset is off: plain positions, causal). */
 static inline const int32_t *slot_pos(const mc_model *m, const mc_slot *sl)
 {
-    return m->docs_on && m->docs.reset_position_ids ? sl->pos : NULL;
+    /* context parallelism: a rank's rows are two chunks, never 0 .. T-1 */
+    return (m->docs_on && m->docs.reset_position_ids) || m->cpa ? sl->pos : NULL;
 }
 static inline const int32_t *slot_seg(const mc_model *m, const mc_slot *sl)
 {

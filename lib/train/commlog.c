@@ -54,7 +54,8 @@ mc_status mc_comm_log_emit(mc_comm_log *l, const mc_grid *g, mc_metrics *m, int6
         for (int c = 0; c < MC_COLL_COUNT && !st; c++) {
             const mc_comm_stat *s = &row[k][c];
             if (s->calls == 0) continue;
-            if (k == MC_GROUP_DP) dp_elapsed += s->elapsed, dp_waited += s->waited;
+            if (k == MC_GROUP_DP || k == MC_GROUP_DP_CP)
+                dp_elapsed += s->elapsed, dp_waited += s->waited;
             const char *gn = mc_group_short_name((mc_group_kind)k);
             const char *cn = mc_coll_name((mc_coll_kind)c);
             double calls = (double)s->calls * per, mb = s->bytes * per / 1e6;

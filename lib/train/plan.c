@@ -85,21 +85,63 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
                           int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
                           mc_plan *out, mc_error *err)
 {
+    return mc_plan_compute_cp(cfg, world, tp, pp, 1, micro_batch, global_batch,
+                              distributed_optimizer, out, err);
+}
+
+/* Context parallelism's scratch (cp_attn.c) and traffic per layer and
+ * micro-batch; c is the configuration with this rank's rows as its
+ * seq_length (Tg / cp). Ring (p2p): the key/value blocks [k | v] of
+ * 2 B T Gl D floats go round cp - 1 times forward and backward, and their
+ * gradient cp times backward: one send and one receive each. Ulysses
+ * (a2a): an exchange of a tensor of H heads sends and receives cp - 1
+ * messages of B T (H/cp) D floats; forward q, k, v, out (2 Ql + 2 Gl
+ * heads), backward q, k, v, out, dout and dq, dk, dv back (4 Ql + 4 Gl). */
+static void cp_figures(const mc_model_config *c, int tp, int cp, int64_t B, int64_t Tg,
+                       double *scratch, double *calls, double *bytes, double *wire)
+{
+    double T = c->seq_length, D = c->kv_channels;
+    double Ql = c->num_attention_heads / tp, Gl = c->num_query_groups / tp;
+    double nkv = (double)B * T * Gl * D, nq = (double)B * T * Ql * D;
+    if (c->cp_comm_type == MC_CP_A2A) {
+        double big = nq > nkv ? nq : nkv;
+        *scratch = 2 * (2 * carved(nq) + 2 * carved(nkv)) + carved((double)B * Ql * T) +
+                   2 * carved(big) + carved((double)B * (double)Tg);
+        double heads = 6 * Ql + 6 * Gl, msgs = 12.0 * (cp - 1);
+        double sent = (cp - 1) * (double)B * T * D / cp * heads * 4;
+        *calls = 2 * msgs, *bytes = 2 * sent, *wire = sent;
+    } else {
+        *scratch = 4 * carved(2 * nkv) + carved(nq) + carved((double)B * Ql * T);
+        double shifts = (cp - 1) + (cp - 1) + cp;
+        *calls = 2 * shifts, *bytes = 2 * shifts * 2 * nkv * 4, *wire = shifts * 2 * nkv * 4;
+    }
+}
+
+mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int pp, int cp,
+                             int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
+                             mc_plan *out, mc_error *err)
+{
     memset(out, 0, sizeof *out);
-    if (world < 1 || tp < 1 || pp < 1 || micro_batch < 1)
+    if (world < 1 || tp < 1 || pp < 1 || cp < 1 || micro_batch < 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--dry-run: world %d, tensor %d, pipeline %d and micro-batch %lld "
                             "must be at least 1",
                             world, tp, pp, (long long)micro_batch);
-    if (world % (tp * pp))
+    if (world % (tp * pp * cp))
         return mc_error_set(err, MC_ERR_USAGE,
                             "--dry-run: %d ranks do not divide into tensor-parallel %d x "
-                            "pipeline-parallel %d",
-                            world, tp, pp);
+                            "pipeline-parallel %d x context-parallel %d",
+                            world, tp, pp, cp);
     mc_model_config c = *cfg;
     mc_status st = mc_model_config_finish(&c, tp, err);
+    if (!st) st = mc_model_check_cp(&c, tp, cp, err);
     if (st) return st;
-    int dp = world / (tp * pp);
+    int dp = world / (tp * pp * cp);
+    /* context parallelism: every figure below is of this rank's rows */
+    int64_t Tg = c.seq_length;
+    c.seq_length /= cp;
+    /* the gradients are reduced (and Adam sharded) over data x context */
+    int dpc = dp * cp;
     if (!global_batch) global_batch = micro_batch * dp;
     if (global_batch % (micro_batch * dp))
         return mc_error_set(err, MC_ERR_USAGE,
@@ -110,7 +152,8 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
         return mc_error_set(err, MC_ERR_USAGE,
                             "--dry-run does not model the interleaved schedule "
                             "(--num-layers-per-virtual-pipeline-stage) yet");
-    out->world = world, out->tp = tp, out->pp = pp, out->cp = 1, out->dp = dp;
+    out->world = world, out->tp = tp, out->pp = pp, out->cp = cp, out->dp = dp;
+    out->cp_comm_type = c.cp_comm_type;
     out->sequence_parallel = c.sequence_parallel && tp > 1;
     out->distributed_optimizer = distributed_optimizer;
     out->micro_batch = micro_batch, out->global_batch = global_batch;
@@ -131,7 +174,7 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
         }
         stage_params(&c, tp, pp, r, s);
         s->param_bytes = s->grad_bytes = (double)s->numel * 4;
-        double mom = distributed_optimizer ? (double)((s->numel + dp - 1) / dp + 1)
+        double mom = distributed_optimizer ? (double)((s->numel + dpc - 1) / dpc + 1)
                                            : (double)s->params;
         s->optim_bytes = 2 * mom * 4;
         int64_t slots = pp - r < out->num_micro ? pp - r : out->num_micro;
@@ -139,6 +182,14 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
         int first = r == 0, last = r == pp - 1, nl = s->last_layer - s->first_layer;
         s->act_bytes = stage_acts(&c, tp, sp, micro_batch, first, last, nl, s->slots);
         s->act_bytes_recompute = -1;
+        if (cp > 1) {
+            double scratch, calls, bytes, wire;
+            cp_figures(&c, tp, cp, micro_batch, Tg, &scratch, &calls, &bytes, &wire);
+            s->act_bytes += scratch;
+            s->cp_calls = (int64_t)(M * nl * calls);
+            s->cp_bytes = M * nl * bytes;
+            s->cp_wire = M * nl * wire;
+        }
 
         if (tp > 1) {
             /* per micro-batch: calls and bytes of all-reduce (a) and gather/scatter (g) */
@@ -164,11 +215,11 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
             s->tp_bytes = M * (a_bytes + g_bytes);
             s->tp_wire = M * (ar * a_bytes + ag * g_bytes);
         }
-        if (dp > 1) {
+        if (dpc > 1) {
             double gbytes = (double)s->numel * 4;
             s->dp_calls = distributed_optimizer ? 2 : 1;
             s->dp_bytes = distributed_optimizer ? 2 * gbytes : gbytes;
-            s->dp_wire = 2.0 * (dp - 1) / dp * gbytes;
+            s->dp_wire = 2.0 * (dpc - 1) / dpc * gbytes;
         }
         if (pp > 1) {
             double act = Nl * C * 4;
@@ -225,7 +276,7 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
         const mc_plan_stage *s = &p->stage[r];
         double total = s->param_bytes + s->grad_bytes + s->optim_bytes + s->act_bytes;
         line(print, ctx, "stage %d (every rank with pipeline rank %d, %d ranks): layers %d-%d", r,
-             r, p->tp * p->dp, s->first_layer, s->last_layer - 1);
+             r, p->tp * p->cp * p->dp, s->first_layer, s->last_layer - 1);
         line(print, ctx, "  parameters: %lld elements, %.0f bytes (%.1f MiB, fp32)",
              (long long)s->params, s->param_bytes, mib(s->param_bytes));
         line(print, ctx, "  gradients: %.0f bytes (%.1f MiB, fp32)", s->grad_bytes,
@@ -242,10 +293,16 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
              "  communication per iteration (bytes into collectives / ring wire bytes, calls):");
         line(print, ctx, "    tensor-parallel group: %.0f / %.0f bytes, %lld calls", s->tp_bytes,
              s->tp_wire, (long long)s->tp_calls);
-        line(print, ctx, "    data-parallel group: %.0f / %.0f bytes, %lld calls (%s)", s->dp_bytes,
-             s->dp_wire, (long long)s->dp_calls,
+        line(print, ctx, "    data-parallel group: %.0f / %.0f bytes, %lld calls (%s%s)",
+             s->dp_bytes, s->dp_wire, (long long)s->dp_calls,
              p->distributed_optimizer ? "reduce-scatter of gradients + all-gather of parameters"
-                                      : "all-reduce of gradients");
+                                      : "all-reduce of gradients",
+             p->cp > 1 ? ", over data x context" : "");
+        line(print, ctx, "    context-parallel group: %.0f / %.0f bytes, %lld calls (%s)",
+             s->cp_bytes, s->cp_wire, (long long)s->cp_calls,
+             p->cp_comm_type == MC_CP_A2A
+                 ? "a2a: all-to-all of q, k, v and the output, sends and receives"
+                 : "p2p: key/value blocks and their gradients round the ring, sends and receives");
         line(print, ctx, "    pipeline-parallel group: %.0f / %.0f bytes, %lld sends", s->pp_bytes,
              s->pp_wire, (long long)s->pp_calls);
         line(print, ctx, "    embedding group: %.0f / %.0f bytes, %lld calls", s->embd_bytes,

@@ -107,3 +107,37 @@ field() {
     assert_failure
     assert_output --partial "--dry-run does not model the interleaved schedule"
 }
+
+@test "dry-run: context parallelism: CP traffic of the ring and of the all-to-all, activations ~1/CP" {
+    # gpt2-124m, T=1024, B=1, 12 layers of 12 heads (D=64). Ring at CP=2:
+    # each rank's k|v block is 2 x 512 x 12 x 64 floats = 3145728 bytes;
+    # per layer it goes round once forward, once backward, and its gradient
+    # twice: 4 sends and 4 receives
+    run -0 "$MC_TRAIN" --dry-run --model gpt2-124m "${base[@]}" --context-parallel-size 2
+    echo "$output" >cp2.txt
+    kv=3145728
+    assert_output --partial "context-parallel group: $((12 * 8 * kv)) / $((12 * 4 * kv)) bytes, 96 calls (p2p"
+    assert_output --partial "2 ranks = tensor 1 x pipeline 1 x context 2 x data 1"
+    # the gradients are reduced over data x context
+    assert_output --partial "data-parallel group: $(field cp2.txt 0 'gradients:') / $(field cp2.txt 0 'gradients:') bytes, 1 calls (all-reduce of gradients, over data x context)"
+    # Ulysses at CP=4: 12 all-to-alls per layer (q, k, v, out forward; q, k,
+    # v, out, dout and dq, dk, dv backward: 144 heads' worth), each 3 sends
+    # of 256 x 3 x 64 floats and 3 receives
+    run -0 "$MC_TRAIN" --dry-run --model gpt2-124m "${base[@]}" --context-parallel-size 4 \
+        --cp-comm-type a2a
+    sent=$((12 * 3 * 256 * 64 / 4 * 144 * 4))
+    assert_output --partial "context-parallel group: $((2 * sent)) / $sent bytes, 864 calls (a2a"
+    echo "$output" >cp4.txt
+    run -0 "$MC_TRAIN" --dry-run --model gpt2-124m "${base[@]}"
+    echo "$output" >cp1.txt
+    # activations per rank: 1/CP of the layers' (the LM head's logits chunk
+    # and the CP scratch stay): below 0.6 and 0.35 of CP=1's
+    a1=$(field cp1.txt 0 'activations:') a2=$(field cp2.txt 0 'activations:')
+    a4=$(field cp4.txt 0 'activations:')
+    echo "# activations: CP=1 $a1, CP=2 $a2, CP=4 (a2a) $a4 bytes" >&3
+    awk -v a="$a1" -v b="$a2" -v c="$a4" 'BEGIN { exit !(b < 0.6 * a && c < 0.35 * a) }'
+    # a grid CP does not fit
+    run -2 "$MC_TRAIN" --dry-run --model gpt2-124m "${base[@]}" --context-parallel-size 2 \
+        --world-size 3
+    assert_output --partial "3 ranks do not divide into tensor-parallel 1 x pipeline-parallel 1 x context-parallel 2"
+}

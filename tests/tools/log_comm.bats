@@ -119,3 +119,17 @@ same() {
     run -2 "$MC_TRAIN" "${args[@]}" --log-comm=1
     assert_output --partial "option '--log-comm' doesn't allow an argument"
 }
+
+@test "log-comm: context parallelism (p2p CP=2 x TP=2 SP, a2a CP=4 with GQA): cp, tp and dp-cp are the dry run's" {
+    local o=(--context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel)
+    mpi 4 "${args[@]}" "${o[@]}" --log-comm
+    grep '^ comm' err.txt | tail -1 | grep -q 'cp send/recv: .*dp-cp all-reduce: '
+    same cp context-parallel 4 "${args[@]}" "${o[@]}"
+    same tp tensor-parallel 4 "${args[@]}" "${o[@]}"
+    same dp-cp data-parallel 4 "${args[@]}" "${o[@]}"
+    local l=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 "${args[@]:2}"
+             --context-parallel-size 4 --cp-comm-type a2a)
+    mpi 4 "${l[@]}" --log-comm
+    same cp context-parallel 4 "${l[@]}"
+    same dp-cp data-parallel 4 "${l[@]}"
+}

@@ -148,11 +148,8 @@ equivalent() {
     assert_output --partial "--tensor-model-parallel-size 2 needs a multiple of 2 ranks"
 }
 
-@test "context parallelism is refused as not implemented yet (exit 2, once)" {
-    # (pipeline parallelism: parallel_pp.bats)
-    run "$MC_TRAIN" "${gpt[@]}" --context-parallel-size 2
-    assert_failure 2
-    assert_output --partial "context parallelism is not implemented yet"
+@test "--overlap-param-gather without the distributed optimizer is refused (exit 2)" {
+    # (pipeline parallelism: parallel_pp.bats; context parallelism: parallel_cp.bats)
     run "$MC_TRAIN" "${gpt[@]}" --overlap-param-gather
     assert_failure 2
     assert_output --partial "--overlap-param-gather needs --use-distributed-optimizer"

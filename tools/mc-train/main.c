@@ -152,6 +152,7 @@ enum {
     OPT_TP,
     OPT_PP,
     OPT_CP,
+    OPT_CP_COMM_TYPE,
     OPT_SEQUENCE_PARALLEL,
     OPT_DIST_OPT,
     OPT_OVERLAP_GRAD,
@@ -377,7 +378,11 @@ static const mc_option options[] = {
     {"decoder-last-pipeline-num-layers", MC_OPT_REQUIRED, OPT_PP_LAST, "N",
      "Layers on the last pipeline stage (the rest split evenly)."},
     {"context-parallel-size", MC_OPT_REQUIRED, OPT_CP, "N",
-     "Ranks that split the sequence in attention (1; more is not implemented yet)."},
+     "Ranks that split every sequence (1): each holds 2 of its 2N chunks; attention runs "
+     "across them."},
+    {"cp-comm-type", MC_OPT_REQUIRED, OPT_CP_COMM_TYPE, "TYPE",
+     "Attention under context parallelism: p2p (ring attention, the default) or a2a "
+     "(all-to-all over the heads, as DeepSpeed-Ulysses)."},
     {"sequence-parallel", MC_OPT_NONE, OPT_SEQUENCE_PARALLEL, NULL,
      "Split the activations outside attention and MLP along the sequence over TP."},
     {"use-distributed-optimizer", MC_OPT_NONE, OPT_DIST_OPT, NULL,
@@ -451,6 +456,7 @@ typedef struct args {
     int64_t pp_first, pp_last; /* --decoder-first/last-pipeline-num-layers (0: even) */
     int64_t vpp;               /* --num-layers-per-virtual-pipeline-stage (0: none) */
     int sequence_parallel;
+    int cp_comm_type;    /* --cp-comm-type: MC_CP_P2P or MC_CP_A2A */
     double dist_timeout; /* --distributed-timeout-minutes (0: the grid's 10) */
     json_t *argv_json;   /* every option as given, for the checkpoint */
     int dry_run;         /* --dry-run: print the plan (mc/plan.h) and exit */
@@ -463,6 +469,12 @@ static void print_line(void *ctx, const char *line)
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
 }
+
+static const mc_choice cp_comm_types[] = {
+    {"p2p", MC_CP_P2P},
+    {"a2a", MC_CP_A2A},
+    {NULL, 0},
+};
 
 static const mc_choice normalizations[] = {
     {"LayerNorm", MC_NORM_LAYERNORM},
@@ -830,6 +842,10 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_CP:
             st = mc_parse_i64("--context-parallel-size", arg, 1, 65536, &a->cp, err);
             break;
+        case OPT_CP_COMM_TYPE:
+            if (!(st = mc_parse_choice("--cp-comm-type", NULL, arg, cp_comm_types, &v, err)))
+                a->cp_comm_type = v;
+            break;
         case OPT_SEQUENCE_PARALLEL: a->sequence_parallel = 1; break;
         case OPT_DIST_OPT: t->use_distributed_optimizer = 1; break;
         case OPT_OVERLAP_GRAD: t->overlap_grad_reduce = 1; break;
@@ -920,11 +936,19 @@ static mc_status check_args(args *a, mc_error *err)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--num-layers, --hidden-size and --num-attention-heads are required "
                             "(or a --model preset)");
-    /* Megatron's other axes: the grid has them (size 1) but not the model. */
-    if (a->cp > 1)
+    /* Context parallelism: what does not follow the split sequence yet. */
+    if (a->cp > 1 && t->kd_teacher)
         return mc_error_set(err, MC_ERR_USAGE,
-                            "--context-parallel-size %" PRId64 ": context parallelism is not "
-                            "implemented yet; use 1",
+                            "--kd-teacher: distillation under context parallelism is not "
+                            "implemented; use --context-parallel-size 1");
+    if (a->cp > 1 && t->dpo.on)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dpo under context parallelism is not implemented; use "
+                            "--context-parallel-size 1");
+    if (a->cp > 1 && a->device && !strcmp(a->device, "cuda"))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--context-parallel-size %" PRId64 " with --device cuda: context "
+                            "parallelism runs on the CPU backend only",
                             a->cp);
     if (t->overlap_param_gather && !t->use_distributed_optimizer)
         return mc_error_set(err, MC_ERR_USAGE,
@@ -982,6 +1006,7 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     if (a->set & SET_DIVISIBLE) c->make_vocab_size_divisible_by = m->make_vocab_size_divisible_by;
     /* Megatron turns --sequence-parallel off when there is no TP to split over. */
     c->sequence_parallel = a->sequence_parallel && a->tp > 1;
+    c->cp_comm_type = a->cp_comm_type;
     c->decoder_first_pipeline_num_layers = (int)a->pp_first;
     c->decoder_last_pipeline_num_layers = (int)a->pp_last;
     c->num_layers_per_virtual_pipeline_stage = (int)a->vpp;
@@ -1028,10 +1053,11 @@ static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
     int32_t eod;
     mc_status st = vocabulary(a, mcfg, &eod, err);
     if (st) return st;
-    int64_t world = a->world_size ? a->world_size : a->tp * a->pp;
+    int64_t world = a->world_size ? a->world_size : a->tp * a->pp * a->cp;
     mc_plan plan;
-    st = mc_plan_compute(mcfg, (int)world, (int)a->tp, (int)a->pp, a->t.micro_batch_size,
-                         a->t.global_batch_size, a->t.use_distributed_optimizer, &plan, err);
+    st = mc_plan_compute_cp(mcfg, (int)world, (int)a->tp, (int)a->pp, (int)a->cp,
+                            a->t.micro_batch_size, a->t.global_batch_size,
+                            a->t.use_distributed_optimizer, &plan, err);
     if (st) return st;
     mc_plan_print(&plan, print_stdout, NULL);
     mc_plan_free(&plan);
@@ -1092,6 +1118,7 @@ int main(int argc, char **argv)
     if (!st) st = mc_backend_cpu_check_env(&err);
     mc_model_config mcfg;
     if (!st) st = model_config(&a, &mcfg, &err);
+    if (!st) st = mc_model_check_cp(&mcfg, (int)a.tp, (int)a.cp, &err);
     if (!st && a.dry_run) {
         if (!(st = dry_run(&a, &mcfg, &err))) {
             rc = 0;
@@ -1104,14 +1131,20 @@ int main(int argc, char **argv)
      * usage error, so that rank 0 alone reports it. */
     if (mc_grid_launched_by_mpi()) {
         mc_error gerr;
-        mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, st ? 1 : (int)a.pp, 1, 1,
-                                         &grid, &gerr);
+        mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, st ? 1 : (int)a.pp,
+                                         st ? 1 : (int)a.cp, 1, &grid, &gerr);
         if (!st && gst) err = gerr, st = gst, grid_error = 1;
     } else if (!st && a.tp > 1) {
         st = mc_error_set(&err, MC_ERR_USAGE,
                           "--tensor-model-parallel-size %" PRId64 " needs a multiple of %" PRId64
                           " ranks and this is one process: start it with mpirun -np N or srun",
                           a.tp, a.tp);
+        grid_error = 1;
+    } else if (!st && a.cp > 1) {
+        st = mc_error_set(&err, MC_ERR_USAGE,
+                          "--context-parallel-size %" PRId64 " needs a multiple of %" PRId64
+                          " ranks and this is one process: start it with mpirun -np N or srun",
+                          a.cp, a.cp);
         grid_error = 1;
     } else if (!st && a.pp > 1) {
         st = mc_error_set(&err, MC_ERR_USAGE,

@@ -39,7 +39,7 @@ static void transpose_block(float *restrict Mt, const float *restrict M, size_t 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* Per-thread workspace of the backward: Kt[D*BK] Vt[D*BK] dK[BK*D]
- * dV[BK*D] S[RT*BK] DP[RT*BK] Dr[hpg*T]. */
+ * dV[BK*D] S[RT*BK] DP[RT*BK] Dr[hpg*T] (T: the query rows). */
 static size_t bwd_slab(size_t D, size_t hpg, size_t T)
 {
     return 4 * round16(D * BK) + 2 * RT * BK + round16(hpg * T);
@@ -52,8 +52,21 @@ typedef struct {
     const float *lse_in;
     size_t B, T, Q, G, D, hpg, nqb;
     float scale;
-    const int32_t *seg; /* [B*T] segment starts, or NULL */
+    const int32_t *seg; /* [B*qs] segment starts, or NULL */
+    /* context parallelism's blocks (mc_cpu_attention_block_bwd): rows
+     * between sequences of q, dq, dout, out, lse and seg; the keys and the
+     * rows between their sequences; the rows' positions among the keys
+     * (row t is at key position pos0 + t); the segment starts' offset (a
+     * start s is key max(s - seg0, 0)). T, T, T, T, 0, 0 otherwise. */
+    size_t qs, nkeys, ks, pos0, seg0;
 } att_args;
+
+/* Row t's segment start in the block's key coordinates. */
+static inline size_t att_seg(const att_args *A, const int32_t *seg, size_t t)
+{
+    size_t s = (size_t)seg[t];
+    return s > A->seg0 ? s - A->seg0 : 0;
+}
 
 /* The per-item body is compiled for each path (isa.h) and picked by the
  * backend's: the variants differ in vector width and register tiles
@@ -85,6 +98,7 @@ typedef struct {
 MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa)
 {
     const size_t T = A->T, Q = A->Q, G = A->G, D = A->D, hpg = A->hpg;
+    const size_t qs = A->qs, ks = A->ks, nkeys = A->nkeys, pos0 = A->pos0;
     const float scale = A->scale, *q = A->q, *k = A->k, *v = A->v, *dout = A->dout;
     float *dq = A->dq, *dk = A->dk, *dv = A->dv;
     float *Kt = ws, *Vt = Kt + round16(D * BK), *dK = Vt + round16(D * BK);
@@ -92,23 +106,26 @@ MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa)
     float *Dr = DP + RT * BK;
     static const float one[RT] = {1.0f, 1.0f, 1.0f, 1.0f};
     size_t b = it / G, g = it % G;
-    const int32_t *seg = A->seg ? A->seg + b * T : NULL;
-    size_t t_end = 0; /* rows [j0, t_end) see the current key block */
+    const int32_t *seg = A->seg ? A->seg + b * qs : NULL;
+    size_t t_end = 0; /* rows [t_begin, t_end) see the current key block */
     /* D_r = dout_r . out_r for every head of the group */
     for (size_t hh = 0; hh < hpg; hh++) {
         size_t h = g * hpg + hh;
         for (size_t t = 0; t < T; t++) {
-            const float *go = dout + ((b * T + t) * Q + h) * D;
-            const float *oo = A->o + ((b * T + t) * Q + h) * D;
+            const float *go = dout + ((b * qs + t) * Q + h) * D;
+            const float *oo = A->o + ((b * qs + t) * Q + h) * D;
             float acc = 0.0f;
             for (size_t d = 0; d < D; d++) acc += go[d] * oo[d];
             Dr[hh * T + t] = acc;
         }
     }
-    for (size_t j0 = 0; j0 < T; j0 += BK) {
-        size_t nk = j0 + BK < T ? BK : T - j0;
-        const float *kb = k + ((b * T + j0) * G + g) * D;
-        const float *vb = v + ((b * T + j0) * G + g) * D;
+    for (size_t j0 = 0; j0 < nkeys; j0 += BK) {
+        size_t nk = j0 + BK < nkeys ? BK : nkeys - j0;
+        /* the first row at or past the block's first key */
+        size_t t_begin = j0 > pos0 ? j0 - pos0 : 0;
+        if (t_begin >= T) break;
+        const float *kb = k + ((b * ks + j0) * G + g) * D;
+        const float *vb = v + ((b * ks + j0) * G + g) * D;
         transpose_block(Kt, kb, G * D, D, nk);
         transpose_block(Vt, vb, G * D, D, nk);
         memset(dK, 0, nk * D * sizeof(float));
@@ -116,28 +133,30 @@ MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa)
         if (!seg)
             t_end = T;
         else /* the first row starting past the block (it grows with j0) */
-            for (t_end = t_end > j0 ? t_end : j0; t_end < T && (size_t)seg[t_end] < j0 + nk;
-                 t_end++) {}
+            for (t_end = t_end > t_begin ? t_end : t_begin;
+                 t_end < T && att_seg(A, seg, t_end) < j0 + nk; t_end++) {}
         for (size_t hh = 0; hh < hpg; hh++) {
             size_t h = g * hpg + hh;
-            const float *lrow = A->lse_in + (b * Q + h) * T;
+            const float *lrow = A->lse_in + (b * Q + h) * qs;
             /* the rows that see the block, RT at a time */
-            for (size_t t0 = j0; t0 < t_end; t0 += RT) {
+            for (size_t t0 = t_begin; t0 < t_end; t0 += RT) {
                 int nr = t_end - t0 < RT ? (int)(t_end - t0) : RT;
                 const float *qr[RT], *gr[RT];
                 for (int r = 0; r < RT; r++) {
                     size_t t = t0 + (size_t)(r < nr ? r : nr - 1);
-                    qr[r] = q + ((b * T + t) * Q + h) * D;
-                    gr[r] = dout + ((b * T + t) * Q + h) * D;
+                    qr[r] = q + ((b * qs + t) * Q + h) * D;
+                    gr[r] = dout + ((b * qs + t) * Q + h) * D;
                 }
                 att_scores(isa, S, qr, Kt, D);
                 att_scores(isa, DP, gr, Vt, D);
                 size_t nc[RT];
                 for (int r = 0; r < nr; r++) {
                     size_t t = t0 + (size_t)r;
-                    nc[r] = t - j0 + 1 < nk ? t - j0 + 1 : nk; /* causal mask */
+                    size_t p = pos0 + t;                       /* its position among the keys */
+                    nc[r] = p - j0 + 1 < nk ? p - j0 + 1 : nk; /* causal mask */
                     /* the segment's first key in the block (< nc[r]) */
-                    size_t lo = seg && (size_t)seg[t] > j0 ? (size_t)seg[t] - j0 : 0;
+                    size_t st = seg ? att_seg(A, seg, t) : 0;
+                    size_t lo = st > j0 ? st - j0 : 0;
                     float lr = lrow[t], Dt = Dr[hh * T + t], *s = S + r * BK, *dp = DP + r * BK;
                     for (size_t c = 0; c < lo; c++) s[c] = dp[c] = 0.0f;
 #pragma omp simd
@@ -151,7 +170,7 @@ MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa)
                  * the keys all rows of a tile see as a tile, then each
                  * row's rest (rows in position order: nc[0] is the least),
                  * so every sum keeps the order of rows and keys */
-                float *dq0 = dq ? dq + ((b * T + t0) * Q + h) * D : NULL;
+                float *dq0 = dq ? dq + ((b * qs + t0) * Q + h) * D : NULL;
                 int tile = nr == RT;
                 int rows = tile ? 1 : nr;
                 for (int r = 0; r < rows; r++) {
@@ -175,8 +194,8 @@ MC_ISA_BODY void bwd_item_body(const att_args *A, size_t it, float *ws, int isa)
             }
         }
         for (size_t c = 0; c < nk; c++) {
-            if (dk) axpy(dk + ((b * T + j0 + c) * G + g) * D, 1.0f, dK + c * D, D);
-            if (dv) axpy(dv + ((b * T + j0 + c) * G + g) * D, 1.0f, dV + c * D, D);
+            if (dk) axpy(dk + ((b * ks + j0 + c) * G + g) * D, 1.0f, dK + c * D, D);
+            if (dv) axpy(dv + ((b * ks + j0 + c) * G + g) * D, 1.0f, dV + c * D, D);
         }
     }
 }
@@ -191,16 +210,18 @@ void mc_cpu_attention_fwd(mc_backend *be, float *out, float *lse, const float *q
     mc_cpu_attention_rows_fwd(be, out, lse, q, k, v, B, T, 0, T, Q, G, D, scale, seg);
 }
 
-void mc_cpu_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                          const float *q, const float *k, const float *v, const float *out,
-                          const float *lse, size_t B, size_t T, size_t Q, size_t G, size_t D,
-                          float scale, const int32_t *seg)
+/* The general form (att_args): T query rows against nkeys keys. */
+static void block_bwd(mc_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                      const float *q, const float *k, const float *v, const float *out,
+                      const float *lse, size_t B, size_t T, size_t qs, size_t nkeys, size_t ks,
+                      size_t Q, size_t G, size_t D, float scale, size_t pos0, size_t seg0,
+                      const int32_t *seg)
 {
-    assert(G > 0 && Q % G == 0 && D > 0);
-    if (B == 0 || T == 0 || (!dq && !dk && !dv)) return;
+    assert(G > 0 && Q % G == 0 && D > 0 && qs >= T && ks >= nkeys);
+    if (B == 0 || T == 0 || nkeys == 0 || (!dq && !dk && !dv)) return;
     const size_t hpg = Q / G, items = B * G, slab = bwd_slab(D, hpg, T);
-    att_args A = {NULL, NULL, dq, dk, dv, q, k,   v, dout,  out,
-                  lse,  B,    T,  Q,  G,  D, hpg, 0, scale, seg};
+    att_args A = {NULL, NULL, dq, dk,  dv, q,     k,   v,  dout,  out, lse,  B,   T,
+                  Q,    G,    D,  hpg, 0,  scale, seg, qs, nkeys, ks,  pos0, seg0};
     float *work = mc_cpu_scratch(be, MC_CPU_SCRATCH_WORK,
                                  slab * (size_t)be->threads * sizeof(float));
 #pragma omp parallel num_threads(be->threads)
@@ -208,5 +229,50 @@ void mc_cpu_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const
         float *ws = work + slab * (size_t)omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
         for (size_t it = 0; it < items; it++) bwd_item_for(be->isa)(&A, it, ws);
+    }
+}
+
+void mc_cpu_attention_bwd(mc_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                          const float *q, const float *k, const float *v, const float *out,
+                          const float *lse, size_t B, size_t T, size_t Q, size_t G, size_t D,
+                          float scale, const int32_t *seg)
+{
+    block_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, T, T, T, Q, G, D, scale, 0, 0, seg);
+}
+
+void mc_cpu_attention_block_bwd(mc_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                const float *q, const float *k, const float *v, const float *out,
+                                const float *lse, size_t B, size_t n, size_t qs, size_t m,
+                                size_t ks, size_t Q, size_t G, size_t D, float scale, size_t qpos0,
+                                size_t kpos0, const int32_t *seg)
+{
+    assert(qpos0 >= kpos0);
+    block_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, B, n, qs, m, ks, Q, G, D, scale,
+              qpos0 - kpos0, kpos0, seg);
+}
+
+void mc_cpu_attention_merge(mc_backend *be, float *out, float *lse, const float *pout,
+                            const float *plse, size_t B, size_t n, size_t qs, size_t Q, size_t D)
+{
+    const size_t rows = B * Q * n;
+#pragma omp parallel for num_threads(be->threads) schedule(static)
+    for (size_t i = 0; i < rows; i++) {
+        size_t b = i / (Q * n), h = i / n % Q, t = i % n;
+        float *l = lse + (b * Q + h) * qs + t;
+        float pl = plse[(b * Q + h) * qs + t];
+        if (pl == -INFINITY) continue;
+        float *o = out + ((b * qs + t) * Q + h) * D;
+        const float *po = pout + ((b * qs + t) * Q + h) * D;
+        if (*l == -INFINITY) {
+            for (size_t d = 0; d < D; d++) o[d] = po[d];
+            *l = pl;
+            continue;
+        }
+        /* L = max + log(1 + exp(min - max)), in double for the weights */
+        double a = *l, c = pl, mx = a > c ? a : c;
+        double L = mx + log(exp(a - mx) + exp(c - mx));
+        float wa = (float)exp(a - L), wc = (float)exp(c - L);
+        for (size_t d = 0; d < D; d++) o[d] = o[d] * wa + po[d] * wc;
+        *l = (float)L;
     }
 }

@@ -23,8 +23,21 @@ typedef struct {
     const float *q, *kc, *vc;
     size_t n, pos0, L, Q, G, D, hpg, nqb;
     float scale;
-    const int32_t *seg; /* [B*n] segment starts, or NULL */
+    const int32_t *seg; /* [B*qs] segment starts, or NULL */
+    /* context parallelism's blocks (mc_cpu_attention_block_fwd): rows
+     * between sequences of q, out, lse and seg (n otherwise); keys present
+     * (pos0 + n otherwise: the key loop stops at min(pos0 + i1, nkeys));
+     * and the segment starts' offset: a start s means key max(s - seg0, 0)
+     * of this block */
+    size_t qs, nkeys, seg0;
 } kv_args;
+
+/* Row i's segment start in the block's key coordinates. */
+static inline size_t kv_seg(const kv_args *A, const int32_t *seg, size_t i)
+{
+    size_t s = (size_t)seg[i];
+    return s > A->seg0 ? s - A->seg0 : 0;
+}
 
 /* Workspace per thread: Kt[D*BK] (a key block transposed, zero past the
  * block's keys), S[RT*BK] (scores, then probabilities), o[BQ*D], m[BQ],
@@ -70,9 +83,9 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
     size_t qb = A->nqb - 1 - it % A->nqb, bh = it / A->nqb, b = bh / Q, h = bh % Q;
     size_t g = h / A->hpg;
     size_t i0 = qb * BQ, i1 = i0 + BQ < n ? i0 + BQ : n, nq = i1 - i0;
-    size_t kend = pos0 + i1;                                  /* keys this block of rows may see */
-    const int32_t *seg = A->seg ? A->seg + b * n + i0 : NULL; /* the item's rows' starts */
-    const float *q = A->q + b * n * Q * D, *kc = A->kc + b * A->L * G * D;
+    size_t kend = pos0 + i1 < A->nkeys ? pos0 + i1 : A->nkeys;    /* keys these rows may see */
+    const int32_t *seg = A->seg ? A->seg + b * A->qs + i0 : NULL; /* the item's rows' starts */
+    const float *q = A->q + b * A->qs * Q * D, *kc = A->kc + b * A->L * G * D;
     const float *vbase = A->vc + b * A->L * G * D + g * D;
     const size_t vstride = G * D;
     for (size_t r = 0; r < nq; r++) {
@@ -80,7 +93,7 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
         l[r] = 0.0f;
     }
     memset(o, 0, nq * D * sizeof(float));
-    for (size_t j0 = seg ? (size_t)seg[0] / BK * BK : 0; j0 < kend; j0 += BK) {
+    for (size_t j0 = seg ? kv_seg(A, seg, 0) / BK * BK : 0; j0 < kend; j0 += BK) {
         size_t nk = j0 + BK < kend ? BK : kend - j0;
         for (size_t d = 0; d < D; d++) {
             for (size_t c = 0; c < nk; c++) Kt[d * BK + c] = kc[((j0 + c) * G + g) * D + d];
@@ -92,7 +105,7 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
         /* ... and, with segments, a prefix: rows whose segment starts here
          * or before */
         if (seg)
-            for (r1 = r0; r1 < nq && (size_t)seg[r1] < j0 + nk; r1++) {}
+            for (r1 = r0; r1 < nq && kv_seg(A, seg, r1) < j0 + nk; r1++) {}
         for (; r0 < r1; r0 += RT) {
             int nr = r1 - r0 < RT ? (int)(r1 - r0) : RT;
             const float *qr[RT];
@@ -109,7 +122,8 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
                 nc[r] = p - j0 + 1 < nk ? p - j0 + 1 : nk;
                 /* its segment's first key in the block (< nc[r]: the row
                  * sees the block) */
-                size_t lo = seg && (size_t)seg[r0 + r] > j0 ? (size_t)seg[r0 + r] - j0 : 0;
+                size_t sr = seg ? kv_seg(A, seg, r0 + r) : 0;
+                size_t lo = sr > j0 ? sr - j0 : 0;
                 float *s = S + r * BK, mr = m[r0 + r], mx = mr;
                 const float scale = A->scale;
                 /* max is exact in any order, so a vector reduction is safe */
@@ -144,25 +158,33 @@ MC_ISA_BODY void kv_item_body(const kv_args *A, size_t it, float *ws, int isa)
         }
     }
     for (size_t r = 0; r < nq; r++) {
+        float *dst = A->out + ((b * A->qs + i0 + r) * Q + h) * D;
+        float *lse = A->lse ? A->lse + (b * Q + h) * A->qs + i0 + r : NULL;
+        if (l[r] == 0.0f) { /* a block's row that sees none of its keys */
+            for (size_t d = 0; d < D; d++) dst[d] = 0.0f;
+            if (lse) *lse = -INFINITY;
+            continue;
+        }
         float inv = 1.0f / l[r];
-        float *dst = A->out + ((b * n + i0 + r) * Q + h) * D;
         for (size_t d = 0; d < D; d++) dst[d] = o[r * D + d] * inv;
-        if (A->lse) A->lse[(b * Q + h) * n + i0 + r] = m[r] + logf(l[r]);
+        if (lse) *lse = m[r] + logf(l[r]);
     }
 }
 MC_ISA_VARIANTS_VOID(kv_item, (const kv_args *A, size_t it, float *ws), (A, it, ws))
 
-/* Layout, for each of B sequences: q[n,Q,D], kc,vc[L,G,D] (L >= pos0 + n:
- * the cache's capacity, only the first pos0 + n positions read), out[n,Q,D],
- * lse[Q,n] (or NULL). Query head h reads group h / (Q/G). */
-void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const float *q,
-                               const float *kc, const float *vc, size_t B, size_t n, size_t pos0,
-                               size_t L, size_t Q, size_t G, size_t D, float scale,
-                               const int32_t *seg)
+/* The general form: for each of B sequences, n query rows (qs rows apart
+ * from sequence to sequence in q, out, lse and seg) at cache positions
+ * pos0 .. pos0 + n - 1 against the first nkeys keys (L apart), segment
+ * starts offset by seg0 (kv_args). */
+static void rows_fwd(mc_backend *be, float *out, float *lse, const float *q, const float *kc,
+                     const float *vc, size_t B, size_t n, size_t qs, size_t pos0, size_t L,
+                     size_t nkeys, size_t seg0, size_t Q, size_t G, size_t D, float scale,
+                     const int32_t *seg)
 {
-    assert(G > 0 && Q % G == 0 && D > 0 && L >= pos0 + n);
+    assert(G > 0 && Q % G == 0 && D > 0 && L >= nkeys && qs >= n);
     if (n == 0 || B == 0) return;
-    kv_args A = {out, lse, q, kc, vc, n, pos0, L, Q, G, D, Q / G, (n + BQ - 1) / BQ, scale, seg};
+    kv_args A = {out,   lse, q,  kc,    vc,  n, pos0, L, Q, G, D, Q / G, (n + BQ - 1) / BQ,
+                 scale, seg, qs, nkeys, seg0};
     size_t items = B * Q * A.nqb, slab = kv_slab(D);
     int nt = be->threads;
     if ((size_t)nt > items) nt = (int)items;
@@ -172,9 +194,33 @@ void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const flo
         kv_item_for(be->isa)(&A, it, ws + (size_t)omp_get_thread_num() * slab);
 }
 
+/* Layout, for each of B sequences: q[n,Q,D], kc,vc[L,G,D] (L >= pos0 + n:
+ * the cache's capacity, only the first pos0 + n positions read), out[n,Q,D],
+ * lse[Q,n] (or NULL). Query head h reads group h / (Q/G). */
+void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const float *q,
+                               const float *kc, const float *vc, size_t B, size_t n, size_t pos0,
+                               size_t L, size_t Q, size_t G, size_t D, float scale,
+                               const int32_t *seg)
+{
+    assert(L >= pos0 + n);
+    rows_fwd(be, out, lse, q, kc, vc, B, n, n, pos0, L, pos0 + n, 0, Q, G, D, scale, seg);
+}
+
 void mc_cpu_attention_kv_fwd(mc_backend *be, float *out, const float *q, const float *kc,
                              const float *vc, size_t n, size_t pos0, size_t Q, size_t G, size_t D,
                              float scale, const int32_t *seg)
 {
     mc_cpu_attention_rows_fwd(be, out, NULL, q, kc, vc, 1, n, pos0, pos0 + n, Q, G, D, scale, seg);
+}
+
+/* Context parallelism's block: query rows at positions qpos0 + i against
+ * keys at kpos0 + j (qpos0 >= kpos0): cache positions pos0 = qpos0 - kpos0,
+ * segment starts offset by kpos0. */
+void mc_cpu_attention_block_fwd(mc_backend *be, float *out, float *lse, const float *q,
+                                const float *k, const float *v, size_t B, size_t n, size_t qs,
+                                size_t m, size_t ks, size_t Q, size_t G, size_t D, float scale,
+                                size_t qpos0, size_t kpos0, const int32_t *seg)
+{
+    assert(qpos0 >= kpos0);
+    rows_fwd(be, out, lse, q, k, v, B, n, qs, qpos0 - kpos0, ks, m, kpos0, Q, G, D, scale, seg);
 }
