@@ -89,6 +89,11 @@ typedef struct run {
     int64_t last_saved; /* iteration of the last checkpoint written, -1 */
     mc_train_report *rep;
     double flops_per_token;
+    /* MoE: the MoE layers (0: dense), and the last iteration's balancing
+     * losses as Megatron logs them (load_balancing_loss or
+     * seq_load_balancing_loss, z_loss) */
+    int moe_layers;
+    double moe_lb, moe_z;
     double t_start; /* --exit-duration-in-mins counts from here, set-up included */
     /* --async-save: the write in flight, if any */
     struct {
@@ -697,6 +702,7 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     if ((st = mc_model_config_finish(&mcfg, mc_grid_group_size(r->g, MC_GROUP_TP), err))) return st;
     r->T = mcfg.seq_length;
     r->flops_per_token = mc_model_flops_per_token(&mcfg);
+    r->moe_layers = mc_model_num_moe_layers(&mcfg);
     /* --dpo: a micro-batch of B pairs runs 2 B sequences */
     int per_sample = c->dpo.on ? 2 : 1;
     if ((st = mc_model_new(&mcfg, r->g, r->be, (int)c->micro_batch_size * per_sample, c->prec,
@@ -799,6 +805,7 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
 /* What the log line averages over its interval. */
 typedef struct window {
     double loss_sum, kd_sum;
+    double moe_lb_sum, moe_z_sum; /* MoE: the balancing losses' sums */
     double rewards[4]; /* --dpo: sums of each iteration's rewards/chosen, rejected, accuracies,
                           margins */
     int64_t advanced, skipped, nan;
@@ -834,7 +841,17 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
     else if (avg >= 0.0) {
         int lv = snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg);
         if (r->teacher && lv > 0)
-            snprintf(lossv + lv, sizeof lossv - (size_t)lv, " kd loss: %.6E |", w->kd_sum / na);
+            lv += snprintf(lossv + lv, sizeof lossv - (size_t)lv, " kd loss: %.6E |",
+                           w->kd_sum / na);
+        /* Megatron's MoE metrics, after the losses */
+        const mc_model_config *mc = mc_model_get_config(r->model);
+        if (r->moe_layers && lv > 0 && mc->moe_load_balancing != MC_MOE_LB_NONE)
+            lv += snprintf(lossv + lv, sizeof lossv - (size_t)lv, " %s: %.6E |",
+                           mc->moe_load_balancing == MC_MOE_LB_SEQ_AUX ? "seq_load_balancing_loss"
+                                                                       : "load_balancing_loss",
+                           w->moe_lb_sum / na);
+        if (r->moe_layers && lv > 0 && mc->moe_z_loss_coeff > 0)
+            snprintf(lossv + lv, sizeof lossv - (size_t)lv, " z_loss: %.6E |", w->moe_z_sum / na);
     }
     int len = snprintf(
         line, sizeof line,
@@ -919,6 +936,18 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
     if (r->pref && (st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, &r->dpo_sums.loss,
                                               sizeof r->dpo_sums / sizeof(double), err)))
         return st;
+    if (r->moe_layers) {
+        /* Megatron's MoE metrics: each layer's value summed over the
+         * micro-batches times 1 / num_microbatches, summed over the layers
+         * (all stages) / the MoE layers, averaged over data parallelism */
+        double v[2];
+        mc_model_moe_losses(r->model, &v[0], &v[1]);
+        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, v, 2, err))) return st;
+        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, v, 2, err))) return st;
+        double d = (double)r->num_micro * (double)r->moe_layers * (double)r->dp;
+        r->moe_lb = v[0] / d;
+        r->moe_z = v[1] / d;
+    }
     *lm_loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
     *kd_loss = !r->teacher ? NAN : acc[1] > 0 ? acc[2] / acc[1] : NAN;
     *nan = 0;
@@ -989,6 +1018,8 @@ static mc_status train_loop(run *r, mc_error *err)
                 w.rewards[3] += d->margins / n;
             }
             if (r->teacher) w.kd_sum += kd;
+            w.moe_lb_sum += r->moe_lb;
+            w.moe_z_sum += r->moe_z;
         }
         if (nan) {
             w.nan++;
@@ -1036,6 +1067,15 @@ static mc_status train_loop(run *r, mc_error *err)
         } else {
             st = mc_metrics_scalar(r->metrics, MC_TAG_LM_LOSS, it, loss, err);
             if (!st && r->teacher) st = mc_metrics_scalar(r->metrics, MC_TAG_KD_LOSS, it, kd, err);
+            const mc_model_config *mc = mc_model_get_config(r->model);
+            if (!st && r->moe_layers && mc->moe_load_balancing != MC_MOE_LB_NONE)
+                st = mc_metrics_scalar(r->metrics,
+                                       mc->moe_load_balancing == MC_MOE_LB_SEQ_AUX
+                                           ? MC_TAG_MOE_SEQ_LB_LOSS
+                                           : MC_TAG_MOE_LB_LOSS,
+                                       it, r->moe_lb, err);
+            if (!st && r->moe_layers && mc->moe_z_loss_coeff > 0)
+                st = mc_metrics_scalar(r->metrics, MC_TAG_MOE_Z_LOSS, it, r->moe_z, err);
         }
         if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_LEARNING_RATE, it, lr_now, err);
         if (!st)
