@@ -474,6 +474,13 @@ double mc_logprob_at(const float *logits, int64_t V, int32_t t);
  * coefficient (what Megatron logs as load_balancing_loss /
  * seq_load_balancing_loss and z_loss before averaging). */
 void mc_model_moe_losses(mc_model *m, double *load_balancing, double *z);
+/* --moe-router-enable-expert-bias: after an iteration's micro-batches
+ * (every rank of the data-parallel group calls it), each MoE layer's
+ * expert bias += sign(mean - tokens[e]) x --moe-router-bias-update-rate,
+ * tokens[e] what expert e received in the iteration's training forwards
+ * summed over data parallelism (Megatron's _update_router_expert_bias);
+ * then the counts restart. A no-op without the option. */
+mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err);
 /* MoE layers of the whole model (0: dense). */
 int mc_model_num_moe_layers(const mc_model_config *c);
 

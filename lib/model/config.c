@@ -323,6 +323,11 @@ static mc_status moe_finish(mc_model_config *c, mc_error *err)
                        "and topk / group-topk at most the %d experts of a group",
                        K, g, E / G);
     }
+    if (c->moe_shared_expert_intermediate_size < 0)
+        return BAD("--moe-shared-expert-intermediate-size must be positive");
+    if (c->moe_shared_expert_intermediate_size > 0 && c->add_bias_linear)
+        return BAD("--moe-shared-expert-intermediate-size: shared experts have no biases "
+                   "(Megatron's rule): add --disable-bias-linear");
     if (c->moe_router_enable_expert_bias && !c->moe_router_score_sigmoid)
         return BAD("--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid");
     if (c->moe_router_topk_scaling_factor < 0)
@@ -527,7 +532,9 @@ double mc_model_flops_per_token(const mc_model_config *c)
         double Fm = c->moe_ffn_hidden_size, f1 = c->swiglu ? 2 * Fm : Fm;
         double E = c->num_experts, K = c->moe_router_topk;
         double mlp = fc1 * C + bias * fc1 + C * F + bias * C;
-        double moe = E * C + bias * E + K * (f1 * C + bias * f1 + C * Fm + bias * C);
+        double S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
+        double moe = E * C + bias * E + K * (f1 * C + bias * f1 + C * Fm + bias * C) + s1 * C +
+                     C * S;
         n += mc_model_num_moe_layers(c) * (moe - mlp);
     }
     return 6.0 * n + 12.0 * L * Q * D * T;

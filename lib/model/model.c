@@ -233,6 +233,7 @@ void mc_model_free(mc_model *m)
     free(m->hlogp);
     free(m->hdlogp);
     free(m->moe_rows_host);
+    free(m->moe_tpe);
     free(m);
 }
 

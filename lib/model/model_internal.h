@@ -22,6 +22,7 @@ typedef struct mc_layer_params {
     int moe;
     int router_w, router_b, expert_bias;
     int efc1_w, efc1_b, efc2_w, efc2_b;
+    int sfc1_w, sfc2_w; /* mlp.shared_experts.linear_fc{1,2}.weight (-1: none) */
 } mc_layer_params;
 
 /* One MoE layer's saved activations (moe.c): N = B * T rows, R = N * K
@@ -30,9 +31,11 @@ typedef struct mc_moe_acts {
     float *logits;       /* [N, E] the router's */
     float *probs;        /* [N, K] */
     int32_t *idx, *perm; /* [N, K] the chosen experts, their rows in the permuted order */
+    int32_t *kept;       /* [N, K] idx with the choices over capacity -1 */
     float *xp;           /* [R, C] the permuted input */
     float *fc1, *act;    /* [R, fc1], [R, F] the experts' fc1 output and activation */
     float *yp;           /* [R, C] the experts' outputs */
+    float *sfc1, *sact;  /* [N, shared fc1], [N, shared F]: the shared experts' */
     int64_t *rows;       /* host [E]: the rows each expert received */
     int train;           /* the balancing losses' gradients go into the backward */
     float grad_scale;    /* their weight (the main loss's grad_scale) */
@@ -170,9 +173,13 @@ struct mc_model {
      * mc_model_moe_losses (the load-balancing loss without its coefficient,
      * the z-loss without its coefficient). */
     float *moe_dlogits, *moe_dprobs, *moe_dyp, *moe_dxp, *moe_dact, *moe_dfc1;
+    float *moe_dsact, *moe_dsfc1; /* the shared experts' [N, F], [N, fc1] */
     int32_t *moe_counts;
     int64_t *moe_rows_host;
     double moe_lb_sum, moe_z_sum;
+    /* --moe-router-enable-expert-bias: host [num_layers, E], the tokens each
+     * expert received in this iteration's training forwards (NULL until) */
+    double *moe_tpe;
 };
 
 /* Knowledge distillation (kd.c): the frozen teacher, the settings, and

@@ -133,6 +133,15 @@ static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int 
         ADDM(2, E, C, -1, 1, 1, 0, 0, "%s.mlp.experts.experts.linear_fc2.bias", pre);
         lp->efc2_b = idx;
     }
+    if (c->moe_shared_expert_intermediate_size > 0) {
+        /* Megatron's SharedExpertMLP: one MLP of the shared size beside
+         * the routed experts, no biases (config_finish checks) */
+        int64_t S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
+        ADDM(2, s1, C, -1, 1, 0, std, 0, "%s.mlp.shared_experts.linear_fc1.weight", pre);
+        lp->sfc1_w = idx;
+        ADDM(2, C, S, -1, 1, 0, out_std, 0, "%s.mlp.shared_experts.linear_fc2.weight", pre);
+        lp->sfc2_w = idx;
+    }
 #undef ADDM
     return 0;
 }
@@ -203,6 +212,7 @@ mc_status mc_model_build_registry(mc_model *m, mc_error *err)
         }
         lp->router_w = lp->router_b = lp->expert_bias = -1;
         lp->efc1_w = lp->efc1_b = lp->efc2_w = lp->efc2_b = -1;
+        lp->sfc1_w = lp->sfc2_w = -1;
         if (mc_model_layer_is_moe(c, l)) {
             if (moe_layer(&r, c, lp, l, err)) goto fail;
             continue;

@@ -962,6 +962,9 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
     double lr = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
     double wd = mc_wd_at_samples(&r->sched, (double)r->s.sched_samples);
     mc_optim_result res;
+    /* MoE aux-loss-free balancing: the expert biases move with the
+     * iteration's token counts (Megatron: in finalize_model_grads) */
+    if ((st = mc_model_moe_update_expert_bias(r->model, err))) return st;
     if ((st = mc_optim_step(r->optim, lr, wd, scale, &res, err))) return st;
     *grad_norm = res.grad_norm;
     *skipped = res.found_inf;

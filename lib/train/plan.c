@@ -5,6 +5,7 @@
  * pipeline.c); keep them in step. What each figure counts is in
  * doc/ARCHITECTURE.md, "Training".
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,8 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int rank, mc_
             if (bias) param(s, E * f1);
             param(s, E * C * Fm);
             if (bias) param(s, E * C);
+            int64_t S = c->moe_shared_expert_intermediate_size;
+            if (S) param(s, (c->swiglu ? 2 : 1) * S * C), param(s, C * S);
             continue;
         }
         param(s, C);
@@ -91,14 +94,21 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, in
         /* model.c/moe.c: a MoE layer carves its own block instead of the
          * MLP's fc1 and act (R = N K permuted rows) */
         double E = c->num_experts, K = c->moe_router_topk, R = N * K;
+        if (c->moe_pad_expert_input_to_capacity && c->moe_expert_capacity_factor > 0) {
+            /* moe.c's pad_block: every expert's rows its capacity */
+            double cap = ceil(N * K / E * (double)c->moe_expert_capacity_factor);
+            if (cap > N) cap = N;
+            if (E * cap > R) R = E * cap;
+        }
         double Fm = c->moe_ffn_hidden_size, f1 = c->swiglu ? 2 * Fm : Fm;
-        double moe = carved(N * E) + 3 * carved(N * K) + 2 * carved(R * C) + carved(R * f1) +
-                     carved(R * Fm);
+        double S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
+        double moe = carved(N * E) + 4 * carved(N * K) + 2 * carved(R * C) + carved(R * f1) +
+                     carved(R * Fm) + (S ? carved(N * s1) + carved(N * S) : 0);
         int nmoe = 0;
         for (int l = first_layer; l < first_layer + nl; l++) nmoe += mc_model_layer_is_moe(c, l);
         slot += nmoe * (moe - carved(N * fc1) - carved(N * Fl));
         moe_scratch = carved(N * E) + carved(N * K) + 2 * carved(R * C) + carved(R * Fm) +
-                      carved(R * f1) + carved(E);
+                      carved(R * f1) + carved(E) + (S ? carved(N * S) + carved(N * s1) : 0);
     }
     if (last) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
     double shared = carved(N * qkv) + carved(N * C) + carved(Nl * C) + carved(N * C) +

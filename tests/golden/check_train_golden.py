@@ -63,8 +63,13 @@ TOL = {
              "kd_loss": 1e-5, "moe_loss": 1e-5},
     # MoE goldens (tests/golden/torch_moe.py): the router's top-k choice
     # turns rounding into slightly larger drift (observed over 20
-    # iterations: loss 9e-8, grad norm 5.7e-6, balancing losses 1.4e-6, sum
-    # of squares 2.8e-6 in tiny-gpt's QKV bias, the key-bias noise above)
+    # iterations of the seven models: loss 3.7e-7, grad norm 9.0e-6,
+    # balancing losses 2.2e-6, sum of squares 2.9e-6 in tiny-gpt's QKV bias,
+    # the key-bias noise above). A discrete choice amplifies last-bit
+    # differences: a capacity model first tried here (ffn 32, factor 1.25)
+    # moved its grad norm by 7.5e-5 between PyTorch fp32 and fp64 alone,
+    # and mc stayed within 1.7e-5 of PyTorch fp32; such models are not
+    # goldens.
     "fp32_moe": {"loss": 1e-6, "grad_norm": 1e-5, "sum": 1e-3, "sumsq": 1e-5, "lr": 1e-12,
                  "moe_loss": 1e-5},
     "bf16": {"loss": 2e-3, "grad_norm": 2e-2, "sum": 2e-2, "sumsq": 1e-2, "lr": 1e-12,

@@ -6,7 +6,7 @@ committed; tests/tools/train_moe_golden.bats runs mc-train the same way and
 compares through tests/golden/check_train_golden.py):
 
     MC_PYTHON=/tmp/ci/.venv/bin/python /work/venv-torch/bin/python \\
-        tests/golden/torch_moe.py BUILDDIR
+        tests/golden/torch_moe.py BUILDDIR [CASE...]
 
 For each case of CASES (tiny GPT and Llama trunks at T = 32 with MoE layers,
 NullTokenizer with 300 ids):
@@ -33,7 +33,15 @@ NullTokenizer with 300 ids):
    sigmoid normalized, and f_e the tokens whose top-k of those scores holds
    e; the z-loss mean(logsumexp(logits)^2)) added to the micro-batch's
    loss with their coefficients (Megatron's MoEAuxLossAutoScaler gives them
-   the main loss's 1 / num_microbatches). AdamW (betas 0.9/0.95, eps 1e-8,
+   the main loss's 1 / num_microbatches); shared experts (an MLP on every
+   token, added); the expert bias of aux-loss-free balancing (added to the
+   sigmoid scores for the choice; after each iteration bias += sign(mean -
+   tokens) x rate, tokens counted from the routing map after dropping, as
+   get_updated_expert_bias); expert capacity as apply_router_token_dropping
+   (capacity ceil(N K / E x factor), kept by the top probabilities per
+   expert, or with the position policy each expert's first tokens; with
+   padding to capacity the map is the capacity mask and the padded tokens
+   go through the expert with probability 0). AdamW (betas 0.9/0.95, eps 1e-8,
    weight decay 0.1 except biases and 1-D weights), constant learning rate,
    Megatron's clipping at 1.0, global gradient norm in float64.
 4. tests/data/train/golden_moe_<case>.json: the mc-train arguments (bats adds
@@ -93,6 +101,32 @@ CASES = {
                              "--moe-router-score-function", "sigmoid",
                              "--moe-router-num-groups", "4", "--moe-router-group-topk", "2",
                              "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3"],
+    # a shared expert of 64 beside 4 routed experts (Qwen/DeepSeek-like)
+    "llama_shared_expert": ["--model", "tiny-llama", "--num-experts", "4",
+                            "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32",
+                            "--moe-shared-expert-intermediate-size", "64",
+                            "--moe-aux-loss-coeff", "1e-2"],
+    # aux-loss-free balancing: sigmoid scores plus a per-expert bias moved by
+    # the iteration's token counts (a large rate, so that the choice moves)
+    "llama_sigmoid_expert_bias": ["--model", "tiny-llama", "--num-experts", "8",
+                                  "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32",
+                                  "--moe-router-score-function", "sigmoid",
+                                  "--moe-router-enable-expert-bias",
+                                  "--moe-router-bias-update-rate", "1e-3",
+                                  "--moe-router-load-balancing-type", "none",
+                                  "--moe-z-loss-coeff", "1e-3"],
+    # expert capacity 1.0 (32 of a micro-batch's 128 choices per expert),
+    # the lowest probabilities dropped
+    "llama_capacity_probs": ["--model", "tiny-llama", "--num-experts", "4",
+                             "--moe-router-topk", "2", "--moe-ffn-hidden-size", "64",
+                             "--moe-expert-capacity-factor", "1.25",
+                             "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3"],
+    # GPT: capacity 0.75, the latest tokens dropped, inputs padded to capacity
+    "gpt_capacity_position_pad": ["--model", "tiny-gpt", "--num-experts", "4",
+                                  "--moe-router-topk", "2", "--moe-expert-capacity-factor", "0.75",
+                                  "--moe-token-drop-policy", "position",
+                                  "--moe-pad-expert-input-to-capacity",
+                                  "--moe-aux-loss-coeff", "1e-2"],
 }
 
 
@@ -122,6 +156,22 @@ class MoE:
     def __init__(self, cfg, P):
         self.cfg, self.P, self.m = cfg, P, cfg["moe"]
         self.aux, self.z = [], []
+        E = self.m["num_experts"]
+        # Megatron's router buffers: expert_bias and local_tokens_per_expert
+        self.bias = {l: torch.zeros(E) for l in range(cfg["num_layers"])}
+        self.tokens = {l: torch.zeros(E) for l in range(cfg["num_layers"])}
+        self.dropped = 0
+
+    def update_expert_bias(self):
+        """get_updated_expert_bias, once per iteration (one DP rank)."""
+        if not self.m["moe_router_enable_expert_bias"]:
+            return
+        rate = np.float32(self.m["moe_router_bias_update_rate"])
+        for l in self.bias:
+            t = self.tokens[l]
+            offset = t.sum() / t.shape[-1] - t
+            self.bias[l] = self.bias[l] + torch.sign(offset) * float(rate)
+            self.tokens[l] = torch.zeros_like(t)
 
     def is_moe(self, l):
         m = self.m
@@ -147,6 +197,8 @@ class MoE:
         if sigmoid:
             scores = torch.sigmoid(logits)
             rs = scores
+            if m["moe_router_enable_expert_bias"]:
+                rs = scores + self.bias[l]
         elif m["moe_router_pre_softmax"]:
             scores = torch.softmax(logits, dim=-1)
             rs = scores
@@ -169,6 +221,25 @@ class MoE:
             probs = torch.softmax(logits.gather(1, idx), dim=-1)
         if m["moe_router_topk_scaling_factor"]:
             probs = probs * m["moe_router_topk_scaling_factor"]
+        # the dense [N, E] probabilities and map, then Megatron's
+        # apply_router_token_dropping
+        rprobs = torch.zeros_like(logits).scatter(1, idx, probs)
+        rmap = torch.zeros(N, E, dtype=torch.bool).scatter(1, idx, True)
+        cf = m["moe_expert_capacity_factor"]
+        if cf:
+            cap = math.ceil(N * K / E * cf)
+            if cap > N:
+                cmask = torch.ones(N, E, dtype=torch.bool)
+            elif m["moe_token_drop_policy"] == "probs":
+                ci = torch.topk(rprobs.detach(), k=cap, dim=0)[1]
+                cmask = torch.zeros(N, E, dtype=torch.bool).scatter(0, ci, True)
+            else:  # position: each expert's first cap tokens
+                cmask = (torch.cumsum(rmap.int(), dim=0) <= cap) & rmap
+            self.dropped += int((rmap & ~cmask).sum())
+            rmap = cmask if m["moe_pad_expert_input_to_capacity"] else rmap & cmask
+            rprobs = rprobs * rmap
+        if m["moe_router_enable_expert_bias"]:
+            self.tokens[l] = self.tokens[l] + rmap.sum(0).float()
         # the experts, each on its tokens
         F = m["moe_ffn_hidden_size"]
         fc1 = 2 * F if cfg["swiglu"] else F
@@ -178,7 +249,7 @@ class MoE:
         b1, b2 = P.get(ex + ".linear_fc1.bias"), P.get(ex + ".linear_fc2.bias")
         y = torch.zeros_like(hf)
         for e in range(E):
-            tok, kk = (idx == e).nonzero(as_tuple=True)
+            tok = rmap[:, e].nonzero(as_tuple=True)[0]
             if len(tok) == 0:
                 continue
             u = hf[tok] @ W1[e].t()
@@ -192,7 +263,16 @@ class MoE:
             o = a @ W2[e].t()
             if b2 is not None:
                 o = o + b2[e]
-            y = y.index_add(0, tok, o * probs[tok, kk].unsqueeze(-1))
+            y = y.index_add(0, tok, o * rprobs[tok, e].unsqueeze(-1))
+        S = m["moe_shared_expert_intermediate_size"]
+        if S:  # the shared experts, on every token
+            u = hf @ P[pre + ".mlp.shared_experts.linear_fc1.weight"].t()
+            if cfg["swiglu"]:
+                gate, up = u.chunk(2, dim=-1)
+                a = torch.nn.functional.silu(gate) * up
+            else:
+                a = torch.nn.functional.gelu(u, approximate="tanh")
+            y = y + a @ P[pre + ".mlp.shared_experts.linear_fc2.weight"].t()
         # the balancing losses
         lb = m["moe_router_load_balancing_type"]
         if lb != "none" and m["moe_aux_loss_coeff"] > 0:
@@ -214,7 +294,10 @@ class MoE:
 
 
 def train(cfg, w, samples, args):
-    P = {k: torch.tensor(v, dtype=torch.float32, requires_grad=True) for k, v in w.items()}
+    # the expert biases are buffers (MoE.bias), not trained parameters
+    EB = ".mlp.router.expert_bias"
+    P = {k: torch.tensor(v, dtype=torch.float32, requires_grad=True) for k, v in w.items()
+         if not k.endswith(EB)}
     nodecay = [p for k, p in sorted(P.items()) if k.endswith(".bias") or p.dim() == 1]
     decay = [p for k, p in sorted(P.items()) if not (k.endswith(".bias") or p.dim() == 1)]
     lr = float(arg(args, "--lr"))
@@ -223,6 +306,9 @@ def train(cfg, w, samples, args):
         lr=lr, betas=(0.9, 0.95), eps=1e-8, foreach=False)
     m = cfg["moe"]
     moe = MoE(cfg, P)
+    for k, v in w.items():
+        if k.endswith(EB):
+            moe.bias[int(k.split(".")[2])] = torch.tensor(v, dtype=torch.float32)
     nmoe = sum(moe.is_moe(l) for l in range(cfg["num_layers"]))
     ac, zc = m["moe_aux_loss_coeff"], m["moe_z_loss_coeff"]
     nmicro = GBS // MBS
@@ -242,6 +328,7 @@ def train(cfg, w, samples, args):
             losses.append(float(loss.detach()))
             lbs += float(sum(a.detach() for a in moe.aux)) if moe.aux else 0.0
             zs += float(sum(a.detach() for a in moe.z)) if moe.z else 0.0
+        moe.update_expert_bias()
         gnorm = math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in P.values()))
         coeff = 1.0 / (gnorm + 1.0e-6)
         if coeff < 1.0:
@@ -257,10 +344,18 @@ def train(cfg, w, samples, args):
         if zc > 0:
             step["z_loss"] = zs / nmicro / nmoe
         steps.append(step)
-        print(f"  iteration {it + 1:2d} lm loss {step['lm_loss']:.6f} lb "
+        if m["moe_expert_capacity_factor"]:
+            step["dropped_choices"] = moe.dropped
+            moe.dropped = 0
+        print(f"  iteration {it + 1:2d} dropped {step.get('dropped_choices', 0)} lm loss "
+              f"{step['lm_loss']:.6f} lb "
               f"{step.get(lbname, 0):.6f} z {step.get('z_loss', 0):.6f} grad norm {gnorm:.4f}",
               file=sys.stderr)
-    return steps, checksums(P)
+    final = dict(P)
+    for k in w:
+        if k.endswith(EB):
+            final[k] = moe.bias[int(k.split(".")[2])]
+    return steps, checksums(final)
 
 
 def main():
@@ -270,7 +365,10 @@ def main():
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         samples = samples_of(build, tmp)
+        only = sys.argv[2:]  # optional: the cases to (re)make
         for name, cargs in CASES.items():
+            if only and name not in only:
+                continue
             args = cargs + COMMON
             ctmp = os.path.join(tmp, name)
             os.makedirs(ctmp)

@@ -176,12 +176,12 @@ print(sum(v.size for v in f["model"].values()))' ck/iter_0000000/model.h5)
     [[ "$stderr" == *"--expert-model-parallel-size 2: expert parallelism is not implemented yet"* ]]
     bad --moe-router-topk 2
     [[ "$stderr" == *"the --moe-* options need --num-experts"* ]]
-    bad --num-experts 4 --moe-router-enable-expert-bias --moe-router-score-function sigmoid
-    [[ "$stderr" == *"not implemented yet"* ]]
-    bad --num-experts 4 --moe-shared-expert-intermediate-size 32
-    [[ "$stderr" == *"shared experts are not implemented yet"* ]]
-    bad --num-experts 4 --moe-expert-capacity-factor 1.5
-    [[ "$stderr" == *"token dropping is not implemented yet"* ]]
+    bad --num-experts 4 --moe-router-enable-expert-bias
+    [[ "$stderr" == *"--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid"* ]]
+    bad --num-experts 4 --moe-pad-expert-input-to-capacity
+    [[ "$stderr" == *"--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor"* ]]
+    bad --model tiny-gpt --num-experts 4 --moe-shared-expert-intermediate-size 32
+    [[ "$stderr" == *"shared experts have no biases (Megatron's rule): add --disable-bias-linear"* ]]
 }
 
 @test "a checkpoint whose expert count differs from the flags: one line, exit 2, before training" {

@@ -1,10 +1,13 @@
 #!/usr/bin/env bats
 # train_moe_golden.bats - mc-train's mixture-of-experts models against
-# PyTorch: 20 fp32 iterations of three MoE models (tests/golden/torch_moe.py:
+# PyTorch: 20 fp32 iterations of seven MoE models (tests/golden/torch_moe.py:
 # a Llama trunk with SwiGLU experts, softmax top-2, aux loss and z-loss; a
 # GPT trunk with GELU experts and biases, pre-softmax top-2 scaled by 2,
 # seq_aux_loss, the first of two layers MoE; a Llama trunk with sigmoid
-# routing limited to 2 of 4 expert groups) on tests/data/train/docs.txt from
+# routing limited to 2 of 4 expert groups; a shared expert; sigmoid routing
+# with the expert bias of aux-loss-free balancing; expert capacity with the
+# probs policy; the position policy padded to capacity, which drops 130 to
+# 176 of 512 choices an iteration) on tests/data/train/docs.txt from
 # mc's initial weights, compared with the committed golden values
 # (tests/data/train/golden_moe_*.json): every iteration's lm loss (1e-6),
 # load_balancing_loss / seq_load_balancing_loss and z_loss as Megatron logs
@@ -63,6 +66,22 @@ check_golden() {
 
 @test "MoE Llama, sigmoid top-2 over 2 of 4 expert groups: 20 fp32 iterations equal PyTorch's" {
     check_golden llama_sigmoid_groups
+}
+
+@test "MoE Llama with a shared expert beside 4 routed ones: 20 fp32 iterations equal PyTorch's" {
+    check_golden llama_shared_expert
+}
+
+@test "MoE Llama, sigmoid routing with the expert bias of aux-loss-free balancing: equal PyTorch's" {
+    check_golden llama_sigmoid_expert_bias
+}
+
+@test "MoE Llama, expert capacity 1.25 dropping the lowest probabilities: equal PyTorch's" {
+    check_golden llama_capacity_probs
+}
+
+@test "MoE GPT, capacity 0.75, position drop policy, padded to capacity: equal PyTorch's" {
+    check_golden gpt_capacity_position_pad
 }
 
 @test "the MoE golden check fails on a wrong balancing loss" {

@@ -263,7 +263,7 @@ static void test_permute(mc_backend *be)
         idx[t * K2 + 1] = (t * 3 + 1 + t % 2) % E;
     }
     idx[5] = -1; /* a dropped choice */
-    mc_k_moe_permute_map(be, perm, cnt, idx, N, E, K2);
+    mc_k_moe_permute_map(be, perm, cnt, idx, N, E, K2, 0);
     int good = 1, tot = 0;
     int64_t off[E + 1];
     off[0] = 0;
@@ -318,6 +318,52 @@ static void test_permute(mc_backend *be)
     double e3 = kt_fd_check(perm_loss, &c, dx, N * C, gx, base, N * C, 1);
     TAP_OK(e3 < 1e-7, "permute backward adds d(x) (%.2e)", e3);
     free(dx), free(dy), free(dpp), free(dR);
+}
+
+/* ------------------------------------------------------------ capacity, padding, bias */
+
+static void test_capacity(mc_backend *be)
+{
+    /* 6 tokens, top-2 of 3 experts; expert 0 is chosen by tokens 0..4 */
+    enum { T6 = 6, E3 = 3 };
+    const int32_t idx[T6 * 2] = {0, 1, 1, 0, 0, 2, 2, 0, 0, 1, 1, 2};
+    const float p[T6 * 2] = {0.6f, 0.4f, 0.7f, 0.3f, 0.5f, 0.5f,
+                             0.9f, 0.1f, 0.8f, 0.2f, 0.6f, 0.4f};
+    int32_t kept[T6 * 2];
+    /* capacity 3: expert 0 (5 tokens: probs .6 .3 .5 .1 .8) keeps .8 .6 .5,
+     * expert 1 (4: .4 .7 .2 .6) drops .2, expert 2 (3) keeps all */
+    mc_k_moe_capacity_drop(be, kept, idx, p, T6, E3, 2, 3, 0);
+    const int32_t want_p[T6 * 2] = {0, 1, 1, -1, 0, 2, 2, -1, 0, -1, 1, 2};
+    TAP_OK(!memcmp(kept, want_p, sizeof kept), "capacity 3, drop policy probs: the lowest "
+                                               "probabilities of experts 0 and 1 dropped");
+    mc_k_moe_capacity_drop(be, kept, idx, p, T6, E3, 2, 3, 1);
+    const int32_t want_q[T6 * 2] = {0, 1, 1, 0, 0, 2, 2, -1, -1, 1, -1, 2};
+    TAP_OK(!memcmp(kept, want_q, sizeof kept), "capacity 3, drop policy position: the latest "
+                                               "tokens of experts 0 and 1 dropped");
+    /* equal probabilities: the earlier token is kept */
+    const float eq[T6 * 2] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f,
+                              0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+    mc_k_moe_capacity_drop(be, kept, idx, eq, T6, E3, 2, 3, 0);
+    TAP_OK(!memcmp(kept, want_q, sizeof kept), "capacity with equal probabilities keeps the "
+                                               "earliest tokens");
+    mc_k_moe_capacity_drop(be, kept, idx, p, T6, E3, 2, 5, 0);
+    TAP_OK(!memcmp(kept, idx, sizeof kept), "capacity 5: nothing dropped");
+
+    /* padded blocks of 4 rows: expert e's rows from 4 e */
+    int32_t perm[T6 * 2], cnt[E3];
+    mc_k_moe_permute_map(be, perm, cnt, want_q, T6, E3, 2, 4);
+    int good = cnt[0] == 3 && cnt[1] == 3 && cnt[2] == 3;
+    int next[E3] = {0, 4, 8};
+    for (int i = 0; i < T6 * 2; i++)
+        good &= want_q[i] < 0 ? perm[i] == -1 : perm[i] == next[want_q[i]]++;
+    TAP_OK(good, "permute map padded to blocks of 4: expert e's tokens from row 4 e, in order");
+
+    float bias[4] = {0.5f, 0.0f, -0.25f, 1.0f}, tok[4] = {10, 2, 6, 6};
+    mc_k_moe_expert_bias_update(be, bias, tok, 4, 0.125f);
+    /* mean 6: over-loaded expert 0 down, under-loaded 1 up, the others kept */
+    TAP_OK(bias[0] == 0.375f && bias[1] == 0.125f && bias[2] == -0.25f && bias[3] == 1.0f,
+           "expert bias update: sign(mean - tokens) x rate (%g %g %g %g)", bias[0], bias[1],
+           bias[2], bias[3]);
 }
 
 /* ------------------------------------------------------------ grouped GEMM */
@@ -411,6 +457,7 @@ int main(void)
     test_z(be);
     test_permute(be);
     test_grouped(be);
+    test_capacity(be);
     mc_backend_free(be);
     mc_backend_free(be2);
     return tap_done();

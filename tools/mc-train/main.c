@@ -434,7 +434,7 @@ static const mc_option options[] = {
     {"moe-router-group-topk", MC_OPT_REQUIRED, OPT_MOE_GROUP_TOPK, "N",
      "Group-limited routing: each token's experts from its best N groups."},
     {"moe-router-enable-expert-bias", MC_OPT_NONE, OPT_MOE_EXPERT_BIAS, NULL,
-     "Aux-loss-free balancing with a per-expert bias (sigmoid scores; not implemented yet)."},
+     "Aux-loss-free balancing: a per-expert bias on the sigmoid scores, moved each iteration."},
     {"moe-router-bias-update-rate", MC_OPT_REQUIRED, OPT_MOE_BIAS_RATE, "X",
      "The expert bias's update step per iteration (1e-3)."},
     {"moe-router-load-balancing-type", MC_OPT_REQUIRED, OPT_MOE_LB_TYPE, "TYPE",
@@ -444,10 +444,9 @@ static const mc_option options[] = {
     {"moe-z-loss-coeff", MC_OPT_REQUIRED, OPT_MOE_Z_COEFF, "X",
      "Weight of the router z-loss (default none)."},
     {"moe-shared-expert-intermediate-size", MC_OPT_REQUIRED, OPT_MOE_SHARED, "N",
-     "Shared experts' hidden size (not implemented yet)."},
+     "Shared experts beside the routed ones: their hidden size (needs --disable-bias-linear)."},
     {"moe-expert-capacity-factor", MC_OPT_REQUIRED, OPT_MOE_CAPACITY, "X",
-     "Expert capacity as a multiple of the even share (not implemented yet; default: no "
-     "dropping)."},
+     "Expert capacity as a multiple of the even share N K / E (default: no dropping)."},
     {"moe-token-drop-policy", MC_OPT_REQUIRED, OPT_MOE_DROP_POLICY, "POLICY",
      "probs (default) or position: which tokens an expert over capacity drops."},
     {"moe-pad-expert-input-to-capacity", MC_OPT_NONE, OPT_MOE_PAD, NULL,
@@ -1067,21 +1066,6 @@ static mc_status check_args(args *a, mc_error *err)
                             a->ep);
     if (a->moe_set && !(a->moe_set & 1u) && !a->use_ckpt_args)
         return mc_error_set(err, MC_ERR_USAGE, "the --moe-* options need --num-experts");
-    if (a->m.moe_router_enable_expert_bias)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--moe-router-enable-expert-bias: aux-loss-free balancing is not "
-                            "implemented yet");
-    if (a->m.moe_shared_expert_intermediate_size)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--moe-shared-expert-intermediate-size: shared experts are not "
-                            "implemented yet");
-    if (a->moe_set &
-        ((1u << (OPT_MOE_CAPACITY - OPT_NUM_EXPERTS)) |
-         (1u << (OPT_MOE_DROP_POLICY - OPT_NUM_EXPERTS)) | (1u << (OPT_MOE_PAD - OPT_NUM_EXPERTS))))
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--moe-expert-capacity-factor, --moe-token-drop-policy and "
-                            "--moe-pad-expert-input-to-capacity: token dropping is not "
-                            "implemented yet");
     if (a->m.num_experts > 0 && a->sequence_parallel && a->tp > 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--num-experts with --sequence-parallel is not implemented yet "

@@ -9,6 +9,7 @@
  * depend on the thread count.
  */
 #include <math.h>
+#include <stdlib.h>
 #include "kern/cpu/cpu.h"
 
 #define PAR_MIN 4096 /* rows x width below which threads cost more than they save */
@@ -220,7 +221,7 @@ double mc_cpu_moe_z_loss(mc_backend *be, float *dlogits, const float *logits, si
 }
 
 void mc_cpu_moe_permute_map(mc_backend *be, int32_t *perm, int32_t *counts, const int32_t *idx,
-                            size_t N, size_t E, size_t K)
+                            size_t N, size_t E, size_t K, size_t block)
 {
     (void)be;
     int64_t off[MAX_E + 1];
@@ -228,12 +229,57 @@ void mc_cpu_moe_permute_map(mc_backend *be, int32_t *perm, int32_t *counts, cons
     for (size_t i = 0; i < N * K; i++)
         if (idx[i] >= 0) counts[idx[i]]++;
     off[0] = 0;
-    for (size_t e = 0; e < E; e++) off[e + 1] = off[e] + counts[e];
+    for (size_t e = 0; e < E; e++)
+        off[e + 1] = block ? (int64_t)((e + 1) * block) : off[e] + counts[e];
     for (size_t t = 0; t < N; t++)
         for (size_t k = 0; k < K; k++) {
             int32_t e = idx[t * K + k];
             perm[t * K + k] = e < 0 ? -1 : (int32_t)off[e]++;
         }
+}
+
+void mc_cpu_moe_capacity_drop(mc_backend *be, int32_t *kept, const int32_t *idx, const float *probs,
+                              size_t N, size_t E, size_t K, size_t capacity, int position)
+{
+    (void)be;
+    memcpy(kept, idx, N * K * sizeof *kept);
+    /* per expert: its choices in token order; over capacity, drop the
+     * lowest probabilities (the latest of equals) or the latest tokens */
+    size_t *rows = malloc(N * sizeof *rows);
+    if (!rows) abort();
+    for (size_t e = 0; e < E; e++) {
+        size_t n = 0;
+        for (size_t i = 0; i < N * K; i++)
+            if (idx[i] == (int32_t)e) rows[n++] = i;
+        if (n <= capacity) continue;
+        if (position) {
+            for (size_t j = capacity; j < n; j++) kept[rows[j]] = -1;
+            continue;
+        }
+        /* keep the capacity best: a choice is kept when fewer than
+         * capacity others beat it (higher prob, or equal and earlier) */
+        for (size_t j = 0; j < n; j++) {
+            float p = probs[rows[j]];
+            size_t better = 0;
+            for (size_t i = 0; i < n && better < capacity; i++)
+                better += probs[rows[i]] > p || (probs[rows[i]] == p && i < j);
+            if (better >= capacity) kept[rows[j]] = -1;
+        }
+    }
+    free(rows);
+}
+
+void mc_cpu_moe_expert_bias_update(mc_backend *be, float *bias, const float *tokens, size_t E,
+                                   float rate)
+{
+    (void)be;
+    float sum = 0.0f;
+    for (size_t e = 0; e < E; e++) sum += tokens[e];
+    float mean = sum / (float)E;
+    for (size_t e = 0; e < E; e++) {
+        float off = mean - tokens[e];
+        bias[e] += (float)((off > 0) - (off < 0)) * rate;
+    }
 }
 
 void mc_cpu_moe_permute(mc_backend *be, float *xp, const float *x, const int32_t *perm, size_t N,
