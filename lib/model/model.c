@@ -145,6 +145,13 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     m->prec = prec;
     mc_status st = mc_model_config_finish(&m->cfg, g->tp, err);
     if (st) goto fail;
+    if (m->cfg.num_experts > 0 && strcmp(mc_backend_name(be), "cpu")) {
+        st = mc_error_set(err, MC_ERR_USAGE,
+                          "--num-experts on the %s backend is not implemented yet (the MoE "
+                          "kernels are CPU-only): use --device cpu",
+                          mc_backend_name(be));
+        goto fail;
+    }
     st = mc_model_num_chunks_for(&m->cfg, g->pp, &m->nchunks, err);
     if (st) goto fail;
     m->cl0 = calloc((size_t)m->nchunks, sizeof *m->cl0);

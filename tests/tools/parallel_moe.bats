@@ -68,3 +68,12 @@ equivalent() {
 @test "MoE, TP=2 x DP=2: losses, balancing losses and weights of one process" {
     equivalent tp2dp2 4 --tensor-model-parallel-size 2
 }
+
+@test "MoE, DP=2 with sigmoid routing, the expert bias and capacity: the DP-summed counts of one process" {
+    moe+=(--moe-router-score-function sigmoid --moe-router-enable-expert-bias
+          --moe-router-bias-update-rate 1e-2 --moe-expert-capacity-factor 1.0)
+    local ref="$BATS_FILE_TMPDIR/ref"
+    rm -rf "$ref" "$ref.jsonl"
+    equivalent bias_dp2 2
+    rm -rf "$ref" "$ref.jsonl" # the next test's reference is the plain model
+}

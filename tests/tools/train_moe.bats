@@ -114,6 +114,31 @@ EOF
     same_weights full/iter_0000006/model.h5 half/iter_0000006/model.h5
 }
 
+@test "exact resume with sigmoid routing, the expert bias, capacity and a shared expert" {
+    require_python_module h5py
+    local x=(--moe-router-score-function sigmoid --moe-router-enable-expert-bias
+             --moe-router-bias-update-rate 1e-2 --moe-expert-capacity-factor 1.0
+             --moe-shared-expert-intermediate-size 48)
+    run -0 "$MC_TRAIN" "${moe[@]}" "${x[@]}" --train-iters 6 --log-json full.jsonl --save full
+    run -0 --separate-stderr "$MC_TRAIN" "${moe[@]}" "${x[@]}" --train-iters 6 \
+        --log-json half.jsonl --save half --exit-interval 3
+    run -0 --separate-stderr "$MC_TRAIN" "${moe[@]}" "${x[@]}" --train-iters 6 \
+        --log-json half.jsonl --save half --load half
+    for k in "lm loss" load_balancing_loss grad-norm; do
+        [ "$(grep -o "\"$k\": [^,}]*" half.jsonl | wc -l)" = 6 ]
+        diff <(grep -o "\"$k\": [^,}]*" full.jsonl) <(grep -o "\"$k\": [^,}]*" half.jsonl)
+    done
+    same_weights full/iter_0000006/model.h5 half/iter_0000006/model.h5
+    # the bias moved (by multiples of the rate), and is in the checkpoint (with
+    # --moe-pad-expert-input-to-capacity it would not: every expert counts
+    # its capacity then, as in Megatron)
+    "$MC_PYTHON" -c '
+import sys, h5py, numpy as np
+b = h5py.File(sys.argv[1])["model/decoder.layers.0.mlp.router.expert_bias"][()]
+assert b.shape == (4,) and np.abs(b).max() > 0, b
+assert np.allclose(b / 1e-2, np.round(b / 1e-2), atol=1e-4), b' full/iter_0000006/model.h5
+}
+
 @test "--use-checkpoint-args takes the MoE configuration from the checkpoint" {
     run -0 "$MC_TRAIN" "${moe[@]}" --train-iters 2 --save ck --moe-router-pre-softmax
     run -0 --separate-stderr "$MC_TRAIN" --load ck --use-checkpoint-args --mock-data \
