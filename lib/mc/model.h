@@ -469,11 +469,14 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
 double mc_logprob_at(const float *logits, int64_t V, int32_t t);
 
 /* The MoE layers' balancing losses summed over this rank's layers and
- * training forwards since the last call (then reset): the load-balancing
- * loss (aux_loss or seq_aux_loss) and the z-loss, each without its
- * coefficient (what Megatron logs as load_balancing_loss /
+ * training forwards since the last mc_model_moe_layer_losses: the
+ * load-balancing loss (aux_loss or seq_aux_loss) and the z-loss, each
+ * without its coefficient (what Megatron logs as load_balancing_loss /
  * seq_load_balancing_loss and z_loss before averaging). */
 void mc_model_moe_losses(mc_model *m, double *load_balancing, double *z);
+/* The same per global layer, into [num_layers] arrays (0 for layers that
+ * are dense or on other stages); then the sums restart. */
+void mc_model_moe_layer_losses(mc_model *m, double *load_balancing, double *z);
 /* --moe-router-enable-expert-bias: after an iteration's micro-batches
  * (every rank of the data-parallel group calls it), each MoE layer's
  * expert bias += sign(mean - tokens[e]) x --moe-router-bias-update-rate,

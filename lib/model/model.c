@@ -241,6 +241,7 @@ void mc_model_free(mc_model *m)
     free(m->hdlogp);
     free(m->moe_rows_host);
     free(m->moe_tpe);
+    free(m->moe_lb_layer);
     free(m);
 }
 

@@ -176,7 +176,7 @@ struct mc_model {
     float *moe_dsact, *moe_dsfc1; /* the shared experts' [N, F], [N, fc1] */
     int32_t *moe_counts;
     int64_t *moe_rows_host;
-    double moe_lb_sum, moe_z_sum;
+    double *moe_lb_layer, *moe_z_layer; /* host [num_layers] each, by global layer */
     /* --moe-router-enable-expert-bias: host [num_layers, E], the tokens each
      * expert received in this iteration's training forwards (NULL until) */
     double *moe_tpe;

@@ -186,13 +186,19 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         /* with padding Megatron counts the padded rows too (its routing map) */
         for (size_t e = 0; e < E; e++) m->moe_tpe[(size_t)l * E + e] += (double)A->rows[e];
     }
-    if (sl->train) {
-        size_t G, T;
+    if (sl->train && (lb_on(c) || c->moe_z_loss_coeff > 0)) {
+        size_t G, T, L = (size_t)c->num_layers;
+        if (!m->moe_lb_layer) {
+            m->moe_lb_layer = calloc(2 * L, sizeof *m->moe_lb_layer);
+            if (!m->moe_lb_layer) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+            m->moe_z_layer = m->moe_lb_layer + L;
+        }
         lb_groups(m, &G, &T);
         if (lb_on(c))
-            m->moe_lb_sum += mc_k_moe_aux_loss(be, NULL, A->logits, G, T, E, K,
-                                               c->moe_router_score_sigmoid, 0.0f);
-        if (c->moe_z_loss_coeff > 0) m->moe_z_sum += mc_k_moe_z_loss(be, NULL, A->logits, N, E, 0);
+            m->moe_lb_layer[l] += mc_k_moe_aux_loss(be, NULL, A->logits, G, T, E, K,
+                                                    c->moe_router_score_sigmoid, 0.0f);
+        if (c->moe_z_loss_coeff > 0)
+            m->moe_z_layer[l] += mc_k_moe_z_loss(be, NULL, A->logits, N, E, 0);
     }
     return MC_OK;
 }
@@ -282,7 +288,21 @@ mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
 
 void mc_model_moe_losses(mc_model *m, double *load_balancing, double *z)
 {
-    *load_balancing = m->moe_lb_sum;
-    *z = m->moe_z_sum;
-    m->moe_lb_sum = m->moe_z_sum = 0;
+    size_t L = (size_t)m->cfg.num_layers;
+    *load_balancing = *z = 0;
+    if (!m->moe_lb_layer) return;
+    for (size_t l = 0; l < L; l++) {
+        *load_balancing += m->moe_lb_layer[l];
+        *z += m->moe_z_layer[l];
+    }
+}
+
+void mc_model_moe_layer_losses(mc_model *m, double *load_balancing, double *z)
+{
+    size_t L = (size_t)m->cfg.num_layers;
+    for (size_t l = 0; l < L; l++) {
+        load_balancing[l] = m->moe_lb_layer ? m->moe_lb_layer[l] : 0.0;
+        z[l] = m->moe_lb_layer ? m->moe_z_layer[l] : 0.0;
+    }
+    if (m->moe_lb_layer) memset(m->moe_lb_layer, 0, 2 * L * sizeof *m->moe_lb_layer);
 }

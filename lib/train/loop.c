@@ -94,7 +94,8 @@ typedef struct run {
      * seq_load_balancing_loss, z_loss) */
     int moe_layers;
     double moe_lb, moe_z;
-    double t_start; /* --exit-duration-in-mins counts from here, set-up included */
+    double *moe_layer_losses; /* [2 num_layers]: the last iteration's per layer */
+    double t_start;           /* --exit-duration-in-mins counts from here, set-up included */
     /* --async-save: the write in flight, if any */
     struct {
         int active;
@@ -703,6 +704,10 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     r->T = mcfg.seq_length;
     r->flops_per_token = mc_model_flops_per_token(&mcfg);
     r->moe_layers = mc_model_num_moe_layers(&mcfg);
+    if (r->moe_layers) {
+        r->moe_layer_losses = calloc(2 * (size_t)mcfg.num_layers, sizeof *r->moe_layer_losses);
+        if (!r->moe_layer_losses) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
     /* --dpo: a micro-batch of B pairs runs 2 B sequences */
     int per_sample = c->dpo.on ? 2 : 1;
     if ((st = mc_model_new(&mcfg, r->g, r->be, (int)c->micro_batch_size * per_sample, c->prec,
@@ -940,13 +945,16 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
         /* Megatron's MoE metrics: each layer's value summed over the
          * micro-batches times 1 / num_microbatches, summed over the layers
          * (all stages) / the MoE layers, averaged over data parallelism */
-        double v[2];
-        mc_model_moe_losses(r->model, &v[0], &v[1]);
-        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, v, 2, err))) return st;
-        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, v, 2, err))) return st;
-        double d = (double)r->num_micro * (double)r->moe_layers * (double)r->dp;
-        r->moe_lb = v[0] / d;
-        r->moe_z = v[1] / d;
+        size_t L = (size_t)mc_model_get_config(r->model)->num_layers;
+        double *v = r->moe_layer_losses;
+        mc_model_moe_layer_losses(r->model, v, v + L);
+        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, v, 2 * L, err))) return st;
+        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, v, 2 * L, err))) return st;
+        double d = (double)r->num_micro * (double)r->dp;
+        r->moe_lb = r->moe_z = 0;
+        for (size_t l = 0; l < 2 * L; l++) v[l] /= d; /* each layer's, Megatron's per-layer value */
+        for (size_t l = 0; l < L; l++) r->moe_lb += v[l] / (double)r->moe_layers;
+        for (size_t l = 0; l < L; l++) r->moe_z += v[L + l] / (double)r->moe_layers;
     }
     *lm_loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
     *kd_loss = !r->teacher ? NAN : acc[1] > 0 ? acc[2] / acc[1] : NAN;
@@ -1079,6 +1087,23 @@ static mc_status train_loop(run *r, mc_error *err)
                                        it, r->moe_lb, err);
             if (!st && r->moe_layers && mc->moe_z_loss_coeff > 0)
                 st = mc_metrics_scalar(r->metrics, MC_TAG_MOE_Z_LOSS, it, r->moe_z, err);
+            /* --moe-per-layer-logging: Megatron's moe/<name>_layer_<i>, every layer */
+            for (int l = 0; !st && c->moe_per_layer_logging && r->moe_layers && l < mc->num_layers;
+                 l++) {
+                char tag[96];
+                if (mc->moe_load_balancing != MC_MOE_LB_NONE) {
+                    snprintf(tag, sizeof tag, "moe/%s_layer_%d",
+                             mc->moe_load_balancing == MC_MOE_LB_SEQ_AUX ? MC_TAG_MOE_SEQ_LB_LOSS
+                                                                         : MC_TAG_MOE_LB_LOSS,
+                             l);
+                    st = mc_metrics_scalar(r->metrics, tag, it, r->moe_layer_losses[l], err);
+                }
+                if (!st && mc->moe_z_loss_coeff > 0) {
+                    snprintf(tag, sizeof tag, "moe/%s_layer_%d", MC_TAG_MOE_Z_LOSS, l);
+                    st = mc_metrics_scalar(r->metrics, tag, it,
+                                           r->moe_layer_losses[mc->num_layers + l], err);
+                }
+            }
         }
         if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_LEARNING_RATE, it, lr_now, err);
         if (!st)
@@ -1186,6 +1211,7 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     free(r.sample);
     free(r.mask);
     free(r.config_json);
+    free(r.moe_layer_losses);
     mc_gpt_dataset_close(r.ds);
     mc_sft_dataset_close(r.sft);
     mc_pref_dataset_close(r.pref);

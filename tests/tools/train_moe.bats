@@ -60,6 +60,20 @@ for l in open("log.jsonl"):
     assert_output --regexp $'z_loss\t2\t'
 }
 
+@test "--moe-per-layer-logging: each layer's values, whose mean over the MoE layers is the logged one" {
+    run -0 "$MC_TRAIN" "${moe[@]}" --train-iters 2 --num-layers 3 --moe-layer-freq '[1,0,1]' \
+        --moe-per-layer-logging --log-json log.jsonl
+    "$MC_PYTHON" -c '
+import json
+for l in open("log.jsonl"):
+    d = json.loads(l)
+    for k in ("load_balancing_loss", "z_loss"):
+        v = [d["moe/%s_layer_%d" % (k, i)] for i in range(3)]
+        assert v[1] == 0 and v[0] > 0 and v[2] > 0, (k, v)
+        assert abs((v[0] + v[2]) / 2 - d[k]) <= 1e-12 * d[k], (k, v, d[k])
+print("ok")' || exit 1
+}
+
 @test "seq_aux_loss is logged as seq_load_balancing_loss; none and no z coefficient log nothing" {
     run -0 --separate-stderr "$MC_TRAIN" "${moe[@]}" --train-iters 1 \
         --moe-router-load-balancing-type seq_aux_loss

@@ -183,7 +183,8 @@ enum {
     OPT_MOE_DROP_POLICY,
     OPT_MOE_PAD,
     OPT_MOE_LAYER_FREQ,
-    OPT_EP
+    OPT_EP,
+    OPT_MOE_PER_LAYER_LOGGING
 };
 
 static const mc_option options[] = {
@@ -453,6 +454,8 @@ static const mc_option options[] = {
      "Pad each expert's rows to its capacity."},
     {"moe-layer-freq", MC_OPT_REQUIRED, OPT_MOE_LAYER_FREQ, "SPEC",
      "MoE layers: every k-th (an integer, 1 = all) or a list such as ([0]*1+[1]*3)*4."},
+    {"moe-per-layer-logging", MC_OPT_NONE, OPT_MOE_PER_LAYER_LOGGING, NULL,
+     "Also write each layer's balancing losses to the metrics (moe/<name>_layer_<i>)."},
     {"expert-model-parallel-size", MC_OPT_REQUIRED, OPT_EP, "N",
      "Ranks that split the experts (1; more is not implemented yet)."},
     {NULL, 0, 0, NULL, NULL},
@@ -965,6 +968,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             break;
         case OPT_MOE_PAD: a->m.moe_pad_expert_input_to_capacity = 1; break;
         case OPT_MOE_LAYER_FREQ: st = mc_moe_layer_freq_parse(arg, &a->m, err); break;
+        case OPT_MOE_PER_LAYER_LOGGING: t->moe_per_layer_logging = 1; break;
         case OPT_EP:
             st = mc_parse_i64("--expert-model-parallel-size", arg, 1, 65536, &a->ep, err);
             break;
