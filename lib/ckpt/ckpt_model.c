@@ -18,6 +18,10 @@
 #include "mc/ckpt.h"
 #include "mc/file.h"
 
+static mc_status get_int(const json_t *o, const char *k, int64_t lo, int64_t *v, mc_error *err);
+static mc_status get_num(const json_t *o, const char *k, float *v, mc_error *err);
+static mc_status get_bool(const json_t *o, const char *k, int *v, mc_error *err);
+
 json_t *mc_model_config_json(const mc_model_config *c)
 {
     json_t *o = json_pack(
@@ -45,7 +49,95 @@ json_t *mc_model_config_json(const mc_model_config *c)
                       "low_freq_factor", (double)c->rope_low_freq_factor, "high_freq_factor",
                       (double)c->rope_high_freq_factor, "original_max_position_embeddings",
                       c->rope_original_max_position_embeddings));
+    if (o && c->num_experts > 0) {
+        static const char *const lb[] = {"aux_loss", "seq_aux_loss", "none"};
+        json_t *m = json_pack(
+            "{s:i, s:i, s:i, s:s, s:b, s:f, s:i, s:i, s:b, s:f, s:s, s:f, s:f, s:i, s:f, s:s, "
+            "s:b, s:i, s:s}",
+            "num_experts", c->num_experts, "moe_ffn_hidden_size", c->moe_ffn_hidden_size,
+            "moe_router_topk", c->moe_router_topk, "moe_router_score_function",
+            c->moe_router_score_sigmoid ? "sigmoid" : "softmax", "moe_router_pre_softmax",
+            c->moe_router_pre_softmax, "moe_router_topk_scaling_factor",
+            (double)c->moe_router_topk_scaling_factor, "moe_router_num_groups",
+            c->moe_router_num_groups, "moe_router_group_topk", c->moe_router_group_topk,
+            "moe_router_enable_expert_bias", c->moe_router_enable_expert_bias,
+            "moe_router_bias_update_rate", (double)c->moe_router_bias_update_rate,
+            "moe_router_load_balancing_type", lb[c->moe_load_balancing % 3], "moe_aux_loss_coeff",
+            (double)c->moe_aux_loss_coeff, "moe_z_loss_coeff", (double)c->moe_z_loss_coeff,
+            "moe_shared_expert_intermediate_size", c->moe_shared_expert_intermediate_size,
+            "moe_expert_capacity_factor", (double)c->moe_expert_capacity_factor,
+            "moe_token_drop_policy", c->moe_token_drop_position ? "position" : "probs",
+            "moe_pad_expert_input_to_capacity", c->moe_pad_expert_input_to_capacity,
+            "moe_layer_freq", c->moe_layer_freq, "moe_layer_pattern", c->moe_layer_pattern);
+        json_object_set_new(o, "moe", m);
+    }
     return o;
+}
+
+/* The "moe" object (mc-formats(5)): every field required. */
+static mc_status moe_from_json(const json_t *m, mc_model_config *c, mc_error *err)
+{
+    struct {
+        const char *k;
+        int *dst;
+        int64_t lo;
+    } ints[] = {
+        {"num_experts", &c->num_experts, 1},
+        {"moe_ffn_hidden_size", &c->moe_ffn_hidden_size, 0},
+        {"moe_router_topk", &c->moe_router_topk, 1},
+        {"moe_router_num_groups", &c->moe_router_num_groups, 0},
+        {"moe_router_group_topk", &c->moe_router_group_topk, 0},
+        {"moe_shared_expert_intermediate_size", &c->moe_shared_expert_intermediate_size, 0},
+        {"moe_layer_freq", &c->moe_layer_freq, 1},
+    };
+    mc_status st = MC_OK;
+    int64_t v;
+    if (!json_is_object(m))
+        return mc_error_set(err, MC_ERR_FORMAT, "config.model.moe is not an object");
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !st; i++) {
+        st = get_int(m, ints[i].k, ints[i].lo, &v, err);
+        if (!st && v > INT32_MAX)
+            st = mc_error_set(err, MC_ERR_FORMAT, "config.model.moe.%s is too large", ints[i].k);
+        if (!st) *ints[i].dst = (int)v;
+    }
+    if (!st) st = get_bool(m, "moe_router_pre_softmax", &c->moe_router_pre_softmax, err);
+    if (!st)
+        st = get_bool(m, "moe_router_enable_expert_bias", &c->moe_router_enable_expert_bias, err);
+    if (!st)
+        st = get_bool(m, "moe_pad_expert_input_to_capacity", &c->moe_pad_expert_input_to_capacity,
+                      err);
+    if (!st)
+        st = get_num(m, "moe_router_topk_scaling_factor", &c->moe_router_topk_scaling_factor, err);
+    if (!st) st = get_num(m, "moe_router_bias_update_rate", &c->moe_router_bias_update_rate, err);
+    if (!st) st = get_num(m, "moe_aux_loss_coeff", &c->moe_aux_loss_coeff, err);
+    if (!st) st = get_num(m, "moe_z_loss_coeff", &c->moe_z_loss_coeff, err);
+    if (!st) st = get_num(m, "moe_expert_capacity_factor", &c->moe_expert_capacity_factor, err);
+    if (st) return st;
+    const char *sf = json_string_value(json_object_get(m, "moe_router_score_function"));
+    const char *lb = json_string_value(json_object_get(m, "moe_router_load_balancing_type"));
+    const char *dp = json_string_value(json_object_get(m, "moe_token_drop_policy"));
+    const char *pat = json_string_value(json_object_get(m, "moe_layer_pattern"));
+    if (!sf || (strcmp(sf, "softmax") && strcmp(sf, "sigmoid")))
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "config.model.moe.moe_router_score_function must be \"softmax\" or "
+                            "\"sigmoid\"");
+    if (!lb || (strcmp(lb, "aux_loss") && strcmp(lb, "seq_aux_loss") && strcmp(lb, "none")))
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "config.model.moe.moe_router_load_balancing_type must be aux_loss, "
+                            "seq_aux_loss or none");
+    if (!dp || (strcmp(dp, "probs") && strcmp(dp, "position")))
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "config.model.moe.moe_token_drop_policy must be probs or position");
+    if (!pat || strlen(pat) > MC_MOE_MAX_LAYERS || strspn(pat, "01") != strlen(pat))
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "config.model.moe.moe_layer_pattern must be a string of 0s and 1s");
+    c->moe_router_score_sigmoid = !strcmp(sf, "sigmoid");
+    c->moe_load_balancing = !strcmp(lb, "aux_loss")       ? MC_MOE_LB_AUX
+                            : !strcmp(lb, "seq_aux_loss") ? MC_MOE_LB_SEQ_AUX
+                                                          : MC_MOE_LB_NONE;
+    c->moe_token_drop_position = !strcmp(dp, "position");
+    strcpy(c->moe_layer_pattern, pat);
+    return MC_OK;
 }
 
 static mc_status get_int(const json_t *o, const char *k, int64_t lo, int64_t *v, mc_error *err)
@@ -146,6 +238,8 @@ mc_status mc_model_config_from_json(const json_t *o, mc_model_config *c, mc_erro
                             "\"learned_absolute\" or \"rope\"");
     c->normalization = strcmp(norm, "RMSNorm") ? MC_NORM_LAYERNORM : MC_NORM_RMSNORM;
     c->position_embedding_type = strcmp(pos, "rope") ? MC_POS_LEARNED : MC_POS_ROPE;
+    json_t *moe = json_object_get(o, "moe");
+    if (moe) return moe_from_json(moe, c, err);
     return MC_OK;
 }
 

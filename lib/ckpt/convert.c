@@ -125,6 +125,12 @@ mc_status mc_ckpt_convert(mc_ckpt_reader *const *r, size_t nr, const char *const
     if (nr > 1 && (st = mc_ckpt_same_model(r, nr, err))) return st;
     mc_model_config cfg;
     int sharded = o->tp > 1 || o->pp > 1, have_cfg = 0;
+    /* a MoE checkpoint's experts have no split or HF name here yet (a
+     * checkpoint without a configuration is left to the code below) */
+    mc_error cfg_err;
+    if (mc_ckpt_read_model_config(r0, &cfg, &cfg_err) == MC_OK &&
+        (st = mc_model_refuse_moe(&cfg, mc_ckpt_file(r0), "resharding", err)))
+        return st;
     if (sharded) {
         if ((st = mc_ckpt_read_model_config(r0, &cfg, err)))
             return mc_error_prefix(err, "cannot split it for a grid");

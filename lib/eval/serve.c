@@ -507,6 +507,7 @@ static mc_status read_ckpt(mc_serve *s, int *weights, mc_error *err)
     mc_model_config cfg;
     mc_status st = mc_ckpt_open(c->ckpt, &rd, err);
     if (!st) st = mc_ckpt_read_model_config(rd, &cfg, err);
+    if (!st) st = mc_model_refuse_moe(&cfg, mc_ckpt_file(rd), "serving (inference)", err);
     if (!st && !mc_ckpt_has_tokenizer(rd))
         st = mc_error_set(err, MC_ERR_NOTFOUND,
                           "%s: the checkpoint stores no tokenizer, and serving text needs one",

@@ -687,6 +687,7 @@ mc_status mc_export_gguf(const char *ckpt_path, const mc_gguf_options *o, const 
     if (st) goto out;
     const char *file = mc_ckpt_file(r);
     if ((st = mc_ckpt_read_model_config(r, &c, err))) goto out;
+    if ((st = mc_model_refuse_moe(&c, file, "GGUF export", err))) goto out;
     const char *arch = arch_of(&c, file, err);
     if (!arch) {
         st = err ? err->code : MC_ERR_FORMAT;

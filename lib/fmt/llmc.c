@@ -149,6 +149,7 @@ mc_status mc_llmc_export(const char *ckpt, const char *path, int dtype, mc_error
     if (st) return st;
     mc_model_config c;
     st = mc_ckpt_read_model_config(r, &c, err);
+    if (!st) st = mc_model_refuse_moe(&c, mc_ckpt_file(r), "llm.c export", err);
     if (!st) st = check_config(&c, mc_ckpt_file(r), err);
     if (!st && dtype < 0) {
         mc_ckpt_dtype d;

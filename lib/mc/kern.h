@@ -123,6 +123,31 @@ typedef struct mc_rope {
 /* inv_freq_i of r for a head of d dims, in double. */
 double mc_rope_inv_freq(const mc_rope *r, size_t d, size_t i);
 
+/* Mixture-of-experts routing (moe_route_fwd/_bwd, moe_aux_loss in
+ * mc/kern_ops.def), Megatron Core's topk_routing_with_score_function:
+ * each token's top `topk` experts of E by its scores, with scores
+ * softmax(logits) (`sigmoid` 0) or sigmoid(logits) (`sigmoid` 1).
+ * Softmax: the top-k of the logits, their probabilities the softmax of
+ * those k logits; with `pre_softmax` the top-k of softmax(logits) over all
+ * E, their probabilities those scores. Sigmoid: the top-k of sigmoid(l)
+ * (+ the expert bias when one is given, for the choice only), their
+ * probabilities the k sigmoids divided by their sum (+ 1e-20) when k > 1.
+ * Then times scaling_factor (0: none). Group-limited routing (num_groups
+ * > 0): the experts are num_groups consecutive groups; a token's groups
+ * are ranked by the sum of their top (topk / group_topk) routing scores,
+ * the best group_topk kept, and the top-k taken among their experts.
+ * Ties go to the lower index; the k choices are in descending order. */
+/* The most experts the routing kernels take. */
+#define MC_MOE_MAX_EXPERTS 1024
+
+typedef struct mc_moe_route {
+    int topk;
+    int sigmoid;
+    int pre_softmax;
+    float scaling_factor;
+    int num_groups, group_topk;
+} mc_moe_route;
+
 /* The kernels: mc_k_NAME(be, ...) for each entry MC_KERNEL(NAME, ...) of
  * mc/kern_ops.def, which documents each beside its entry. */
 #define MC_KERN_UNPAREN(...) __VA_ARGS__

@@ -69,6 +69,11 @@ extern "C" {
 #define MC_TAG_REWARDS_ACCURACIES "rewards/accuracies"
 #define MC_TAG_REWARDS_MARGINS "rewards/margins"
 #define MC_TAG_KD_LOSS "kd loss" /* --kd-teacher: the KL term, unscaled */
+/* MoE (--num-experts): Megatron's balancing losses, without their
+ * coefficients, averaged over the MoE layers */
+#define MC_TAG_MOE_LB_LOSS "load_balancing_loss"
+#define MC_TAG_MOE_SEQ_LB_LOSS "seq_load_balancing_loss"
+#define MC_TAG_MOE_Z_LOSS "z_loss"
 
 /* When mc_metrics_samples gave a step its consumed-sample count, each of
  * that step's scalars is also written to TensorBoard as "TAG vs samples"

@@ -23,6 +23,9 @@
 extern "C" {
 #endif
 
+/* Longest --moe-layer-freq list (layers). */
+#define MC_MOE_MAX_LAYERS 512
+
 typedef enum mc_norm_kind { MC_NORM_LAYERNORM = 0, MC_NORM_RMSNORM = 1 } mc_norm_kind;
 typedef enum mc_pos_kind { MC_POS_LEARNED = 0, MC_POS_ROPE = 1 } mc_pos_kind;
 
@@ -74,6 +77,34 @@ typedef struct mc_model_config {
      * chunks, chunk c being layers [(c * pp + p) * N, + N) (Megatron's
      * virtual pipeline stages; see mc_model_chunk_layers). */
     int num_layers_per_virtual_pipeline_stage;
+    /* Mixture of experts (doc/ARCHITECTURE.md, "The MoE layer"), Megatron's
+     * flags; num_experts 0: every layer dense. A MoE layer's MLP is a
+     * router and num_experts experts (each an MLP of moe_ffn_hidden_size,
+     * SwiGLU or GELU as the dense one), each token through its top
+     * moe_router_topk experts, their outputs weighted by the router's
+     * probabilities. */
+    int num_experts;                      /* --num-experts */
+    int moe_ffn_hidden_size;              /* --moe-ffn-hidden-size (0: ffn_hidden_size) */
+    int moe_router_topk;                  /* --moe-router-topk (2) */
+    int moe_router_score_sigmoid;         /* --moe-router-score-function sigmoid (else softmax) */
+    int moe_router_pre_softmax;           /* --moe-router-pre-softmax */
+    float moe_router_topk_scaling_factor; /* --moe-router-topk-scaling-factor (0: none) */
+    int moe_router_num_groups;            /* --moe-router-num-groups (0: none) */
+    int moe_router_group_topk;            /* --moe-router-group-topk */
+    int moe_router_enable_expert_bias;    /* --moe-router-enable-expert-bias */
+    float moe_router_bias_update_rate;    /* --moe-router-bias-update-rate (1e-3) */
+    int moe_load_balancing;               /* --moe-router-load-balancing-type: MC_MOE_LB_* */
+    float moe_aux_loss_coeff;             /* --moe-aux-loss-coeff (0) */
+    float moe_z_loss_coeff;               /* --moe-z-loss-coeff (0: none) */
+    int moe_shared_expert_intermediate_size; /* --moe-shared-expert-intermediate-size (0) */
+    float moe_expert_capacity_factor;        /* --moe-expert-capacity-factor (0: no dropping) */
+    int moe_token_drop_position;             /* --moe-token-drop-policy position (else probs) */
+    int moe_pad_expert_input_to_capacity;    /* --moe-pad-expert-input-to-capacity */
+    /* --moe-layer-freq: an integer k (layer l is MoE when l % k == 0; 1:
+     * every layer), or a list, expanded here to one '0'/'1' per layer
+     * (empty: the integer rule). */
+    int moe_layer_freq;
+    char moe_layer_pattern[MC_MOE_MAX_LAYERS + 1];
 } mc_model_config;
 
 enum { MC_CP_P2P = 0, MC_CP_A2A = 1 };
@@ -83,6 +114,22 @@ enum { MC_CP_P2P = 0, MC_CP_A2A = 1 };
  * a tensor-parallel rank multiples of cp; MC_ERR_USAGE naming the options
  * otherwise. cp 1: MC_OK. */
 mc_status mc_model_check_cp(const mc_model_config *c, int tp, int cp, mc_error *err);
+/* --moe-router-load-balancing-type */
+enum { MC_MOE_LB_AUX = 0, MC_MOE_LB_SEQ_AUX = 1, MC_MOE_LB_NONE = 2 };
+
+/* Parse --moe-layer-freq: an integer k >= 1, or a Python list expression of
+ * 0s and 1s built with [..], +, * and parentheses (Megatron's
+ * `([0]*1+[1]*3)*4`), into c->moe_layer_freq / c->moe_layer_pattern
+ * (MC_ERR_USAGE naming the option and the place; the length is checked
+ * against --num-layers by mc_model_config_finish). */
+mc_status mc_moe_layer_freq_parse(const char *s, mc_model_config *c, mc_error *err);
+/* 1 when global layer l is a MoE layer. */
+int mc_model_layer_is_moe(const mc_model_config *c, int l);
+/* MC_ERR_USAGE "TOOL: PATH: a mixture-of-experts checkpoint (E experts):
+ * WHAT is not implemented yet" when c has experts; MC_OK otherwise. For the
+ * tools that cannot handle MoE models yet, so they never misread one. */
+mc_status mc_model_refuse_moe(const mc_model_config *c, const char *path, const char *what,
+                              mc_error *err);
 
 /* Megatron's defaults (GPT-style: LayerNorm, GELU, learned positions, biases,
  * tied embeddings); fields left 0 are derived by mc_model_config_finish. */
@@ -437,6 +484,25 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
 
 /* log softmax(logits[0..V))[t], in double (max subtracted first). */
 double mc_logprob_at(const float *logits, int64_t V, int32_t t);
+
+/* The MoE layers' balancing losses summed over this rank's layers and
+ * training forwards since the last mc_model_moe_layer_losses: the
+ * load-balancing loss (aux_loss or seq_aux_loss) and the z-loss, each
+ * without its coefficient (what Megatron logs as load_balancing_loss /
+ * seq_load_balancing_loss and z_loss before averaging). */
+void mc_model_moe_losses(mc_model *m, double *load_balancing, double *z);
+/* The same per global layer, into [num_layers] arrays (0 for layers that
+ * are dense or on other stages); then the sums restart. */
+void mc_model_moe_layer_losses(mc_model *m, double *load_balancing, double *z);
+/* --moe-router-enable-expert-bias: after an iteration's micro-batches
+ * (every rank of the data-parallel group calls it), each MoE layer's
+ * expert bias += sign(mean - tokens[e]) x --moe-router-bias-update-rate,
+ * tokens[e] what expert e received in the iteration's training forwards
+ * summed over data parallelism (Megatron's _update_router_expert_bias);
+ * then the counts restart. A no-op without the option. */
+mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err);
+/* MoE layers of the whole model (0: dense). */
+int mc_model_num_moe_layers(const mc_model_config *c);
 
 /* FLOPs of one forward+backward over `tokens` tokens, Megatron's formula
  * (documented in mc-train(1)). */

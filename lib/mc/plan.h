@@ -47,6 +47,7 @@ typedef struct mc_plan {
     int sequence_parallel, distributed_optimizer;
     int64_t micro_batch, global_batch, num_micro;
     int64_t global_params; /* the model's parameters (unpadded) */
+    int64_t active_params; /* of them, those one token uses (MoE: top-k of the experts) */
     int nstages;           /* = pp */
     mc_plan_stage *stage;  /* [pp] */
 } mc_plan;

@@ -160,6 +160,7 @@ typedef struct mc_train_config {
     int log_comm;                /* --log-comm: traffic per group after the log line */
     const char *tensorboard_dir; /* --tensorboard-dir */
     const char *log_json;        /* --log-json */
+    int moe_per_layer_logging;   /* --moe-per-layer-logging */
     double peak_tflops;          /* --peak-tflops (0: no MFU) */
     /* checkpoints */
     const char *save;                 /* --save DIR */

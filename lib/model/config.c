@@ -5,6 +5,7 @@
  * padding, divisibility by the tensor-parallel size).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mc/model.h"
@@ -26,6 +27,10 @@ void mc_model_config_init(mc_model_config *c)
     c->untie_embeddings_and_output_weights = 0;
     c->add_bias_linear = 1;
     c->init_method_std = 0.02f;
+    c->moe_router_topk = 2;
+    c->moe_router_bias_update_rate = 1e-3f;
+    c->moe_load_balancing = MC_MOE_LB_AUX;
+    c->moe_layer_freq = 1;
 }
 
 /* GPT-2 shapes (Radford et al. 2019) with Megatron's GPT recipe: LayerNorm,
@@ -111,6 +116,235 @@ static int64_t padded_vocab(int64_t v, int64_t multiple)
 }
 
 #define BAD(...) mc_error_set(err, MC_ERR_USAGE, "model config: " __VA_ARGS__)
+
+/* ------------------------------------------------------------ mixture of experts */
+
+/* --moe-layer-freq's list expressions: a tiny recursive-descent parser of
+ *   sum := product ('+' product)*      list concatenation
+ *   product := atom ('*' atom)*        a list times an integer (either side)
+ *   atom := '[' INT (',' INT)* ']' | '(' sum ')' | INT
+ * Values are lists of 0/1 (as bytes) or plain integers. */
+typedef struct lf_val {
+    int is_list;
+    long n; /* the integer, or the list's length */
+    unsigned char v[MC_MOE_MAX_LAYERS];
+} lf_val;
+
+typedef struct lf_parser {
+    const char *s, *p;
+    mc_error *err;
+} lf_parser;
+
+static mc_status lf_fail(lf_parser *ps, const char *what)
+{
+    return mc_error_set(ps->err, MC_ERR_USAGE,
+                        "--moe-layer-freq '%s': %s at character %d (an integer, or a list such "
+                        "as ([0]*1+[1]*3)*4)",
+                        ps->s, what, (int)(ps->p - ps->s) + 1);
+}
+
+static void lf_space(lf_parser *ps)
+{
+    while (*ps->p == ' ') ps->p++;
+}
+
+static mc_status lf_sum(lf_parser *ps, lf_val *out);
+
+static mc_status lf_int(lf_parser *ps, long *v)
+{
+    lf_space(ps);
+    if (*ps->p < '0' || *ps->p > '9') return lf_fail(ps, "expected a number");
+    long x = 0;
+    while (*ps->p >= '0' && *ps->p <= '9') {
+        x = x * 10 + (*ps->p++ - '0');
+        if (x > 1000000) return lf_fail(ps, "number too large");
+    }
+    *v = x;
+    return MC_OK;
+}
+
+static mc_status lf_atom(lf_parser *ps, lf_val *out)
+{
+    lf_space(ps);
+    mc_status st;
+    if (*ps->p == '(') {
+        ps->p++;
+        if ((st = lf_sum(ps, out))) return st;
+        lf_space(ps);
+        if (*ps->p != ')') return lf_fail(ps, "expected ')'");
+        ps->p++;
+        return MC_OK;
+    }
+    if (*ps->p == '[') {
+        ps->p++;
+        out->is_list = 1;
+        out->n = 0;
+        lf_space(ps);
+        if (*ps->p == ']') return ps->p++, MC_OK;
+        for (;;) {
+            long x;
+            if ((st = lf_int(ps, &x))) return st;
+            if (x > 1) return lf_fail(ps, "list entries must be 0 or 1");
+            if (out->n >= MC_MOE_MAX_LAYERS) return lf_fail(ps, "list too long");
+            out->v[out->n++] = (unsigned char)x;
+            lf_space(ps);
+            if (*ps->p == ',') {
+                ps->p++;
+                continue;
+            }
+            if (*ps->p != ']') return lf_fail(ps, "expected ',' or ']'");
+            ps->p++;
+            return MC_OK;
+        }
+    }
+    out->is_list = 0;
+    return lf_int(ps, &out->n);
+}
+
+static mc_status lf_product(lf_parser *ps, lf_val *out)
+{
+    mc_status st = lf_atom(ps, out);
+    lf_val *b = malloc(sizeof *b);
+    if (!b) return mc_error_set(ps->err, MC_ERR_NOMEM, "out of memory");
+    for (lf_space(ps); !st && *ps->p == '*'; lf_space(ps)) {
+        ps->p++;
+        if ((st = lf_atom(ps, b))) break;
+        if (out->is_list == b->is_list) {
+            st = lf_fail(ps, "'*' needs a list and an integer");
+            break;
+        }
+        lf_val *list = out->is_list ? out : b;
+        long times = out->is_list ? b->n : out->n, len = list->n;
+        if (len * times > MC_MOE_MAX_LAYERS) {
+            st = lf_fail(ps, "list too long");
+            break;
+        }
+        for (long r = 1; r < times; r++) memcpy(list->v + r * len, list->v, (size_t)len);
+        list->n = len * times;
+        if (list == b) *out = *b;
+    }
+    free(b);
+    return st;
+}
+
+static mc_status lf_sum(lf_parser *ps, lf_val *out)
+{
+    mc_status st = lf_product(ps, out);
+    lf_val *b = malloc(sizeof *b);
+    if (!b) return mc_error_set(ps->err, MC_ERR_NOMEM, "out of memory");
+    for (lf_space(ps); !st && *ps->p == '+'; lf_space(ps)) {
+        ps->p++;
+        if ((st = lf_product(ps, b))) break;
+        if (!out->is_list || !b->is_list) {
+            st = lf_fail(ps, "'+' joins two lists");
+            break;
+        }
+        if (out->n + b->n > MC_MOE_MAX_LAYERS) {
+            st = lf_fail(ps, "list too long");
+            break;
+        }
+        memcpy(out->v + out->n, b->v, (size_t)b->n);
+        out->n += b->n;
+    }
+    free(b);
+    return st;
+}
+
+mc_status mc_moe_layer_freq_parse(const char *s, mc_model_config *c, mc_error *err)
+{
+    lf_parser ps = {s, s, err};
+    lf_val *v = malloc(sizeof *v);
+    if (!v) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    mc_status st = lf_sum(&ps, v);
+    lf_space(&ps);
+    if (!st && *ps.p) st = lf_fail(&ps, "unexpected text");
+    if (!st && !v->is_list && v->n < 1) st = lf_fail(&ps, "the frequency must be at least 1");
+    if (!st && v->is_list && v->n == 0) st = lf_fail(&ps, "the list is empty");
+    if (!st) {
+        c->moe_layer_freq = v->is_list ? 1 : (int)v->n;
+        c->moe_layer_pattern[0] = 0;
+        if (v->is_list) {
+            for (long i = 0; i < v->n; i++) c->moe_layer_pattern[i] = (char)('0' + v->v[i]);
+            c->moe_layer_pattern[v->n] = 0;
+        }
+    }
+    free(v);
+    return st;
+}
+
+int mc_model_layer_is_moe(const mc_model_config *c, int l)
+{
+    if (c->num_experts <= 0) return 0;
+    if (c->moe_layer_pattern[0]) return c->moe_layer_pattern[l] == '1';
+    return l % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
+}
+
+int mc_model_num_moe_layers(const mc_model_config *c)
+{
+    int n = 0;
+    for (int l = 0; l < c->num_layers; l++) n += mc_model_layer_is_moe(c, l);
+    return n;
+}
+
+mc_status mc_model_refuse_moe(const mc_model_config *c, const char *path, const char *what,
+                              mc_error *err)
+{
+    if (c->num_experts <= 0) return MC_OK;
+    return mc_error_set(err, MC_ERR_USAGE,
+                        "%s: a mixture-of-experts checkpoint (%d experts): %s is not implemented "
+                        "yet",
+                        path, c->num_experts, what);
+}
+
+/* Megatron's checks of the MoE flags (validate_args, TransformerConfig). */
+static mc_status moe_finish(mc_model_config *c, mc_error *err)
+{
+    int E = c->num_experts, K = c->moe_router_topk;
+    if (E < 1 || E > MC_MOE_MAX_EXPERTS)
+        return BAD("--num-experts must be in [1, %d] (got %d)", MC_MOE_MAX_EXPERTS, E);
+    if (K < 1 || K > E)
+        return BAD("--moe-router-topk (%d) must be between 1 and --num-experts (%d)", K, E);
+    if (c->moe_ffn_hidden_size < 0) return BAD("--moe-ffn-hidden-size must be positive");
+    if (c->moe_ffn_hidden_size == 0) c->moe_ffn_hidden_size = c->ffn_hidden_size;
+    if (c->moe_router_num_groups || c->moe_router_group_topk) {
+        int G = c->moe_router_num_groups, g = c->moe_router_group_topk;
+        if (G < 1 || g < 1)
+            return BAD("--moe-router-num-groups and --moe-router-group-topk go together "
+                       "(got %d and %d)",
+                       G, g);
+        if (E % G)
+            return BAD("--num-experts (%d) must be a multiple of --moe-router-num-groups (%d)", E,
+                       G);
+        if (g > G)
+            return BAD("--moe-router-group-topk (%d) must be at most --moe-router-num-groups (%d)",
+                       g, G);
+        if (K % g || K / g > E / G)
+            return BAD("--moe-router-topk (%d) must be a multiple of --moe-router-group-topk (%d) "
+                       "and topk / group-topk at most the %d experts of a group",
+                       K, g, E / G);
+    }
+    if (c->moe_shared_expert_intermediate_size < 0)
+        return BAD("--moe-shared-expert-intermediate-size must be positive");
+    if (c->moe_shared_expert_intermediate_size > 0 && c->add_bias_linear)
+        return BAD("--moe-shared-expert-intermediate-size: shared experts have no biases "
+                   "(Megatron's rule): add --disable-bias-linear");
+    if (c->moe_router_enable_expert_bias && !c->moe_router_score_sigmoid)
+        return BAD("--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid");
+    if (c->moe_router_topk_scaling_factor < 0)
+        return BAD("--moe-router-topk-scaling-factor must be positive");
+    if (c->moe_aux_loss_coeff < 0 || c->moe_z_loss_coeff < 0)
+        return BAD("--moe-aux-loss-coeff and --moe-z-loss-coeff must not be negative");
+    if (c->moe_expert_capacity_factor < 0)
+        return BAD("--moe-expert-capacity-factor must be greater than 0 (got %g)",
+                   (double)c->moe_expert_capacity_factor);
+    if (c->moe_pad_expert_input_to_capacity && !(c->moe_expert_capacity_factor > 0))
+        return BAD("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
+    if (c->moe_layer_freq < 1) return BAD("--moe-layer-freq must be at least 1");
+    size_t n = strlen(c->moe_layer_pattern);
+    if (n && n != (size_t)c->num_layers)
+        return BAD("--moe-layer-freq lists %zu layers, --num-layers is %d", n, c->num_layers);
+    return MC_OK;
+}
 
 mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
 {
@@ -200,6 +434,11 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
                    "--tensor-model-parallel-size (%d)",
                    c->seq_length, tp);
 
+    if (c->num_experts) {
+        mc_status st = moe_finish(c, err);
+        if (st) return st;
+    }
+
     int64_t multiple = (int64_t)c->make_vocab_size_divisible_by * tp;
     c->padded_vocab_size = padded_vocab(c->vocab_size, multiple);
     if (c->padded_vocab_size > INT32_MAX)
@@ -288,6 +527,16 @@ double mc_model_flops_per_token(const mc_model_config *c)
                    + norm + fc1 * C + bias * fc1                       /* fc1 */
                    + C * F + bias * C;                                 /* fc2 */
     double n = L * layer + norm + V * C; /* final norm and the LM head */
+    if (c->num_experts > 0) {
+        /* a MoE layer: the router and the top-k experts in place of the MLP */
+        double Fm = c->moe_ffn_hidden_size, f1 = c->swiglu ? 2 * Fm : Fm;
+        double E = c->num_experts, K = c->moe_router_topk;
+        double mlp = fc1 * C + bias * fc1 + C * F + bias * C;
+        double S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
+        double moe = E * C + bias * E + K * (f1 * C + bias * f1 + C * Fm + bias * C) + s1 * C +
+                     C * S;
+        n += mc_model_num_moe_layers(c) * (moe - mlp);
+    }
     return 6.0 * n + 12.0 * L * Q * D * T;
 }
 

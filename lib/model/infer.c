@@ -102,6 +102,9 @@ mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, m
 {
     *out = NULL;
     const mc_model_config *c = &m->cfg;
+    if (c->num_experts > 0)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "inference of a mixture-of-experts model is not implemented yet");
     if (m->grid.pp > 1 || m->nchunks != 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "evaluation runs on one pipeline stage: pipeline parallelism (%d "

@@ -128,6 +128,9 @@ mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out,
 {
     *out = NULL;
     const mc_model_config *mc = &m->cfg;
+    if (mc->num_experts > 0)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "inference of a mixture-of-experts model is not implemented yet");
     if (m->grid.pp > 1 || m->nchunks != 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "batched inference runs on one process or a tensor-parallel group: "

@@ -15,6 +15,14 @@
  * (256 x 50304 x 4 bytes = 51 MB for GPT-2) while keeping the GEMM wide. */
 #define LM_CHUNK_ROWS 256
 
+/* The global index of this rank's local layer l. */
+static int global_layer(const mc_model *m, int l)
+{
+    for (int g = 0; g < m->cfg.num_layers; g++)
+        if (m->lidx[g] == l) return g;
+    return 0;
+}
+
 static void layout_acts(mc_model *m, carver *cv)
 {
     const mc_model_config *c = &m->cfg;
@@ -24,6 +32,7 @@ static void layout_acts(mc_model *m, carver *cv)
         mc_slot *sl = &m->slots[s];
         for (int l = 0; l < m->nlocal; l++) {
             mc_layer_acts *a = &sl->acts[l];
+            int moe = m->lp[global_layer(m, l)].moe;
             a->res = carve(cv, Nl * C);
             a->ln1 = carve(cv, Nl * C);
             a->ln1_mean = ln ? carve(cv, Nl) : NULL;
@@ -37,6 +46,11 @@ static void layout_acts(mc_model *m, carver *cv)
             a->ln2 = carve(cv, Nl * C);
             a->ln2_mean = ln ? carve(cv, Nl) : NULL;
             a->ln2_rstd = carve(cv, Nl);
+            if (moe) { /* the MoE block's own (moe.c) instead of the MLP's */
+                a->fc1 = a->act = NULL;
+                mc_moe_layout(m, cv, a);
+                continue;
+            }
             a->fc1 = carve(cv, N * m->fc1_out);
             a->act = carve(cv, N * m->Fl);
         }
@@ -63,6 +77,7 @@ static void layout_acts(mc_model *m, carver *cv)
         m->loc = carve(cv, Nl * C);
         m->nrm_g = carve(cv, 2 * C);
     }
+    if (m->cfg.num_experts > 0) mc_moe_layout_scratch(m, cv);
     m->dact = carve(cv, N * m->Fl);
     m->dfc1 = carve(cv, N * m->fc1_out);
     m->datt = carve(cv, N * m->Ql * D);
@@ -100,6 +115,17 @@ static mc_status alloc_acts(mc_model *m, int nslots, mc_error *err)
     m->act_block = cv.base;
     cv.off = 0;
     layout_acts(m, &cv);
+    /* the MoE layers' host row counts, E per layer and slot */
+    free(m->moe_rows_host);
+    m->moe_rows_host = NULL;
+    if (m->cfg.num_experts > 0) {
+        size_t E = (size_t)m->cfg.num_experts;
+        m->moe_rows_host = calloc((size_t)nslots * nl * E + 1, sizeof *m->moe_rows_host);
+        if (!m->moe_rows_host) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+        for (int s = 0; s < nslots; s++)
+            for (size_t l = 0; l < nl; l++)
+                m->slots[s].acts[l].moe.rows = m->moe_rows_host + ((size_t)s * nl + l) * E;
+    }
     return MC_OK;
 }
 
@@ -119,6 +145,13 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     m->prec = prec;
     mc_status st = mc_model_config_finish(&m->cfg, g->tp, err);
     if (st) goto fail;
+    if (m->cfg.num_experts > 0 && strcmp(mc_backend_name(be), "cpu")) {
+        st = mc_error_set(err, MC_ERR_USAGE,
+                          "--num-experts on the %s backend is not implemented yet (the MoE "
+                          "kernels are CPU-only): use --device cpu",
+                          mc_backend_name(be));
+        goto fail;
+    }
     st = mc_model_num_chunks_for(&m->cfg, g->pp, &m->nchunks, err);
     if (st) goto fail;
     m->cl0 = calloc((size_t)m->nchunks, sizeof *m->cl0);
@@ -208,13 +241,14 @@ void mc_model_free(mc_model *m)
     free(m->hpos_loc);
     free(m->hlogp);
     free(m->hdlogp);
+    free(m->moe_rows_host);
+    free(m->moe_tpe);
+    free(m->moe_lb_layer);
     free(m);
 }
 
 const mc_model_config *mc_model_get_config(const mc_model *m) { return &m->cfg; }
 
-/* Parameter i's gradient (NULL when the parameter is absent). */
-static float *param_grad(mc_model *m, int i) { return i < 0 ? NULL : m->g + m->params[i].offset; }
 /* (re)make parameter i's prepared form from its fp32 values */
 static void round_weight(mc_model *m, int i)
 {
@@ -350,6 +384,11 @@ static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error
     mc_k_add(be, a->res2, a->res, y, m->Nl * C);
 
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
+    if (lp->moe) { /* the MoE block (moe.c), replicated over tensor parallelism */
+        TRY(mc_moe_fwd(m, sl, l, a->ln2, m->tmp, err));
+        mc_k_add(be, out, a->res2, m->tmp, m->Nl * C);
+        return MC_OK;
+    }
     TRY(tp_gather(m, a->ln2, &h, err));
     mc_k_linear_fwd(be, m->prec, a->fc1, h, param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w),
                     param_val(m, lp->fc1_b), N, C, m->fc1_out, 0.0f);
@@ -375,6 +414,12 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     const float *dy, *x;
     float *dl;
 
+    if (lp->moe) { /* the MoE block (moe.c): every rank holds every token, no sums */
+        TRY(mc_moe_bwd(m, sl, l, m->dres, a->ln2, err));
+        TRY(norm_bwd(m, m->dres, m->dln, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b,
+                     err));
+        goto attention;
+    }
     /* MLP branch: row-parallel fc2 needs no communication backward (with
      * sequence parallelism: the gather of its output gradient). */
     TRY(tp_gather(m, m->dres, &dy, err));
@@ -393,6 +438,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     TRY(tp_reduce(m, m->dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, err));
 
+attention:
     /* Attention branch. */
     TRY(tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->datt, 0.0f, N * m->Ql * D);
@@ -669,6 +715,8 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
     if (last) TRY(check_ids(m, targets, "target", 1, &count, err));
     if (m->cpa) count = whole_count;
     if (m->docs_on || m->cpa) TRY(doc_layout(m, sl, m->cpa ? whole : tokens, err));
+    sl->train = backward;
+    sl->grad_scale = grad_scale;
     if (first) TRY(embed_fwd(m, sl, tokens, sl->acts[m->lidx[l0]].res, err));
     float *res_out = chunk_out(m, sl, chunk);
     for (int l = l0; l < l1; l++)

@@ -16,7 +16,30 @@ typedef struct mc_layer_params {
     int ln2_w, ln2_b; /* mlp.linear_fc1.layer_norm_{weight,bias} */
     int fc1_w, fc1_b;
     int fc2_w, fc2_b;
+    /* A MoE layer (moe.c): fc1/fc2 are -1, ln2 is pre_mlp_layernorm, and
+     * mlp.router.{weight,bias,expert_bias}, the experts' global [E, ...]
+     * tensors mlp.experts.experts.linear_fc{1,2}.{weight,bias} */
+    int moe;
+    int router_w, router_b, expert_bias;
+    int efc1_w, efc1_b, efc2_w, efc2_b;
+    int sfc1_w, sfc2_w; /* mlp.shared_experts.linear_fc{1,2}.weight (-1: none) */
 } mc_layer_params;
+
+/* One MoE layer's saved activations (moe.c): N = B * T rows, R = N * K
+ * permuted rows (each token once per chosen expert), E experts. */
+typedef struct mc_moe_acts {
+    float *logits;       /* [N, E] the router's */
+    float *probs;        /* [N, K] */
+    int32_t *idx, *perm; /* [N, K] the chosen experts, their rows in the permuted order */
+    int32_t *kept;       /* [N, K] idx with the choices over capacity -1 */
+    float *xp;           /* [R, C] the permuted input */
+    float *fc1, *act;    /* [R, fc1], [R, F] the experts' fc1 output and activation */
+    float *yp;           /* [R, C] the experts' outputs */
+    float *sfc1, *sact;  /* [N, shared fc1], [N, shared F]: the shared experts' */
+    int64_t *rows;       /* host [E]: the rows each expert received */
+    int train;           /* the balancing losses' gradients go into the backward */
+    float grad_scale;    /* their weight (the main loss's grad_scale) */
+} mc_moe_acts;
 
 /* One layer's saved activations (backend memory), N = B * T rows; the
  * residual stream and the norms hold Nl rows: N, or B * T / tp with
@@ -31,8 +54,9 @@ typedef struct mc_layer_acts {
     float *res2;                /* [Nl, C] residual after attention */
     float *ln2;                 /* [Nl, C] */
     float *ln2_mean, *ln2_rstd;
-    float *fc1; /* [N, Fl] or [N, 2 Fl] with SwiGLU */
-    float *act; /* [N, Fl] */
+    float *fc1;      /* [N, Fl] or [N, 2 Fl] with SwiGLU */
+    float *act;      /* [N, Fl] */
+    mc_moe_acts moe; /* a MoE layer's (moe.c); zeros for a dense layer */
 } mc_layer_acts;
 
 /* One micro-batch in flight on this stage: its saved activations. */
@@ -47,6 +71,10 @@ typedef struct mc_slot {
      * rank's [Nl] rows of the sequence-parallel regions */
     int32_t *pos, *seg, *pos_loc;
     int bwd; /* the forward ran the head's backward */
+    /* this forward trains (MoE layers add their balancing losses, weighted
+     * by grad_scale) */
+    int train;
+    float grad_scale;
 } mc_slot;
 
 /* The RoPE kernels' parameters of a configuration. */
@@ -141,6 +169,20 @@ struct mc_model {
     /* context parallelism (cp_attn.c; NULL at cp = 1): T, N and the slots
      * are this rank's two chunks of every sequence, seq_length / cp rows */
     struct mc_cp_attn *cpa;
+    /* MoE layers (moe.c): backend scratch of the backward (d logits [N, E],
+     * d probs [N, K], d rows [R, C] twice, [R, F], [R, fc1]), the experts'
+     * row counts [E] (int32), the host block of every slot's row counts,
+     * and the balancing losses summed over forwards since the last
+     * mc_model_moe_losses (the load-balancing loss without its coefficient,
+     * the z-loss without its coefficient). */
+    float *moe_dlogits, *moe_dprobs, *moe_dyp, *moe_dxp, *moe_dact, *moe_dfc1;
+    float *moe_dsact, *moe_dsfc1; /* the shared experts' [N, F], [N, fc1] */
+    int32_t *moe_counts;
+    int64_t *moe_rows_host;
+    double *moe_lb_layer, *moe_z_layer; /* host [num_layers] each, by global layer */
+    /* --moe-router-enable-expert-bias: host [num_layers, E], the tokens each
+     * expert received in this iteration's training forwards (NULL until) */
+    double *moe_tpe;
 };
 
 /* Knowledge distillation (kd.c): the frozen teacher, the settings, and
@@ -231,9 +273,26 @@ static inline float *param_val(mc_model *m, int i)
 {
     return i < 0 ? NULL : m->p + m->params[i].offset;
 }
+/* Parameter i's gradient (NULL when the parameter is absent). */
+static inline float *param_grad(mc_model *m, int i)
+{
+    return i < 0 ? NULL : m->g + m->params[i].offset;
+}
 static inline const void *param_prep(mc_model *m, int i)
 {
     return i < 0 || !m->pw ? NULL : (const char *)m->pw + m->params[i].offset * m->pw_bytes;
 }
+
+/* moe.c: the MoE block in place of a layer's MLP. Forward: h [N, C] the
+ * pre-MLP norm's output, y [N, C] the block's output (WRITTEN). Backward:
+ * dy [N, C] the output's gradient, m->dln gets d(h) (WRITTEN), the layer's
+ * parameters their gradients (added). */
+mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, mc_error *err);
+mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const float *h,
+                     mc_error *err);
+/* moe.c: the MoE layers' part of the activation layout (carve) and scratch. */
+void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a);
+void mc_moe_layout_scratch(mc_model *m, carver *cv);
+size_t mc_moe_rows_max(const mc_model *m);
 
 #endif

@@ -85,6 +85,67 @@ static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int 
         if (idx < 0) idx = -1;                                  \
     } while (0)
 
+/* A MoE layer's MLP parameters (Megatron Core's names: the pre-MLP norm
+ * is not fused into a linear, and the experts' weights are the global
+ * [E, ...] tensors of its distributed checkpoints, expert e's matrix rows
+ * [e R, (e + 1) R) of a [E R, cols] tensor; mc-formats(5)). Replicated
+ * over tensor parallelism. Returns nonzero on allocation failure. */
+static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int l, mc_error *err)
+{
+    int idx;
+    int64_t C = c->hidden_size, E = c->num_experts, F = c->moe_ffn_hidden_size;
+    int64_t fc1 = c->swiglu ? 2 * F : F;
+    int ln = c->normalization == MC_NORM_LAYERNORM, bias = c->add_bias_linear;
+    float std = c->init_method_std, out_std = std / sqrtf(2.0f * (float)c->num_layers);
+    char pre[96];
+    lp->moe = 1;
+    snprintf(pre, sizeof pre, "decoder.layers.%d", l);
+#define ADDM(...)                                             \
+    do {                                                      \
+        if ((idx = add(r, err, __VA_ARGS__)) == -1) return 1; \
+        if (idx < 0) idx = -1;                                \
+    } while (0)
+    ADDM(1, C, 1, -1, 1, 1, 0, 1, "%s.pre_mlp_layernorm.weight", pre);
+    lp->ln2_w = idx;
+    if (ln) {
+        ADDM(1, C, 1, -1, 1, 1, 0, 0, "%s.pre_mlp_layernorm.bias", pre);
+        lp->ln2_b = idx;
+    }
+    ADDM(2, E, C, -1, 1, 0, std, 0, "%s.mlp.router.weight", pre);
+    lp->router_w = idx;
+    if (bias) { /* Megatron's router initializes its bias like its weight */
+        ADDM(1, E, 1, -1, 1, 1, std, 0, "%s.mlp.router.bias", pre);
+        lp->router_b = idx;
+    }
+    if (c->moe_router_enable_expert_bias) { /* a buffer, updated by the loop, never by Adam */
+        ADDM(1, E, 1, -1, 1, 1, 0, 0, "%s.mlp.router.expert_bias", pre);
+        lp->expert_bias = idx;
+    }
+    ADDM(2, E * fc1, C, -1, 1, 0, std, 0, "%s.mlp.experts.experts.linear_fc1.weight", pre);
+    lp->efc1_w = idx;
+    if (bias) {
+        ADDM(2, E, fc1, -1, 1, 1, 0, 0, "%s.mlp.experts.experts.linear_fc1.bias", pre);
+        lp->efc1_b = idx;
+    }
+    ADDM(2, E * C, F, -1, 1, 0, out_std, 0, "%s.mlp.experts.experts.linear_fc2.weight", pre);
+    lp->efc2_w = idx;
+    if (bias) {
+        ADDM(2, E, C, -1, 1, 1, 0, 0, "%s.mlp.experts.experts.linear_fc2.bias", pre);
+        lp->efc2_b = idx;
+    }
+    if (c->moe_shared_expert_intermediate_size > 0) {
+        /* Megatron's SharedExpertMLP: one MLP of the shared size beside
+         * the routed experts, no biases (config_finish checks) */
+        int64_t S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
+        ADDM(2, s1, C, -1, 1, 0, std, 0, "%s.mlp.shared_experts.linear_fc1.weight", pre);
+        lp->sfc1_w = idx;
+        ADDM(2, C, S, -1, 1, 0, out_std, 0, "%s.mlp.shared_experts.linear_fc2.weight", pre);
+        lp->sfc2_w = idx;
+    }
+#undef ADDM
+    return 0;
+}
+
 mc_status mc_model_build_registry(mc_model *m, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
@@ -148,6 +209,13 @@ mc_status mc_model_build_registry(mc_model *m, mc_error *err)
         if (bias) {
             ADD(1, C, 1, -1, 1, 1, 0, 0, "%s.linear_proj.bias", pre);
             lp->proj_b = idx;
+        }
+        lp->router_w = lp->router_b = lp->expert_bias = -1;
+        lp->efc1_w = lp->efc1_b = lp->efc2_w = lp->efc2_b = -1;
+        lp->sfc1_w = lp->sfc2_w = -1;
+        if (mc_model_layer_is_moe(c, l)) {
+            if (moe_layer(&r, c, lp, l, err)) goto fail;
+            continue;
         }
         snprintf(pre, sizeof pre, "decoder.layers.%d.mlp", l);
         ADD(1, C, 1, -1, 1, 1, 0, 1, "%s.linear_fc1.layer_norm_weight", pre);

@@ -89,7 +89,13 @@ typedef struct run {
     int64_t last_saved; /* iteration of the last checkpoint written, -1 */
     mc_train_report *rep;
     double flops_per_token;
-    double t_start; /* --exit-duration-in-mins counts from here, set-up included */
+    /* MoE: the MoE layers (0: dense), and the last iteration's balancing
+     * losses as Megatron logs them (load_balancing_loss or
+     * seq_load_balancing_loss, z_loss) */
+    int moe_layers;
+    double moe_lb, moe_z;
+    double *moe_layer_losses; /* [2 num_layers]: the last iteration's per layer */
+    double t_start;           /* --exit-duration-in-mins counts from here, set-up included */
     /* --async-save: the write in flight, if any */
     struct {
         int active;
@@ -697,6 +703,11 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     if ((st = mc_model_config_finish(&mcfg, mc_grid_group_size(r->g, MC_GROUP_TP), err))) return st;
     r->T = mcfg.seq_length;
     r->flops_per_token = mc_model_flops_per_token(&mcfg);
+    r->moe_layers = mc_model_num_moe_layers(&mcfg);
+    if (r->moe_layers) {
+        r->moe_layer_losses = calloc(2 * (size_t)mcfg.num_layers, sizeof *r->moe_layer_losses);
+        if (!r->moe_layer_losses) return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    }
     /* --dpo: a micro-batch of B pairs runs 2 B sequences */
     int per_sample = c->dpo.on ? 2 : 1;
     if ((st = mc_model_new(&mcfg, r->g, r->be, (int)c->micro_batch_size * per_sample, c->prec,
@@ -799,6 +810,7 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
 /* What the log line averages over its interval. */
 typedef struct window {
     double loss_sum, kd_sum;
+    double moe_lb_sum, moe_z_sum; /* MoE: the balancing losses' sums */
     double rewards[4]; /* --dpo: sums of each iteration's rewards/chosen, rejected, accuracies,
                           margins */
     int64_t advanced, skipped, nan;
@@ -834,7 +846,17 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
     else if (avg >= 0.0) {
         int lv = snprintf(lossv, sizeof lossv, " lm loss: %.6E |", avg);
         if (r->teacher && lv > 0)
-            snprintf(lossv + lv, sizeof lossv - (size_t)lv, " kd loss: %.6E |", w->kd_sum / na);
+            lv += snprintf(lossv + lv, sizeof lossv - (size_t)lv, " kd loss: %.6E |",
+                           w->kd_sum / na);
+        /* Megatron's MoE metrics, after the losses */
+        const mc_model_config *mc = mc_model_get_config(r->model);
+        if (r->moe_layers && lv > 0 && mc->moe_load_balancing != MC_MOE_LB_NONE)
+            lv += snprintf(lossv + lv, sizeof lossv - (size_t)lv, " %s: %.6E |",
+                           mc->moe_load_balancing == MC_MOE_LB_SEQ_AUX ? "seq_load_balancing_loss"
+                                                                       : "load_balancing_loss",
+                           w->moe_lb_sum / na);
+        if (r->moe_layers && lv > 0 && mc->moe_z_loss_coeff > 0)
+            snprintf(lossv + lv, sizeof lossv - (size_t)lv, " z_loss: %.6E |", w->moe_z_sum / na);
     }
     int len = snprintf(
         line, sizeof line,
@@ -919,6 +941,21 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
     if (r->pref && (st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, &r->dpo_sums.loss,
                                               sizeof r->dpo_sums / sizeof(double), err)))
         return st;
+    if (r->moe_layers) {
+        /* Megatron's MoE metrics: each layer's value summed over the
+         * micro-batches times 1 / num_microbatches, summed over the layers
+         * (all stages) / the MoE layers, averaged over data parallelism */
+        size_t L = (size_t)mc_model_get_config(r->model)->num_layers;
+        double *v = r->moe_layer_losses;
+        mc_model_moe_layer_losses(r->model, v, v + L);
+        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, v, 2 * L, err))) return st;
+        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_DP, v, 2 * L, err))) return st;
+        double d = (double)r->num_micro * (double)r->dp;
+        r->moe_lb = r->moe_z = 0;
+        for (size_t l = 0; l < 2 * L; l++) v[l] /= d; /* each layer's, Megatron's per-layer value */
+        for (size_t l = 0; l < L; l++) r->moe_lb += v[l] / (double)r->moe_layers;
+        for (size_t l = 0; l < L; l++) r->moe_z += v[L + l] / (double)r->moe_layers;
+    }
     *lm_loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
     *kd_loss = !r->teacher ? NAN : acc[1] > 0 ? acc[2] / acc[1] : NAN;
     *nan = 0;
@@ -933,6 +970,9 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
     double lr = mc_lr_at_samples(&r->sched, (double)r->s.sched_samples);
     double wd = mc_wd_at_samples(&r->sched, (double)r->s.sched_samples);
     mc_optim_result res;
+    /* MoE aux-loss-free balancing: the expert biases move with the
+     * iteration's token counts (Megatron: in finalize_model_grads) */
+    if ((st = mc_model_moe_update_expert_bias(r->model, err))) return st;
     if ((st = mc_optim_step(r->optim, lr, wd, scale, &res, err))) return st;
     *grad_norm = res.grad_norm;
     *skipped = res.found_inf;
@@ -989,6 +1029,8 @@ static mc_status train_loop(run *r, mc_error *err)
                 w.rewards[3] += d->margins / n;
             }
             if (r->teacher) w.kd_sum += kd;
+            w.moe_lb_sum += r->moe_lb;
+            w.moe_z_sum += r->moe_z;
         }
         if (nan) {
             w.nan++;
@@ -1036,6 +1078,32 @@ static mc_status train_loop(run *r, mc_error *err)
         } else {
             st = mc_metrics_scalar(r->metrics, MC_TAG_LM_LOSS, it, loss, err);
             if (!st && r->teacher) st = mc_metrics_scalar(r->metrics, MC_TAG_KD_LOSS, it, kd, err);
+            const mc_model_config *mc = mc_model_get_config(r->model);
+            if (!st && r->moe_layers && mc->moe_load_balancing != MC_MOE_LB_NONE)
+                st = mc_metrics_scalar(r->metrics,
+                                       mc->moe_load_balancing == MC_MOE_LB_SEQ_AUX
+                                           ? MC_TAG_MOE_SEQ_LB_LOSS
+                                           : MC_TAG_MOE_LB_LOSS,
+                                       it, r->moe_lb, err);
+            if (!st && r->moe_layers && mc->moe_z_loss_coeff > 0)
+                st = mc_metrics_scalar(r->metrics, MC_TAG_MOE_Z_LOSS, it, r->moe_z, err);
+            /* --moe-per-layer-logging: Megatron's moe/<name>_layer_<i>, every layer */
+            for (int l = 0; !st && c->moe_per_layer_logging && r->moe_layers && l < mc->num_layers;
+                 l++) {
+                char tag[96];
+                if (mc->moe_load_balancing != MC_MOE_LB_NONE) {
+                    snprintf(tag, sizeof tag, "moe/%s_layer_%d",
+                             mc->moe_load_balancing == MC_MOE_LB_SEQ_AUX ? MC_TAG_MOE_SEQ_LB_LOSS
+                                                                         : MC_TAG_MOE_LB_LOSS,
+                             l);
+                    st = mc_metrics_scalar(r->metrics, tag, it, r->moe_layer_losses[l], err);
+                }
+                if (!st && mc->moe_z_loss_coeff > 0) {
+                    snprintf(tag, sizeof tag, "moe/%s_layer_%d", MC_TAG_MOE_Z_LOSS, l);
+                    st = mc_metrics_scalar(r->metrics, tag, it,
+                                           r->moe_layer_losses[mc->num_layers + l], err);
+                }
+            }
         }
         if (!st) st = mc_metrics_scalar(r->metrics, MC_TAG_LEARNING_RATE, it, lr_now, err);
         if (!st)
@@ -1143,6 +1211,7 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     free(r.sample);
     free(r.mask);
     free(r.config_json);
+    free(r.moe_layer_losses);
     mc_gpt_dataset_close(r.ds);
     mc_sft_dataset_close(r.sft);
     mc_pref_dataset_close(r.pref);

@@ -5,6 +5,7 @@
  * pipeline.c); keep them in step. What each figure counts is in
  * doc/ARCHITECTURE.md, "Training".
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,22 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int rank, mc_
         if (bias) param(s, (Q + 2 * G) * D / tp);
         param(s, C * (Q * D / tp));
         if (bias) param(s, C);
+        if (mc_model_layer_is_moe(c, l)) {
+            /* params.c's moe_layer: replicated over tensor parallelism */
+            int64_t E = c->num_experts, Fm = c->moe_ffn_hidden_size, f1 = c->swiglu ? 2 * Fm : Fm;
+            param(s, C);
+            if (ln) param(s, C);
+            param(s, E * C);
+            if (bias) param(s, E);
+            if (c->moe_router_enable_expert_bias) param(s, E);
+            param(s, E * f1 * C);
+            if (bias) param(s, E * f1);
+            param(s, E * C * Fm);
+            if (bias) param(s, E * C);
+            int64_t S = c->moe_shared_expert_intermediate_size;
+            if (S) param(s, (c->swiglu ? 2 : 1) * S * C), param(s, C * S);
+            continue;
+        }
         param(s, C);
         if (ln) param(s, C);
         param(s, fc1 / tp * C);
@@ -58,8 +75,8 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int rank, mc_
 }
 
 /* model.c's activation block for this stage and its slots. */
-static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, int first, int last,
-                         int nl, int slots)
+static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, int first_layer,
+                         int first, int last, int nl, int slots)
 {
     double T = c->seq_length, N = (double)B * T, C = c->hidden_size, D = c->kv_channels;
     double Ql = c->num_attention_heads / tp, Gl = c->num_query_groups / tp;
@@ -72,11 +89,33 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, in
                    2 * carved(N * Ql * D) + 2 * carved(N * Gl * D) + carved(N * Ql) +
                    carved(N * fc1) + carved(N * Fl);
     double slot = nl * layer + carved(Nl * C) + 2 * carved(N);
+    double moe_scratch = 0;
+    if (c->num_experts > 0) {
+        /* model.c/moe.c: a MoE layer carves its own block instead of the
+         * MLP's fc1 and act (R = N K permuted rows) */
+        double E = c->num_experts, K = c->moe_router_topk, R = N * K;
+        if (c->moe_pad_expert_input_to_capacity && c->moe_expert_capacity_factor > 0) {
+            /* moe.c's pad_block: every expert's rows its capacity */
+            double cap = ceil(N * K / E * (double)c->moe_expert_capacity_factor);
+            if (cap > N) cap = N;
+            if (E * cap > R) R = E * cap;
+        }
+        double Fm = c->moe_ffn_hidden_size, f1 = c->swiglu ? 2 * Fm : Fm;
+        double S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
+        double moe = carved(N * E) + 4 * carved(N * K) + 2 * carved(R * C) + carved(R * f1) +
+                     carved(R * Fm) + (S ? carved(N * s1) + carved(N * S) : 0);
+        int nmoe = 0;
+        for (int l = first_layer; l < first_layer + nl; l++) nmoe += mc_model_layer_is_moe(c, l);
+        slot += nmoe * (moe - carved(N * fc1) - carved(N * Fl));
+        moe_scratch = carved(N * E) + carved(N * K) + 2 * carved(R * C) + carved(R * Fm) +
+                      carved(R * f1) + carved(E) + (S ? carved(N * S) + carved(N * s1) : 0);
+    }
     if (last) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
     double shared = carved(N * qkv) + carved(N * C) + carved(Nl * C) + carved(N * C) +
                     carved(N * Fl) + carved(N * fc1) + 2 * carved(N * Ql * D) +
                     2 * carved(N * Gl * D) + carved(chunk * vl) + 4 * carved(N);
     if (sp) shared += 2 * carved(N * C) + carved(Nl * C) + carved(2 * C);
+    shared += moe_scratch;
     double pipe = last ? 0 : Nl * C * 4; /* pipeline.c's gradient buffer */
     return slots * slot + shared + pipe;
 }
@@ -180,7 +219,8 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
         int64_t slots = pp - r < out->num_micro ? pp - r : out->num_micro;
         s->slots = (int)(slots > 0 ? slots : 1);
         int first = r == 0, last = r == pp - 1, nl = s->last_layer - s->first_layer;
-        s->act_bytes = stage_acts(&c, tp, sp, micro_batch, first, last, nl, s->slots);
+        s->act_bytes = stage_acts(&c, tp, sp, micro_batch, s->first_layer, first, last, nl,
+                                  s->slots);
         s->act_bytes_recompute = -1;
         if (cp > 1) {
             double scratch, calls, bytes, wire;
@@ -195,7 +235,11 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
             /* per micro-batch: calls and bytes of all-reduce (a) and gather/scatter (g) */
             double a_calls = 0, a_bytes = 0, g_calls = 0, g_bytes = 0;
             if (!sp) {
-                a_calls += 4.0 * nl, a_bytes += 4.0 * nl * X;
+                /* a MoE layer's block is replicated: no sums of its own */
+                int nmoe = 0;
+                for (int l = s->first_layer; l < s->last_layer; l++)
+                    nmoe += mc_model_layer_is_moe(&c, l);
+                a_calls += 4.0 * nl - 2.0 * nmoe, a_bytes += (4.0 * nl - 2.0 * nmoe) * X;
                 if (first) a_calls += 1, a_bytes += X;            /* embedding */
                 if (last) a_calls += 4, a_bytes += X + 3 * N * 4; /* head dX, CE stats */
             } else {
@@ -238,6 +282,13 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
     if (!mc_model_config_finish(&c1, 1, err)) {
         stage_params(&c1, 1, 1, 0, &whole);
         out->global_params = whole.params;
+        /* active per token: each MoE layer's top-k experts of E */
+        int64_t Fm = c1.moe_ffn_hidden_size, f1 = c1.swiglu ? 2 * Fm : Fm;
+        int64_t expert = f1 * c1.hidden_size + c1.hidden_size * Fm +
+                         (c1.add_bias_linear ? f1 + c1.hidden_size : 0);
+        out->active_params = out->global_params - (int64_t)mc_model_num_moe_layers(&c1) *
+                                                      (c1.num_experts - c1.moe_router_topk) *
+                                                      expert;
     }
     return MC_OK;
 }
@@ -269,8 +320,12 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
          "global batch %lld: %lld micro-batches per data-parallel rank per iteration",
          p->world, p->tp, p->pp, p->cp, p->dp, (long long)p->micro_batch,
          (long long)p->global_batch, (long long)p->num_micro);
-    line(print, ctx, "model: %lld parameters; sequence parallel %s, distributed optimizer %s",
-         (long long)p->global_params, p->sequence_parallel ? "on" : "off",
+    char active[96] = "";
+    if (p->active_params != p->global_params)
+        snprintf(active, sizeof active, " (%lld active per token: the router's top-k experts)",
+                 (long long)p->active_params);
+    line(print, ctx, "model: %lld parameters%s; sequence parallel %s, distributed optimizer %s",
+         (long long)p->global_params, active, p->sequence_parallel ? "on" : "off",
          p->distributed_optimizer ? "on" : "off");
     for (int r = 0; r < p->nstages; r++) {
         const mc_plan_stage *s = &p->stage[r];

@@ -290,6 +290,22 @@ mc_status mc_train_snapshot_write(const mc_train_snapshot *sn, const char *dir, 
     return finish(w, st, &sn->s, sn->has_optim, sn->config_json, sn->tok, out_dir, cap, err);
 }
 
+/* The expert count before anything else (the shapes follow from it): a
+ * usage error naming the flag. */
+static mc_status check_experts(mc_ckpt_reader *r, const mc_model_config *mine, mc_error *err)
+{
+    json_t *cfg = NULL;
+    if (mc_ckpt_read_json(r, "config", &cfg, err))
+        return mc_error_prefix(err, "%s", mc_ckpt_file(r));
+    json_t *moe = json_object_get(json_object_get(cfg, "model"), "moe");
+    json_int_t theirs = json_integer_value(json_object_get(moe, "num_experts"));
+    json_decref(cfg);
+    if (theirs == (json_int_t)(mine->num_experts > 0 ? mine->num_experts : 0)) return MC_OK;
+    return mc_error_set(err, MC_ERR_USAGE,
+                        "%s: the checkpoint has %lld experts, the flags say %d (--num-experts)",
+                        mc_ckpt_file(r), (long long)theirs, mine->num_experts);
+}
+
 /* Compare the checkpoint's model configuration with this run's: every
  * field must match except the vocabulary before padding (the padded size,
  * which fixes the shapes, must). */
@@ -344,6 +360,7 @@ static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_mod
     /* Shapes first, every tensor, before anything is overwritten: the
      * error names the tensor and both shapes. */
     char p_path[512];
+    if (!st) st = check_experts(r, mc_model_get_config(m), err);
     for (size_t i = 0; i < np && !st; i++) {
         const mc_param *p = mc_model_param(m, i);
         int64_t rows, cols;

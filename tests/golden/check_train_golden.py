@@ -60,7 +60,18 @@ import numpy as np
 
 TOL = {
     "fp32": {"loss": 1e-6, "grad_norm": 5e-6, "sum": 1e-3, "sumsq": 2e-6, "lr": 1e-12,
-             "kd_loss": 1e-5},
+             "kd_loss": 1e-5, "moe_loss": 1e-5},
+    # MoE goldens (tests/golden/torch_moe.py): the router's top-k choice
+    # turns rounding into slightly larger drift (observed over 20
+    # iterations of the seven models: loss 3.7e-7, grad norm 9.0e-6,
+    # balancing losses 2.2e-6, sum of squares 2.9e-6 in tiny-gpt's QKV bias,
+    # the key-bias noise above). A discrete choice amplifies last-bit
+    # differences: a capacity model first tried here (ffn 32, factor 1.25)
+    # moved its grad norm by 7.5e-5 between PyTorch fp32 and fp64 alone,
+    # and mc stayed within 1.7e-5 of PyTorch fp32; such models are not
+    # goldens.
+    "fp32_moe": {"loss": 1e-6, "grad_norm": 1e-5, "sum": 1e-3, "sumsq": 1e-5, "lr": 1e-12,
+                 "moe_loss": 1e-5},
     "bf16": {"loss": 2e-3, "grad_norm": 2e-2, "sum": 2e-2, "sumsq": 1e-2, "lr": 1e-12,
              "first_loss": 1e-6, "first_grad_norm": 1e-4},
 }
@@ -84,7 +95,7 @@ def main(argv):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     gold = json.load(open(argv[1]))
-    tol = TOL[gold["precision"]]
+    tol = TOL[gold.get("tolerance", gold["precision"])]
     steps = [json.loads(line) for line in open(argv[2]) if line.strip()]
     steps = [s for s in steps if "lm loss" in s]
     fails = []
@@ -113,6 +124,14 @@ def main(argv):
             else:
                 check(f"iteration {it} kd loss", "kd_loss", s["kd loss"], g["kd_loss"],
                       abs(g["kd_loss"]))
+        # MoE (tests/golden/torch_moe.py): the balancing losses as Megatron logs them
+        for key in ("load_balancing_loss", "seq_load_balancing_loss", "z_loss"):
+            if key not in g:
+                continue
+            if key not in s:
+                fails.append(f"{argv[2]}: iteration {it} logs no {key}")
+            else:
+                check(f"iteration {it} {key}", "moe_loss", s[key], g[key], abs(g[key]))
         check(f"iteration {it} grad norm", first + "grad_norm", s["grad-norm"], g["grad_norm"],
               abs(g["grad_norm"]))
         check(f"iteration {it} learning rate", "lr", s["learning-rate"], g["learning_rate"],

@@ -41,12 +41,14 @@ def rope(cfg, x, position_ids=None):
 
 
 def forward(cfg, P, tokens, targets, linear, use_rope, untied, position_ids=None,
-            attention_mask=None, reduction="mean"):
+            attention_mask=None, reduction="mean", moe=None):
     """Mean cross-entropy of one micro-batch; targets of -1 are ignored
     (reduction "none": each position's, [B * T], 0 where ignored).
     position_ids [B, T] (default 0 .. T-1) and attention_mask (Megatron's:
     True where attention is masked out, broadcast to [B, heads, T, T];
-    default causal) are those of Megatron's batch."""
+    default causal) are those of Megatron's batch. moe (torch_moe.py): None,
+    or a callable with moe.is_moe(l) that returns layer l's MoE block output
+    for the residual stream x (its own pre-MLP norm included)."""
     B, T = tokens.shape
     Q, G, D = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["kv_channels"]
     ln = cfg["normalization"] == "LayerNorm"
@@ -74,6 +76,9 @@ def forward(cfg, P, tokens, targets, linear, use_rope, untied, position_ids=None
         s = s.masked_fill(mask, float("-inf"))
         o = torch.einsum("bhts,bshd->bthd", torch.softmax(s, -1), v).reshape(B, T, Q * D)
         x = x + linear(o, P[a + ".linear_proj.weight"], P.get(a + ".linear_proj.bias"))
+        if moe is not None and moe.is_moe(l):
+            x = x + moe(l, x)
+            continue
         m = f"decoder.layers.{l}.mlp"
         h = norm(cfg, x, P[m + ".linear_fc1.layer_norm_weight"],
                  P.get(m + ".linear_fc1.layer_norm_bias") if ln else None)

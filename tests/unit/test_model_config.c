@@ -220,8 +220,62 @@ static void test_config(void)
 #undef BASE
 }
 
+/* --moe-layer-freq: integers and Megatron's list expressions, and the
+ * layers they make MoE layers. */
+static void test_moe_layer_freq(void)
+{
+    mc_error err;
+    mc_model_config c;
+    static const struct {
+        const char *spec;
+        int layers;
+        const char *want; /* the MoE layers, one '0'/'1' each */
+    } ok[] = {
+        {"1", 4, "1111"},
+        {"2", 5, "10101"},
+        {"([0]*1+[1]*3)*4", 16, "0111011101110111"},
+        {"[1, 0,1]", 3, "101"},
+        {"2*[0]+[1]*2", 4, "0011"},
+        {" ( [1] + ( [0] ) * 2 ) ", 3, "100"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        mc_model_config_init(&c);
+        c.num_layers = ok[i].layers, c.num_experts = 4;
+        char got[64] = "";
+        int good = mc_moe_layer_freq_parse(ok[i].spec, &c, &err) == MC_OK;
+        for (int l = 0; good && l < c.num_layers; l++)
+            got[l] = (char)('0' + mc_model_layer_is_moe(&c, l));
+        TAP_OK(good && !strcmp(got, ok[i].want), "--moe-layer-freq '%s': %s (got %s)", ok[i].spec,
+               ok[i].want, got);
+    }
+    static const struct {
+        const char *spec, *msg;
+    } bad[] = {
+        {"0", "the frequency must be at least 1"},
+        {"[0,2]", "list entries must be 0 or 1"},
+        {"[1]*[1]", "'*' needs a list and an integer"},
+        {"[1]+2", "'+' joins two lists"},
+        {"([1]", "expected ')'"},
+        {"[1] x", "unexpected text"},
+        {"[]", "the list is empty"},
+        {"[1]*600", "list too long"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mc_model_config_init(&c);
+        mc_status st = mc_moe_layer_freq_parse(bad[i].spec, &c, &err);
+        TAP_OK(st == MC_ERR_USAGE && strstr(err.msg, bad[i].msg) && strstr(err.msg, bad[i].spec),
+               "--moe-layer-freq '%s' refused: %s", bad[i].spec, st ? err.msg : "(accepted)");
+    }
+    /* without experts no layer is MoE, whatever the frequency */
+    mc_model_config_init(&c);
+    c.num_layers = 2;
+    TAP_OK(!mc_model_layer_is_moe(&c, 0) && mc_model_num_moe_layers(&c) == 0,
+           "a dense model has no MoE layer");
+}
+
 int main(void)
 {
     test_config();
+    test_moe_layer_freq();
     return tap_done();
 }

@@ -164,7 +164,28 @@ enum {
     OPT_VPP,
     /* planning */
     OPT_DRY_RUN,
-    OPT_WORLD_SIZE
+    OPT_WORLD_SIZE,
+    /* mixture of experts: one bit each in args.moe_set, in this order */
+    OPT_NUM_EXPERTS,
+    OPT_MOE_FFN,
+    OPT_MOE_TOPK,
+    OPT_MOE_SCORE,
+    OPT_MOE_PRE_SOFTMAX,
+    OPT_MOE_SCALING,
+    OPT_MOE_NUM_GROUPS,
+    OPT_MOE_GROUP_TOPK,
+    OPT_MOE_EXPERT_BIAS,
+    OPT_MOE_BIAS_RATE,
+    OPT_MOE_LB_TYPE,
+    OPT_MOE_AUX_COEFF,
+    OPT_MOE_Z_COEFF,
+    OPT_MOE_SHARED,
+    OPT_MOE_CAPACITY,
+    OPT_MOE_DROP_POLICY,
+    OPT_MOE_PAD,
+    OPT_MOE_LAYER_FREQ,
+    OPT_EP,
+    OPT_MOE_PER_LAYER_LOGGING
 };
 
 static const mc_option options[] = {
@@ -402,6 +423,46 @@ static const mc_option options[] = {
      "each group's communication per iteration for the grid, then exit; allocates nothing."},
     {"world-size", MC_OPT_REQUIRED, OPT_WORLD_SIZE, "N",
      "With --dry-run: the ranks to plan for (default TP x PP, i.e. DP = 1)."},
+    /* mixture of experts */
+    {"num-experts", MC_OPT_REQUIRED, OPT_NUM_EXPERTS, "E",
+     "Mixture of experts: E experts in each MoE layer's MLP (default none: dense)."},
+    {"moe-ffn-hidden-size", MC_OPT_REQUIRED, OPT_MOE_FFN, "N",
+     "Hidden size of each expert (default --ffn-hidden-size)."},
+    {"moe-router-topk", MC_OPT_REQUIRED, OPT_MOE_TOPK, "K", "Experts each token goes through (2)."},
+    {"moe-router-score-function", MC_OPT_REQUIRED, OPT_MOE_SCORE, "FN",
+     "softmax (default) or sigmoid: the router's scores."},
+    {"moe-router-pre-softmax", MC_OPT_NONE, OPT_MOE_PRE_SOFTMAX, NULL,
+     "Softmax over all experts before the top-k (default: softmax of the top-k logits)."},
+    {"moe-router-topk-scaling-factor", MC_OPT_REQUIRED, OPT_MOE_SCALING, "X",
+     "Multiply the top-k probabilities by X (default none)."},
+    {"moe-router-num-groups", MC_OPT_REQUIRED, OPT_MOE_NUM_GROUPS, "G",
+     "Group-limited routing: the experts in G groups."},
+    {"moe-router-group-topk", MC_OPT_REQUIRED, OPT_MOE_GROUP_TOPK, "N",
+     "Group-limited routing: each token's experts from its best N groups."},
+    {"moe-router-enable-expert-bias", MC_OPT_NONE, OPT_MOE_EXPERT_BIAS, NULL,
+     "Aux-loss-free balancing: a per-expert bias on the sigmoid scores, moved each iteration."},
+    {"moe-router-bias-update-rate", MC_OPT_REQUIRED, OPT_MOE_BIAS_RATE, "X",
+     "The expert bias's update step per iteration (1e-3)."},
+    {"moe-router-load-balancing-type", MC_OPT_REQUIRED, OPT_MOE_LB_TYPE, "TYPE",
+     "aux_loss (default), seq_aux_loss or none."},
+    {"moe-aux-loss-coeff", MC_OPT_REQUIRED, OPT_MOE_AUX_COEFF, "X",
+     "Weight of the load-balancing loss (0: off)."},
+    {"moe-z-loss-coeff", MC_OPT_REQUIRED, OPT_MOE_Z_COEFF, "X",
+     "Weight of the router z-loss (default none)."},
+    {"moe-shared-expert-intermediate-size", MC_OPT_REQUIRED, OPT_MOE_SHARED, "N",
+     "Shared experts beside the routed ones: their hidden size (needs --disable-bias-linear)."},
+    {"moe-expert-capacity-factor", MC_OPT_REQUIRED, OPT_MOE_CAPACITY, "X",
+     "Expert capacity as a multiple of the even share N K / E (default: no dropping)."},
+    {"moe-token-drop-policy", MC_OPT_REQUIRED, OPT_MOE_DROP_POLICY, "POLICY",
+     "probs (default) or position: which tokens an expert over capacity drops."},
+    {"moe-pad-expert-input-to-capacity", MC_OPT_NONE, OPT_MOE_PAD, NULL,
+     "Pad each expert's rows to its capacity."},
+    {"moe-layer-freq", MC_OPT_REQUIRED, OPT_MOE_LAYER_FREQ, "SPEC",
+     "MoE layers: every k-th (an integer, 1 = all) or a list such as ([0]*1+[1]*3)*4."},
+    {"moe-per-layer-logging", MC_OPT_NONE, OPT_MOE_PER_LAYER_LOGGING, NULL,
+     "Also write each layer's balancing losses to the metrics (moe/<name>_layer_<i>)."},
+    {"expert-model-parallel-size", MC_OPT_REQUIRED, OPT_EP, "N",
+     "Ranks that split the experts (1; more is not implemented yet)."},
     {NULL, 0, 0, NULL, NULL},
 };
 
@@ -438,6 +499,8 @@ typedef struct args {
     int use_ckpt_args; /* --use-checkpoint-args: the base is --load's config */
     mc_model_config m; /* values of the flags in `set` */
     unsigned set;
+    uint32_t moe_set; /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
+    int64_t ep;       /* --expert-model-parallel-size */
     int gqa;
     int have_tokenizer;
     mc_tokenizer_spec tok;
@@ -475,6 +538,12 @@ static const mc_choice cp_comm_types[] = {
     {"a2a", MC_CP_A2A},
     {NULL, 0},
 };
+static const mc_choice score_functions[] = {{"softmax", 0}, {"sigmoid", 1}, {NULL, 0}};
+static const mc_choice lb_types[] = {{"aux_loss", MC_MOE_LB_AUX},
+                                     {"seq_aux_loss", MC_MOE_LB_SEQ_AUX},
+                                     {"none", MC_MOE_LB_NONE},
+                                     {NULL, 0}};
+static const mc_choice drop_policies[] = {{"probs", 0}, {"position", 1}, {NULL, 0}};
 
 static const mc_choice normalizations[] = {
     {"LayerNorm", MC_NORM_LAYERNORM},
@@ -518,6 +587,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             if (p->key == key) o = p;
         if (o) record_arg(a->argv_json, o->name, arg);
         int v;
+        if (key >= OPT_NUM_EXPERTS && key < OPT_EP) a->moe_set |= 1u << (key - OPT_NUM_EXPERTS);
         switch (key) {
         case OPT_MODEL: a->preset = arg; break;
         case OPT_NUM_LAYERS:
@@ -851,6 +921,72 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_OVERLAP_GRAD: t->overlap_grad_reduce = 1; break;
         case OPT_OVERLAP_PARAM: t->overlap_param_gather = 1; break;
         case OPT_DRY_RUN: a->dry_run = 1; break;
+        case OPT_NUM_EXPERTS:
+            st = mc_parse_int("--num-experts", arg, 1, MC_MOE_MAX_EXPERTS, &a->m.num_experts, err);
+            break;
+        case OPT_MOE_FFN:
+            st = mc_parse_int("--moe-ffn-hidden-size", arg, 1, INT32_MAX, &a->m.moe_ffn_hidden_size,
+                              err);
+            break;
+        case OPT_MOE_TOPK:
+            st = mc_parse_int("--moe-router-topk", arg, 1, MC_MOE_MAX_EXPERTS,
+                              &a->m.moe_router_topk, err);
+            break;
+        case OPT_MOE_SCORE:
+            st = mc_parse_choice("--moe-router-score-function", NULL, arg, score_functions,
+                                 &a->m.moe_router_score_sigmoid, err);
+            break;
+        case OPT_MOE_PRE_SOFTMAX: a->m.moe_router_pre_softmax = 1; break;
+        case OPT_MOE_SCALING:
+            st = mc_parse_float("--moe-router-topk-scaling-factor", arg, 1e-30, 1e30,
+                                &a->m.moe_router_topk_scaling_factor, err);
+            break;
+        case OPT_MOE_NUM_GROUPS:
+            st = mc_parse_int("--moe-router-num-groups", arg, 1, MC_MOE_MAX_EXPERTS,
+                              &a->m.moe_router_num_groups, err);
+            break;
+        case OPT_MOE_GROUP_TOPK:
+            st = mc_parse_int("--moe-router-group-topk", arg, 1, MC_MOE_MAX_EXPERTS,
+                              &a->m.moe_router_group_topk, err);
+            break;
+        case OPT_MOE_EXPERT_BIAS: a->m.moe_router_enable_expert_bias = 1; break;
+        case OPT_MOE_BIAS_RATE:
+            st = mc_parse_float("--moe-router-bias-update-rate", arg, 0, 1e30,
+                                &a->m.moe_router_bias_update_rate, err);
+            break;
+        case OPT_MOE_LB_TYPE:
+            st = mc_parse_choice("--moe-router-load-balancing-type", NULL, arg, lb_types,
+                                 &a->m.moe_load_balancing, err);
+            break;
+        case OPT_MOE_AUX_COEFF:
+            st = mc_parse_float("--moe-aux-loss-coeff", arg, 0, 1e30, &a->m.moe_aux_loss_coeff,
+                                err);
+            break;
+        case OPT_MOE_Z_COEFF:
+            st = mc_parse_float("--moe-z-loss-coeff", arg, 0, 1e30, &a->m.moe_z_loss_coeff, err);
+            break;
+        case OPT_MOE_SHARED:
+            st = mc_parse_int("--moe-shared-expert-intermediate-size", arg, 1, INT32_MAX,
+                              &a->m.moe_shared_expert_intermediate_size, err);
+            break;
+        case OPT_MOE_CAPACITY:
+            st = mc_parse_float("--moe-expert-capacity-factor", arg, -1e30, 1e30,
+                                &a->m.moe_expert_capacity_factor, err);
+            if (!st && !(a->m.moe_expert_capacity_factor > 0))
+                st = mc_error_set(err, MC_ERR_USAGE,
+                                  "--moe-expert-capacity-factor must be greater than 0 (got %s)",
+                                  arg);
+            break;
+        case OPT_MOE_DROP_POLICY:
+            st = mc_parse_choice("--moe-token-drop-policy", NULL, arg, drop_policies,
+                                 &a->m.moe_token_drop_position, err);
+            break;
+        case OPT_MOE_PAD: a->m.moe_pad_expert_input_to_capacity = 1; break;
+        case OPT_MOE_LAYER_FREQ: st = mc_moe_layer_freq_parse(arg, &a->m, err); break;
+        case OPT_MOE_PER_LAYER_LOGGING: t->moe_per_layer_logging = 1; break;
+        case OPT_EP:
+            st = mc_parse_i64("--expert-model-parallel-size", arg, 1, 65536, &a->ep, err);
+            break;
         case OPT_WORLD_SIZE:
             st = mc_parse_i64("--world-size", arg, 1, 1 << 24, &a->world_size, err);
             break;
@@ -950,6 +1086,17 @@ static mc_status check_args(args *a, mc_error *err)
                             "--context-parallel-size %" PRId64 " with --device cuda: context "
                             "parallelism runs on the CPU backend only",
                             a->cp);
+    if (a->ep > 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--expert-model-parallel-size %" PRId64 ": expert parallelism is not "
+                            "implemented yet; use 1",
+                            a->ep);
+    if (a->moe_set && !(a->moe_set & 1u) && !a->use_ckpt_args)
+        return mc_error_set(err, MC_ERR_USAGE, "the --moe-* options need --num-experts");
+    if (a->m.num_experts > 0 && a->sequence_parallel && a->tp > 1)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--num-experts with --sequence-parallel is not implemented yet "
+                            "(tensor parallelism without it runs the experts replicated)");
     if (t->overlap_param_gather && !t->use_distributed_optimizer)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--overlap-param-gather needs --use-distributed-optimizer");
@@ -1004,6 +1151,31 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     if (a->set & SET_NOBIAS) c->add_bias_linear = 0;
     if (a->set & SET_STD) c->init_method_std = m->init_method_std;
     if (a->set & SET_DIVISIBLE) c->make_vocab_size_divisible_by = m->make_vocab_size_divisible_by;
+        /* The MoE flags given, over the checkpoint's with --use-checkpoint-args. */
+#define MOE_SET(opt, field) \
+    if (a->moe_set & (1u << (opt - OPT_NUM_EXPERTS))) c->field = m->field
+    MOE_SET(OPT_NUM_EXPERTS, num_experts);
+    MOE_SET(OPT_MOE_FFN, moe_ffn_hidden_size);
+    MOE_SET(OPT_MOE_TOPK, moe_router_topk);
+    MOE_SET(OPT_MOE_SCORE, moe_router_score_sigmoid);
+    MOE_SET(OPT_MOE_PRE_SOFTMAX, moe_router_pre_softmax);
+    MOE_SET(OPT_MOE_SCALING, moe_router_topk_scaling_factor);
+    MOE_SET(OPT_MOE_NUM_GROUPS, moe_router_num_groups);
+    MOE_SET(OPT_MOE_GROUP_TOPK, moe_router_group_topk);
+    MOE_SET(OPT_MOE_EXPERT_BIAS, moe_router_enable_expert_bias);
+    MOE_SET(OPT_MOE_BIAS_RATE, moe_router_bias_update_rate);
+    MOE_SET(OPT_MOE_LB_TYPE, moe_load_balancing);
+    MOE_SET(OPT_MOE_AUX_COEFF, moe_aux_loss_coeff);
+    MOE_SET(OPT_MOE_Z_COEFF, moe_z_loss_coeff);
+    MOE_SET(OPT_MOE_SHARED, moe_shared_expert_intermediate_size);
+    MOE_SET(OPT_MOE_CAPACITY, moe_expert_capacity_factor);
+    MOE_SET(OPT_MOE_DROP_POLICY, moe_token_drop_position);
+    MOE_SET(OPT_MOE_PAD, moe_pad_expert_input_to_capacity);
+#undef MOE_SET
+    if (a->moe_set & (1u << (OPT_MOE_LAYER_FREQ - OPT_NUM_EXPERTS))) {
+        c->moe_layer_freq = m->moe_layer_freq;
+        memcpy(c->moe_layer_pattern, m->moe_layer_pattern, sizeof c->moe_layer_pattern);
+    }
     /* Megatron turns --sequence-parallel off when there is no TP to split over. */
     c->sequence_parallel = a->sequence_parallel && a->tp > 1;
     c->cp_comm_type = a->cp_comm_type;
@@ -1083,7 +1255,7 @@ int main(int argc, char **argv)
     mc_cli cli;
     args a;
     memset(&a, 0, sizeof a);
-    a.tp = a.pp = a.cp = 1;
+    a.tp = a.pp = a.cp = a.ep = 1;
     mc_train_config_init(&a.t);
     mc_tokenizer_spec_init(&a.tok, MC_TOKENIZER_NULL);
     a.argv_json = json_object();

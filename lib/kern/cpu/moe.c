@@ -1,0 +1,378 @@
+/*
+ * moe.c - the mixture-of-experts kernels: the router's top-k choice and
+ * probabilities (softmax or sigmoid scores, pre-softmax, group-limited,
+ * expert bias, scaling) and their backward, Megatron's load-balancing and
+ * z losses with their gradients, the permutation of tokens by expert and
+ * back (weighted by the probabilities), and the grouped GEMM over the rows
+ * each expert received. Per-token arithmetic is in double; every loop that
+ * adds into a row adds in a fixed order (k, then tokens), so the bits do not
+ * depend on the thread count.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include "kern/cpu/cpu.h"
+
+#define PAR_MIN 4096 /* rows x width below which threads cost more than they save */
+
+/* Largest expert count the kernels take (stack arrays of E doubles). */
+#define MAX_E MC_MOE_MAX_EXPERTS
+
+static void softmax_row(double *out, const float *l, size_t E)
+{
+    double m = -INFINITY, z = 0;
+    for (size_t e = 0; e < E; e++) m = l[e] > m ? l[e] : m;
+    for (size_t e = 0; e < E; e++) z += (out[e] = exp((double)l[e] - m));
+    for (size_t e = 0; e < E; e++) out[e] /= z;
+}
+
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* sel[0..K): the K largest s[e] with allowed[e] (NULL: all), descending,
+ * ties to the lower index. */
+static void top_k(int32_t *sel, const double *s, const unsigned char *allowed, size_t E, int K)
+{
+    unsigned char taken[MAX_E];
+    memset(taken, 0, E);
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (size_t e = 0; e < E; e++) {
+            if (taken[e] || (allowed && !allowed[e])) continue;
+            if (best < 0 || s[e] > s[best]) best = (int)e;
+        }
+        sel[k] = best;
+        if (best >= 0) taken[best] = 1;
+    }
+}
+
+/* Group-limited routing: allowed[e] = 1 for the experts of the token's best
+ * group_topk groups, groups ranked by the sum of their top (topk /
+ * group_topk) scores. */
+static void group_mask(unsigned char *allowed, const double *s, size_t E, const mc_moe_route *r)
+{
+    size_t G = (size_t)r->num_groups, per = E / G;
+    int k = r->topk / r->group_topk;
+    double gs[MAX_E];
+    int32_t sel[MAX_E];
+    for (size_t g = 0; g < G; g++) {
+        top_k(sel, s + g * per, NULL, per, k);
+        double sum = 0;
+        for (int j = 0; j < k; j++) sum += s[g * per + (size_t)sel[j]];
+        gs[g] = sum;
+    }
+    top_k(sel, gs, NULL, G, r->group_topk);
+    memset(allowed, 0, E);
+    for (int j = 0; j < r->group_topk; j++) memset(allowed + (size_t)sel[j] * per, 1, per);
+}
+
+void mc_cpu_moe_route_fwd(mc_backend *be, float *probs, int32_t *idx, const float *logits,
+                          const float *expert_bias, size_t N, size_t E, const mc_moe_route *r)
+{
+    int K = r->topk;
+#pragma omp parallel for num_threads(be->threads) if (N * E > PAR_MIN) schedule(static)
+    for (size_t t = 0; t < N; t++) {
+        const float *l = logits + t * E;
+        double sc[MAX_E], rs[MAX_E];
+        unsigned char allowed[MAX_E];
+        int32_t *sel = idx + t * (size_t)K;
+        float *p = probs + t * (size_t)K;
+        if (r->sigmoid) {
+            for (size_t e = 0; e < E; e++) {
+                sc[e] = sigmoid(l[e]);
+                rs[e] = sc[e] + (expert_bias ? (double)expert_bias[e] : 0.0);
+            }
+        } else if (r->pre_softmax) {
+            softmax_row(sc, l, E);
+            memcpy(rs, sc, E * sizeof *rs);
+        } else {
+            for (size_t e = 0; e < E; e++) rs[e] = sc[e] = l[e];
+        }
+        if (r->num_groups > 0) group_mask(allowed, rs, E, r);
+        top_k(sel, rs, r->num_groups > 0 ? allowed : NULL, E, K);
+        double v[MAX_E], sum = 0, m = -INFINITY;
+        if (r->sigmoid) {
+            for (int k = 0; k < K; k++) sum += (v[k] = sc[sel[k]]);
+            if (K > 1)
+                for (int k = 0; k < K; k++) v[k] /= sum + 1e-20;
+        } else if (r->pre_softmax) {
+            for (int k = 0; k < K; k++) v[k] = sc[sel[k]];
+        } else {
+            for (int k = 0; k < K; k++) m = sc[sel[k]] > m ? sc[sel[k]] : m;
+            for (int k = 0; k < K; k++) sum += (v[k] = exp(sc[sel[k]] - m));
+            for (int k = 0; k < K; k++) v[k] /= sum;
+        }
+        double f = r->scaling_factor > 0 ? r->scaling_factor : 1.0;
+        for (int k = 0; k < K; k++) p[k] = (float)(v[k] * f);
+    }
+}
+
+void mc_cpu_moe_route_bwd(mc_backend *be, float *dlogits, const float *dprobs, const float *logits,
+                          const int32_t *idx, size_t N, size_t E, const mc_moe_route *r)
+{
+    int K = r->topk;
+    double f = r->scaling_factor > 0 ? r->scaling_factor : 1.0;
+#pragma omp parallel for num_threads(be->threads) if (N * E > PAR_MIN) schedule(static)
+    for (size_t t = 0; t < N; t++) {
+        const float *l = logits + t * E;
+        const int32_t *sel = idx + t * (size_t)K;
+        float *dl = dlogits + t * E;
+        double dp[MAX_E], v[MAX_E];
+        for (int k = 0; k < K; k++) dp[k] = (double)dprobs[t * (size_t)K + (size_t)k] * f;
+        if (r->sigmoid) {
+            double S = 0, dot = 0;
+            for (int k = 0; k < K; k++) S += (v[k] = sigmoid(l[sel[k]]));
+            S += 1e-20;
+            for (int k = 0; k < K; k++) dot += dp[k] * v[k];
+            for (int k = 0; k < K; k++) {
+                double ds = K > 1 ? dp[k] / S - dot / (S * S) : dp[k];
+                dl[sel[k]] += (float)(ds * v[k] * (1.0 - v[k]));
+            }
+        } else if (r->pre_softmax) {
+            double sm[MAX_E], dot = 0;
+            softmax_row(sm, l, E);
+            for (int k = 0; k < K; k++) dot += dp[k] * sm[sel[k]];
+            double ds[MAX_E];
+            for (size_t e = 0; e < E; e++) ds[e] = 0;
+            for (int k = 0; k < K; k++) ds[sel[k]] = dp[k];
+            for (size_t e = 0; e < E; e++) dl[e] += (float)(sm[e] * (ds[e] - dot));
+        } else {
+            double m = -INFINITY, sum = 0, dot = 0;
+            for (int k = 0; k < K; k++) m = l[sel[k]] > m ? l[sel[k]] : m;
+            for (int k = 0; k < K; k++) sum += (v[k] = exp((double)l[sel[k]] - m));
+            for (int k = 0; k < K; k++) v[k] /= sum;
+            for (int k = 0; k < K; k++) dot += dp[k] * v[k];
+            for (int k = 0; k < K; k++) dl[sel[k]] += (float)(v[k] * (dp[k] - dot));
+        }
+    }
+}
+
+/* The aux loss's scores of one token: softmax, or sigmoid over its sum. */
+static void aux_scores(double *s, double *sg, const float *l, size_t E, int sig)
+{
+    if (!sig) {
+        softmax_row(s, l, E);
+        return;
+    }
+    double S = 0;
+    for (size_t e = 0; e < E; e++) S += (sg[e] = sigmoid(l[e]));
+    for (size_t e = 0; e < E; e++) s[e] = sg[e] / (S + 1e-20);
+}
+
+double mc_cpu_moe_aux_loss(mc_backend *be, float *dlogits, const float *logits, size_t G, size_t T,
+                           size_t E, size_t K, int sig, float grad)
+{
+    (void)be;
+    double total = 0;
+    for (size_t g = 0; g < G; g++) {
+        double P[MAX_E], c[MAX_E], s[MAX_E], sg[MAX_E];
+        int32_t sel[MAX_E];
+        for (size_t e = 0; e < E; e++) P[e] = c[e] = 0;
+        for (size_t t = g * T; t < (g + 1) * T; t++) {
+            aux_scores(s, sg, logits + t * E, E, sig);
+            top_k(sel, s, NULL, E, (int)K);
+            for (size_t k = 0; k < K; k++) c[sel[k]] += 1;
+            for (size_t e = 0; e < E; e++) P[e] += s[e];
+        }
+        double w = (double)E / ((double)K * (double)T * (double)T), sum = 0;
+        for (size_t e = 0; e < E; e++) sum += P[e] * c[e];
+        total += w * sum;
+        if (!dlogits) continue;
+        /* d/ds[t, e] = grad w c[e] / G, through the score function */
+        for (size_t t = g * T; t < (g + 1) * T; t++) {
+            const float *l = logits + t * E;
+            float *dl = dlogits + t * E;
+            double ds[MAX_E], dot = 0;
+            aux_scores(s, sg, l, E, sig);
+            for (size_t e = 0; e < E; e++) ds[e] = (double)grad * w * c[e] / (double)G;
+            if (!sig) {
+                for (size_t e = 0; e < E; e++) dot += ds[e] * s[e];
+                for (size_t e = 0; e < E; e++) dl[e] += (float)(s[e] * (ds[e] - dot));
+            } else {
+                double S = 0;
+                for (size_t e = 0; e < E; e++) S += sg[e];
+                S += 1e-20;
+                for (size_t e = 0; e < E; e++) dot += ds[e] * sg[e];
+                for (size_t e = 0; e < E; e++) {
+                    double dsg = ds[e] / S - dot / (S * S);
+                    dl[e] += (float)(dsg * sg[e] * (1.0 - sg[e]));
+                }
+            }
+        }
+    }
+    return total / (double)G;
+}
+
+double mc_cpu_moe_z_loss(mc_backend *be, float *dlogits, const float *logits, size_t N, size_t E,
+                         float grad)
+{
+    (void)be;
+    double sum = 0;
+    for (size_t t = 0; t < N; t++) {
+        const float *l = logits + t * E;
+        double m = -INFINITY, z = 0;
+        for (size_t e = 0; e < E; e++) m = l[e] > m ? l[e] : m;
+        for (size_t e = 0; e < E; e++) z += exp((double)l[e] - m);
+        double lse = m + log(z);
+        sum += lse * lse;
+        if (!dlogits) continue;
+        double a = (double)grad * 2.0 * lse / (double)N;
+        for (size_t e = 0; e < E; e++) dlogits[t * E + e] += (float)(a * exp((double)l[e] - m) / z);
+    }
+    return sum / (double)N;
+}
+
+void mc_cpu_moe_permute_map(mc_backend *be, int32_t *perm, int32_t *counts, const int32_t *idx,
+                            size_t N, size_t E, size_t K, size_t block)
+{
+    (void)be;
+    int64_t off[MAX_E + 1];
+    for (size_t e = 0; e < E; e++) counts[e] = 0;
+    for (size_t i = 0; i < N * K; i++)
+        if (idx[i] >= 0) counts[idx[i]]++;
+    off[0] = 0;
+    for (size_t e = 0; e < E; e++)
+        off[e + 1] = block ? (int64_t)((e + 1) * block) : off[e] + counts[e];
+    for (size_t t = 0; t < N; t++)
+        for (size_t k = 0; k < K; k++) {
+            int32_t e = idx[t * K + k];
+            perm[t * K + k] = e < 0 ? -1 : (int32_t)off[e]++;
+        }
+}
+
+void mc_cpu_moe_capacity_drop(mc_backend *be, int32_t *kept, const int32_t *idx, const float *probs,
+                              size_t N, size_t E, size_t K, size_t capacity, int position)
+{
+    (void)be;
+    memcpy(kept, idx, N * K * sizeof *kept);
+    /* per expert: its choices in token order; over capacity, drop the
+     * lowest probabilities (the latest of equals) or the latest tokens */
+    size_t *rows = malloc(N * sizeof *rows);
+    if (!rows) abort();
+    for (size_t e = 0; e < E; e++) {
+        size_t n = 0;
+        for (size_t i = 0; i < N * K; i++)
+            if (idx[i] == (int32_t)e) rows[n++] = i;
+        if (n <= capacity) continue;
+        if (position) {
+            for (size_t j = capacity; j < n; j++) kept[rows[j]] = -1;
+            continue;
+        }
+        /* keep the capacity best: a choice is kept when fewer than
+         * capacity others beat it (higher prob, or equal and earlier) */
+        for (size_t j = 0; j < n; j++) {
+            float p = probs[rows[j]];
+            size_t better = 0;
+            for (size_t i = 0; i < n && better < capacity; i++)
+                better += probs[rows[i]] > p || (probs[rows[i]] == p && i < j);
+            if (better >= capacity) kept[rows[j]] = -1;
+        }
+    }
+    free(rows);
+}
+
+void mc_cpu_moe_expert_bias_update(mc_backend *be, float *bias, const float *tokens, size_t E,
+                                   float rate)
+{
+    (void)be;
+    float sum = 0.0f;
+    for (size_t e = 0; e < E; e++) sum += tokens[e];
+    float mean = sum / (float)E;
+    for (size_t e = 0; e < E; e++) {
+        float off = mean - tokens[e];
+        bias[e] += (float)((off > 0) - (off < 0)) * rate;
+    }
+}
+
+void mc_cpu_moe_permute(mc_backend *be, float *xp, const float *x, const int32_t *perm, size_t N,
+                        size_t K, size_t C)
+{
+#pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
+    for (size_t t = 0; t < N; t++)
+        for (size_t k = 0; k < K; k++)
+            if (perm[t * K + k] >= 0)
+                memcpy(xp + (size_t)perm[t * K + k] * C, x + t * C, C * sizeof(float));
+}
+
+void mc_cpu_moe_permute_bwd(mc_backend *be, float *dx, const float *dxp, const int32_t *perm,
+                            size_t N, size_t K, size_t C)
+{
+#pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
+    for (size_t t = 0; t < N; t++)
+        for (size_t k = 0; k < K; k++) {
+            if (perm[t * K + k] < 0) continue;
+            const float *g = dxp + (size_t)perm[t * K + k] * C;
+            float *d = dx + t * C;
+#pragma omp simd
+            for (size_t c = 0; c < C; c++) d[c] += g[c];
+        }
+}
+
+void mc_cpu_moe_unpermute(mc_backend *be, float *y, const float *yp, const float *probs,
+                          const int32_t *perm, size_t N, size_t K, size_t C)
+{
+#pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
+    for (size_t t = 0; t < N; t++) {
+        float *o = y + t * C;
+        memset(o, 0, C * sizeof(float));
+        for (size_t k = 0; k < K; k++) {
+            if (perm[t * K + k] < 0) continue;
+            const float *v = yp + (size_t)perm[t * K + k] * C;
+            float p = probs[t * K + k];
+#pragma omp simd
+            for (size_t c = 0; c < C; c++) o[c] += p * v[c];
+        }
+    }
+}
+
+void mc_cpu_moe_unpermute_bwd(mc_backend *be, float *dyp, float *dprobs, const float *dy,
+                              const float *yp, const float *probs, const int32_t *perm, size_t N,
+                              size_t K, size_t C)
+{
+#pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
+    for (size_t t = 0; t < N; t++) {
+        const float *g = dy + t * C;
+        for (size_t k = 0; k < K; k++) {
+            int32_t row = perm[t * K + k];
+            if (row < 0) {
+                dprobs[t * K + k] = 0.0f;
+                continue;
+            }
+            const float *v = yp + (size_t)row * C;
+            float *d = dyp + (size_t)row * C, p = probs[t * K + k];
+            double dot = 0;
+            for (size_t c = 0; c < C; c++) {
+                d[c] = p * g[c];
+                dot += (double)v[c] * (double)g[c];
+            }
+            dprobs[t * K + k] = (float)dot;
+        }
+    }
+}
+
+void mc_cpu_grouped_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
+                               const float *W, const float *b, const int64_t *rows, size_t E,
+                               size_t Cin, size_t Cout)
+{
+    size_t r0 = 0;
+    for (size_t e = 0; e < E; e++) {
+        size_t n = (size_t)rows[e];
+        if (n)
+            mc_cpu_linear_fwd(be, prec, out + r0 * Cout, x + r0 * Cin, W + e * Cout * Cin, NULL,
+                              b ? b + e * Cout : NULL, n, Cin, Cout, 0.0f);
+        r0 += n;
+    }
+}
+
+void mc_cpu_grouped_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db,
+                               const float *dout, const float *x, const float *W,
+                               const int64_t *rows, size_t E, size_t Cin, size_t Cout)
+{
+    size_t r0 = 0;
+    for (size_t e = 0; e < E; e++) {
+        size_t n = (size_t)rows[e];
+        if (n)
+            mc_cpu_linear_bwd(be, prec, dx ? dx + r0 * Cin : NULL, dW ? dW + e * Cout * Cin : NULL,
+                              db ? db + e * Cout : NULL, dout + r0 * Cout, x + r0 * Cin,
+                              W + e * Cout * Cin, NULL, n, Cin, Cout);
+        r0 += n;
+    }
+}

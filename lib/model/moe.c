@@ -1,0 +1,308 @@
+/*
+ * moe.c - the mixture-of-experts block that replaces a MoE layer's MLP:
+ * the router, the permutation of tokens by expert, the experts as grouped
+ * GEMMs over the rows each one received (no padding), the unpermutation
+ * weighted by the router's probabilities, Megatron's load-balancing and z
+ * losses, and the backward of all of it. Every tensor operation is a kern.h
+ * call. See doc/ARCHITECTURE.md, "The MoE layer".
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+#define TRY(call)               \
+    do {                        \
+        mc_status st_ = (call); \
+        if (st_) return st_;    \
+    } while (0)
+
+static mc_moe_route route_of(const mc_model_config *c)
+{
+    mc_moe_route r = {c->moe_router_topk,        c->moe_router_score_sigmoid,
+                      c->moe_router_pre_softmax, c->moe_router_topk_scaling_factor,
+                      c->moe_router_num_groups,  c->moe_router_group_topk};
+    return r;
+}
+
+static size_t fc1_width(const mc_model_config *c)
+{
+    return (size_t)(c->swiglu ? 2 : 1) * (size_t)c->moe_ffn_hidden_size;
+}
+
+/* Megatron's get_capacity over the micro-batch's N K choices: ceil(N K / E
+ * x factor); 0 without a capacity factor or when it exceeds N (nothing can
+ * be dropped then). */
+static size_t capacity_of(const mc_model *m)
+{
+    const mc_model_config *c = &m->cfg;
+    if (!(c->moe_expert_capacity_factor > 0)) return 0;
+    double nk = (double)m->N * (double)c->moe_router_topk;
+    size_t cap = (size_t)ceil(nk / (double)c->num_experts * (double)c->moe_expert_capacity_factor);
+    return cap > m->N ? 0 : cap;
+}
+
+/* With --moe-pad-expert-input-to-capacity, every expert's rows: its
+ * capacity (every token when the capacity exceeds them); else 0. */
+static size_t pad_block(const mc_model *m)
+{
+    if (!m->cfg.moe_pad_expert_input_to_capacity) return 0;
+    size_t cap = capacity_of(m);
+    return cap ? cap : m->N;
+}
+
+size_t mc_moe_rows_max(const mc_model *m)
+{
+    size_t nk = m->N * (size_t)m->cfg.moe_router_topk;
+    size_t padded = pad_block(m) * (size_t)m->cfg.num_experts;
+    return padded > nk ? padded : nk;
+}
+
+void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a)
+{
+    const mc_model_config *c = &m->cfg;
+    size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
+    size_t R = mc_moe_rows_max(m), F = (size_t)c->moe_ffn_hidden_size;
+    mc_moe_acts *x = &a->moe;
+    x->logits = carve(cv, N * E);
+    x->probs = carve(cv, N * K);
+    x->idx = (int32_t *)carve(cv, N * K);
+    x->kept = (int32_t *)carve(cv, N * K);
+    x->perm = (int32_t *)carve(cv, N * K);
+    x->xp = carve(cv, R * C);
+    x->fc1 = carve(cv, R * fc1_width(c));
+    x->act = carve(cv, R * F);
+    x->yp = carve(cv, R * C);
+    size_t S = (size_t)c->moe_shared_expert_intermediate_size;
+    x->sfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
+    x->sact = S ? carve(cv, N * S) : NULL;
+}
+
+void mc_moe_layout_scratch(mc_model *m, carver *cv)
+{
+    const mc_model_config *c = &m->cfg;
+    size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
+    size_t R = mc_moe_rows_max(m), F = (size_t)c->moe_ffn_hidden_size;
+    m->moe_dlogits = carve(cv, N * E);
+    m->moe_dprobs = carve(cv, N * K);
+    m->moe_dyp = carve(cv, R * C);
+    m->moe_dxp = carve(cv, R * C);
+    m->moe_dact = carve(cv, R * F);
+    m->moe_dfc1 = carve(cv, R * fc1_width(c));
+    m->moe_counts = (int32_t *)carve(cv, E);
+    size_t S = (size_t)c->moe_shared_expert_intermediate_size;
+    m->moe_dsact = S ? carve(cv, N * S) : NULL;
+    m->moe_dsfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
+}
+
+/* The activation of the experts (SwiGLU or GELU) on n rows of width F. */
+static void act_fwd(mc_model *m, float *out, const float *in, size_t n, size_t F)
+{
+    if (m->cfg.swiglu)
+        mc_k_swiglu_fwd(m->be, out, in, n, F);
+    else
+        mc_k_gelu_fwd(m->be, out, in, n * F);
+}
+
+static void act_bwd(mc_model *m, float *din, const float *dout, const float *in, size_t n, size_t F)
+{
+    mc_k_fill(m->be, din, 0.0f, n * F * (m->cfg.swiglu ? 2 : 1));
+    if (m->cfg.swiglu)
+        mc_k_swiglu_bwd(m->be, din, dout, in, n, F);
+    else
+        mc_k_gelu_bwd(m->be, din, dout, in, n * F);
+}
+
+/* The balancing loss's groups: the micro-batch (aux_loss) or each sequence
+ * (seq_aux_loss). */
+static void lb_groups(const mc_model *m, size_t *G, size_t *T)
+{
+    int seq = m->cfg.moe_load_balancing == MC_MOE_LB_SEQ_AUX;
+    *G = seq ? (size_t)m->B : 1;
+    *T = seq ? m->T : m->N;
+}
+
+static int lb_on(const mc_model_config *c)
+{
+    return c->moe_load_balancing != MC_MOE_LB_NONE && c->moe_aux_loss_coeff > 0;
+}
+
+mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, mc_error *err)
+{
+    const mc_model_config *c = &m->cfg;
+    const mc_layer_params *lp = &m->lp[l];
+    mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
+    mc_backend *be = m->be;
+    size_t N = m->N, C = m->C, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk;
+    size_t F = (size_t)c->moe_ffn_hidden_size, fc1 = fc1_width(c);
+    mc_moe_route r = route_of(c);
+
+    /* the router, in fp32 (Megatron's --moe-router-dtype fp32) */
+    mc_k_linear_fwd(be, MC_PREC_FP32, A->logits, h, param_val(m, lp->router_w), NULL,
+                    param_val(m, lp->router_b), N, C, E, 0.0f);
+    mc_k_moe_route_fwd(be, A->probs, A->idx, A->logits, param_val(m, lp->expert_bias), N, E, &r);
+    /* expert capacity: the choices over it dropped (their probabilities
+     * still normalize the others, as Megatron's masked probs do) */
+    const int32_t *use = A->idx;
+    size_t cap = capacity_of(m), block = pad_block(m);
+    if (cap) {
+        mc_k_moe_capacity_drop(be, A->kept, A->idx, A->probs, N, E, K, cap,
+                               c->moe_token_drop_position);
+        use = A->kept;
+    }
+    mc_k_moe_permute_map(be, A->perm, m->moe_counts, use, N, E, K, block);
+    int32_t counts[MC_MOE_MAX_EXPERTS];
+    mc_bcopy_to_host(be, counts, m->moe_counts, E * sizeof(int32_t));
+    size_t R = 0;
+    for (size_t e = 0; e < E; e++) R += (size_t)(A->rows[e] = block ? (int64_t)block : counts[e]);
+    if (block) mc_k_fill(be, A->xp, 0.0f, R * C); /* the padding rows: zeros, never read back */
+    mc_k_moe_permute(be, A->xp, h, A->perm, N, K, C);
+    mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
+                            param_val(m, lp->efc1_b), A->rows, E, C, fc1);
+    act_fwd(m, A->act, A->fc1, R, F);
+    mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w),
+                            param_val(m, lp->efc2_b), A->rows, E, F, C);
+    mc_k_moe_unpermute(be, y, A->yp, A->probs, A->perm, N, K, C);
+    if (lp->sfc1_w >= 0) {
+        /* the shared experts on every token, added (Megatron's MoELayer) */
+        size_t S = (size_t)c->moe_shared_expert_intermediate_size;
+        mc_k_linear_fwd(be, m->prec, A->sfc1, h, param_val(m, lp->sfc1_w), NULL, NULL, N, C,
+                        S * (c->swiglu ? 2 : 1), 0.0f);
+        act_fwd(m, A->sact, A->sfc1, N, S);
+        mc_k_linear_fwd(be, m->prec, y, A->sact, param_val(m, lp->sfc2_w), NULL, NULL, N, S, C,
+                        1.0f);
+    }
+
+    /* Megatron computes the balancing losses in training only */
+    A->train = sl->train;
+    A->grad_scale = sl->grad_scale;
+    if (sl->train && lp->expert_bias >= 0) {
+        /* the tokens each expert received, for the iteration's bias update */
+        if (!m->moe_tpe) {
+            m->moe_tpe = calloc((size_t)c->num_layers * E, sizeof *m->moe_tpe);
+            if (!m->moe_tpe) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+        }
+        /* with padding Megatron counts the padded rows too (its routing map) */
+        for (size_t e = 0; e < E; e++) m->moe_tpe[(size_t)l * E + e] += (double)A->rows[e];
+    }
+    if (sl->train && (lb_on(c) || c->moe_z_loss_coeff > 0)) {
+        size_t G, T, L = (size_t)c->num_layers;
+        if (!m->moe_lb_layer) {
+            m->moe_lb_layer = calloc(2 * L, sizeof *m->moe_lb_layer);
+            if (!m->moe_lb_layer) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+            m->moe_z_layer = m->moe_lb_layer + L;
+        }
+        lb_groups(m, &G, &T);
+        if (lb_on(c))
+            m->moe_lb_layer[l] += mc_k_moe_aux_loss(be, NULL, A->logits, G, T, E, K,
+                                                    c->moe_router_score_sigmoid, 0.0f);
+        if (c->moe_z_loss_coeff > 0)
+            m->moe_z_layer[l] += mc_k_moe_z_loss(be, NULL, A->logits, N, E, 0);
+    }
+    return MC_OK;
+}
+
+mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const float *h,
+                     mc_error *err)
+{
+    (void)err;
+    const mc_model_config *c = &m->cfg;
+    const mc_layer_params *lp = &m->lp[l];
+    mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
+    mc_backend *be = m->be;
+    size_t N = m->N, C = m->C, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk;
+    size_t F = (size_t)c->moe_ffn_hidden_size, fc1 = fc1_width(c), R = 0;
+    for (size_t e = 0; e < E; e++) R += (size_t)A->rows[e];
+    mc_moe_route r = route_of(c);
+
+    if (pad_block(m)) mc_k_fill(be, m->moe_dyp, 0.0f, R * C); /* padding rows: no gradient */
+    mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_dprobs, dy, A->yp, A->probs, A->perm, N, K, C);
+    mc_k_fill(be, m->moe_dact, 0.0f, R * F);
+    mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, param_grad(m, lp->efc2_w),
+                            param_grad(m, lp->efc2_b), m->moe_dyp, A->act, param_val(m, lp->efc2_w),
+                            A->rows, E, F, C);
+    act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, R, F);
+    mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
+    mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, param_grad(m, lp->efc1_w),
+                            param_grad(m, lp->efc1_b), m->moe_dfc1, A->xp, param_val(m, lp->efc1_w),
+                            A->rows, E, C, fc1);
+    mc_k_fill(be, m->dln, 0.0f, N * C);
+    mc_k_moe_permute_bwd(be, m->dln, m->moe_dxp, A->perm, N, K, C);
+    if (lp->sfc1_w >= 0) {
+        size_t S = (size_t)c->moe_shared_expert_intermediate_size;
+        mc_k_fill(be, m->moe_dsact, 0.0f, N * S);
+        mc_k_linear_bwd(be, m->prec, m->moe_dsact, param_grad(m, lp->sfc2_w), NULL, dy, A->sact,
+                        param_val(m, lp->sfc2_w), NULL, N, S, C);
+        act_bwd(m, m->moe_dsfc1, m->moe_dsact, A->sfc1, N, S);
+        mc_k_linear_bwd(be, m->prec, m->dln, param_grad(m, lp->sfc1_w), NULL, m->moe_dsfc1, h,
+                        param_val(m, lp->sfc1_w), NULL, N, C, S * (c->swiglu ? 2 : 1));
+    }
+
+    /* the router: the probabilities' gradient, then the balancing losses
+     * (Megatron's MoEAuxLossAutoScaler: their gradient weighted like the
+     * main loss's, grad_scale) */
+    mc_k_fill(be, m->moe_dlogits, 0.0f, N * E);
+    mc_k_moe_route_bwd(be, m->moe_dlogits, m->moe_dprobs, A->logits, A->idx, N, E, &r);
+    if (A->train) {
+        size_t G, T;
+        lb_groups(m, &G, &T);
+        if (lb_on(c))
+            mc_k_moe_aux_loss(be, m->moe_dlogits, A->logits, G, T, E, K,
+                              c->moe_router_score_sigmoid, c->moe_aux_loss_coeff * A->grad_scale);
+        if (c->moe_z_loss_coeff > 0)
+            mc_k_moe_z_loss(be, m->moe_dlogits, A->logits, N, E,
+                            c->moe_z_loss_coeff * A->grad_scale);
+    }
+    mc_k_linear_bwd(be, MC_PREC_FP32, m->dln, param_grad(m, lp->router_w),
+                    param_grad(m, lp->router_b), m->moe_dlogits, h, param_val(m, lp->router_w),
+                    NULL, N, C, E);
+    return MC_OK;
+}
+
+mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
+{
+    const mc_model_config *c = &m->cfg;
+    if (!c->moe_router_enable_expert_bias || c->num_experts <= 0) return MC_OK;
+    size_t E = (size_t)c->num_experts, L = (size_t)c->num_layers;
+    if (!m->moe_tpe) {
+        m->moe_tpe = calloc(L * E, sizeof *m->moe_tpe);
+        if (!m->moe_tpe) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+    }
+    /* every data-parallel rank's tokens (tensor-parallel ranks saw the same
+     * ones: the experts are replicated) */
+    mc_status st = mc_allreduce_sum_f64(&m->grid, MC_GROUP_DP, m->moe_tpe, L * E, err);
+    if (st) return st;
+    float tokens[MC_MOE_MAX_EXPERTS];
+    for (size_t l = 0; l < L; l++) {
+        int b = m->lp[l].expert_bias;
+        if (b < 0) continue;
+        for (size_t e = 0; e < E; e++) tokens[e] = (float)m->moe_tpe[l * E + e];
+        mc_bcopy_from_host(m->be, m->moe_dlogits, tokens, E * sizeof(float));
+        mc_k_moe_expert_bias_update(m->be, param_val(m, b), m->moe_dlogits, E,
+                                    c->moe_router_bias_update_rate);
+    }
+    memset(m->moe_tpe, 0, L * E * sizeof *m->moe_tpe);
+    return MC_OK;
+}
+
+void mc_model_moe_losses(mc_model *m, double *load_balancing, double *z)
+{
+    size_t L = (size_t)m->cfg.num_layers;
+    *load_balancing = *z = 0;
+    if (!m->moe_lb_layer) return;
+    for (size_t l = 0; l < L; l++) {
+        *load_balancing += m->moe_lb_layer[l];
+        *z += m->moe_z_layer[l];
+    }
+}
+
+void mc_model_moe_layer_losses(mc_model *m, double *load_balancing, double *z)
+{
+    size_t L = (size_t)m->cfg.num_layers;
+    for (size_t l = 0; l < L; l++) {
+        load_balancing[l] = m->moe_lb_layer ? m->moe_lb_layer[l] : 0.0;
+        z[l] = m->moe_lb_layer ? m->moe_z_layer[l] : 0.0;
+    }
+    if (m->moe_lb_layer) memset(m->moe_lb_layer, 0, 2 * L * sizeof *m->moe_lb_layer);
+}
