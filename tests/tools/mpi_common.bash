@@ -31,7 +31,10 @@ mpi_setup() {
 mpi_exec() {
     local t=$1 n=$2
     shift 2
-    timeout --verbose -k 5 "$t" "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" "$@"
+    # The sanitizer build's ranks: no LeakSanitizer (tests/sanitizers/env.sh says why).
+    local san=()
+    [ -z "${MC_MPI_ASAN_OPTIONS:-}" ] || san=(env "ASAN_OPTIONS=$MC_MPI_ASAN_OPTIONS")
+    timeout --verbose -k 5 "$t" "${san[@]}" "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np "$n" "$@"
 }
 
 # mpi N ARGS...: mc-train ($MC_TRAIN) on N ranks. Files that run another

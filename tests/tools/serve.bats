@@ -58,7 +58,9 @@ serve() {
 # timeout's, which passes a signal on to mpirun and so to the ranks)
 serve_tp() {
     mkfifo url.fifo
-    env --default-signal=TERM,INT timeout -k 5 600 "$MPIRUN" --oversubscribe --bind-to none \
+    # (the sanitizer build's ranks: no LeakSanitizer, tests/sanitizers/env.sh)
+    env --default-signal=TERM,INT ${MC_MPI_ASAN_OPTIONS:+"ASAN_OPTIONS=$MC_MPI_ASAN_OPTIONS"} \
+        timeout -k 5 600 "$MPIRUN" --oversubscribe --bind-to none \
         --mca btl self,vader -np 2 "$MC_SERVE" "$G" --port 0 --threads 1 \
         --tensor-model-parallel-size 2 "$@" > url.fifo 2> serve.log &
     SPID=$!

@@ -69,7 +69,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "mkevents: error: stdin:%d: bad command\n", lineno);
             return 1;
         }
-        if (s) return fail(&err);
+        if (s) {
+            mc_metrics_close(m, NULL);
+            return fail(&err);
+        }
     }
     if (mc_metrics_close(m, &err)) return fail(&err);
     return 0;

@@ -32,7 +32,14 @@ static inline float mc_exp_fast(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
+    /* 2^n from t's bits: t = 1.5*2^23 + n lies in [2^23, 2^24), where a
+     * float's low mantissa bits are n itself. Unsigned arithmetic, no
+     * float-to-int conversion: a NaN x (diverged training) makes p NaN, and
+     * the result stays NaN without the undefined (int32_t)NaN and the
+     * left shift of a negative value UBSan reported here. */
+    uint32_t tb, e;
+    memcpy(&tb, &t, 4);
+    e = (tb - 0x4B400000u + 127u) << 23;
     float two_n;
     memcpy(&two_n, &e, 4);
     return p * two_n;
