@@ -10,6 +10,7 @@
 #include "config.h"
 #endif
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,58 @@ mc_status mc_model_config_from_json(const json_t *o, mc_model_config *c, mc_erro
     return MC_OK;
 }
 
+/* One stored tensor's shape against the one the configuration implies
+ * (cols 0: 1-D; rows_at_least: the rows may be more, as a padded vocabulary
+ * is). */
+static mc_status check_shape(mc_ckpt_reader *r, const char *name, int64_t rows, int64_t cols,
+                             int rows_at_least, mc_error *err)
+{
+    char path[160];
+    int64_t fr = 0, fc = 0;
+    snprintf(path, sizeof path, "model/%s", name);
+    mc_status st = mc_ckpt_tensor_info(r, path, &fr, &fc, NULL, err);
+    if (st == MC_ERR_NOTFOUND)
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "%s: config.model implies the tensor %s, which the file does not hold",
+                            mc_ckpt_file(r), path);
+    if (st) return st;
+    if (fc != cols || (rows_at_least ? fr < rows : fr != rows))
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "%s: %s is [%" PRId64 ", %" PRId64 "], config.model implies %s[%" PRId64
+                            ", %" PRId64 "]",
+                            mc_ckpt_file(r), path, fr, fc, rows_at_least ? "at least " : "", rows,
+                            cols);
+    return MC_OK;
+}
+
+/* The sizes of config.model against the tensors the file holds, whose own
+ * shapes are bounded by the file (ck_open_tensor): a loader allocates the
+ * model from the configuration, so a configuration claiming more layers, a
+ * wider hidden size or a longer vocabulary than the file stores is refused
+ * here, before anything is allocated for it. A model family whose layers
+ * are named otherwise checks its own names here. */
+static mc_status check_config_sizes(mc_ckpt_reader *r, const mc_model_config *raw, mc_error *err)
+{
+    mc_model_config c = *raw;
+    mc_error e = {0};
+    if (mc_model_config_finish(&c, 1, &e)) return MC_OK; /* the loader's finish says why */
+    int64_t C = c.hidden_size, F = c.ffn_hidden_size * (c.swiglu ? 2 : 1);
+    int64_t qkv = ((int64_t)c.num_attention_heads + 2 * (int64_t)c.num_query_groups) *
+                  c.kv_channels;
+    mc_status st = check_shape(r, "embedding.word_embeddings.weight", c.vocab_size, C, 1, err);
+    if (!st && c.position_embedding_type == MC_POS_LEARNED)
+        st = check_shape(r, "embedding.position_embeddings.weight", c.max_position_embeddings, C,
+                         0, err);
+    for (int l = 0; l < c.num_layers && !st; l++) {
+        char name[128];
+        snprintf(name, sizeof name, "decoder.layers.%d.self_attention.linear_qkv.weight", l);
+        st = check_shape(r, name, qkv, C, 0, err);
+        snprintf(name, sizeof name, "decoder.layers.%d.mlp.linear_fc1.weight", l);
+        if (!st) st = check_shape(r, name, F, C, 0, err);
+    }
+    return st;
+}
+
 mc_status mc_ckpt_read_model_config(mc_ckpt_reader *r, mc_model_config *c, mc_error *err)
 {
     json_t *cfg = NULL;
@@ -159,6 +212,7 @@ mc_status mc_ckpt_read_model_config(mc_ckpt_reader *r, mc_model_config *c, mc_er
     }
     json_decref(cfg);
     if (st == MC_ERR_NOTFOUND) st = err->code = MC_ERR_FORMAT;
+    if (!st) st = check_config_sizes(r, c, err);
     return st;
 }
 

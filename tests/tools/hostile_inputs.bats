@@ -27,3 +27,89 @@ setup() {
     assert_output --partial "tokens:     6"
     assert_output --partial "unigram:    6 distinct ids, entropy 1.7918 nats/token"
 }
+
+# ---- section 5: sizes from headers are checked against the file before
+# anything is allocated for them
+
+@test "a checkpoint tensor claiming 2^40 elements is refused in one line" {
+    # model.h5 of 6 KiB whose embedding dataset is [2^20, 2^20], chunked,
+    # no chunk written (crafted with h5py; no manifest, so it loads unchecked)
+    run -1 "$MC_RESHARD" --dtype bf16 "$FZ/ckpt_huge_tensor" -o out
+    assert_output "mc-reshard: error: $FZ/ckpt_huge_tensor/iter_0000000/model.h5: model/embedding.word_embeddings.weight: shape [1048576, 1048576] needs 4398046511104 bytes, the file stores 0"
+    [ ! -e out ]
+}
+
+@test "a checkpoint whose config.model claims more layers than it stores is refused before the model is built" {
+    # num_layers 2^20 in config.model; the file holds one layer
+    run -1 "$MC_EXPORT" --format hf "$FZ/ckpt_config_layers" -o out
+    assert_output "mc-export: error: $FZ/ckpt_config_layers/iter_0000000/model.h5: config.model implies the tensor model/decoder.layers.1.self_attention.linear_qkv.weight, which the file does not hold"
+    run -1 "$MC_EVAL" "$FZ/ckpt_config_layers" --prompt hi --max-new-tokens 1
+    assert_output --partial "config.model implies the tensor model/decoder.layers.1.self_attention.linear_qkv.weight"
+    [ ! -e out ]
+}
+
+# sharded CKPT_INDEX: the sharded checkpoint of tests/data/fuzz with index.h5
+# replaced by tests/data/fuzz/CKPT_INDEX (its shard_index edited with h5py).
+sharded() {
+    cp -r "$FZ/ckpt_sharded" c
+    chmod -R u+w c
+    cp "$FZ/$1" c/iter_0000000/index.h5
+}
+
+@test "a sharded checkpoint's index: blocks claiming 2^40 elements or overflowing int64 are refused" {
+    run -0 "$MC_RESHARD" --dtype bf16 "$FZ/ckpt_sharded" -o ok
+    sharded index_huge_block.h5
+    run -1 "$MC_RESHARD" --dtype bf16 c -o out
+    assert_output "mc-reshard: error: c/iter_0000000/index.h5: shard_index: model/decoder.final_layernorm.weight: block 0 needs 4398046511104 bytes, more than c/iter_0000000/mp_rank_00_001.h5 can hold (14188 bytes)"
+    rm -rf c
+    # shape [2^63-1] in two blocks whose ends overflow: no signed overflow, refused
+    sharded index_overflow.h5
+    run -1 "$MC_RESHARD" --dtype bf16 c -o out
+    assert_output "mc-reshard: error: c/iter_0000000/index.h5: shard_index: model/decoder.final_layernorm.weight: its blocks do not tile the tensor"
+    [ ! -e out ]
+}
+
+# ---- section 5: no path read from a file leads out of its directory
+
+@test "a sharded checkpoint's index naming ../ or an absolute path is refused" {
+    sharded index_dotdot.h5
+    run -1 "$MC_RESHARD" --dtype bf16 c -o out
+    assert_output "mc-reshard: error: c/iter_0000000/index.h5: shard_index: file 0 is not a plain file name"
+    rm -rf c
+    sharded index_absolute.h5
+    run -1 "$MC_EXPORT" --format hf c -o out
+    assert_output "mc-export: error: c/iter_0000000/index.h5: shard_index: file 1 is not a plain file name"
+    [ ! -e out ]
+}
+
+# hf_dir DIR WEIGHT_FILE: a Hugging Face directory (the tiny GPT-2 config of
+# tests/data/fuzz) whose index maps its first tensor to WEIGHT_FILE.
+hf_dir() {
+    mkdir "$1"
+    cp "$FZ/hf_config.json" "$1/config.json"
+    : >"$1/model-00001-of-00001.safetensors"
+    printf '{"metadata": {}, "weight_map": {"transformer.wte.weight": "%s"}}\n' "$2" \
+        >"$1/model.safetensors.index.json"
+}
+
+@test "model.safetensors.index.json: a weight_map entry with ../, an absolute path, . or .. is refused" {
+    mkdir -p outside && : >outside/model.safetensors
+    for f in ../outside/model.safetensors /etc/passwd .. .; do
+        rm -rf hf
+        hf_dir hf "$f"
+        run -1 "$MC_RESHARD" --quiet --dtype bf16 hf -o out
+        assert_output "mc-reshard: error: hf/model.safetensors.index.json: weight_map: 'transformer.wte.weight' does not name a file in the directory"
+    done
+    [ ! -e out ]
+}
+
+@test "a safetensors header claiming 2^40 elements is refused in one line" {
+    mkdir hf
+    cp "$FZ/hf_config.json" hf/config.json
+    h='{"transformer.wte.weight":{"dtype":"F32","shape":[1048576,1048576],"data_offsets":[0,4398046511104]}}'
+    # the header's length, 8 bytes little-endian (< 256 here)
+    printf "$(printf '\\%03o' ${#h})\\0\\0\\0\\0\\0\\0\\0%s" "$h" >hf/model.safetensors
+    run -1 "$MC_RESHARD" --quiet --dtype bf16 hf -o out
+    assert_output "mc-reshard: error: hf/model.safetensors: header: tensor 'transformer.wte.weight': data_offsets [0, 4398046511104] outside the data (0 bytes)"
+    [ ! -e out ]
+}
