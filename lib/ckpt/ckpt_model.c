@@ -190,8 +190,8 @@ static mc_status check_config_sizes(mc_ckpt_reader *r, const mc_model_config *ra
                   c.kv_channels;
     mc_status st = check_shape(r, "embedding.word_embeddings.weight", c.vocab_size, C, 1, err);
     if (!st && c.position_embedding_type == MC_POS_LEARNED)
-        st = check_shape(r, "embedding.position_embeddings.weight", c.max_position_embeddings, C,
-                         0, err);
+        st = check_shape(r, "embedding.position_embeddings.weight", c.max_position_embeddings, C, 0,
+                         err);
     for (int l = 0; l < c.num_layers && !st; l++) {
         char name[128];
         snprintf(name, sizeof name, "decoder.layers.%d.self_attention.linear_qkv.weight", l);
@@ -415,7 +415,7 @@ mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error
         if (!st) st = temp_file(data, n, paths[i], sizeof paths[i], err);
         free(data);
     }
-    const char *sp[256];
+    const char **sp = NULL;
     if (!st) {
         spec.model = paths[0][0] ? paths[0] : NULL;
         spec.vocab_file = paths[1][0] ? paths[1] : NULL;
@@ -426,18 +426,28 @@ mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error
         if ((x = json_object_get(t, "tiktoken_num_special_tokens")) && json_is_integer(x))
             spec.tiktoken_num_special_tokens = json_integer_value(x);
         if ((x = json_object_get(t, "tiktoken_special_tokens")) && json_is_array(x)) {
-            size_t k = json_array_size(x) < 256 ? json_array_size(x) : 256;
-            for (size_t i = 0; i < k; i++) sp[i] = json_string_value(json_array_get(x, i));
+            size_t k = json_array_size(x);
+            if (!(sp = calloc(k + 1, sizeof *sp)))
+                st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", mc_ckpt_file(r));
+            for (size_t i = 0; i < k && !st; i++)
+                if (!(sp[i] = json_string_value(json_array_get(x, i))))
+                    st = mc_error_set(err, MC_ERR_FORMAT,
+                                      "%s: attribute tokenizer: tiktoken_special_tokens[%zu] is "
+                                      "not a string",
+                                      mc_ckpt_file(r), i);
             spec.tiktoken_special_tokens = sp;
             spec.n_tiktoken_special_tokens = k;
         }
         if ((x = json_object_get(t, "vocab_size")) && json_is_integer(x))
             spec.vocab_size = json_integer_value(x);
-        st = mc_tokenizer_load(&spec, out, err);
-        if (st) mc_error_prefix(err, "%s: stored tokenizer", mc_ckpt_file(r));
+        if (!st) {
+            st = mc_tokenizer_load(&spec, out, err);
+            if (st) mc_error_prefix(err, "%s: stored tokenizer", mc_ckpt_file(r));
+        }
     }
     for (int i = 0; i < 3; i++)
         if (paths[i][0]) unlink(paths[i]);
+    free(sp);
     json_decref(t);
     return st;
 }

@@ -113,3 +113,13 @@ hf_dir() {
     assert_output "mc-reshard: error: hf/model.safetensors: header: tensor 'transformer.wte.weight': data_offsets [0, 4398046511104] outside the data (0 bytes)"
     [ ! -e out ]
 }
+
+@test "a stored tokenizer whose tiktoken_special_tokens holds a number is refused, not a crash" {
+    # attribute tokenizer = {"type": "TikTokenizer", ..., "tiktoken_special_tokens": [1, "<s>", "</s>"]}:
+    # mc-eval and mc-export died of SIGSEGV (strlen of NULL) loading it
+    run -1 "$MC_EVAL" "$FZ/ckpt_tiktoken_special" --prompt hi --max-new-tokens 1
+    assert_output "mc-eval: error: $FZ/ckpt_tiktoken_special/iter_0000000/model.h5: attribute tokenizer: tiktoken_special_tokens[0] is not a string"
+    run -1 "$MC_EXPORT" --format gguf "$FZ/ckpt_tiktoken_special" -o m.gguf
+    assert_output "mc-export: error: $FZ/ckpt_tiktoken_special/iter_0000000/model.h5: attribute tokenizer: tiktoken_special_tokens[0] is not a string"
+    [ ! -e m.gguf ]
+}
