@@ -123,3 +123,11 @@ hf_dir() {
     assert_output "mc-export: error: $FZ/ckpt_tiktoken_special/iter_0000000/model.h5: attribute tokenizer: tiktoken_special_tokens[0] is not a string"
     [ ! -e m.gguf ]
 }
+
+@test "@argument files naming each other many times are refused past 2^20 words, not expanded without bound" {
+    # a: 1100 words @b; b: 1000 words: 1.1 million words
+    for i in $(seq 1100); do printf '@b '; done >a
+    for i in $(seq 1000); do printf 'x '; done >b
+    run -2 "$MC_PREPROCESS" @a
+    assert_output "mc-preprocess: error: b:1: argument files expand to more than 1048576 words"
+}
