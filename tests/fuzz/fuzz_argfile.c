@@ -1,8 +1,9 @@
 /*
- * fuzz_argfile.c - @argument files (mc/opt.h): the input is the file "a" in
- * the scratch directory, which is also the working directory, so that it
- * may name itself or "@a" again; the expanded words then go through
- * mc_cli_next over an option table like a tool's (nargs options included).
+ * fuzz_argfile.c - @argument files (mc/opt.h): the input is the files "a",
+ * "b" and "c" (cut at FUZZ_SEP) in the scratch directory, which is also the
+ * working directory, so that they may name each other ("@b") and
+ * themselves; "@a" is expanded and the words then go through mc_cli_next
+ * over an option table like a tool's (nargs options included).
  */
 #include "fuzz.h"
 #include "mc/opt.h"
@@ -25,7 +26,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         if (chdir(fuzz_dir()) != 0) abort();
         moved = 1;
     }
-    fuzz_write("a", d, n);
+    const uint8_t *part[3];
+    size_t len[3];
+    fuzz_split(d, n, part, len, 3);
+    fuzz_write("a", part[0], len[0]);
+    fuzz_write("b", part[1], len[1]);
+    fuzz_write("c", part[2], len[2]);
     char *argv[] = {"mc-fuzz", "@a", "--flag", NULL};
     mc_cli cli;
     mc_error err = {0};

@@ -7,7 +7,8 @@
  * tokenizer), the tensors' shapes, storage types, dtype attributes,
  * quantization attributes and scales, a sharded checkpoint's index, the
  * latest_checkpointed_iteration.txt pointer and the checksums.xxh128
- * manifest. Then everything a loader reads is read.
+ * manifest. Then everything a loader reads is read. FUZZ_VERBOSE=1 prints
+ * why mc_ckpt_open refused an input (to see what a seed reaches).
  */
 #include <hdf5.h>
 #include <xxhash.h>
@@ -357,7 +358,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     }
     mc_ckpt_reader *r = NULL;
     mc_error err = {0};
-    if (mc_ckpt_open(latest == 3 ? iter : top, &r, &err) == MC_OK) read_all(r);
+    if (mc_ckpt_open(latest == 3 ? iter : top, &r, &err) == MC_OK)
+        read_all(r);
+    else if (getenv("FUZZ_VERBOSE"))
+        fprintf(stderr, "mc_ckpt_open: %s\n", err.msg);
     mc_ckpt_close(r);
     return 0;
 }

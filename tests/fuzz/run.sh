@@ -91,7 +91,10 @@ seeds() {
         zstd -q -c --no-content-size "$data/eval/arc.jsonl" >"$dir/nosize.zst" ;;
     fuzz_argfile)
         cp "$data"/eval/*.args "$dir/"
-        printf '%s\n' "--lr 1e-3 --data-path 0.3 A 0.7 B 'quoted word' \"x\\\"y\" # c" >"$dir/a1" ;;
+        printf '%s\n' "--lr 1e-3 --data-path 0.3 A 0.7 B 'quoted word' \"x\\\"y\" # c" >"$dir/a1"
+        printf '%s\n' '--flag @b @c' >"$work/a" && printf '%s\n' '@c @c' >"$work/b" &&
+            printf '%s\n' '--lr=1 -o x' >"$work/c" && pack "$dir/nested" "$work/a" "$work/b" "$work/c" &&
+            rm -f "$work/a" "$work/b" "$work/c" ;;
     fuzz_safetensors)
         model_seeds || return 1
         pack "$dir/one" "$work/model/hf/model.safetensors"
