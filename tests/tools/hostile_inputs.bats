@@ -131,3 +131,22 @@ hf_dir() {
     run -2 "$MC_PREPROCESS" @a
     assert_output "mc-preprocess: error: b:1: argument files expand to more than 1048576 words"
 }
+
+@test "chat templates that would loop for hours stop at the render limit, one line" {
+    # chat_loops.jinja: three loops over a list of 30000 (2.7e13 iterations,
+    # no allocation per iteration) ran until killed; chat_macro_fanout.jinja:
+    # a macro calling itself twice, 40 deep
+    head -n 1 "$top_srcdir/tests/data/sft/chat.jsonl" >one.jsonl
+    for t in chat_loops chat_macro_fanout; do
+        run -1 "$MC_PREPROCESS" --dataset-type sft --tokenizer-type HuggingFaceTokenizer \
+            --tokenizer-model "$top_srcdir/tests/data/sft/tokenizer.json" --quiet \
+            --input one.jsonl --output-prefix o --chat-template "$FZ/$t.jinja"
+        assert_output --regexp "^mc-preprocess: error: one.jsonl:1: $FZ/$t.jinja:1: .*\(render limit\)$"
+    done
+    run -1 "$MC_PREPROCESS" --dataset-type sft --tokenizer-type HuggingFaceTokenizer \
+        --tokenizer-model "$top_srcdir/tests/data/sft/tokenizer.json" --quiet \
+        --input one.jsonl --output-prefix o --chat-template "$FZ/chat_loops.jinja"
+    assert_output "mc-preprocess: error: one.jsonl:1: $FZ/chat_loops.jinja:1: more than 16777216 loop iterations and macro calls (render limit)"
+    run bash -c "ls o_* 2>/dev/null"
+    assert_output ""
+}
