@@ -150,3 +150,11 @@ hf_dir() {
     run bash -c "ls o_* 2>/dev/null"
     assert_output ""
 }
+
+@test "an .idx header claiming 2^40 sequences is refused against the file's size" {
+    # magic, version 1, dtype 4 (int32), 2^40 sequences, 1 document index
+    printf 'MMIDIDX\0\0\1\0\0\0\0\0\0\0\4\0\0\0\0\0\1\0\0\1\0\0\0\0\0\0\0' >big.idx
+    : >big.bin
+    run -1 "$MC_PREPROCESS" --inspect big
+    assert_output "mc-preprocess: error: big.idx: file is 34 bytes but header counts need 13194139533354 (1099511627776 sequences, 1 document indices)"
+}
