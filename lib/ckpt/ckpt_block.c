@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "ckpt/h5zstd.h"
 #include "mc/dtype.h"
 #include "mc/quant.h"
 
@@ -144,6 +145,48 @@ static mc_status read_quant(hid_t fid, hid_t ds, const char *where, const char *
  * dtype="bfloat16". Quantized datasets (ckpt_quant.c) are int8/uint8 with
  * dtype "int8", "fp8_e4m3" or "int4"; an int4 one holds two elements per
  * byte and keeps its logical column count in the attribute "cols". */
+/* The bytes a tensor's extent needs must be in the file before anyone
+ * allocates for them (a header claiming 2^40 elements is refused here, not
+ * met by an out-of-memory kill): mc writes every element, so the dataset's
+ * stored bytes cover its extent, or with zstd at most CK_ZSTD_MAX_RATIO
+ * times them; and no dataset stores more than the file holds. */
+static mc_status check_stored(hid_t fid, hid_t ds, hid_t t, const char *file, const char *path,
+                              int nd, const hsize_t *dims, mc_error *err)
+{
+    uint64_t esize = H5Tget_size(t), elems = dims[0], need;
+    if (nd == 2 && __builtin_mul_overflow(elems, (uint64_t)dims[1], &elems)) elems = UINT64_MAX;
+    if (esize == 0 || __builtin_mul_overflow(elems, esize, &need)) need = UINT64_MAX;
+    uint64_t stored = H5Dget_storage_size(ds), limit = stored;
+    hsize_t fsize = 0;
+    if (H5Fget_filesize(fid, &fsize) < 0) fsize = 0;
+    hid_t dcpl = H5Dget_create_plist(ds);
+    if (dcpl >= 0) {
+        unsigned flags = 0, cd[4];
+        size_t ncd = 4;
+        if (H5Pget_filter_by_id2(dcpl, MC_H5Z_FILTER_ZSTD, &flags, &ncd, cd, 0, NULL, NULL) >= 0 &&
+            __builtin_mul_overflow(stored, (uint64_t)CK_ZSTD_MAX_RATIO, &limit))
+            limit = UINT64_MAX;
+        H5Pclose(dcpl);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    if (stored > fsize)
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "%s: %s: stores %" PRIu64 " bytes, more than the file's %llu", file,
+                            path, stored, (unsigned long long)fsize);
+    if (elems > (uint64_t)INT64_MAX || need > limit) {
+        char shape[96];
+        if (nd == 2)
+            snprintf(shape, sizeof shape, "[%llu, %llu]", (unsigned long long)dims[0],
+                     (unsigned long long)dims[1]);
+        else
+            snprintf(shape, sizeof shape, "[%llu]", (unsigned long long)dims[0]);
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "%s: %s: shape %s needs %" PRIu64 " bytes, the file stores %" PRIu64,
+                            file, path, shape, need, stored);
+    }
+    return MC_OK;
+}
+
 mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *ds_out,
                          int64_t *rows, int64_t *cols, mc_ckpt_dtype *dtype, mc_error *err)
 {
@@ -176,6 +219,7 @@ mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *d
         st = mc_error_set(err, MC_ERR_FORMAT, "%s: %s: empty tensor", file, path);
         goto done;
     }
+    if ((st = check_stored(fid, ds, t, file, path, nd, dims, err)) != MC_OK) goto done;
     *rows = (int64_t)dims[0];
     *cols = nd == 2 ? (int64_t)dims[1] : 0;
     st = ck_read_str_attr(ds, "dtype", &dname, err, file);
@@ -202,7 +246,7 @@ mc_status ck_open_tensor(hid_t fid, const char *file, const char *path, hid_t *d
         } else if (*dtype == MC_CKPT_INT4) {
             int64_t lc = 0;
             st = ck_read_int_attr(ds, "cols", &lc, err, file);
-            if (st == MC_OK && (lc < 1 || (lc + 1) / 2 != *cols))
+            if (st == MC_OK && (lc < 1 || lc / 2 + lc % 2 != *cols))
                 st = mc_error_set(err, MC_ERR_FORMAT,
                                   "%s: %s: int4 attribute cols %" PRId64 " does not fit %" PRId64
                                   " bytes per row",

@@ -46,6 +46,10 @@
 /* Chunks of about this many stored bytes: large enough for zstd to find
  * its matches, small enough that a partial read stays cheap. */
 #define CK_CHUNK_TARGET (2u << 20)
+/* zstd's best ratio (a 128 KiB block of one byte value stored as a 4-byte
+ * RLE block): the most raw bytes a compressed byte can stand for, the bound
+ * a tensor's shape is checked against before anything is allocated. */
+#define CK_ZSTD_MAX_RATIO 32768u
 #define CK_SCALES_GROUP "scales" /* scales of quantized model/X: scales/model/X */
 #define CK_INDEX_FILE "index.h5" /* a sharded checkpoint's root file */
 #define CK_INDEX_DATASET "shard_index"

@@ -10,6 +10,7 @@
 #include "config.h"
 #endif
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,6 +244,67 @@ mc_status mc_model_config_from_json(const json_t *o, mc_model_config *c, mc_erro
     return MC_OK;
 }
 
+/* One stored tensor's shape against the one the configuration implies
+ * (cols 0: 1-D; rows_at_least: the rows may be more, as a padded vocabulary
+ * is). */
+static mc_status check_shape(mc_ckpt_reader *r, const char *name, int64_t rows, int64_t cols,
+                             int rows_at_least, mc_error *err)
+{
+    char path[160];
+    int64_t fr = 0, fc = 0;
+    snprintf(path, sizeof path, "model/%s", name);
+    mc_status st = mc_ckpt_tensor_info(r, path, &fr, &fc, NULL, err);
+    if (st == MC_ERR_NOTFOUND)
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "%s: config.model implies the tensor %s, which the file does not hold",
+                            mc_ckpt_file(r), path);
+    if (st) return st;
+    if (fc != cols || (rows_at_least ? fr < rows : fr != rows))
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "%s: %s is [%" PRId64 ", %" PRId64 "], config.model implies %s[%" PRId64
+                            ", %" PRId64 "]",
+                            mc_ckpt_file(r), path, fr, fc, rows_at_least ? "at least " : "", rows,
+                            cols);
+    return MC_OK;
+}
+
+/* The sizes of config.model against the tensors the file holds, whose own
+ * shapes are bounded by the file (ck_open_tensor): a loader allocates the
+ * model from the configuration, so a configuration claiming more layers, a
+ * wider hidden size or a longer vocabulary than the file stores is refused
+ * here, before anything is allocated for it. A model family whose layers
+ * are named otherwise checks its own names here. */
+static mc_status check_config_sizes(mc_ckpt_reader *r, const mc_model_config *raw, mc_error *err)
+{
+    mc_model_config c = *raw;
+    mc_error e = {0};
+    if (mc_model_config_finish(&c, 1, &e)) return MC_OK; /* the loader's finish says why */
+    int64_t C = c.hidden_size, F = c.ffn_hidden_size * (c.swiglu ? 2 : 1);
+    int64_t qkv = ((int64_t)c.num_attention_heads + 2 * (int64_t)c.num_query_groups) *
+                  c.kv_channels;
+    mc_status st = check_shape(r, "embedding.word_embeddings.weight", c.vocab_size, C, 1, err);
+    if (!st && c.position_embedding_type == MC_POS_LEARNED)
+        st = check_shape(r, "embedding.position_embeddings.weight", c.max_position_embeddings, C, 0,
+                         err);
+    for (int l = 0; l < c.num_layers && !st; l++) {
+        char name[128];
+        snprintf(name, sizeof name, "decoder.layers.%d.self_attention.linear_qkv.weight", l);
+        st = check_shape(r, name, qkv, C, 0, err);
+        if (mc_model_layer_is_moe(&c, l)) { /* the router and the experts' [E x fc1, C] */
+            int64_t E = c.num_experts, Fe = c.moe_ffn_hidden_size * (c.swiglu ? 2 : 1);
+            snprintf(name, sizeof name, "decoder.layers.%d.mlp.router.weight", l);
+            if (!st) st = check_shape(r, name, E, C, 0, err);
+            snprintf(name, sizeof name, "decoder.layers.%d.mlp.experts.experts.linear_fc1.weight",
+                     l);
+            if (!st) st = check_shape(r, name, E * Fe, C, 0, err);
+            continue;
+        }
+        snprintf(name, sizeof name, "decoder.layers.%d.mlp.linear_fc1.weight", l);
+        if (!st) st = check_shape(r, name, F, C, 0, err);
+    }
+    return st;
+}
+
 mc_status mc_ckpt_read_model_config(mc_ckpt_reader *r, mc_model_config *c, mc_error *err)
 {
     json_t *cfg = NULL;
@@ -253,6 +315,7 @@ mc_status mc_ckpt_read_model_config(mc_ckpt_reader *r, mc_model_config *c, mc_er
     }
     json_decref(cfg);
     if (st == MC_ERR_NOTFOUND) st = err->code = MC_ERR_FORMAT;
+    if (!st) st = check_config_sizes(r, c, err);
     return st;
 }
 
@@ -455,7 +518,7 @@ mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error
         if (!st) st = temp_file(data, n, paths[i], sizeof paths[i], err);
         free(data);
     }
-    const char *sp[256];
+    const char **sp = NULL;
     if (!st) {
         spec.model = paths[0][0] ? paths[0] : NULL;
         spec.vocab_file = paths[1][0] ? paths[1] : NULL;
@@ -466,18 +529,28 @@ mc_status mc_ckpt_read_tokenizer(mc_ckpt_reader *r, mc_tokenizer **out, mc_error
         if ((x = json_object_get(t, "tiktoken_num_special_tokens")) && json_is_integer(x))
             spec.tiktoken_num_special_tokens = json_integer_value(x);
         if ((x = json_object_get(t, "tiktoken_special_tokens")) && json_is_array(x)) {
-            size_t k = json_array_size(x) < 256 ? json_array_size(x) : 256;
-            for (size_t i = 0; i < k; i++) sp[i] = json_string_value(json_array_get(x, i));
+            size_t k = json_array_size(x);
+            if (!(sp = calloc(k + 1, sizeof *sp)))
+                st = mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", mc_ckpt_file(r));
+            for (size_t i = 0; i < k && !st; i++)
+                if (!(sp[i] = json_string_value(json_array_get(x, i))))
+                    st = mc_error_set(err, MC_ERR_FORMAT,
+                                      "%s: attribute tokenizer: tiktoken_special_tokens[%zu] is "
+                                      "not a string",
+                                      mc_ckpt_file(r), i);
             spec.tiktoken_special_tokens = sp;
             spec.n_tiktoken_special_tokens = k;
         }
         if ((x = json_object_get(t, "vocab_size")) && json_is_integer(x))
             spec.vocab_size = json_integer_value(x);
-        st = mc_tokenizer_load(&spec, out, err);
-        if (st) mc_error_prefix(err, "%s: stored tokenizer", mc_ckpt_file(r));
+        if (!st) {
+            st = mc_tokenizer_load(&spec, out, err);
+            if (st) mc_error_prefix(err, "%s: stored tokenizer", mc_ckpt_file(r));
+        }
     }
     for (int i = 0; i < 3; i++)
         if (paths[i][0]) unlink(paths[i]);
+    free(sp);
     json_decref(t);
     return st;
 }

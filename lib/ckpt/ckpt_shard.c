@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/h5zstd.h"
@@ -404,27 +405,38 @@ static int same_region(const sblock *a, const sblock *b)
 }
 
 /* The distinct regions of t's blocks must tile it: inside, disjoint, and
- * covering every element. */
+ * covering every element. The numbers come from the file: every sum and
+ * product is checked for overflow. */
 static int tiles(const stensor *t)
 {
-    int64_t w = t->cols ? t->cols : 1, area = 0;
+    int64_t w = t->cols ? t->cols : 1, area = 0, whole, end_r, end_c, a_n;
+    if (__builtin_mul_overflow(t->rows, w, &whole)) return 0;
     for (int i = 0; i < t->nb; i++) {
         const sblock *a = &t->b[i];
         if (a->rows < 1 || a->cols < 1 || a->row0 < 0 || a->col0 < 0 ||
-            a->row0 + a->rows > t->rows || a->col0 + a->cols > w)
+            __builtin_add_overflow(a->row0, a->rows, &end_r) ||
+            __builtin_add_overflow(a->col0, a->cols, &end_c) || end_r > t->rows || end_c > w)
             return 0;
         int dup = 0;
         for (int j = 0; j < i && !dup; j++) dup = same_region(a, &t->b[j]);
         if (dup) continue;
         for (int j = 0; j < i; j++) {
             const sblock *b = &t->b[j];
-            if (!same_region(a, b) && a->row0 < b->row0 + b->rows && b->row0 < a->row0 + a->rows &&
-                a->col0 < b->col0 + b->cols && b->col0 < a->col0 + a->cols)
+            if (!same_region(a, b) && a->row0 < b->row0 + b->rows && b->row0 < end_r &&
+                a->col0 < b->col0 + b->cols && b->col0 < end_c)
                 return 0;
         }
-        area += a->rows * a->cols;
+        if (__builtin_mul_overflow(a->rows, a->cols, &a_n) ||
+            __builtin_add_overflow(area, a_n, &area))
+            return 0;
     }
-    return area == t->rows * w;
+    return area == whole;
+}
+
+/* Bytes per element of a stored dtype, rounded up (int4: 1). */
+static int64_t stored_size(mc_ckpt_dtype d)
+{
+    return d == MC_CKPT_FLOAT32 ? 4 : d == MC_CKPT_BFLOAT16 || d == MC_CKPT_FLOAT16 ? 2 : 1;
 }
 
 static mc_status parse_index(ck_shard_reader *s, const char *dir, const json_t *ix, mc_error *err)
@@ -504,6 +516,25 @@ static mc_status parse_index(ck_shard_reader *s, const char *dir, const json_t *
                                 "%s: " CK_INDEX_DATASET ": %s: its blocks do not tile "
                                 "the tensor",
                                 F, path);
+        /* The index's shapes are what a loader allocates for: each block
+         * must fit in its file (with zstd, CK_ZSTD_MAX_RATIO times it)
+         * before anything is. A file that is not there fails when read. */
+        for (int i = 0; i < t->nb; i++) {
+            const sblock *b = &t->b[i];
+            struct stat sb;
+            uint64_t need, cap;
+            if (stat(s->files[b->file], &sb) != 0) continue;
+            if (__builtin_mul_overflow((uint64_t)b->rows, (uint64_t)b->cols, &need) ||
+                __builtin_mul_overflow(need, (uint64_t)stored_size(t->dtype), &need))
+                need = UINT64_MAX;
+            if (__builtin_mul_overflow((uint64_t)sb.st_size, (uint64_t)CK_ZSTD_MAX_RATIO, &cap))
+                cap = UINT64_MAX;
+            if (need > cap)
+                return mc_error_set(err, MC_ERR_FORMAT,
+                                    "%s: " CK_INDEX_DATASET ": %s: block %d needs %" PRIu64
+                                    " bytes, more than %s can hold (%lld bytes)",
+                                    F, path, i, need, s->files[b->file], (long long)sb.st_size);
+        }
     }
     qsort(s->t, s->nt, sizeof *s->t, cmp_tensor);
     return MC_OK;

@@ -29,6 +29,10 @@
 #endif
 
 #define ARGFILE_MAX_DEPTH 8
+/* Words argument files may expand to: a few nested files naming each other
+ * many times would otherwise grow without bound (50 "@next" words in each
+ * of 8 files are 50^8). */
+#define ARGFILE_MAX_WORDS (1 << 20)
 #define HELP_WIDTH 79
 #define HELP_OPT_COL_MAX 30 /* longer option columns put the help on the next line */
 
@@ -174,6 +178,9 @@ static mc_status expand_file(expander *x, const char *path, int depth, const cha
 static mc_status expand_word(expander *x, const char *word, int expandable, int depth,
                              const char *from, int line, mc_error *err)
 {
+    if (from && mc_buf_nstrs(&x->out) >= ARGFILE_MAX_WORDS)
+        return mc_error_set(err, MC_ERR_USAGE, "%s:%d: argument files expand to more than %d words",
+                            from, line, ARGFILE_MAX_WORDS);
     if (x->dashdash || !expandable || word[0] != '@' || word[1] == '\0') {
         if (strcmp(word, "--") == 0) x->dashdash = 1;
         return push_word(&x->out, strdup(word), err);

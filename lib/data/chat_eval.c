@@ -18,6 +18,10 @@
 #define MAX_CALL_DEPTH 100
 #define MAX_EVAL_DEPTH 400
 #define RENDER_LIMIT ((size_t)1 << 30)
+/* Loop iterations and macro calls of one render: a template of a hundred
+ * bytes (three loops over a list of 30000) could otherwise run for hours,
+ * in mc-serve on every request. Published templates take thousands. */
+#define RENDER_MAX_STEPS ((uint64_t)1 << 24)
 
 typedef struct scope {
     chat_dict *vars;
@@ -29,8 +33,16 @@ typedef struct eval {
     mc_buf *out, *main;
     scope *top;
     int calls, depth;
-    mc_buf spans; /* mc_chat_span list */
+    uint64_t steps; /* loop iterations and macro calls so far (RENDER_MAX_STEPS) */
+    mc_buf spans;   /* mc_chat_span list */
 } eval;
+
+static int step(eval *E)
+{
+    if (++E->steps <= RENDER_MAX_STEPS) return 0;
+    return chat_rt_fail(&E->rt, "more than %llu loop iterations and macro calls (render limit)",
+                        (unsigned long long)RENDER_MAX_STEPS);
+}
 
 enum { EX_OK = 0, EX_BREAK = 1, EX_CONTINUE = 2 };
 
@@ -113,6 +125,7 @@ static int render_to_str(eval *E, scope *s, chat_node *const *body, size_t n, ch
 static int call_macro(eval *E, const chat_node *m, const chat_call *c, chat_val *out)
 {
     if (E->calls >= MAX_CALL_DEPTH) return chat_rt_fail(&E->rt, "macro calls nested too deeply");
+    if (step(E)) return -1;
     if (c->nargs > m->nnames)
         return chat_rt_fail(&E->rt, "macro '%.*s' takes not more than %zu argument(s)",
                             (int)m->name.n, m->name.p, m->nnames);
@@ -495,6 +508,7 @@ static int exec_for(eval *E, scope *s, const chat_node *n)
         if (!kept) return oom(E);
         for (size_t i = 0; i < items->n; i++) {
             chat_val ok;
+            if (step(E)) return -1;
             if (assign(E, ls, n, items->v[i]) || eval_expr(E, ls, n->b, &ok)) return -1;
             if (chat_truthy(ok) && chat_list_push(E->rt.a, kept, items->v[i])) return oom(E);
         }
@@ -511,6 +525,7 @@ static int exec_for(eval *E, scope *s, const chat_node *n)
     for (size_t i = 0; i < items->n; i++) {
         L->index0 = i;
         E->rt.line = n->line;
+        if (step(E)) return -1;
         if (assign(E, ls, n, items->v[i])) return -1;
         int r = exec_body(E, ls, n->list, n->n);
         if (r < 0) return -1;
@@ -526,10 +541,13 @@ static int exec_stmt(eval *E, scope *s, const chat_node *n)
     chat_val v;
     rt->line = n->line;
     switch (n->kind) {
-    case CN_TEXT: return mc_buf_append(E->out, n->val.s.p, n->val.s.n, NULL) ? oom(E) : 0;
+    case CN_TEXT:
+        if (E->out->len + n->val.s.n > RENDER_LIMIT) return oom(E);
+        return mc_buf_append(E->out, n->val.s.p, n->val.s.n, NULL) ? oom(E) : 0;
     case CN_OUTPUT:
         if (eval_expr(E, s, n->a, &v)) return -1;
-        return chat_str_of(E->out, v) ? oom(E) : 0;
+        /* the text rendered so far is held to the arena's limit too */
+        return chat_str_of(E->out, v) || E->out->len > RENDER_LIMIT ? oom(E) : 0;
     case CN_IF:
         if (eval_expr(E, s, n->a, &v)) return -1;
         return chat_truthy(v) ? exec_body(E, s, n->list, n->n) : exec_body(E, s, n->list2, n->n2);

@@ -7,12 +7,76 @@
 
 #include "mc/indexed.h"
 
+/* Ids below this are counted in a table indexed by id (8 MiB at most,
+ * every published vocabulary fits); the rare larger ids of an int32
+ * dataset go to a hash table that grows with the distinct ids met, so
+ * memory follows the file's contents, never an id's value (one id
+ * 2^31 - 1 in an 8-byte .bin must not cost a 16 GiB table). */
+#define DENSE_IDS ((size_t)1 << 20)
+
+typedef struct id_counts {
+    uint64_t *dense; /* [0, dense_cap) */
+    size_t dense_cap;
+    uint32_t *key; /* open addressing; key 0 is empty (ids here are >= DENSE_IDS) */
+    uint64_t *val;
+    size_t cap, used;
+} id_counts;
+
+static int count_big(id_counts *c, uint32_t v)
+{
+    if (2 * (c->used + 1) > c->cap) {
+        size_t ncap = c->cap ? 2 * c->cap : 1024;
+        uint32_t *nk = calloc(ncap, sizeof *nk);
+        uint64_t *nv = calloc(ncap, sizeof *nv);
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            return -1;
+        }
+        for (size_t i = 0; i < c->cap; i++) {
+            if (!c->key[i]) continue;
+            size_t j = (c->key[i] * 2654435761u) & (ncap - 1);
+            while (nk[j]) j = (j + 1) & (ncap - 1);
+            nk[j] = c->key[i];
+            nv[j] = c->val[i];
+        }
+        free(c->key);
+        free(c->val);
+        c->key = nk;
+        c->val = nv;
+        c->cap = ncap;
+    }
+    size_t j = (v * 2654435761u) & (c->cap - 1);
+    while (c->key[j] && c->key[j] != v) j = (j + 1) & (c->cap - 1);
+    if (!c->key[j]) {
+        c->key[j] = v;
+        c->used++;
+    }
+    c->val[j]++;
+    return 0;
+}
+
+static int count_id(id_counts *c, uint32_t v)
+{
+    if (v >= DENSE_IDS) return count_big(c, v);
+    if (v >= c->dense_cap) {
+        size_t ncap = c->dense_cap ? c->dense_cap : 1024;
+        while (ncap <= v) ncap *= 2;
+        uint64_t *nc = realloc(c->dense, ncap * sizeof *nc);
+        if (!nc) return -1;
+        for (size_t j = c->dense_cap; j < ncap; j++) nc[j] = 0;
+        c->dense = nc;
+        c->dense_cap = ncap;
+    }
+    c->dense[v]++;
+    return 0;
+}
+
 mc_status mc_idx_unigram_entropy(const mc_idx *x, double *nats, uint64_t *n_distinct, mc_error *err)
 {
     /* Count every id in one pass over the sequences, then
      * H = ln N - (1/N) sum_v c_v ln c_v, which needs no second pass. */
-    uint64_t *count = NULL;
-    size_t cap = 0;
+    id_counts c = {0};
     uint64_t total = 0;
     mc_ids ids = MC_IDS_INIT;
     mc_status st = MC_OK;
@@ -27,34 +91,32 @@ mc_status mc_idx_unigram_entropy(const mc_idx *x, double *nats, uint64_t *n_dist
                                   (unsigned long long)s, v);
                 break;
             }
-            if ((size_t)v >= cap) {
-                size_t ncap = cap ? cap : 1024;
-                while (ncap <= (size_t)v) ncap *= 2;
-                uint64_t *nc = realloc(count, ncap * sizeof *nc);
-                if (!nc) {
-                    st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
-                    break;
-                }
-                for (size_t j = cap; j < ncap; j++) nc[j] = 0;
-                count = nc;
-                cap = ncap;
+            if (count_id(&c, (uint32_t)v) != 0) {
+                st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+                break;
             }
-            count[v]++;
             total++;
         }
     }
     if (st == MC_OK) {
         double sum = 0;
         uint64_t distinct = 0;
-        for (size_t v = 0; v < cap; v++)
-            if (count[v]) {
-                sum += (double)count[v] * log((double)count[v]);
+        for (size_t v = 0; v < c.dense_cap; v++)
+            if (c.dense[v]) {
+                sum += (double)c.dense[v] * log((double)c.dense[v]);
+                distinct++;
+            }
+        for (size_t j = 0; j < c.cap; j++)
+            if (c.key[j]) {
+                sum += (double)c.val[j] * log((double)c.val[j]);
                 distinct++;
             }
         *nats = total ? log((double)total) - sum / (double)total : 0.0;
         if (n_distinct) *n_distinct = distinct;
     }
-    free(count);
+    free(c.dense);
+    free(c.key);
+    free(c.val);
     mc_ids_free(&ids);
     return st;
 }

@@ -287,7 +287,9 @@ static mc_status open_index(mc_st_model *m, const char *index, mc_error *err)
     json_object_foreach(wm, key, v)
     {
         const char *file = json_string_value(v);
-        if (!file || !*file || strchr(file, '/')) {
+        /* A plain name in the index's directory: no '/', so neither an
+         * absolute path nor one through "..", and not "." or ".." itself. */
+        if (!file || !*file || strchr(file, '/') || !strcmp(file, ".") || !strcmp(file, "..")) {
             st = mc_error_set(err, MC_ERR_FORMAT,
                               "%s: weight_map: '%s' does not name a file in the directory", index,
                               key);

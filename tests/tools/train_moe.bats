@@ -264,3 +264,22 @@ print(sum(v.size for v in f["model"].values()))' ck/iter_0000000/model.h5)
     assert_failure 2
     [[ "$stderr" == *"--num-experts with --sequence-parallel is not implemented yet"* ]]
 }
+
+@test "a MoE checkpoint whose config.model claims wider experts than it stores is refused before the model is built" {
+    require_python_module h5py
+    run -0 "$MC_TRAIN" "${moe[@]}" --moe-layer-freq '[0,1]' --train-iters 1 --save ck
+    "$MC_PYTHON" - ck/iter_0000001/model.h5 <<'EOF2'
+import sys, json, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    cfg = f.attrs["config"]
+    cfg = json.loads(cfg if isinstance(cfg, str) else cfg.decode())
+    cfg["model"]["moe"]["moe_ffn_hidden_size"] = 1 << 20
+    f.attrs["config"] = json.dumps(cfg)
+EOF2
+    run --separate-stderr "$MC_TRAIN" "${moe[@]}" --moe-layer-freq '[0,1]' --train-iters 2 \
+        --load ck --use-checkpoint-args --no-verify --save ck2
+    assert_failure 1
+    [ "$(printf '%s\n' "$stderr" | wc -l)" = 1 ]
+    [[ "$stderr" == *"model.h5: model/decoder.layers.1.mlp.experts.experts.linear_fc1.weight is [256, 64], config.model implies [2147483648, 64]"* ]]
+    [ ! -e ck2 ]
+}
