@@ -276,10 +276,12 @@ with h5py.File(sys.argv[1], "r+") as f:
     cfg["model"]["moe"]["moe_ffn_hidden_size"] = 1 << 20
     f.attrs["config"] = json.dumps(cfg)
 EOF2
-    run --separate-stderr "$MC_TRAIN" "${moe[@]}" --moe-layer-freq '[0,1]' --train-iters 2 \
-        --load ck --use-checkpoint-args --no-verify --save ck2
+    # the architecture from the checkpoint (4 experts of fc1 2 x 2^20 rows)
+    run --separate-stderr "$MC_TRAIN" --load ck --use-checkpoint-args --no-verify --save ck2 \
+        --train-iters 2 --lr 1e-3 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 \
+        --mock-data --vocab-size 64 --threads 1
     assert_failure 1
     [ "$(printf '%s\n' "$stderr" | wc -l)" = 1 ]
-    [[ "$stderr" == *"model.h5: model/decoder.layers.1.mlp.experts.experts.linear_fc1.weight is [256, 64], config.model implies [2147483648, 64]"* ]]
+    [[ "$stderr" == *"model.h5: model/decoder.layers.1.mlp.experts.experts.linear_fc1.weight is [256, 64], config.model implies [8388608, 64]"* ]]
     [ ! -e ck2 ]
 }
