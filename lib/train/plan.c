@@ -121,6 +121,22 @@ static void layers_acts(const mc_model_config *c, const act_dims *d, int nl, dou
     }
 }
 
+/* Full recomputation of a chunk of nl layers: *R layers run forward again
+ * in *G groups (uniform: all of them in groups of N; block: the first N,
+ * each alone). 0 otherwise. */
+static void recomputed_layers(const mc_model_config *c, int nl, double *R, double *G)
+{
+    int N = c->recompute_num_layers;
+    *R = *G = 0;
+    if (c->recompute_granularity != MC_RECOMPUTE_FULL) return;
+    if (c->recompute_method == MC_RECOMPUTE_UNIFORM) {
+        *R = nl;
+        *G = (nl + N - 1) / N;
+    } else {
+        *R = *G = N;
+    }
+}
+
 /* model.c's activation block for this stage and its slots: into s's
  * act_kept (per slot), act_workspace, act_scratch and act_pipe (pipeline.c's
  * gradient buffer); returns the sum. */
@@ -251,6 +267,20 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
                     g_calls += 2, g_bytes += 2 * X;
                     a_calls += 4, a_bytes += 3 * N * 4 + (ln ? 2 : 1) * C * 4;
                 }
+            }
+            /* recomputation runs forward collectives again in the
+             * backward: full, each recomputed layer's (but fc2's of a
+             * group's last layer); selective mlp, the gather of norm2's
+             * output (sequence parallelism) */
+            double R = 0, G = 0;
+            recomputed_layers(&c, nl, &R, &G);
+            if (!sp) {
+                a_calls += 2 * R - G, a_bytes += (2 * R - G) * X;
+            } else {
+                g_calls += 4 * R - G, g_bytes += (4 * R - G) * X;
+                if (c.recompute_granularity == MC_RECOMPUTE_SELECTIVE &&
+                    (c.recompute_modules & MC_RECOMPUTE_MLP))
+                    g_calls += nl, g_bytes += nl * X;
             }
             s->tp_calls = (int64_t)(M * (a_calls + g_calls));
             s->tp_bytes = M * (a_bytes + g_bytes);
