@@ -4,8 +4,10 @@
 # ids, --mock-data) at sequence lengths T, one sequence per micro-batch, for
 # each activation-recomputation setting (and, where given, each
 # context-parallel size): the step time (mc-train's "elapsed time per
-# iteration" of the last iteration), the peak resident memory of each rank
-# (GNU time's %M, the largest rank's), and mc's own account of the
+# iteration" of the last iteration), the process's CPU time (user + system,
+# set-up included: on a shared machine the fairer comparison, since wall
+# time follows the load), the peak resident memory of each rank (GNU
+# time's %M, the largest rank's), and mc's own account of the
 # activation block (the "activations (stage 0)" line) beside what --dry-run
 # plans for it. Prints a table and the ratios to the run without
 # recomputation at the same T and CP. A benchmark, not a test:
@@ -17,6 +19,7 @@
 #   SETTINGS="none selective full"
 #       none          no recomputation
 #       selective     --recompute-granularity selective (core_attn, Megatron's default)
+#       selective-mlp selective with mlp
 #       selective-all selective with core_attn layernorm mlp
 #       full          --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 #       full-block-N  full, block, N layers
@@ -45,6 +48,7 @@ options() {
     case $1 in
     none) ;;
     selective) echo --recompute-granularity selective ;;
+    selective-mlp) echo --recompute-granularity selective --recompute-modules mlp ;;
     selective-all) echo --recompute-granularity selective --recompute-modules core_attn layernorm mlp ;;
     full) echo --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 ;;
     full-block-*) echo --recompute-granularity full --recompute-method block --recompute-num-layers "${1#full-block-}" ;;
@@ -53,10 +57,11 @@ options() {
 }
 
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%F)"
-printf '%-6s %-3s %-14s %12s %10s %14s %14s %8s %8s\n' T CP setting step_ms peak_MiB act_bytes planned_act time_x mem_x
+printf '%-6s %-3s %-14s %12s %9s %10s %14s %14s %8s %8s %8s\n' T CP setting step_ms cpu_s peak_MiB \
+    act_bytes planned_act time_x cpu_x mem_x
 for T in $seqs; do
     for cp in $cps; do
-        base_ms='' base_rss=''
+        base_ms='' base_rss='' base_cpu=''
         for s in $settings; do
             # shellcheck disable=SC2046
             args=(--model gpt2-124m --num-layers "$layers" --vocab-size 50257 --seq-length "$T"
@@ -66,21 +71,23 @@ for T in $seqs; do
             rm -f "$work"/rss.*
             if [ "$cp" -gt 1 ]; then
                 "${MPIRUN:-mpirun}" --oversubscribe --bind-to none -np "$cp" sh -c \
-                    '/usr/bin/time -f %M -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$work/rss" \
+                    '/usr/bin/time -f "%M %U %S" -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$work/rss" \
                     "$mctrain" "${args[@]}" --context-parallel-size "$cp" >"$log" 2>&1
             else
-                /usr/bin/time -f %M -o "$work/rss.0" "$mctrain" "${args[@]}" >"$log" 2>&1
+                /usr/bin/time -f "%M %U %S" -o "$work/rss.0" "$mctrain" "${args[@]}" >"$log" 2>&1
             fi
             ms=$(grep -o 'elapsed time per iteration (ms): [0-9.]*' "$log" | tail -1 | awk '{ print $NF }')
-            rss=$(cat "$work"/rss.* | sort -n | tail -1)
+            rss=$(awk '{ print $1 }' "$work"/rss.* | sort -n | tail -1)
             rss=$((rss / 1024))
+            cpu=$(awk '{ s += $2 + $3 } END { printf "%.1f", s }' "$work"/rss.*)
             act=$(awk '/^activations \(stage 0\)/ { print $4; exit }' "$log")
             planned=$("$mctrain" "${args[@]}" --dry-run --world-size "$cp" \
                           $([ "$cp" -gt 1 ] && echo --context-parallel-size "$cp") 2>/dev/null |
                       awk '/^  activations: / { print $2; exit }')
-            [ -n "$base_ms" ] || { base_ms=$ms; base_rss=$rss; }
-            printf '%-6s %-3s %-14s %12s %10s %14s %14s %8.3f %8.3f\n' "$T" "$cp" "$s" "$ms" "$rss" \
-                "$act" "${planned:--}" "$(echo "$ms / $base_ms" | bc -l)" "$(echo "$rss / $base_rss" | bc -l)"
+            [ -n "$base_ms" ] || { base_ms=$ms; base_rss=$rss; base_cpu=$cpu; }
+            printf '%-6s %-3s %-14s %12s %9s %10s %14s %14s %8.3f %8.3f %8.3f\n' "$T" "$cp" "$s" \
+                "$ms" "$cpu" "$rss" "$act" "${planned:--}" "$(echo "$ms / $base_ms" | bc -l)" \
+                "$(echo "$cpu / $base_cpu" | bc -l)" "$(echo "$rss / $base_rss" | bc -l)"
         done
     done
 done
