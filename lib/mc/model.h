@@ -105,6 +105,16 @@ typedef struct mc_model_config {
      * (empty: the integer rule). */
     int moe_layer_freq;
     char moe_layer_pattern[MC_MOE_MAX_LAYERS + 1];
+    /* Activation recomputation, Megatron's --recompute-granularity,
+     * --recompute-method, --recompute-num-layers and --recompute-modules
+     * (doc/ARCHITECTURE.md, "Recomputation"): what the forward keeps for the
+     * backward and what the backward runs again. Like sequence_parallel a
+     * setting of the run, not of the architecture (checkpoints do not
+     * store it); results are bit-identical whatever it is. */
+    int recompute_granularity;  /* MC_RECOMPUTE_NONE, _FULL, _SELECTIVE */
+    int recompute_method;       /* full: MC_RECOMPUTE_UNIFORM or _BLOCK */
+    int recompute_num_layers;   /* full: layers per group (uniform), per chunk (block) */
+    unsigned recompute_modules; /* selective: MC_RECOMPUTE_CORE_ATTN | ... */
 } mc_model_config;
 
 enum { MC_CP_P2P = 0, MC_CP_A2A = 1 };
@@ -130,6 +140,36 @@ int mc_model_layer_is_moe(const mc_model_config *c, int l);
  * tools that cannot handle MoE models yet, so they never misread one. */
 mc_status mc_model_refuse_moe(const mc_model_config *c, const char *path, const char *what,
                               mc_error *err);
+
+/* mc_model_config.recompute_granularity and recompute_method */
+enum { MC_RECOMPUTE_NONE = 0, MC_RECOMPUTE_FULL = 1, MC_RECOMPUTE_SELECTIVE = 2 };
+enum { MC_RECOMPUTE_UNIFORM = 1, MC_RECOMPUTE_BLOCK = 2 };
+/* mc_model_config.recompute_modules: Megatron's names.
+ * core_attn: the attention's output and log-sum-exp are not kept; attention
+ *   runs again from q, k and v;
+ * layernorm: neither norm's output (nor its statistics) is kept; both norms
+ *   run again from the residual stream;
+ * mlp: the MLP block with its fused norm (Megatron Core's TE spec) keeps
+ *   nothing; norm2, fc1 and the activation run again from the residual. */
+enum {
+    MC_RECOMPUTE_CORE_ATTN = 1 << 0,
+    MC_RECOMPUTE_LAYERNORM = 1 << 1,
+    MC_RECOMPUTE_MLP = 1 << 2,
+};
+/* Module name (Megatron's) -> MC_RECOMPUTE_* bit; MC_ERR_USAGE naming it
+ * for a module mc's layers do not have (moe, moe_act, shared_experts,
+ * mla_up_proj, ...) or an unknown name. */
+mc_status mc_recompute_module(const char *name, unsigned *bit, mc_error *err);
+/* The setting in words ("full uniform 2", "selective core_attn,mlp",
+ * "none") into buf. */
+void mc_recompute_describe(const mc_model_config *c, char *buf, size_t n);
+/* Check the recomputation setting (MC_ERR_USAGE with the numbers): its
+ * combinations as Megatron's TransformerConfig does (method and number of
+ * layers with full granularity only, and needed there; modules with
+ * selective only; mc_model_config_finish checks these too), and with full
+ * granularity recompute_num_layers no more than the layers of any model
+ * chunk of any of the pp stages. mc_model_new checks it on its grid. */
+mc_status mc_model_check_recompute(const mc_model_config *c, int pp, mc_error *err);
 
 /* Megatron's defaults (GPT-style: LayerNorm, GELU, learned positions, biases,
  * tied embeddings); fields left 0 are derived by mc_model_config_finish. */
@@ -352,6 +392,17 @@ size_t mc_model_act_numel(const mc_model *m);
 /* Re-lay the activations for `slots` micro-batches in flight (default 1);
  * slot arguments below are in [0, slots). */
 mc_status mc_model_set_slots(mc_model *m, int slots, mc_error *err);
+/* The bytes of the activation block (backend memory): per micro-batch
+ * slot, what the forward keeps for the backward (every layer's saved
+ * activations, less what recomputation drops; the stage's output, the
+ * head's, the ids); the recomputation workspace, shared by all slots,
+ * where dropped activations live while a layer runs; and the scratch
+ * of one forward or backward. total = slots x kept + workspace + scratch. */
+typedef struct mc_act_bytes {
+    size_t kept, workspace, scratch, total;
+    int slots;
+} mc_act_bytes;
+void mc_model_act_bytes(const mc_model *m, mc_act_bytes *out);
 /* Where the previous stage's output for a micro-batch in `slot` goes
  * before mc_model_forward (not the first stage). */
 float *mc_model_stage_input(mc_model *m, int slot);

@@ -19,13 +19,21 @@
 extern "C" {
 #endif
 
+#define MC_PLAN_RECOMPUTE_SETTINGS 4
+
 typedef struct mc_plan_stage {
     int first_layer, last_layer; /* global layers [first, last) */
     int64_t params;              /* local parameter elements (unpadded) */
     int64_t numel;               /* elements of the parameter buffer (64-byte aligned) */
     double param_bytes, grad_bytes, optim_bytes, act_bytes;
-    double act_bytes_recompute; /* < 0: recomputation not implemented */
-    int slots;                  /* micro-batches whose activations are held */
+    /* act_bytes = slots x act_kept + act_workspace + act_scratch + act_pipe:
+     * what each micro-batch in flight keeps, recomputation's workspace and
+     * the scratch (mc_model_act_bytes), and the pipeline's gradient buffer */
+    double act_kept, act_workspace, act_scratch, act_pipe;
+    /* act_bytes under other recomputation settings: none, selective
+     * core_attn, selective core_attn,layernorm,mlp, full uniform 1 */
+    double act_by[MC_PLAN_RECOMPUTE_SETTINGS];
+    int slots; /* micro-batches whose activations are held */
     /* Bytes per iteration this rank sends into collectives of each group
      * (tensor sizes, not the wire), and the calls. */
     double tp_bytes, dp_bytes, pp_bytes, embd_bytes;
@@ -48,6 +56,7 @@ typedef struct mc_plan {
     int64_t micro_batch, global_batch, num_micro;
     int64_t global_params; /* the model's parameters (unpadded) */
     int64_t active_params; /* of them, those one token uses (MoE: top-k of the experts) */
+    char recompute[96];    /* the run's recomputation, mc_recompute_describe */
     int nstages;           /* = pp */
     mc_plan_stage *stage;  /* [pp] */
 } mc_plan;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mc/model.h"
+#include "model/model_internal.h"
 
 void mc_model_config_init(mc_model_config *c)
 {
@@ -428,6 +428,9 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
                    (double)c->rope_high_freq_factor, c->rope_original_max_position_embeddings);
     if (c->use_rope_scaling && c->position_embedding_type != MC_POS_ROPE)
         return BAD("--use-rope-scaling needs --position-embedding-type rope");
+
+    mc_status rst = mc_model_recompute_finish(c, err);
+    if (rst) return rst;
 
     if (c->sequence_parallel && tp > 1 && c->seq_length % tp)
         return BAD("--sequence-parallel needs --seq-length (%d) to be a multiple of "

@@ -15,45 +15,95 @@
  * (256 x 50304 x 4 bytes = 51 MB for GPT-2) while keeping the GEMM wide. */
 #define LM_CHUNK_ROWS 256
 
-/* The global index of this rank's local layer l. */
-static int global_layer(const mc_model *m, int l)
+/* What a layer keeps for its backward, by groups of mc_layer_acts's
+ * tensors (mc_model.rc_keep); the rest lives in a workspace layer. */
+enum {
+    ACT_RES = 1 << 0,  /* res, the layer's input */
+    ACT_LN1 = 1 << 1,  /* ln1 and its statistics */
+    ACT_QKV = 1 << 2,  /* q, k, v */
+    ACT_ATT = 1 << 3,  /* att, lse */
+    ACT_RES2 = 1 << 4, /* res2 */
+    ACT_LN2 = 1 << 5,  /* ln2 and its statistics */
+    ACT_MLP = 1 << 6,  /* fc1, act */
+    ACT_ALL = (1 << 7) - 1,
+};
+
+/* What selective recomputation of `modules` does not keep. */
+static unsigned dropped_by(unsigned modules)
 {
-    for (int g = 0; g < m->cfg.num_layers; g++)
-        if (m->lidx[g] == l) return g;
-    return 0;
+    return (modules & MC_RECOMPUTE_CORE_ATTN ? ACT_ATT : 0u) |
+           (modules & MC_RECOMPUTE_LAYERNORM ? ACT_LN1 | ACT_LN2 : 0u) |
+           (modules & MC_RECOMPUTE_MLP ? ACT_LN2 | ACT_MLP : 0u);
+}
+
+/* Layer a's tensors in `bits` carved from cv, the others those of the
+ * workspace layer ws (NULL: none). */
+static void carve_layer(const mc_model *m, carver *cv, mc_layer_acts *a, unsigned bits,
+                        const mc_layer_acts *ws)
+{
+    size_t N = m->N, C = m->C, D = m->D, Nl = m->Nl;
+    int ln = m->cfg.normalization == MC_NORM_LAYERNORM;
+    static const mc_layer_acts none;
+    if (!ws) ws = &none;
+    *a = *ws;
+    if (bits & ACT_RES) a->res = carve(cv, Nl * C);
+    if (bits & ACT_LN1) {
+        a->ln1 = carve(cv, Nl * C);
+        a->ln1_mean = ln ? carve(cv, Nl) : NULL;
+        a->ln1_rstd = carve(cv, Nl);
+    }
+    if (bits & ACT_QKV) {
+        a->q = carve(cv, N * m->Ql * D);
+        a->k = carve(cv, N * m->Gl * D);
+        a->v = carve(cv, N * m->Gl * D);
+    }
+    if (bits & ACT_ATT) {
+        a->att = carve(cv, N * m->Ql * D);
+        a->lse = carve(cv, N * m->Ql);
+    }
+    if (bits & ACT_RES2) a->res2 = carve(cv, Nl * C);
+    if (bits & ACT_LN2) {
+        a->ln2 = carve(cv, Nl * C);
+        a->ln2_mean = ln ? carve(cv, Nl) : NULL;
+        a->ln2_rstd = carve(cv, Nl);
+    }
+    if (bits & ACT_MLP) {
+        a->fc1 = carve(cv, N * m->fc1_out);
+        a->act = carve(cv, N * m->Fl);
+    }
+}
+
+/* The workspace layer j: full recomputation runs a group's layers in
+ * workspace layers 0, 1, ... (the first layer's input is kept in its slot);
+ * selective recomputation puts what it drops in workspace layer 0. */
+static unsigned ws_bits(const mc_model *m, int j)
+{
+    if (m->cfg.recompute_granularity == MC_RECOMPUTE_FULL) return j ? ACT_ALL : ACT_ALL & ~ACT_RES;
+    return dropped_by(m->cfg.recompute_modules);
 }
 
 static void layout_acts(mc_model *m, carver *cv)
 {
-    const mc_model_config *c = &m->cfg;
     size_t N = m->N, C = m->C, D = m->D, Nl = m->Nl;
-    int ln = c->normalization == MC_NORM_LAYERNORM;
+    int ln = m->cfg.normalization == MC_NORM_LAYERNORM;
+    size_t off0 = cv->off;
+    for (int j = 0; j < m->rc_nws; j++) carve_layer(m, cv, &m->rc_ws[j], ws_bits(m, j), NULL);
+    size_t off_ws = cv->off;
     for (int s = 0; s < m->nslots; s++) {
         mc_slot *sl = &m->slots[s];
-        for (int l = 0; l < m->nlocal; l++) {
-            mc_layer_acts *a = &sl->acts[l];
-            int moe = m->lp[global_layer(m, l)].moe;
-            a->res = carve(cv, Nl * C);
-            a->ln1 = carve(cv, Nl * C);
-            a->ln1_mean = ln ? carve(cv, Nl) : NULL;
-            a->ln1_rstd = carve(cv, Nl);
-            a->q = carve(cv, N * m->Ql * D);
-            a->k = carve(cv, N * m->Gl * D);
-            a->v = carve(cv, N * m->Gl * D);
-            a->att = carve(cv, N * m->Ql * D);
-            a->lse = carve(cv, N * m->Ql);
-            a->res2 = carve(cv, Nl * C);
-            a->ln2 = carve(cv, Nl * C);
-            a->ln2_mean = ln ? carve(cv, Nl) : NULL;
-            a->ln2_rstd = carve(cv, Nl);
-            if (moe) { /* the MoE block's own (moe.c) instead of the MLP's */
-                a->fc1 = a->act = NULL;
-                mc_moe_layout(m, cv, a);
-                continue;
+        for (int c = 0; c < m->nchunks; c++)
+            for (int l = m->cl0[c]; l < m->cl1[c]; l++) {
+                int li = m->lidx[l];
+                int j = m->rc_g0[li] >= 0 ? l - m->rc_g0[li] : 0;
+                mc_layer_acts *a = &sl->acts[li];
+                int moe = m->lp[l].moe;
+                carve_layer(m, cv, a, moe ? m->rc_keep[li] & ~ACT_MLP : m->rc_keep[li],
+                            m->rc_nws ? &m->rc_ws[j] : NULL);
+                if (moe) { /* the MoE block's own (moe.c) instead of the MLP's */
+                    a->fc1 = a->act = NULL;
+                    mc_moe_layout(m, cv, a);
+                }
             }
-            a->fc1 = carve(cv, N * m->fc1_out);
-            a->act = carve(cv, N * m->Fl);
-        }
         sl->res_out = carve(cv, (size_t)m->nchunks * Nl * C);
         if (m->last_stage) {
             sl->lnf = carve(cv, Nl * C);
@@ -67,6 +117,7 @@ static void layout_acts(mc_model *m, carver *cv)
         sl->seg = (int32_t *)carve(cv, N);
         sl->pos_loc = (int32_t *)carve(cv, Nl);
     }
+    size_t off_slots = cv->off;
     m->qkv = carve(cv, N * m->qkv_out);
     m->tmp = carve(cv, N * C);
     m->dres = carve(cv, Nl * C);
@@ -89,6 +140,45 @@ static void layout_acts(mc_model *m, carver *cv)
     m->sumexp = carve(cv, N);
     m->tlogit = carve(cv, N);
     m->loss = carve(cv, N);
+    m->act_ws = off_ws - off0;
+    m->act_kept = (off_slots - off_ws) / (size_t)m->nslots; /* the slots are alike */
+    m->act_scratch = cv->off - off_slots;
+}
+
+/* Which layers recomputation touches (cfg.recompute_*), per model chunk
+ * as Megatron's TransformerBlock does: full uniform makes groups of N
+ * layers from each chunk's first, the last one shorter; full block
+ * recomputes the first N layers of each chunk, each on its own; selective
+ * drops the named modules' tensors of every layer. */
+static mc_status plan_recompute(mc_model *m, mc_error *err)
+{
+    const mc_model_config *c = &m->cfg;
+    size_t nl = (size_t)m->nlocal + 1;
+    m->rc_g0 = malloc(nl * sizeof *m->rc_g0);
+    m->rc_g1 = malloc(nl * sizeof *m->rc_g1);
+    m->rc_keep = malloc(nl * sizeof *m->rc_keep);
+    int full = c->recompute_granularity == MC_RECOMPUTE_FULL, N = c->recompute_num_layers;
+    m->rc_nws = full ? (c->recompute_method == MC_RECOMPUTE_UNIFORM ? N : 1)
+                     : c->recompute_granularity == MC_RECOMPUTE_SELECTIVE;
+    m->rc_ws = calloc((size_t)m->rc_nws + 1, sizeof *m->rc_ws);
+    if (!m->rc_g0 || !m->rc_g1 || !m->rc_keep || !m->rc_ws)
+        return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+    unsigned keep = c->recompute_granularity == MC_RECOMPUTE_SELECTIVE
+                        ? ACT_ALL & ~dropped_by(c->recompute_modules)
+                        : ACT_ALL;
+    for (int k = 0; k < m->nchunks; k++)
+        for (int l = m->cl0[k]; l < m->cl1[k]; l++) {
+            int li = m->lidx[l], i = l - m->cl0[k];
+            m->rc_g0[li] = m->rc_g1[li] = -1;
+            m->rc_keep[li] = keep;
+            if (!full || (c->recompute_method == MC_RECOMPUTE_BLOCK && i >= N)) continue;
+            int g0 = c->recompute_method == MC_RECOMPUTE_BLOCK ? l : m->cl0[k] + i / N * N;
+            int g1 = c->recompute_method == MC_RECOMPUTE_BLOCK ? l + 1 : g0 + N;
+            m->rc_g0[li] = g0;
+            m->rc_g1[li] = g1 < m->cl1[k] ? g1 : m->cl1[k];
+            m->rc_keep[li] = l == g0 ? ACT_RES : 0u;
+        }
+    return MC_OK;
 }
 
 /* (Re)allocate the slots and the activation block for nslots. */
@@ -208,6 +298,8 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
         m->pw = mc_balloc(be, m->numel * m->pw_bytes, err);
         if (!m->pw) goto nomem;
     }
+    if ((st = mc_model_check_recompute(&m->cfg, g->pp, err)) || (st = plan_recompute(m, err)))
+        goto fail;
     if (alloc_acts(m, 1, err)) goto nomem;
     *out = m;
     return MC_OK;
@@ -235,6 +327,10 @@ void mc_model_free(mc_model *m)
     free(m->cl0);
     free(m->cl1);
     free(m->lidx);
+    free(m->rc_g0);
+    free(m->rc_g1);
+    free(m->rc_keep);
+    free(m->rc_ws);
     free(m->params);
     free(m->hpos);
     free(m->hseg);
@@ -351,53 +447,142 @@ static mc_status row_parallel_fwd(mc_model *m, float **out, const float *x, int 
     return tp_reduce(m, m->tmp, m->loc, out, err);
 }
 
-static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error *err)
+/* The parts of a layer's forward, each a function of what it reads, so a
+ * part run again (recomputation) gives the same bits. */
+static void norm1_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp)
+{
+    norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
+}
+
+static void norm2_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp)
+{
+    norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
+}
+
+/* q, k, v = split(ln1 Wqkv^T + b) (ln1 gathered), RoPE applied */
+static mc_status qkv_fwd(mc_model *m, mc_slot *sl, mc_layer_acts *a, const mc_layer_params *lp,
+                         mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
-    const mc_layer_params *lp = &m->lp[l];
-    mc_layer_acts *a = &sl->acts[m->lidx[l]];
-    mc_backend *be = m->be;
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
     const float *h;
-    float *y;
-
-    round_weight(m, lp->qkv_w);
-    round_weight(m, lp->proj_w);
-    round_weight(m, lp->fc1_w);
-    round_weight(m, lp->fc2_w);
-    norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
     TRY(tp_gather(m, a->ln1, &h, err));
-    mc_k_linear_fwd(be, m->prec, m->qkv, h, param_val(m, lp->qkv_w), param_prep(m, lp->qkv_w),
+    mc_k_linear_fwd(m->be, m->prec, m->qkv, h, param_val(m, lp->qkv_w), param_prep(m, lp->qkv_w),
                     param_val(m, lp->qkv_b), N, C, m->qkv_out, 0.0f);
-    mc_k_qkv_split(be, a->q, a->k, a->v, m->qkv, N, m->Ql, m->Gl, D);
+    mc_k_qkv_split(m->be, a->q, a->k, a->v, m->qkv, N, m->Ql, m->Gl, D);
     if (c->position_embedding_type == MC_POS_ROPE) {
         mc_rope rp = mc_rope_of(c);
-        mc_k_rope_fwd(be, a->q, B, T, m->Ql, D, &rp, 0, slot_pos(m, sl));
-        mc_k_rope_fwd(be, a->k, B, T, m->Gl, D, &rp, 0, slot_pos(m, sl));
+        mc_k_rope_fwd(m->be, a->q, B, T, m->Ql, D, &rp, 0, slot_pos(m, sl));
+        mc_k_rope_fwd(m->be, a->k, B, T, m->Gl, D, &rp, 0, slot_pos(m, sl));
     }
-    if (m->cpa)
-        TRY(mc_model_cp_attention_fwd(m, sl, a, slot_seg(m, sl), err));
-    else
-        mc_k_attention_fwd(be, a->att, a->lse, a->q, a->k, a->v, B, T, m->Ql, m->Gl, D,
-                           1.0f / sqrtf((float)D), slot_seg(m, sl));
-    TRY(row_parallel_fwd(m, &y, a->att, lp->proj_w, lp->proj_b, m->Ql * D, err));
-    mc_k_add(be, a->res2, a->res, y, m->Nl * C);
+    return MC_OK;
+}
 
-    norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
-    if (lp->moe) { /* the MoE block (moe.c), replicated over tensor parallelism */
+/* Megatron's core attention: att, lse from q, k, v (over the context-
+ * parallel group when there is one) */
+static mc_status core_attn_fwd(mc_model *m, mc_slot *sl, mc_layer_acts *a, mc_error *err)
+{
+    size_t D = m->D;
+    if (m->cpa) return mc_model_cp_attention_fwd(m, sl, a, slot_seg(m, sl), err);
+    mc_k_attention_fwd(m->be, a->att, a->lse, a->q, a->k, a->v, (size_t)m->B, m->T, m->Ql, m->Gl, D,
+                       1.0f / sqrtf((float)D), slot_seg(m, sl));
+    return MC_OK;
+}
+
+/* res2 = res + att Wproj^T + b */
+static mc_status proj_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp, mc_error *err)
+{
+    float *y;
+    TRY(row_parallel_fwd(m, &y, a->att, lp->proj_w, lp->proj_b, m->Ql * m->D, err));
+    mc_k_add(m->be, a->res2, a->res, y, m->Nl * m->C);
+    return MC_OK;
+}
+
+/* act = act_fn(ln2 Wfc1^T + b) (ln2 gathered) */
+static mc_status fc1_act_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp,
+                             mc_error *err)
+{
+    size_t N = m->N;
+    const float *h;
+    TRY(tp_gather(m, a->ln2, &h, err));
+    mc_k_linear_fwd(m->be, m->prec, a->fc1, h, param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w),
+                    param_val(m, lp->fc1_b), N, m->C, m->fc1_out, 0.0f);
+    if (m->cfg.swiglu)
+        mc_k_swiglu_fwd(m->be, a->act, a->fc1, N, m->Fl);
+    else
+        mc_k_gelu_fwd(m->be, a->act, a->fc1, N * m->Fl);
+    return MC_OK;
+}
+
+/* out = res2 + act Wfc2^T + b */
+static mc_status fc2_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp, float *out,
+                         mc_error *err)
+{
+    float *y;
+    TRY(row_parallel_fwd(m, &y, a->act, lp->fc2_w, lp->fc2_b, m->Fl, err));
+    mc_k_add(m->be, out, a->res2, y, m->Nl * m->C);
+    return MC_OK;
+}
+
+/* Layer l's forward from its input sl->acts[.].res into out, keeping its
+ * activations in the slot (or the recomputation workspace). prepare: remake
+ * the weights' GEMM form first (a forward pass; recomputation reuses the
+ * pass's). out NULL (recomputation of a group's last layer): the output
+ * is not needed, fc2 is not run. */
+static mc_status layer_fwd_run(mc_model *m, mc_slot *sl, int l, float *out, int prepare,
+                               mc_error *err)
+{
+    const mc_layer_params *lp = &m->lp[l];
+    mc_layer_acts *a = &sl->acts[m->lidx[l]];
+    if (prepare) {
+        round_weight(m, lp->qkv_w);
+        round_weight(m, lp->proj_w);
+        round_weight(m, lp->fc1_w);
+        round_weight(m, lp->fc2_w);
+    }
+    norm1_fwd(m, a, lp);
+    TRY(qkv_fwd(m, sl, a, lp, err));
+    TRY(core_attn_fwd(m, sl, a, err));
+    TRY(proj_fwd(m, a, lp, err));
+    norm2_fwd(m, a, lp);
+    if (lp->moe) { /* the MoE block (moe.c), replicated over tensor parallelism; never
+                    * recomputed (mc_model_check_recompute) */
         TRY(mc_moe_fwd(m, sl, l, a->ln2, m->tmp, err));
-        mc_k_add(be, out, a->res2, m->tmp, m->Nl * C);
+        if (out) mc_k_add(m->be, out, a->res2, m->tmp, m->Nl * m->C);
         return MC_OK;
     }
-    TRY(tp_gather(m, a->ln2, &h, err));
-    mc_k_linear_fwd(be, m->prec, a->fc1, h, param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w),
-                    param_val(m, lp->fc1_b), N, C, m->fc1_out, 0.0f);
-    if (c->swiglu)
-        mc_k_swiglu_fwd(be, a->act, a->fc1, N, m->Fl);
-    else
-        mc_k_gelu_fwd(be, a->act, a->fc1, N * m->Fl);
-    TRY(row_parallel_fwd(m, &y, a->act, lp->fc2_w, lp->fc2_b, m->Fl, err));
-    mc_k_add(be, out, a->res2, y, m->Nl * C);
+    TRY(fc1_act_fwd(m, a, lp, err));
+    return out ? fc2_fwd(m, a, lp, out, err) : MC_OK;
+}
+
+static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error *err)
+{
+    return layer_fwd_run(m, sl, l, out, 1, err);
+}
+
+/* Before layer l's backward, what its forward did not keep, made again by
+ * the same calls on the same inputs: the same bits. Full recomputation, at
+ * the group's last layer: the group's forward from its first layer's kept
+ * input (the workspace then holds every layer of the group); selective:
+ * the named modules of layer l. */
+static mc_status layer_recompute(mc_model *m, mc_slot *sl, int l, mc_error *err)
+{
+    int li = m->lidx[l];
+    if (m->rc_g0[li] >= 0) {
+        int g0 = m->rc_g0[li], g1 = m->rc_g1[li];
+        if (l != g1 - 1) return MC_OK; /* run with the group's last layer */
+        for (int j = g0; j < g1; j++)
+            TRY(layer_fwd_run(m, sl, j, j + 1 < g1 ? sl->acts[m->lidx[j + 1]].res : NULL, 0, err));
+        return MC_OK;
+    }
+    if (m->cfg.recompute_granularity != MC_RECOMPUTE_SELECTIVE) return MC_OK;
+    unsigned mods = m->cfg.recompute_modules;
+    const mc_layer_params *lp = &m->lp[l];
+    mc_layer_acts *a = &sl->acts[li];
+    if (mods & MC_RECOMPUTE_LAYERNORM) norm1_fwd(m, a, lp);
+    if (mods & (MC_RECOMPUTE_LAYERNORM | MC_RECOMPUTE_MLP)) norm2_fwd(m, a, lp);
+    if (mods & MC_RECOMPUTE_CORE_ATTN) TRY(core_attn_fwd(m, sl, a, err));
+    if (mods & MC_RECOMPUTE_MLP) TRY(fc1_act_fwd(m, a, lp, err));
     return MC_OK;
 }
 
@@ -779,6 +964,7 @@ mc_status mc_model_backward_chunk(mc_model *m, int chunk, int slot, const float 
         mc_bcopy(be, m->dres, dout, m->Nl * C * sizeof(float));
     }
     for (int l = m->cl1[chunk] - 1; l >= m->cl0[chunk]; l--) {
+        TRY(layer_recompute(m, sl, l, err));
         TRY(layer_bwd(m, sl, l, err));
         TRY(chunk_grad_ready(m, m->params[m->lp[l].ln1_w].offset, err));
     }
@@ -827,6 +1013,15 @@ mc_status mc_model_set_slots(mc_model *m, int slots, mc_error *err)
     if (slots < 1) return mc_error_set(err, MC_ERR_INTERNAL, "model: %d activation slots", slots);
     if (slots == m->nslots) return MC_OK;
     return alloc_acts(m, slots, err);
+}
+
+void mc_model_act_bytes(const mc_model *m, mc_act_bytes *out)
+{
+    out->kept = m->act_kept;
+    out->workspace = m->act_ws;
+    out->scratch = m->act_scratch;
+    out->slots = m->nslots;
+    out->total = (size_t)m->nslots * m->act_kept + m->act_ws + m->act_scratch;
 }
 
 mc_status mc_model_allreduce_embedding_grads(mc_model *m, mc_error *err)

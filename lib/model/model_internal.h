@@ -133,10 +133,21 @@ struct mc_model {
     void *act_block;
     int nslots;
     mc_slot *slots; /* [nslots], each with acts [nlocal] */
-    float *qkv;     /* [N, qkv_out] scratch; the backward's dqkv */
-    float *tmp;     /* [N, C] row-parallel outputs before the all-reduce */
-    float *dres;    /* [Nl, C] */
-    float *dln;     /* [N, C] */
+    /* Recomputation (cfg.recompute_*, model.c): per local layer, the global
+     * layers [rc_g0, rc_g1) of its full-recomputation group (rc_g0 = -1: none;
+     * the group's first layer keeps its input, the rest nothing), and what
+     * the layer keeps (ACT_* bits of model.c); the workspace layers that
+     * hold what is not kept while a layer runs, shared by every slot
+     * (rc_nws of them: a group's layers, or 1); the block's parts. */
+    int *rc_g0, *rc_g1;
+    unsigned *rc_keep;
+    mc_layer_acts *rc_ws;
+    int rc_nws;
+    size_t act_kept, act_ws, act_scratch; /* bytes: per slot, workspace, scratch */
+    float *qkv;                           /* [N, qkv_out] scratch; the backward's dqkv */
+    float *tmp;                           /* [N, C] row-parallel outputs before the all-reduce */
+    float *dres;                          /* [Nl, C] */
+    float *dln;                           /* [N, C] */
     /* sequence parallelism only: a gathered [N, C] input, the [tp, B, Tl, C]
      * staging of a gather or reduce-scatter, its [Nl, C] result, and the
      * partial gradient of a norm's weight and bias [2C] */
@@ -236,6 +247,9 @@ mc_status mc_model_cp_attention_fwd(mc_model *m, const mc_slot *sl, mc_layer_act
                                     const int32_t *seg, mc_error *err);
 mc_status mc_model_cp_attention_bwd(mc_model *m, const mc_slot *sl, mc_layer_acts *L,
                                     const int32_t *seg, mc_error *err);
+/* recompute.c: Megatron's checks of the recomputation options (the
+ * combinations; the default module), called by mc_model_config_finish. */
+mc_status mc_model_recompute_finish(mc_model_config *c, mc_error *err);
 
 /* Fill m->params, m->lp and the indices from m->cfg and m->grid (params.c). */
 mc_status mc_model_build_registry(mc_model *m, mc_error *err);

@@ -674,6 +674,38 @@ static mc_status fault_nan(int rank, int64_t it, float *poison, mc_error *err)
     return MC_OK;
 }
 
+/* The activation block of each pipeline stage (mc_model_act_bytes), one
+ * line per stage from rank 0: the figures --dry-run plans. */
+static mc_status report_acts(run *r, mc_error *err)
+{
+    mc_act_bytes ab;
+    mc_model_act_bytes(r->model, &ab);
+    int64_t mine[5] = {r->g->pp_rank, (int64_t)ab.kept, (int64_t)ab.workspace, (int64_t)ab.scratch,
+                       ab.slots};
+    unsigned char *all = NULL;
+    size_t *off = NULL;
+    mc_status st = mc_grid_allgather_bytes(r->g, mine, sizeof mine, "activation bytes", &all, &off,
+                                           err);
+    if (st) return st;
+    char rc[128];
+    mc_recompute_describe(mc_model_get_config(r->model), rc, sizeof rc);
+    for (int p = 0; p < r->pp; p++)
+        for (int k = 0; k < r->g->world; k++) {
+            int64_t v[5];
+            memcpy(v, all + off[k], sizeof v);
+            if (v[0] != p) continue;
+            say(r,
+                "activations (stage %d): %" PRId64 " bytes = %" PRId64 " x %" PRId64
+                " kept + %" PRId64 " recomputation workspace + %" PRId64
+                " scratch; recomputation %s",
+                p, v[4] * v[1] + v[2] + v[3], v[4], v[1], v[2], v[3], rc);
+            break;
+        }
+    free(all);
+    free(off);
+    return MC_OK;
+}
+
 static mc_status setup(run *r, const mc_model_config *model_cfg,
                        const struct mc_gptdata_config *data, mc_error *err)
 {
@@ -1191,6 +1223,7 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     r.last_saved = -1;
     r.t_start = now_s();
     mc_status st = setup(&r, model_cfg, data, err);
+    if (!st && !c->init_only) st = report_acts(&r, err);
     if (!st) {
         report->iteration = r.s.iteration;
         report->consumed_samples = r.s.consumed_samples;

@@ -74,9 +74,91 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int rank, mc_
     }
 }
 
-/* model.c's activation block for this stage and its slots. */
+/* Bytes of model.c's groups of a layer's saved tensors (model.c's ACT_*
+ * bits: the tensors carved together). */
+enum {
+    ACT_RES = 1 << 0,
+    ACT_LN1 = 1 << 1,
+    ACT_QKV = 1 << 2,
+    ACT_ATT = 1 << 3,
+    ACT_RES2 = 1 << 4,
+    ACT_LN2 = 1 << 5,
+    ACT_MLP = 1 << 6,
+    ACT_ALL = (1 << 7) - 1,
+};
+
+typedef struct act_dims {
+    double N, Nl, C, D, Ql, Gl, Fl, fc1;
+    int ln;
+} act_dims;
+
+static double layer_bytes(const act_dims *d, unsigned bits)
+{
+    double b = 0, norm = carved(d->Nl * d->C) + (d->ln ? 2 : 1) * carved(d->Nl);
+    if (bits & ACT_RES) b += carved(d->Nl * d->C);
+    if (bits & ACT_LN1) b += norm;
+    if (bits & ACT_QKV) b += carved(d->N * d->Ql * d->D) + 2 * carved(d->N * d->Gl * d->D);
+    if (bits & ACT_ATT) b += carved(d->N * d->Ql * d->D) + carved(d->N * d->Ql);
+    if (bits & ACT_RES2) b += carved(d->Nl * d->C);
+    if (bits & ACT_LN2) b += norm;
+    if (bits & ACT_MLP) b += carved(d->N * d->fc1) + carved(d->N * d->Fl);
+    return b;
+}
+
+/* What selective recomputation of `modules` drops (model.c's dropped_by). */
+static unsigned dropped_by(unsigned modules)
+{
+    return (modules & MC_RECOMPUTE_CORE_ATTN ? ACT_ATT : 0u) |
+           (modules & MC_RECOMPUTE_LAYERNORM ? ACT_LN1 | ACT_LN2 : 0u) |
+           (modules & MC_RECOMPUTE_MLP ? ACT_LN2 | ACT_MLP : 0u);
+}
+
+/* The layers' part of a slot (*kept) and the recomputation workspace (*ws)
+ * of a chunk of nl layers under c's recomputation (model.c's
+ * plan_recompute and layout_acts). */
+static void layers_acts(const mc_model_config *c, const act_dims *d, int nl, double *kept,
+                        double *ws)
+{
+    double all = layer_bytes(d, ACT_ALL), res = layer_bytes(d, ACT_RES);
+    int N = c->recompute_num_layers;
+    if (c->recompute_granularity == MC_RECOMPUTE_FULL &&
+        c->recompute_method == MC_RECOMPUTE_UNIFORM) {
+        *kept = (double)((nl + N - 1) / N) * res;
+        *ws = (N - 1) * all + (all - res);
+    } else if (c->recompute_granularity == MC_RECOMPUTE_FULL) {
+        *kept = N * res + (nl - N) * all;
+        *ws = all - res;
+    } else if (c->recompute_granularity == MC_RECOMPUTE_SELECTIVE) {
+        unsigned drop = dropped_by(c->recompute_modules);
+        *kept = nl * layer_bytes(d, ACT_ALL & ~drop);
+        *ws = layer_bytes(d, drop);
+    } else {
+        *kept = nl * all;
+        *ws = 0;
+    }
+}
+
+/* Full recomputation of a chunk of nl layers: *R layers run forward again
+ * in *G groups (uniform: all of them in groups of N; block: the first N,
+ * each alone). 0 otherwise. */
+static void recomputed_layers(const mc_model_config *c, int nl, double *R, double *G)
+{
+    int N = c->recompute_num_layers;
+    *R = *G = 0;
+    if (c->recompute_granularity != MC_RECOMPUTE_FULL) return;
+    if (c->recompute_method == MC_RECOMPUTE_UNIFORM) {
+        *R = nl;
+        *G = (nl + N - 1) / N;
+    } else {
+        *R = *G = N;
+    }
+}
+
+/* model.c's activation block for this stage and its slots: into s's
+ * act_kept (per slot), act_workspace, act_scratch and act_pipe (pipeline.c's
+ * gradient buffer); returns the sum. */
 static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, int first_layer,
-                         int first, int last, int nl, int slots)
+                         int first, int last, int nl, int slots, mc_plan_stage *s)
 {
     double T = c->seq_length, N = (double)B * T, C = c->hidden_size, D = c->kv_channels;
     double Ql = c->num_attention_heads / tp, Gl = c->num_query_groups / tp;
@@ -84,11 +166,11 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, in
     double qkv = (Ql + 2 * Gl) * D, vl = (double)(c->padded_vocab_size / tp);
     double Nl = sp ? N / tp : N, chunk = N < 256 ? N : 256;
     int ln = c->normalization == MC_NORM_LAYERNORM;
+    act_dims d = {N, Nl, C, D, Ql, Gl, Fl, fc1, ln};
     (void)first;
-    double layer = 4 * carved(Nl * C) + (ln ? 2 * carved(Nl) : 0) + 2 * carved(Nl) +
-                   2 * carved(N * Ql * D) + 2 * carved(N * Gl * D) + carved(N * Ql) +
-                   carved(N * fc1) + carved(N * Fl);
-    double slot = nl * layer + carved(Nl * C) + 2 * carved(N);
+    double layers, ws;
+    layers_acts(c, &d, nl, &layers, &ws);
+    double slot = layers + carved(Nl * C) + 4 * carved(N) + carved(Nl);
     double moe_scratch = 0;
     if (c->num_experts > 0) {
         /* model.c/moe.c: a MoE layer carves its own block instead of the
@@ -116,9 +198,25 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, in
                     2 * carved(N * Gl * D) + carved(chunk * vl) + 4 * carved(N);
     if (sp) shared += 2 * carved(N * C) + carved(Nl * C) + carved(2 * C);
     shared += moe_scratch;
-    double pipe = last ? 0 : Nl * C * 4; /* pipeline.c's gradient buffer */
-    return slots * slot + shared + pipe;
+    s->act_kept = slot;
+    s->act_workspace = ws;
+    s->act_scratch = shared;
+    s->act_pipe = last ? 0 : Nl * C * 4; /* pipeline.c's gradient buffer */
+    return slots * slot + ws + shared + s->act_pipe;
 }
+
+/* The other settings --dry-run shows beside the run's (mc_plan_stage.act_by). */
+static const struct {
+    const char *name;
+    int granularity, method, num_layers;
+    unsigned modules;
+} settings[MC_PLAN_RECOMPUTE_SETTINGS] = {
+    {"none", MC_RECOMPUTE_NONE, 0, 0, 0},
+    {"selective core_attn", MC_RECOMPUTE_SELECTIVE, 0, 0, MC_RECOMPUTE_CORE_ATTN},
+    {"selective core_attn,layernorm,mlp", MC_RECOMPUTE_SELECTIVE, 0, 0,
+     MC_RECOMPUTE_CORE_ATTN | MC_RECOMPUTE_LAYERNORM | MC_RECOMPUTE_MLP},
+    {"full uniform 1", MC_RECOMPUTE_FULL, MC_RECOMPUTE_UNIFORM, 1, 0},
+};
 
 mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
                           int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
@@ -174,6 +272,7 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
     mc_model_config c = *cfg;
     mc_status st = mc_model_config_finish(&c, tp, err);
     if (!st) st = mc_model_check_cp(&c, tp, cp, err);
+    if (!st) st = mc_model_check_recompute(&c, pp, err);
     if (st) return st;
     int dp = world / (tp * pp * cp);
     /* context parallelism: every figure below is of this rank's rows */
@@ -198,6 +297,7 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
     out->micro_batch = micro_batch, out->global_batch = global_batch;
     out->num_micro = global_batch / (micro_batch * dp);
     out->nstages = pp;
+    mc_recompute_describe(&c, out->recompute, sizeof out->recompute);
     out->stage = calloc((size_t)pp, sizeof *out->stage);
     if (!out->stage) return mc_error_set(err, MC_ERR_NOMEM, "--dry-run: out of memory");
 
@@ -219,13 +319,23 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
         int64_t slots = pp - r < out->num_micro ? pp - r : out->num_micro;
         s->slots = (int)(slots > 0 ? slots : 1);
         int first = r == 0, last = r == pp - 1, nl = s->last_layer - s->first_layer;
+        for (int k = 0; k < MC_PLAN_RECOMPUTE_SETTINGS; k++) {
+            mc_model_config ck = c;
+            mc_plan_stage tmp = {0};
+            ck.recompute_granularity = settings[k].granularity;
+            ck.recompute_method = settings[k].method;
+            ck.recompute_num_layers = settings[k].num_layers;
+            ck.recompute_modules = settings[k].modules;
+            s->act_by[k] = stage_acts(&ck, tp, sp, micro_batch, s->first_layer, first, last, nl,
+                                      s->slots, &tmp);
+        }
         s->act_bytes = stage_acts(&c, tp, sp, micro_batch, s->first_layer, first, last, nl,
-                                  s->slots);
-        s->act_bytes_recompute = -1;
+                                  s->slots, s);
         if (cp > 1) {
             double scratch, calls, bytes, wire;
             cp_figures(&c, tp, cp, micro_batch, Tg, &scratch, &calls, &bytes, &wire);
             s->act_bytes += scratch;
+            for (int k = 0; k < MC_PLAN_RECOMPUTE_SETTINGS; k++) s->act_by[k] += scratch;
             s->cp_calls = (int64_t)(M * nl * calls);
             s->cp_bytes = M * nl * bytes;
             s->cp_wire = M * nl * wire;
@@ -254,6 +364,20 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
                     g_calls += 2, g_bytes += 2 * X;
                     a_calls += 4, a_bytes += 3 * N * 4 + (ln ? 2 : 1) * C * 4;
                 }
+            }
+            /* recomputation runs forward collectives again in the
+             * backward: full, each recomputed layer's (but fc2's of a
+             * group's last layer); selective mlp, the gather of norm2's
+             * output (sequence parallelism) */
+            double R = 0, G = 0;
+            recomputed_layers(&c, nl, &R, &G);
+            if (!sp) {
+                a_calls += 2 * R - G, a_bytes += (2 * R - G) * X;
+            } else {
+                g_calls += 4 * R - G, g_bytes += (4 * R - G) * X;
+                if (c.recompute_granularity == MC_RECOMPUTE_SELECTIVE &&
+                    (c.recompute_modules & MC_RECOMPUTE_MLP))
+                    g_calls += nl, g_bytes += nl * X;
             }
             s->tp_calls = (int64_t)(M * (a_calls + g_calls));
             s->tp_bytes = M * (a_bytes + g_bytes);
@@ -340,9 +464,15 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
              s->optim_bytes, mib(s->optim_bytes),
              p->distributed_optimizer ? ", sharded over data-parallel ranks" : "");
         line(print, ctx,
-             "  activations: %.0f bytes (%.1f MiB, %d micro-batch%s in flight); with "
-             "recomputation: not implemented (mc keeps every activation)",
-             s->act_bytes, mib(s->act_bytes), s->slots, s->slots == 1 ? "" : "es");
+             "  activations: %.0f bytes (%.1f MiB) = %d micro-batch%s in flight x %.0f kept + "
+             "%.0f recomputation workspace + %.0f scratch + %.0f pipeline buffer; recomputation "
+             "%s",
+             s->act_bytes, mib(s->act_bytes), s->slots, s->slots == 1 ? "" : "es", s->act_kept,
+             s->act_workspace, s->act_scratch, s->act_pipe, p->recompute);
+        line(print, ctx,
+             "  activations by recomputation: %s %.1f MiB, %s %.1f MiB, %s %.1f MiB, %s %.1f MiB",
+             settings[0].name, mib(s->act_by[0]), settings[1].name, mib(s->act_by[1]),
+             settings[2].name, mib(s->act_by[2]), settings[3].name, mib(s->act_by[3]));
         line(print, ctx, "  total: %.0f bytes (%.1f MiB)", total, mib(total));
         line(print, ctx,
              "  communication per iteration (bytes into collectives / ring wire bytes, calls):");

@@ -58,7 +58,7 @@ field() {
     # m and v: 2 x 4 bytes x (numel / 4 + 1)
     [ "$o" -eq $(( 2 * 4 * (g / 4 / 4 + 1) )) ]
     grep -q "data-parallel group: $((2 * g)) / $((g * 3 / 2)) bytes, 2 calls" plan.txt
-    grep -q 'with recomputation: not implemented' plan.txt
+    grep -q '^  activations: .* pipeline buffer; recomputation none$' plan.txt
 }
 
 @test "dry-run: tensor-parallel traffic: 4 all-reduces of B x T x C floats per layer" {

@@ -110,6 +110,23 @@ same() {
     same dp data-parallel 4 "${args[@]}" "${o[@]}"
 }
 
+@test "log-comm: recomputation's repeated forward collectives are the dry run's (TP=2, with and without SP)" {
+    # tiny-gpt has 2 layers: full uniform 1 reruns both (2 groups), block 1
+    # the first; selective mlp re-gathers norm2's output under SP
+    local full=(--tensor-model-parallel-size 2 --recompute-granularity full
+                --recompute-method uniform --recompute-num-layers 1)
+    mpi 2 "${args[@]}" "${full[@]}" --log-comm
+    same tp tensor-parallel 2 "${args[@]}" "${full[@]}"
+    local block=(--tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity full
+                 --recompute-method block --recompute-num-layers 1)
+    mpi 2 "${args[@]}" "${block[@]}" --log-comm
+    same tp tensor-parallel 2 "${args[@]}" "${block[@]}"
+    local sel=(--tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity selective
+               --recompute-modules mlp core_attn)
+    mpi 2 "${args[@]}" "${sel[@]}" --log-comm
+    same tp tensor-parallel 2 "${args[@]}" "${sel[@]}"
+}
+
 @test "log-comm: one process has no traffic; without --log-comm no comm line; --log-comm takes no value" {
     "$MC_TRAIN" "${args[@]}" --log-comm 2>err.txt
     [ "$(grep -c '^ comm per iteration: dp overlap: - |$' err.txt)" -eq 2 ]

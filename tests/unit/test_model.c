@@ -703,6 +703,93 @@ static void test_golden(const char *preset)
     mc_model_free(m);
 }
 
+/* ---------------------------------------------------------- recomputation */
+
+/* Every recomputation setting: two micro-batches' loss and accumulated
+ * gradients equal the run without it bit for bit, with less kept per
+ * micro-batch; a group larger than the stage is refused. */
+static void test_recompute(const char *preset, mc_prec prec)
+{
+    static const struct {
+        int g, meth, n;
+        unsigned mods;
+    } set[] = {
+        {MC_RECOMPUTE_NONE, 0, 0, 0},
+        {MC_RECOMPUTE_FULL, MC_RECOMPUTE_UNIFORM, 1, 0},
+        {MC_RECOMPUTE_FULL, MC_RECOMPUTE_UNIFORM, 2, 0},
+        {MC_RECOMPUTE_FULL, MC_RECOMPUTE_BLOCK, 2, 0},
+        {MC_RECOMPUTE_SELECTIVE, 0, 0, MC_RECOMPUTE_CORE_ATTN},
+        {MC_RECOMPUTE_SELECTIVE, 0, 0, MC_RECOMPUTE_LAYERNORM},
+        {MC_RECOMPUTE_SELECTIVE, 0, 0, MC_RECOMPUTE_MLP},
+        {MC_RECOMPUTE_SELECTIVE, 0, 0,
+         MC_RECOMPUTE_CORE_ATTN | MC_RECOMPUTE_LAYERNORM | MC_RECOMPUTE_MLP},
+    };
+    const int T = 16, B = 2;
+    mc_grid one;
+    mc_grid_single(&one);
+    mc_model_config c;
+    mc_error err = {0};
+    mc_model_preset(preset, &c, &err);
+    c.num_layers = 3;
+    c.seq_length = c.max_position_embeddings = T;
+    c.vocab_size = 60;
+    c.make_vocab_size_divisible_by = 64;
+    int32_t tok[2][2 * 16], tgt[2][2 * 16];
+    for (int k = 0; k < 2; k++) make_batch(tok[k], tgt[k], (size_t)(B * T), 60);
+    float *ref = NULL;
+    double ref_loss[2] = {0, 0};
+    size_t ref_kept = 0;
+    int ok = 1;
+    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++) {
+        c.recompute_granularity = set[i].g;
+        c.recompute_method = set[i].meth;
+        c.recompute_num_layers = set[i].n;
+        c.recompute_modules = set[i].mods;
+        mc_model *m = NULL;
+        if (mc_model_new(&c, &one, be, B, prec, &m, &err)) {
+            TAP_DIAG("setting %zu: %s", i, err.msg);
+            ok = 0;
+            continue;
+        }
+        mc_model_init_weights(m, 11);
+        mc_model_zero_grads(m);
+        double loss[2] = {step(m, tok[0], tgt[0], 1, 0.5f), step(m, tok[1], tgt[1], 1, 0.5f)};
+        float *g = host_copy(m, mc_model_grads(m));
+        mc_act_bytes ab;
+        mc_model_act_bytes(m, &ab);
+        if (i == 0) {
+            ref = g;
+            ref_loss[0] = loss[0], ref_loss[1] = loss[1];
+            ref_kept = ab.kept;
+            ok &= ab.workspace == 0;
+        } else {
+            int same = !memcmp(g, ref, mc_model_numel(m) * sizeof *g) && loss[0] == ref_loss[0] &&
+                       loss[1] == ref_loss[1];
+            if (!same || ab.kept >= ref_kept || !ab.workspace)
+                TAP_DIAG("setting %zu: same bits %d, kept %zu (none %zu), workspace %zu", i, same,
+                         ab.kept, ref_kept, ab.workspace);
+            ok &= same && ab.kept < ref_kept && ab.workspace > 0;
+            free(g);
+        }
+        ok &= ab.total == (size_t)ab.slots * ab.kept + ab.workspace + ab.scratch;
+        mc_model_free(m);
+    }
+    free(ref);
+    TAP_OK(ok,
+           "%s%s: 7 recomputation settings give the losses and gradients of none bit for bit, "
+           "keeping less",
+           preset, prec == MC_PREC_BF16 ? " (bf16)" : "");
+    c.recompute_granularity = MC_RECOMPUTE_FULL;
+    c.recompute_method = MC_RECOMPUTE_UNIFORM;
+    c.recompute_num_layers = 4;
+    c.recompute_modules = 0;
+    mc_model *m = NULL;
+    mc_status st = mc_model_new(&c, &one, be, B, prec, &m, &err);
+    TAP_OK(st == MC_ERR_USAGE && !m &&
+               strstr(err.msg, "more than the 3 layers of pipeline stage 0"),
+           "a group of 4 on a stage of 3 layers: %s", err.msg);
+}
+
 int main(void)
 {
     mc_error err = {0};
@@ -719,6 +806,8 @@ int main(void)
     test_determinism("tiny-gpt", MC_PREC_FP32);
     test_determinism("tiny-llama", MC_PREC_BF16);
     test_step_errors();
+    test_recompute("tiny-gpt", MC_PREC_FP32);
+    test_recompute("tiny-llama", MC_PREC_BF16);
     test_golden("tiny-gpt");
     test_golden("tiny-llama");
     mc_backend_free(be);

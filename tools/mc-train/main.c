@@ -162,6 +162,12 @@ enum {
     OPT_PP_FIRST,
     OPT_PP_LAST,
     OPT_VPP,
+    /* activation recomputation */
+    OPT_RECOMPUTE_GRANULARITY,
+    OPT_RECOMPUTE_METHOD,
+    OPT_RECOMPUTE_NUM_LAYERS,
+    OPT_RECOMPUTE_MODULES,
+    OPT_RECOMPUTE_ACTIVATIONS,
     /* planning */
     OPT_DRY_RUN,
     OPT_WORLD_SIZE,
@@ -417,6 +423,19 @@ static const mc_option options[] = {
      "with --overlap-grad-reduce)."},
     {"distributed-timeout-minutes", MC_OPT_REQUIRED, OPT_DIST_TIMEOUT, "MIN",
      "Abort the whole job when a collective waits longer than MIN minutes (10)."},
+    /* activation recomputation */
+    {"recompute-granularity", MC_OPT_REQUIRED, OPT_RECOMPUTE_GRANULARITY, "full|selective",
+     "Recompute activations in the backward instead of keeping them: whole layers (full) or "
+     "the --recompute-modules of every layer (selective). Bit-identical results."},
+    {"recompute-method", MC_OPT_REQUIRED, OPT_RECOMPUTE_METHOD, "uniform|block",
+     "Full recomputation: groups of --recompute-num-layers layers keeping only each group's "
+     "input (uniform), or only the first --recompute-num-layers layers of each stage (block)."},
+    {"recompute-num-layers", MC_OPT_REQUIRED, OPT_RECOMPUTE_NUM_LAYERS, "N",
+     "Full recomputation: the layers of a group (uniform) or of a stage (block)."},
+    {"recompute-modules", MC_OPT_REQUIRED, OPT_RECOMPUTE_MODULES, "M...",
+     "Selective recomputation: any of core_attn, layernorm, mlp (core_attn)."},
+    {"recompute-activations", MC_OPT_NONE, OPT_RECOMPUTE_ACTIVATIONS, NULL,
+     "Megatron's shorthand for --recompute-granularity selective."},
     /* planning */
     {"dry-run", MC_OPT_NONE, OPT_DRY_RUN, NULL,
      "Print each pipeline stage's memory (parameters, gradients, optimizer, activations) and "
@@ -520,6 +539,9 @@ typedef struct args {
     int64_t vpp;               /* --num-layers-per-virtual-pipeline-stage (0: none) */
     int sequence_parallel;
     int cp_comm_type;    /* --cp-comm-type: MC_CP_P2P or MC_CP_A2A */
+    /* --recompute-*: mc_model_config's recompute fields */
+    int recompute_granularity, recompute_method, recompute_num_layers;
+    unsigned recompute_modules;
     double dist_timeout; /* --distributed-timeout-minutes (0: the grid's 10) */
     json_t *argv_json;   /* every option as given, for the checkpoint */
     int dry_run;         /* --dry-run: print the plan (mc/plan.h) and exit */
@@ -548,6 +570,16 @@ static const mc_choice drop_policies[] = {{"probs", 0}, {"position", 1}, {NULL, 
 static const mc_choice normalizations[] = {
     {"LayerNorm", MC_NORM_LAYERNORM},
     {"RMSNorm", MC_NORM_RMSNORM},
+    {NULL, 0},
+};
+static const mc_choice recompute_granularities[] = {
+    {"full", MC_RECOMPUTE_FULL},
+    {"selective", MC_RECOMPUTE_SELECTIVE},
+    {NULL, 0},
+};
+static const mc_choice recompute_methods[] = {
+    {"uniform", MC_RECOMPUTE_UNIFORM},
+    {"block", MC_RECOMPUTE_BLOCK},
     {NULL, 0},
 };
 static const mc_choice position_types[] = {
@@ -917,6 +949,24 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
                 a->cp_comm_type = v;
             break;
         case OPT_SEQUENCE_PARALLEL: a->sequence_parallel = 1; break;
+        case OPT_RECOMPUTE_GRANULARITY:
+            st = mc_parse_choice("--recompute-granularity", NULL, arg, recompute_granularities,
+                                 &a->recompute_granularity, err);
+            break;
+        case OPT_RECOMPUTE_ACTIVATIONS: a->recompute_granularity = MC_RECOMPUTE_SELECTIVE; break;
+        case OPT_RECOMPUTE_METHOD:
+            st = mc_parse_choice("--recompute-method", NULL, arg, recompute_methods,
+                                 &a->recompute_method, err);
+            break;
+        case OPT_RECOMPUTE_NUM_LAYERS:
+            st = mc_parse_int("--recompute-num-layers", arg, 1, 1 << 20, &a->recompute_num_layers,
+                              err);
+            break;
+        case OPT_RECOMPUTE_MODULES: {
+            unsigned bit = 0;
+            if (!(st = mc_recompute_module(arg, &bit, err))) a->recompute_modules |= bit;
+            break;
+        }
         case OPT_DIST_OPT: t->use_distributed_optimizer = 1; break;
         case OPT_OVERLAP_GRAD: t->overlap_grad_reduce = 1; break;
         case OPT_OVERLAP_PARAM: t->overlap_param_gather = 1; break;
@@ -1182,6 +1232,10 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     c->decoder_first_pipeline_num_layers = (int)a->pp_first;
     c->decoder_last_pipeline_num_layers = (int)a->pp_last;
     c->num_layers_per_virtual_pipeline_stage = (int)a->vpp;
+    c->recompute_granularity = a->recompute_granularity;
+    c->recompute_method = a->recompute_method;
+    c->recompute_num_layers = a->recompute_num_layers;
+    c->recompute_modules = a->recompute_modules;
     /* A preset's sequence length may be overridden below its position
      * table; a longer one needs the table to grow with it. */
     if ((a->set & SET_SEQ) && !(a->set & SET_MAXPOS) && c->max_position_embeddings &&
@@ -1280,6 +1334,7 @@ int main(int argc, char **argv)
                                "--tensor-model-parallel-size x data-parallel ranks.",
                                options, argc, argv, &err);
     if (!st) st = mc_cli_expand_nargs(&cli, OPT_DATA_PATH, &err);
+    if (!st) st = mc_cli_expand_nargs(&cli, OPT_RECOMPUTE_MODULES, &err);
     int exit_now = 0;
     if (!st) st = parse_args(&cli, &a, &exit_now, &err);
     if (!st && exit_now) {
@@ -1291,6 +1346,13 @@ int main(int argc, char **argv)
     mc_model_config mcfg;
     if (!st) st = model_config(&a, &mcfg, &err);
     if (!st) st = mc_model_check_cp(&mcfg, (int)a.tp, (int)a.cp, &err);
+    /* recomputation against the stages' layers: before any work */
+    if (!st) st = mc_model_check_recompute(&mcfg, (int)a.pp, &err);
+    if (!st && mcfg.recompute_granularity != MC_RECOMPUTE_NONE && a.cp > 1)
+        st = mc_error_set(&err, MC_ERR_USAGE,
+                          "--recompute-granularity with --context-parallel-size %" PRId64
+                          ": recomputation under context parallelism is not implemented yet",
+                          a.cp);
     if (!st && a.dry_run) {
         if (!(st = dry_run(&a, &mcfg, &err))) {
             rc = 0;

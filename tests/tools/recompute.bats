@@ -1,0 +1,231 @@
+#!/usr/bin/env bats
+# Activation recomputation (issue 14, sections 2 and 5): mc-train
+# --recompute-granularity full|selective, --recompute-method uniform|block,
+# --recompute-num-layers, --recompute-modules. Recomputation runs the same
+# kernels on the same inputs in the same order, so the reference is the run
+# without it, and the comparison is exact: the --log-json files (losses and
+# grad norms printed to 17 digits) byte for byte, and every tensor of the
+# final checkpoints (parameters and Adam's moments) bit for bit. Memory is
+# asserted on mc's own accounting, the "activations (stage S)" line (kept
+# bytes per micro-batch, recomputation workspace, scratch), which must also
+# equal what --dry-run plans. Bad settings: one line, exit 2, nothing done.
+
+bats_require_minimum_version 1.5.0
+load common
+load mpi_common
+
+MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
+
+# 5 layers (groups of 2 leave one of 1; of 3, one of 2), 4 iterations
+common=(--num-layers 5 --vocab-size 512 --seq-length 64 --micro-batch-size 2 --lr 1e-3
+        --train-iters 4 --lr-warmup-iters 1 --mock-data --eval-iters 0 --threads 2)
+gpt=(--model tiny-gpt "${common[@]}")
+llama=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 "${common[@]}"
+       --reset-position-ids --reset-attention-mask --eod-mask-loss --bf16)
+settings=(
+    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 5"
+    "--recompute-granularity full --recompute-method block --recompute-num-layers 3"
+    "--recompute-granularity selective"
+    "--recompute-activations --recompute-modules layernorm"
+    "--recompute-granularity selective --recompute-modules mlp"
+    "--recompute-granularity selective --recompute-modules core_attn layernorm mlp"
+)
+
+setup() { cd "$BATS_TEST_TMPDIR"; }
+
+# same_bits A B: every dataset of two checkpoints' model.h5 equal bit for
+# bit (parameters and Adam's moments), the same names in both.
+same_bits() {
+    "$MC_PYTHON" - "$1" "$2" <<'EOF'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+def names(f):
+    out = []
+    f.visititems(lambda n, o: out.append(n) if isinstance(o, h5py.Dataset) else None)
+    return sorted(n for n in out if n.startswith(("model/", "optimizer/")))
+na, nb = names(a), names(b)
+assert na == nb and len(na) > 10, (len(na), len(nb))
+bad = [n for n in na if a[n][()].tobytes() != b[n][()].tobytes()]
+assert not bad, "differ: " + ", ".join(bad[:5])
+print("# %d tensors bit-identical" % len(na))
+EOF
+}
+
+# field LOG NAME: from the "activations (stage 0)" line of LOG, bytes
+# (total), kept, workspace or scratch
+field() {
+    awk -v f="$2" '/^activations \(stage 0\)/ {
+        if (f == "bytes") print $4; if (f == "kept") print $9;
+        if (f == "workspace") print $12; if (f == "scratch") print $16; exit }' "$1"
+}
+
+# bits_equal MODEL-ARRAY-NAME: each setting against no recomputation
+bits_equal() {
+    local -n m=$1
+    local h5=1
+    "$MC_PYTHON" -c 'import h5py' 2>/dev/null || h5=0
+    "$MC_TRAIN" "${m[@]}" --log-json ref.jsonl --save ref >/dev/null 2>&1
+    [ "$(wc -l <ref.jsonl)" -eq 4 ]
+    # (not $i: bats's run sets it)
+    local n=0
+    for s in "${settings[@]}"; do
+        # shellcheck disable=SC2086
+        run -0 "$MC_TRAIN" "${m[@]}" $s --log-json "r$n.jsonl" --save "r$n"
+        cmp ref.jsonl "r$n.jsonl"
+        if [ $h5 = 1 ]; then same_bits ref/iter_0000004/model.h5 "r$n/iter_0000004/model.h5" >&3; fi
+        n=$((n + 1))
+    done
+    [ $h5 = 1 ] || echo "# weights not compared: no h5py in $MC_PYTHON" >&3
+}
+
+@test "recompute: GPT, every setting gives the losses, grad norms and final weights of none, bit for bit" {
+    bits_equal gpt
+}
+
+@test "recompute: Llama (GQA, RoPE, SwiGLU, RMSNorm) with packed documents and --bf16, bit for bit" {
+    bits_equal llama
+}
+
+@test "recompute: the kept activation bytes fall as each setting says" {
+    run -0 "$MC_TRAIN" "${gpt[@]}" --train-iters 2
+    echo "$output" >none.txt
+    for s in "${settings[@]}"; do
+        # shellcheck disable=SC2086
+        "$MC_TRAIN" "${gpt[@]}" --train-iters 2 $s 2>"$(echo $s | tr -d ' -').txt" >/dev/null
+    done
+    f=recomputegranularityfullrecomputemethod
+    none=$(field none.txt kept)
+    u1=$(field ${f}uniformrecomputenumlayers1.txt kept)
+    u2=$(field ${f}uniformrecomputenumlayers2.txt kept)
+    u5=$(field ${f}uniformrecomputenumlayers5.txt kept)
+    b3=$(field ${f}blockrecomputenumlayers3.txt kept)
+    sel=$(field recomputegranularityselective.txt kept)
+    # full uniform 1 keeps each layer's input only: the 5 layers' other
+    # tensors are gone; block 3 drops exactly 3 of those 5 shares, uniform
+    # 2 keeps 3 inputs of 5 and uniform 5 one
+    drop=$(( (none - u1) / 5 ))
+    [ $(( none - u1 )) -eq $(( 5 * drop )) ] && [ "$drop" -gt 0 ]
+    [ $(( none - b3 )) -eq $(( 3 * drop )) ]
+    input=$(( (u1 - u2) / 2 ))
+    [ "$input" -gt 0 ] && [ $(( u1 - u5 )) -eq $(( 4 * input )) ]
+    # the workspace holds one layer (less its input) for uniform 1 and block,
+    # the group's layers for uniform 2 and 5
+    ws1=$(field ${f}uniformrecomputenumlayers1.txt workspace)
+    [ "$ws1" -eq "$drop" ] && [ "$(field ${f}blockrecomputenumlayers3.txt workspace)" -eq "$drop" ]
+    [ "$(field ${f}uniformrecomputenumlayers2.txt workspace)" -eq $(( 2 * drop + input )) ]
+    [ "$(field ${f}uniformrecomputenumlayers5.txt workspace)" -eq $(( 5 * drop + 4 * input )) ]
+    # selective core_attn drops the attention output and log-sum-exp: per
+    # layer [N, C] + [N, heads] floats, N = 2 x 64, C = 64, 4 heads (64-byte padded)
+    [ $(( none - sel )) -eq $(( 5 * (2 * 64 * 64 * 4 + 2 * 64 * 4 * 4) )) ]
+    # every setting has less in all (the scratch is the same)
+    for t in ${f}*.txt recomputegranularityselective*.txt; do
+        [ "$(field "$t" bytes)" -lt "$(field none.txt bytes)" ] || [ "$t" = "${f}uniformrecomputenumlayers5.txt" ]
+        [ "$(field "$t" scratch)" -eq "$(field none.txt scratch)" ]
+    done
+}
+
+@test "recompute: --dry-run plans the activation bytes each run reports" {
+    for s in "" "${settings[@]}"; do
+        # shellcheck disable=SC2086
+        run -0 "$MC_TRAIN" "${gpt[@]}" --train-iters 2 $s
+        echo "$output" >run.txt
+        # shellcheck disable=SC2086
+        run -0 "$MC_TRAIN" "${gpt[@]}" --train-iters 2 $s --dry-run
+        line=$(grep '^  activations: ' <<<"$output")
+        want="= 1 micro-batch in flight x $(field run.txt kept) kept + $(field run.txt workspace) recomputation workspace + $(field run.txt scratch) scratch + 0 pipeline buffer"
+        [[ "$line" == "  activations: $(field run.txt bytes) bytes ("*") $want; recomputation "* ]] ||
+            { echo "run: $(grep '^activations' run.txt)"; echo "plan: $line"; false; }
+    done
+    assert_output --partial "activations by recomputation: none "
+}
+
+@test "recompute: TP=2 with sequence parallelism x PP=2: bit for bit, and as planned per stage" {
+    mpi_setup
+    m=(--model tiny-gpt --num-layers 4 --seq-length 16 --micro-batch-size 1 --global-batch-size 4
+       --threads 1 --lr 1e-3 --eval-iters 0 --mock-data --vocab-size 64
+       --make-vocab-size-divisible-by 16 --train-iters 5
+       --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2)
+    run -0 mpi 4 "${m[@]}" --log-json ref.jsonl
+    for s in "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" \
+             "--recompute-granularity full --recompute-method block --recompute-num-layers 1" \
+             "--recompute-granularity selective --recompute-modules core_attn layernorm mlp"; do
+        # shellcheck disable=SC2086
+        rm -f r.jsonl
+        run -0 mpi 4 "${m[@]}" $s --log-json r.jsonl
+        cmp ref.jsonl r.jsonl
+        echo "$output" >run.txt
+        # shellcheck disable=SC2086
+        "$MC_TRAIN" "${m[@]}" $s --dry-run --world-size 4 >plan.txt
+        for st in 0 1; do
+            k=$(awk -v s="$st):" '$1 == "activations" && $3 == s { print $9 }' run.txt)
+            w=$(awk -v s="$st):" '$1 == "activations" && $3 == s { print $12 }' run.txt)
+            [ -n "$k" ] && [ -n "$w" ]
+            awk -v s="stage $st " 'index($0, s) == 1 { on = 1; next } /^stage / { on = 0 }
+                on && /^  activations: / { print }' plan.txt | grep -q "x $k kept + $w recomputation workspace"
+        done
+    done
+}
+
+@test "recompute: interleaved PP=2 x DP=2 with the distributed optimizer, Llama with packed documents: bit for bit" {
+    mpi_setup
+    m=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --num-layers 8
+       --seq-length 16 --micro-batch-size 1 --global-batch-size 8 --threads 1 --lr 1e-3
+       --eval-iters 0 --mock-data --vocab-size 64 --make-vocab-size-divisible-by 16
+       --train-iters 5 --reset-position-ids --reset-attention-mask
+       --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
+       --use-distributed-optimizer)
+    run -0 mpi 4 "${m[@]}" --log-json ref.jsonl
+    for s in "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" \
+             "--recompute-granularity full --recompute-method block --recompute-num-layers 1" \
+             "--recompute-granularity selective --recompute-modules core_attn mlp"; do
+        # shellcheck disable=SC2086
+        rm -f r.jsonl
+        run -0 mpi 4 "${m[@]}" $s --log-json r.jsonl
+        cmp ref.jsonl r.jsonl
+    done
+}
+
+@test "recompute: bad settings are one line and exit status 2, before any work" {
+    bad() {
+        local want=$1
+        shift
+        run -2 "$MC_TRAIN" "${gpt[@]}" --save out "$@"
+        assert_equal "${#lines[@]}" 1
+        assert_output --partial "$want"
+        [[ "$output" == "mc-train: error: "* ]]
+        [ ! -e out ]
+    }
+    full=(--recompute-granularity full --recompute-method uniform)
+    bad "--recompute-num-layers 6 is more than the 5 layers of pipeline stage 0" \
+        "${full[@]}" --recompute-num-layers 6
+    # per stage: 5 layers on 2 stages do not split, 6 do (3 each)
+    bad "--recompute-num-layers 4 is more than the 3 layers of pipeline stage 0" \
+        "${full[@]}" --recompute-num-layers 4 --num-layers 6 --pipeline-model-parallel-size 2
+    bad "--recompute-num-layers 3 is more than the 2 layers of model chunk 0 of pipeline stage 0" \
+        --recompute-granularity full --recompute-method block --recompute-num-layers 3 \
+        --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
+    bad "--recompute-modules: unknown module 'attention' (choose from core_attn, layernorm, mlp)" \
+        --recompute-granularity selective --recompute-modules attention
+    bad "--recompute-modules moe: mc's layers have no mixture-of-experts MLP" \
+        --recompute-granularity selective --recompute-modules core_attn moe
+    bad "--recompute-modules mla_up_proj: mc's attention has no multi-latent attention" \
+        --recompute-granularity selective --recompute-modules mla_up_proj
+    bad "--recompute-method and --recompute-num-layers need --recompute-granularity full" \
+        --recompute-method uniform --recompute-num-layers 1
+    bad "--recompute-method and --recompute-num-layers need --recompute-granularity full" \
+        --recompute-granularity selective --recompute-method block --recompute-num-layers 1
+    bad "--recompute-granularity full needs --recompute-method uniform or block" \
+        --recompute-granularity full --recompute-num-layers 1
+    bad "--recompute-granularity full needs --recompute-num-layers N >= 1" \
+        --recompute-granularity full --recompute-method block
+    bad "--recompute-modules needs --recompute-granularity selective" \
+        "${full[@]}" --recompute-num-layers 1 --recompute-modules mlp
+    bad "--recompute-granularity: expected full or selective, got 'partial'" \
+        --recompute-granularity partial
+    bad "--recompute-num-layers" "${full[@]}" --recompute-num-layers 0
+    # --dry-run checks the same, before planning
+    bad "--recompute-num-layers 6 is more than the 5 layers of pipeline stage 0" \
+        "${full[@]}" --recompute-num-layers 6 --dry-run
+}
