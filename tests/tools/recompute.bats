@@ -225,6 +225,11 @@ bits_equal() {
     bad "--recompute-granularity: expected full or selective, got 'partial'" \
         --recompute-granularity partial
     bad "--recompute-num-layers" "${full[@]}" --recompute-num-layers 0
+    # not implemented yet beside mixture of experts and context parallelism
+    bad "--recompute-granularity with --num-experts: recomputation of mixture-of-experts models is not implemented yet" \
+        --recompute-granularity selective --num-experts 4
+    bad "--recompute-granularity with --context-parallel-size 2: recomputation under context parallelism is not implemented yet" \
+        "${full[@]}" --recompute-num-layers 1 --context-parallel-size 2
     # --dry-run checks the same, before planning
     bad "--recompute-num-layers 6 is more than the 5 layers of pipeline stage 0" \
         "${full[@]}" --recompute-num-layers 6 --dry-run
