@@ -123,19 +123,31 @@ alive() {
 
 # One campaign: MODE (single or mpi), N kills, the largest delay in ms.
 survived=0 corrupt=0 total=0 midsave=0 nolatest=0
+# ensure_ref MODE REF NEED: the uninterrupted run's log REF reaches
+# iteration NEED (run again to twice NEED when it does not)
+ref_end=0
+ensure_ref() {
+    [ "$3" -le "$ref_end" ] && return 0
+    local limit=$(($3 * 2))
+    if ! run_to_end "$1" "${common[@]}" --train-iters $ITERS --exit-interval $limit \
+        --log-json "$2.new" >ref.out 2>ref.err; then
+        echo "kill_campaign.sh: error: the uninterrupted $1 run failed:" >&2
+        tail -3 ref.err >&2
+        exit 1
+    fi
+    mv "$2.new" "$2"
+    ref_end=$limit
+}
 campaign() {
     local mode=$1 n=$2 span=$3
     local ck=ck_$mode ref=ref_$mode.jsonl
     rm -rf "$ck" "$ref"
     # The uninterrupted run the resumes must match: the same schedule,
-    # stopped by --exit-interval past any iteration the chain reaches.
-    local limit=$((n * 40 + 40))
-    if ! run_to_end "$mode" "${common[@]}" --train-iters $ITERS --exit-interval $limit \
-        --log-json "$ref" >ref.out 2>ref.err; then
-        echo "kill_campaign.sh: error: the uninterrupted $mode run failed:" >&2
-        tail -3 ref.err >&2
-        exit 1
-    fi
+    # stopped by --exit-interval. How far the chain of killed runs gets
+    # depends on the machine's speed, so the reference is run again longer
+    # (the same schedule, the same losses) whenever a resume needs more.
+    ref_end=0
+    ensure_ref "$mode" "$ref" $((n * 40 + 40))
     local k=0 attempts=0
     while [ "$k" -lt "$n" ]; do
         attempts=$((attempts + 1))
@@ -221,6 +233,7 @@ campaign() {
             nolatest=$((nolatest + 1))
         fi
         # resume from it: 3 iterations, nothing saved, compared to the reference
+        [ -z "$fail" ] && ensure_ref "$mode" "$ref" $((L + 3))
         if [ -z "$fail" ]; then
             rm -f verify.jsonl
             if ! run_to_end "$mode" "${common[@]}" --train-iters $ITERS --load "$ck" \
