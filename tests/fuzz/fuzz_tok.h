@@ -31,4 +31,20 @@ static inline void exercise(const mc_tokenizer *t, const uint8_t *d, size_t n)
     mc_encoder_free(e);
 }
 
+/* A tokenizer of `type` from one file (name: its file name), the input's
+ * bytes: loaded and, when it loads, exercised. */
+static inline int fuzz_tokenizer_file(mc_tokenizer_kind type, const char *name, const uint8_t *d, size_t n)
+{
+    const char *path = fuzz_path(0, name);
+    fuzz_write(path, d, n);
+    mc_tokenizer_spec spec;
+    mc_tokenizer_spec_init(&spec, type);
+    spec.model = path;
+    mc_tokenizer *t = NULL;
+    mc_error err = {0};
+    if (mc_tokenizer_load(&spec, &t, &err) == MC_OK) exercise(t, d, n);
+    mc_tokenizer_free(t);
+    return 0;
+}
+
 #endif
