@@ -67,27 +67,6 @@ pllama() {
     pllama=(--model tiny-llama --num-query-groups 2 "${packed_common[@]}" --data-path "$(dataset)")
 }
 
-# equivalent NAME N MODEL-ARRAY-NAME ARGS...: the run on N ranks against one
-# process with the same model (ref-MODEL, made once per file).
-equivalent() {
-    local name=$1 n=$2 model=$3
-    shift 3
-    local -n m=$model
-    local ref="$BATS_FILE_TMPDIR/ref-$model"
-    if [ ! -f "$ref.jsonl" ]; then
-        "$MC_TRAIN" "${m[@]}" --log-json "$ref.jsonl" --save "$ref" >/dev/null 2>&1
-    fi
-    run --separate-stderr mpi "$n" "${m[@]}" "$@" --log-json "$name.jsonl" --save "$name"
-    assert_success
-    assert_output "$name/iter_0000020"
-    [ "$(grep -c '] iteration ' <<<"$stderr")" -eq 4 ]
-    same_losses "$name.jsonl" "$ref.jsonl"
-    if "$MC_PYTHON" -c 'import h5py' 2>/dev/null; then
-        same_weights "$name/iter_0000020/model.h5" "$ref/iter_0000020/model.h5" same-names
-    else
-        echo "# weights not compared: no h5py in $MC_PYTHON" >&3
-    fi
-}
 
 @test "p2p: GPT at CP=2 and CP=4 matches one process (losses 1e-6 relative, weights 1e-6)" {
     equivalent cp2 2 gpt --context-parallel-size 2

@@ -52,30 +52,6 @@ same_eval_losses() {
     }' >&3
 }
 
-# equivalent NAME N MODEL-ARRAY-NAME ARGS...: the run on N ranks against one
-# process with the same model (made once per model and extra model flags).
-equivalent() {
-    local name=$1 n=$2 model=$3
-    shift 3
-    local -n m=$model
-    local extra=()
-    [[ " $* " == *" --untie-embeddings-and-output-weights "* ]] &&
-        extra=(--untie-embeddings-and-output-weights)
-    local ref="$BATS_FILE_TMPDIR/ref-$model${extra[*]:+-untied}"
-    if [ ! -f "$ref.jsonl" ]; then
-        "$MC_TRAIN" "${m[@]}" "${extra[@]}" --log-json "$ref.jsonl" --save "$ref" >/dev/null 2>&1
-    fi
-    run --separate-stderr mpi "$n" "${m[@]}" "$@" --log-json "$name.jsonl" --save "$name"
-    assert_success
-    assert_output "$name/iter_0000020"
-    [ "$(grep -c '] iteration ' <<<"$stderr")" -eq 4 ]
-    same_losses "$name.jsonl" "$ref.jsonl"
-    if "$MC_PYTHON" -c 'import h5py' 2>/dev/null; then
-        same_weights "$name/iter_0000020/model.h5" "$ref/iter_0000020/model.h5" same-names
-    else
-        echo "# weights not compared: no h5py in $MC_PYTHON" >&3
-    fi
-}
 
 @test "GPT (tied embeddings): PP=2 and PP=4 match one process" {
     equivalent pp2 2 gpt --pipeline-model-parallel-size 2
