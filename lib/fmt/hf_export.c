@@ -417,7 +417,6 @@ mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export
     mc_st_dtype *dt = NULL;
     char *tmp = NULL;
     st = mc_ckpt_read_model_config(r, &c, err);
-    if (!st) st = mc_model_refuse_moe(&c, mc_ckpt_file(r), "Hugging Face export", err);
     if (!st && (st = hf_arch_for(&c, &arch, err))) mc_error_prefix(err, "%s", mc_ckpt_file(r));
     if (!st) st = hf_map_build(&c, arch, &map, err);
     if (!st && !(dt = calloc(map.n ? map.n : 1, sizeof *dt)))

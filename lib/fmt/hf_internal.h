@@ -1,7 +1,8 @@
 /*
  * hf_internal.h - what the Hugging Face files of lib/fmt share (private):
- *   hf_map.c     the architecture of an mc model (GPT2LMHeadModel or
- *                LlamaForCausalLM), config.json both ways, and the tensor
+ *   hf_map.c     the architecture of an mc model (GPT2LMHeadModel,
+ *                LlamaForCausalLM or, with experts, MixtralForCausalLM),
+ *                config.json both ways, and the tensor
  *                map between Megatron Core names and Hugging Face names
  *   hf_export.c  mc checkpoint -> Hugging Face directory
  *   hf_import.c  Hugging Face directory -> mc checkpoint
@@ -21,9 +22,13 @@
 #include "mc/model.h"
 #include "mc/status.h"
 
-typedef enum hf_arch { HF_GPT2 = 0, HF_LLAMA = 1 } hf_arch;
+/* HF_QWEN3_MOE is named (config.json's architectures) but never chosen:
+ * Qwen3MoeForCausalLM normalizes queries and keys per head, which mc's
+ * attention does not (hf_arch_for and hf_config_parse refuse it). */
+typedef enum hf_arch { HF_GPT2 = 0, HF_LLAMA = 1, HF_MIXTRAL = 2, HF_QWEN3_MOE = 3 } hf_arch;
 
-/* "GPT2LMHeadModel", "LlamaForCausalLM". */
+/* "GPT2LMHeadModel", "LlamaForCausalLM", "MixtralForCausalLM",
+ * "Qwen3MoeForCausalLM". */
 const char *hf_arch_name(hf_arch a);
 
 typedef struct hf_range {
@@ -49,6 +54,11 @@ typedef struct hf_map {
 /* The architecture that expresses c, or MC_ERR_FORMAT with the reason it
  * cannot be exported (what the format needs and what c has). */
 mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err);
+/* A mixture of experts (c->num_experts > 0) as Mixtral's softmax top-k
+ * renormalized experts in every layer (MixtralForCausalLM, GGUF's llama):
+ * MC_OK, or MC_ERR_FORMAT "FMT (...) needs X; this model has Y", naming ALT
+ * (the Qwen3-MoE format) where only it could hold Y. */
+mc_status hf_moe_check(const mc_model_config *c, const char *fmt, const char *alt, mc_error *err);
 /* The table for a finished config under arch (hf_arch_for's answer). */
 mc_status hf_map_build(const mc_model_config *c, hf_arch arch, hf_map *m, mc_error *err);
 void hf_map_free(hf_map *m);

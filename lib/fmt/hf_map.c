@@ -20,12 +20,68 @@
 
 const char *hf_arch_name(hf_arch a)
 {
-    return a == HF_LLAMA ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+    return a == HF_LLAMA     ? "LlamaForCausalLM"
+           : a == HF_MIXTRAL ? "MixtralForCausalLM"
+           : a == HF_QWEN3_MOE ? "Qwen3MoeForCausalLM"
+                               : "GPT2LMHeadModel";
+}
+
+/* A mixture of experts as MixtralForCausalLM (doc/ARCHITECTURE.md, "The
+ * MoE layer"; mc-formats(5)). Mixtral's router (MixtralTopKRouter) is
+ * softmax over all the experts' logits, the top k, renormalized to sum 1:
+ * the same probabilities as Megatron's default softmax routing (the top k
+ * of the logits, softmax over those k; mc's moe_route_fwd), and the same
+ * choice. Everything else that changes a forward is refused, naming it.
+ * The one other class with these experts, Qwen3MoeForCausalLM, would also
+ * hold --moe-router-pre-softmax (norm_topk_prob false) and dense layers
+ * (mlp_only_layers), but it normalizes queries and keys per head (q_norm,
+ * k_norm, always), which mc's attention does not: no mc model is one. The
+ * balancing and z losses are training-only (router_aux_loss_coef holds the
+ * aux loss's coefficient). */
+mc_status hf_moe_check(const mc_model_config *c, const char *fmt, const char *alt, mc_error *err)
+{
+    const char *need = NULL, *has = NULL;
+    char buf[96];
+    int dense = 0;
+    for (int l = 0; l < c->num_layers; l++) dense += !mc_model_layer_is_moe(c, l);
+    if (c->add_bias_linear)
+        need = "no biases", has = "biases (no --disable-bias-linear)";
+    else if (c->moe_router_enable_expert_bias)
+        need = "no expert bias in the choice", has = "--moe-router-enable-expert-bias";
+    else if (c->moe_router_score_sigmoid)
+        need = "softmax routing", has = "--moe-router-score-function sigmoid";
+    else if (c->moe_router_num_groups > 0)
+        need = "routing over all the experts", has = "group-limited routing";
+    else if (c->moe_router_topk_scaling_factor > 0 && c->moe_router_topk_scaling_factor != 1)
+        need = "probabilities summing to 1", has = "--moe-router-topk-scaling-factor";
+    else if (c->moe_expert_capacity_factor > 0)
+        need = "no token dropping", has = "--moe-expert-capacity-factor";
+    else if (c->moe_shared_expert_intermediate_size > 0)
+        need = "no shared experts", has = "--moe-shared-expert-intermediate-size";
+    else if (c->moe_router_pre_softmax)
+        need = "the top-k probabilities renormalized", has = "--moe-router-pre-softmax";
+    else if (dense) {
+        snprintf(buf, sizeof buf, "%d of %d layers dense (--moe-layer-freq)", dense,
+                 c->num_layers);
+        need = "experts in every layer", has = buf;
+    }
+    if (!need) return MC_OK;
+    int qwen = c->moe_router_pre_softmax || dense; /* what Qwen3-MoE's fields would hold */
+    return mc_error_set(err, MC_ERR_FORMAT,
+                        "%s (the format for a mixture of experts) needs %s; this model has %s%s%s%s",
+                        fmt, need, has, qwen ? " (" : "", qwen ? alt : "",
+                        qwen ? " would hold it, but it normalizes queries and keys per head, "
+                               "which mc's attention does not)"
+                             : "");
 }
 
 mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err)
 {
     const char *need = NULL, *has = NULL;
+    if (c->num_experts > 0 && c->position_embedding_type == MC_POS_LEARNED)
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "MixtralForCausalLM (the format for a mixture of experts) needs "
+                            "rotary positions; this model has learned absolute positions");
     if (c->position_embedding_type == MC_POS_LEARNED) {
         *out = HF_GPT2;
         if (c->normalization != MC_NORM_LAYERNORM)
@@ -54,9 +110,13 @@ mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err)
         need = "rotary embeddings over the whole head", has = "--rotary-percent below 1";
     if (need)
         return mc_error_set(err, MC_ERR_FORMAT,
-                            "LlamaForCausalLM (the format for rotary positions) needs %s; this "
-                            "model has %s",
-                            need, has);
+                            "%s (the format for rotary positions) needs %s; this model has %s",
+                            c->num_experts > 0 ? "MixtralForCausalLM" : "LlamaForCausalLM", need,
+                            has);
+    if (c->num_experts > 0) {
+        *out = HF_MIXTRAL;
+        return hf_moe_check(c, "MixtralForCausalLM", "Qwen3MoeForCausalLM", err);
+    }
     return MC_OK;
 }
 
@@ -198,6 +258,35 @@ mc_status hf_map_build(const mc_model_config *c, hf_arch arch, hf_map *m, mc_err
         if (bias)
             whole(&b, MC("%s.linear_proj.bias"), C, 0, 0,
                   HF(gpt ? "%s.attn.c_proj.bias" : "%s.self_attn.o_proj.bias"));
+        if (mc_model_layer_is_moe(c, l)) {
+            /* Mixtral's names (those of its published checkpoints, which
+             * transformers 5 reads and writes): the router, then each
+             * expert's w1 (gate), w3 (up) and w2 (down), rows of mc's
+             * global [E, rows, cols] tensors */
+            int64_t E = c->num_experts, FE = c->moe_ffn_hidden_size;
+            snprintf(a, sizeof a, "decoder.layers.%d", l);
+            whole(&b, MC("%s.pre_mlp_layernorm.weight"), C, 0, 0,
+                  HF("%s.post_attention_layernorm.weight"));
+            whole(&b, MC("%s.mlp.router.weight"), E, C, 0, HF("%s.block_sparse_moe.gate.weight"));
+            char fc1[128], fc2[128];
+            snprintf(fc1, sizeof fc1, "%s.mlp.experts.experts.linear_fc1.weight", a);
+            snprintf(fc2, sizeof fc2, "%s.mlp.experts.experts.linear_fc2.weight", a);
+            for (int64_t x = 0; x < E && !b.failed; x++) {
+                e = entry(&b, fc1, E * 2 * FE, C, 0, "%s.block_sparse_moe.experts.%lld.w1.weight",
+                          p, (long long)x);
+                rows(&b, e, x * 2 * FE, FE);
+                e = entry(&b, fc1, E * 2 * FE, C, 0, "%s.block_sparse_moe.experts.%lld.w3.weight",
+                          p, (long long)x);
+                rows(&b, e, x * 2 * FE + FE, FE);
+            }
+            /* after fc1's: export reads each mc tensor once */
+            for (int64_t x = 0; x < E && !b.failed; x++) {
+                e = entry(&b, fc2, E * C, FE, 0, "%s.block_sparse_moe.experts.%lld.w2.weight", p,
+                          (long long)x);
+                rows(&b, e, x * C, C);
+            }
+            continue;
+        }
         snprintf(a, sizeof a, "decoder.layers.%d.mlp", l);
         whole(&b, MC("%s.linear_fc1.layer_norm_weight"), C, 0, 0,
               HF(gpt ? "%s.ln_2.weight" : "%s.post_attention_layernorm.weight"));
@@ -274,10 +363,12 @@ json_t *hf_config_json(const mc_model_config *c, hf_arch arch, int64_t eos_id,
         json_object_set_new(o, "scale_attn_weights", json_true());
         json_object_set_new(o, "bos_token_id", json_copy(eos));
     } else {
-        json_object_set_new(o, "model_type", json_string("llama"));
+        int mx = arch == HF_MIXTRAL;
+        json_object_set_new(o, "model_type", json_string(mx ? "mixtral" : "llama"));
         json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
         json_object_set_new(o, "hidden_size", json_integer(c->hidden_size));
-        json_object_set_new(o, "intermediate_size", json_integer(c->ffn_hidden_size));
+        json_object_set_new(o, "intermediate_size",
+                            json_integer(mx ? c->moe_ffn_hidden_size : c->ffn_hidden_size));
         json_object_set_new(o, "num_hidden_layers", json_integer(c->num_layers));
         json_object_set_new(o, "num_attention_heads", json_integer(c->num_attention_heads));
         json_object_set_new(o, "num_key_value_heads", json_integer(c->num_query_groups));
@@ -295,10 +386,23 @@ json_t *hf_config_json(const mc_model_config *c, hf_arch arch, int64_t eos_id,
                                             "original_max_position_embeddings",
                                             c->rope_original_max_position_embeddings)
                                 : json_null());
-        json_object_set_new(o, "attention_bias", json_boolean(c->add_bias_linear));
-        json_object_set_new(o, "mlp_bias", json_boolean(c->add_bias_linear));
+        if (mx) {
+            /* hf_arch_for checked the routing is Mixtral's; the balancing
+             * loss is training's, its coefficient kept, off by default */
+            json_object_set_new(o, "num_local_experts", json_integer(c->num_experts));
+            json_object_set_new(o, "num_experts_per_tok", json_integer(c->moe_router_topk));
+            json_object_set_new(o, "router_aux_loss_coef",
+                                c->moe_load_balancing == MC_MOE_LB_NONE ? json_real(0)
+                                                                        : real(c->moe_aux_loss_coeff));
+            json_object_set_new(o, "output_router_logits", json_false());
+            json_object_set_new(o, "router_jitter_noise", json_real(0));
+            json_object_set_new(o, "sliding_window", json_null());
+        } else {
+            json_object_set_new(o, "attention_bias", json_boolean(c->add_bias_linear));
+            json_object_set_new(o, "mlp_bias", json_boolean(c->add_bias_linear));
+            json_object_set_new(o, "pretraining_tp", json_integer(1));
+        }
         json_object_set_new(o, "attention_dropout", json_real(0));
-        json_object_set_new(o, "pretraining_tp", json_integer(1));
         json_object_set_new(o, "bos_token_id", json_null());
     }
     json_object_set_new(o, "eos_token_id", eos);
@@ -410,16 +514,23 @@ static hf_arch detect(reader *r)
     if (a && !strcmp(a, "LlamaForCausalLM")) return HF_LLAMA;
     if (!a && t && !strcmp(t, "gpt2")) return HF_GPT2;
     if (!a && t && !strcmp(t, "llama")) return HF_LLAMA;
+    if (a ? !strcmp(a, "MixtralForCausalLM") : t && !strcmp(t, "mixtral")) return HF_MIXTRAL;
+    if (a ? !strcmp(a, "Qwen3MoeForCausalLM") : t && !strcmp(t, "qwen3_moe")) {
+        refuse(r, a ? "architectures" : "model_type",
+               "Qwen3MoeForCausalLM normalizes queries and keys per head (q_norm, k_norm), which "
+               "mc's attention does not have");
+        return HF_QWEN3_MOE;
+    }
     if (!r->st) {
         if (a)
             r->st = mc_error_set(r->err, MC_ERR_FORMAT,
                                  "%s: architectures: %s is not supported (mc imports "
-                                 "GPT2LMHeadModel and LlamaForCausalLM)",
+                                 "GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM)",
                                  r->where, a);
         else
             r->st = mc_error_set(r->err, MC_ERR_FORMAT,
-                                 "%s: architectures: missing, and model_type %s%s%s is not gpt2 or "
-                                 "llama",
+                                 "%s: architectures: missing, and model_type %s%s%s is not gpt2, "
+                                 "llama or mixtral",
                                  r->where, t ? "\"" : "", t ? t : "missing", t ? "\"" : "");
     }
     return HF_GPT2;
@@ -452,7 +563,7 @@ static void parse_gpt2(reader *r, mc_model_config *c)
     c->add_bias_linear = 1;
 }
 
-static void parse_llama(reader *r, mc_model_config *c)
+static void parse_llama(reader *r, mc_model_config *c, int mixtral)
 {
     c->hidden_size = (int)get_int(r, "hidden_size", 4096, 1);
     c->ffn_hidden_size = (int)get_int(r, "intermediate_size", 11008, 1);
@@ -469,7 +580,7 @@ static void parse_llama(reader *r, mc_model_config *c)
     c->untie_embeddings_and_output_weights = !get_bool(r, "tie_word_embeddings", 0);
     const char *act = get_str(r, "hidden_act", "silu");
     if (strcmp(act, "silu")) refuse(r, "hidden_act", "mc's SwiGLU uses silu");
-    double theta = get_num(r, "rope_theta", 10000.0);
+    double theta = get_num(r, "rope_theta", mixtral ? 1e6 : 10000.0);
     json_t *rs = json_object_get(r->o, "rope_scaling");
     if (rs && !json_is_null(rs)) rope_scaling(r, "rope_scaling", rs, c);
     /* transformers 5 writes rope_parameters {"rope_type", "rope_theta"} */
@@ -504,6 +615,23 @@ static void parse_llama(reader *r, mc_model_config *c)
     c->normalization = MC_NORM_RMSNORM;
     c->position_embedding_type = MC_POS_ROPE;
     c->swiglu = 1;
+    if (!mixtral) return;
+    /* MixtralConfig's fields and defaults: every layer a mixture of
+     * num_local_experts experts of intermediate_size, top
+     * num_experts_per_tok, Megatron's default softmax routing (hf_arch_for) */
+    c->num_experts = (int)get_int(r, "num_local_experts", 8, 1);
+    c->moe_router_topk = (int)get_int(r, "num_experts_per_tok", 2, 1);
+    c->moe_ffn_hidden_size = c->ffn_hidden_size;
+    c->moe_layer_freq = 1;
+    /* the balancing loss transformers trains with: router_aux_loss_coef
+     * when output_router_logits (mc-train --finetune takes it) */
+    json_t *coef = json_object_get(r->o, "router_aux_loss_coef");
+    double aux = json_is_number(coef) ? json_number_value(coef) : 0.001;
+    if (coef && !json_is_null(coef) && !(json_is_number(coef) && aux >= 0))
+        refuse(r, "router_aux_loss_coef", "expected a number >= 0");
+    c->moe_aux_loss_coeff = get_bool(r, "output_router_logits", 0) ? (float)aux : 0;
+    json_t *sw = json_object_get(r->o, "sliding_window");
+    if (sw && !json_is_null(sw)) refuse(r, "sliding_window", "mc's attention has no window");
 }
 
 mc_status hf_config_parse(const json_t *cfg, const char *where, mc_model_config *c, hf_arch *arch,
@@ -518,7 +646,7 @@ mc_status hf_config_parse(const json_t *cfg, const char *where, mc_model_config 
     if (*arch == HF_GPT2)
         parse_gpt2(&r, c);
     else
-        parse_llama(&r, c);
+        parse_llama(&r, c, *arch == HF_MIXTRAL);
     if (r.st) return r.st;
     /* A run's length, not the model's: the positions, up to 4096 (mc-train
      * and mc-eval take --seq-length). */

@@ -9,6 +9,9 @@ layouts' definitions rather than from mc's tables:
     transposed), c_attn's out features are [all q; all k; all v];
   - LlamaForCausalLM: q_proj / k_proj / v_proj in head order, SwiGLU's
     linear_fc1 = [gate; up];
+  - MixtralForCausalLM (experts): the router is block_sparse_moe.gate, the
+    experts' global linear_fc1 [E * 2F, C] is E blocks [gate (w1); up (w3)]
+    and linear_fc2 [E * C, F] is E blocks w2;
   - word embeddings and lm_head lose the padded vocabulary rows.
 Every tensor must be present with the expected name, shape and dtype and
 equal BYTE FOR BYTE to the checkpoint's value converted to that dtype
@@ -123,6 +126,22 @@ def expected(h5, cfg):
                 put(f"{h}.attn.c_attn.{kind}", src, np.concatenate([q, k, v]).T)
         src = f"{a}.linear_qkv.layer_norm_weight"
         put(f"{h}.input_layernorm.weight" if llama else f"{h}.ln_1.weight", src, f32(m[src]))
+        if f"{p}.router.weight" in m:  # a mixture of experts, Mixtral's names
+            E, F = cfg["moe"]["num_experts"], cfg["moe"]["moe_ffn_hidden_size"]
+            src = f"decoder.layers.{i}.pre_mlp_layernorm.weight"
+            put(f"{h}.post_attention_layernorm.weight", src, f32(m[src]))
+            put(f"{h}.block_sparse_moe.gate.weight", f"{p}.router.weight",
+                f32(m[f"{p}.router.weight"]))
+            s1, s2 = f"{p}.experts.experts.linear_fc1.weight", f"{p}.experts.experts.linear_fc2.weight"
+            w1 = f32(m[s1]).reshape(E, 2, F, C)
+            w2 = f32(m[s2]).reshape(E, C, F)
+            for e in range(E):
+                put(f"{h}.block_sparse_moe.experts.{e}.w1.weight", s1, w1[e, 0])
+                put(f"{h}.block_sparse_moe.experts.{e}.w3.weight", s1, w1[e, 1])
+                put(f"{h}.block_sparse_moe.experts.{e}.w2.weight", s2, w2[e])
+            src = f"{a}.linear_proj.weight"
+            put(f"{h}.self_attn.o_proj.weight", src, f32(m[src]))
+            continue
         src = f"{p}.linear_fc1.layer_norm_weight"
         put(f"{h}.post_attention_layernorm.weight" if llama else f"{h}.ln_2.weight", src,
             f32(m[src]))
@@ -161,7 +180,24 @@ def check_config(cfg, hf):
     llama = cfg["position_embedding_type"] == "rope"
     want = {"vocab_size": cfg["vocab_size"],
             "tie_word_embeddings": not cfg["untie_embeddings_and_output_weights"]}
-    if llama:
+    moe = cfg.get("moe", {}).get("num_experts", 0)
+    if moe:
+        mo = cfg["moe"]
+        want.update(architectures=["MixtralForCausalLM"], model_type="mixtral",
+                    hidden_size=cfg["hidden_size"], num_hidden_layers=cfg["num_layers"],
+                    num_attention_heads=cfg["num_attention_heads"],
+                    num_key_value_heads=cfg["num_query_groups"], head_dim=cfg["kv_channels"],
+                    intermediate_size=mo["moe_ffn_hidden_size"], num_local_experts=moe,
+                    num_experts_per_tok=mo["moe_router_topk"], output_router_logits=False,
+                    router_jitter_noise=0.0, sliding_window=None,
+                    max_position_embeddings=cfg["max_position_embeddings"], hidden_act="silu")
+        assert np.float32(hf["rms_norm_eps"]) == np.float32(cfg["norm_epsilon"]), "rms_norm_eps"
+        assert np.float32(hf["rope_theta"]) == np.float32(cfg["rotary_base"]), "rope_theta"
+        coef = 0 if mo["moe_router_load_balancing_type"] == "none" else mo["moe_aux_loss_coeff"]
+        assert np.float32(hf["router_aux_loss_coef"]) == np.float32(coef), "router_aux_loss_coef"
+        for k in ("attention_bias", "mlp_bias", "pretraining_tp"):
+            assert k not in hf, f"config.json has {k}, which MixtralConfig does not"
+    elif llama:
         want.update(architectures=["LlamaForCausalLM"], model_type="llama",
                     hidden_size=cfg["hidden_size"], num_hidden_layers=cfg["num_layers"],
                     num_attention_heads=cfg["num_attention_heads"],

@@ -149,9 +149,15 @@ EOF
         --set 'rope_scaling={"rope_type": "dynamic", "factor": 2.0}'
     bad llama 'd/config.json: rope_parameters.rope_type: mc'"'"'s RoPE is "default" or Llama 3.1'"'"'s "llama3"' \
         --rope-parameters --set 'rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}'
-    bad llama "d/config.json: architectures: MistralForCausalLM is not supported (mc imports GPT2LMHeadModel and LlamaForCausalLM)" \
+    bad llama "d/config.json: architectures: MistralForCausalLM is not supported (mc imports GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM)" \
         --set 'architectures=["MistralForCausalLM"]'
     bad llama "d/config.json: hidden_act: mc's SwiGLU uses silu" --set 'hidden_act="gelu"'
+    bad llama "d/config.json: architectures: Qwen3MoeForCausalLM normalizes queries and keys per head (q_norm, k_norm), which mc's attention does not have" \
+        --set 'architectures=["Qwen3MoeForCausalLM"]'
+    bad llama "d/config.json: sliding_window: mc's attention has no window" \
+        --set 'architectures=["MixtralForCausalLM"]' --set 'sliding_window=4096'
+    bad llama "d: tensor model.layers.0.block_sparse_moe.gate.weight is missing (MixtralForCausalLM needs it)" \
+        --set 'architectures=["MixtralForCausalLM"]' --set 'num_local_experts=2'
     bad llama "d/config.json: mlp_bias: mc has biases in all linear layers or in none (attention_bias differs)" \
         --set 'mlp_bias=true'
     bad gpt2 "d/config.json: activation_function: mc's GPT uses the tanh GELU (gelu_new or gelu_pytorch_tanh)" \
