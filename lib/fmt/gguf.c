@@ -19,6 +19,7 @@
 #include "mc/gguf.h"
 #include "mc/tokenizer.h"
 #include "fmt/gguf_internal.h"
+#include "fmt/hf_internal.h"
 
 #define GGUF_VERSION 3
 #define GGUF_ALIGN 32
@@ -233,6 +234,8 @@ typedef enum xform {
     X_V,
     X_GATE,      /* llama: first half of SwiGLU's fc1 */
     X_UP,        /* llama: second half */
+    X_GATE_EXPS, /* llama MoE: each expert's first half of fc1, experts in order */
+    X_UP_EXPS,   /* llama MoE: each expert's second half */
     X_ROPE_FREQS /* llama with RoPE scaling: llama.cpp's per-pair frequency divisors,
                     computed (no source tensor) */
 } xform;
@@ -242,6 +245,7 @@ typedef struct tplan {
     char src[160]; /* "model/<Megatron Core name>" */
     xform x;
     int64_t rows, cols;         /* in the file; cols 0: 1-D */
+    int64_t experts;            /* > 0: 3-D, [experts, rows / experts, cols] */
     int64_t src_rows, src_cols; /* the stored global tensor (cols 0: 1-D) */
     int ggml;
     uint64_t offset, bytes;
@@ -386,6 +390,29 @@ static mc_status build_plan(const mc_model_config *c, int llama, int ggml, int h
             NAMES("attn_output.bias", "self_attention.linear_proj.bias");
             ADD(X_COPY, C, 0, C, 0);
         }
+        if (mc_model_layer_is_moe(c, l)) {
+            /* llama.cpp's Mixtral layout: the router (f32, as its
+             * converter keeps ffn_gate_inp) and each weight of all the
+             * experts as one [E, rows, cols] tensor, mc's global tensor
+             * (fc1's gate and up halves gathered apart) */
+            int64_t E = c->num_experts, FE = c->moe_ffn_hidden_size;
+            NAMES("ffn_norm.weight", "pre_mlp_layernorm.weight");
+            ADD(X_COPY, C, 0, C, 0);
+            NAMES("ffn_gate_inp.weight", "mlp.router.weight");
+            if (!st) st = plan_add(p, n, s, X_COPY, E, C, E, C, GGML_F32, err);
+            static const char *const ex[3] = {"gate", "up", "down"};
+            for (int k = 0; k < 3 && !st; k++) {
+                snprintf(n, sizeof n, "blk.%d.ffn_%s_exps.weight", l, ex[k]);
+                snprintf(s, sizeof s, "decoder.layers.%d.mlp.experts.experts.linear_fc%d.weight", l,
+                         k < 2 ? 1 : 2);
+                if (k < 2)
+                    ADD(k ? X_UP_EXPS : X_GATE_EXPS, E * FE, C, E * 2 * FE, C);
+                else
+                    ADD(X_COPY, E * C, FE, E * C, FE);
+                if (!st) p->t[p->n - 1].experts = E;
+            }
+            continue;
+        }
         NAMES("ffn_norm.weight", "mlp.linear_fc1.layer_norm_weight");
         ADD(X_COPY, C, 0, C, 0);
         if (!llama) {
@@ -467,6 +494,11 @@ static int64_t src_row(const plan *p, const tplan *t, int64_t r)
     case X_V: return (r / D) * grp + (per + 1) * D + r % D;
     case X_GATE: return r;
     case X_UP: return t->rows + r;
+    case X_GATE_EXPS:
+    case X_UP_EXPS: {
+        int64_t F = t->rows / t->experts; /* an expert's rows of fc1: [gate F; up F] */
+        return r / F * 2 * F + (t->x == X_UP_EXPS ? F : 0) + r % F;
+    }
     case X_ROPE_FREQS: return r; /* computed, not gathered */
     }
     return r;
@@ -687,10 +719,23 @@ mc_status mc_export_gguf(const char *ckpt_path, const mc_gguf_options *o, const 
     if (st) goto out;
     const char *file = mc_ckpt_file(r);
     if ((st = mc_ckpt_read_model_config(r, &c, err))) goto out;
-    if ((st = mc_model_refuse_moe(&c, file, "GGUF export", err))) goto out;
     const char *arch = arch_of(&c, file, err);
     if (!arch) {
         st = err ? err->code : MC_ERR_FORMAT;
+        goto out;
+    }
+    /* experts: llama.cpp's llama with Mixtral's routing (softmax, top k,
+     * renormalized; build_moe_ffn with norm_w) in every layer */
+    if (c.num_experts > 0 && strcmp(arch, "llama")) {
+        st = mc_error_set(err, MC_ERR_FORMAT,
+                          "%s: GGUF holds a mixture of experts as llama.cpp's llama (RMSNorm, "
+                          "SwiGLU, RoPE); this model is %s",
+                          file, arch);
+        goto out;
+    }
+    if (c.num_experts > 0 &&
+        (st = hf_moe_check(&c, "GGUF's llama architecture", "GGUF's qwen3moe", err))) {
+        mc_error_prefix(err, "%s", file);
         goto out;
     }
     int llama = !strcmp(arch, "llama");
@@ -729,7 +774,12 @@ mc_status mc_export_gguf(const char *ckpt_path, const mc_gguf_options *o, const 
     kv_arch(&k, arch, "context_length", (uint32_t)c.max_position_embeddings);
     kv_arch(&k, arch, "embedding_length", (uint32_t)c.hidden_size);
     kv_arch(&k, arch, "block_count", (uint32_t)c.num_layers);
-    kv_arch(&k, arch, "feed_forward_length", (uint32_t)c.ffn_hidden_size);
+    kv_arch(&k, arch, "feed_forward_length",
+            (uint32_t)(c.num_experts > 0 ? c.moe_ffn_hidden_size : c.ffn_hidden_size));
+    if (c.num_experts > 0) {
+        kv_arch(&k, arch, "expert_count", (uint32_t)c.num_experts);
+        kv_arch(&k, arch, "expert_used_count", (uint32_t)c.moe_router_topk);
+    }
     kv_arch(&k, arch, "attention.head_count", (uint32_t)c.num_attention_heads);
     kv_arch(&k, arch, "attention.head_count_kv", (uint32_t)c.num_query_groups);
     kv_arch(&k, arch, "vocab_size", (uint32_t)c.vocab_size);
@@ -756,9 +806,10 @@ mc_status mc_export_gguf(const char *ckpt_path, const mc_gguf_options *o, const 
     for (size_t i = 0; i < p.n; i++) {
         const tplan *t = &p.t[i];
         put_str(&hd, t->name);
-        put_u32(&hd, t->cols ? 2 : 1);
+        put_u32(&hd, t->experts ? 3 : t->cols ? 2 : 1);
         if (t->cols) put_u64(&hd, (uint64_t)t->cols);
-        put_u64(&hd, (uint64_t)t->rows);
+        put_u64(&hd, (uint64_t)(t->experts ? t->rows / t->experts : t->rows));
+        if (t->experts) put_u64(&hd, (uint64_t)t->experts);
         put_u32(&hd, (uint32_t)t->ggml);
         put_u64(&hd, t->offset);
     }

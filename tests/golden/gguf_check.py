@@ -174,18 +174,32 @@ def expected_tensors(h5, cfg, llama):
     def permute(w, heads):  # llama.cpp's converter: (h, 2, D/2) -> (h, D/2, 2)
         return w.reshape(heads, 2, D // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
+    moe = cfg.get("moe", {}).get("num_experts", 0)
     for l in range(L):
         a, p = f"decoder.layers.{l}.self_attention", f"decoder.layers.{l}.mlp"
         b = f"blk.{l}"
         out[f"{b}.attn_norm.weight"] = get(f"{a}.linear_qkv.layer_norm_weight")
-        out[f"{b}.ffn_norm.weight"] = get(f"{p}.linear_fc1.layer_norm_weight")
         out[f"{b}.attn_output.weight"] = get(f"{a}.linear_proj.weight")
-        out[f"{b}.ffn_down.weight"] = get(f"{p}.linear_fc2.weight")
+        if moe:  # llama.cpp's Mixtral layout: [E, rows, cols] per weight
+            E, FE = moe, cfg["moe"]["moe_ffn_hidden_size"]
+            out[f"{b}.ffn_norm.weight"] = get(f"decoder.layers.{l}.pre_mlp_layernorm.weight")
+            out[f"{b}.ffn_gate_inp.weight"] = get(f"{p}.router.weight")
+            fc1 = get(f"{p}.experts.experts.linear_fc1.weight").reshape(E, 2 * FE, C)
+            out[f"{b}.ffn_gate_exps.weight"] = fc1[:, :FE]
+            out[f"{b}.ffn_up_exps.weight"] = fc1[:, FE:]
+            out[f"{b}.ffn_down_exps.weight"] = get(f"{p}.experts.experts.linear_fc2.weight").reshape(E, C, FE)
+        else:
+            out[f"{b}.ffn_norm.weight"] = get(f"{p}.linear_fc1.layer_norm_weight")
+            out[f"{b}.ffn_down.weight"] = get(f"{p}.linear_fc2.weight")
         sfx = ["weight"] + (["bias"] if bias else [])
         for s in sfx:
             q, k, v = split_qkv(get(f"{a}.linear_qkv.{s}"))
-            fc1 = get(f"{p}.linear_fc1.{s}")
-            if llama:
+            fc1 = None if moe else get(f"{p}.linear_fc1.{s}")
+            if llama and moe:
+                out[f"{b}.attn_q.{s}"] = permute(q, Q)
+                out[f"{b}.attn_k.{s}"] = permute(k, G)
+                out[f"{b}.attn_v.{s}"] = v
+            elif llama:
                 out[f"{b}.attn_q.{s}"] = permute(q, Q)
                 out[f"{b}.attn_k.{s}"] = permute(k, G)
                 out[f"{b}.attn_v.{s}"] = v
@@ -214,6 +228,7 @@ def main():
     llama = cfg["normalization"] == "RMSNorm"
     arch = "llama" if llama else "gpt2"
     V = cfg["vocab_size"]
+    moe = cfg.get("moe", {}).get("num_experts", 0)
     r = gguf.GGUFReader(path)
 
     # ---- metadata
@@ -226,7 +241,7 @@ def main():
         f"{arch}.context_length": cfg["max_position_embeddings"],
         f"{arch}.embedding_length": cfg["hidden_size"],
         f"{arch}.block_count": cfg["num_layers"],
-        f"{arch}.feed_forward_length": cfg["ffn_hidden_size"],
+        f"{arch}.feed_forward_length": cfg["moe"]["moe_ffn_hidden_size"] if moe else cfg["ffn_hidden_size"],
         f"{arch}.attention.head_count": cfg["num_attention_heads"],
         f"{arch}.attention.head_count_kv": cfg["num_query_groups"],
         f"{arch}.vocab_size": V,
@@ -235,6 +250,9 @@ def main():
         "tokenizer.ggml.merges": merges,
         "tokenizer.ggml.add_bos_token": False, "tokenizer.ggml.add_eos_token": False,
     }
+    if moe:
+        want[gguf.Keys.LLM.EXPERT_COUNT.format(arch=arch)] = moe
+        want[gguf.Keys.LLM.EXPERT_USED_COUNT.format(arch=arch)] = cfg["moe"]["moe_router_topk"]
     if llama:
         want[f"{arch}.attention.layer_norm_rms_epsilon"] = f32(cfg["norm_epsilon"])
         want[f"{arch}.rope.freq_base"] = f32(cfg["rotary_base"])
@@ -266,11 +284,22 @@ def main():
     names = [t.name for t in r.tensors]
     if sorted(names) != sorted(exp) or len(set(names)) != len(names):
         fail(f"tensors: extra {sorted(set(names) - set(exp))}, missing {sorted(set(exp) - set(names))}")
+    # every name one the gguf package (llama.cpp's constants) knows for the arch
+    from gguf.constants import MODEL_ARCH, MODEL_TENSORS, TENSOR_NAMES
+    known = {TENSOR_NAMES[k] for k in MODEL_TENSORS[MODEL_ARCH.LLAMA if llama else MODEL_ARCH.GPT2]}
+    for n in names:
+        stem = n.rsplit(".", 1)[0]
+        if stem.startswith("blk."):
+            stem = "blk.{bid}." + stem.split(".", 2)[2]
+        if stem not in known:
+            fail(f"{n}: not a tensor gguf's {arch} architecture names")
     worst = {}
     for t in r.tensors:
         x = exp[t.name]
-        matrix = x.ndim == 2
-        want_t = TYPES[tname] if matrix and t.name != "position_embd.weight" else QT.F32
+        matrix = x.ndim >= 2  # the experts' [E, rows, cols] too
+        f32_kept = ("position_embd.weight",)  # and the router, as llama.cpp's converter keeps it
+        want_t = (TYPES[tname] if matrix and t.name not in f32_kept
+                  and not t.name.endswith(".ffn_gate_inp.weight") else QT.F32)
         if want_t in (QT.Q8_0, QT.Q4_0, QT.Q4_K) and x.shape[-1] % 32:
             want_t = QT.F16
         elif want_t == QT.Q4_K and x.shape[-1] % 256:

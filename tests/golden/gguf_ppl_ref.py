@@ -64,13 +64,17 @@ def main():
     use_rope = cfg["position_embedding_type"] == "rope"
     untied = bool(cfg["untie_embeddings_and_output_weights"])
     lin = lambda x, w, b: torch.nn.functional.linear(x, w, b)
+    moe = None
+    if cfg.get("moe", {}).get("num_experts", 0):  # the MoE layers' reference block
+        import torch_moe
+        moe = torch_moe.MoE(cfg, P)
     nll, count, line = 0.0, 0, []
     with torch.no_grad():
         for c in range(n_chunks):
             t = torch.tensor(ids[c * n_ctx:(c + 1) * n_ctx], dtype=torch.long)[None]
             tgt = torch.full_like(t, -1)
             tgt[0, first:-1] = t[0, first + 1:]
-            m = torch_ref.forward(cfg, P, t, tgt, lin, use_rope, untied).item()
+            m = torch_ref.forward(cfg, P, t, tgt, lin, use_rope, untied, moe=moe).item()
             k = n_ctx - 1 - first
             nll += m * k
             count += k

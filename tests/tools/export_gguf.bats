@@ -36,6 +36,17 @@ setup_file() {
         --num-attention-heads 4 --num-query-groups 2 --ffn-hidden-size 80 \
         --make-vocab-size-divisible-by 8 --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear \
         --untie-embeddings-and-output-weights --save llama >/dev/null 2>&1
+    # a mixture of experts (llama.cpp's Mixtral layout), and two it cannot
+    # hold: sigmoid routing, a dense layer between MoE ones
+    local moe=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --num-query-groups 2
+               --normalization RMSNorm --swiglu --position-embedding-type rope
+               --disable-bias-linear --make-vocab-size-divisible-by 8 --num-experts 4
+               --moe-router-topk 2 --moe-ffn-hidden-size 64 --lr 1e-2)
+    "$MC_TRAIN" "${common[@]}" "${data[@]}" "${moe[@]}" --train-iters 3 --save moe >/dev/null 2>&1
+    "$MC_TRAIN" "${common[@]}" "${data[@]}" "${moe[@]}" --moe-router-score-function sigmoid \
+        --save moe_sigmoid >/dev/null 2>&1
+    "$MC_TRAIN" "${common[@]}" "${data[@]}" "${moe[@]}" --moe-layer-freq 2 \
+        --save moe_dense >/dev/null 2>&1
     # the same GPT with no tokenizer, and a mix GGUF has no architecture for
     "$MC_TRAIN" "${common[@]}" --mock-data --vocab-size 64 --num-layers 1 --hidden-size 32 \
         --num-attention-heads 2 --save notok >/dev/null 2>&1
@@ -97,7 +108,7 @@ setup() {
     D=$BATS_FILE_TMPDIR
 }
 
-# export MODEL TYPE, check it against the checkpoint
+# export MODEL TYPE [ITER], check it against the checkpoint
 export_and_check() {
     require_python_module gguf
     require_python_module h5py
@@ -106,7 +117,7 @@ export_and_check() {
     assert_output "$1.$2.gguf"
     run ls -A
     assert_output "$1.$2.gguf"
-    run "$MC_PYTHON" "$CHECK" "$1.$2.gguf" "$D/$1/iter_0000001/model.h5" "$2"
+    run "$MC_PYTHON" "$CHECK" "$1.$2.gguf" "$D/$1/${3:-iter_0000001}/model.h5" "$2"
     echo "$output"
     assert_success
 }
@@ -131,6 +142,23 @@ export_and_check() {
 @test "gpt2 q4_K: rows of 64 hold no super-block and fall back to q8_0" {
     export_and_check gpt q4_K
     assert_output --partial "Q8_0 max error"
+}
+
+@test "llama MoE f32: ffn_gate_inp, ffn_{gate,up,down}_exps as [E, rows, cols], expert counts" {
+    export_and_check moe f32 iter_0000003
+}
+@test "llama MoE f16, the router kept f32" { export_and_check moe f16 iter_0000003; }
+@test "llama MoE q8_0" { export_and_check moe q8_0 iter_0000003; }
+@test "llama MoE q4_K: rows of 64 fall back to q8_0" { export_and_check moe q4_K iter_0000003; }
+@test "a mixture of experts llama.cpp's llama cannot hold is refused in one line" {
+    run "$MC_EXPORT" --format gguf -o m.gguf "$D/moe_sigmoid"
+    assert_failure 1
+    assert_output --regexp "^mc-export: error: .*moe_sigmoid/iter_0000001/model.h5: GGUF's llama architecture \(the format for a mixture of experts\) needs softmax routing; this model has --moe-router-score-function sigmoid$"
+    run "$MC_EXPORT" --format gguf -o m.gguf "$D/moe_dense"
+    assert_failure 1
+    assert_output --partial "needs experts in every layer; this model has 1 of 2 layers dense (--moe-layer-freq) (GGUF's qwen3moe would hold it, but it normalizes queries and keys per head, which mc's attention does not)"
+    run ls -A
+    assert_output ""
 }
 
 @test "GPT2BPETokenizer: vocab.json and merges.txt as tokens and merges (gpt-2)" {
@@ -235,7 +263,7 @@ llama_bin() {
     local gen
     llama_bin llama-completion
     gen=$llama
-    for m in gpt llama; do
+    for m in gpt llama moe; do
         for t in f32 f16 bf16 q8_0 q4_0 q4_K; do
             "$MC_EXPORT" --format gguf --dtype $t -o $m.$t.gguf "$D/$m" >/dev/null
             run "$gen" -m $m.$t.gguf -p "The Python" -n 8 --temp 0 -t 1 -no-cnv --no-warmup
@@ -250,9 +278,11 @@ llama_bin() {
     ppl=$llama
     "$PY" -c "import torch, h5py, tokenizers" 2>/dev/null || skip "no torch/h5py/tokenizers in $PY"
     cat "$DOCS"/howto/argparse.rst.txt > text.txt
-    for m in gpt llama; do
+    for m in gpt llama moe; do
+        local it=iter_0000001
+        [ $m = moe ] && it=iter_0000003
         "$MC_EXPORT" --format gguf --dtype f32 -o $m.gguf "$D/$m" >/dev/null
-        run "$PY" "$top_srcdir/tests/golden/gguf_ppl_ref.py" "$D/$m/iter_0000001/model.h5" \
+        run "$PY" "$top_srcdir/tests/golden/gguf_ppl_ref.py" "$D/$m/$it/model.h5" \
             text.txt 32 20
         assert_success
         local want=${output##*PPL = }
