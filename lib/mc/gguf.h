@@ -4,7 +4,8 @@
  *
  * A GPT-family checkpoint (LayerNorm, GELU, learned positions) becomes
  * llama.cpp's architecture "gpt2", a Llama-family one (RMSNorm, RoPE,
- * SwiGLU) its "llama"; any other mix is refused. The checkpoint's stored
+ * SwiGLU) its "llama" (with experts: llama.cpp's Mixtral layout, routing
+ * as Mixtral's or refused); any other mix is refused. The checkpoint's stored
  * tokenizer becomes tokenizer.ggml.* metadata (llama.cpp's "gpt2" BPE
  * model), so a checkpoint without one is refused.
  *

@@ -1,7 +1,8 @@
 /*
  * hf.h - Hugging Face model directories (config.json + *.safetensors,
- * sharded or not) of the GPT-2 (GPT2LMHeadModel) and Llama
- * (LlamaForCausalLM) architectures, in and out of mc checkpoints.
+ * sharded or not) of the GPT-2 (GPT2LMHeadModel), Llama (LlamaForCausalLM)
+ * and Mixtral (MixtralForCausalLM, mixtures of experts) architectures, in
+ * and out of mc checkpoints.
  * Implemented in lib/fmt/hf_*.c; layouts in mc-formats(5).
  */
 #ifndef MC_HF_H
@@ -47,8 +48,9 @@ void mc_hf_export_options_init(mc_hf_export_options *o);
 /* Export the checkpoint at ckpt (any path mc_ckpt_open takes) as the
  * Hugging Face directory out_dir: config.json, model.safetensors (or
  * shards and model.safetensors.index.json), generation_config.json and the
- * tokenizer's files, as GPT2LMHeadModel (learned positions) or
- * LlamaForCausalLM (rotary positions). A model neither can express is
+ * tokenizer's files, as GPT2LMHeadModel (learned positions),
+ * LlamaForCausalLM (rotary positions) or MixtralForCausalLM (experts). A
+ * model none can express is
  * MC_ERR_FORMAT with the reason. The directory is written under a
  * temporary name beside out_dir and renamed into place; an existing
  * out_dir is replaced only when it holds nothing but files an export

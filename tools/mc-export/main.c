@@ -1,7 +1,8 @@
 /*
  * mc-export - an mc checkpoint out to other ecosystems:
- *   --format hf     a Hugging Face model directory (GPT2LMHeadModel or
- *                   LlamaForCausalLM, safetensors; lib/fmt/hf_export.c)
+ *   --format hf     a Hugging Face model directory (GPT2LMHeadModel,
+ *                   LlamaForCausalLM or MixtralForCausalLM, safetensors;
+ *                   lib/fmt/hf_export.c)
  *   --format llmc   llm.c's GPT-2 model file (lib/fmt/llmc.c)
  *   --format gguf   GGUF for llama.cpp (lib/fmt/gguf.c)
  * This file only parses options and calls libmc. The checkpoint comes as
