@@ -50,11 +50,10 @@ void mc_hf_export_options_init(mc_hf_export_options *o);
  * shards and model.safetensors.index.json), generation_config.json and the
  * tokenizer's files, as GPT2LMHeadModel (learned positions),
  * LlamaForCausalLM (rotary positions) or MixtralForCausalLM (experts). A
- * model none can express is
- * MC_ERR_FORMAT with the reason. The directory is written under a
- * temporary name beside out_dir and renamed into place; an existing
- * out_dir is replaced only when it holds nothing but files an export
- * writes. */
+ * model none can express is MC_ERR_FORMAT with the reason. The directory
+ * is written under a temporary name beside out_dir and renamed into place;
+ * an existing out_dir is replaced only when it holds nothing but files an
+ * export writes. */
 mc_status mc_hf_export(const char *ckpt, const char *out_dir, const mc_hf_export_options *o,
                        mc_error *err);
 
