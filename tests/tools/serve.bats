@@ -295,9 +295,9 @@ EOF
     printf '%s' '{% for m in messages %}{{ m.role }}: {{ m.content }}
 {% endfor %}{% if add_generation_prompt %}assistant:{% endif %}' > t.jinja
     # a small pool, so that the baseline is mostly the process itself (about
-    # 185 MiB here, libraries included): 5% of it is about 1 KiB a request
-    # over the last 9,000 (a request's logits copy left unfreed, 8 KiB,
-    # made it +37%)
+    # 180 MiB where the build links CUDA's libraries, 7 MiB of it mc's heap):
+    # 5% of it is about 1 KiB a request over the last 9,000 (a request's
+    # logits copy left unfreed, 8 KiB, made it +37%)
     serve --max-batch 8 --kv-cache-mb 2 --chat-template t.jinja
     # completions and chat, streamed and not, greedy and sampled, from 8
     # keep-alive connections; the count bounds the run, not a clock
