@@ -315,37 +315,41 @@ EOF
     [ "$(metric mc_serve_kv_blocks_in_use)" = 0 ]
 }
 
-@test "tensor parallel under mpirun: one process's tokens and log-probabilities bit for bit (greedy and seeded, fp32 and int8), batch invariant; SIGTERM to the ranks finishes and exits 0" {
+@test "tensor parallel under mpirun: one process's tokens and log-probabilities bit for bit (greedy and seeded; fp32, int8 and bf16 weights), batch invariant; SIGTERM to the ranks finishes and exits 0" {
     require_python_module openai
     mpi_setup
     client specs 8 specs.json
     serve --max-batch 8
     client run specs.json one.json
     kill -TERM "$SPID"; wait "$SPID" || true
-    serve --max-batch 8 --weights int8
-    client run specs.json one8.json
-    kill -TERM "$SPID"; wait "$SPID" || true
-    serve_tp --max-batch 8 --weights int8
-    client run specs.json tp8.json
-    stop_tp
-    [ "$rc" = 0 ] || { cat serve.log; false; }
+    local w
+    for w in int8 bf16; do
+        serve --max-batch 8 --weights $w
+        client run specs.json one-$w.json
+        kill -TERM "$SPID"; wait "$SPID" || true
+        serve_tp --max-batch 8 --weights $w
+        client run specs.json tp-$w.json
+        stop_tp
+        [ "$rc" = 0 ] || { cat serve.log; false; }
+    done
     together 8 serve_tp --max-batch 8 --max-batch-tokens 16
     client run specs.json alone.json
     # rank 0 drives the steps of both ranks: alone or together, the same bits
     cmp alone.json together.json
     # and they are one process's bits: every sum of the row-parallel linears
     # is one process's sum (infer_batch.c), the int8 row scales its scales
-    "$MC_PYTHON" - <<'EOF'
+    "$MC_PYTHON" - >&3 <<'EOF'
 import json
-one, tp, one8, tp8, specs = (json.load(open(f)) for f in
-                             ("one.json", "alone.json", "one8.json", "tp8.json", "specs.json"))
+one, tp, one8, tp8, oneb, tpb, specs = (json.load(open(f)) for f in (
+    "one.json", "alone.json", "one-int8.json", "tp-int8.json", "one-bf16.json", "tp-bf16.json",
+    "specs.json"))
 seeded = sum(1 for s in specs if s["temperature"] > 0)
-for a, b in ((one, tp), (one8, tp8)):
+for a, b in ((one, tp), (one8, tp8), (oneb, tpb)):
     for i, (x, y) in enumerate(zip(a, b)):
         assert x == y, (i, specs[i], x, y)
-print("# %d requests (%d sampled with seeds), fp32 and int8: tokens and log-probabilities identical"
-      % (len(specs), seeded))
-assert seeded >= 2 and one != one8
+print("# %d requests (%d sampled with seeds), fp32, int8 and bf16: tokens and log-probabilities "
+      "identical" % (len(specs), seeded))
+assert seeded >= 2 and one != one8 and one != oneb
 EOF
     grep -q "tensor parallel" serve.log
     stop_tp
