@@ -25,6 +25,9 @@ setup_file() {
     # the tiny GPT of eval.bats, with its tokenizer
     "$MC_TRAIN" "@$D/gpt.args" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOK" \
         --save "$BATS_FILE_TMPDIR/gpt" >/dev/null 2>&1
+    # and its Llama (RoPE, grouped-query attention, SwiGLU, RMSNorm)
+    "$MC_TRAIN" "@$D/llama.args" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOK" \
+        --save "$BATS_FILE_TMPDIR/llama" >/dev/null 2>&1
 }
 
 setup() {
@@ -355,6 +358,25 @@ EOF
     stop_tp
     [ "$rc" = 0 ] || { cat serve.log; false; }
     grep -q "finishing the requests received" serve.log
+}
+
+@test "tensor parallel, the tiny Llama (RoPE, grouped-query attention, SwiGLU): one process's bits, fp32 and int8, prompts cut beside others" {
+    require_python_module openai
+    mpi_setup
+    G=$BATS_FILE_TMPDIR/llama
+    client specs 8 specs.json
+    local w
+    for w in fp32 int8; do
+        serve --max-batch 8 --weights $w
+        client run specs.json one-$w.json
+        kill -TERM "$SPID"; wait "$SPID" || true
+        together 8 serve_tp --max-batch 8 --max-batch-tokens 16 --weights $w
+        mv together.json tp-$w.json
+        stop_tp
+        [ "$rc" = 0 ] || { cat serve.log; false; }
+        cmp one-$w.json tp-$w.json
+    done
+    ! cmp -s one-fp32.json one-int8.json
 }
 
 @test "tensor parallel: a client that hangs up mid-stream frees its blocks, and both ranks go on with one process's bits" {
