@@ -4,7 +4,8 @@
 # and not, equal to mc-eval's greedy output; log-probabilities equal to
 # mc-eval's within 1e-6), batch invariance under 32 concurrent clients,
 # every error body, the bounded queue, a client hanging up mid-stream and
-# SIGTERM. Nothing waits on time: the URL line on stdout says the server is
+# SIGTERM, 10,000 requests with flat memory, and two tensor-parallel ranks
+# under mpirun giving one process's bits. Nothing waits on time: the URL line on stdout says the server is
 # ready, and the test hook MC_TEST_SERVE_HOLD (mc-serve(1), ENVIRONMENT)
 # holds the scheduler where a test must act; loops poll /metrics for a
 # state, never sleep for a speed.
