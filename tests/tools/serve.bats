@@ -40,6 +40,14 @@ setup() {
 
 teardown() {
     if [ -n "$SPID" ] && kill -0 "$SPID" 2>/dev/null; then
+        # serve_tp's: mpirun and its ranks first (killing timeout alone
+        # would leave them running)
+        local mp
+        mp=$(pgrep -P "$SPID" -x mpirun || true)
+        if [ -n "$mp" ]; then
+            pkill -KILL -P "$mp" 2>/dev/null || true
+            kill -KILL "$mp" 2>/dev/null || true
+        fi
         kill -KILL "$SPID" 2>/dev/null || true
         wait "$SPID" 2>/dev/null || true
     fi
