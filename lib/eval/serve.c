@@ -481,6 +481,7 @@ static void *scheduler(void *arg)
         if (firsts && s->c.hold_at_first && s->c.hold_file) {
             FILE *f = fopen(s->c.hold_file, "w");
             if (f) fclose(f);
+            s->c.hold_at_first = 0; /* once */
         }
         pthread_cond_broadcast(&s->progress);
     }

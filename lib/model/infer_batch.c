@@ -18,9 +18,18 @@
  *
  * Under tensor parallelism every rank of the group makes the same call
  * (mc-serve's leader broadcasts each step) on its share of the heads and
- * columns; the embedding and the row-parallel linears are summed over the
- * group in rank order (lib/comm: the same bits whatever the number of
- * rows), and the head's logits are gathered whole on every rank.
+ * columns, and gets one process's bits: the column-parallel linears (qkv,
+ * fc1, the head) compute whole rows of the weight, so each output is the
+ * sum one process computes, and the head's logits are gathered whole; the
+ * embedding's sum over the group adds zeros to one rank's exact rows. The
+ * row-parallel linears (proj, fc2) are not summed over the group: their
+ * weights are re-split by output rows when the pool is made (each rank
+ * holds C / tp whole rows instead of every row's I / tp columns, the same
+ * memory), the inputs are all-gathered to their whole width, each rank
+ * computes its outputs over the whole width, and the outputs are
+ * all-gathered: every sum is one process's sum, in its order. (A sum of
+ * the ranks' partial sums would round otherwise, and int8 row scales over
+ * a rank's columns would not be one process's scales.)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -47,6 +56,13 @@ struct mc_kvpool {
     int8_t **q8w;            /* weight-only int8 codes and scales per parameter (NULL: fp32) */
     float **q8s;
     uint16_t **b16w; /* weight-only bf16 values per parameter (NULL: fp32) */
+    /* tensor parallel: the row-parallel weights re-split by output rows,
+     * this rank's outputs [o0, o0 + no) of C over the whole input width
+     * (per parameter, NULL for the others); the outputs are cut in tp
+     * slices of so rows, the last one shorter */
+    float **rpw;
+    size_t so, o0, no, in_local; /* in_local: the widest local input, max(Ql D, Fl) */
+    float *xin, *gin, *oslice, *gout;
 };
 
 static int head_weight(const mc_model *m) { return m->out_w >= 0 ? m->out_w : m->wte; }
@@ -72,6 +88,13 @@ static void layout(mc_kvpool *p, carver *cv)
     p->logits = carve(cv, (size_t)p->head_rows * (size_t)p->vl);
     p->gathered = carve(cv, (size_t)p->m->grid.tp * (size_t)p->head_rows * (size_t)p->vl);
     p->dtok = (int32_t *)carve(cv, R);
+    if (p->m->grid.tp > 1) {
+        size_t tp = (size_t)p->m->grid.tp;
+        p->xin = carve(cv, R * tp * p->in_local);
+        p->gin = carve(cv, R * tp * p->in_local);
+        p->oslice = carve(cv, R * p->so);
+        p->gout = carve(cv, R * tp * p->so);
+    }
 }
 
 size_t mc_kvpool_block_bytes(const mc_model *m, int block_size)
@@ -105,23 +128,74 @@ static mc_status use_weights(mc_kvpool *p, int kind, mc_error *err)
         for (int i = 0; i < n; i++) {
             const mc_param *pa = &m->params[want[i]];
             size_t rows = (size_t)pa->local_rows, cols = (size_t)pa->local_cols;
+            const float *src = param_val(m, want[i]);
             if (want[i] == m->wte) rows = (size_t)p->vl;
+            if (p->rpw && p->rpw[want[i]]) /* re-split by output rows */
+                src = p->rpw[want[i]], rows = p->no, cols = (size_t)pa->cols;
             if (bf16) {
                 p->b16w[want[i]] = mc_balloc(p->be, rows * cols * sizeof(uint16_t), err);
                 if (!p->b16w[want[i]])
                     return mc_error_prefix(err, "inference: bf16 copy of %s", pa->name);
-                mc_k_cast_to_bf16(p->be, p->b16w[want[i]], param_val(m, want[i]), rows * cols);
-                continue;
+                mc_k_cast_to_bf16(p->be, p->b16w[want[i]], src, rows * cols);
+            } else {
+                p->q8w[want[i]] = mc_balloc(p->be, rows * cols, err);
+                p->q8s[want[i]] = mc_balloc(p->be, rows * sizeof(float), err);
+                if (!p->q8w[want[i]] || !p->q8s[want[i]])
+                    return mc_error_prefix(err, "inference: int8 copy of %s", pa->name);
+                mc_k_quantize_q8_rows(p->be, p->q8w[want[i]], p->q8s[want[i]], src, rows, cols);
             }
-            p->q8w[want[i]] = mc_balloc(p->be, rows * cols, err);
-            p->q8s[want[i]] = mc_balloc(p->be, rows * sizeof(float), err);
-            if (!p->q8w[want[i]] || !p->q8s[want[i]])
-                return mc_error_prefix(err, "inference: int8 copy of %s", pa->name);
-            mc_k_quantize_q8_rows(p->be, p->q8w[want[i]], p->q8s[want[i]], param_val(m, want[i]),
-                                  rows, cols);
+            if (p->rpw && p->rpw[want[i]]) { /* the int8 or bf16 copy is what runs */
+                mc_bfree(p->be, p->rpw[want[i]]);
+                p->rpw[want[i]] = NULL;
+            }
         }
     }
     return MC_OK;
+}
+
+/* Tensor parallel: each row-parallel weight (this rank's columns of every
+ * row, [C, I / tp]) gathered over the group and re-split by output rows:
+ * this rank's rows [o0, o0 + no) over the whole width I, in one process's
+ * column order (rank r holds columns [r I / tp, (r + 1) I / tp)). */
+static mc_status split_by_rows(mc_kvpool *p, mc_error *err)
+{
+    mc_model *m = p->m;
+    const mc_grid *g = &m->grid;
+    size_t tp = (size_t)g->tp, C = p->C, big = 0;
+    p->rpw = calloc(m->nparams, sizeof *p->rpw);
+    if (!p->rpw) return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
+    for (int l = m->cl0[0]; l < m->cl1[0]; l++) {
+        const int ws[2] = {m->lp[l].proj_w, m->lp[l].fc2_w};
+        for (int i = 0; i < 2; i++)
+            if (ws[i] >= 0 && (size_t)m->params[ws[i]].cols * C > big)
+                big = (size_t)m->params[ws[i]].cols * C;
+    }
+    float *all = big ? mc_balloc(p->be, big * sizeof(float), err) : NULL;
+    if (big && !all)
+        return mc_error_prefix(err, "inference: re-splitting the row-parallel weights");
+    mc_status st = MC_OK;
+    for (int l = m->cl0[0]; !st && l < m->cl1[0]; l++) {
+        const int ws[2] = {m->lp[l].proj_w, m->lp[l].fc2_w};
+        for (int i = 0; !st && i < 2; i++) {
+            int w = ws[i];
+            if (w < 0) continue;
+            const mc_param *pa = &m->params[w];
+            size_t Il = (size_t)pa->local_cols, I = (size_t)pa->cols;
+            st = mc_allgather(g, MC_GROUP_TP, p->be, param_val(m, w), all, C * Il, err);
+            if (st) break;
+            p->rpw[w] = mc_balloc(p->be, (p->no ? p->no : 1) * I * sizeof(float), err);
+            if (!p->rpw[w]) {
+                st = mc_error_prefix(err, "inference: the rows of %s", pa->name);
+                break;
+            }
+            for (size_t o = 0; o < p->no; o++)
+                for (size_t r = 0; r < tp; r++)
+                    mc_bcopy(p->be, p->rpw[w] + o * I + r * Il, all + (r * C + p->o0 + o) * Il,
+                             Il * sizeof(float));
+        }
+    }
+    if (all) mc_bfree(p->be, all);
+    return st;
 }
 
 mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out, mc_error *err)
@@ -171,6 +245,13 @@ mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out,
     p->kv_row = m->Gl * m->D;
     p->block_floats = (size_t)m->nlocal * (size_t)c->block_size * p->kv_row;
     p->vl = m->vl;
+    if (m->grid.tp > 1) {
+        size_t tp = (size_t)m->grid.tp, r = (size_t)m->grid.tp_rank;
+        p->so = (p->C + tp - 1) / tp;
+        p->o0 = r * p->so < p->C ? r * p->so : p->C;
+        p->no = p->o0 + p->so < p->C ? p->so : p->C - p->o0;
+        p->in_local = p->Ql * p->D > p->Fl ? p->Ql * p->D : p->Fl;
+    }
     mc_status st = MC_OK;
     p->freelist = malloc(nb * sizeof *p->freelist);
     size_t hl = (size_t)p->head_rows * (size_t)p->vl * (size_t)m->grid.tp * sizeof(float);
@@ -198,7 +279,8 @@ mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out,
         layout(p, &cv);
         for (int i = 0; i < (int)nb; i++) p->freelist[i] = (int32_t)nb - 1 - i;
         p->nfree = (int)nb;
-        if (c->weights == MC_KV_WEIGHTS_INT8 || c->weights == MC_KV_WEIGHTS_BF16)
+        if (m->grid.tp > 1) st = split_by_rows(p, err);
+        if (!st && (c->weights == MC_KV_WEIGHTS_INT8 || c->weights == MC_KV_WEIGHTS_BF16))
             st = use_weights(p, c->weights, err);
     }
     if (st) {
@@ -221,6 +303,9 @@ void mc_kvpool_free(mc_kvpool *p)
     }
     for (size_t i = 0; p->b16w && i < p->m->nparams; i++)
         if (p->b16w[i]) mc_bfree(p->be, p->b16w[i]);
+    for (size_t i = 0; p->rpw && i < p->m->nparams; i++)
+        if (p->rpw[i]) mc_bfree(p->be, p->rpw[i]);
+    free(p->rpw);
     free(p->q8w);
     free(p->q8s);
     free(p->b16w);
@@ -272,7 +357,8 @@ static void linear(mc_kvpool *p, float *out, const float *in, int w, const float
     else if (p->b16w && p->b16w[w])
         mc_k_linear_rows_bf16_fwd(p->be, out, in, p->b16w[w], b, n, I, O);
     else
-        mc_k_linear_rows_fwd(p->be, out, in, param_val(p->m, w), NULL, NULL, b, n, I, O);
+        mc_k_linear_rows_fwd(p->be, out, in, p->rpw && p->rpw[w] ? p->rpw[w] : param_val(p->m, w),
+                             NULL, NULL, b, n, I, O);
 }
 
 static void norm(mc_kvpool *p, float *out, const float *x, int w, int b, size_t n)
@@ -321,15 +407,36 @@ static void seq_kv(mc_kvpool *p, const mc_kvseq *s, size_t row0, int li)
         if (st_) return st_;    \
     } while (0)
 
-/* x += (in W^T summed over the tensor-parallel group) + b, for a
- * row-parallel linear of input width I */
+/* x += in W^T + b, for a row-parallel linear of local input width I.
+ * Tensor parallel: the inputs gathered whole, this rank's outputs over the
+ * whole width (its rows of the weight re-split by split_by_rows), the
+ * outputs gathered whole: one process's sums, never a sum of partial sums. */
 static mc_status row_linear(mc_kvpool *p, const float *in, int w, int b, size_t I, size_t n,
                             mc_error *err)
 {
     mc_model *m = p->m;
-    linear(p, p->tmp, in, w, m->grid.tp_rank == 0 ? param_val(m, b) : NULL, n, I, p->C);
-    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, p->be, p->tmp, n * p->C, err));
-    mc_k_acc(p->be, p->x, p->tmp, n * p->C);
+    mc_backend *be = p->be;
+    size_t C = p->C, tp = (size_t)m->grid.tp;
+    if (tp == 1) {
+        linear(p, p->tmp, in, w, param_val(m, b), n, I, C);
+        mc_k_acc(be, p->x, p->tmp, n * C);
+        return MC_OK;
+    }
+    const mc_grid *g = &m->grid;
+    size_t If = I * tp, so = p->so;
+    TRY(mc_allgather(g, MC_GROUP_TP, be, in, p->gin, n * I, err));
+    for (size_t i = 0; i < n; i++)
+        for (size_t r = 0; r < tp; r++)
+            mc_bcopy(be, p->xin + i * If + r * I, p->gin + (r * n + i) * I, I * sizeof(float));
+    const float *bias = param_val(m, b);
+    linear(p, p->oslice, p->xin, w, bias ? bias + p->o0 : NULL, n, If, p->no);
+    TRY(mc_allgather(g, MC_GROUP_TP, be, p->oslice, p->gout, n * so, err));
+    for (size_t r = 0; r < tp; r++) {
+        size_t r0 = r * so < C ? r * so : C, nr = r0 + so < C ? so : C - r0;
+        for (size_t i = 0; nr && i < n; i++)
+            mc_bcopy(be, p->tmp + i * C + r0, p->gout + r * n * so + i * nr, nr * sizeof(float));
+    }
+    mc_k_acc(be, p->x, p->tmp, n * C);
     return MC_OK;
 }
 
