@@ -12,7 +12,7 @@
 #
 # both with the load-balancing loss (coefficient 1e-2), B=4, T=256,
 # vocabulary 32000. Prints each program's median seconds per step after
-# WARM warm-up steps (ITERS measured), the ratio torch / mc (target >= 2),
+# WARM warm-up steps (ITERS measured, ROUNDS times), the ratio torch / mc (target >= 2),
 # and the efficiency of the MoE layer's GEMMs: grouped.c runs the expert
 # computation of one MoE layer (the four grouped GEMM calls of a forward and
 # backward, through kern.h, on the model's shapes and a uniform random
@@ -20,7 +20,9 @@
 # same BLAS call: sgemm, or oneDNN's bf16 GEMM), target >= 70% of it.
 #
 # Usage: bench/moe/run.sh [BUILD-DIR]
-# Environment: THREADS (2); WARM / ITERS (1 / 3); MC_PYTHON_HEAVY (torch and
+# Environment: THREADS (2); WARM / ITERS (1 / 3) per process, ROUNDS (1): mc and
+# PyTorch run alternately ROUNDS times each, the median over all their
+# measured steps (the load of a shared machine weighs on both); MC_PYTHON_HEAVY (torch and
 # transformers; default /work/venv-torch/bin/python); SKIP (space-separated:
 # mixtral fine fp32 bf16 torch mc gemm); PEAK_N (the square GEMM, 2048);
 # TORCH_IMPL (transformers' experts_implementation; default its own choice).
@@ -30,6 +32,7 @@ build=$(cd "${1:-$here/build}" && pwd)
 threads=${THREADS:-2}
 warm=${WARM:-1}
 iters=${ITERS:-3}
+rounds=${ROUNDS:-1}
 pyh=${MC_PYTHON_HEAVY:-/work/venv-torch/bin/python}
 mctrain=$build/tools/mc-train/mc-train
 skip=" ${SKIP:-} "
@@ -49,7 +52,7 @@ echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p') (family $
      "$(free -g | awk '/^Mem:/ {print $2}') GiB"
 echo "flags: $(grep -m1 -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "settings: threads=$threads OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(default)}" \
-     "MC_CPU_ISA=${MC_CPU_ISA:-(best)} warm-up=$warm measured=$iters;" \
+     "MC_CPU_ISA=${MC_CPU_ISA:-(best)} warm-up=$warm measured=$iters rounds=$rounds;" \
      "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 B=4 T=256 V=32000 L=4 H=512 HEADS=8 KVG=2 AUX=1e-2
@@ -82,9 +85,8 @@ run_mc() { # model prec
     echo "command: ${cmd[*]/#$build\//}"
     rm -f "$work/mc.json"
     "${cmd[@]}" >/dev/null 2>"$work/mc.log" || { cat "$work/mc.log" >&2; return 1; }
-    local s
-    s=$(sed 's/.*"iteration-time": \([0-9.e-]*\).*/\1/' "$work/mc.json" | tail -n +$((warm + 1)) | median)
-    echo "$1 $2 mc $s" | tee -a "$results"
+    sed 's/.*"iteration-time": \([0-9.e-]*\).*/\1/' "$work/mc.json" | tail -n +$((warm + 1)) >>"$work/$1-$2-mc"
+    echo "$1 $2 mc: $(tr '\n' ' ' <"$work/$1-$2-mc")s per step so far"
 }
 
 run_torch() { # model prec
@@ -94,10 +96,10 @@ run_torch() { # model prec
                $L $H $HEADS $KVG "$E" "$K" "$F" "$S" $AUX ${TORCH_IMPL:-})
     echo "command: ${cmd[*]/#$here\//}"
     "${cmd[@]}" >"$work/torch.json" 2>"$work/torch.log" || { cat "$work/torch.log" >&2; return 1; }
-    local s
-    s=$(sed 's/.*"seconds": \[\([^]]*\)\].*/\1/' "$work/torch.json" | tr ',' '\n' | tail -n +$((warm + 1)) | median)
+    sed 's/.*"seconds": \[\([^]]*\)\].*/\1/' "$work/torch.json" | tr ',' '\n' | tr -d ' ' |
+        tail -n +$((warm + 1)) >>"$work/$1-$2-torch"
     echo "   (torch: $(sed 's/.*"experts_implementation": \("[^"]*"\|null\).*"torch": "\([^"]*\)", "transformers": "\([^"]*\)".*/experts_implementation \1, torch \2, transformers \3/' "$work/torch.json"))"
-    echo "$1 $2 torch $s" | tee -a "$results"
+    echo "$1 $2 torch: $(tr '\n' ' ' <"$work/$1-$2-torch")s per step so far"
 }
 
 gemm_eff() { # model prec
@@ -118,24 +120,36 @@ for model in mixtral fine; do
     skipped $model && continue
     for prec in fp32 bf16; do
         skipped $prec && continue
-        skipped mc || run_mc $model $prec
-        skipped torch || run_torch $model $prec
+        for ((round = 1; round <= rounds; round++)); do
+            skipped mc || run_mc $model $prec
+            skipped torch || run_torch $model $prec
+        done
+        for prog in mc torch; do
+            [ -s "$work/$model-$prec-$prog" ] && echo "$model $prec $prog $(median <"$work/$model-$prec-$prog")" >>"$results"
+        done
         skipped gemm || gemm_eff $model $prec
     done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 echo
-echo "| model | precision | mc s/step | transformers s/step | transformers / mc (target >= 2) | MoE GEMMs / peak (target >= 70%) |"
-echo "|---|---|---|---|---|---|"
-awk '
-{ k = $1 " " $2; v[k, $3] = $4; if (!(k in seen)) { seen[k] = 1; order[n++] = k } }
+echo "FLOPs per step: (6 N + 12 L C T) B T, N the parameters a token goes through (top-k experts, shared"
+echo "expert, router, attention, output layer); achieved = FLOPs / s per step, peak = grouped.c's square GEMM."
+echo "| model | precision | GFLOP/step | mc s/step (GFLOP/s) | transformers s/step (GFLOP/s) | transformers / mc (target >= 2) | MoE GEMMs / peak (target >= 70%) |"
+echo "|---|---|---|---|---|---|---|"
+awk -v L=$L -v C=$H -v T=$T -v B=$B -v V=$V -v KVG=$KVG -v HEADS=$HEADS '
+NF == 4 && $3 ~ /^(mc|torch|gemm)$/ { k = $1 " " $2; v[k, $3] = $4; if (!(k in seen)) { seen[k] = 1; order[n++] = k } }
 END {
     for (i = 0; i < n; i++) {
         k = order[i]; split(k, p, " ")
+        if (p[1] == "mixtral") { E = 8; K = 2; F = 1792; S = 0 } else { E = 64; K = 8; F = 192; S = 768 }
+        D = C / HEADS
+        n = L * (2 * C * C + 2 * C * KVG * D + C * E + K * 3 * C * F + 3 * C * S) + C * V
+        gf = (6 * n + 12 * L * C * T) * B * T / 1e9
         mc = v[k, "mc"]; t = v[k, "torch"]; g = v[k, "gemm"]
         r = (mc > 0 && t > 0) ? sprintf("%.2fx", t / mc) : "-"
-        printf "| %s | %s | %s | %s | %s | %s |\n", p[1], p[2], mc == "" ? "-" : sprintf("%.3f", mc),
-            t == "" ? "-" : sprintf("%.3f", t), r, g == "" ? "-" : g "%"
+        printf "| %s | %s | %.0f | %s | %s | %s | %s |\n", p[1], p[2], gf,
+            mc == "" ? "-" : sprintf("%.3f (%.1f)", mc, gf / mc),
+            t == "" ? "-" : sprintf("%.3f (%.1f)", t, gf / t), r, g == "" ? "-" : g "%"
     }
 }' "$results"

@@ -323,6 +323,22 @@ void mc_cpu_moe_unpermute(mc_backend *be, float *y, const float *yp, const float
     }
 }
 
+/* sum_c a[c] b[c] in double (each product exact), in DOT_LANES partial
+ * sums, lane c % DOT_LANES, added in a fixed tree at the end: the same bits
+ * on every code path, and a loop the compiler vectorizes. */
+#define DOT_LANES 8
+static double dot_lanes(const float *a, const float *b, size_t n)
+{
+    double acc[DOT_LANES] = {0};
+    size_t c = 0;
+    for (; c + DOT_LANES <= n; c += DOT_LANES)
+        for (size_t j = 0; j < DOT_LANES; j++) acc[j] += (double)a[c + j] * (double)b[c + j];
+    for (; c < n; c++) acc[c % DOT_LANES] += (double)a[c] * (double)b[c];
+    for (size_t w = DOT_LANES / 2; w; w /= 2)
+        for (size_t j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
 void mc_cpu_moe_unpermute_bwd(mc_backend *be, float *dyp, float *dprobs, const float *dy,
                               const float *yp, const float *probs, const int32_t *perm, size_t N,
                               size_t K, size_t C)
@@ -338,12 +354,9 @@ void mc_cpu_moe_unpermute_bwd(mc_backend *be, float *dyp, float *dprobs, const f
             }
             const float *v = yp + (size_t)row * C;
             float *d = dyp + (size_t)row * C, p = probs[t * K + k];
-            double dot = 0;
-            for (size_t c = 0; c < C; c++) {
-                d[c] = p * g[c];
-                dot += (double)v[c] * (double)g[c];
-            }
-            dprobs[t * K + k] = (float)dot;
+#pragma omp simd
+            for (size_t c = 0; c < C; c++) d[c] = p * g[c];
+            dprobs[t * K + k] = (float)dot_lanes(v, g, C);
         }
     }
 }
