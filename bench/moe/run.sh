@@ -144,8 +144,8 @@ END {
         k = order[i]; split(k, p, " ")
         if (p[1] == "mixtral") { E = 8; K = 2; F = 1792; S = 0 } else { E = 64; K = 8; F = 192; S = 768 }
         D = C / HEADS
-        n = L * (2 * C * C + 2 * C * KVG * D + C * E + K * 3 * C * F + 3 * C * S) + C * V
-        gf = (6 * n + 12 * L * C * T) * B * T / 1e9
+        np = L * (2 * C * C + 2 * C * KVG * D + C * E + K * 3 * C * F + 3 * C * S) + C * V
+        gf = (6 * np + 12 * L * C * T) * B * T / 1e9
         mc = v[k, "mc"]; t = v[k, "torch"]; g = v[k, "gemm"]
         r = (mc > 0 && t > 0) ? sprintf("%.2fx", t / mc) : "-"
         printf "| %s | %s | %.0f | %s | %s | %s | %s |\n", p[1], p[2], gf,
