@@ -59,6 +59,23 @@ void mc_cpu_attention_rows_fwd(mc_backend *be, float *out, float *lse, const flo
                                size_t L, size_t Q, size_t G, size_t D, float scale,
                                const int32_t *seg);
 
+/* GEMMs on operands rounded once for many products (linear.c; the grouped
+ * GEMM of moe.c): an operand is its values in the form prec multiplies,
+ * es bytes an element (4: fp32 values, maybe rounded; 2: bf16 bits). */
+typedef struct mc_cpu_gemm_op {
+    const void *p;
+    size_t es;
+} mc_cpu_gemm_op;
+mc_cpu_gemm_op mc_cpu_gemm_operand(mc_backend *be, mc_prec prec, int slot, const float *src,
+                                   size_t n);
+static inline const void *mc_cpu_gemm_at(mc_cpu_gemm_op o, size_t elem)
+{
+    return (const char *)o.p + elem * o.es;
+}
+void mc_cpu_gemm_ld(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t N, size_t K,
+                    const void *A, size_t lda, const void *B, size_t ldb, float beta, float *C,
+                    size_t ldc);
+
 /* dst[i] = src[i] rounded to the nearest value of prec, held in fp32 (dst
  * may be src); vectorized on every path (elementwise.c). */
 void mc_cpu_round_into(mc_backend *be, float *dst, const float *src, size_t n, mc_prec prec);

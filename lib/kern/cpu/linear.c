@@ -101,6 +101,40 @@ static void gemm(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t 
                 (int)M, (int)N, (int)K, 1.0f, a, (int)lda, b, (int)ldb, beta, C, (int)N);
 }
 
+/* A GEMM operand of n values in the form prec multiplies (cpu.h): src
+ * itself (FP32), its bf16 bits (native bf16) or its rounded fp32 values
+ * (emulated bf16, FP16, TF32), made in scratch slot `slot`. */
+mc_cpu_gemm_op mc_cpu_gemm_operand(mc_backend *be, mc_prec prec, int slot, const float *src,
+                                   size_t n)
+{
+    mc_cpu_gemm_op o = {src, sizeof(float)};
+    if (prec == MC_PREC_BF16 && be->dnnl_bf16)
+        o.p = to_bf16(be, slot, src, n), o.es = sizeof(uint16_t);
+    else if (prec != MC_PREC_FP32)
+        o.p = to_rounded(be, slot, src, n, prec);
+    return o;
+}
+
+/* C[M,N] (leading dimension ldc) = op(A) op(B) + beta C on operands made by
+ * mc_cpu_gemm_operand; element offsets through mc_cpu_gemm_at. Called
+ * inside an OpenMP parallel region, OpenBLAS (OpenMP build) and oneDNN run
+ * it on the calling thread alone. */
+void mc_cpu_gemm_ld(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t N, size_t K,
+                    const void *A, size_t lda, const void *B, size_t ldb, float beta, float *C,
+                    size_t ldc)
+{
+    if (prec == MC_PREC_BF16 && be->dnnl_bf16) {
+        dnnl_status_t st = dnnl_gemm_bf16bf16f32(
+            ta ? 'T' : 'N', tb ? 'T' : 'N', (dnnl_dim_t)M, (dnnl_dim_t)N, (dnnl_dim_t)K, 1.0f, A,
+            (dnnl_dim_t)lda, B, (dnnl_dim_t)ldb, beta, C, (dnnl_dim_t)ldc);
+        assert(st == dnnl_success);
+        (void)st;
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
 /* out[n,o] = beta out[n,o] + sum_i x[n,i] W[o,i] + b[o] */
 void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W,
                        const void *Wp, const float *b, size_t N, size_t I, size_t O, float beta)

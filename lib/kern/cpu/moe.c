@@ -323,6 +323,22 @@ void mc_cpu_moe_unpermute(mc_backend *be, float *y, const float *yp, const float
     }
 }
 
+/* sum_c a[c] b[c] in double (each product exact), in DOT_LANES partial
+ * sums, lane c % DOT_LANES, added in a fixed tree at the end: the same bits
+ * on every code path, and a loop the compiler vectorizes. */
+#define DOT_LANES 8
+static double dot_lanes(const float *a, const float *b, size_t n)
+{
+    double acc[DOT_LANES] = {0};
+    size_t c = 0;
+    for (; c + DOT_LANES <= n; c += DOT_LANES)
+        for (size_t j = 0; j < DOT_LANES; j++) acc[j] += (double)a[c + j] * (double)b[c + j];
+    for (; c < n; c++) acc[c % DOT_LANES] += (double)a[c] * (double)b[c];
+    for (size_t w = DOT_LANES / 2; w; w /= 2)
+        for (size_t j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
 void mc_cpu_moe_unpermute_bwd(mc_backend *be, float *dyp, float *dprobs, const float *dy,
                               const float *yp, const float *probs, const int32_t *perm, size_t N,
                               size_t K, size_t C)
@@ -338,27 +354,69 @@ void mc_cpu_moe_unpermute_bwd(mc_backend *be, float *dyp, float *dprobs, const f
             }
             const float *v = yp + (size_t)row * C;
             float *d = dyp + (size_t)row * C, p = probs[t * K + k];
-            double dot = 0;
-            for (size_t c = 0; c < C; c++) {
-                d[c] = p * g[c];
-                dot += (double)v[c] * (double)g[c];
-            }
-            dprobs[t * K + k] = (float)dot;
+#pragma omp simd
+            for (size_t c = 0; c < C; c++) d[c] = p * g[c];
+            dprobs[t * K + k] = (float)dot_lanes(v, g, C);
         }
     }
+}
+
+/* The grouped GEMM. Its work is cut into items that depend on the rows
+ * alone, never on the thread count: expert e's n rows in ceil(n /
+ * GROUP_ROWS) near-equal blocks (the forward and d x), and its weight's
+ * Cout output rows in ceil(Cout / GROUP_COLS) blocks (d W, d b, over all
+ * of its n rows at once). Threads take items dynamically, each item one
+ * GEMM on the calling thread (inside the parallel region OpenBLAS and
+ * oneDNN run single-threaded), so small experts (fine-grained MoE: many
+ * experts of few rows each) keep both cores busy without a barrier per
+ * GEMM, and the bits do not depend on the thread count. Operands are
+ * rounded (bf16, fp16, tf32) once per call for all the experts. */
+#define GROUP_ROWS 256
+#define GROUP_COLS 512
+
+static size_t parts(size_t n, size_t blk) { return (n + blk - 1) / blk; }
+
+/* the e with first[e] <= i < first[e + 1] (first[] non-decreasing) */
+static size_t item_owner(const size_t *first, size_t E, size_t i)
+{
+    size_t lo = 0, hi = E;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (first[mid] <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 void mc_cpu_grouped_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
                                const float *W, const float *b, const int64_t *rows, size_t E,
                                size_t Cin, size_t Cout)
 {
-    size_t r0 = 0;
+    size_t off[MAX_E + 1], first[MAX_E + 1];
+    off[0] = first[0] = 0;
     for (size_t e = 0; e < E; e++) {
-        size_t n = (size_t)rows[e];
-        if (n)
-            mc_cpu_linear_fwd(be, prec, out + r0 * Cout, x + r0 * Cin, W + e * Cout * Cin, NULL,
-                              b ? b + e * Cout : NULL, n, Cin, Cout, 0.0f);
-        r0 += n;
+        off[e + 1] = off[e] + (size_t)rows[e];
+        first[e + 1] = first[e] + parts((size_t)rows[e], GROUP_ROWS);
+    }
+    size_t items = first[E];
+    if (!items) return;
+    mc_cpu_gemm_op ox = mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_A, x, off[E] * Cin);
+    mc_cpu_gemm_op ow = mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_B, W, E * Cout * Cin);
+#pragma omp parallel for num_threads(be->threads) schedule(dynamic, 1)
+    for (size_t i = 0; i < items; i++) {
+        size_t e = item_owner(first, E, i), p = first[e + 1] - first[e], j = i - first[e];
+        size_t n = (size_t)rows[e], r0 = off[e] + j * n / p, r1 = off[e] + (j + 1) * n / p;
+        mc_cpu_gemm_ld(be, prec, 0, 1, r1 - r0, Cout, Cin, mc_cpu_gemm_at(ox, r0 * Cin), Cin,
+                       mc_cpu_gemm_at(ow, e * Cout * Cin), Cin, 0.0f, out + r0 * Cout, Cout);
+        if (!b) continue;
+        for (size_t r = r0; r < r1; r++) {
+            float *o = out + r * Cout;
+            const float *be_ = b + e * Cout;
+#pragma omp simd
+            for (size_t c = 0; c < Cout; c++) o[c] += be_[c];
+        }
     }
 }
 
@@ -366,13 +424,48 @@ void mc_cpu_grouped_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *d
                                const float *dout, const float *x, const float *W,
                                const int64_t *rows, size_t E, size_t Cin, size_t Cout)
 {
-    size_t r0 = 0;
+    /* items [0, nw): d W / d b blocks of the experts with rows; [nw,
+     * nw + nx): d x row blocks */
+    size_t off[MAX_E + 1], fx[MAX_E + 1], fw[MAX_E + 1], pc = parts(Cout, GROUP_COLS);
+    off[0] = fx[0] = fw[0] = 0;
     for (size_t e = 0; e < E; e++) {
         size_t n = (size_t)rows[e];
-        if (n)
-            mc_cpu_linear_bwd(be, prec, dx ? dx + r0 * Cin : NULL, dW ? dW + e * Cout * Cin : NULL,
-                              db ? db + e * Cout : NULL, dout + r0 * Cout, x + r0 * Cin,
-                              W + e * Cout * Cin, NULL, n, Cin, Cout);
-        r0 += n;
+        off[e + 1] = off[e] + n;
+        fx[e + 1] = fx[e] + (dx ? parts(n, GROUP_ROWS) : 0);
+        fw[e + 1] = fw[e] + ((dW || db) && n ? pc : 0);
+    }
+    size_t nx = fx[E], nw = fw[E], R = off[E];
+    if (!nx && !nw) return;
+    mc_cpu_gemm_op od = mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_C, dout, R * Cout);
+    mc_cpu_gemm_op ow = {NULL, 0}, ox = {NULL, 0};
+    if (nx) ow = mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_B, W, E * Cout * Cin);
+    if (dW && nw) ox = mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_A, x, R * Cin);
+#pragma omp parallel for num_threads(be->threads) schedule(dynamic, 1)
+    for (size_t i = 0; i < nw + nx; i++) {
+        if (i >= nw) { /* dx[r0:r1] += dout[r0:r1] W[e] */
+            size_t e = item_owner(fx, E, i - nw), p = fx[e + 1] - fx[e], j = i - nw - fx[e];
+            size_t n = (size_t)rows[e], r0 = off[e] + j * n / p, r1 = off[e] + (j + 1) * n / p;
+            mc_cpu_gemm_ld(be, prec, 0, 0, r1 - r0, Cin, Cout, mc_cpu_gemm_at(od, r0 * Cout), Cout,
+                           mc_cpu_gemm_at(ow, e * Cout * Cin), Cin, 1.0f, dx + r0 * Cin, Cin);
+            continue;
+        }
+        /* dW[e][o0:o1] += dout[e rows][:, o0:o1]^T x[e rows]; db likewise */
+        size_t e = item_owner(fw, E, i), j = i - fw[e], n = (size_t)rows[e];
+        size_t o0 = j * Cout / pc, o1 = (j + 1) * Cout / pc;
+        if (dW)
+            mc_cpu_gemm_ld(be, prec, 1, 0, o1 - o0, Cin, n, mc_cpu_gemm_at(od, off[e] * Cout + o0),
+                           Cout, mc_cpu_gemm_at(ox, off[e] * Cin), Cin, 1.0f,
+                           dW + e * Cout * Cin + o0 * Cin, Cin);
+        if (!db) continue;
+        for (size_t c0 = o0; c0 < o1; c0 += 64) { /* each column's rows in order */
+            size_t c1 = c0 + 64 < o1 ? c0 + 64 : o1;
+            float acc[64] = {0};
+            for (size_t r = off[e]; r < off[e + 1]; r++) {
+                const float *g = dout + r * Cout;
+#pragma omp simd
+                for (size_t c = c0; c < c1; c++) acc[c - c0] += g[c];
+            }
+            for (size_t c = c0; c < c1; c++) db[e * Cout + c] += acc[c - c0];
+        }
     }
 }
