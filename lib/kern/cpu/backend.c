@@ -11,6 +11,7 @@
 #include <string.h>
 #include <omp.h>
 #include <cblas.h>
+#include <cpuid.h>
 /* OpenBLAS pulls in <complex.h>, whose macro I would eat kern.h's size I */
 #undef I
 #include "kern/cpu/cpu.h"
@@ -18,6 +19,21 @@
 #include "kern/cpu/isa.h"
 
 static size_t round_up64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* Whether the CPU has bf16 dot-product instructions: AVX512_BF16 (CPUID
+ * leaf 7 subleaf 1, EAX bit 5) or AMX-BF16 (leaf 7 subleaf 0, EDX bit 22).
+ * Without them oneDNN still runs its bf16 GEMM on AVX-512, by widening to
+ * fp32 inside the kernel, at a fraction of sgemm's speed (10-32 GFLOP/s
+ * against 60 on a 2-vCPU AVX-512 VM without them; bench/RESULTS.md): there
+ * mc emulates bf16 itself (operands rounded, then sgemm), which is the same
+ * arithmetic at sgemm's speed. */
+static int cpu_has_bf16(void)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5))) return 1;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22))) return 1;
+    return 0;
+}
 
 /* oneDNN implements its bf16 GEMM only for some CPUs (AVX512 and up in the
  * 2.x series); elsewhere it returns an error. Try it once on a 2x2 product
@@ -64,13 +80,16 @@ mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err)
      * two calls make the libraries (oneDNN follows OpenMP) use the same. */
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
-    be->dnnl_bf16 = probe_dnnl_bf16();
+    int native = isa == MC_ISA_AVX512 && cpu_has_bf16();
+    be->dnnl_bf16 = native && probe_dnnl_bf16();
     if (!be->dnnl_bf16)
         snprintf(be->bf16_note, sizeof be->bf16_note,
                  "bf16 is emulated on the %s path (%s): operands are rounded to bf16 and "
                  "multiplied by the fp32 GEMM, no faster than fp32",
                  mc_cpu_isa_name(isa),
-                 isa == MC_ISA_AVX512 ? "oneDNN has no bf16 GEMM for this CPU" : "no bf16 GEMM");
+                 isa != MC_ISA_AVX512 ? "no bf16 GEMM"
+                 : !native            ? "the CPU has no AVX512_BF16 or AMX-BF16 instructions"
+                                      : "oneDNN has no bf16 GEMM for this CPU");
     *out = be;
     return MC_OK;
 }
