@@ -423,7 +423,8 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
         if (c->qk_layernorm) { /* per row: batch-invariant; keys cached normed */
             mc_k_qkv_split(be, p->qp, p->kp, p->vn, p->qkv, R, p->Ql, p->Gl, D);
             mc_model_qk_norm(m, p->q, p->qn_mean, p->qn_rstd, p->qp, R * p->Ql, lp->qn_w, lp->qn_b);
-            mc_model_qk_norm(m, p->kn, p->qn_mean, p->qn_rstd, p->kp, R * p->Gl, lp->kn_w, lp->kn_b);
+            mc_model_qk_norm(m, p->kn, p->qn_mean, p->qn_rstd, p->kp, R * p->Gl, lp->kn_w,
+                             lp->kn_b);
         } else {
             mc_k_qkv_split(be, p->q, p->kn, p->vn, p->qkv, R, p->Ql, p->Gl, D);
         }

@@ -471,8 +471,8 @@ static void norm2_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp)
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
 }
 
-/* --qk-layernorm's backward (mc_model_qk_norm): dx = d(x) (WRITTEN), the weight's and bias's gradients
- * added to dw, db. */
+/* --qk-layernorm's backward (mc_model_qk_norm): dx = d(x) (WRITTEN), the weight's and bias's
+ * gradients added to dw, db. */
 static void qk_norm_bwd(mc_model *m, float *dx, float *dw, float *db, const float *dout,
                         const float *x, const float *mean, const float *rstd, size_t rows, int w)
 {
@@ -495,8 +495,11 @@ static mc_status qk_norm_bwd_layer(mc_model *m, const mc_layer_acts *a, const mc
     int tp = m->grid.tp > 1, ln = lp->qn_b >= 0;
     float *g = m->qk_g;
     if (tp) mc_k_fill(m->be, g, 0.0f, 4 * D);
-    float *qw = tp ? g : param_grad(m, lp->qn_w), *qb = !ln ? NULL : tp ? g + D : param_grad(m, lp->qn_b);
-    float *kw = tp ? g + 2 * D : param_grad(m, lp->kn_w), *kb = !ln ? NULL : tp ? g + 3 * D : param_grad(m, lp->kn_b);
+    /* with tp: the partial sums in g [q w, q b, k w, k b], else the gradients */
+    float *qw = tp ? g : param_grad(m, lp->qn_w), *kw = tp ? g + 2 * D : param_grad(m, lp->kn_w);
+    float *qb = tp ? g + D : param_grad(m, lp->qn_b),
+          *kb = tp ? g + 3 * D : param_grad(m, lp->kn_b);
+    if (!ln) qb = kb = NULL;
     qk_norm_bwd(m, m->datt, qw, qb, *dq, a->qp, a->qn_mean, a->qn_rstd, nq, lp->qn_w);
     qk_norm_bwd(m, m->dkp, kw, kb, *dk, a->kp, a->kn_mean, a->kn_rstd, nk, lp->kn_w);
     *dq = m->datt;

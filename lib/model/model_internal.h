@@ -51,9 +51,6 @@ typedef struct mc_layer_acts {
     float *ln1;                 /* [Nl, C] */
     float *ln1_mean, *ln1_rstd; /* [Nl] (mean only for LayerNorm) */
     float *q, *k, *v;           /* [N, Ql D], [N, Gl D], [N, Gl D], after RoPE */
-    /* --qk-layernorm: q and k before their norm, and its statistics
-     * ([N Ql], [N Gl]; the means only for LayerNorm); NULL without */
-    float *qp, *kp, *qn_mean, *qn_rstd, *kn_mean, *kn_rstd;
     float *att;                 /* [N, Ql D] attention output */
     float *lse;                 /* [B, Ql, T] */
     float *res2;                /* [Nl, C] residual after attention */
@@ -62,6 +59,11 @@ typedef struct mc_layer_acts {
     float *fc1;      /* [N, Fl] or [N, 2 Fl] with SwiGLU */
     float *act;      /* [N, Fl] */
     mc_moe_acts moe; /* a MoE layer's (moe.c); zeros for a dense layer */
+    /* --qk-layernorm: q and k before their norm [N, Ql D], [N, Gl D], and
+     * its statistics [N Ql], [N Gl] (the means only for LayerNorm); NULL
+     * without */
+    float *qp, *kp;
+    float *qn_mean, *qn_rstd, *kn_mean, *kn_rstd;
 } mc_layer_acts;
 
 /* One micro-batch in flight on this stage: its saved activations. */
