@@ -62,7 +62,8 @@ mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err);
 /* A mixture of experts (c->num_experts > 0) as Mixtral's softmax top-k
  * renormalized experts in every layer (MixtralForCausalLM, GGUF's llama;
  * qwen 0), or as Qwen3-MoE's softmax top-k, renormalized or not, with
- * dense layers allowed (Qwen3MoeForCausalLM, GGUF's qwen3moe; qwen 1):
+ * dense layers allowed (Qwen3MoeForCausalLM; qwen 1; GGUF's qwen3moe is
+ * Mixtral's and takes qwen 0):
  * MC_OK, or MC_ERR_FORMAT "FMT (...) needs X; this model has Y", naming ALT
  * (the Qwen3-MoE format) where only it could hold Y. */
 mc_status hf_moe_check(const mc_model_config *c, const char *fmt, const char *alt, int qwen,

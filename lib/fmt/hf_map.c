@@ -1,6 +1,7 @@
 /*
  * hf_map.c - how an mc model is a Hugging Face model: which architecture
- * expresses it (GPT2LMHeadModel or LlamaForCausalLM), its config.json in
+ * expresses it (GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM,
+ * Qwen3ForCausalLM or Qwen3MoeForCausalLM), its config.json in
  * both directions, and the table from Megatron Core tensor names and
  * layouts to Hugging Face ones (hf_internal.h), used by both hf_export.c
  * and hf_import.c so the two cannot disagree. The names, the layouts and
@@ -73,9 +74,10 @@ mc_status hf_moe_check(const mc_model_config *c, const char *fmt, const char *al
         err, MC_ERR_FORMAT,
         "%s (the format for a mixture of experts) needs %s; this model has %s%s%s%s", fmt, need,
         has, other ? " (" : "", other ? alt : "",
-        other ? " holds it, and normalizes queries and keys per head: train "
-                "with --qk-layernorm)"
-              : "");
+        !other            ? ""
+        : c->qk_layernorm ? " holds it)"
+                          : " holds it, and normalizes queries and keys per head: train "
+                            "with --qk-layernorm)");
 }
 
 mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err)

@@ -100,3 +100,46 @@ PY
         assert_output bit-exact
     fi
 }
+
+@test "--qk-layernorm: what a format cannot hold is refused in one line, leaving nothing" {
+    local EXPORT="$top_builddir/tools/mc-export/mc-export"
+    local small=(--seq-length 16 --micro-batch-size 1 --global-batch-size 1 --threads 1
+                 --mock-data --vocab-size 64 --train-iters 0 --lr 1e-3 --qk-layernorm)
+    "$MC_TRAIN" --model tiny-gpt "${small[@]}" --save gpt >/dev/null 2>&1
+    run -1 "$EXPORT" gpt --format hf -o out
+    assert_output "mc-export: error: gpt/iter_0000000/model.h5: GPT2LMHeadModel (the format for learned absolute positions) needs no query/key norm; this model has --qk-layernorm"
+    run -1 "$EXPORT" gpt --format llmc -o out.bin
+    assert_output "mc-export: error: gpt/iter_0000000/model.h5: llm.c's GPT-2 needs no query/key norm (this model has --qk-layernorm)"
+    "$MC_TRAIN" --model tiny-gpt --normalization RMSNorm --swiglu --position-embedding-type rope \
+        "${small[@]}" --save bias >/dev/null 2>&1
+    run -1 "$EXPORT" bias --format hf -o out
+    assert_output "mc-export: error: bias/iter_0000000/model.h5: Qwen3ForCausalLM (the format for rotary positions with --qk-layernorm) needs no biases in the MLP; this model has biases (no --disable-bias-linear)"
+    "$MC_TRAIN" --model tiny-llama --num-experts 4 --moe-shared-expert-intermediate-size 32 \
+        "${small[@]}" --save shared >/dev/null 2>&1
+    run -1 "$EXPORT" shared --format hf -o out
+    assert_output "mc-export: error: shared/iter_0000000/model.h5: Qwen3MoeForCausalLM (the format for a mixture of experts) needs no shared experts; this model has --moe-shared-expert-intermediate-size"
+    "$MC_TRAIN" --model tiny-llama --num-experts 4 --moe-router-pre-softmax "${small[@]}" \
+        --save pre >/dev/null 2>&1
+    run -1 "$EXPORT" pre --format gguf -o out.gguf
+    assert_output --partial "GGUF's qwen3moe architecture (the format for a mixture of experts) needs the top-k probabilities renormalized; this model has --moe-router-pre-softmax (Qwen3MoeForCausalLM (--format hf) holds it)"
+    run ls -A
+    assert_output "$(printf 'bias\ngpt\npre\nshared')"
+}
+
+@test "--qk-layernorm: --dry-run plans the activation block to the byte, with and without recomputation" {
+    local a=(--model tiny-llama --qk-layernorm --num-layers 5 --vocab-size 512 --seq-length 64
+             --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --mock-data --train-iters 1
+             --threads 1)
+    for rc in none full; do
+        local extra=()
+        [ "$rc" = none ] || extra=(--recompute-granularity full --recompute-method uniform
+                                   --recompute-num-layers 2)
+        run -0 --separate-stderr "$MC_TRAIN" "${a[@]}" "${extra[@]}"
+        local ran planned
+        ran=$(grep -o 'activations (stage 0): [0-9]* bytes' <<<"$stderr" | grep -o '[0-9]* bytes')
+        run -0 --separate-stderr "$MC_TRAIN" "${a[@]}" "${extra[@]}" --dry-run
+        planned=$(grep -o '^  activations: [0-9]* bytes' <<<"$output$stderr" | grep -o '[0-9]* bytes')
+        echo "# $rc: ran $ran, planned $planned" >&3
+        [ -n "$ran" ] && [ "$ran" = "$planned" ]
+    done
+}
