@@ -371,6 +371,9 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
                     a_calls += 4, a_bytes += 3 * N * 4 + (ln ? 2 : 1) * C * 4;
                 }
             }
+            /* --qk-layernorm: the q/k norms' weight (and bias) gradients,
+             * partial over the heads, one all-reduce of [4 D] per layer */
+            if (c.qk_layernorm) a_calls += nl, a_bytes += nl * 4.0 * c.kv_channels * 4;
             /* recomputation runs forward collectives again in the
              * backward: full, each recomputed layer's (but fc2's of a
              * group's last layer); selective mlp, the gather of norm2's

@@ -143,3 +143,23 @@ PY
         [ -n "$ran" ] && [ "$ran" = "$planned" ]
     done
 }
+
+@test "--qk-layernorm: TP=2 (with and without SP) moves the bytes and calls --dry-run plans (--log-comm)" {
+    mpi_need
+    local a=("${qk[@]}" --train-iters 10 --tensor-model-parallel-size 2 --log-comm)
+    for sp in "" --sequence-parallel; do
+        # shellcheck disable=SC2086
+        mpi_exec 120 2 "$MC_TRAIN" "${a[@]}" $sp 2>err.txt >/dev/null
+        local m p
+        m=$(grep '^ comm per iteration:' err.txt | tail -1 | sed 's/^ comm per iteration://' |
+            tr '|' '\n' | awk '$1 == "tp" && $2 != "scalar:" { c += $3; b += $5 * 1e6 }
+                              END { printf "%.0f %.0f\n", b, c }')
+        # shellcheck disable=SC2086
+        p=$("$MC_TRAIN" "${a[@]}" $sp --dry-run --world-size 2 |
+            awk 'index($0, "tensor-parallel group:") && !d { print $3, $7; d = 1 }')
+        echo "# tp${sp:+ with sp}: measured bytes/calls $m, planned $p" >&3
+        [ -n "$p" ]
+        awk -v m="$m" -v p="$p" 'BEGIN { split(m, x, " "); split(p, y, " ");
+            d = x[1] - y[1]; exit !(d <= 1 && d >= -1 && x[2] == y[2]) }'
+    done
+}
