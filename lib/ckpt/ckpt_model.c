@@ -41,6 +41,7 @@ json_t *mc_model_config_json(const mc_model_config *c)
         c->untie_embeddings_and_output_weights, "add_bias_linear", c->add_bias_linear,
         "init_method_std", (double)c->init_method_std);
     /* written only when not the default, so older files read the same */
+    if (o && c->qk_layernorm) json_object_set_new(o, "qk_layernorm", json_true());
     if (o && c->rotary_percent != 1.0f)
         json_object_set_new(o, "rotary_percent", json_real(c->rotary_percent));
     if (o && c->use_rope_scaling)
@@ -208,6 +209,8 @@ mc_status mc_model_config_from_json(const json_t *o, mc_model_config *c, mc_erro
         st = get_bool(o, "untie_embeddings_and_output_weights",
                       &c->untie_embeddings_and_output_weights, err);
     if (!st) st = get_bool(o, "add_bias_linear", &c->add_bias_linear, err);
+    if (!st && json_object_get(o, "qk_layernorm"))
+        st = get_bool(o, "qk_layernorm", &c->qk_layernorm, err);
     if (!st && json_object_get(o, "rotary_percent"))
         st = get_num(o, "rotary_percent", &c->rotary_percent, err);
     json_t *rs = json_object_get(o, "rope_scaling");

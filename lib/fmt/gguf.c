@@ -256,6 +256,7 @@ typedef struct plan {
     size_t n, cap;
     int64_t Q, G, D; /* heads, query groups, head dim */
     mc_rope rope;    /* the model's RoPE (X_ROPE_FREQS) */
+    int neox;        /* qwen3, qwen3moe: llama.cpp rotates (i, i + D/2) as mc: no permutation */
 } plan;
 
 static mc_status plan_add(plan *p, const char *name, const char *src, xform x, int64_t rows,
@@ -315,7 +316,23 @@ static const char *arch_of(const mc_model_config *c, const char *file, mc_error 
                      file, (double)c->rotary_percent);
         return NULL;
     }
+    if (llama && c->qk_layernorm && c->use_rope_scaling) {
+        mc_error_set(err, MC_ERR_FORMAT,
+                     "%s: GGUF's qwen3 architecture (for --qk-layernorm) has no Llama 3.1 RoPE "
+                     "scaling; this model has --use-rope-scaling",
+                     file);
+        return NULL;
+    }
+    /* --qk-layernorm: llama.cpp's qwen3 and qwen3moe (attn_q_norm, attn_k_norm) */
+    if (llama && c->qk_layernorm) return c->num_experts > 0 ? "qwen3moe" : "qwen3";
     if (llama) return "llama";
+    if (c->qk_layernorm) {
+        mc_error_set(err, MC_ERR_FORMAT,
+                     "%s: GGUF's gpt2 architecture has no query/key norm; this model has "
+                     "--qk-layernorm",
+                     file);
+        return NULL;
+    }
     mc_error_set(err, MC_ERR_FORMAT,
                  "%s: GGUF has no architecture for this model (%s, %s, %s positions): llama.cpp "
                  "reads GPT (LayerNorm, GELU, learned positions) as gpt2 and Llama (RMSNorm, "
@@ -335,6 +352,7 @@ static mc_status build_plan(const mc_model_config *c, int llama, int ggml, int h
     p->Q = Q;
     p->G = G;
     p->D = D;
+    p->neox = c->qk_layernorm;
     p->rope = (mc_rope){c->rotary_base,
                         0,
                         c->use_rope_scaling,
@@ -383,6 +401,12 @@ static mc_status build_plan(const mc_model_config *c, int llama, int ggml, int h
                     ADD((xform)(X_Q + k), rows, 0, QKV, 0);
                 }
             }
+        }
+        if (c->qk_layernorm) { /* qwen3, qwen3moe: [D] each, f32 */
+            NAMES("attn_q_norm.weight", "self_attention.q_layernorm.weight");
+            ADD(X_COPY, D, 0, D, 0);
+            NAMES("attn_k_norm.weight", "self_attention.k_layernorm.weight");
+            ADD(X_COPY, D, 0, D, 0);
         }
         NAMES("attn_output.weight", "self_attention.linear_proj.weight");
         ADD(X_COPY, C, Q * D, C, Q * D);
@@ -487,7 +511,7 @@ static int64_t src_row(const plan *p, const tplan *t, int64_t r)
     case X_K: {
         int64_t h = r / D, j = r % D;
         int64_t i = j / 2, s = j % 2;
-        int64_t within = s * (D / 2) + i; /* row of mc's head */
+        int64_t within = p->neox ? j : s * (D / 2) + i; /* row of mc's head */
         if (t->x == X_Q) return (h / per) * grp + (h % per) * D + within;
         return h * grp + per * D + within;
     }
@@ -726,19 +750,23 @@ mc_status mc_export_gguf(const char *ckpt_path, const mc_gguf_options *o, const 
     }
     /* experts: llama.cpp's llama with Mixtral's routing (softmax, top k,
      * renormalized; build_moe_ffn with norm_w) in every layer */
-    if (c.num_experts > 0 && strcmp(arch, "llama")) {
+    int qwen = !strcmp(arch, "qwen3") || !strcmp(arch, "qwen3moe");
+    if (c.num_experts > 0 && strcmp(arch, "llama") && !qwen) {
         st = mc_error_set(err, MC_ERR_FORMAT,
                           "%s: GGUF holds a mixture of experts as llama.cpp's llama (RMSNorm, "
                           "SwiGLU, RoPE); this model is %s",
                           file, arch);
         goto out;
     }
+    /* llama.cpp's qwen3moe renormalizes the top k (as Mixtral) and has
+     * experts in every layer: Mixtral's constraints */
     if (c.num_experts > 0 &&
-        (st = hf_moe_check(&c, "GGUF's llama architecture", "GGUF's qwen3moe", err))) {
+        (st = hf_moe_check(&c, qwen ? "GGUF's qwen3moe architecture" : "GGUF's llama architecture",
+                           "Qwen3MoeForCausalLM (--format hf)", 0, err))) {
         mc_error_prefix(err, "%s", file);
         goto out;
     }
-    int llama = !strcmp(arch, "llama");
+    int llama = !strcmp(arch, "llama") || qwen;
     if (!mc_ckpt_has_tokenizer(r)) {
         st = mc_error_set(err, MC_ERR_FORMAT,
                           "%s: GGUF needs the tokenizer, and the checkpoint holds none (train "
@@ -775,7 +803,9 @@ mc_status mc_export_gguf(const char *ckpt_path, const mc_gguf_options *o, const 
     kv_arch(&k, arch, "embedding_length", (uint32_t)c.hidden_size);
     kv_arch(&k, arch, "block_count", (uint32_t)c.num_layers);
     kv_arch(&k, arch, "feed_forward_length",
-            (uint32_t)(c.num_experts > 0 ? c.moe_ffn_hidden_size : c.ffn_hidden_size));
+            (uint32_t)(c.num_experts > 0 && !qwen ? c.moe_ffn_hidden_size : c.ffn_hidden_size));
+    if (c.num_experts > 0 && qwen) /* qwen3moe: the experts' own */
+        kv_arch(&k, arch, "expert_feed_forward_length", (uint32_t)c.moe_ffn_hidden_size);
     if (c.num_experts > 0) {
         kv_arch(&k, arch, "expert_count", (uint32_t)c.num_experts);
         kv_arch(&k, arch, "expert_used_count", (uint32_t)c.moe_router_topk);

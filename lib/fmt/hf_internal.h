@@ -22,13 +22,18 @@
 #include "mc/model.h"
 #include "mc/status.h"
 
-/* HF_QWEN3_MOE is named (config.json's architectures) but never chosen:
- * Qwen3MoeForCausalLM normalizes queries and keys per head, which mc's
- * attention does not (hf_arch_for and hf_config_parse refuse it). */
-typedef enum hf_arch { HF_GPT2 = 0, HF_LLAMA = 1, HF_MIXTRAL = 2, HF_QWEN3_MOE = 3 } hf_arch;
+/* Qwen3ForCausalLM and Qwen3MoeForCausalLM are the Llama family with
+ * --qk-layernorm (their q_norm, k_norm), dense or with experts. */
+typedef enum hf_arch {
+    HF_GPT2 = 0,
+    HF_LLAMA = 1,
+    HF_MIXTRAL = 2,
+    HF_QWEN3_MOE = 3,
+    HF_QWEN3 = 4
+} hf_arch;
 
 /* "GPT2LMHeadModel", "LlamaForCausalLM", "MixtralForCausalLM",
- * "Qwen3MoeForCausalLM". */
+ * "Qwen3MoeForCausalLM", "Qwen3ForCausalLM". */
 const char *hf_arch_name(hf_arch a);
 
 typedef struct hf_range {
@@ -55,10 +60,14 @@ typedef struct hf_map {
  * cannot be exported (what the format needs and what c has). */
 mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err);
 /* A mixture of experts (c->num_experts > 0) as Mixtral's softmax top-k
- * renormalized experts in every layer (MixtralForCausalLM, GGUF's llama):
+ * renormalized experts in every layer (MixtralForCausalLM, GGUF's llama;
+ * qwen 0), or as Qwen3-MoE's softmax top-k, renormalized or not, with
+ * dense layers allowed (Qwen3MoeForCausalLM; qwen 1; GGUF's qwen3moe is
+ * Mixtral's and takes qwen 0):
  * MC_OK, or MC_ERR_FORMAT "FMT (...) needs X; this model has Y", naming ALT
  * (the Qwen3-MoE format) where only it could hold Y. */
-mc_status hf_moe_check(const mc_model_config *c, const char *fmt, const char *alt, mc_error *err);
+mc_status hf_moe_check(const mc_model_config *c, const char *fmt, const char *alt, int qwen,
+                       mc_error *err);
 /* The table for a finished config under arch (hf_arch_for's answer). */
 mc_status hf_map_build(const mc_model_config *c, hf_arch arch, hf_map *m, mc_error *err);
 void hf_map_free(hf_map *m);

@@ -1,6 +1,7 @@
 /*
  * hf_map.c - how an mc model is a Hugging Face model: which architecture
- * expresses it (GPT2LMHeadModel or LlamaForCausalLM), its config.json in
+ * expresses it (GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM,
+ * Qwen3ForCausalLM or Qwen3MoeForCausalLM), its config.json in
  * both directions, and the table from Megatron Core tensor names and
  * layouts to Hugging Face ones (hf_internal.h), used by both hf_export.c
  * and hf_import.c so the two cannot disagree. The names, the layouts and
@@ -20,25 +21,28 @@
 
 const char *hf_arch_name(hf_arch a)
 {
-    return a == HF_LLAMA     ? "LlamaForCausalLM"
-           : a == HF_MIXTRAL ? "MixtralForCausalLM"
+    return a == HF_LLAMA       ? "LlamaForCausalLM"
+           : a == HF_MIXTRAL   ? "MixtralForCausalLM"
            : a == HF_QWEN3_MOE ? "Qwen3MoeForCausalLM"
+           : a == HF_QWEN3     ? "Qwen3ForCausalLM"
                                : "GPT2LMHeadModel";
 }
 
-/* A mixture of experts as MixtralForCausalLM (doc/ARCHITECTURE.md, "The
- * MoE layer"; mc-formats(5)). Mixtral's router (MixtralTopKRouter) is
- * softmax over all the experts' logits, the top k, renormalized to sum 1:
- * the same probabilities as Megatron's default softmax routing (the top k
- * of the logits, softmax over those k; mc's moe_route_fwd), and the same
- * choice. Everything else that changes a forward is refused, naming it.
- * The one other class with these experts, Qwen3MoeForCausalLM, would also
- * hold --moe-router-pre-softmax (norm_topk_prob false) and dense layers
- * (mlp_only_layers), but it normalizes queries and keys per head (q_norm,
- * k_norm, always), which mc's attention does not: no mc model is one. The
- * balancing and z losses are training-only (router_aux_loss_coef holds the
- * aux loss's coefficient). */
-mc_status hf_moe_check(const mc_model_config *c, const char *fmt, const char *alt, mc_error *err)
+/* A mixture of experts as MixtralForCausalLM or Qwen3MoeForCausalLM
+ * (doc/ARCHITECTURE.md, "The MoE layer"; mc-formats(5)). Mixtral's router
+ * (MixtralTopKRouter) is softmax over all the experts' logits, the top k,
+ * renormalized to sum 1: the same probabilities as Megatron's default
+ * softmax routing (the top k of the logits, softmax over those k; mc's
+ * moe_route_fwd), and the same choice. Qwen3-MoE's router
+ * (Qwen3MoeTopKRouter) is the same with norm_topk_prob true, and with
+ * norm_topk_prob false the top k of the softmax over all the experts, not
+ * renormalized: Megatron's --moe-router-pre-softmax; its dense layers
+ * (mlp_only_layers) are --moe-layer-freq's. It always normalizes queries
+ * and keys per head (q_norm, k_norm: --qk-layernorm). Everything else that
+ * changes a forward is refused, naming it. The balancing and z losses are
+ * training-only (router_aux_loss_coef holds the aux loss's coefficient). */
+mc_status hf_moe_check(const mc_model_config *c, const char *fmt, const char *alt, int qwen,
+                       mc_error *err)
 {
     const char *need = NULL, *has = NULL;
     char buf[96];
@@ -58,21 +62,22 @@ mc_status hf_moe_check(const mc_model_config *c, const char *fmt, const char *al
         need = "no token dropping", has = "--moe-expert-capacity-factor";
     else if (c->moe_shared_expert_intermediate_size > 0)
         need = "no shared experts", has = "--moe-shared-expert-intermediate-size";
-    else if (c->moe_router_pre_softmax)
+    else if (c->moe_router_pre_softmax && !qwen)
         need = "the top-k probabilities renormalized", has = "--moe-router-pre-softmax";
-    else if (dense) {
-        snprintf(buf, sizeof buf, "%d of %d layers dense (--moe-layer-freq)", dense,
-                 c->num_layers);
+    else if (dense && !qwen) {
+        snprintf(buf, sizeof buf, "%d of %d layers dense (--moe-layer-freq)", dense, c->num_layers);
         need = "experts in every layer", has = buf;
     }
     if (!need) return MC_OK;
-    int qwen = c->moe_router_pre_softmax || dense; /* what Qwen3-MoE's fields would hold */
-    return mc_error_set(err, MC_ERR_FORMAT,
-                        "%s (the format for a mixture of experts) needs %s; this model has %s%s%s%s",
-                        fmt, need, has, qwen ? " (" : "", qwen ? alt : "",
-                        qwen ? " would hold it, but it normalizes queries and keys per head, "
-                               "which mc's attention does not)"
-                             : "");
+    int other = !qwen && (c->moe_router_pre_softmax || dense); /* what Qwen3-MoE holds */
+    return mc_error_set(
+        err, MC_ERR_FORMAT,
+        "%s (the format for a mixture of experts) needs %s; this model has %s%s%s%s", fmt, need,
+        has, other ? " (" : "", other ? alt : "",
+        !other            ? ""
+        : c->qk_layernorm ? " holds it)"
+                          : " holds it, and normalizes queries and keys per head: train "
+                            "with --qk-layernorm)");
 }
 
 mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err)
@@ -84,7 +89,9 @@ mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err)
                             "rotary positions; this model has learned absolute positions");
     if (c->position_embedding_type == MC_POS_LEARNED) {
         *out = HF_GPT2;
-        if (c->normalization != MC_NORM_LAYERNORM)
+        if (c->qk_layernorm)
+            need = "no query/key norm", has = "--qk-layernorm";
+        else if (c->normalization != MC_NORM_LAYERNORM)
             need = "LayerNorm", has = "RMSNorm";
         else if (c->swiglu)
             need = "a GELU MLP", has = "SwiGLU";
@@ -101,22 +108,22 @@ mc_status hf_arch_for(const mc_model_config *c, hf_arch *out, mc_error *err)
                                 need, has);
         return MC_OK;
     }
-    *out = HF_LLAMA;
+    /* --qk-layernorm: Qwen3's q_norm and k_norm (RMSNorm over the head) */
+    int qk = c->qk_layernorm, moe = c->num_experts > 0;
+    *out = qk ? (moe ? HF_QWEN3_MOE : HF_QWEN3) : moe ? HF_MIXTRAL : HF_LLAMA;
     if (c->normalization != MC_NORM_RMSNORM)
         need = "RMSNorm", has = "LayerNorm";
     else if (!c->swiglu)
         need = "a SwiGLU MLP", has = "GELU";
     else if (c->rotary_percent < 1)
         need = "rotary embeddings over the whole head", has = "--rotary-percent below 1";
+    else if (qk && c->add_bias_linear) /* Qwen3's MLPs have no biases */
+        need = "no biases in the MLP", has = "biases (no --disable-bias-linear)";
     if (need)
         return mc_error_set(err, MC_ERR_FORMAT,
-                            "%s (the format for rotary positions) needs %s; this model has %s",
-                            c->num_experts > 0 ? "MixtralForCausalLM" : "LlamaForCausalLM", need,
-                            has);
-    if (c->num_experts > 0) {
-        *out = HF_MIXTRAL;
-        return hf_moe_check(c, "MixtralForCausalLM", "Qwen3MoeForCausalLM", err);
-    }
+                            "%s (the format for rotary positions%s) needs %s; this model has %s",
+                            hf_arch_name(*out), qk ? " with --qk-layernorm" : "", need, has);
+    if (moe) return hf_moe_check(c, hf_arch_name(*out), "Qwen3MoeForCausalLM", qk, err);
     return MC_OK;
 }
 
@@ -253,11 +260,41 @@ mc_status hf_map_build(const mc_model_config *c, hf_arch arch, hf_map *m, mc_err
                 }
             }
         }
+        if (c->qk_layernorm && !gpt) { /* Qwen3's q_norm, k_norm (hf_arch_for) */
+            whole(&b, MC("%s.q_layernorm.weight"), D, 0, 0, HF("%s.self_attn.q_norm.weight"));
+            whole(&b, MC("%s.k_layernorm.weight"), D, 0, 0, HF("%s.self_attn.k_norm.weight"));
+        }
         whole(&b, MC("%s.linear_proj.weight"), C, Q * D, gpt,
               HF(gpt ? "%s.attn.c_proj.weight" : "%s.self_attn.o_proj.weight"));
         if (bias)
             whole(&b, MC("%s.linear_proj.bias"), C, 0, 0,
                   HF(gpt ? "%s.attn.c_proj.bias" : "%s.self_attn.o_proj.bias"));
+        if (mc_model_layer_is_moe(c, l) && arch == HF_QWEN3_MOE) {
+            /* Qwen3-MoE's names (its published checkpoints'): the router
+             * mlp.gate, each expert's gate_proj, up_proj and down_proj */
+            int64_t E = c->num_experts, FE = c->moe_ffn_hidden_size;
+            snprintf(a, sizeof a, "decoder.layers.%d", l);
+            whole(&b, MC("%s.pre_mlp_layernorm.weight"), C, 0, 0,
+                  HF("%s.post_attention_layernorm.weight"));
+            whole(&b, MC("%s.mlp.router.weight"), E, C, 0, HF("%s.mlp.gate.weight"));
+            char fc1[128], fc2[128];
+            snprintf(fc1, sizeof fc1, "%s.mlp.experts.experts.linear_fc1.weight", a);
+            snprintf(fc2, sizeof fc2, "%s.mlp.experts.experts.linear_fc2.weight", a);
+            for (int64_t x = 0; x < E && !b.failed; x++) {
+                e = entry(&b, fc1, E * 2 * FE, C, 0, "%s.mlp.experts.%lld.gate_proj.weight", p,
+                          (long long)x);
+                rows(&b, e, x * 2 * FE, FE);
+                e = entry(&b, fc1, E * 2 * FE, C, 0, "%s.mlp.experts.%lld.up_proj.weight", p,
+                          (long long)x);
+                rows(&b, e, x * 2 * FE + FE, FE);
+            }
+            for (int64_t x = 0; x < E && !b.failed; x++) {
+                e = entry(&b, fc2, E * C, FE, 0, "%s.mlp.experts.%lld.down_proj.weight", p,
+                          (long long)x);
+                rows(&b, e, x * C, C);
+            }
+            continue;
+        }
         if (mc_model_layer_is_moe(c, l)) {
             /* Mixtral's names (those of its published checkpoints, which
              * transformers 5 reads and writes): the router, then each
@@ -363,8 +400,12 @@ json_t *hf_config_json(const mc_model_config *c, hf_arch arch, int64_t eos_id,
         json_object_set_new(o, "scale_attn_weights", json_true());
         json_object_set_new(o, "bos_token_id", json_copy(eos));
     } else {
-        int mx = arch == HF_MIXTRAL;
-        json_object_set_new(o, "model_type", json_string(mx ? "mixtral" : "llama"));
+        int mx = arch == HF_MIXTRAL, qm = arch == HF_QWEN3_MOE, q3 = arch == HF_QWEN3 || qm;
+        json_object_set_new(o, "model_type",
+                            json_string(mx   ? "mixtral"
+                                        : qm ? "qwen3_moe"
+                                        : q3 ? "qwen3"
+                                             : "llama"));
         json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
         json_object_set_new(o, "hidden_size", json_integer(c->hidden_size));
         json_object_set_new(o, "intermediate_size",
@@ -392,11 +433,37 @@ json_t *hf_config_json(const mc_model_config *c, hf_arch arch, int64_t eos_id,
             json_object_set_new(o, "num_local_experts", json_integer(c->num_experts));
             json_object_set_new(o, "num_experts_per_tok", json_integer(c->moe_router_topk));
             json_object_set_new(o, "router_aux_loss_coef",
-                                c->moe_load_balancing == MC_MOE_LB_NONE ? json_real(0)
-                                                                        : real(c->moe_aux_loss_coeff));
+                                c->moe_load_balancing == MC_MOE_LB_NONE
+                                    ? json_real(0)
+                                    : real(c->moe_aux_loss_coeff));
             json_object_set_new(o, "output_router_logits", json_false());
             json_object_set_new(o, "router_jitter_noise", json_real(0));
             json_object_set_new(o, "sliding_window", json_null());
+        } else if (q3) {
+            /* hf_arch_for checked: no biases, RMSNorm q_norm/k_norm */
+            json_object_set_new(o, "attention_bias", json_false());
+            json_object_set_new(o, "use_sliding_window", json_false());
+            json_object_set_new(o, "sliding_window", json_null());
+            json_object_set_new(o, "max_window_layers", json_integer(c->num_layers));
+            if (qm) {
+                /* norm_topk_prob false is --moe-router-pre-softmax (hf_moe_check);
+                 * the dense layers of --moe-layer-freq listed */
+                json_t *dense = json_array();
+                for (int l = 0; l < c->num_layers; l++)
+                    if (!mc_model_layer_is_moe(c, l)) json_array_append_new(dense, json_integer(l));
+                json_object_set_new(o, "num_experts", json_integer(c->num_experts));
+                json_object_set_new(o, "num_experts_per_tok", json_integer(c->moe_router_topk));
+                json_object_set_new(o, "moe_intermediate_size",
+                                    json_integer(c->moe_ffn_hidden_size));
+                json_object_set_new(o, "norm_topk_prob", json_boolean(!c->moe_router_pre_softmax));
+                json_object_set_new(o, "decoder_sparse_step", json_integer(1));
+                json_object_set_new(o, "mlp_only_layers", dense);
+                json_object_set_new(o, "router_aux_loss_coef",
+                                    c->moe_load_balancing == MC_MOE_LB_NONE
+                                        ? json_real(0)
+                                        : real(c->moe_aux_loss_coeff));
+                json_object_set_new(o, "output_router_logits", json_false());
+            }
         } else {
             json_object_set_new(o, "attention_bias", json_boolean(c->add_bias_linear));
             json_object_set_new(o, "mlp_bias", json_boolean(c->add_bias_linear));
@@ -515,22 +582,19 @@ static hf_arch detect(reader *r)
     if (!a && t && !strcmp(t, "gpt2")) return HF_GPT2;
     if (!a && t && !strcmp(t, "llama")) return HF_LLAMA;
     if (a ? !strcmp(a, "MixtralForCausalLM") : t && !strcmp(t, "mixtral")) return HF_MIXTRAL;
-    if (a ? !strcmp(a, "Qwen3MoeForCausalLM") : t && !strcmp(t, "qwen3_moe")) {
-        refuse(r, a ? "architectures" : "model_type",
-               "Qwen3MoeForCausalLM normalizes queries and keys per head (q_norm, k_norm), which "
-               "mc's attention does not have");
-        return HF_QWEN3_MOE;
-    }
+    if (a ? !strcmp(a, "Qwen3MoeForCausalLM") : t && !strcmp(t, "qwen3_moe")) return HF_QWEN3_MOE;
+    if (a ? !strcmp(a, "Qwen3ForCausalLM") : t && !strcmp(t, "qwen3")) return HF_QWEN3;
     if (!r->st) {
         if (a)
             r->st = mc_error_set(r->err, MC_ERR_FORMAT,
                                  "%s: architectures: %s is not supported (mc imports "
-                                 "GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM)",
+                                 "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, "
+                                 "Qwen3ForCausalLM and Qwen3MoeForCausalLM)",
                                  r->where, a);
         else
             r->st = mc_error_set(r->err, MC_ERR_FORMAT,
                                  "%s: architectures: missing, and model_type %s%s%s is not gpt2, "
-                                 "llama or mixtral",
+                                 "llama, mixtral, qwen3 or qwen3_moe",
                                  r->where, t ? "\"" : "", t ? t : "missing", t ? "\"" : "");
     }
     return HF_GPT2;
@@ -563,8 +627,9 @@ static void parse_gpt2(reader *r, mc_model_config *c)
     c->add_bias_linear = 1;
 }
 
-static void parse_llama(reader *r, mc_model_config *c, int mixtral)
+static void parse_llama(reader *r, mc_model_config *c, hf_arch arch)
 {
+    int mixtral = arch == HF_MIXTRAL, qwen = arch == HF_QWEN3 || arch == HF_QWEN3_MOE;
     c->hidden_size = (int)get_int(r, "hidden_size", 4096, 1);
     c->ffn_hidden_size = (int)get_int(r, "intermediate_size", 11008, 1);
     c->num_layers = (int)get_int(r, "num_hidden_layers", 32, 1);
@@ -608,13 +673,63 @@ static void parse_llama(reader *r, mc_model_config *c, int mixtral)
         refuse(r, "partial_rotary_factor", "mc rotates the whole head");
     c->rotary_base = (float)theta;
     int ab = get_bool(r, "attention_bias", 0), mb = get_bool(r, "mlp_bias", 0);
-    if (ab != mb)
+    if (ab != mb && !qwen) /* Qwen3 has no mlp_bias: refused below */
         refuse(r, "mlp_bias",
                "mc has biases in all linear layers or in none (attention_bias differs)");
     c->add_bias_linear = ab;
     c->normalization = MC_NORM_RMSNORM;
     c->position_embedding_type = MC_POS_ROPE;
     c->swiglu = 1;
+    if (qwen) {
+        /* Qwen3's q_norm and k_norm (RMSNorm over the head); its MLPs have
+         * no biases, so attention_bias must be false too */
+        c->qk_layernorm = 1;
+        if (c->add_bias_linear)
+            refuse(r, "attention_bias",
+                   "mc has biases in all linear layers or in none (Qwen3's "
+                   "MLPs have none)");
+        if (get_bool(r, "use_sliding_window", 0))
+            refuse(r, "use_sliding_window", "mc's attention has no window");
+    }
+    if (arch == HF_QWEN3_MOE) {
+        /* Qwen3MoeConfig's fields and defaults: layer l is a mixture of
+         * num_experts experts of moe_intermediate_size unless it is in
+         * mlp_only_layers or (l + 1) % decoder_sparse_step != 0 (a dense
+         * MLP of intermediate_size); the top num_experts_per_tok of the
+         * softmax, renormalized with norm_topk_prob, else Megatron's
+         * --moe-router-pre-softmax (hf_moe_check) */
+        c->num_experts = (int)get_int(r, "num_experts", 128, 1);
+        c->num_experts = (int)get_int(r, "num_local_experts", c->num_experts, 1);
+        c->moe_router_topk = (int)get_int(r, "num_experts_per_tok", 8, 1);
+        c->moe_ffn_hidden_size = (int)get_int(r, "moe_intermediate_size", 768, 1);
+        c->moe_router_pre_softmax = !get_bool(r, "norm_topk_prob", 0);
+        int64_t step = get_int(r, "decoder_sparse_step", 1, 1);
+        json_t *only = json_object_get(r->o, "mlp_only_layers");
+        if (only && !json_is_null(only) && !json_is_array(only))
+            refuse(r, "mlp_only_layers", "expected a list of layer numbers");
+        if (c->num_layers > MC_MOE_MAX_LAYERS)
+            refuse(r, "num_hidden_layers", "more layers than mc's --moe-layer-freq list holds");
+        int dense = 0;
+        for (int l = 0; l < c->num_layers && !r->st; l++) {
+            int moe = (l + 1) % step == 0;
+            for (size_t i = 0; json_is_array(only) && i < json_array_size(only); i++) {
+                json_t *x = json_array_get(only, i);
+                if (!json_is_integer(x)) refuse(r, "mlp_only_layers", "expected layer numbers");
+                if (json_integer_value(x) == l) moe = 0;
+            }
+            c->moe_layer_pattern[l] = moe ? '1' : '0';
+            dense += !moe;
+        }
+        c->moe_layer_freq = 1;
+        if (!dense) c->moe_layer_pattern[0] = 0; /* every layer: the integer rule */
+        c->moe_layer_pattern[c->num_layers < MC_MOE_MAX_LAYERS ? c->num_layers : 0] = 0;
+        json_t *coef = json_object_get(r->o, "router_aux_loss_coef");
+        double aux = json_is_number(coef) ? json_number_value(coef) : 0.001;
+        if (coef && !json_is_null(coef) && !(json_is_number(coef) && aux >= 0))
+            refuse(r, "router_aux_loss_coef", "expected a number >= 0");
+        c->moe_aux_loss_coeff = get_bool(r, "output_router_logits", 0) ? (float)aux : 0;
+        return;
+    }
     if (!mixtral) return;
     /* MixtralConfig's fields and defaults: every layer a mixture of
      * num_local_experts experts of intermediate_size, top
@@ -646,7 +761,7 @@ mc_status hf_config_parse(const json_t *cfg, const char *where, mc_model_config 
     if (*arch == HF_GPT2)
         parse_gpt2(&r, c);
     else
-        parse_llama(&r, c, *arch == HF_MIXTRAL);
+        parse_llama(&r, c, *arch);
     if (r.st) return r.st;
     /* A run's length, not the model's: the positions, up to 4096 (mc-train
      * and mc-eval take --seq-length). */

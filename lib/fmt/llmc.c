@@ -25,6 +25,8 @@ static mc_status check_config(const mc_model_config *c, const char *file, mc_err
     const char *need = NULL;
     if (c->num_experts > 0) /* llm.c's file has one MLP per layer */
         need = "a dense MLP in every layer (this model is a mixture of experts)";
+    else if (c->qk_layernorm)
+        need = "no query/key norm (this model has --qk-layernorm)";
     else if (c->position_embedding_type != MC_POS_LEARNED)
         need = "learned absolute positions (this model uses RoPE)";
     else if (c->normalization != MC_NORM_LAYERNORM)

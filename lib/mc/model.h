@@ -56,6 +56,10 @@ typedef struct mc_model_config {
     int rope_original_max_position_embeddings;
     int untie_embeddings_and_output_weights; /* --untie-embeddings-and-output-weights */
     int add_bias_linear;                     /* 0 with --disable-bias-linear */
+    /* --qk-layernorm: each head's query and key normalized (the model's
+     * normalization over the head dimension, weights [kv_channels] shared
+     * by the heads) after the QKV projection and before RoPE */
+    int qk_layernorm;
     float init_method_std;                   /* --init-method-std (0.02) */
     /* --sequence-parallel: with tensor parallelism, the residual stream,
      * the norms and the embeddings' output hold seq_length / tp positions of

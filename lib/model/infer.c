@@ -24,6 +24,9 @@ struct mc_infer {
     void *block;      /* everything below, one allocation */
     float *x, *h, *qkv, *q, *att, *tmp, *fc1, *act, *mean, *rstd, *lnf;
     float *last; /* [C] normed state of the last row run */
+    /* --qk-layernorm: q and k before their norm, and its statistics
+     * (empty without) */
+    float *qp, *kp, *qn_mean, *qn_rstd;
     float *hrows, *logits, *rowmax, *sumexp, *tlogit, *loss; /* head scratch */
     float *gathered;                                         /* [tp * vl] */
     int32_t *dtok, *dtgt;
@@ -96,6 +99,11 @@ static void layout(mc_infer *f, carver *cv)
     f->dtgt = (int32_t *)carve(cv, f->hr);
     f->dpos = (int32_t *)carve(cv, R);
     f->dseg = (int32_t *)carve(cv, R);
+    size_t qk = m->cfg.qk_layernorm ? R : 0, H = f->Ql > f->Gl ? f->Ql : f->Gl;
+    f->qp = carve(cv, qk * f->Ql * f->D);
+    f->kp = carve(cv, qk * f->Gl * f->D);
+    f->qn_mean = carve(cv, qk * H);
+    f->qn_rstd = carve(cv, qk * H);
 }
 
 mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, mc_error *err)
@@ -284,7 +292,13 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
         float *kn = kc + pos0 * f->Gl * D, *vn = vc + pos0 * f->Gl * D;
         norm(f, f->h, f->x, lp->ln1_w, lp->ln1_b, n);
         linear(f, f->qkv, f->h, lp->qkv_w, param_val(m, lp->qkv_b), n, C, f->qkv_out);
-        mc_k_qkv_split(be, f->q, kn, vn, f->qkv, n, f->Ql, f->Gl, D);
+        if (c->qk_layernorm) { /* keys cached after their norm and RoPE */
+            mc_k_qkv_split(be, f->qp, f->kp, vn, f->qkv, n, f->Ql, f->Gl, D);
+            mc_model_qk_norm(m, f->q, f->qn_mean, f->qn_rstd, f->qp, n * f->Ql, lp->qn_w, lp->qn_b);
+            mc_model_qk_norm(m, kn, f->qn_mean, f->qn_rstd, f->kp, n * f->Gl, lp->kn_w, lp->kn_b);
+        } else {
+            mc_k_qkv_split(be, f->q, kn, vn, f->qkv, n, f->Ql, f->Gl, D);
+        }
         if (c->position_embedding_type == MC_POS_ROPE) {
             mc_rope rp = mc_rope_of(c);
             mc_k_rope_fwd(be, f->q, 1, n, f->Ql, D, &rp, pos0, pos);

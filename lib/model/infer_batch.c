@@ -49,6 +49,7 @@ struct mc_kvpool {
     void *block; /* the scratch below, one allocation */
     float *x, *h, *qkv, *q, *kn, *vn, *att, *tmp, *fc1, *act, *mean, *rstd, *kc, *vc;
     float *hrows, *logits, *gathered;
+    float *qp, *kp, *qn_mean, *qn_rstd; /* --qk-layernorm: before the norm (empty without) */
     int32_t *dtok;
     float *hlogits;          /* host [head_rows, tp vl] */
     float *hgathered;        /* host [tp][head_rows vl] (tensor parallel) */
@@ -95,6 +96,11 @@ static void layout(mc_kvpool *p, carver *cv)
         p->oslice = carve(cv, R * p->so);
         p->gout = carve(cv, R * tp * p->so);
     }
+    size_t qk = p->m->cfg.qk_layernorm ? R : 0, H = p->Ql > p->Gl ? p->Ql : p->Gl;
+    p->qp = carve(cv, qk * p->Ql * p->D);
+    p->kp = carve(cv, qk * p->kv_row);
+    p->qn_mean = carve(cv, qk * H);
+    p->qn_rstd = carve(cv, qk * H);
 }
 
 size_t mc_kvpool_block_bytes(const mc_model *m, int block_size)
@@ -521,7 +527,14 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
         int li = m->lidx[l];
         norm(p, p->h, p->x, lp->ln1_w, lp->ln1_b, R);
         linear(p, p->qkv, p->h, lp->qkv_w, param_val(m, lp->qkv_b), R, C, p->qkv_out);
-        mc_k_qkv_split(be, p->q, p->kn, p->vn, p->qkv, R, p->Ql, p->Gl, D);
+        if (c->qk_layernorm) { /* per row: batch-invariant; keys cached normed */
+            mc_k_qkv_split(be, p->qp, p->kp, p->vn, p->qkv, R, p->Ql, p->Gl, D);
+            mc_model_qk_norm(m, p->q, p->qn_mean, p->qn_rstd, p->qp, R * p->Ql, lp->qn_w, lp->qn_b);
+            mc_model_qk_norm(m, p->kn, p->qn_mean, p->qn_rstd, p->kp, R * p->Gl, lp->kn_w,
+                             lp->kn_b);
+        } else {
+            mc_k_qkv_split(be, p->q, p->kn, p->vn, p->qkv, R, p->Ql, p->Gl, D);
+        }
         for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n) {
             const mc_kvseq *q = &seqs[s];
             size_t n = (size_t)q->n, pos0 = (size_t)q->len, row0 = (size_t)r0;

@@ -56,6 +56,14 @@ static void carve_layer(const mc_model *m, carver *cv, mc_layer_acts *a, unsigne
         a->q = carve(cv, N * m->Ql * D);
         a->k = carve(cv, N * m->Gl * D);
         a->v = carve(cv, N * m->Gl * D);
+        if (m->cfg.qk_layernorm) { /* plan.c's layer_bytes counts the same */
+            a->qp = carve(cv, N * m->Ql * D);
+            a->kp = carve(cv, N * m->Gl * D);
+            a->qn_mean = ln ? carve(cv, N * m->Ql) : NULL;
+            a->qn_rstd = carve(cv, N * m->Ql);
+            a->kn_mean = ln ? carve(cv, N * m->Gl) : NULL;
+            a->kn_rstd = carve(cv, N * m->Gl);
+        }
     }
     if (bits & ACT_ATT) {
         a->att = carve(cv, N * m->Ql * D);
@@ -127,6 +135,10 @@ static void layout_acts(mc_model *m, carver *cv)
         m->sp_buf = carve(cv, N * C);
         m->loc = carve(cv, Nl * C);
         m->nrm_g = carve(cv, 2 * C);
+    }
+    if (m->cfg.qk_layernorm) {
+        m->dkp = carve(cv, N * m->Gl * D);
+        m->qk_g = carve(cv, 4 * D);
     }
     if (m->cfg.num_experts > 0) mc_moe_layout_scratch(m, cv);
     m->dact = carve(cv, N * m->Fl);
@@ -459,7 +471,52 @@ static void norm2_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp)
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
 }
 
-/* q, k, v = split(ln1 Wqkv^T + b) (ln1 gathered), RoPE applied */
+/* --qk-layernorm's backward (mc_model_qk_norm): dx = d(x) (WRITTEN), the weight's and bias's
+ * gradients added to dw, db. */
+static void qk_norm_bwd(mc_model *m, float *dx, float *dw, float *db, const float *dout,
+                        const float *x, const float *mean, const float *rstd, size_t rows, int w)
+{
+    mc_k_fill(m->be, dx, 0.0f, rows * m->D);
+    if (m->cfg.normalization == MC_NORM_LAYERNORM)
+        mc_k_layernorm_bwd(m->be, dx, dw, db, dout, x, param_val(m, w), mean, rstd, rows, m->D);
+    else
+        mc_k_rmsnorm_bwd(m->be, dx, dw, dout, x, param_val(m, w), rstd, rows, m->D);
+}
+
+/* The gradients of the query and key norms of layer lp from d(q), d(k)
+ * after RoPE's backward (normed side); *dq, *dk become the gradients of q
+ * and k before their norms (m->datt and m->dkp). The heads are split over
+ * tensor parallelism and the weights replicated: each rank's sums are
+ * partial, summed over the group before they are added. */
+static mc_status qk_norm_bwd_layer(mc_model *m, const mc_layer_acts *a, const mc_layer_params *lp,
+                                   float **dq, float **dk, mc_error *err)
+{
+    size_t D = m->D, nq = m->N * m->Ql, nk = m->N * m->Gl;
+    int tp = m->grid.tp > 1, ln = lp->qn_b >= 0;
+    float *g = m->qk_g;
+    if (tp) mc_k_fill(m->be, g, 0.0f, 4 * D);
+    /* with tp: the partial sums in g [q w, q b, k w, k b], else the gradients */
+    float *qw = tp ? g : param_grad(m, lp->qn_w), *kw = tp ? g + 2 * D : param_grad(m, lp->kn_w);
+    float *qb = tp ? g + D : param_grad(m, lp->qn_b),
+          *kb = tp ? g + 3 * D : param_grad(m, lp->kn_b);
+    if (!ln) qb = kb = NULL;
+    qk_norm_bwd(m, m->datt, qw, qb, *dq, a->qp, a->qn_mean, a->qn_rstd, nq, lp->qn_w);
+    qk_norm_bwd(m, m->dkp, kw, kb, *dk, a->kp, a->kn_mean, a->kn_rstd, nk, lp->kn_w);
+    *dq = m->datt;
+    *dk = m->dkp;
+    if (!tp) return MC_OK;
+    TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, m->be, g, 4 * D, err));
+    mc_k_acc(m->be, param_grad(m, lp->qn_w), g, D);
+    mc_k_acc(m->be, param_grad(m, lp->kn_w), g + 2 * D, D);
+    if (ln) {
+        mc_k_acc(m->be, param_grad(m, lp->qn_b), g + D, D);
+        mc_k_acc(m->be, param_grad(m, lp->kn_b), g + 3 * D, D);
+    }
+    return MC_OK;
+}
+
+/* q, k, v = split(ln1 Wqkv^T + b) (ln1 gathered), with --qk-layernorm q
+ * and k normed, RoPE applied */
 static mc_status qkv_fwd(mc_model *m, mc_slot *sl, mc_layer_acts *a, const mc_layer_params *lp,
                          mc_error *err)
 {
@@ -469,7 +526,13 @@ static mc_status qkv_fwd(mc_model *m, mc_slot *sl, mc_layer_acts *a, const mc_la
     TRY(tp_gather(m, a->ln1, &h, err));
     mc_k_linear_fwd(m->be, m->prec, m->qkv, h, param_val(m, lp->qkv_w), param_prep(m, lp->qkv_w),
                     param_val(m, lp->qkv_b), N, C, m->qkv_out, 0.0f);
-    mc_k_qkv_split(m->be, a->q, a->k, a->v, m->qkv, N, m->Ql, m->Gl, D);
+    if (c->qk_layernorm) {
+        mc_k_qkv_split(m->be, a->qp, a->kp, a->v, m->qkv, N, m->Ql, m->Gl, D);
+        mc_model_qk_norm(m, a->q, a->qn_mean, a->qn_rstd, a->qp, N * m->Ql, lp->qn_w, lp->qn_b);
+        mc_model_qk_norm(m, a->k, a->kn_mean, a->kn_rstd, a->kp, N * m->Gl, lp->kn_w, lp->kn_b);
+    } else {
+        mc_k_qkv_split(m->be, a->q, a->k, a->v, m->qkv, N, m->Ql, m->Gl, D);
+    }
     if (c->position_embedding_type == MC_POS_ROPE) {
         mc_rope rp = mc_rope_of(c);
         mc_k_rope_fwd(m->be, a->q, B, T, m->Ql, D, &rp, 0, slot_pos(m, sl));
@@ -642,9 +705,11 @@ attention:
         mc_k_rope_bwd(be, m->dq, B, T, m->Ql, D, &rp, 0, slot_pos(m, sl));
         mc_k_rope_bwd(be, m->dk, B, T, m->Gl, D, &rp, 0, slot_pos(m, sl));
     }
+    float *dq = m->dq, *dk = m->dk; /* d(q), d(k) as the projection gave them */
+    if (c->qk_layernorm) TRY(qk_norm_bwd_layer(m, a, lp, &dq, &dk, err));
     float *dqkv = m->qkv; /* the forward's scratch is free now */
     mc_k_fill(be, dqkv, 0.0f, N * m->qkv_out);
-    mc_k_qkv_split_bwd(be, dqkv, m->dq, m->dk, m->dv, N, m->Ql, m->Gl, D);
+    mc_k_qkv_split_bwd(be, dqkv, dq, dk, m->dv, N, m->Ql, m->Gl, D);
     TRY(tp_gather(m, a->ln1, &x, err));
     mc_k_fill(be, m->dln, 0.0f, N * C);
     mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->qkv_w), param_grad(m, lp->qkv_b), dqkv, x,

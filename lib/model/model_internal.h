@@ -12,6 +12,8 @@
 typedef struct mc_layer_params {
     int ln1_w, ln1_b; /* self_attention.linear_qkv.layer_norm_{weight,bias} */
     int qkv_w, qkv_b;
+    /* --qk-layernorm: self_attention.{q,k}_layernorm.{weight,bias} [D] (-1: absent) */
+    int qn_w, qn_b, kn_w, kn_b;
     int proj_w, proj_b;
     int ln2_w, ln2_b; /* mlp.linear_fc1.layer_norm_{weight,bias} */
     int fc1_w, fc1_b;
@@ -57,6 +59,11 @@ typedef struct mc_layer_acts {
     float *fc1;      /* [N, Fl] or [N, 2 Fl] with SwiGLU */
     float *act;      /* [N, Fl] */
     mc_moe_acts moe; /* a MoE layer's (moe.c); zeros for a dense layer */
+    /* --qk-layernorm: q and k before their norm [N, Ql D], [N, Gl D], and
+     * its statistics [N Ql], [N Gl] (the means only for LayerNorm); NULL
+     * without */
+    float *qp, *kp;
+    float *qn_mean, *qn_rstd, *kn_mean, *kn_rstd;
 } mc_layer_acts;
 
 /* One micro-batch in flight on this stage: its saved activations. */
@@ -154,6 +161,9 @@ struct mc_model {
     float *gath, *sp_buf, *loc, *nrm_g;
     float *dact, *dfc1; /* [N, Fl], [N, fc1_out] */
     float *datt, *dq, *dk, *dv;
+    /* --qk-layernorm: d(k before its norm) [N, Gl D], and the norms'
+     * weight and bias gradients of this rank's heads [4 D] (q w, q b, k w, k b) */
+    float *dkp, *qk_g;
     float *logits;                          /* [chunk_rows, vl] */
     float *rowmax, *sumexp, *tlogit, *loss; /* [N] */
 
@@ -295,6 +305,20 @@ static inline float *param_grad(mc_model *m, int i)
 static inline const void *param_prep(mc_model *m, int i)
 {
     return i < 0 || !m->pw ? NULL : (const char *)m->pw + m->params[i].offset * m->pw_bytes;
+}
+
+/* --qk-layernorm: out = norm(x) over rows [rows, D] (each head's query
+ * or key), with the weights [D] of parameter w (and bias b) shared by the
+ * heads, Megatron's q_layernorm and k_layernorm; mean [rows] is written
+ * for LayerNorm only (NULL for RMSNorm). Training and inference share it. */
+static inline void mc_model_qk_norm(mc_model *m, float *out, float *mean, float *rstd,
+                                    const float *x, size_t rows, int w, int b)
+{
+    if (m->cfg.normalization == MC_NORM_LAYERNORM)
+        mc_k_layernorm_fwd(m->be, out, mean, rstd, x, param_val(m, w), param_val(m, b), rows, m->D,
+                           m->cfg.norm_epsilon);
+    else
+        mc_k_rmsnorm_fwd(m->be, out, rstd, x, param_val(m, w), rows, m->D, m->cfg.norm_epsilon);
 }
 
 /* moe.c: the MoE block in place of a layer's MLP. Forward: h [N, C] the

@@ -204,6 +204,21 @@ mc_status mc_model_build_registry(mc_model *m, mc_error *err)
             ADD(1, (Q + 2 * G) * D, 1, 0, 1, 1, 0, 0, "%s.linear_qkv.bias", pre);
             lp->qkv_b = idx;
         }
+        lp->qn_w = lp->qn_b = lp->kn_w = lp->kn_b = -1;
+        if (c->qk_layernorm) { /* Megatron's q_layernorm, k_layernorm: [D], replicated */
+            ADD(1, D, 1, -1, 1, 1, 0, 1, "%s.q_layernorm.weight", pre);
+            lp->qn_w = idx;
+            if (ln) {
+                ADD(1, D, 1, -1, 1, 1, 0, 0, "%s.q_layernorm.bias", pre);
+                lp->qn_b = idx;
+            }
+            ADD(1, D, 1, -1, 1, 1, 0, 1, "%s.k_layernorm.weight", pre);
+            lp->kn_w = idx;
+            if (ln) {
+                ADD(1, D, 1, -1, 1, 1, 0, 0, "%s.k_layernorm.bias", pre);
+                lp->kn_b = idx;
+            }
+        }
         ADD(2, C, Q * D, 1, 1, 0, out_std, 0, "%s.linear_proj.weight", pre);
         lp->proj_w = idx;
         if (bias) {

@@ -42,6 +42,8 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int rank, mc_
         if (ln) param(s, C);
         param(s, (Q + 2 * G) * D / tp * C);
         if (bias) param(s, (Q + 2 * G) * D / tp);
+        if (c->qk_layernorm) /* q_layernorm, k_layernorm: [D] weights (and biases) */
+            for (int j = 0; j < (ln ? 4 : 2); j++) param(s, D);
         param(s, C * (Q * D / tp));
         if (bias) param(s, C);
         if (mc_model_layer_is_moe(c, l)) {
@@ -89,7 +91,7 @@ enum {
 
 typedef struct act_dims {
     double N, Nl, C, D, Ql, Gl, Fl, fc1;
-    int ln;
+    int ln, qkn; /* qkn: --qk-layernorm */
 } act_dims;
 
 static double layer_bytes(const act_dims *d, unsigned bits)
@@ -98,6 +100,9 @@ static double layer_bytes(const act_dims *d, unsigned bits)
     if (bits & ACT_RES) b += carved(d->Nl * d->C);
     if (bits & ACT_LN1) b += norm;
     if (bits & ACT_QKV) b += carved(d->N * d->Ql * d->D) + 2 * carved(d->N * d->Gl * d->D);
+    if ((bits & ACT_QKV) && d->qkn) /* q and k before their norm, its statistics */
+        b += carved(d->N * d->Ql * d->D) + carved(d->N * d->Gl * d->D) +
+             (d->ln ? 2 : 1) * (carved(d->N * d->Ql) + carved(d->N * d->Gl));
     if (bits & ACT_ATT) b += carved(d->N * d->Ql * d->D) + carved(d->N * d->Ql);
     if (bits & ACT_RES2) b += carved(d->Nl * d->C);
     if (bits & ACT_LN2) b += norm;
@@ -166,7 +171,7 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, in
     double qkv = (Ql + 2 * Gl) * D, vl = (double)(c->padded_vocab_size / tp);
     double Nl = sp ? N / tp : N, chunk = N < 256 ? N : 256;
     int ln = c->normalization == MC_NORM_LAYERNORM;
-    act_dims d = {N, Nl, C, D, Ql, Gl, Fl, fc1, ln};
+    act_dims d = {N, Nl, C, D, Ql, Gl, Fl, fc1, ln, c->qk_layernorm};
     (void)first;
     double layers, ws;
     layers_acts(c, &d, nl, &layers, &ws);
@@ -197,6 +202,7 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, in
                     carved(N * Fl) + carved(N * fc1) + 2 * carved(N * Ql * D) +
                     2 * carved(N * Gl * D) + carved(chunk * vl) + 4 * carved(N);
     if (sp) shared += 2 * carved(N * C) + carved(Nl * C) + carved(2 * C);
+    if (c->qk_layernorm) shared += carved(N * Gl * D) + carved(4 * D);
     shared += moe_scratch;
     s->act_kept = slot;
     s->act_workspace = ws;
@@ -365,6 +371,9 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
                     a_calls += 4, a_bytes += 3 * N * 4 + (ln ? 2 : 1) * C * 4;
                 }
             }
+            /* --qk-layernorm: the q/k norms' weight (and bias) gradients,
+             * partial over the heads, one all-reduce of [4 D] per layer */
+            if (c.qk_layernorm) a_calls += nl, a_bytes += nl * 4.0 * c.kv_channels * 4;
             /* recomputation runs forward collectives again in the
              * backward: full, each recomputed layer's (but fc2's of a
              * group's last layer); selective mlp, the gather of norm2's

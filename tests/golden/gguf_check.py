@@ -172,7 +172,11 @@ def expected_tensors(h5, cfg, llama):
         return q, k, v
 
     def permute(w, heads):  # llama.cpp's converter: (h, 2, D/2) -> (h, D/2, 2)
+        if qk:  # qwen3, qwen3moe: NEOX RoPE, rows as mc has them
+            return w
         return w.reshape(heads, 2, D // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    qk = cfg.get("qk_layernorm", False)
 
     moe = cfg.get("moe", {}).get("num_experts", 0)
     for l in range(L):
@@ -180,6 +184,9 @@ def expected_tensors(h5, cfg, llama):
         b = f"blk.{l}"
         out[f"{b}.attn_norm.weight"] = get(f"{a}.linear_qkv.layer_norm_weight")
         out[f"{b}.attn_output.weight"] = get(f"{a}.linear_proj.weight")
+        if qk:  # --qk-layernorm: llama.cpp's qwen3 q/k norms
+            out[f"{b}.attn_q_norm.weight"] = get(f"{a}.q_layernorm.weight")
+            out[f"{b}.attn_k_norm.weight"] = get(f"{a}.k_layernorm.weight")
         if moe:  # llama.cpp's Mixtral layout: [E, rows, cols] per weight
             E, FE = moe, cfg["moe"]["moe_ffn_hidden_size"]
             out[f"{b}.ffn_norm.weight"] = get(f"decoder.layers.{l}.pre_mlp_layernorm.weight")
@@ -226,9 +233,10 @@ def main():
     h5 = h5py.File(h5path, "r")
     cfg = json.loads(h5.attrs["config"])["model"]
     llama = cfg["normalization"] == "RMSNorm"
-    arch = "llama" if llama else "gpt2"
     V = cfg["vocab_size"]
     moe = cfg.get("moe", {}).get("num_experts", 0)
+    qk = cfg.get("qk_layernorm", False)
+    arch = ("qwen3moe" if moe else "qwen3") if qk else "llama" if llama else "gpt2"
     r = gguf.GGUFReader(path)
 
     # ---- metadata
@@ -241,7 +249,8 @@ def main():
         f"{arch}.context_length": cfg["max_position_embeddings"],
         f"{arch}.embedding_length": cfg["hidden_size"],
         f"{arch}.block_count": cfg["num_layers"],
-        f"{arch}.feed_forward_length": cfg["moe"]["moe_ffn_hidden_size"] if moe else cfg["ffn_hidden_size"],
+        f"{arch}.feed_forward_length": (cfg["moe"]["moe_ffn_hidden_size"] if moe and not qk
+                                        else cfg["ffn_hidden_size"]),
         f"{arch}.attention.head_count": cfg["num_attention_heads"],
         f"{arch}.attention.head_count_kv": cfg["num_query_groups"],
         f"{arch}.vocab_size": V,
@@ -253,6 +262,9 @@ def main():
     if moe:
         want[gguf.Keys.LLM.EXPERT_COUNT.format(arch=arch)] = moe
         want[gguf.Keys.LLM.EXPERT_USED_COUNT.format(arch=arch)] = cfg["moe"]["moe_router_topk"]
+    if moe and qk:
+        want[gguf.Keys.LLM.EXPERT_FEED_FORWARD_LENGTH.format(arch=arch)] = \
+            cfg["moe"]["moe_ffn_hidden_size"]
     if llama:
         want[f"{arch}.attention.layer_norm_rms_epsilon"] = f32(cfg["norm_epsilon"])
         want[f"{arch}.rope.freq_base"] = f32(cfg["rotary_base"])
@@ -286,7 +298,9 @@ def main():
         fail(f"tensors: extra {sorted(set(names) - set(exp))}, missing {sorted(set(exp) - set(names))}")
     # every name one the gguf package (llama.cpp's constants) knows for the arch
     from gguf.constants import MODEL_ARCH, MODEL_TENSORS, TENSOR_NAMES
-    known = {TENSOR_NAMES[k] for k in MODEL_TENSORS[MODEL_ARCH.LLAMA if llama else MODEL_ARCH.GPT2]}
+    march = {"llama": MODEL_ARCH.LLAMA, "gpt2": MODEL_ARCH.GPT2, "qwen3": MODEL_ARCH.QWEN3,
+             "qwen3moe": MODEL_ARCH.QWEN3MOE}[arch]
+    known = {TENSOR_NAMES[k] for k in MODEL_TENSORS[march]}
     for n in names:
         stem = n.rsplit(".", 1)[0]
         if stem.startswith("blk."):

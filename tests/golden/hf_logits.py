@@ -21,8 +21,8 @@ writes it as a Hugging Face directory, and
     export drops the padding, so the cases use vocabularies with no padding
     except "gpt-untied-v200", whose loss is compared with the reference's
     over the real vocabulary instead.
-Then the import: random GPT-2, Llama (GQA, rope_theta 5000, tied) and Llama
-(biases, untied) models made by transformers, saved in bf16 shards, go
+Then the import: random GPT-2, Llama (GQA, rope_theta 5000, tied), Llama
+(biases, untied) and Qwen3 (GQA, head_dim 16; tied) models made by transformers, saved in bf16 shards, go
 through mc_hf_import (BUILDDIR/tests/unit/hf_import); mc's loss on the
 checkpoint must equal transformers' on the original within 1e-5 relative.
 Prints one JSON document: per case, the mc-train arguments, the tokens,
@@ -61,7 +61,15 @@ CASES = [
     ("llama-bias-tied", ["--model", "tiny-gpt", "--normalization", "RMSNorm", "--swiglu",
                          "--position-embedding-type", "rope", "--rotary-base", "500000",
                          "--vocab-size", "128"]),
+    # --qk-layernorm: Qwen3ForCausalLM (GQA, untied; and tied, head dim 32)
+    ("qwen3-gqa", ["--model", "tiny-llama", "--qk-layernorm", "--vocab-size", "256"]),
+    ("qwen3-tied-kv32", ["--model", "tiny-gpt", "--normalization", "RMSNorm", "--swiglu",
+                         "--position-embedding-type", "rope", "--disable-bias-linear",
+                         "--qk-layernorm", "--kv-channels", "32", "--rotary-base", "1000000",
+                         "--vocab-size", "128"]),
 ]
+# the class transformers must load each export as
+ARCH = {"gpt": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 B, T = 2, 16
 LOGIT_TOL = 1e-4
 LOSS_RTOL = 1e-5
@@ -116,7 +124,8 @@ def import_cases(build, tmp):
     """The other direction: models transformers makes (random weights,
     saved in bf16 in shards) imported into mc; mc's loss on the import must
     equal transformers' on the original within LOSS_RTOL."""
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                              Qwen3Config, Qwen3ForCausalLM)
     torch.manual_seed(0)
     models = [
         ("gpt2", GPT2LMHeadModel(GPT2Config(vocab_size=200, n_positions=32, n_embd=48,
@@ -129,6 +138,14 @@ def import_cases(build, tmp):
             vocab_size=200, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
             num_attention_heads=4, max_position_embeddings=64, attention_bias=True,
             mlp_bias=True, tie_word_embeddings=False))),
+        ("qwen3-gqa-hd16-untied", Qwen3ForCausalLM(Qwen3Config(
+            vocab_size=200, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=64, tie_word_embeddings=False))),
+        ("qwen3-tied-theta1e6", Qwen3ForCausalLM(Qwen3Config(
+            vocab_size=200, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=4, head_dim=12, rope_theta=1e6,
+            max_position_embeddings=64, tie_word_embeddings=True))),
     ]
     out, ok = [], True
     for name, m in models:
@@ -190,7 +207,8 @@ def main():
                  "hf_loss": hf_loss, "ref_loss": ref_loss, "mc_loss": mc_loss,
                  "max_abs_logit_diff": diff, "max_abs_logit": float(ref.abs().max()),
                  "loading_info": info, "warnings": msgs}
-            checks = [not any(info[k] for k in ("missing_keys", "unexpected_keys",
+            checks = [arch == ARCH[name.split("-")[0]],
+                      not any(info[k] for k in ("missing_keys", "unexpected_keys",
                                                 "mismatched_keys", "error_msgs")),
                       not msgs, diff <= LOGIT_TOL,
                       abs(hf_loss - ref_loss) <= LOSS_RTOL * ref_loss]

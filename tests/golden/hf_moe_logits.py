@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """transformers runs what `mc-export --format hf` writes for a mixture of
-experts (MixtralForCausalLM), with mc's numbers; and mc imports Mixtral.
+experts (MixtralForCausalLM, and Qwen3MoeForCausalLM with --qk-layernorm),
+with mc's numbers; and mc imports Mixtral and Qwen3-MoE.
 
 Run with the heavy interpreter (torch + transformers) after building mc:
 
@@ -13,7 +14,9 @@ so the router and the experts move off their initial values; mc-export
 writes it as a Hugging Face directory; and
   - transformers loads it (AutoModelForCausalLM, float32, eager attention)
     with no missing, unexpected or mismatched weights and no warning, as
-    MixtralForCausalLM;
+    MixtralForCausalLM (Qwen3MoeForCausalLM for the --qk-layernorm cases:
+    norm_topk_prob true for Megatron's default routing, false for
+    --moe-router-pre-softmax, dense layers in mlp_only_layers);
   - its logits on a batch of random tokens are compared with those of the
     checkpoint's own weights in float64 through tests/golden/torch_ref.py
     with tests/golden/torch_moe.py's MoE block (the PyTorch reference mc's
@@ -25,10 +28,9 @@ writes it as a Hugging Face directory; and
 Then the import: random MixtralForCausalLM models made by transformers
 (GQA, tied and untied, top-1 and top-2), saved in bf16 shards, go through
 mc_hf_import (BUILDDIR/tests/unit/hf_import); mc's loss on the checkpoint
-must equal transformers' on the original within 1e-5 relative. A random
-Qwen3MoeForCausalLM must be refused by the import in one line naming
-q_norm/k_norm (its per-head query/key RMSNorm, which mc's attention does
-not have; so mc's export never writes one either).
+must equal transformers' on the original within 1e-5 relative; so must
+random Qwen3MoeForCausalLM models (norm_topk_prob true and false, dense
+layers by mlp_only_layers and by decoder_sparse_step).
 Prints one JSON document; tests/tools/export_hf_moe.bats reruns mc on the
 committed document (any machine) and this script when transformers is
 installed. Exit 1 when a check fails.
@@ -69,6 +71,18 @@ CASES = [
     # top-1 (a probability of 1, as Mixtral's renormalization gives)
     ("mixtral-top1", ["--model", "tiny-llama", "--vocab-size", "256", "--num-experts", "4",
                       "--moe-router-topk", "1", "--moe-ffn-hidden-size", "64"]),
+    # Qwen3-MoE: --qk-layernorm, softmax top-2 renormalized (norm_topk_prob)
+    ("qwen3moe-top2", ["--model", "tiny-llama", "--qk-layernorm", "--vocab-size", "256",
+                       "--num-experts", "4", "--moe-router-topk", "2",
+                       "--moe-ffn-hidden-size", "48", "--moe-aux-loss-coeff", "1e-2"]),
+    # Qwen3-MoE: pre-softmax top-2 (norm_topk_prob false), layer 1 of 3 dense
+    # (mlp_only_layers), untied, GQA
+    ("qwen3moe-presoftmax-dense", ["--model", "tiny-llama", "--qk-layernorm", "--num-layers", "3",
+                                   "--num-query-groups", "2", "--vocab-size", "128",
+                                   "--num-experts", "8", "--moe-router-topk", "2",
+                                   "--moe-ffn-hidden-size", "32", "--moe-router-pre-softmax",
+                                   "--moe-layer-freq", "[1,0,1]",
+                                   "--untie-embeddings-and-output-weights"]),
 ]
 B, T = 2, 16
 LOGIT_TOL = 1e-4
@@ -162,21 +176,36 @@ def import_cases(build, tmp):
                     "ok": good})
         print(f"import {name}: loss transformers {hf_loss:.9g} mc {mcl:.9g} "
               f"{'ok' if good else 'FAILED'}", file=sys.stderr)
-    # Qwen3-MoE: refused, naming why
-    q = Qwen3MoeForCausalLM(Qwen3MoeConfig(**small, intermediate_size=64, moe_intermediate_size=32,
-                                           num_key_value_heads=2, num_experts=4,
-                                           num_experts_per_tok=2))
-    src = os.path.join(tmp, "src-qwen3moe")
-    q.save_pretrained(src)
-    r = subprocess.run([os.path.join(build, "tests", "unit", "hf_import"), src,
-                        os.path.join(tmp, "ck-qwen3moe")], capture_output=True, text=True)
-    msg = r.stderr.strip()
-    good = (r.returncode != 0 and len(msg.splitlines()) == 1 and "q_norm" in msg
-            and not os.path.exists(os.path.join(tmp, "ck-qwen3moe", "iter_0000000")))
-    ok &= good
-    out.append({"case": "qwen3moe-refused", "returncode": r.returncode,
-                "message": msg.replace(tmp, "TMP"), "ok": good})
-    print(f"import qwen3moe: refused ({msg}) {'ok' if good else 'FAILED'}", file=sys.stderr)
+    # Qwen3-MoE: norm_topk_prob both ways; dense layers
+    qsmall = dict(small, num_hidden_layers=3, head_dim=16)
+    qwen = [
+        ("qwen3moe-norm-topk-sparse-step2", Qwen3MoeForCausalLM(Qwen3MoeConfig(
+            **qsmall, intermediate_size=56, moe_intermediate_size=32, num_key_value_heads=2,
+            num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=2,
+            tie_word_embeddings=False))),
+        ("qwen3moe-no-norm-mlp-only-tied", Qwen3MoeForCausalLM(Qwen3MoeConfig(
+            **qsmall, intermediate_size=64, moe_intermediate_size=24, num_key_value_heads=4,
+            num_experts=6, num_experts_per_tok=3, norm_topk_prob=False, mlp_only_layers=[0],
+            tie_word_embeddings=True))),
+    ]
+    for name, m in qwen:
+        with torch.no_grad():  # every parameter off its initial value
+            for p in m.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        src, ck = os.path.join(tmp, "src-" + name), os.path.join(tmp, "ck-" + name)
+        m.save_pretrained(src)
+        it = subprocess.run([os.path.join(build, "tests", "unit", "hf_import"), src, ck],
+                            check=True, capture_output=True, text=True).stdout.strip()
+        rng = np.random.default_rng(7)
+        tokens = rng.integers(0, 200, (B, T)).tolist()
+        arch, _, hf_loss, _, _ = hf_run(src, tokens)
+        mcl = mc_loss(build, it, tokens)
+        good = abs(hf_loss - mcl) <= LOSS_RTOL * hf_loss and arch == "Qwen3MoeForCausalLM"
+        ok &= good
+        out.append({"case": name, "architecture": arch, "hf_loss": hf_loss, "mc_loss": mcl,
+                    "ok": good})
+        print(f"import {name}: loss transformers {hf_loss:.9g} mc {mcl:.9g} "
+              f"{'ok' if good else 'FAILED'}", file=sys.stderr)
     return out, ok
 
 
@@ -209,10 +238,13 @@ def main():
                  "hf_loss": hf_loss, "ref_loss": ref_loss, "mc_loss": mcl,
                  "max_abs_logit_diff": diff, "max_abs_logit": float(ref.abs().max()),
                  "config": {k: hfcfg.get(k) for k in (
-                     "num_local_experts", "num_experts_per_tok", "intermediate_size",
-                     "router_aux_loss_coef", "output_router_logits")},
+                     "num_local_experts", "num_experts", "num_experts_per_tok",
+                     "intermediate_size", "moe_intermediate_size", "norm_topk_prob",
+                     "mlp_only_layers", "head_dim", "router_aux_loss_coef",
+                     "output_router_logits") if k in hfcfg},
                  "loading_info": info, "warnings": msgs}
-            checks = [arch == "MixtralForCausalLM", V == Vp,
+            want = "Qwen3MoeForCausalLM" if "--qk-layernorm" in args else "MixtralForCausalLM"
+            checks = [arch == want, V == Vp,
                       not any(info[k] for k in ("missing_keys", "unexpected_keys",
                                                 "mismatched_keys", "error_msgs")),
                       not msgs, diff <= LOGIT_TOL,

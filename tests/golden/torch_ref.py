@@ -65,6 +65,11 @@ def forward(cfg, P, tokens, targets, linear, use_rope, untied, position_ids=None
         q = qkv[:, :, :, : Q // G].reshape(B, T, Q, D)
         k = qkv[:, :, :, Q // G]
         v = qkv[:, :, :, Q // G + 1]
+        if cfg.get("qk_layernorm"):  # Megatron's q_layernorm, k_layernorm over each head
+            q = norm(cfg, q, P[a + ".q_layernorm.weight"],
+                     P.get(a + ".q_layernorm.bias") if ln else None)
+            k = norm(cfg, k, P[a + ".k_layernorm.weight"],
+                     P.get(a + ".k_layernorm.bias") if ln else None)
         if use_rope:
             q, k = rope(cfg, q, position_ids), rope(cfg, k, position_ids)
         k = k.repeat_interleave(Q // G, dim=2)

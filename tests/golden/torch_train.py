@@ -5,9 +5,10 @@ Run by hand with the heavy interpreter after building mc (the values are
 committed; tests/tools/train_golden.bats runs mc-train the same way and
 compares with them through tests/golden/check_train_golden.py):
 
-    /opt/mcheavy/bin/python tests/golden/torch_train.py BUILDDIR
+    /opt/mcheavy/bin/python tests/golden/torch_train.py BUILDDIR [MODEL,...]
 
-What it does, for each model (tiny-gpt and tiny-llama at T = 32, NullTokenizer
+What it does, for each model (tiny-gpt, tiny-llama, and tiny-llama with
+--qk-layernorm, fp32 only, at T = 32, NullTokenizer
 with 300 ids, so a vocabulary of 301 padded to 384):
 
 1. Writes tests/data/train/docs.txt (seeded: 40 documents of token ids, one
@@ -31,7 +32,8 @@ with 300 ids, so a vocabulary of 301 padded to 384):
    weight decay set each iteration by megatron-core's own OptimizerParamScheduler
    (warmup 4 iterations from 0, cosine decay to min-lr over the run; the GPT runs
    use linear decay instead) exactly as Megatron's training loop drives it.
-5. Writes tests/data/train/golden_{gpt,llama}_{fp32,bf16}.json: the mc-train
+5. Writes tests/data/train/golden_{gpt,llama}_{fp32,bf16}.json and
+   golden_llama_qk_fp32.json: the mc-train
    arguments (bats adds the data, --save and --log-json), per iteration the lm
    loss, gradient norm and the learning rate that Megatron logs after it, and
    per tensor the sum and sum of squares (float64) of the initial and final
@@ -84,7 +86,11 @@ MODELS = {
             "--lr-decay-style", "linear"],
     "llama": ["--model", "tiny-llama", "--lr", "3e-3", "--min-lr", "3e-4",
               "--lr-warmup-iters", "4", "--lr-decay-style", "cosine"],
+    # --qk-layernorm (Qwen3's per-head RMSNorm of queries and keys), fp32 only
+    "llama_qk": ["--model", "tiny-llama", "--qk-layernorm", "--lr", "3e-3", "--min-lr", "3e-4",
+                 "--lr-warmup-iters", "4", "--lr-decay-style", "cosine"],
 }
+PRECISIONS = {"llama_qk": ("fp32",)}
 
 
 def arg(args, name):
@@ -268,6 +274,8 @@ def main():
     import megatron.core
 
     build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
+    # optional: the models to run (comma-separated names of MODELS; default all)
+    only = sys.argv[2].split(",") if len(sys.argv) > 2 else list(MODELS)
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     outdir = os.path.join(top, "tests", "data", "train")
     os.makedirs(outdir, exist_ok=True)
@@ -282,10 +290,12 @@ def main():
         samples = megatron_samples(docs, tmp)
         os.chdir(cwd)
         for name, margs in MODELS.items():
+            if name not in only:
+                continue
             args = margs + COMMON
             cfg, w = mc_initial(build, args, tmp)
             init = checksums({k: torch.tensor(v) for k, v in w.items()})
-            for prec in ("fp32", "bf16"):
+            for prec in PRECISIONS.get(name, ("fp32", "bf16")):
                 print(f"{name} {prec}", file=sys.stderr)
                 steps, final = train(cfg, w, samples, prec, args)
                 out = {

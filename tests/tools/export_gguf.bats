@@ -47,6 +47,14 @@ setup_file() {
         --save moe_sigmoid >/dev/null 2>&1
     "$MC_TRAIN" "${common[@]}" "${data[@]}" "${moe[@]}" --moe-layer-freq 2 \
         --save moe_dense >/dev/null 2>&1
+    # --qk-layernorm: llama.cpp's qwen3 and qwen3moe
+    "$MC_TRAIN" "${common[@]}" "${data[@]}" --num-layers 2 --hidden-size 128 \
+        --num-attention-heads 4 --num-query-groups 2 --kv-channels 64 --ffn-hidden-size 96 \
+        --make-vocab-size-divisible-by 8 --normalization RMSNorm --swiglu \
+        --position-embedding-type rope --disable-bias-linear --qk-layernorm \
+        --untie-embeddings-and-output-weights --save qwen3 >/dev/null 2>&1
+    "$MC_TRAIN" "${common[@]}" "${data[@]}" "${moe[@]}" --qk-layernorm --train-iters 3 \
+        --save qwen3moe >/dev/null 2>&1
     # the same GPT with no tokenizer, and a mix GGUF has no architecture for
     "$MC_TRAIN" "${common[@]}" --mock-data --vocab-size 64 --num-layers 1 --hidden-size 32 \
         --num-attention-heads 2 --save notok >/dev/null 2>&1
@@ -156,10 +164,19 @@ export_and_check() {
     assert_output --regexp "^mc-export: error: .*moe_sigmoid/iter_0000001/model.h5: GGUF's llama architecture \(the format for a mixture of experts\) needs softmax routing; this model has --moe-router-score-function sigmoid$"
     run "$MC_EXPORT" --format gguf -o m.gguf "$D/moe_dense"
     assert_failure 1
-    assert_output --partial "needs experts in every layer; this model has 1 of 2 layers dense (--moe-layer-freq) (GGUF's qwen3moe would hold it, but it normalizes queries and keys per head, which mc's attention does not)"
+    assert_output --partial "needs experts in every layer; this model has 1 of 2 layers dense (--moe-layer-freq) (Qwen3MoeForCausalLM (--format hf) holds it, and normalizes queries and keys per head: train with --qk-layernorm)"
     run ls -A
     assert_output ""
 }
+
+@test "qwen3 f32 (--qk-layernorm): attn_q_norm/attn_k_norm, q/k rows as mc's (NEOX RoPE)" {
+    export_and_check qwen3 f32
+}
+@test "qwen3 q8_0" { export_and_check qwen3 q8_0; }
+@test "qwen3moe f32: the q/k norms, experts as llama's, expert_feed_forward_length" {
+    export_and_check qwen3moe f32 iter_0000003
+}
+@test "qwen3moe bf16" { export_and_check qwen3moe bf16 iter_0000003; }
 
 @test "GPT2BPETokenizer: vocab.json and merges.txt as tokens and merges (gpt-2)" {
     [ -d "$D/gpt2bpe" ] || skip "no GPT2BPETokenizer checkpoint (needs $MC_PYTHON)"

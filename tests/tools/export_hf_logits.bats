@@ -4,7 +4,8 @@
 # models with mc-train, exported them, and checked transformers' logits
 # against tests/golden/torch_ref.py in float64 (<= 1e-4; measured <= 4e-7)
 # and its loss against mc's (1e-5 relative), then imported models made by
-# transformers and compared mc's loss on them; its output is committed as
+# transformers and compared mc's loss on them (Qwen3ForCausalLM for the
+# --qk-layernorm cases, both ways); its output is committed as
 # tests/golden/hf_logits.json.
 #  - Everywhere: mc-train rebuilds each case's checkpoint from the arguments
 #    in the golden file, and mc's loss on the golden's tokens must equal
@@ -50,6 +51,8 @@ EOF2
     assert_success
     assert_output --partial "gpt: mc "
     assert_output --partial "llama-gqa: mc "
+    assert_output --partial "qwen3-gqa: mc "
+    assert_output --partial "qwen3-tied-kv32: mc "
 }
 
 @test "transformers loads every export without warnings and its logits match (live)" {
@@ -60,5 +63,5 @@ EOF2
     run --separate-stderr "$py" "$top_srcdir/tests/golden/hf_logits.py" "$top_builddir"
     echo "$stderr" | grep -v '^\[transformers\]\|Writing model shards'
     assert_success
-    [ "$(echo "$stderr" | grep -c ' ok$')" = 8 ]
+    [ "$(echo "$stderr" | grep -c ' ok$')" = 12 ]
 }

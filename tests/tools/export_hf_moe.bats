@@ -13,7 +13,8 @@
 #    models, checked transformers' logits on the exports against the
 #    float64 reference (<= 1e-4) and its loss against mc's (1e-5 relative),
 #    imported random Mixtral models made by transformers (mc's loss equal to
-#    transformers' within 1e-5 relative) and saw Qwen3-MoE refused; its
+#    transformers' within 1e-5 relative), and Qwen3-MoE the same way
+#    (--qk-layernorm: the exports, and random imports); its
 #    output is tests/golden/hf_moe_logits.json. Everywhere: mc-train
 #    rebuilds each case and mc's loss on the golden tokens must equal
 #    transformers' loss on the export. Where transformers is installed
@@ -124,9 +125,9 @@ EOF
         "${moe[@]}" --moe-expert-capacity-factor 1.0
     refuse "no shared experts; this model has --moe-shared-expert-intermediate-size" \
         "${moe[@]}" --moe-shared-expert-intermediate-size 32
-    refuse "the top-k probabilities renormalized; this model has --moe-router-pre-softmax (Qwen3MoeForCausalLM would hold it, but it normalizes queries and keys per head, which mc's attention does not)" \
+    refuse "the top-k probabilities renormalized; this model has --moe-router-pre-softmax (Qwen3MoeForCausalLM holds it, and normalizes queries and keys per head: train with --qk-layernorm)" \
         "${moe[@]}" --moe-router-pre-softmax
-    refuse "experts in every layer; this model has 1 of 2 layers dense (--moe-layer-freq) (Qwen3MoeForCausalLM would hold it, but it normalizes queries and keys per head, which mc's attention does not)" \
+    refuse "experts in every layer; this model has 1 of 2 layers dense (--moe-layer-freq) (Qwen3MoeForCausalLM holds it, and normalizes queries and keys per head: train with --qk-layernorm)" \
         "${moe[@]}" --moe-layer-freq 2
     refuse "rotary positions; this model has learned absolute positions" \
         --model tiny-gpt --num-experts 4
@@ -171,7 +172,8 @@ EOF2
     echo "$output"
     assert_success
     assert_output --partial "mixtral-top2: mc "
-    [ "$(echo "$output" | grep -c ' ok$')" = 3 ]
+    assert_output --partial "qwen3moe-presoftmax-dense: mc "
+    [ "$(echo "$output" | grep -c ' ok$')" = 5 ]
 }
 
 @test "transformers runs every MoE export with mc's logits and mc imports Mixtral (live)" {
@@ -182,5 +184,5 @@ EOF2
     run --separate-stderr "$py" "$top_srcdir/tests/golden/hf_moe_logits.py" "$top_builddir"
     echo "$stderr" | grep -v '^\[transformers\]\|Writing model shards'
     assert_success
-    [ "$(echo "$stderr" | grep -c ' ok$')" = 6 ]
+    [ "$(echo "$stderr" | grep -c ' ok$')" = 9 ]
 }

@@ -149,11 +149,15 @@ EOF
         --set 'rope_scaling={"rope_type": "dynamic", "factor": 2.0}'
     bad llama 'd/config.json: rope_parameters.rope_type: mc'"'"'s RoPE is "default" or Llama 3.1'"'"'s "llama3"' \
         --rope-parameters --set 'rope_parameters={"rope_type": "yarn", "rope_theta": 1e4}'
-    bad llama "d/config.json: architectures: MistralForCausalLM is not supported (mc imports GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM)" \
+    bad llama "d/config.json: architectures: MistralForCausalLM is not supported (mc imports GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM)" \
         --set 'architectures=["MistralForCausalLM"]'
     bad llama "d/config.json: hidden_act: mc's SwiGLU uses silu" --set 'hidden_act="gelu"'
-    bad llama "d/config.json: architectures: Qwen3MoeForCausalLM normalizes queries and keys per head (q_norm, k_norm), which mc's attention does not have" \
-        --set 'architectures=["Qwen3MoeForCausalLM"]'
+    bad llama "d: tensor model.layers.0.self_attn.q_norm.weight is missing (Qwen3ForCausalLM needs it)" \
+        --set 'architectures=["Qwen3ForCausalLM"]'
+    bad llama "d/config.json: attention_bias: mc has biases in all linear layers or in none (Qwen3's MLPs have none)" \
+        --set 'architectures=["Qwen3ForCausalLM"]' --set 'attention_bias=true'
+    bad llama "d/config.json: use_sliding_window: mc's attention has no window" \
+        --set 'architectures=["Qwen3MoeForCausalLM"]' --set 'use_sliding_window=true'
     bad llama "d/config.json: sliding_window: mc's attention has no window" \
         --set 'architectures=["MixtralForCausalLM"]' --set 'sliding_window=4096'
     bad llama "d: tensor model.layers.0.block_sparse_moe.gate.weight is missing (MixtralForCausalLM needs it)" \

@@ -63,7 +63,8 @@ same_losses() {
 
 # same_weights A B [same-names]: every parameter of two checkpoints within
 # 1e-6 (absolute, or relative to the tensor's largest value when above 1),
-# except the key rows of linear_qkv.bias, within 1e-4: their true gradient
+# except the key rows of linear_qkv.bias (and k_layernorm.bias, under
+# learned positions: --qk-layernorm with LayerNorm), within 1e-4: their true gradient
 # is exactly zero (softmax ignores a shift shared by every key), so Adam
 # turns rounding noise (~1e-10) into steps of up to lr x noise / eps ~ 1e-5,
 # and any change in the order of the sums shows there first. The tensors
@@ -100,6 +101,10 @@ for n in names:
         worst_k = max(worst_k, dk)
         if dk > 1e-4: bad.append(n)
         d = d[~key]
+    elif n.endswith("k_layernorm.bias"):  # --qk-layernorm: a shift shared by every key too
+        worst_k = max(worst_k, float(np.max(d)))
+        if float(np.max(d)) > 1e-4: bad.append(n)
+        continue
     worst = max(worst, float(np.max(d)))
     if float(np.max(d)) > 1e-6: bad.append(n)
 print("# %d tensors, max difference %.3g (key biases %.3g), %d over: %s"

@@ -4,7 +4,8 @@
 # warmup then linear or cosine decay, AdamW with weight decay, clipping at 1)
 # on the dataset tests/data/train/docs.txt, from mc's initial weights, compared
 # with the values tests/golden/torch_train.py computed in PyTorch and
-# committed (tests/data/train/golden_{gpt,llama}_{fp32,bf16}.json): every
+# committed (tests/data/train/golden_{gpt,llama}_{fp32,bf16}.json, and
+# golden_llama_qk_fp32.json: tiny-llama with --qk-layernorm): every
 # iteration's lm loss, gradient norm and learning rate, and the final weights'
 # per-tensor sum and sum of squares. tests/golden/check_train_golden.py does
 # the comparison and states the tolerances (fp32: loss 1e-6, grad norm 5e-6,
@@ -119,6 +120,10 @@ EOF
 
 @test "tiny-llama bf16 matches PyTorch with bf16-rounded GEMM operands" {
     check_golden llama bf16
+}
+
+@test "tiny-llama --qk-layernorm fp32 matches PyTorch for 20 iterations (Qwen3's q/k norms)" {
+    check_golden llama_qk fp32
 }
 
 @test "the golden comparison fails on a loss, a grad norm or a weight off by its tolerance" {

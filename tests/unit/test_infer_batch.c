@@ -22,6 +22,9 @@ static mc_backend *be;
 #define T 40
 #define VOCAB 60
 
+/* --qk-layernorm on the models make() builds */
+static int qk_on;
+
 static mc_model *make(const char *preset)
 {
     mc_model_config c;
@@ -33,6 +36,7 @@ static mc_model *make(const char *preset)
     c.max_position_embeddings = 64;
     c.vocab_size = VOCAB;
     c.make_vocab_size_divisible_by = 16;
+    c.qk_layernorm = qk_on;
     mc_model *m = NULL;
     if (mc_model_new(&c, &one, be, 1, MC_PREC_FP32, &m, &err)) return NULL;
     mc_model_init_weights(m, 4321);
@@ -147,6 +151,11 @@ int main(void)
     }
     check("tiny-gpt");
     check("tiny-llama");
+    qk_on = 1; /* the same checks with per-head query/key norms (keys cached normed) */
+    TAP_DIAG("with --qk-layernorm:");
+    check("tiny-llama");
+    check("tiny-gpt");
+    qk_on = 0;
     mc_backend_free(be);
     return tap_done();
 }

@@ -51,6 +51,7 @@ enum {
     OPT_NORMALIZATION,
     OPT_NORM_EPS,
     OPT_SWIGLU,
+    OPT_QK_LAYERNORM,
     OPT_POS_TYPE,
     OPT_ROTARY_BASE,
     OPT_ROTARY_PERCENT,
@@ -212,6 +213,8 @@ static const mc_option options[] = {
     {"normalization", MC_OPT_REQUIRED, OPT_NORMALIZATION, "KIND", "LayerNorm or RMSNorm."},
     {"norm-epsilon", MC_OPT_REQUIRED, OPT_NORM_EPS, "X", "Epsilon of the norms (1e-5)."},
     {"swiglu", MC_OPT_NONE, OPT_SWIGLU, NULL, "SwiGLU MLP instead of GELU."},
+    {"qk-layernorm", MC_OPT_NONE, OPT_QK_LAYERNORM, NULL,
+     "Normalize each head's queries and keys (the model's norm, before RoPE)."},
     {"position-embedding-type", MC_OPT_REQUIRED, OPT_POS_TYPE, "TYPE", "learned_absolute or rope."},
     {"rotary-base", MC_OPT_REQUIRED, OPT_ROTARY_BASE, "X", "RoPE base (10000)."},
     {"rotary-percent", MC_OPT_REQUIRED, OPT_ROTARY_PERCENT, "X",
@@ -538,6 +541,7 @@ typedef struct args {
     int64_t pp_first, pp_last; /* --decoder-first/last-pipeline-num-layers (0: even) */
     int64_t vpp;               /* --num-layers-per-virtual-pipeline-stage (0: none) */
     int sequence_parallel;
+    int qk_layernorm;    /* --qk-layernorm */
     int cp_comm_type;    /* --cp-comm-type: MC_CP_P2P or MC_CP_A2A */
     /* --recompute-*: mc_model_config's recompute fields */
     int recompute_granularity, recompute_method, recompute_num_layers;
@@ -662,6 +666,7 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             a->set |= SET_EPS;
             break;
         case OPT_SWIGLU: a->m.swiglu = 1, a->set |= SET_SWIGLU; break;
+        case OPT_QK_LAYERNORM: a->qk_layernorm = 1; break;
         case OPT_POS_TYPE:
             st = mc_parse_choice("--position-embedding-type", NULL, arg, position_types, &v, err);
             if (!st) a->m.position_embedding_type = (mc_pos_kind)v;
@@ -1187,6 +1192,7 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     if (a->set & SET_NORM) c->normalization = m->normalization;
     if (a->set & SET_EPS) c->norm_epsilon = m->norm_epsilon;
     if (a->set & SET_SWIGLU) c->swiglu = 1;
+    if (a->qk_layernorm) c->qk_layernorm = 1;
     if (a->set & SET_POS) c->position_embedding_type = m->position_embedding_type;
     if (a->set & SET_ROPE_BASE) c->rotary_base = m->rotary_base;
     if (a->set & SET_ROPE_PERCENT) c->rotary_percent = m->rotary_percent;
