@@ -41,6 +41,10 @@ setup() {
 
 teardown() {
     if [ -n "$SPID" ] && kill -0 "$SPID" 2>/dev/null; then
+        # under mpirun: its ranks first (SPID is timeout's, mpirun its child)
+        local mp
+        mp=$(pgrep -P "$SPID" -x mpirun || true)
+        [ -z "$mp" ] || pkill -KILL -P "$mp" 2>/dev/null || true
         kill -KILL "$SPID" 2>/dev/null || true
         wait "$SPID" 2>/dev/null || true
     fi
@@ -220,6 +224,53 @@ together() {
     done
 }
 
+@test "mc-serve TP=2 on a MoE model: the greedy tokens of one process, log-probabilities within 1e-5, batch invariant" {
+    [ -x "$MC_SERVE" ] || skip "mc-serve is not built"
+    require_python_module openai
+    mpi_setup
+    serve --max-batch 8
+    client specs 8 specs.json
+    client run specs.json one.json
+    kill -TERM "$SPID"; wait "$SPID" || true
+    mkfifo url.fifo
+    touch hold
+    env --default-signal=TERM,INT MC_TEST_SERVE_HOLD="$PWD/hold" \
+        ${MC_MPI_ASAN_OPTIONS:+"ASAN_OPTIONS=$MC_MPI_ASAN_OPTIONS"} \
+        timeout -k 5 600 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np 2 \
+        "$MC_SERVE" "$G" --port 0 --threads 1 --tensor-model-parallel-size 2 --max-batch 8 \
+        > url.fifo 2> serve.log &
+    SPID=$!
+    exec 5< url.fifo
+    read -r -t 120 URL <&5 || { cat serve.log; return 1; }
+    exec 5<&-
+    client run specs.json together.json concurrent &
+    cpid=$!
+    until_metric mc_serve_requests_running 8
+    rm hold
+    wait "$cpid"
+    client run specs.json alone.json
+    cmp alone.json together.json
+    "$MC_PYTHON" - <<'EOF2' >&3
+import json
+one, tp, specs = (json.load(open(f)) for f in ("one.json", "alone.json", "specs.json"))
+n, d = 0, 0.0
+for s, a, b in zip(specs, one, tp):
+    if s["temperature"] == 0:
+        assert a["tokens"] == b["tokens"], (a, b)
+        d = max([d] + [abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"])])
+        n += 1
+print("# TP=2: %d greedy requests, the same tokens, log-probabilities within %.2e" % (n, d))
+assert n >= 2 and d <= 1e-5
+EOF2
+    # SIGTERM to every rank (as srun or scancel do): they finish and exit 0
+    local mp
+    mp=$(pgrep -P "$SPID" -x mpirun)
+    pkill -TERM -P "$mp"
+    rc=0
+    wait "$SPID" || rc=$?
+    [ "$rc" = 0 ] || { cat serve.log; false; }
+}
+
 @test "mc-serve refuses a MoE checkpoint with a capacity factor in one line" {
     [ -x "$MC_SERVE" ] || skip "mc-serve is not built"
     "$MC_TRAIN" "@$D/llama.args" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOK" \
@@ -273,6 +324,7 @@ EOF
 
 @test "mc-reshard: pre-split for TP=2 and PP=2; TP=2 evaluates the TP=2 shards to one process's value" {
     require_python_module json
+    require_python_module h5py
     ev=(--quiet --threads 1 --ctx-size 64 --text-file "$D/text.txt")
     "$MC_EVAL" "$G" "${ev[@]}" > ref.json
     "$MC_RESHARD" "$G" --target-tensor-parallel-size 2 -o tp2 >/dev/null
@@ -281,6 +333,17 @@ EOF
     "$MC_RESHARD" pp2 -o back >/dev/null
     "$MC_EVAL" back "${ev[@]}" > back.json
     [ "$(json back.json 'd["perplexity"]["nll"]')" = "$(json ref.json 'd["perplexity"]["nll"]')" ]
+    # the shards themselves, read whole by one process
+    "$MC_EVAL" pp2 "${ev[@]}" > pp2.json
+    [ "$(json pp2.json 'd["perplexity"]["nll"]')" = "$(json ref.json 'd["perplexity"]["nll"]')" ]
+    "$MC_PYTHON" - tp2/iter_*/mp_rank_01_000.h5 <<'EOF'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+L = "model/decoder.layers.0."
+assert f[L + "mlp.experts.experts.linear_fc1.weight"].shape == (4 * 2 * 48, 32)
+assert f[L + "mlp.router.weight"].shape == (4, 32)
+assert f[L + "self_attention.linear_qkv.weight"].shape[0] < 2 * 32  # the dense part is split
+EOF
     mpi_setup
     mpi_exec 120 2 "$MC_EVAL" --tensor-model-parallel-size 2 tp2 "${ev[@]}" > tp2.json
     got=$(json tp2.json 'repr(d["perplexity"]["nll"])')
