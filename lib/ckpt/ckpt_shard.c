@@ -58,6 +58,11 @@ static int stage_holds(const ck_shard_writer *s, const char *name, int p)
 static int split_of(const ck_shard_writer *s, const char *name, int *chunks)
 {
     *chunks = 1;
+    /* a MoE layer's router, experts and shared experts: replicated over
+     * tensor parallelism, the experts' global [E x rows, cols] tensors whole */
+    if (strstr(name, ".mlp.router.") || strstr(name, ".mlp.experts.") ||
+        strstr(name, ".mlp.shared_experts."))
+        return 0;
     if (ends_with(name, ".linear_fc1.weight") || ends_with(name, ".linear_fc1.bias")) {
         *chunks = s->swiglu ? 2 : 1;
         return 1;

@@ -102,7 +102,12 @@ static mc_status copy_tensor(mc_ckpt_reader *const *r, size_t nr, const mc_ckpt_
     int model = !strcmp(group, "model");
     mc_ckpt_dtype out = mc_ckpt_dtype_is_quantized(in) ? MC_CKPT_FLOAT32 : in;
     if (model && o->dtype_set) out = o->dtype;
-    if (model && cols > 0 && o->quantize != MC_CKPT_FLOAT32) out = o->quantize;
+    /* Quantized: the 2-D weights, not a MoE layer's router (its choice of
+     * experts stays as trained; Megatron keeps it in fp32) nor the experts'
+     * [E, rows] biases */
+    if (model && cols > 0 && o->quantize != MC_CKPT_FLOAT32 && !strstr(path, ".mlp.router.") &&
+        !(strstr(path, ".mlp.experts.") && !strcmp(path + strlen(path) - 5, ".bias")))
+        out = o->quantize;
     /* The quantizers refuse non-finite values; name the input holding one. */
     const char *from = nr > 1 ? "the average" : mc_ckpt_file(r[0]);
     if (mc_ckpt_dtype_is_quantized(out) &&
@@ -125,12 +130,6 @@ mc_status mc_ckpt_convert(mc_ckpt_reader *const *r, size_t nr, const char *const
     if (nr > 1 && (st = mc_ckpt_same_model(r, nr, err))) return st;
     mc_model_config cfg;
     int sharded = o->tp > 1 || o->pp > 1, have_cfg = 0;
-    /* a MoE checkpoint's experts have no split or HF name here yet (a
-     * checkpoint without a configuration is left to the code below) */
-    mc_error cfg_err;
-    if (mc_ckpt_read_model_config(r0, &cfg, &cfg_err) == MC_OK &&
-        (st = mc_model_refuse_moe(&cfg, mc_ckpt_file(r0), "resharding", err)))
-        return st;
     if (sharded) {
         if ((st = mc_ckpt_read_model_config(r0, &cfg, err)))
             return mc_error_prefix(err, "cannot split it for a grid");

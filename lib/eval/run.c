@@ -107,7 +107,6 @@ static mc_status read_inputs(mc_eval *ev, int *int8, mc_error *err)
     mc_ckpt_reader *rd = NULL;
     mc_status st = mc_ckpt_open(c->ckpt, &rd, err);
     if (!st) st = mc_ckpt_read_model_config(rd, &ev->cfg, err);
-    if (!st) st = mc_model_refuse_moe(&ev->cfg, mc_ckpt_file(rd), "evaluation (inference)", err);
     int need_text = c->text_file || c->ntasks || c->nprompts || c->prompt_file;
     if (!st && (need_text || c->add_bos)) {
         if (!mc_ckpt_has_tokenizer(rd) && need_text)

@@ -508,7 +508,13 @@ static mc_status read_ckpt(mc_serve *s, int *weights, mc_error *err)
     mc_model_config cfg;
     mc_status st = mc_ckpt_open(c->ckpt, &rd, err);
     if (!st) st = mc_ckpt_read_model_config(rd, &cfg, err);
-    if (!st) st = mc_model_refuse_moe(&cfg, mc_ckpt_file(rd), "serving (inference)", err);
+    /* a capacity factor drops tokens by what else is in the forward pass:
+     * no batch invariance (mc-eval runs such a checkpoint) */
+    if (!st && cfg.num_experts > 0 && cfg.moe_expert_capacity_factor > 0)
+        st = mc_error_set(err, MC_ERR_USAGE,
+                          "%s: a mixture of experts with capacity factor %g cannot be served: "
+                          "the tokens it drops depend on the other requests in the batch",
+                          mc_ckpt_file(rd), (double)cfg.moe_expert_capacity_factor);
     if (!st && !mc_ckpt_has_tokenizer(rd))
         st = mc_error_set(err, MC_ERR_NOTFOUND,
                           "%s: the checkpoint stores no tokenizer, and serving text needs one",

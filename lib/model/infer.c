@@ -32,6 +32,7 @@ struct mc_infer {
     int32_t *dtok, *dtgt;
     int32_t *dpos, *dseg; /* [max_rows] the chunk's positions and segment starts */
     int have_last;
+    mc_moe_infer_scratch moe; /* MoE layers' scratch for max_rows rows */
     /* packed documents (the model's mc_doc_resets): per cache position the
      * first position of its document and whether its token is the eod;
      * host scratch for the chunk's positions and segment starts */
@@ -66,6 +67,23 @@ static void linear(mc_infer *f, float *out, const float *in, int w, const float 
     else
         mc_k_linear_fwd(f->be, m->prec, out, in, param_val(m, w), param_prep(m, w), b, n, I, O,
                         0.0f);
+}
+
+/* The MoE block's linears (moe_infer.c): expert e's rows of parameter w,
+ * as int8 codes when mc_infer_use_int8 made them, else the training
+ * forward's kernels (the router in fp32, the experts in the model's
+ * precision, as mc_moe_fwd's grouped GEMM runs them). */
+static void moe_linear(void *ctx, float *out, const float *in, int w, size_t e, const float *b,
+                       size_t n, size_t I, size_t O, int fp32)
+{
+    mc_infer *f = ctx;
+    mc_model *m = f->m;
+    size_t off = e * O * I;
+    if (f->q8w && f->q8w[w])
+        mc_k_linear_q8_fwd(f->be, out, in, f->q8w[w] + off, f->q8s[w] + e * O, b, n, I, O, 0.0f);
+    else
+        mc_k_linear_fwd(f->be, fp32 ? MC_PREC_FP32 : m->prec, out, in, param_val(m, w) + off,
+                        NULL, b, n, I, O, 0.0f);
 }
 
 static void layout(mc_infer *f, carver *cv)
@@ -104,15 +122,13 @@ static void layout(mc_infer *f, carver *cv)
     f->kp = carve(cv, qk * f->Gl * f->D);
     f->qn_mean = carve(cv, qk * H);
     f->qn_rstd = carve(cv, qk * H);
+    mc_moe_infer_layout(m, cv, &f->moe, R);
 }
 
 mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, mc_error *err)
 {
     *out = NULL;
     const mc_model_config *c = &m->cfg;
-    if (c->num_experts > 0)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "inference of a mixture-of-experts model is not implemented yet");
     if (m->grid.pp > 1 || m->nchunks != 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "evaluation runs on one pipeline stage: pipeline parallelism (%d "
@@ -308,6 +324,10 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
         TRY(row_parallel(f, f->att, lp->proj_w, lp->proj_b, f->Ql * D, n, err));
 
         norm(f, f->h, f->x, lp->ln2_w, lp->ln2_b, n);
+        if (lp->moe) { /* replicated over tensor parallelism: no sums */
+            TRY(mc_moe_infer_fwd(m, l, &f->moe, f->h, f->x, n, 1, moe_linear, f, err));
+            continue;
+        }
         linear(f, f->fc1, f->h, lp->fc1_w, param_val(m, lp->fc1_b), n, C, f->fc1_out);
         if (c->swiglu)
             mc_k_swiglu_fwd(be, f->act, f->fc1, n, f->Fl);
@@ -415,11 +435,15 @@ mc_status mc_infer_use_int8(mc_infer *f, mc_error *err)
     f->q8w = calloc(m->nparams, sizeof *f->q8w);
     f->q8s = calloc(m->nparams, sizeof *f->q8s);
     if (!f->q8w || !f->q8s) return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
-    int n = 0, want[5 * 1024 + 1];
-    for (int l = m->cl0[0]; l < m->cl1[0] && n < 5 * 1024; l++) {
+    int n = 0, want[6 * 1024 + 1];
+    for (int l = m->cl0[0]; l < m->cl1[0] && n < 6 * 1024; l++) {
         const mc_layer_params *lp = &m->lp[l];
         want[n++] = lp->qkv_w;
         want[n++] = lp->proj_w;
+        if (lp->moe) {
+            n += mc_moe_infer_weights(m, l, want + n);
+            continue;
+        }
         want[n++] = lp->fc1_w;
         want[n++] = lp->fc2_w;
     }

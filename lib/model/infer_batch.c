@@ -64,6 +64,7 @@ struct mc_kvpool {
     float **rpw;
     size_t so, o0, no, in_local; /* in_local: the widest local input, max(Ql D, Fl) */
     float *xin, *gin, *oslice, *gout;
+    mc_moe_infer_scratch moe; /* MoE layers' scratch for max_rows rows */
 };
 
 static int head_weight(const mc_model *m) { return m->out_w >= 0 ? m->out_w : m->wte; }
@@ -101,6 +102,7 @@ static void layout(mc_kvpool *p, carver *cv)
     p->kp = carve(cv, qk * p->kv_row);
     p->qn_mean = carve(cv, qk * H);
     p->qn_rstd = carve(cv, qk * H);
+    mc_moe_infer_layout(p->m, cv, &p->moe, R);
 }
 
 size_t mc_kvpool_block_bytes(const mc_model *m, int block_size)
@@ -121,13 +123,17 @@ static mc_status use_weights(mc_kvpool *p, int kind, mc_error *err)
     if (bf16 ? !p->b16w : !p->q8w || !p->q8s)
         return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
     for (int l = m->cl0[0]; l <= m->cl1[0]; l++) {
-        int want[4], n = 0;
+        int want[6], n = 0;
         if (l < m->cl1[0]) {
             const mc_layer_params *lp = &m->lp[l];
             want[n++] = lp->qkv_w;
             want[n++] = lp->proj_w;
-            want[n++] = lp->fc1_w;
-            want[n++] = lp->fc2_w;
+            if (lp->moe) {
+                n += mc_moe_infer_weights(m, l, want + n); /* the experts' (moe_infer.c) */
+            } else {
+                want[n++] = lp->fc1_w;
+                want[n++] = lp->fc2_w;
+            }
         } else {
             want[n++] = head_weight(m);
         }
@@ -208,9 +214,12 @@ mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out,
 {
     *out = NULL;
     const mc_model_config *mc = &m->cfg;
-    if (mc->num_experts > 0)
+    if (mc->num_experts > 0 && mc->moe_expert_capacity_factor > 0)
         return mc_error_set(err, MC_ERR_USAGE,
-                            "inference of a mixture-of-experts model is not implemented yet");
+                            "batched inference of a mixture of experts with a capacity factor "
+                            "(%g) is not supported: the tokens it drops depend on the other "
+                            "rows of the batch",
+                            (double)mc->moe_expert_capacity_factor);
     if (m->grid.pp > 1 || m->nchunks != 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "batched inference runs on one process or a tensor-parallel group: "
@@ -365,6 +374,24 @@ static void linear(mc_kvpool *p, float *out, const float *in, int w, const float
     else
         mc_k_linear_rows_fwd(p->be, out, in, p->rpw && p->rpw[w] ? p->rpw[w] : param_val(p->m, w),
                              NULL, NULL, b, n, I, O);
+}
+
+/* The MoE block's linears (moe_infer.c): expert e's rows of parameter w
+ * through the same row-invariant kernels (int8 codes, bf16 values or fp32;
+ * the router's weight is always fp32), so a row's experts give the same
+ * bits whichever other rows went to them. */
+static void moe_linear(void *ctx, float *out, const float *in, int w, size_t e, const float *b,
+                       size_t n, size_t I, size_t O, int fp32)
+{
+    mc_kvpool *p = ctx;
+    size_t off = e * O * I;
+    (void)fp32;
+    if (p->q8w && p->q8w[w])
+        mc_k_linear_rows_fwd(p->be, out, in, NULL, p->q8w[w] + off, p->q8s[w] + e * O, b, n, I, O);
+    else if (p->b16w && p->b16w[w])
+        mc_k_linear_rows_bf16_fwd(p->be, out, in, p->b16w[w] + off, b, n, I, O);
+    else
+        mc_k_linear_rows_fwd(p->be, out, in, param_val(p->m, w) + off, NULL, NULL, b, n, I, O);
 }
 
 static void norm(mc_kvpool *p, float *out, const float *x, int w, int b, size_t n)
@@ -549,6 +576,10 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
         }
         TRY(row_linear(p, p->att, lp->proj_w, lp->proj_b, p->Ql * D, R, err));
         norm(p, p->h, p->x, lp->ln2_w, lp->ln2_b, R);
+        if (lp->moe) { /* replicated over tensor parallelism: no sums */
+            TRY(mc_moe_infer_fwd(m, l, &p->moe, p->h, p->x, R, 0, moe_linear, p, err));
+            continue;
+        }
         linear(p, p->fc1, p->h, lp->fc1_w, param_val(m, lp->fc1_b), R, C, p->fc1_out);
         if (c->swiglu)
             mc_k_swiglu_fwd(be, p->act, p->fc1, R, p->Fl);

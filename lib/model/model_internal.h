@@ -333,4 +333,32 @@ void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a);
 void mc_moe_layout_scratch(mc_model *m, carver *cv);
 size_t mc_moe_rows_max(const mc_model *m);
 
+/* moe_infer.c: the MoE block of inference (infer.c, infer_batch.c), the
+ * training forward's steps on n rows without saved activations or losses.
+ * The linears run through the caller's function: out[n, O] = in[n, I]
+ * W_e^T (+ b), W_e expert e's [O, I] block of parameter w's rows (e = 0
+ * for the router and the shared experts); fp32 1 for the router, which
+ * runs in fp32 whatever the experts' precision. */
+typedef void (*mc_moe_linear_fn)(void *ctx, float *out, const float *in, int w, size_t e,
+                                 const float *b, size_t n, size_t I, size_t O, int fp32);
+typedef struct mc_moe_infer_scratch {
+    float *logits, *probs;
+    int32_t *idx, *kept, *perm, *counts;
+    float *xp, *fc1, *act, *yp, *y, *sfc1, *sact, *stmp;
+} mc_moe_infer_scratch;
+/* Scratch for `rows` rows (nothing for a dense model). */
+void mc_moe_infer_layout(const mc_model *m, carver *cv, mc_moe_infer_scratch *s, size_t rows);
+/* x[n, C] += the block of layer l on h[n, C], the pre-MLP norm's output.
+ * drop: apply the checkpoint's capacity factor over these n rows (Megatron
+ * drops over the tokens of a forward pass); 0: never drop. */
+mc_status mc_moe_infer_fwd(mc_model *m, int l, const mc_moe_infer_scratch *s, const float *h,
+                           float *x, size_t n, int drop, mc_moe_linear_fn lin, void *ctx,
+                           mc_error *err);
+/* An expert's capacity over n tokens (0: no dropping), moe.c's rule. */
+size_t mc_moe_infer_capacity(const mc_model_config *c, size_t n);
+/* The weights of MoE layer l that inference may hold as int8 or bf16 (the
+ * experts', the shared experts'; never the router's) into out[4]; their
+ * number (0 for a dense layer). */
+int mc_moe_infer_weights(const mc_model *m, int l, int *out);
+
 #endif

@@ -243,19 +243,8 @@ print(sum(v.size for v in f["model"].values()))' ck/iter_0000000/model.h5)
     [[ "$stderr" == *"the checkpoint has 0 experts, the flags say 4 (--num-experts)"* ]]
 }
 
-# (mc-export writes MoE models: export_hf_moe.bats, export_gguf.bats)
-@test "mc-eval and mc-reshard refuse a MoE checkpoint in one line, naming why" {
-    run -0 "$MC_TRAIN" "${moe[@]}" --train-iters 1 --save ck
-    echo "some text" > t.txt
-    for cmd in "$MC_RESHARD --dtype bf16 -o out ck" "$MC_EVAL --text-file t.txt ck"; do
-        run --separate-stderr $cmd < <(:)
-        echo "$cmd: $stderr"
-        assert_failure 2
-        [ "$(printf '%s\n' "$stderr" | wc -l)" = 1 ]
-        [[ "$stderr" == *"a mixture-of-experts checkpoint (4 experts): "*" is not implemented yet"* ]]
-    done
-    [ ! -e out ]
-}
+# (mc-export, mc-eval and mc-reshard run MoE checkpoints: export_hf_moe.bats,
+# export_gguf.bats, eval_moe.bats; llm.c export refuses them: export_llmc.bats)
 
 @test "--sequence-parallel with experts is refused in one line" {
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --train-iters 1 \

@@ -8,7 +8,12 @@
  * |log p|: fp32 GEMMs of different row counts round differently); the logits of the
  * last position against the scored log-probability and the greedy flag;
  * and greedy decoding through the cache equal, token for token, to greedy
- * decoding by recomputing the whole sequence at every step.
+ * decoding by recomputing the whole sequence at every step. The same for
+ * mixtures of experts (issue 13): softmax top-2 with a shared expert and
+ * SwiGLU experts; sigmoid top-4 with a (random) expert bias, group-limited
+ * routing, a scaling factor, GELU experts on every other layer; and with a
+ * capacity factor, the prefill against the training forward that drops
+ * over the same tokens.
  */
 #include <math.h>
 #include <stdint.h>
@@ -28,7 +33,33 @@ static mc_backend *be;
 /* --qk-layernorm on the models make() builds */
 static int qk_on;
 
-static mc_model *make(const char *preset)
+/* The MoE variants of check_model. */
+enum { DENSE, MOE_SOFTMAX_SHARED, MOE_SIGMOID_BIAS_GROUPS, MOE_CAPACITY };
+
+static void set_moe(mc_model_config *c, int moe)
+{
+    if (moe == DENSE) return;
+    c->num_experts = moe == MOE_SIGMOID_BIAS_GROUPS ? 8 : 4;
+    c->moe_ffn_hidden_size = 24;
+    c->moe_router_topk = 2;
+    c->moe_layer_freq = 1;
+    if (moe == MOE_SOFTMAX_SHARED) c->moe_shared_expert_intermediate_size = 16;
+    if (moe == MOE_SIGMOID_BIAS_GROUPS) {
+        c->moe_router_topk = 4;
+        c->moe_router_score_sigmoid = 1;
+        c->moe_router_enable_expert_bias = 1;
+        c->moe_router_num_groups = 4;
+        c->moe_router_group_topk = 2;
+        c->moe_router_topk_scaling_factor = 2.5f;
+        c->moe_layer_freq = 2;
+    }
+    if (moe == MOE_CAPACITY) c->moe_expert_capacity_factor = 1.0f;
+}
+
+static const char *const MOE_NAME[] = {"", " moe softmax top-2 + shared",
+                                       " moe sigmoid top-4 bias groups", " moe capacity 1.0"};
+
+static mc_model *make(const char *preset, int moe)
 {
     mc_model_config c;
     mc_error err = {0};
@@ -40,6 +71,7 @@ static mc_model *make(const char *preset)
     c.vocab_size = VOCAB;
     c.make_vocab_size_divisible_by = 16;
     c.qk_layernorm = qk_on;
+    set_moe(&c, moe);
     mc_model *m = NULL;
     if (mc_model_new(&c, &one, be, 1, MC_PREC_FP32, &m, &err)) {
         TAP_DIAG("mc_model_new(%s): %s", preset, err.msg);
@@ -52,6 +84,16 @@ static mc_model *make(const char *preset)
     float *h = malloc(n * sizeof *h);
     mc_bcopy_to_host(be, h, p, n * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] *= 3.0f;
+    /* an expert bias that changes the choice: random, of the sigmoids' size */
+    uint32_t s = 7;
+    for (size_t i = 0; i < mc_model_num_params(m); i++) {
+        const mc_param *pa = mc_model_param(m, i);
+        if (!strstr(pa->name, "expert_bias")) continue;
+        for (int64_t j = 0; j < pa->rows; j++) {
+            s = s * 1103515245u + 12345u;
+            h[pa->offset + (size_t)j] = 0.2f * ((float)((s >> 16) % 1000) / 1000.0f - 0.5f);
+        }
+    }
     mc_bcopy_from_host(be, p, h, n * sizeof *h);
     free(h);
     return m;
@@ -77,10 +119,12 @@ static int argmax(const float *x, int64_t n)
     return best;
 }
 
-static void check_model(const char *preset)
+static void check_model(const char *preset_name, int moe)
 {
     mc_error err = {0};
-    mc_model *m = make(preset);
+    char preset[96];
+    snprintf(preset, sizeof preset, "%s%s", preset_name, MOE_NAME[moe]);
+    mc_model *m = make(preset_name, moe);
     if (!m) {
         TAP_OK(0, "%s: model", preset);
         return;
@@ -124,6 +168,21 @@ static void check_model(const char *preset)
     double d = max_abs_diff(lp, ref, T);
     TAP_OK(!st && d < 1e-6, "%s: prefill log-probabilities = the training forward's: %.2e < 1e-6",
            preset, d);
+    if (moe == MOE_CAPACITY) {
+        /* the training forward over all T tokens drops what the prefill
+         * drops; scoring one position at a time it would drop nothing */
+        double loss, want = 0;
+        int64_t ntok;
+        for (int t = 0; t < T; t++) want -= lp[t];
+        st = mc_model_step(m, tok, tgt, 0, 1.0f, &loss, &ntok, &err);
+        d = fabs(loss * T - want) / fabs(want);
+        TAP_OK(!st && d < 1e-6,
+               "%s: prefill's mean NLL = the training forward's over the same %d tokens: %.2e",
+               preset, T, d);
+        mc_infer_free(inf);
+        mc_model_free(m);
+        return;
+    }
 
     /* one position at a time */
     mc_infer_truncate(inf, 0);
@@ -216,12 +275,15 @@ int main(void)
         printf("Bail out! %s\n", err.msg);
         return 1;
     }
-    check_model("tiny-gpt");
-    check_model("tiny-llama");
+    check_model("tiny-gpt", DENSE);
+    check_model("tiny-llama", DENSE);
+    check_model("tiny-llama", MOE_SOFTMAX_SHARED);
+    check_model("tiny-gpt", MOE_SIGMOID_BIAS_GROUPS);
+    check_model("tiny-llama", MOE_CAPACITY);
     qk_on = 1; /* the same checks with per-head query/key norms (keys cached normed) */
     TAP_DIAG("with --qk-layernorm:");
-    check_model("tiny-llama");
-    check_model("tiny-gpt");
+    check_model("tiny-llama", DENSE);
+    check_model("tiny-gpt", DENSE);
     qk_on = 0;
     mc_model_config c;
     mc_model *m = NULL;

@@ -5,7 +5,11 @@
  * alone, beside others in one call, cut into chunks of any size, and
  * decoded one row at a time; and they equal the one-sequence context's
  * (mc_infer) within 1e-5 (another linear kernel: the sums round
- * differently). Blocks go back to the pool.
+ * differently). Blocks go back to the pool. The same for mixtures of
+ * experts (softmax top-2 with a shared expert, SwiGLU; sigmoid top-4 with
+ * a random expert bias and group-limited routing, GELU), on fp32, int8
+ * and bf16 weights: the rows an expert receives change with the batch,
+ * its row-invariant GEMM keeps each row's bits.
  */
 #include <math.h>
 #include <stdint.h>
@@ -25,7 +29,12 @@ static mc_backend *be;
 /* --qk-layernorm on the models make() builds */
 static int qk_on;
 
-static mc_model *make(const char *preset)
+enum { DENSE, MOE_SOFTMAX_SHARED, MOE_SIGMOID_BIAS_GROUPS };
+static const char *const MOE_NAME[] = {"", " moe softmax top-2 + shared",
+                                       " moe sigmoid top-4 bias groups"};
+static const char *const WEIGHTS[] = {"", " int8", " bf16"};
+
+static mc_model *make(const char *preset, int moe)
 {
     mc_model_config c;
     mc_error err = {0};
@@ -37,9 +46,39 @@ static mc_model *make(const char *preset)
     c.vocab_size = VOCAB;
     c.make_vocab_size_divisible_by = 16;
     c.qk_layernorm = qk_on;
+    if (moe != DENSE) {
+        c.num_experts = moe == MOE_SIGMOID_BIAS_GROUPS ? 8 : 4;
+        c.moe_ffn_hidden_size = 24;
+        c.moe_router_topk = 2;
+        c.moe_layer_freq = 1;
+        if (moe == MOE_SOFTMAX_SHARED) c.moe_shared_expert_intermediate_size = 16;
+        if (moe == MOE_SIGMOID_BIAS_GROUPS) {
+            c.moe_router_topk = 4;
+            c.moe_router_score_sigmoid = 1;
+            c.moe_router_enable_expert_bias = 1;
+            c.moe_router_num_groups = 4;
+            c.moe_router_group_topk = 2;
+        }
+    }
     mc_model *m = NULL;
-    if (mc_model_new(&c, &one, be, 1, MC_PREC_FP32, &m, &err)) return NULL;
+    if (mc_model_new(&c, &one, be, 1, MC_PREC_FP32, &m, &err)) {
+        TAP_DIAG("mc_model_new(%s): %s", preset, err.msg);
+        return NULL;
+    }
     mc_model_init_weights(m, 4321);
+    /* a random expert bias, of the sigmoids' size */
+    uint32_t r = 7;
+    float *pb = mc_model_params(m);
+    for (size_t i = 0; i < mc_model_num_params(m); i++) {
+        const mc_param *pa = mc_model_param(m, i);
+        if (!strstr(pa->name, "expert_bias")) continue;
+        float b[64];
+        for (int64_t j = 0; j < pa->rows && j < 64; j++) {
+            r = r * 1103515245u + 12345u;
+            b[j] = 0.02f * ((float)((r >> 16) % 1000) / 1000.0f - 0.5f);
+        }
+        mc_bcopy_from_host(be, pb + pa->offset, b, (size_t)pa->rows * sizeof(float));
+    }
     return m;
 }
 
@@ -81,16 +120,21 @@ static int run(mc_kvpool *p, const int32_t *ids, int n, int chunk, int others, f
     return 0;
 }
 
-static void check(const char *preset)
+static void check(const char *preset_name, int moe, int weights)
 {
-    mc_model *m = make(preset);
+    char preset[128];
+    snprintf(preset, sizeof preset, "%s%s%s", preset_name, MOE_NAME[moe], WEIGHTS[weights]);
+    mc_model *m = make(preset_name, moe);
     if (!m) {
         TAP_OK(0, "%s: model", preset);
         return;
     }
     mc_error err = {0};
     mc_kvpool *p = NULL;
-    mc_kvpool_config pc = {mc_kvpool_block_bytes(m, 4) * 200, 4, 64, 64, 0};
+    mc_kvpool_config pc = {mc_kvpool_block_bytes(m, 4) * 200, 4, 64, 64,
+                           weights == 1   ? MC_KV_WEIGHTS_INT8
+                           : weights == 2 ? MC_KV_WEIGHTS_BF16
+                                          : MC_KV_WEIGHTS_FP32};
     TAP_OK(!mc_kvpool_new(m, &pc, &p, &err), "%s: a pool of %d blocks", preset,
            p ? mc_kvpool_blocks(p) : 0);
     if (!p) return;
@@ -118,7 +162,13 @@ static void check(const char *preset)
     }
     TAP_OK(mc_kvpool_blocks_free(p) == mc_kvpool_blocks(p), "%s: every block back in the pool",
            preset);
-    /* against the one-sequence context */
+    /* against the one-sequence context (fp32 weights) */
+    if (weights) {
+        mc_kvpool_free(p);
+        mc_model_free(m);
+        free(ref), free(got);
+        return;
+    }
     mc_infer *inf = NULL;
     float olp[T];
     int32_t tg[T];
@@ -149,12 +199,16 @@ int main(void)
         printf("Bail out! %s\n", err.msg);
         return 1;
     }
-    check("tiny-gpt");
-    check("tiny-llama");
+    check("tiny-gpt", DENSE, 0);
+    check("tiny-llama", DENSE, 0);
+    check("tiny-llama", MOE_SOFTMAX_SHARED, 0);
+    check("tiny-gpt", MOE_SIGMOID_BIAS_GROUPS, 0);
+    check("tiny-llama", MOE_SOFTMAX_SHARED, 1);
+    check("tiny-gpt", MOE_SIGMOID_BIAS_GROUPS, 2);
     qk_on = 1; /* the same checks with per-head query/key norms (keys cached normed) */
     TAP_DIAG("with --qk-layernorm:");
-    check("tiny-llama");
-    check("tiny-gpt");
+    check("tiny-llama", DENSE, 0);
+    check("tiny-gpt", DENSE, 0);
     qk_on = 0;
     mc_backend_free(be);
     return tap_done();
