@@ -100,6 +100,10 @@ typedef struct mc_model_config {
     float moe_expert_capacity_factor;        /* --moe-expert-capacity-factor (0: no dropping) */
     int moe_token_drop_position;             /* --moe-token-drop-policy position (else probs) */
     int moe_pad_expert_input_to_capacity;    /* --moe-pad-expert-input-to-capacity */
+    /* --moe-token-dispatcher-type allgather (else alltoall): how tokens
+     * reach their experts under expert parallelism; a run's choice, not
+     * stored in checkpoints */
+    int moe_token_dispatcher_allgather;
     /* --moe-layer-freq: an integer k (layer l is MoE when l % k == 0; 1:
      * every layer), or a list, expanded here to one '0'/'1' per layer
      * (empty: the integer rule). */
@@ -217,6 +221,11 @@ typedef struct mc_param {
      * of the gradient norm (counted once, on the first stage) and a
      * replica for checkpoints. */
     int shared;
+    /* 1 for a MoE layer's experts (mlp.experts.*): under expert parallelism
+     * the global [E rows, cols] tensor is split by experts, this rank
+     * holding rows [row0, row0 + local_rows) = its E / ep experts; their
+     * gradients reduce over the expert-data-parallel group. */
+    int expert;
 } mc_param;
 
 typedef struct mc_model mc_model;

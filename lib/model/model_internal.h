@@ -32,11 +32,14 @@ typedef struct mc_moe_acts {
     float *probs;        /* [N, K] */
     int32_t *idx, *perm; /* [N, K] the chosen experts, their rows in the permuted order */
     int32_t *kept;       /* [N, K] idx with the choices over capacity -1 */
-    float *xp;           /* [R, C] the permuted input */
-    float *fc1, *act;    /* [R, fc1], [R, F] the experts' fc1 output and activation */
-    float *yp;           /* [R, C] the experts' outputs */
+    float *xp;           /* [Rx, C] the experts' input: the permuted input (ep 1), or the
+                          * rows this rank's experts received, expert by expert */
+    float *fc1, *act;    /* [Rx, fc1], [Rx, F] the experts' fc1 output and activation */
+    float *yp;           /* [R, C] the experts' outputs for this rank's permuted rows */
     float *sfc1, *sact;  /* [N, shared fc1], [N, shared F]: the shared experts' */
-    int64_t *rows;       /* host [E]: the rows each expert received */
+    int64_t *rows;       /* host [E]: the rows each expert received from this rank */
+    int64_t *xrows;      /* host [ep, E / ep] (expert parallelism): the rows this rank's
+                          * local expert j received from EP rank i, at [i E / ep + j] */
     int train;           /* the balancing losses' gradients go into the backward */
     float grad_scale;    /* their weight (the main loss's grad_scale) */
 } mc_moe_acts;
@@ -188,6 +191,7 @@ struct mc_model {
      * the z-loss without its coefficient). */
     float *moe_dlogits, *moe_dprobs, *moe_dyp, *moe_dxp, *moe_dact, *moe_dfc1;
     float *moe_dsact, *moe_dsfc1; /* the shared experts' [N, F], [N, fc1] */
+    float *moe_a2a;               /* expert parallelism: [Rx, C] the all-to-all's staging */
     int32_t *moe_counts;
     int64_t *moe_rows_host;
     double *moe_lb_layer, *moe_z_layer; /* host [num_layers] each, by global layer */
@@ -308,5 +312,6 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
 void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a);
 void mc_moe_layout_scratch(mc_model *m, carver *cv);
 size_t mc_moe_rows_max(const mc_model *m);
+size_t mc_moe_expert_rows_max(const mc_model *m);
 
 #endif

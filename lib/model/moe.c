@@ -59,20 +59,28 @@ size_t mc_moe_rows_max(const mc_model *m)
     return padded > nk ? padded : nk;
 }
 
+/* The rows this rank's experts may receive: its own permuted rows (one
+ * process), or under expert parallelism every EP rank's rows at most. */
+size_t mc_moe_expert_rows_max(const mc_model *m)
+{
+    return (size_t)m->grid.ep * mc_moe_rows_max(m);
+}
+
 void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a)
 {
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
-    size_t R = mc_moe_rows_max(m), F = (size_t)c->moe_ffn_hidden_size;
+    size_t R = mc_moe_rows_max(m), Rx = mc_moe_expert_rows_max(m);
+    size_t F = (size_t)c->moe_ffn_hidden_size;
     mc_moe_acts *x = &a->moe;
     x->logits = carve(cv, N * E);
     x->probs = carve(cv, N * K);
     x->idx = (int32_t *)carve(cv, N * K);
     x->kept = (int32_t *)carve(cv, N * K);
     x->perm = (int32_t *)carve(cv, N * K);
-    x->xp = carve(cv, R * C);
-    x->fc1 = carve(cv, R * fc1_width(c));
-    x->act = carve(cv, R * F);
+    x->xp = carve(cv, Rx * C);
+    x->fc1 = carve(cv, Rx * fc1_width(c));
+    x->act = carve(cv, Rx * F);
     x->yp = carve(cv, R * C);
     size_t S = (size_t)c->moe_shared_expert_intermediate_size;
     x->sfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
@@ -83,17 +91,89 @@ void mc_moe_layout_scratch(mc_model *m, carver *cv)
 {
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
-    size_t R = mc_moe_rows_max(m), F = (size_t)c->moe_ffn_hidden_size;
+    size_t Rx = mc_moe_expert_rows_max(m), F = (size_t)c->moe_ffn_hidden_size;
     m->moe_dlogits = carve(cv, N * E);
     m->moe_dprobs = carve(cv, N * K);
-    m->moe_dyp = carve(cv, R * C);
-    m->moe_dxp = carve(cv, R * C);
-    m->moe_dact = carve(cv, R * F);
-    m->moe_dfc1 = carve(cv, R * fc1_width(c));
+    m->moe_dyp = carve(cv, Rx * C);
+    m->moe_dxp = carve(cv, Rx * C);
+    m->moe_dact = carve(cv, Rx * F);
+    m->moe_dfc1 = carve(cv, Rx * fc1_width(c));
     m->moe_counts = (int32_t *)carve(cv, E);
     size_t S = (size_t)c->moe_shared_expert_intermediate_size;
     m->moe_dsact = S ? carve(cv, N * S) : NULL;
     m->moe_dsfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
+    m->moe_a2a = m->grid.ep > 1 ? carve(cv, Rx * C) : NULL;
+}
+
+/* ------------------------------------------------------------ expert parallelism
+ *
+ * EP ranks hold E / EP experts each (rank i: experts [i El, (i+1) El)) and
+ * different tokens. A rank's permuted rows are in expert order, so the
+ * rows for EP rank j's experts are one block: the all-to-all sends block
+ * j to rank j (the per-expert counts first), and rank j holds what it got
+ * source by source, [i][expert] ("source-major"). The grouped GEMM wants
+ * [expert][i] ("expert-major"): ep_reorder swaps the two with block
+ * copies, and the results go back the same way. */
+
+/* Copy the blocks of xrows[i El + j] rows of C floats between the
+ * source-major and the expert-major layouts (to_expert: source-major in). */
+static void ep_reorder(mc_model *m, float *dst, const float *src, const int64_t *xrows, size_t El,
+                       int to_expert)
+{
+    size_t ep = (size_t)m->grid.ep, C = m->C, off_e[MC_MOE_MAX_EXPERTS];
+    size_t o = 0;
+    for (size_t j = 0; j < El; j++)
+        for (size_t i = 0; i < ep; i++) off_e[i * El + j] = o, o += (size_t)xrows[i * El + j];
+    o = 0;
+    for (size_t i = 0; i < ep; i++)
+        for (size_t j = 0; j < El; j++) {
+            size_t n = (size_t)xrows[i * El + j] * C, e = off_e[i * El + j] * C;
+            if (n) {
+                if (to_expert)
+                    mc_bcopy(m->be, dst + e, src + o, n * sizeof(float));
+                else
+                    mc_bcopy(m->be, dst + o, src + e, n * sizeof(float));
+            }
+            o += n;
+        }
+}
+
+/* The all-to-all of rows between this rank's permuted rows (in expert
+ * order, A->rows per expert) and the experts' source-major rows
+ * (A->xrows): forward (to the experts) or back. */
+static mc_status ep_exchange(mc_model *m, const mc_moe_acts *A, const float *in, float *out,
+                             int to_experts, mc_error *err)
+{
+    size_t ep = (size_t)m->grid.ep, El = (size_t)m->cfg.num_experts / ep, C = m->C;
+    size_t *v = malloc(4 * ep * sizeof *v);
+    if (!v) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+    size_t *mine = v, *mdispl = v + ep, *theirs = v + 2 * ep, *tdispl = v + 3 * ep;
+    size_t a = 0, b = 0;
+    for (size_t j = 0; j < ep; j++) {
+        size_t rm = 0, rt = 0;
+        for (size_t e = 0; e < El; e++) rm += (size_t)A->rows[j * El + e];
+        for (size_t e = 0; e < El; e++) rt += (size_t)A->xrows[j * El + e];
+        mine[j] = rm * C, mdispl[j] = a, a += rm * C;
+        theirs[j] = rt * C, tdispl[j] = b, b += rt * C;
+    }
+    mc_status st = to_experts ? mc_alltoallv(&m->grid, MC_GROUP_EP, m->be, in, mine, mdispl, out,
+                                             theirs, tdispl, err)
+                              : mc_alltoallv(&m->grid, MC_GROUP_EP, m->be, in, theirs, tdispl,
+                                             out, mine, mdispl, err);
+    free(v);
+    return st;
+}
+
+/* The rows of each of this rank's experts, over every source. */
+static size_t ep_local_rows(const mc_model *m, const mc_moe_acts *A, int64_t *lrows)
+{
+    size_t ep = (size_t)m->grid.ep, El = (size_t)m->cfg.num_experts / ep, R = 0;
+    for (size_t j = 0; j < El; j++) {
+        lrows[j] = 0;
+        for (size_t i = 0; i < ep; i++) lrows[j] += A->xrows[i * El + j];
+        R += (size_t)lrows[j];
+    }
+    return R;
 }
 
 /* The activation of the experts (SwiGLU or GELU) on n rows of width F. */
@@ -156,13 +236,32 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     mc_bcopy_to_host(be, counts, m->moe_counts, E * sizeof(int32_t));
     size_t R = 0;
     for (size_t e = 0; e < E; e++) R += (size_t)(A->rows[e] = block ? (int64_t)block : counts[e]);
-    if (block) mc_k_fill(be, A->xp, 0.0f, R * C); /* the padding rows: zeros, never read back */
-    mc_k_moe_permute(be, A->xp, h, A->perm, N, K, C);
-    mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
-                            param_val(m, lp->efc1_b), A->rows, E, C, fc1);
-    act_fwd(m, A->act, A->fc1, R, F);
-    mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w),
-                            param_val(m, lp->efc2_b), A->rows, E, F, C);
+    if (m->grid.ep == 1) {
+        if (block) mc_k_fill(be, A->xp, 0.0f, R * C); /* the padding rows: zeros, never read back */
+        mc_k_moe_permute(be, A->xp, h, A->perm, N, K, C);
+        mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
+                                param_val(m, lp->efc1_b), A->rows, E, C, fc1);
+        act_fwd(m, A->act, A->fc1, R, F);
+        mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w),
+                                param_val(m, lp->efc2_b), A->rows, E, F, C);
+    } else {
+        /* expert parallelism: the rows travel to their experts' ranks and back */
+        size_t El = E / (size_t)m->grid.ep;
+        int64_t lrows[MC_MOE_MAX_EXPERTS];
+        if (block) mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
+        mc_k_moe_permute(be, m->moe_dxp, h, A->perm, N, K, C);
+        TRY(mc_alltoall_i64(&m->grid, MC_GROUP_EP, A->rows, A->xrows, El, err));
+        size_t Rx = ep_local_rows(m, A, lrows);
+        TRY(ep_exchange(m, A, m->moe_dxp, m->moe_a2a, 1, err));
+        ep_reorder(m, A->xp, m->moe_a2a, A->xrows, El, 1);
+        mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
+                                param_val(m, lp->efc1_b), lrows, El, C, fc1);
+        act_fwd(m, A->act, A->fc1, Rx, F);
+        mc_k_grouped_linear_fwd(be, m->prec, m->moe_dyp, A->act, param_val(m, lp->efc2_w),
+                                param_val(m, lp->efc2_b), lrows, El, F, C);
+        ep_reorder(m, m->moe_a2a, m->moe_dyp, A->xrows, El, 0);
+        TRY(ep_exchange(m, A, m->moe_a2a, A->yp, 0, err));
+    }
     mc_k_moe_unpermute(be, y, A->yp, A->probs, A->perm, N, K, C);
     if (lp->sfc1_w >= 0) {
         /* the shared experts on every token, added (Megatron's MoELayer) */
@@ -206,7 +305,6 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
 mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const float *h,
                      mc_error *err)
 {
-    (void)err;
     const mc_model_config *c = &m->cfg;
     const mc_layer_params *lp = &m->lp[l];
     mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
@@ -216,19 +314,45 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
     for (size_t e = 0; e < E; e++) R += (size_t)A->rows[e];
     mc_moe_route r = route_of(c);
 
-    if (pad_block(m)) mc_k_fill(be, m->moe_dyp, 0.0f, R * C); /* padding rows: no gradient */
-    mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_dprobs, dy, A->yp, A->probs, A->perm, N, K, C);
-    mc_k_fill(be, m->moe_dact, 0.0f, R * F);
-    mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, param_grad(m, lp->efc2_w),
-                            param_grad(m, lp->efc2_b), m->moe_dyp, A->act, param_val(m, lp->efc2_w),
-                            A->rows, E, F, C);
-    act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, R, F);
-    mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
-    mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, param_grad(m, lp->efc1_w),
-                            param_grad(m, lp->efc1_b), m->moe_dfc1, A->xp, param_val(m, lp->efc1_w),
-                            A->rows, E, C, fc1);
-    mc_k_fill(be, m->dln, 0.0f, N * C);
-    mc_k_moe_permute_bwd(be, m->dln, m->moe_dxp, A->perm, N, K, C);
+    if (m->grid.ep == 1) {
+        if (pad_block(m)) mc_k_fill(be, m->moe_dyp, 0.0f, R * C); /* padding rows: no gradient */
+        mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_dprobs, dy, A->yp, A->probs, A->perm, N, K,
+                               C);
+        mc_k_fill(be, m->moe_dact, 0.0f, R * F);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, param_grad(m, lp->efc2_w),
+                                param_grad(m, lp->efc2_b), m->moe_dyp, A->act,
+                                param_val(m, lp->efc2_w), A->rows, E, F, C);
+        act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, R, F);
+        mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, param_grad(m, lp->efc1_w),
+                                param_grad(m, lp->efc1_b), m->moe_dfc1, A->xp,
+                                param_val(m, lp->efc1_w), A->rows, E, C, fc1);
+        mc_k_fill(be, m->dln, 0.0f, N * C);
+        mc_k_moe_permute_bwd(be, m->dln, m->moe_dxp, A->perm, N, K, C);
+    } else {
+        /* expert parallelism: the rows' gradients to the experts' ranks and back */
+        size_t El = E / (size_t)m->grid.ep;
+        int64_t lrows[MC_MOE_MAX_EXPERTS];
+        size_t Rx = ep_local_rows(m, A, lrows);
+        if (pad_block(m)) mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
+        mc_k_moe_unpermute_bwd(be, m->moe_dxp, m->moe_dprobs, dy, A->yp, A->probs, A->perm, N, K,
+                               C);
+        TRY(ep_exchange(m, A, m->moe_dxp, m->moe_a2a, 1, err));
+        ep_reorder(m, m->moe_dyp, m->moe_a2a, A->xrows, El, 1);
+        mc_k_fill(be, m->moe_dact, 0.0f, Rx * F);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, param_grad(m, lp->efc2_w),
+                                param_grad(m, lp->efc2_b), m->moe_dyp, A->act,
+                                param_val(m, lp->efc2_w), lrows, El, F, C);
+        act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, Rx, F);
+        mc_k_fill(be, m->moe_dxp, 0.0f, Rx * C);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, param_grad(m, lp->efc1_w),
+                                param_grad(m, lp->efc1_b), m->moe_dfc1, A->xp,
+                                param_val(m, lp->efc1_w), lrows, El, C, fc1);
+        ep_reorder(m, m->moe_a2a, m->moe_dxp, A->xrows, El, 0);
+        TRY(ep_exchange(m, A, m->moe_a2a, m->moe_dyp, 0, err));
+        mc_k_fill(be, m->dln, 0.0f, N * C);
+        mc_k_moe_permute_bwd(be, m->dln, m->moe_dyp, A->perm, N, K, C);
+    }
     if (lp->sfc1_w >= 0) {
         size_t S = (size_t)c->moe_shared_expert_intermediate_size;
         mc_k_fill(be, m->moe_dsact, 0.0f, N * S);

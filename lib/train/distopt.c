@@ -37,6 +37,12 @@ mc_status mc_optim_new_distributed(mc_backend *be, const mc_grid *g, const mc_op
     if (st) return st;
     o->distributed = 1;
     o->overlap = overlap_param_gather != 0;
+    if (mc_grid_group_size(g, MC_GROUP_EP) > 1) {
+        mc_optim_destroy(o);
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "the distributed optimizer under expert parallelism is not "
+                            "implemented yet");
+    }
     o->dp = mc_grid_group_size(o->grid, MC_GROUP_DP_CP);
     o->dp_rank = mc_grid_group_rank(o->grid, MC_GROUP_DP_CP);
     if (o->dp < 1 || o->dp_rank < 0) {
@@ -212,7 +218,9 @@ mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss
      * flag are reduced over the model-parallel group only; the distributed
      * one holds a shard of them, so every rank (data x model parallel)
      * contributes its part. */
-    mc_group_kind stats_group = o->distributed ? MC_GROUP_WORLD : MC_GROUP_MP;
+    mc_group_kind stats_group = o->distributed                                 ? MC_GROUP_WORLD
+                                : mc_grid_group_size(o->grid, MC_GROUP_EP) > 1 ? MC_GROUP_MP_EP
+                                                                               : MC_GROUP_MP;
     if ((st = mc_optim_update(o, stats_group, lr, weight_decay, loss_scale, r, err))) return st;
     if (r->found_inf) return MC_OK;
     return after_step(o, err);
