@@ -35,7 +35,11 @@ typedef struct mc_moe_acts {
     float *xp;           /* [Rx, C] the experts' input: the permuted input (ep 1), or the
                           * rows this rank's experts received, expert by expert */
     float *fc1, *act;    /* [Rx, fc1], [Rx, F] the experts' fc1 output and activation */
-    float *yp;           /* [R, C] the experts' outputs for this rank's permuted rows */
+    float *yp;           /* [Rx, C] the experts' outputs for this rank's permuted rows
+                          * (allgather: for every EP rank's, zero but this rank's experts') */
+    int32_t *gperm;      /* allgather dispatcher: [ep N, K] the permutation of every EP
+                          * rank's tokens */
+    float *gprobs;       /* allgather dispatcher: [ep N, K] their probabilities */
     float *sfc1, *sact;  /* [N, shared fc1], [N, shared F]: the shared experts' */
     int64_t *rows;       /* host [E]: the rows each expert received from this rank */
     int64_t *xrows;      /* host [ep, E / ep] (expert parallelism): the rows this rank's
@@ -192,6 +196,8 @@ struct mc_model {
     float *moe_dlogits, *moe_dprobs, *moe_dyp, *moe_dxp, *moe_dact, *moe_dfc1;
     float *moe_dsact, *moe_dsfc1; /* the shared experts' [N, F], [N, fc1] */
     float *moe_a2a;               /* expert parallelism: [Rx, C] the all-to-all's staging */
+    int32_t *moe_gidx;            /* allgather dispatcher: [ep N K] the gathered choices */
+    float *moe_gdprobs;           /* allgather dispatcher: [ep N K] d probs of every rank's */
     int32_t *moe_counts;
     int64_t *moe_rows_host;
     double *moe_lb_layer, *moe_z_layer; /* host [num_layers] each, by global layer */

@@ -81,7 +81,11 @@ void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a)
     x->xp = carve(cv, Rx * C);
     x->fc1 = carve(cv, Rx * fc1_width(c));
     x->act = carve(cv, Rx * F);
-    x->yp = carve(cv, R * C);
+    x->yp = carve(cv, Rx * C);
+    (void)R;
+    int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
+    x->gperm = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    x->gprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
     size_t S = (size_t)c->moe_shared_expert_intermediate_size;
     x->sfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
     x->sact = S ? carve(cv, N * S) : NULL;
@@ -103,6 +107,9 @@ void mc_moe_layout_scratch(mc_model *m, carver *cv)
     m->moe_dsact = S ? carve(cv, N * S) : NULL;
     m->moe_dsfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
     m->moe_a2a = m->grid.ep > 1 ? carve(cv, Rx * C) : NULL;
+    int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
+    m->moe_gidx = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    m->moe_gdprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
 }
 
 /* ------------------------------------------------------------ expert parallelism
@@ -176,6 +183,25 @@ static size_t ep_local_rows(const mc_model *m, const mc_moe_acts *A, int64_t *lr
     return R;
 }
 
+/* The allgather dispatcher (Megatron's MoEAllGatherTokenDispatcher): every
+ * EP rank gathers the tokens, choices and probabilities of all EP ranks
+ * ([ep][N] in rank order), permutes them all by expert (rows [lo, hi) are
+ * this rank's experts'), runs its experts on those rows, unpermutes the
+ * whole gathered batch with the other experts' rows zero, and the partial
+ * outputs are reduce-scattered back to their ranks. The backward gathers
+ * the output gradient and reduce-scatters the tokens' and probabilities'
+ * gradients. Simple rather than lean: the permuted rows of all EP ranks
+ * are held, though only this rank's experts' are computed. */
+static size_t ag_range(const mc_model *m, const mc_moe_acts *A, size_t *lo, int64_t *lrows)
+{
+    size_t E = (size_t)m->cfg.num_experts, El = E / (size_t)m->grid.ep;
+    size_t e0 = (size_t)m->grid.ep_rank * El, o = 0, R = 0;
+    for (size_t e = 0; e < e0; e++) o += (size_t)A->xrows[e];
+    for (size_t j = 0; j < El; j++) R += (size_t)(lrows[j] = A->xrows[e0 + j]);
+    *lo = o;
+    return R;
+}
+
 /* The activation of the experts (SwiGLU or GELU) on n rows of width F. */
 static void act_fwd(mc_model *m, float *out, const float *in, size_t n, size_t F)
 {
@@ -244,6 +270,32 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         act_fwd(m, A->act, A->fc1, R, F);
         mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w),
                                 param_val(m, lp->efc2_b), A->rows, E, F, C);
+        mc_k_moe_unpermute(be, y, A->yp, A->probs, A->perm, N, K, C);
+    } else if (c->moe_token_dispatcher_allgather) {
+        size_t ep = (size_t)m->grid.ep, El = E / ep, G = ep * N, lo;
+        int64_t lrows[MC_MOE_MAX_EXPERTS];
+        /* int32 choices moved as 4-byte floats: MPI copies the bits */
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, (const float *)use, (float *)m->moe_gidx,
+                         N * K, err));
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, A->probs, A->gprobs, N * K, err));
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, h, m->moe_a2a, N * C, err));
+        size_t gblock = block * ep; /* each rank's tokens padded to its capacity */
+        mc_k_moe_permute_map(be, A->gperm, m->moe_counts, m->moe_gidx, G, E, K, gblock);
+        mc_bcopy_to_host(be, counts, m->moe_counts, E * sizeof(int32_t));
+        size_t Rg = 0;
+        for (size_t e = 0; e < E; e++)
+            Rg += (size_t)(A->xrows[e] = gblock ? (int64_t)gblock : counts[e]);
+        size_t Rl = ag_range(m, A, &lo, lrows);
+        if (block) mc_k_fill(be, A->xp, 0.0f, Rg * C);
+        mc_k_moe_permute(be, A->xp, m->moe_a2a, A->gperm, G, K, C);
+        mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp + lo * C, param_val(m, lp->efc1_w),
+                                param_val(m, lp->efc1_b), lrows, El, C, fc1);
+        act_fwd(m, A->act, A->fc1, Rl, F);
+        mc_k_fill(be, A->yp, 0.0f, Rg * C);
+        mc_k_grouped_linear_fwd(be, m->prec, A->yp + lo * C, A->act, param_val(m, lp->efc2_w),
+                                param_val(m, lp->efc2_b), lrows, El, F, C);
+        mc_k_moe_unpermute(be, m->moe_dxp, A->yp, A->gprobs, A->gperm, G, K, C);
+        TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_dxp, y, N * C, err));
     } else {
         /* expert parallelism: the rows travel to their experts' ranks and back */
         size_t El = E / (size_t)m->grid.ep;
@@ -262,7 +314,8 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         ep_reorder(m, m->moe_a2a, m->moe_dyp, A->xrows, El, 0);
         TRY(ep_exchange(m, A, m->moe_a2a, A->yp, 0, err));
     }
-    mc_k_moe_unpermute(be, y, A->yp, A->probs, A->perm, N, K, C);
+    if (m->grid.ep > 1 && !c->moe_token_dispatcher_allgather)
+        mc_k_moe_unpermute(be, y, A->yp, A->probs, A->perm, N, K, C);
     if (lp->sfc1_w >= 0) {
         /* the shared experts on every token, added (Megatron's MoELayer) */
         size_t S = (size_t)c->moe_shared_expert_intermediate_size;
@@ -329,6 +382,29 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
                                 param_val(m, lp->efc1_w), A->rows, E, C, fc1);
         mc_k_fill(be, m->dln, 0.0f, N * C);
         mc_k_moe_permute_bwd(be, m->dln, m->moe_dxp, A->perm, N, K, C);
+    } else if (c->moe_token_dispatcher_allgather) {
+        size_t ep = (size_t)m->grid.ep, El = E / ep, G = ep * N, lo, Rg = 0;
+        int64_t lrows[MC_MOE_MAX_EXPERTS];
+        for (size_t e = 0; e < E; e++) Rg += (size_t)A->xrows[e];
+        size_t Rl = ag_range(m, A, &lo, lrows);
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, dy, m->moe_a2a, N * C, err));
+        if (pad_block(m)) mc_k_fill(be, m->moe_dyp, 0.0f, Rg * C);
+        mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_gdprobs, m->moe_a2a, A->yp, A->gprobs,
+                               A->gperm, G, K, C);
+        TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_gdprobs, m->moe_dprobs, N * K,
+                                  err));
+        mc_k_fill(be, m->moe_dact, 0.0f, Rl * F);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, param_grad(m, lp->efc2_w),
+                                param_grad(m, lp->efc2_b), m->moe_dyp + lo * C, A->act,
+                                param_val(m, lp->efc2_w), lrows, El, F, C);
+        act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, Rl, F);
+        mc_k_fill(be, m->moe_dxp, 0.0f, Rg * C);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp + lo * C, param_grad(m, lp->efc1_w),
+                                param_grad(m, lp->efc1_b), m->moe_dfc1, A->xp + lo * C,
+                                param_val(m, lp->efc1_w), lrows, El, C, fc1);
+        mc_k_fill(be, m->moe_a2a, 0.0f, G * C);
+        mc_k_moe_permute_bwd(be, m->moe_a2a, m->moe_dxp, A->gperm, G, K, C);
+        TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_a2a, m->dln, N * C, err));
     } else {
         /* expert parallelism: the rows' gradients to the experts' ranks and back */
         size_t El = E / (size_t)m->grid.ep;

@@ -1,0 +1,152 @@
+#!/usr/bin/env bats
+# parallel_ep.bats - expert parallelism (--expert-model-parallel-size): the
+# experts of each MoE layer split over the EP ranks, which train on
+# different data as data-parallel ranks do, with the tokens travelling to
+# their experts' ranks and back (--moe-token-dispatcher-type alltoall, the
+# default, and allgather). 20 iterations under mpirun give the single
+# process's losses and load-balancing losses within 1e-6 relative and its
+# final weights within 1e-6 (mpi_common.bash's same_weights), with and
+# without a capacity factor (the same tokens dropped), for EP=2, EP=4,
+# EP=2 x DP=2, EP=2 x TP=2 and EP=2 x PP=2 (1F1B and interleaved); a
+# checkpoint saved at EP=4 resumes at EP=1 and EP=2 with the uninterrupted
+# run's losses; and the bad inputs, each one line before any work.
+
+bats_require_minimum_version 1.5.0
+load common
+load mpi_common
+
+MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
+
+# A two-layer Llama with 8 heads in 4 groups (TP=2 divides them), T=16,
+# 4 SwiGLU experts of 32, top-2, aux loss and z-loss, 20 iterations of 4
+# sequences in micro-batches of 1.
+moe=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --seq-length 16
+     --micro-batch-size 1 --global-batch-size 4 --threads 1 --lr 1e-3 --log-interval 5
+     --eval-iters 0 --mock-data --vocab-size 64 --make-vocab-size-divisible-by 16
+     --train-iters 20 --lr-warmup-iters 2 --num-experts 4 --moe-ffn-hidden-size 32
+     --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
+# the same with a capacity factor that drops tokens (1.0: ~0.1% of the loss)
+moecap=("${moe[@]}" --moe-expert-capacity-factor 1.0)
+# the same with padding to the capacity
+moepad=("${moecap[@]}" --moe-pad-expert-input-to-capacity)
+# four layers, for the interleaved schedule on 2 stages (v = 2)
+moe4=("${moe[@]}" --num-layers 4)
+
+setup() {
+    mpi_setup
+    cd "$BATS_TEST_TMPDIR"
+}
+
+# balancing NAME: the load_balancing_loss values of NAME.jsonl as "lm loss"
+# lines, so same_losses compares them.
+balancing() {
+    sed 's/"lm loss": [^,}]*, //; s/"load_balancing_loss"/"lm loss"/' "$1.jsonl" > "$1.lb.jsonl"
+}
+
+# ep_equivalent NAME N MODEL ARGS...: mpi_common's equivalent, and the
+# load-balancing losses of one process too.
+ep_equivalent() {
+    local name=$1 model=$3
+    equivalent "$@"
+    [[ "$stderr" == *"| load_balancing_loss: "*"| z_loss: "* ]]
+    local ref="$BATS_FILE_TMPDIR/ref-$model"
+    balancing "$name"
+    balancing "$ref"
+    same_losses "$name.lb.jsonl" "$ref.lb.jsonl"
+}
+
+@test "EP=2, both dispatchers: losses, balancing losses and weights of one process" {
+    ep_equivalent ep2 2 moe --expert-model-parallel-size 2
+    ep_equivalent ep2ag 2 moe --expert-model-parallel-size 2 --moe-token-dispatcher-type allgather
+}
+
+@test "EP=4, both dispatchers: losses, balancing losses and weights of one process" {
+    ep_equivalent ep4 4 moe --expert-model-parallel-size 4
+    ep_equivalent ep4ag 4 moe --expert-model-parallel-size 4 --moe-token-dispatcher-type allgather
+}
+
+@test "EP=2 with a capacity factor, both dispatchers, and padded to capacity: one process's dropped tokens" {
+    # the reference drops tokens: its losses differ from the model without dropping
+    "$MC_TRAIN" "${moe[@]}" --log-json nodrop.jsonl >/dev/null 2>&1
+    "$MC_TRAIN" "${moecap[@]}" --log-json drop.jsonl >/dev/null 2>&1
+    run ! same_losses drop.jsonl nodrop.jsonl
+    ep_equivalent ep2cap 2 moecap --expert-model-parallel-size 2
+    ep_equivalent ep2capag 2 moecap --expert-model-parallel-size 2 --moe-token-dispatcher-type allgather
+    ep_equivalent ep2pad 2 moepad --expert-model-parallel-size 2
+    ep_equivalent ep2padag 2 moepad --expert-model-parallel-size 2 --moe-token-dispatcher-type allgather
+}
+
+@test "EP=2 x DP=2 (expert gradients over the expert-data-parallel group), overlapped: one process" {
+    ep_equivalent ep2dp2 4 moe --expert-model-parallel-size 2 --overlap-grad-reduce --ddp-bucket-size 2000
+    ep_equivalent ep2dp2cap 4 moecap --expert-model-parallel-size 2 --moe-token-dispatcher-type allgather
+}
+
+@test "EP=2 x TP=2 (experts replicated over TP): one process, both dispatchers" {
+    ep_equivalent ep2tp2 4 moe --expert-model-parallel-size 2 --tensor-model-parallel-size 2
+    ep_equivalent ep2tp2ag 4 moe --expert-model-parallel-size 2 --tensor-model-parallel-size 2 \
+        --moe-token-dispatcher-type allgather
+}
+
+@test "EP=2 x PP=2, 1F1B and interleaved: one process" {
+    ep_equivalent ep2pp2 4 moe --expert-model-parallel-size 2 --pipeline-model-parallel-size 2
+    ep_equivalent ep2vpp2 4 moe4 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+        --num-layers-per-virtual-pipeline-stage 1
+}
+
+@test "EP=2 with the expert bias (sigmoid routing): the counts summed over EP and DP, one process's" {
+    local bias=("${moecap[@]}" --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+                --moe-router-bias-update-rate 1e-2)
+    ep_equivalent ep2bias 4 bias --expert-model-parallel-size 2
+}
+
+@test "a checkpoint saved at EP=4 resumes at EP=1 and EP=2 with the uninterrupted run's losses" {
+    # uninterrupted: 20 iterations in one process
+    "$MC_TRAIN" "${moe[@]}" --log-json full.jsonl >/dev/null 2>&1
+    run --separate-stderr mpi 4 "${moe[@]}" --expert-model-parallel-size 4 --exit-interval 10 \
+        --save ck --save-interval 10
+    assert_success
+    assert_output "ck/iter_0000010"
+    run --separate-stderr "$MC_TRAIN" "${moe[@]}" --load ck --log-json r1.jsonl
+    assert_success
+    run --separate-stderr mpi 2 "${moe[@]}" --expert-model-parallel-size 2 --load ck \
+        --log-json r2.jsonl
+    assert_success
+    # iterations 11 to 20 of each resume against the uninterrupted run
+    for r in r1 r2; do
+        paste <(losses full.jsonl | tail -n 10) <(losses $r.jsonl) | awk -v r=$r '
+            NF != 2 { bad = 1 }
+            { d = $1 - $2; if (d < 0) d = -d; d /= $1; if (d > m) m = d; if (d > 1e-6) bad = 1; n++ }
+            END { printf "# %s: %d losses, max relative difference %.3g\n", r, n, m > "/dev/fd/3";
+                  exit (bad || n != 10) }'
+    done
+}
+
+@test "bad expert parallelism, one line before any work: experts not divisible, ETP, world, no experts" {
+    run --separate-stderr mpi 2 "${moe[@]}" --num-experts 3 --expert-model-parallel-size 2
+    assert_failure 2
+    [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
+    [[ "$stderr" == *"--num-experts 3 is not divisible by --expert-model-parallel-size 2"* ]]
+    run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-tensor-parallel-size 2
+    assert_failure 2
+    [[ "$stderr" == *"--expert-tensor-parallel-size 2: tensor parallelism inside the experts is not implemented"* ]]
+    run --separate-stderr "$MC_TRAIN" "${moe[@]}" --moe-token-dispatcher-type flex
+    assert_failure 2
+    [[ "$stderr" == *"--moe-token-dispatcher-type"*"flex"* ]]
+    run --separate-stderr "$MC_TRAIN" --model tiny-llama --mock-data --vocab-size 64 \
+        --train-iters 2 --lr 1e-3 --expert-model-parallel-size 2
+    assert_failure 2
+    [[ "$stderr" == *"--expert-model-parallel-size 2 needs --num-experts"* ]]
+    # the world must be a multiple of TP x PP x CP x EP: a grid error (exit 1,
+    # as for TP, PP and CP: parallel_comm.bats), printed once
+    run --separate-stderr mpi 3 "${moe[@]}" --expert-model-parallel-size 2
+    assert_failure 1
+    [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
+    [[ "$stderr" == *"3 ranks do not divide into tensor-parallel 1 x pipeline-parallel 1 x context-parallel 1 x expert-parallel 2 = 2 ranks"* ]]
+    run --separate-stderr mpi 2 "${moe[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer
+    assert_failure 2
+    [[ "$stderr" == *"--use-distributed-optimizer is not implemented yet"* ]]
+    # one process cannot hold two EP ranks
+    run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-model-parallel-size 2
+    assert_failure
+    [[ "$stderr" == *"--expert-model-parallel-size 2 needs a multiple of 2 ranks"* ]]
+}
