@@ -412,7 +412,8 @@ mc_status mc_alltoallv(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
         return MC_OK;
     }
     if (mc_nccl_wanted(be))
-        return mc_error_set(err, MC_ERR_USAGE, "all-to-all on the %s: device memory is not "
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "all-to-all on the %s: device memory is not "
                             "supported (the MoE dispatch runs on the CPU backend)",
                             mc_group_name(k));
     int *v = malloc(4 * (size_t)P * sizeof *v);

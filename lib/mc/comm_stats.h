@@ -45,7 +45,7 @@ typedef enum mc_coll_kind {
     MC_COLL_REDUCE_SCATTER,
     MC_COLL_BROADCAST,
     MC_COLL_SENDRECV,
-    MC_COLL_SCALAR, /* host doubles: mc_allreduce_sum_f64 */
+    MC_COLL_SCALAR,   /* host doubles: mc_allreduce_sum_f64 */
     MC_COLL_ALLTOALL, /* mc_alltoallv: the MoE token dispatch */
     MC_COLL_COUNT
 } mc_coll_kind;

@@ -61,10 +61,7 @@ size_t mc_moe_rows_max(const mc_model *m)
 
 /* The rows this rank's experts may receive: its own permuted rows (one
  * process), or under expert parallelism every EP rank's rows at most. */
-size_t mc_moe_expert_rows_max(const mc_model *m)
-{
-    return (size_t)m->grid.ep * mc_moe_rows_max(m);
-}
+size_t mc_moe_expert_rows_max(const mc_model *m) { return (size_t)m->grid.ep * mc_moe_rows_max(m); }
 
 void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a)
 {
@@ -165,8 +162,8 @@ static mc_status ep_exchange(mc_model *m, const mc_moe_acts *A, const float *in,
     }
     mc_status st = to_experts ? mc_alltoallv(&m->grid, MC_GROUP_EP, m->be, in, mine, mdispl, out,
                                              theirs, tdispl, err)
-                              : mc_alltoallv(&m->grid, MC_GROUP_EP, m->be, in, theirs, tdispl,
-                                             out, mine, mdispl, err);
+                              : mc_alltoallv(&m->grid, MC_GROUP_EP, m->be, in, theirs, tdispl, out,
+                                             mine, mdispl, err);
     free(v);
     return st;
 }
@@ -275,8 +272,8 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         size_t ep = (size_t)m->grid.ep, El = E / ep, G = ep * N, lo;
         int64_t lrows[MC_MOE_MAX_EXPERTS];
         /* int32 choices moved as 4-byte floats: MPI copies the bits */
-        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, (const float *)use, (float *)m->moe_gidx,
-                         N * K, err));
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, (const float *)use, (float *)m->moe_gidx, N * K,
+                         err));
         TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, A->probs, A->gprobs, N * K, err));
         TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, h, m->moe_a2a, N * C, err));
         size_t gblock = block * ep; /* each rank's tokens padded to its capacity */

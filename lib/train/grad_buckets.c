@@ -14,9 +14,9 @@
 #include <stdlib.h>
 
 typedef struct bucket {
-    size_t lo, hi;   /* elements [lo, hi) of the gradient buffer */
+    size_t lo, hi;       /* elements [lo, hi) of the gradient buffer */
     mc_group_kind group; /* MC_GROUP_DP_CP, or MC_GROUP_EDP for experts' gradients */
-    mc_request *req; /* in flight (NULL: done, or nothing to do) */
+    mc_request *req;     /* in flight (NULL: done, or nothing to do) */
     int started;
 } bucket;
 

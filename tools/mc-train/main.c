@@ -524,9 +524,9 @@ typedef struct args {
     int use_ckpt_args; /* --use-checkpoint-args: the base is --load's config */
     mc_model_config m; /* values of the flags in `set` */
     unsigned set;
-    uint32_t moe_set; /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
-    int64_t ep;       /* --expert-model-parallel-size */
-    int64_t etp;      /* --expert-tensor-parallel-size (1 only) */
+    uint32_t moe_set;         /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
+    int64_t ep;               /* --expert-model-parallel-size */
+    int64_t etp;              /* --expert-tensor-parallel-size (1 only) */
     int dispatcher_allgather; /* --moe-token-dispatcher-type allgather */
     int gqa;
     int have_tokenizer;
@@ -546,7 +546,7 @@ typedef struct args {
     int64_t pp_first, pp_last; /* --decoder-first/last-pipeline-num-layers (0: even) */
     int64_t vpp;               /* --num-layers-per-virtual-pipeline-stage (0: none) */
     int sequence_parallel;
-    int cp_comm_type;    /* --cp-comm-type: MC_CP_P2P or MC_CP_A2A */
+    int cp_comm_type; /* --cp-comm-type: MC_CP_P2P or MC_CP_A2A */
     /* --recompute-*: mc_model_config's recompute fields */
     int recompute_granularity, recompute_method, recompute_num_layers;
     unsigned recompute_modules;
