@@ -211,8 +211,10 @@ print(sum(v.size for v in f["model"].values()))' ck/iter_0000000/model.h5)
     [[ "$stderr" == *"expected ',' or ']'"* ]]
     bad --num-experts 4 --moe-router-score-function relu
     [[ "$stderr" == *"--moe-router-score-function"* ]]
-    bad --num-experts 4 --expert-model-parallel-size 2
-    [[ "$stderr" == *"--expert-model-parallel-size 2: expert parallelism is not implemented yet"* ]]
+    bad --num-experts 6 --expert-model-parallel-size 4
+    [[ "$stderr" == *"--num-experts 6 is not divisible by --expert-model-parallel-size 4"* ]]
+    bad --num-experts 4 --expert-tensor-parallel-size 2
+    [[ "$stderr" == *"--expert-tensor-parallel-size 2: tensor parallelism inside the experts is not implemented"* ]]
     bad --moe-router-topk 2
     [[ "$stderr" == *"the --moe-* options need --num-experts"* ]]
     bad --num-experts 4 --moe-router-enable-expert-bias
