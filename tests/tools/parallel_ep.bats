@@ -150,3 +150,32 @@ ep_equivalent() {
     assert_failure
     [[ "$stderr" == *"--expert-model-parallel-size 2 needs a multiple of 2 ranks"* ]]
 }
+
+@test "dry-run under EP: each rank holds E / EP experts, the same total and active parameters, the run's activations" {
+    local p1 p2
+    p1=$("$MC_TRAIN" "${moe[@]}" --dry-run | grep -o 'parameters: [0-9]* elements' | grep -o '[0-9]*')
+    p2=$("$MC_TRAIN" "${moe[@]}" --expert-model-parallel-size 2 --dry-run --world-size 2 |
+         grep -o 'parameters: [0-9]* elements' | grep -o '[0-9]*')
+    # 2 MoE layers x 4 experts x (fc1 64 x 64 + fc2 64 x 32): half of them on each rank
+    [ "$((p1 - p2))" -eq $((2 * 2 * (64 * 64 + 64 * 32))) ]
+    run -0 "$MC_TRAIN" "${moe[@]}" --expert-model-parallel-size 2 --dry-run --world-size 4
+    assert_line --partial "data 4 (expert 2 x expert-data 2)"
+    assert_line --partial "model: 82752 parameters (58176 active per token"
+    local planned
+    planned=$(grep -o 'activations: [0-9]* bytes' <<<"$output" | head -1 | grep -o '[0-9]*')
+    for d in alltoall allgather; do
+        run -0 --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-model-parallel-size 2 \
+            --moe-token-dispatcher-type $d --dry-run --world-size 4
+        planned=$(grep -o 'activations: [0-9]* bytes' <<<"$output" | head -1 | grep -o '[0-9]*')
+        run --separate-stderr mpi 4 "${moe[@]}" --expert-model-parallel-size 2 \
+            --moe-token-dispatcher-type $d --train-iters 2 --lr-warmup-iters 1
+        assert_success
+        local got
+        got=$(grep -o 'activations (stage 0): [0-9]* bytes' <<<"$stderr" | grep -o '[0-9]* bytes' | grep -o '[0-9]*')
+        echo "# $d: activations planned $planned, allocated $got" >&3
+        [ -n "$got" ] && [ "$got" -eq "$planned" ]
+    done
+    # the plan refuses what the run refuses
+    run -2 "$MC_TRAIN" "${moe[@]}" --expert-model-parallel-size 2 --dry-run --world-size 3
+    [[ "$output" == *"3 ranks do not divide into tensor-parallel 1 x pipeline-parallel 1 x context-parallel 1 x expert-parallel 2"* ]]
+}

@@ -1323,11 +1323,11 @@ static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
     int32_t eod;
     mc_status st = vocabulary(a, mcfg, &eod, err);
     if (st) return st;
-    int64_t world = a->world_size ? a->world_size : a->tp * a->pp * a->cp;
+    int64_t world = a->world_size ? a->world_size : a->tp * a->pp * a->cp * a->ep;
     mc_plan plan;
-    st = mc_plan_compute_cp(mcfg, (int)world, (int)a->tp, (int)a->pp, (int)a->cp,
-                            a->t.micro_batch_size, a->t.global_batch_size,
-                            a->t.use_distributed_optimizer, &plan, err);
+    st = mc_plan_compute_grid(mcfg, (int)world, (int)a->tp, (int)a->pp, (int)a->cp, (int)a->ep,
+                              a->t.micro_batch_size, a->t.global_batch_size,
+                              a->t.use_distributed_optimizer, &plan, err);
     if (st) return st;
     mc_plan_print(&plan, print_stdout, NULL);
     mc_plan_free(&plan);
