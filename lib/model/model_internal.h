@@ -201,8 +201,9 @@ struct mc_model {
     int32_t *moe_counts;
     int64_t *moe_rows_host;
     double *moe_lb_layer, *moe_z_layer; /* host [num_layers] each, by global layer */
-    /* --moe-router-enable-expert-bias: host [num_layers, E], the tokens each
-     * expert received in this iteration's training forwards (NULL until) */
+    /* host [2, num_layers, E]: the tokens each expert received in this
+     * iteration's training forwards, then the last iteration's summed over
+     * data parallelism (NULL until the first) */
     double *moe_tpe;
 };
 

@@ -326,10 +326,11 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     /* Megatron computes the balancing losses in training only */
     A->train = sl->train;
     A->grad_scale = sl->grad_scale;
-    if (sl->train && lp->expert_bias >= 0) {
-        /* the tokens each expert received, for the iteration's bias update */
+    if (sl->train) {
+        /* the tokens each expert received, for the iteration's bias update
+         * and the log (mc_model_moe_tokens_per_expert) */
         if (!m->moe_tpe) {
-            m->moe_tpe = calloc((size_t)c->num_layers * E, sizeof *m->moe_tpe);
+            m->moe_tpe = calloc(2 * (size_t)c->num_layers * E, sizeof *m->moe_tpe);
             if (!m->moe_tpe) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
         }
         /* with padding Megatron counts the padded rows too (its routing map) */
@@ -460,16 +461,21 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
 mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
-    if (!c->moe_router_enable_expert_bias || c->num_experts <= 0) return MC_OK;
+    if (c->num_experts <= 0) return MC_OK;
     size_t E = (size_t)c->num_experts, L = (size_t)c->num_layers;
     if (!m->moe_tpe) {
-        m->moe_tpe = calloc(L * E, sizeof *m->moe_tpe);
+        m->moe_tpe = calloc(2 * L * E, sizeof *m->moe_tpe);
         if (!m->moe_tpe) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
     }
     /* every data-parallel rank's tokens (tensor-parallel ranks saw the same
      * ones: the experts are replicated) */
     mc_status st = mc_allreduce_sum_f64(&m->grid, MC_GROUP_DP, m->moe_tpe, L * E, err);
     if (st) return st;
+    memcpy(m->moe_tpe + L * E, m->moe_tpe, L * E * sizeof *m->moe_tpe);
+    if (!c->moe_router_enable_expert_bias) {
+        memset(m->moe_tpe, 0, L * E * sizeof *m->moe_tpe);
+        return MC_OK;
+    }
     float tokens[MC_MOE_MAX_EXPERTS];
     for (size_t l = 0; l < L; l++) {
         int b = m->lp[l].expert_bias;
@@ -481,6 +487,11 @@ mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
     }
     memset(m->moe_tpe, 0, L * E * sizeof *m->moe_tpe);
     return MC_OK;
+}
+
+const double *mc_model_moe_tokens_per_expert(const mc_model *m)
+{
+    return m->moe_tpe ? m->moe_tpe + (size_t)m->cfg.num_layers * (size_t)m->cfg.num_experts : NULL;
 }
 
 void mc_model_moe_losses(mc_model *m, double *load_balancing, double *z)

@@ -179,3 +179,33 @@ ep_equivalent() {
     run -2 "$MC_TRAIN" "${moe[@]}" --expert-model-parallel-size 2 --dry-run --world-size 3
     [[ "$output" == *"3 ranks do not divide into tensor-parallel 1 x pipeline-parallel 1 x context-parallel 1 x expert-parallel 2"* ]]
 }
+
+# tokens LOG: "step layer expert count" lines of the tokens per expert in a
+# --log-json file (--moe-per-layer-logging).
+tokens() {
+    grep -o '"step": [0-9]*\|"moe/tokens_per_expert_layer_[0-9]*_expert_[0-9]*": [0-9.e+]*' "$1" |
+        awk '/step/ { s = $2; next } { split($1, w, "_"); printf "%s %d %d %s\n", s, w[5], w[7] + 0, $2 }'
+}
+
+@test "tokens per expert (--moe-per-layer-logging): summed over EP, DP and PP, one process's counts, tokens x top-k minus the dropped" {
+    local t=(--moe-per-layer-logging --log-interval 1 --train-iters 4)
+    # without dropping: 4 sequences x 16 tokens x top-2 per layer and iteration
+    "$MC_TRAIN" "${moe[@]}" "${t[@]}" --log-json one.jsonl >/dev/null 2>&1
+    tokens one.jsonl > one.txt
+    [ "$(wc -l < one.txt)" -eq $((4 * 2 * 4)) ]
+    awk '{ s[$1 " " $2] += $4 } END { for (k in s) if (s[k] != 128) exit 1 }' one.txt
+    run --separate-stderr mpi 4 "${moe[@]}" "${t[@]}" --expert-model-parallel-size 2 --log-json ep.jsonl
+    assert_success
+    tokens ep.jsonl > ep.txt
+    diff one.txt ep.txt
+    # with a capacity factor: fewer (the dropped), the same as one process's
+    "$MC_TRAIN" "${moecap[@]}" "${t[@]}" --log-json onecap.jsonl >/dev/null 2>&1
+    tokens onecap.jsonl > onecap.txt
+    awk '{ s[$1 " " $2] += $4 } END { for (k in s) { if (s[k] > 128) exit 1; if (s[k] < 128) d = 1 } exit !d }' onecap.txt
+    run --separate-stderr mpi 4 "${moecap[@]}" "${t[@]}" --expert-model-parallel-size 2 \
+        --pipeline-model-parallel-size 2 --log-json eppp.jsonl
+    assert_success
+    tokens eppp.jsonl > eppp.txt
+    [ "$(wc -l < eppp.txt)" -eq $((4 * 2 * 4)) ]
+    diff onecap.txt eppp.txt
+}
