@@ -237,6 +237,7 @@ void mc_optim_destroy(mc_optim *o)
     if (o->m) mc_bfree(o->be, o->m);
     if (o->v) mc_bfree(o->be, o->v);
     if (o->scratch) mc_bfree(o->be, o->scratch);
+    free(o->dense);
     free(o->pieces);
     free(o->spans);
     free(o);

@@ -311,10 +311,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
                             "--dry-run: %d ranks do not divide into tensor-parallel %d x "
                             "pipeline-parallel %d x context-parallel %d x expert-parallel %d",
                             world, tp, pp, cp, ep);
-    if (ep > 1 && distributed_optimizer)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--dry-run: the distributed optimizer under expert parallelism is not "
-                            "implemented yet");
+
     if (world < 1 || tp < 1 || pp < 1 || cp < 1 || micro_batch < 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--dry-run: world %d, tensor %d, pipeline %d and micro-batch %lld "
@@ -370,7 +367,9 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
         }
         stage_params(&c, tp, pp, ep, r, s);
         s->param_bytes = s->grad_bytes = (double)s->numel * 4;
-        double mom = distributed_optimizer ? (double)((s->numel + dpc - 1) / dpc + 1)
+        /* distopt.c: the shard is over the expert-data-parallel group under EP */
+        int shard = ep > 1 ? dp / ep : dpc;
+        double mom = distributed_optimizer ? (double)((s->numel + shard - 1) / shard + 1)
                                            : (double)s->params;
         s->optim_bytes = 2 * mom * 4;
         int64_t slots = pp - r < out->num_micro ? pp - r : out->num_micro;
@@ -450,7 +449,18 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             s->dp_wire = 2.0 * (dpc - 1) / dpc * gbytes;
         }
         int edp = dp / ep;
-        if (ep > 1 && edp > 1 && s->numel_expert > 0) {
+        if (ep > 1 && distributed_optimizer) {
+            /* distopt.c: the dense gradients all-reduced over EP, then the
+             * whole buffer reduce-scattered over EDP and the parameters
+             * all-gathered there */
+            double gbytes = (double)s->numel * 4;
+            s->dp_calls = 0, s->dp_bytes = s->dp_wire = 0;
+            if (edp > 1) {
+                s->edp_calls = 2;
+                s->edp_bytes = 2 * gbytes;
+                s->edp_wire = 2.0 * (edp - 1) / edp * gbytes;
+            }
+        } else if (ep > 1 && edp > 1 && s->numel_expert > 0) {
             double gbytes = (double)s->numel_expert * 4;
             s->edp_calls = 1;
             s->edp_bytes = gbytes;
@@ -465,6 +475,14 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             s->ep_calls = (int64_t)(M * nmoe * calls);
             s->ep_bytes = M * nmoe * bytes;
             s->ep_wire = M * nmoe * wire;
+            if (distributed_optimizer) {
+                /* the dense gradients' all-reduce over EP, one call per run
+                 * of dense parameters in the buffer */
+                double d = (double)(s->numel - s->numel_expert) * 4;
+                s->ep_calls += nmoe + 1;
+                s->ep_bytes += d;
+                s->ep_wire += 2.0 * (ep - 1) / ep * d;
+            }
         }
         if (pp > 1) {
             double act = Nl * C * 4;
@@ -541,7 +559,9 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
              mib(s->grad_bytes));
         line(print, ctx, "  optimizer: %.0f bytes (%.1f MiB: Adam m and v in fp32%s)",
              s->optim_bytes, mib(s->optim_bytes),
-             p->distributed_optimizer ? ", sharded over data-parallel ranks" : "");
+             !p->distributed_optimizer ? ""
+             : p->ep > 1               ? ", sharded over expert-data-parallel ranks"
+                                       : ", sharded over data-parallel ranks");
         line(print, ctx,
              "  activations: %.0f bytes (%.1f MiB) = %d micro-batch%s in flight x %.0f kept + "
              "%.0f recomputation workspace + %.0f scratch + %.0f pipeline buffer; recomputation "
@@ -576,10 +596,12 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
                  s->ep_bytes, s->ep_wire, (long long)s->ep_calls,
                  p->moe_allgather ? "allgather dispatcher: all-gathers and reduce-scatters"
                                   : "all-to-all of the routed rows, balanced routing");
-            line(print, ctx,
-                 "    expert-data-parallel group: %.0f / %.0f bytes, %lld calls (all-reduce of "
-                 "the experts' gradients)",
-                 s->edp_bytes, s->edp_wire, (long long)s->edp_calls);
+            line(print, ctx, "    expert-data-parallel group: %.0f / %.0f bytes, %lld calls (%s)",
+                 s->edp_bytes, s->edp_wire, (long long)s->edp_calls,
+                 p->distributed_optimizer
+                     ? "the distributed optimizer: reduce-scatter of every gradient (the dense "
+                       "ones summed over EP first) + all-gather of the parameters"
+                     : "all-reduce of the experts' gradients");
         }
     }
 }

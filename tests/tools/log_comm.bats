@@ -139,6 +139,12 @@ same() {
     same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}"
     FIELDS="bytes wire" same edp expert-data-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}"
     FIELDS="bytes wire" same dp data-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}"
+    # the distributed optimizer: the dense gradients all-reduced over EP, then
+    # everything reduce-scattered and gathered over the expert-data-parallel group
+    mpi 4 "${args[@]}" "${moe[@]}" "${pad[@]}" --use-distributed-optimizer --log-comm
+    grep '^ comm' err.txt | tail -1 | grep -q 'ep all-reduce: .* ep all-to-all: .* edp all-gather: .* edp reduce-scatter: '
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" --use-distributed-optimizer
+    same edp expert-data-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" --use-distributed-optimizer
     # the allgather dispatcher moves the same bytes whatever the routing
     mpi 4 "${args[@]}" "${moe[@]}" --moe-token-dispatcher-type allgather --log-comm
     grep '^ comm' err.txt | tail -1 | grep -q 'ep all-gather: .* ep reduce-scatter: '

@@ -7,7 +7,8 @@
 # process's losses and load-balancing losses within 1e-6 relative and its
 # final weights within 1e-6 (mpi_common.bash's same_weights), with and
 # without a capacity factor (the same tokens dropped), for EP=2, EP=4,
-# EP=2 x DP=2, EP=2 x TP=2 and EP=2 x PP=2 (1F1B and interleaved); a
+# EP=2 x DP=2 (plain and distributed optimizer), EP=2 x TP=2 and EP=2 x
+# PP=2 (1F1B and interleaved); a
 # checkpoint saved at EP=4 resumes at EP=1 and EP=2 with the uninterrupted
 # run's losses; and the bad inputs, each one line before any work.
 
@@ -81,6 +82,12 @@ ep_equivalent() {
     ep_equivalent ep2dp2cap 4 moecap --expert-model-parallel-size 2 --moe-token-dispatcher-type allgather
 }
 
+@test "EP=2 x DP=2 with the distributed optimizer (sharded over the expert-data-parallel group): one process" {
+    ep_equivalent ep2dp2do 4 moe --expert-model-parallel-size 2 --use-distributed-optimizer
+    ep_equivalent ep2dp2doag 4 moecap --expert-model-parallel-size 2 --use-distributed-optimizer \
+        --overlap-param-gather --moe-token-dispatcher-type allgather
+}
+
 @test "EP=2 x TP=2 (experts replicated over TP): one process, both dispatchers" {
     ep_equivalent ep2tp2 4 moe --expert-model-parallel-size 2 --tensor-model-parallel-size 2
     ep_equivalent ep2tp2ag 4 moe --expert-model-parallel-size 2 --tensor-model-parallel-size 2 \
@@ -99,7 +106,7 @@ ep_equivalent() {
     ep_equivalent ep2bias 4 bias --expert-model-parallel-size 2
 }
 
-@test "a checkpoint saved at EP=4 resumes at EP=1 and EP=2 with the uninterrupted run's losses" {
+@test "a checkpoint saved at EP=4 resumes at EP=1 and EP=2, one of EP=2 x DP=2 with the distributed optimizer at EP=1: the uninterrupted run's losses" {
     # uninterrupted: 20 iterations in one process
     "$MC_TRAIN" "${moe[@]}" --log-json full.jsonl >/dev/null 2>&1
     run --separate-stderr mpi 4 "${moe[@]}" --expert-model-parallel-size 4 --exit-interval 10 \
@@ -111,8 +118,14 @@ ep_equivalent() {
     run --separate-stderr mpi 2 "${moe[@]}" --expert-model-parallel-size 2 --load ck \
         --log-json r2.jsonl
     assert_success
+    # the distributed optimizer's moments, gathered over the expert-data-parallel group
+    run --separate-stderr mpi 4 "${moe[@]}" --expert-model-parallel-size 2 --exit-interval 10 \
+        --use-distributed-optimizer --save ckd --save-interval 10
+    assert_success
+    run --separate-stderr "$MC_TRAIN" "${moe[@]}" --load ckd --log-json r3.jsonl
+    assert_success
     # iterations 11 to 20 of each resume against the uninterrupted run
-    for r in r1 r2; do
+    for r in r1 r2 r3; do
         paste <(losses full.jsonl | tail -n 10) <(losses $r.jsonl) | awk -v r=$r '
             NF != 2 { bad = 1 }
             { d = $1 - $2; if (d < 0) d = -d; d /= $1; if (d > m) m = d; if (d > 1e-6) bad = 1; n++ }
@@ -142,9 +155,9 @@ ep_equivalent() {
     assert_failure 1
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
     [[ "$stderr" == *"3 ranks do not divide into tensor-parallel 1 x pipeline-parallel 1 x context-parallel 1 x expert-parallel 2 = 2 ranks"* ]]
-    run --separate-stderr mpi 2 "${moe[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer
+    run --separate-stderr mpi 4 "${moe[@]}" --expert-model-parallel-size 2 --context-parallel-size 2
     assert_failure 2
-    [[ "$stderr" == *"--use-distributed-optimizer is not implemented yet"* ]]
+    [[ "$stderr" == *"MoE under context parallelism is not implemented"* ]]
     # one process cannot hold two EP ranks
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-model-parallel-size 2
     assert_failure

@@ -1158,11 +1158,6 @@ static mc_status check_args(args *a, mc_error *err)
                             "--context-parallel-size %" PRId64 " with --device cuda: context "
                             "parallelism runs on the CPU backend only",
                             a->cp);
-    if (a->ep > 1 && t->use_distributed_optimizer)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--expert-model-parallel-size %" PRId64
-                            " with --use-distributed-optimizer is not implemented yet",
-                            a->ep);
     if (a->ep > 1 && a->cp > 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--expert-model-parallel-size %" PRId64
