@@ -40,6 +40,7 @@ typedef struct mc_moe_acts {
     int32_t *gperm;      /* allgather dispatcher: [ep N, K] the permutation of every EP
                           * rank's tokens */
     float *gprobs;       /* allgather dispatcher: [ep N, K] their probabilities */
+    float *lprobs;       /* sequence parallelism: [Nl, K] this rank's tokens' probabilities */
     float *sfc1, *sact;  /* [N, shared fc1], [N, shared F]: the shared experts' */
     int64_t *rows;       /* host [E]: the rows each expert received from this rank */
     int64_t *xrows;      /* host [ep, E / ep] (expert parallelism): the rows this rank's
@@ -198,6 +199,8 @@ struct mc_model {
     float *moe_a2a;               /* expert parallelism: [Rx, C] the all-to-all's staging */
     int32_t *moe_gidx;            /* allgather dispatcher: [ep N K] the gathered choices */
     float *moe_gdprobs;           /* allgather dispatcher: [ep N K] d probs of every rank's */
+    float *moe_sp;                /* sequence parallelism: [2 N E] rows and staging */
+    float *moe_gsp;               /* sequence parallelism: one layer's MoE gradients */
     int32_t *moe_counts;
     int64_t *moe_rows_host;
     double *moe_lb_layer, *moe_z_layer; /* host [num_layers] each, by global layer */

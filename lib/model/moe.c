@@ -63,6 +63,8 @@ size_t mc_moe_rows_max(const mc_model *m)
  * process), or under expert parallelism every EP rank's rows at most. */
 size_t mc_moe_expert_rows_max(const mc_model *m) { return (size_t)m->grid.ep * mc_moe_rows_max(m); }
 
+static size_t moe_grad_span_max(const mc_model *m);
+
 void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a)
 {
     const mc_model_config *c = &m->cfg;
@@ -82,6 +84,7 @@ void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a)
     (void)R;
     int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
     x->gperm = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    x->lprobs = m->sp ? carve(cv, N * K) : NULL;
     x->gprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
     size_t S = (size_t)c->moe_shared_expert_intermediate_size;
     x->sfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
@@ -107,6 +110,10 @@ void mc_moe_layout_scratch(mc_model *m, carver *cv)
     int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
     m->moe_gidx = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
     m->moe_gdprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    /* sequence parallelism: [N, E] rows plus the gather's staging, and one
+     * layer's MoE gradients */
+    m->moe_sp = m->sp ? carve(cv, 2 * N * E) : NULL;
+    m->moe_gsp = m->sp ? carve(cv, moe_grad_span_max(m)) : NULL;
 }
 
 /* ------------------------------------------------------------ expert parallelism
@@ -199,6 +206,75 @@ static size_t ag_range(const mc_model *m, const mc_moe_acts *A, size_t *lo, int6
     return R;
 }
 
+/* ------------------------------------------------------------ sequence parallelism
+ *
+ * Each tensor-parallel rank holds Tl = T / tp positions of every sequence
+ * ([B, Tl] rows, model.c) and runs the experts on those; the router's
+ * logits are gathered so that every rank routes, drops and computes the
+ * balancing losses over the whole micro-batch as one process does. */
+
+/* full [B T, w] (sequence order) from every rank's [B Tl, w] (src, staged
+ * through m->moe_sp's tail). */
+static mc_status sp_gather(mc_model *m, float *full, const float *local, size_t w, mc_error *err)
+{
+    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, n = m->Nl * w;
+    int tp = m->grid.tp;
+    float *stage = m->moe_sp + m->N * w;
+    TRY(mc_allgather(&m->grid, MC_GROUP_TP, m->be, local, stage, n, err));
+    for (int q = 0; q < tp; q++)
+        for (size_t b = 0; b < B; b++)
+            mc_bcopy(m->be, full + (b * T + (size_t)q * Tl) * w,
+                     stage + ((size_t)q * B + b) * Tl * w, Tl * w * sizeof(float));
+    return MC_OK;
+}
+
+/* This rank's rows [B Tl, w] of full [B T, w] (4-byte elements), and back. */
+static void sp_local(mc_model *m, void *local, const void *full, size_t w)
+{
+    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, r = (size_t)m->grid.tp_rank;
+    for (size_t b = 0; b < B; b++)
+        mc_bcopy(m->be, (float *)local + b * Tl * w, (const float *)full + (b * T + r * Tl) * w,
+                 Tl * w * sizeof(float));
+}
+
+static void sp_unlocal(mc_model *m, void *full, const void *local, size_t w)
+{
+    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, r = (size_t)m->grid.tp_rank;
+    for (size_t b = 0; b < B; b++)
+        mc_bcopy(m->be, (float *)full + (b * T + r * Tl) * w, (const float *)local + b * Tl * w,
+                 Tl * w * sizeof(float));
+}
+
+/* The block of the buffer from layer l's router to its last MoE
+ * parameter (*g0, *gn elements). */
+static void moe_grad_span(const mc_model *m, const mc_layer_params *lp, size_t *g0, size_t *gn)
+{
+    int ids[] = {lp->router_w, lp->router_b, lp->expert_bias, lp->efc1_w, lp->efc1_b,
+                 lp->efc2_w,   lp->efc2_b,   lp->sfc1_w,      lp->sfc2_w};
+    size_t lo = SIZE_MAX, hi = 0;
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        if (ids[i] < 0) continue;
+        const mc_param *p = &m->params[ids[i]];
+        if (p->offset < lo) lo = p->offset;
+        if (p->offset + p->numel > hi) hi = p->offset + p->numel;
+    }
+    *g0 = lo;
+    *gn = hi > lo ? hi - lo : 0;
+}
+
+/* The largest such block over the model's MoE layers. */
+static size_t moe_grad_span_max(const mc_model *m)
+{
+    size_t mx = 0;
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        if (!m->lp[l].moe || m->lp[l].router_w < 0) continue;
+        size_t g0, gn;
+        moe_grad_span(m, &m->lp[l], &g0, &gn);
+        if (gn > mx) mx = gn;
+    }
+    return mx;
+}
+
 /* The activation of the experts (SwiGLU or GELU) on n rows of width F. */
 static void act_fwd(mc_model *m, float *out, const float *in, size_t n, size_t F)
 {
@@ -237,22 +313,36 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     const mc_layer_params *lp = &m->lp[l];
     mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
     mc_backend *be = m->be;
-    size_t N = m->N, C = m->C, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk;
+    /* Nt: the micro-batch's tokens, routed alike on every rank of the
+     * tensor-parallel group; N: this rank's, which the experts run (its
+     * sequence-parallel rows, or all of them) */
+    size_t Nt = m->N, N = m->sp ? m->Nl : m->N, C = m->C, E = (size_t)c->num_experts;
+    size_t K = (size_t)c->moe_router_topk;
     size_t F = (size_t)c->moe_ffn_hidden_size, fc1 = fc1_width(c);
     mc_moe_route r = route_of(c);
 
-    /* the router, in fp32 (Megatron's --moe-router-dtype fp32) */
-    mc_k_linear_fwd(be, MC_PREC_FP32, A->logits, h, param_val(m, lp->router_w), NULL,
-                    param_val(m, lp->router_b), N, C, E, 0.0f);
-    mc_k_moe_route_fwd(be, A->probs, A->idx, A->logits, param_val(m, lp->expert_bias), N, E, &r);
+    /* the router, in fp32 (Megatron's --moe-router-dtype fp32); with
+     * sequence parallelism each rank's rows, gathered */
+    mc_k_linear_fwd(be, MC_PREC_FP32, m->sp ? m->moe_sp : A->logits, h, param_val(m, lp->router_w),
+                    NULL, param_val(m, lp->router_b), N, C, E, 0.0f);
+    if (m->sp) TRY(sp_gather(m, A->logits, m->moe_sp, E, err));
+    mc_k_moe_route_fwd(be, A->probs, A->idx, A->logits, param_val(m, lp->expert_bias), Nt, E, &r);
     /* expert capacity: the choices over it dropped (their probabilities
      * still normalize the others, as Megatron's masked probs do) */
     const int32_t *use = A->idx;
+    const float *P = A->probs;
     size_t cap = capacity_of(m), block = pad_block(m);
     if (cap) {
-        mc_k_moe_capacity_drop(be, A->kept, A->idx, A->probs, N, E, K, cap,
+        mc_k_moe_capacity_drop(be, A->kept, A->idx, A->probs, Nt, E, K, cap,
                                c->moe_token_drop_position);
         use = A->kept;
+    }
+    if (m->sp) {
+        /* this rank's tokens' choices and probabilities */
+        sp_local(m, m->moe_sp, (const float *)use, K);
+        sp_local(m, A->lprobs, A->probs, K);
+        use = (const int32_t *)m->moe_sp;
+        P = A->lprobs;
     }
     mc_k_moe_permute_map(be, A->perm, m->moe_counts, use, N, E, K, block);
     int32_t counts[MC_MOE_MAX_EXPERTS];
@@ -267,14 +357,14 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         act_fwd(m, A->act, A->fc1, R, F);
         mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w),
                                 param_val(m, lp->efc2_b), A->rows, E, F, C);
-        mc_k_moe_unpermute(be, y, A->yp, A->probs, A->perm, N, K, C);
+        mc_k_moe_unpermute(be, y, A->yp, P, A->perm, N, K, C);
     } else if (c->moe_token_dispatcher_allgather) {
         size_t ep = (size_t)m->grid.ep, El = E / ep, G = ep * N, lo;
         int64_t lrows[MC_MOE_MAX_EXPERTS];
         /* int32 choices moved as 4-byte floats: MPI copies the bits */
         TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, (const float *)use, (float *)m->moe_gidx, N * K,
                          err));
-        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, A->probs, A->gprobs, N * K, err));
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, P, A->gprobs, N * K, err));
         TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, h, m->moe_a2a, N * C, err));
         size_t gblock = block * ep; /* each rank's tokens padded to its capacity */
         mc_k_moe_permute_map(be, A->gperm, m->moe_counts, m->moe_gidx, G, E, K, gblock);
@@ -312,7 +402,7 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         TRY(ep_exchange(m, A, m->moe_a2a, A->yp, 0, err));
     }
     if (m->grid.ep > 1 && !c->moe_token_dispatcher_allgather)
-        mc_k_moe_unpermute(be, y, A->yp, A->probs, A->perm, N, K, C);
+        mc_k_moe_unpermute(be, y, A->yp, P, A->perm, N, K, C);
     if (lp->sfc1_w >= 0) {
         /* the shared experts on every token, added (Megatron's MoELayer) */
         size_t S = (size_t)c->moe_shared_expert_intermediate_size;
@@ -348,7 +438,7 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
             m->moe_lb_layer[l] += mc_k_moe_aux_loss(be, NULL, A->logits, G, T, E, K,
                                                     c->moe_router_score_sigmoid, 0.0f);
         if (c->moe_z_loss_coeff > 0)
-            m->moe_z_layer[l] += mc_k_moe_z_loss(be, NULL, A->logits, N, E, 0);
+            m->moe_z_layer[l] += mc_k_moe_z_loss(be, NULL, A->logits, Nt, E, 0);
     }
     return MC_OK;
 }
@@ -360,24 +450,34 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
     const mc_layer_params *lp = &m->lp[l];
     mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
     mc_backend *be = m->be;
-    size_t N = m->N, C = m->C, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk;
+    size_t Nt = m->N, N = m->sp ? m->Nl : m->N, C = m->C, E = (size_t)c->num_experts;
+    size_t K = (size_t)c->moe_router_topk;
     size_t F = (size_t)c->moe_ffn_hidden_size, fc1 = fc1_width(c), R = 0;
+    const float *P = m->sp ? A->lprobs : A->probs;
+    /* sequence parallelism: this micro-batch's gradients of the layer's
+     * MoE parameters (router to shared experts, one block of the buffer)
+     * into scratch, summed over the tensor-parallel ranks (each saw its
+     * own rows), then added (the grad macro below picks the pointer) */
+    size_t g0 = 0, gn = 0;
+    if (m->sp) {
+        moe_grad_span(m, lp, &g0, &gn);
+        mc_k_fill(be, m->moe_gsp, 0.0f, gn);
+    }
+#define GRAD(i) \
+    ((i) < 0 ? NULL : m->sp ? m->moe_gsp + (m->params[i].offset - g0) : param_grad(m, i))
     for (size_t e = 0; e < E; e++) R += (size_t)A->rows[e];
     mc_moe_route r = route_of(c);
 
     if (m->grid.ep == 1) {
         if (pad_block(m)) mc_k_fill(be, m->moe_dyp, 0.0f, R * C); /* padding rows: no gradient */
-        mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_dprobs, dy, A->yp, A->probs, A->perm, N, K,
-                               C);
+        mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_dprobs, dy, A->yp, P, A->perm, N, K, C);
         mc_k_fill(be, m->moe_dact, 0.0f, R * F);
-        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, param_grad(m, lp->efc2_w),
-                                param_grad(m, lp->efc2_b), m->moe_dyp, A->act,
-                                param_val(m, lp->efc2_w), A->rows, E, F, C);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, GRAD(lp->efc2_w), GRAD(lp->efc2_b),
+                                m->moe_dyp, A->act, param_val(m, lp->efc2_w), A->rows, E, F, C);
         act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, R, F);
         mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
-        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, param_grad(m, lp->efc1_w),
-                                param_grad(m, lp->efc1_b), m->moe_dfc1, A->xp,
-                                param_val(m, lp->efc1_w), A->rows, E, C, fc1);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, GRAD(lp->efc1_w), GRAD(lp->efc1_b),
+                                m->moe_dfc1, A->xp, param_val(m, lp->efc1_w), A->rows, E, C, fc1);
         mc_k_fill(be, m->dln, 0.0f, N * C);
         mc_k_moe_permute_bwd(be, m->dln, m->moe_dxp, A->perm, N, K, C);
     } else if (c->moe_token_dispatcher_allgather) {
@@ -392,13 +492,13 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_gdprobs, m->moe_dprobs, N * K,
                                   err));
         mc_k_fill(be, m->moe_dact, 0.0f, Rl * F);
-        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, param_grad(m, lp->efc2_w),
-                                param_grad(m, lp->efc2_b), m->moe_dyp + lo * C, A->act,
-                                param_val(m, lp->efc2_w), lrows, El, F, C);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, GRAD(lp->efc2_w), GRAD(lp->efc2_b),
+                                m->moe_dyp + lo * C, A->act, param_val(m, lp->efc2_w), lrows, El, F,
+                                C);
         act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, Rl, F);
         mc_k_fill(be, m->moe_dxp, 0.0f, Rg * C);
-        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp + lo * C, param_grad(m, lp->efc1_w),
-                                param_grad(m, lp->efc1_b), m->moe_dfc1, A->xp + lo * C,
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp + lo * C, GRAD(lp->efc1_w),
+                                GRAD(lp->efc1_b), m->moe_dfc1, A->xp + lo * C,
                                 param_val(m, lp->efc1_w), lrows, El, C, fc1);
         mc_k_fill(be, m->moe_a2a, 0.0f, G * C);
         mc_k_moe_permute_bwd(be, m->moe_a2a, m->moe_dxp, A->gperm, G, K, C);
@@ -409,19 +509,16 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         int64_t lrows[MC_MOE_MAX_EXPERTS];
         size_t Rx = ep_local_rows(m, A, lrows);
         if (pad_block(m)) mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
-        mc_k_moe_unpermute_bwd(be, m->moe_dxp, m->moe_dprobs, dy, A->yp, A->probs, A->perm, N, K,
-                               C);
+        mc_k_moe_unpermute_bwd(be, m->moe_dxp, m->moe_dprobs, dy, A->yp, P, A->perm, N, K, C);
         TRY(ep_exchange(m, A, m->moe_dxp, m->moe_a2a, 1, err));
         ep_reorder(m, m->moe_dyp, m->moe_a2a, A->xrows, El, 1);
         mc_k_fill(be, m->moe_dact, 0.0f, Rx * F);
-        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, param_grad(m, lp->efc2_w),
-                                param_grad(m, lp->efc2_b), m->moe_dyp, A->act,
-                                param_val(m, lp->efc2_w), lrows, El, F, C);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, GRAD(lp->efc2_w), GRAD(lp->efc2_b),
+                                m->moe_dyp, A->act, param_val(m, lp->efc2_w), lrows, El, F, C);
         act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, Rx, F);
         mc_k_fill(be, m->moe_dxp, 0.0f, Rx * C);
-        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, param_grad(m, lp->efc1_w),
-                                param_grad(m, lp->efc1_b), m->moe_dfc1, A->xp,
-                                param_val(m, lp->efc1_w), lrows, El, C, fc1);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, GRAD(lp->efc1_w), GRAD(lp->efc1_b),
+                                m->moe_dfc1, A->xp, param_val(m, lp->efc1_w), lrows, El, C, fc1);
         ep_reorder(m, m->moe_a2a, m->moe_dxp, A->xrows, El, 0);
         TRY(ep_exchange(m, A, m->moe_a2a, m->moe_dyp, 0, err));
         mc_k_fill(be, m->dln, 0.0f, N * C);
@@ -430,18 +527,25 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
     if (lp->sfc1_w >= 0) {
         size_t S = (size_t)c->moe_shared_expert_intermediate_size;
         mc_k_fill(be, m->moe_dsact, 0.0f, N * S);
-        mc_k_linear_bwd(be, m->prec, m->moe_dsact, param_grad(m, lp->sfc2_w), NULL, dy, A->sact,
+        mc_k_linear_bwd(be, m->prec, m->moe_dsact, GRAD(lp->sfc2_w), NULL, dy, A->sact,
                         param_val(m, lp->sfc2_w), NULL, N, S, C);
         act_bwd(m, m->moe_dsfc1, m->moe_dsact, A->sfc1, N, S);
-        mc_k_linear_bwd(be, m->prec, m->dln, param_grad(m, lp->sfc1_w), NULL, m->moe_dsfc1, h,
+        mc_k_linear_bwd(be, m->prec, m->dln, GRAD(lp->sfc1_w), NULL, m->moe_dsfc1, h,
                         param_val(m, lp->sfc1_w), NULL, N, C, S * (c->swiglu ? 2 : 1));
     }
 
     /* the router: the probabilities' gradient, then the balancing losses
      * (Megatron's MoEAuxLossAutoScaler: their gradient weighted like the
      * main loss's, grad_scale) */
-    mc_k_fill(be, m->moe_dlogits, 0.0f, N * E);
-    mc_k_moe_route_bwd(be, m->moe_dlogits, m->moe_dprobs, A->logits, A->idx, N, E, &r);
+    if (m->sp) {
+        /* the router's backward over every token, with d probs of this
+         * rank's (the others' 0: their rows are not used below) */
+        mc_bcopy(be, m->moe_sp, m->moe_dprobs, N * K * sizeof(float));
+        mc_k_fill(be, m->moe_dprobs, 0.0f, Nt * K);
+        sp_unlocal(m, m->moe_dprobs, m->moe_sp, K);
+    }
+    mc_k_fill(be, m->moe_dlogits, 0.0f, Nt * E);
+    mc_k_moe_route_bwd(be, m->moe_dlogits, m->moe_dprobs, A->logits, A->idx, Nt, E, &r);
     if (A->train) {
         size_t G, T;
         lb_groups(m, &G, &T);
@@ -449,12 +553,21 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
             mc_k_moe_aux_loss(be, m->moe_dlogits, A->logits, G, T, E, K,
                               c->moe_router_score_sigmoid, c->moe_aux_loss_coeff * A->grad_scale);
         if (c->moe_z_loss_coeff > 0)
-            mc_k_moe_z_loss(be, m->moe_dlogits, A->logits, N, E,
+            mc_k_moe_z_loss(be, m->moe_dlogits, A->logits, Nt, E,
                             c->moe_z_loss_coeff * A->grad_scale);
     }
-    mc_k_linear_bwd(be, MC_PREC_FP32, m->dln, param_grad(m, lp->router_w),
-                    param_grad(m, lp->router_b), m->moe_dlogits, h, param_val(m, lp->router_w),
-                    NULL, N, C, E);
+    const float *dl = m->moe_dlogits;
+    if (m->sp) {
+        sp_local(m, m->moe_sp, m->moe_dlogits, E); /* this rank's rows */
+        dl = m->moe_sp;
+    }
+    mc_k_linear_bwd(be, MC_PREC_FP32, m->dln, GRAD(lp->router_w), GRAD(lp->router_b), dl, h,
+                    param_val(m, lp->router_w), NULL, N, C, E);
+    if (m->sp) {
+        TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->moe_gsp, gn, err));
+        mc_k_acc(be, m->g + g0, m->moe_gsp, gn);
+    }
+#undef GRAD
     return MC_OK;
 }
 
@@ -469,7 +582,10 @@ mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
     }
     /* every data-parallel rank's tokens (tensor-parallel ranks saw the same
      * ones: the experts are replicated) */
-    mc_status st = mc_allreduce_sum_f64(&m->grid, MC_GROUP_DP, m->moe_tpe, L * E, err);
+    /* with sequence parallelism each tensor-parallel rank counted its rows */
+    mc_status st = m->sp ? mc_allreduce_sum_f64(&m->grid, MC_GROUP_TP, m->moe_tpe, L * E, err)
+                         : MC_OK;
+    if (!st) st = mc_allreduce_sum_f64(&m->grid, MC_GROUP_DP, m->moe_tpe, L * E, err);
     if (st) return st;
     memcpy(m->moe_tpe + L * E, m->moe_tpe, L * E * sizeof *m->moe_tpe);
     if (!c->moe_router_enable_expert_bias) {

@@ -94,6 +94,35 @@ ep_equivalent() {
         --moe-token-dispatcher-type allgather
 }
 
+@test "sequence parallelism with experts: TP=2 and EP=2 x TP=2 with SP, and with the expert bias (counts summed over TP): one process's" {
+    ep_equivalent tp2sp 2 moe --tensor-model-parallel-size 2 --sequence-parallel
+    ep_equivalent ep2tp2sp 4 moe --expert-model-parallel-size 2 --tensor-model-parallel-size 2 \
+        --sequence-parallel
+    local bias=("${moe[@]}" --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+                --moe-router-bias-update-rate 1e-2)
+    ep_equivalent ep2tp2spbias 4 bias --expert-model-parallel-size 2 \
+        --tensor-model-parallel-size 2 --sequence-parallel
+}
+
+@test "EP=2 x TP=2 with SP, 2 sequences per micro-batch, capacity by position, seq_aux_loss: one process's" {
+    local mb2=("${moe[@]}" --micro-batch-size 2 --global-batch-size 8 --moe-expert-capacity-factor 1.0
+               --moe-token-drop-policy position --moe-router-load-balancing-type seq_aux_loss)
+    "$MC_TRAIN" "${mb2[@]}" --log-json ref.jsonl --save ref >/dev/null 2>&1
+    local d
+    for d in alltoall allgather; do
+        run --separate-stderr mpi 4 "${mb2[@]}" --expert-model-parallel-size 2 \
+            --tensor-model-parallel-size 2 --sequence-parallel --moe-token-dispatcher-type $d \
+            --log-json $d.jsonl --save $d
+        assert_success
+        same_losses $d.jsonl ref.jsonl
+        sed 's/"lm loss": [^,}]*, //; s/"seq_load_balancing_loss"/"lm loss"/' $d.jsonl > $d.lb.jsonl
+        sed 's/"lm loss": [^,}]*, //; s/"seq_load_balancing_loss"/"lm loss"/' ref.jsonl > ref.lb.jsonl
+        same_losses $d.lb.jsonl ref.lb.jsonl
+        require_python_module h5py
+        same_weights $d/iter_0000020/model.h5 ref/iter_0000020/model.h5 same-names
+    done
+}
+
 @test "EP=2 x PP=2, 1F1B and interleaved: one process" {
     ep_equivalent ep2pp2 4 moe --expert-model-parallel-size 2 --pipeline-model-parallel-size 2
     ep_equivalent ep2vpp2 4 moe4 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 \
@@ -200,7 +229,7 @@ tokens() {
         awk '/step/ { s = $2; next } { split($1, w, "_"); printf "%s %d %d %s\n", s, w[5], w[7] + 0, $2 }'
 }
 
-@test "tokens per expert (--moe-per-layer-logging): summed over EP, DP and PP, one process's counts, tokens x top-k minus the dropped" {
+@test "tokens per expert (--moe-per-layer-logging): summed over EP, DP, TP (SP) and PP, one process's counts, tokens x top-k minus the dropped" {
     local t=(--moe-per-layer-logging --log-interval 1 --train-iters 4)
     # without dropping: 4 sequences x 16 tokens x top-2 per layer and iteration
     "$MC_TRAIN" "${moe[@]}" "${t[@]}" --log-json one.jsonl >/dev/null 2>&1
@@ -211,6 +240,12 @@ tokens() {
     assert_success
     tokens ep.jsonl > ep.txt
     diff one.txt ep.txt
+    # with sequence parallelism each TP rank counts its own rows: summed over TP too
+    run --separate-stderr mpi 4 "${moe[@]}" "${t[@]}" --expert-model-parallel-size 2 \
+        --tensor-model-parallel-size 2 --sequence-parallel --log-json sp.jsonl
+    assert_success
+    tokens sp.jsonl > sp.txt
+    diff one.txt sp.txt
     # with a capacity factor: fewer (the dropped), the same as one process's
     "$MC_TRAIN" "${moecap[@]}" "${t[@]}" --log-json onecap.jsonl >/dev/null 2>&1
     tokens onecap.jsonl > onecap.txt

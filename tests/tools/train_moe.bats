@@ -260,13 +260,6 @@ print(sum(v.size for v in f["model"].values()))' ck/iter_0000000/model.h5)
     [ ! -e hf ] && [ ! -e m.gguf ] && [ ! -e m.bin ] && [ ! -e out ]
 }
 
-@test "--sequence-parallel with experts is refused in one line" {
-    run --separate-stderr "$MC_TRAIN" "${moe[@]}" --train-iters 1 \
-        --tensor-model-parallel-size 2 --sequence-parallel
-    assert_failure 2
-    [[ "$stderr" == *"--num-experts with --sequence-parallel is not implemented yet"* ]]
-}
-
 @test "a MoE checkpoint whose config.model claims wider experts than it stores is refused before the model is built" {
     require_python_module h5py
     run -0 "$MC_TRAIN" "${moe[@]}" --moe-layer-freq '[0,1]' --train-iters 1 --save ck

@@ -1166,10 +1166,6 @@ static mc_status check_args(args *a, mc_error *err)
                             a->ep);
     if (a->moe_set && !(a->moe_set & 1u) && !a->use_ckpt_args)
         return mc_error_set(err, MC_ERR_USAGE, "the --moe-* options need --num-experts");
-    if (a->m.num_experts > 0 && a->sequence_parallel && a->tp > 1)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--num-experts with --sequence-parallel is not implemented yet "
-                            "(tensor parallelism without it runs the experts replicated)");
     if (t->overlap_param_gather && !t->use_distributed_optimizer)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--overlap-param-gather needs --use-distributed-optimizer");
