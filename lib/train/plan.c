@@ -78,6 +78,26 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int ep, int r
     }
 }
 
+/* moe.c's moe_grad_span: one MoE layer's parameters from the router's
+ * weight to the end of the last (each padded in the buffer but the last). */
+static int64_t moe_span(const mc_model_config *c, int ep)
+{
+    int64_t C = c->hidden_size, E = c->num_experts, Fm = c->moe_ffn_hidden_size, El = E / ep;
+    int64_t f1 = c->swiglu ? 2 * Fm : Fm, S = c->moe_shared_expert_intermediate_size;
+    int bias = c->add_bias_linear;
+    int64_t sizes[9], n = 0, total = 0;
+    sizes[n++] = E * C;
+    if (bias) sizes[n++] = E;
+    if (c->moe_router_enable_expert_bias) sizes[n++] = E;
+    sizes[n++] = El * f1 * C;
+    if (bias) sizes[n++] = El * f1;
+    sizes[n++] = El * C * Fm;
+    if (bias) sizes[n++] = El * C;
+    if (S) sizes[n++] = (c->swiglu ? 2 : 1) * S * C, sizes[n++] = C * S;
+    for (int64_t i = 0; i < n; i++) total += i + 1 < n ? padded(sizes[i]) : sizes[i];
+    return total;
+}
+
 /* Bytes of model.c's groups of a layer's saved tensors (model.c's ACT_*
  * bits: the tensors carved together). */
 enum {
@@ -192,13 +212,14 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int64
         double Rx = ep * R, G = c->moe_token_dispatcher_allgather && ep > 1 ? ep * N * K : 0;
         double moe = carved(N * E) + 4 * carved(N * K) + 2 * carved(Rx * C) + carved(Rx * f1) +
                      carved(Rx * Fm) + (S ? carved(N * s1) + carved(N * S) : 0) +
-                     (G ? 2 * carved(G) : 0);
+                     (G ? 2 * carved(G) : 0) + (sp ? carved(N * K) : 0);
         int nmoe = 0;
         for (int l = first_layer; l < first_layer + nl; l++) nmoe += mc_model_layer_is_moe(c, l);
         slot += nmoe * (moe - carved(N * fc1) - carved(N * Fl));
         moe_scratch = carved(N * E) + carved(N * K) + 2 * carved(Rx * C) + carved(Rx * Fm) +
                       carved(Rx * f1) + carved(E) + (S ? carved(N * S) + carved(N * s1) : 0) +
-                      (ep > 1 ? carved(Rx * C) : 0) + (G ? 2 * carved(G) : 0);
+                      (ep > 1 ? carved(Rx * C) : 0) + (G ? 2 * carved(G) : 0) +
+                      (sp ? carved(2 * N * E) + carved((double)moe_span(c, ep)) : 0);
     }
     if (last) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
     double shared = carved(N * qkv) + carved(N * C) + carved(Nl * C) + carved(N * C) +
@@ -272,9 +293,11 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
 
 /* The MoE dispatch of one MoE layer and micro-batch over the EP group
  * (moe.c): calls, bytes handed (mc/comm_stats.h's count) and bytes sent. */
-static void ep_figures(const mc_model_config *c, int ep, double N, double *calls, double *bytes,
-                       double *wire)
+static void ep_figures(const mc_model_config *c, int ep, double Nt, double N, double *calls,
+                       double *bytes, double *wire)
 {
+    /* Nt: the micro-batch's tokens (the capacity's), N: this rank's (its
+     * sequence-parallel rows) */
     double E = c->num_experts, K = c->moe_router_topk, C = c->hidden_size, R = N * K;
     if (c->moe_token_dispatcher_allgather) {
         /* forward: all-gather the choices, probabilities and tokens,
@@ -287,8 +310,8 @@ static void ep_figures(const mc_model_config *c, int ep, double N, double *calls
         return;
     }
     if (c->moe_pad_expert_input_to_capacity && c->moe_expert_capacity_factor > 0) {
-        double cap = ceil(N * K / E * (double)c->moe_expert_capacity_factor);
-        R = E * (cap > N ? N : cap);
+        double cap = ceil(Nt * K / E * (double)c->moe_expert_capacity_factor);
+        R = E * (cap > Nt ? Nt : cap);
     }
     /* dispatch and combine, forward and backward: R rows each way with
      * balanced routing (exactly so with padding), 1 / ep of them kept */
@@ -409,7 +432,14 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
                 if (first) a_calls += 1, a_bytes += X;            /* embedding */
                 if (last) a_calls += 4, a_bytes += X + 3 * N * 4; /* head dX, CE stats */
             } else {
-                g_calls += 10.0 * nl, g_bytes += 10.0 * nl * X;
+                /* a MoE layer has no MLP gathers and scatters (5 of the 10):
+                 * it gathers the router's logits and sums its gradients */
+                int nmoe = 0;
+                for (int l = s->first_layer; l < s->last_layer; l++)
+                    nmoe += mc_model_layer_is_moe(&c, l);
+                g_calls += 10.0 * nl - 5.0 * nmoe, g_bytes += (10.0 * nl - 5.0 * nmoe) * X;
+                g_calls += nmoe, g_bytes += nmoe * N * c.num_experts * 4;
+                a_calls += nmoe, a_bytes += nmoe * (double)moe_span(&c, ep) * 4;
                 /* norm weight gradients: one all-reduce per norm, two per layer */
                 a_calls += 2.0 * nl, a_bytes += nl * (ln ? 4 : 2) * C * 4;
                 if (first) g_calls += 2, g_bytes += 2 * X; /* RS fwd, AG bwd */
@@ -471,7 +501,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             for (int l = s->first_layer; l < s->last_layer; l++)
                 nmoe += mc_model_layer_is_moe(&c, l);
             double calls, bytes, wire;
-            ep_figures(&c, ep, N, &calls, &bytes, &wire);
+            ep_figures(&c, ep, N, Nl, &calls, &bytes, &wire);
             s->ep_calls = (int64_t)(M * nmoe * calls);
             s->ep_bytes = M * nmoe * bytes;
             s->ep_wire = M * nmoe * wire;

@@ -145,6 +145,14 @@ same() {
     grep '^ comm' err.txt | tail -1 | grep -q 'ep all-reduce: .* ep all-to-all: .* edp all-gather: .* edp reduce-scatter: '
     same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" --use-distributed-optimizer
     same edp expert-data-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" --use-distributed-optimizer
+    # sequence parallelism: the router's logits gathered, the MoE gradients
+    # summed over TP, no MLP gathers in a MoE layer
+    local sp=(--tensor-model-parallel-size 2 --sequence-parallel)
+    mpi 4 "${args[@]}" "${moe[@]}" "${pad[@]}" "${sp[@]}" --log-comm
+    same tp tensor-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" "${sp[@]}"
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" "${sp[@]}"
+    mpi 4 "${args[@]}" "${moe[@]}" "${sp[@]}" --moe-token-dispatcher-type allgather --log-comm
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${sp[@]}" --moe-token-dispatcher-type allgather
     # the allgather dispatcher moves the same bytes whatever the routing
     mpi 4 "${args[@]}" "${moe[@]}" --moe-token-dispatcher-type allgather --log-comm
     grep '^ comm' err.txt | tail -1 | grep -q 'ep all-gather: .* ep reduce-scatter: '

@@ -205,7 +205,7 @@ ep_equivalent() {
     assert_line --partial "model: 82752 parameters (58176 active per token"
     local planned
     planned=$(grep -o 'activations: [0-9]* bytes' <<<"$output" | head -1 | grep -o '[0-9]*')
-    for d in alltoall allgather; do
+    for d in alltoall allgather "alltoall --tensor-model-parallel-size 2 --sequence-parallel"; do
         run -0 --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-model-parallel-size 2 \
             --moe-token-dispatcher-type $d --dry-run --world-size 4
         planned=$(grep -o 'activations: [0-9]* bytes' <<<"$output" | head -1 | grep -o '[0-9]*')
