@@ -2,7 +2,7 @@
  * grid.c - the grid's arithmetic: coordinates, groups and their members,
  * from Megatron's parallel_state formula alone (no MPI here), and the grid
  * of one process. Rank order tp-cp-ep-dp-pp, tp fastest:
- * rank = tp + TP*(cp + CP*(dp + DP*pp)); a group holds the ranks that share
+ * rank = tp + TP*(cp + CP*(dp + DP*pp)) with dp = ep + EP*edp; a group holds the ranks that share
  * every coordinate outside it, ordered by world rank (Megatron's
  * RankGenerator). The groups: doc/ARCHITECTURE.md, "Communication".
  */
@@ -13,7 +13,7 @@ void mc_grid_single(mc_grid *g)
     g->world = 1;
     g->rank = 0;
     g->tp = g->cp = g->ep = g->dp = g->pp = 1;
-    g->tp_rank = g->cp_rank = g->dp_rank = g->pp_rank = 0;
+    g->tp_rank = g->cp_rank = g->dp_rank = g->pp_rank = g->ep_rank = 0;
     g->local_rank = 0;
     g->impl = NULL;
 }
@@ -30,6 +30,9 @@ const char *mc_group_name(mc_group_kind k)
     case MC_GROUP_MP: return "model-parallel group";
     case MC_GROUP_EMBD: return "embedding group";
     case MC_GROUP_POS_EMBD: return "position-embedding group";
+    case MC_GROUP_EP: return "expert-parallel group";
+    case MC_GROUP_EDP: return "expert-data-parallel group";
+    case MC_GROUP_MP_EP: return "model-and-expert-parallel group";
     default: return "unknown group";
     }
 }
@@ -53,6 +56,9 @@ int mc_grid_group_size(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_MP: return g->tp * g->pp;
     case MC_GROUP_EMBD: return g->pp > 1 ? 2 : 1;
     case MC_GROUP_POS_EMBD: return 1;
+    case MC_GROUP_EP: return g->ep;
+    case MC_GROUP_EDP: return g->dp / g->ep;
+    case MC_GROUP_MP_EP: return g->tp * g->ep * g->pp;
     default: return 0;
     }
 }
@@ -70,6 +76,9 @@ int mc_grid_group_rank(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_MP: return g->pp_rank * g->tp + g->tp_rank;
     case MC_GROUP_EMBD: return g->pp_rank == 0 ? 0 : 1;
     case MC_GROUP_POS_EMBD: return 0;
+    case MC_GROUP_EP: return g->ep_rank;
+    case MC_GROUP_EDP: return g->dp_rank / g->ep;
+    case MC_GROUP_MP_EP: return g->tp_rank + g->tp * (g->ep_rank + g->ep * g->pp_rank);
     default: return -1;
     }
 }
@@ -93,6 +102,12 @@ int mc_grid_group_world_rank(const mc_grid *g, mc_group_kind k, int r)
     case MC_GROUP_MP: tp = r % g->tp, pp = r / g->tp; break;
     case MC_GROUP_EMBD: pp = r == 0 ? 0 : g->pp - 1; break;
     case MC_GROUP_POS_EMBD: pp = 0; break;
+    case MC_GROUP_EP: dp = r + g->ep * (dp / g->ep); break;
+    case MC_GROUP_EDP: dp = dp % g->ep + g->ep * r; break;
+    case MC_GROUP_MP_EP:
+        tp = r % g->tp, r /= g->tp;
+        dp = r % g->ep + g->ep * (dp / g->ep), pp = r / g->ep;
+        break;
     default: return -1;
     }
     return world_rank_of(g, tp, cp, dp, pp);

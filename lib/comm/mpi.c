@@ -40,8 +40,9 @@ int mc_grid_launched_by_mpi(void)
  * group, or MPI_UNDEFINED for a rank that is no member. */
 static int color_of(const mc_grid *g, mc_group_kind k)
 {
-    int TP = g->tp, CP = g->cp, DP = g->dp;
+    int TP = g->tp, CP = g->cp, DP = g->dp, EP = g->ep, EDP = g->dp / g->ep;
     int tp = g->tp_rank, cp = g->cp_rank, dp = g->dp_rank, pp = g->pp_rank;
+    int ep = g->ep_rank, edp = g->dp_rank / g->ep;
     switch (k) {
     case MC_GROUP_WORLD: return 0;
     case MC_GROUP_TP: return cp + CP * (dp + DP * pp);
@@ -53,6 +54,9 @@ static int color_of(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_EMBD:
     case MC_GROUP_POS_EMBD:
         return mc_grid_in_group(g, k) ? tp + TP * (cp + CP * dp) : MPI_UNDEFINED;
+    case MC_GROUP_EP: return tp + TP * (cp + CP * (edp + EDP * pp));
+    case MC_GROUP_EDP: return tp + TP * (cp + CP * (ep + EP * pp));
+    case MC_GROUP_MP_EP: return cp + CP * edp;
     default: return MPI_UNDEFINED;
     }
 }
@@ -120,16 +124,19 @@ mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int 
                             "grid: every parallel size must be at least 1, not tensor %d, "
                             "pipeline %d, context %d, expert %d",
                             tp, pp, cp, ep);
-    if (ep != 1)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "grid: expert parallelism (size %d) is not supported yet; use 1", ep);
     long per = (long)tp * pp * cp;
-    if (g->world % per)
+    if (ep == 1 && g->world % per)
         return mc_error_set(err, MC_ERR_USAGE,
                             "grid: %d ranks do not divide into tensor-parallel %d x "
                             "pipeline-parallel %d x context-parallel %d = %ld ranks per "
                             "data-parallel replica",
                             g->world, tp, pp, cp, per);
+    if (ep > 1 && g->world % (per * ep))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "grid: %d ranks do not divide into tensor-parallel %d x "
+                            "pipeline-parallel %d x context-parallel %d x expert-parallel %d = "
+                            "%ld ranks per expert-data-parallel replica",
+                            g->world, tp, pp, cp, ep, per * ep);
     g->tp = tp, g->pp = pp, g->cp = cp, g->ep = ep;
     g->dp = (int)(g->world / per);
     int r = g->rank;
@@ -137,6 +144,7 @@ mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int 
     g->cp_rank = r % cp, r /= cp;
     g->dp_rank = r % g->dp, r /= g->dp;
     g->pp_rank = r;
+    g->ep_rank = g->dp_rank % ep;
 
     /* Ranks sharing this node's memory: the local rank under any launcher. */
     MPI_Comm node;

@@ -398,3 +398,60 @@ mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, s
     if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, "receive", k);
     return mc_comm_recv_status(&s, n, peer, k, err);
 }
+
+mc_status mc_alltoallv(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *send,
+                       const size_t *scount, const size_t *sdispl, float *recv,
+                       const size_t *rcount, const size_t *rdispl, mc_error *err)
+{
+    MPI_Comm c;
+    mc_status st = mc_comm_group(g, k, be, "all-to-all", &c, err);
+    if (st) return st;
+    int P = mc_grid_group_size(g, k), me = mc_grid_group_rank(g, k);
+    if (c == MPI_COMM_NULL) {
+        if (scount[0]) mc_bcopy(be, recv + rdispl[0], send + sdispl[0], scount[0] * sizeof(float));
+        return MC_OK;
+    }
+    if (mc_nccl_wanted(be))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "all-to-all on the %s: device memory is not "
+                            "supported (the MoE dispatch runs on the CPU backend)",
+                            mc_group_name(k));
+    int *v = malloc(4 * (size_t)P * sizeof *v);
+    if (!v) return mc_error_set(err, MC_ERR_NOMEM, "all-to-all: out of memory");
+    double bytes = 0, wire = 0;
+    for (int j = 0; j < P && !st; j++) {
+        if (sdispl[j] + scount[j] > (size_t)INT_MAX || rdispl[j] + rcount[j] > (size_t)INT_MAX)
+            st = check_count((size_t)INT_MAX + 1, "all-to-all", k, err);
+        v[j] = (int)scount[j], v[P + j] = (int)sdispl[j];
+        v[2 * P + j] = (int)rcount[j], v[3 * P + j] = (int)rdispl[j];
+        bytes += 4.0 * (double)scount[j];
+        if (j != me) wire += 4.0 * (double)scount[j];
+    }
+    if (st) {
+        free(v);
+        return st;
+    }
+    BEGIN("all-to-all", k);
+    int rc = MPI_Alltoallv(send, v, v + P, MPI_FLOAT, recv, v + 2 * P, v + 3 * P, MPI_FLOAT, c);
+    END(MC_COLL_ALLTOALL, bytes, wire);
+    free(v);
+    return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "all-to-all", k);
+}
+
+mc_status mc_alltoall_i64(const mc_grid *g, mc_group_kind k, const int64_t *send, int64_t *recv,
+                          size_t n, mc_error *err)
+{
+    MPI_Comm c;
+    mc_status st = mc_comm_group(g, k, NULL, "all-to-all", &c, err);
+    if (st) return st;
+    if (c == MPI_COMM_NULL) {
+        memcpy(recv, send, n * sizeof *recv);
+        return MC_OK;
+    }
+    if ((st = check_count(n, "all-to-all", k, err))) return st;
+    int P = mc_grid_group_size(g, k);
+    BEGIN("all-to-all", k);
+    int rc = MPI_Alltoall(send, (int)n, MPI_INT64_T, recv, (int)n, MPI_INT64_T, c);
+    END(MC_COLL_SCALAR, 8.0 * (double)P * (double)n, 8.0 * (double)(P - 1) * (double)n);
+    return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "all-to-all", k);
+}

@@ -49,14 +49,15 @@ double mc_comm_allreduce_wire(size_t n, int P, int me)
 const char *mc_coll_name(mc_coll_kind c)
 {
     static const char *names[MC_COLL_COUNT] = {"all-reduce", "all-gather", "reduce-scatter",
-                                               "broadcast",  "send/recv",  "scalar"};
+                                               "broadcast",  "send/recv",  "scalar",
+                                               "all-to-all"};
     return c >= 0 && c < MC_COLL_COUNT ? names[c] : "?";
 }
 
 const char *mc_group_short_name(mc_group_kind k)
 {
-    static const char *names[MC_GROUP_COUNT] = {"world", "tp", "pp",   "dp",      "cp",
-                                                "dp-cp", "mp", "embd", "pos-embd"};
+    static const char *names[MC_GROUP_COUNT] = {"world", "tp",   "pp",       "dp", "cp",  "dp-cp",
+                                                "mp",    "embd", "pos-embd", "ep", "edp", "mp-ep"};
     return k >= 0 && k < MC_GROUP_COUNT ? names[k] : "?";
 }
 

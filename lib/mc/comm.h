@@ -2,8 +2,13 @@
  * comm.h - the parallel grid and its collectives.
  *
  * Ranks map to coordinates as in Megatron's parallel_state, tp fastest:
- *   rank = tp + TP * (cp + CP * (dp + DP * pp))
- * (the expert axis folds into dp while EP = 1). Model code calls the
+ *   rank = tp + TP * (cp + CP * (dp + DP * pp)),  dp = ep + EP * edp
+ * The data-parallel coordinate dp (size DP, Megatron's data-parallel size)
+ * holds the expert axis: ep (size EP, --expert-model-parallel-size) varies
+ * fastest inside it and edp (size DP / EP, the expert-data-parallel rank)
+ * slowest, which is the order tp-cp-ep-dp-pp. Dense parameters are
+ * replicated over all DP ranks; a MoE layer's experts are split over the
+ * ep ranks and replicated over the edp ranks. Model code calls the
  * collectives below on a group; with a group of size 1 each is a no-op (no
  * MPI call at all), so one process is simply the grid 1x1x1x1 from
  * mc_grid_single and runs the same code path without MPI_Init.
@@ -28,6 +33,7 @@
 #define MC_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "mc/status.h"
 #include "mc/kern.h"
 
@@ -45,15 +51,19 @@ typedef enum mc_group_kind {
     MC_GROUP_MP,       /* model parallel: tp x pp */
     MC_GROUP_EMBD,     /* first and last pipeline stage: tied embeddings */
     MC_GROUP_POS_EMBD, /* first pipeline stage: learned position embeddings */
+    MC_GROUP_EP,       /* expert parallel: the ranks that split the experts */
+    MC_GROUP_EDP,      /* expert data parallel: the replicas of this rank's experts */
+    MC_GROUP_MP_EP,    /* tp x ep x pp: the plain optimizer's gradient statistics */
     MC_GROUP_COUNT
 } mc_group_kind;
 
 typedef struct mc_grid {
     int world, rank;
-    int tp, cp, ep, dp, pp; /* sizes */
+    int tp, cp, ep, dp, pp; /* sizes; ep divides dp */
     int tp_rank, cp_rank, dp_rank, pp_rank;
     int local_rank; /* rank within the node */
     void *impl;     /* the transport's state (NULL: one process) */
+    int ep_rank;    /* dp_rank % ep (the expert-data-parallel rank is dp_rank / ep) */
 } mc_grid;
 
 /* The grid of one process: every size 1. */
@@ -79,10 +89,10 @@ int mc_grid_launched_by_mpi(void);
 
 /* MPI_Init_thread (MPI_THREAD_MULTIPLE: the watchdog and the non-blocking
  * collectives' worker call MPI beside the main thread; unless MPI is
- * already initialized), then the grid of world = TP*PP*CP*DP ranks, ep
- * must be 1. On failure every rank returns the SAME error (so rank 0 alone
- * reports it) with g usable for mc_grid_fail(g, 1): world not divisible by
- * tp*pp*cp (the numbers are in the message), sizes < 1. The watchdog runs
+ * already initialized), then the grid of world = TP*PP*CP*DP ranks, DP a
+ * multiple of ep. On failure every rank returns the SAME error (so rank 0
+ * alone reports it) with g usable for mc_grid_fail(g, 1): world not
+ * divisible by tp*pp*cp*ep (the numbers are in the message), sizes < 1. The watchdog runs
  * with the default 10 minutes. */
 mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int ep, mc_grid *g,
                            mc_error *err);
@@ -173,6 +183,21 @@ mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *b
 /* x[0..n) of group rank root to every member. */
 mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, size_t n,
                        int root, mc_error *err);
+/* All-to-all of variable sizes (the MoE token dispatch): member i's
+ * send[sdispl[j], sdispl[j] + scount[j]) lands in member j's
+ * recv[rdispl[i], rdispl[i] + rcount[i]), counts in floats; every member's
+ * scount[j] must be member j's rcount[i] (exchange them first with
+ * mc_alltoall_i64). CPU backend memory only. Counted as MC_COLL_ALLTOALL:
+ * bytes the floats this rank sends (its own chunk included), wire those to
+ * the others. */
+mc_status mc_alltoallv(const mc_grid *g, mc_group_kind k, mc_backend *be, const float *send,
+                       const size_t *scount, const size_t *sdispl, float *recv,
+                       const size_t *rcount, const size_t *rdispl, mc_error *err);
+/* Host integers, n per member: recv[i n .. (i+1) n) = member i's
+ * send[me n .. (me+1) n). Counted as MC_COLL_SCALAR (metadata, not tensor
+ * traffic). */
+mc_status mc_alltoall_i64(const mc_grid *g, mc_group_kind k, const int64_t *send, int64_t *recv,
+                          size_t n, mc_error *err);
 /* Rank 0's text to every rank of the world (what a tool read from stdin,
  * which mpirun gives to rank 0 alone). Rank 0 passes st, its status of
  * producing *s; on success every rank returns with *s a malloc'd copy (rank

@@ -45,7 +45,8 @@ typedef enum mc_coll_kind {
     MC_COLL_REDUCE_SCATTER,
     MC_COLL_BROADCAST,
     MC_COLL_SENDRECV,
-    MC_COLL_SCALAR, /* host doubles: mc_allreduce_sum_f64 */
+    MC_COLL_SCALAR,   /* host doubles: mc_allreduce_sum_f64 */
+    MC_COLL_ALLTOALL, /* mc_alltoallv: the MoE token dispatch */
     MC_COLL_COUNT
 } mc_coll_kind;
 
@@ -57,9 +58,10 @@ typedef struct mc_comm_stat {
 } mc_comm_stat;
 
 /* "all-reduce", "all-gather", "reduce-scatter", "broadcast", "send/recv",
- * "scalar". */
+ * "scalar", "all-to-all". */
 const char *mc_coll_name(mc_coll_kind c);
-/* "tp", "pp", "dp", "cp", "dp-cp", "mp", "embd", "pos-embd", "world". */
+/* "tp", "pp", "dp", "cp", "dp-cp", "mp", "embd", "pos-embd", "world", "ep",
+ * "edp", "mp-ep". */
 const char *mc_group_short_name(mc_group_kind k);
 /* The counters of group k, kind c since the last reset; zeros for a grid of
  * one process or kinds out of range. */

@@ -104,6 +104,10 @@ typedef struct mc_model_config {
     float moe_expert_capacity_factor;        /* --moe-expert-capacity-factor (0: no dropping) */
     int moe_token_drop_position;             /* --moe-token-drop-policy position (else probs) */
     int moe_pad_expert_input_to_capacity;    /* --moe-pad-expert-input-to-capacity */
+    /* --moe-token-dispatcher-type allgather (else alltoall): how tokens
+     * reach their experts under expert parallelism; a run's choice, not
+     * stored in checkpoints */
+    int moe_token_dispatcher_allgather;
     /* --moe-layer-freq: an integer k (layer l is MoE when l % k == 0; 1:
      * every layer), or a list, expanded here to one '0'/'1' per layer
      * (empty: the integer rule). */
@@ -221,6 +225,11 @@ typedef struct mc_param {
      * of the gradient norm (counted once, on the first stage) and a
      * replica for checkpoints. */
     int shared;
+    /* 1 for a MoE layer's experts (mlp.experts.*): under expert parallelism
+     * the global [E rows, cols] tensor is split by experts, this rank
+     * holding rows [row0, row0 + local_rows) = its E / ep experts; their
+     * gradients reduce over the expert-data-parallel group. */
+    int expert;
 } mc_param;
 
 typedef struct mc_model mc_model;
@@ -554,8 +563,16 @@ void mc_model_moe_layer_losses(mc_model *m, double *load_balancing, double *z);
  * expert bias += sign(mean - tokens[e]) x --moe-router-bias-update-rate,
  * tokens[e] what expert e received in the iteration's training forwards
  * summed over data parallelism (Megatron's _update_router_expert_bias);
- * then the counts restart. A no-op without the option. */
+ * then the counts restart. Without the option only the counts are summed
+ * and kept (mc_model_moe_tokens_per_expert). */
 mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err);
+/* Host [num_layers, E]: the tokens each expert of each MoE layer received
+ * (after dropping; with padding its capacity) in the training forwards
+ * counted by the last mc_model_moe_update_expert_bias (which every MoE
+ * model's loop calls once per iteration, with or without the bias), summed
+ * over data parallelism (the EP ranks included); 0 for layers on other
+ * pipeline stages. NULL before the first. */
+const double *mc_model_moe_tokens_per_expert(const mc_model *m);
 /* MoE layers of the whole model (0: dense). */
 int mc_model_num_moe_layers(const mc_model_config *c);
 

@@ -47,11 +47,23 @@ typedef struct mc_plan_stage {
      * 2(n-1)/n x size, all-gather / reduce-scatter (n-1)/n x full size,
      * point to point x 1. */
     double tp_wire, dp_wire, pp_wire, embd_wire;
+    /* Expert parallelism: the experts' share of numel (their gradients
+     * reduced over the expert-data-parallel group, the rest over the
+     * data-parallel one); the MoE dispatch over the EP group per
+     * iteration (alltoall: the rows sent, its own included, with balanced
+     * routing, which is each rank's figure with padding to the capacity and
+     * the group's mean otherwise; allgather: the gathers and
+     * reduce-scatters), and the experts' gradient reduction. */
+    int64_t numel_expert;
+    double ep_bytes, ep_wire, edp_bytes, edp_wire;
+    int64_t ep_calls, edp_calls;
 } mc_plan_stage;
 
 typedef struct mc_plan {
     int world, tp, pp, cp, dp;
-    int cp_comm_type; /* MC_CP_P2P or MC_CP_A2A */
+    int ep;            /* expert parallelism: divides dp */
+    int moe_allgather; /* the allgather dispatcher */
+    int cp_comm_type;  /* MC_CP_P2P or MC_CP_A2A */
     int sequence_parallel, distributed_optimizer;
     int64_t micro_batch, global_batch, num_micro;
     int64_t global_params; /* the model's parameters (unpadded) */
@@ -76,6 +88,13 @@ mc_status mc_plan_compute(const mc_model_config *c, int world, int tp, int pp, i
 mc_status mc_plan_compute_cp(const mc_model_config *c, int world, int tp, int pp, int cp,
                              int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
                              mc_plan *out, mc_error *err);
+/* The same with expert parallelism ep (a divisor of the data-parallel
+ * size and of the experts): each rank's E / ep experts, their activations
+ * sized for every EP rank's rows, the EP group's dispatch traffic and the
+ * experts' gradients reduced over the expert-data-parallel group. */
+mc_status mc_plan_compute_grid(const mc_model_config *c, int world, int tp, int pp, int cp, int ep,
+                               int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
+                               mc_plan *out, mc_error *err);
 void mc_plan_free(mc_plan *p);
 /* The plan as text lines, one call of print per line. */
 void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line), void *ctx);

@@ -222,11 +222,14 @@ static mc_status alloc_acts(mc_model *m, int nslots, mc_error *err)
     m->moe_rows_host = NULL;
     if (m->cfg.num_experts > 0) {
         size_t E = (size_t)m->cfg.num_experts;
-        m->moe_rows_host = calloc((size_t)nslots * nl * E + 1, sizeof *m->moe_rows_host);
+        m->moe_rows_host = calloc((size_t)nslots * nl * 2 * E + 1, sizeof *m->moe_rows_host);
         if (!m->moe_rows_host) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
         for (int s = 0; s < nslots; s++)
-            for (size_t l = 0; l < nl; l++)
-                m->slots[s].acts[l].moe.rows = m->moe_rows_host + ((size_t)s * nl + l) * E;
+            for (size_t l = 0; l < nl; l++) {
+                mc_moe_acts *x = &m->slots[s].acts[l].moe;
+                x->rows = m->moe_rows_host + ((size_t)s * nl + l) * 2 * E;
+                x->xrows = x->rows + E;
+            }
     }
     return MC_OK;
 }

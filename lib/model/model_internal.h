@@ -34,11 +34,19 @@ typedef struct mc_moe_acts {
     float *probs;        /* [N, K] */
     int32_t *idx, *perm; /* [N, K] the chosen experts, their rows in the permuted order */
     int32_t *kept;       /* [N, K] idx with the choices over capacity -1 */
-    float *xp;           /* [R, C] the permuted input */
-    float *fc1, *act;    /* [R, fc1], [R, F] the experts' fc1 output and activation */
-    float *yp;           /* [R, C] the experts' outputs */
+    float *xp;           /* [Rx, C] the experts' input: the permuted input (ep 1), or the
+                          * rows this rank's experts received, expert by expert */
+    float *fc1, *act;    /* [Rx, fc1], [Rx, F] the experts' fc1 output and activation */
+    float *yp;           /* [Rx, C] the experts' outputs for this rank's permuted rows
+                          * (allgather: for every EP rank's, zero but this rank's experts') */
+    int32_t *gperm;      /* allgather dispatcher: [ep N, K] the permutation of every EP
+                          * rank's tokens */
+    float *gprobs;       /* allgather dispatcher: [ep N, K] their probabilities */
+    float *lprobs;       /* sequence parallelism: [Nl, K] this rank's tokens' probabilities */
     float *sfc1, *sact;  /* [N, shared fc1], [N, shared F]: the shared experts' */
-    int64_t *rows;       /* host [E]: the rows each expert received */
+    int64_t *rows;       /* host [E]: the rows each expert received from this rank */
+    int64_t *xrows;      /* host [ep, E / ep] (expert parallelism): the rows this rank's
+                          * local expert j received from EP rank i, at [i E / ep + j] */
     int train;           /* the balancing losses' gradients go into the backward */
     float grad_scale;    /* their weight (the main loss's grad_scale) */
 } mc_moe_acts;
@@ -198,11 +206,17 @@ struct mc_model {
      * the z-loss without its coefficient). */
     float *moe_dlogits, *moe_dprobs, *moe_dyp, *moe_dxp, *moe_dact, *moe_dfc1;
     float *moe_dsact, *moe_dsfc1; /* the shared experts' [N, F], [N, fc1] */
+    float *moe_a2a;               /* expert parallelism: [Rx, C] the all-to-all's staging */
+    int32_t *moe_gidx;            /* allgather dispatcher: [ep N K] the gathered choices */
+    float *moe_gdprobs;           /* allgather dispatcher: [ep N K] d probs of every rank's */
+    float *moe_sp;                /* sequence parallelism: [2 N E] rows and staging */
+    float *moe_gsp;               /* sequence parallelism: one layer's MoE gradients */
     int32_t *moe_counts;
     int64_t *moe_rows_host;
     double *moe_lb_layer, *moe_z_layer; /* host [num_layers] each, by global layer */
-    /* --moe-router-enable-expert-bias: host [num_layers, E], the tokens each
-     * expert received in this iteration's training forwards (NULL until) */
+    /* host [2, num_layers, E]: the tokens each expert received in this
+     * iteration's training forwards, then the last iteration's summed over
+     * data parallelism (NULL until the first) */
     double *moe_tpe;
 };
 
@@ -332,6 +346,7 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
 void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a);
 void mc_moe_layout_scratch(mc_model *m, carver *cv);
 size_t mc_moe_rows_max(const mc_model *m);
+size_t mc_moe_expert_rows_max(const mc_model *m);
 
 /* moe_infer.c: the MoE block of inference (infer.c, infer_batch.c), the
  * training forward's steps on n rows without saved activations or losses.

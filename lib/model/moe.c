@@ -59,21 +59,33 @@ size_t mc_moe_rows_max(const mc_model *m)
     return padded > nk ? padded : nk;
 }
 
+/* The rows this rank's experts may receive: its own permuted rows (one
+ * process), or under expert parallelism every EP rank's rows at most. */
+size_t mc_moe_expert_rows_max(const mc_model *m) { return (size_t)m->grid.ep * mc_moe_rows_max(m); }
+
+static size_t moe_grad_span_max(const mc_model *m);
+
 void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a)
 {
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
-    size_t R = mc_moe_rows_max(m), F = (size_t)c->moe_ffn_hidden_size;
+    size_t R = mc_moe_rows_max(m), Rx = mc_moe_expert_rows_max(m);
+    size_t F = (size_t)c->moe_ffn_hidden_size;
     mc_moe_acts *x = &a->moe;
     x->logits = carve(cv, N * E);
     x->probs = carve(cv, N * K);
     x->idx = (int32_t *)carve(cv, N * K);
     x->kept = (int32_t *)carve(cv, N * K);
     x->perm = (int32_t *)carve(cv, N * K);
-    x->xp = carve(cv, R * C);
-    x->fc1 = carve(cv, R * fc1_width(c));
-    x->act = carve(cv, R * F);
-    x->yp = carve(cv, R * C);
+    x->xp = carve(cv, Rx * C);
+    x->fc1 = carve(cv, Rx * fc1_width(c));
+    x->act = carve(cv, Rx * F);
+    x->yp = carve(cv, Rx * C);
+    (void)R;
+    int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
+    x->gperm = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    x->lprobs = m->sp ? carve(cv, N * K) : NULL;
+    x->gprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
     size_t S = (size_t)c->moe_shared_expert_intermediate_size;
     x->sfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
     x->sact = S ? carve(cv, N * S) : NULL;
@@ -83,17 +95,184 @@ void mc_moe_layout_scratch(mc_model *m, carver *cv)
 {
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
-    size_t R = mc_moe_rows_max(m), F = (size_t)c->moe_ffn_hidden_size;
+    size_t Rx = mc_moe_expert_rows_max(m), F = (size_t)c->moe_ffn_hidden_size;
     m->moe_dlogits = carve(cv, N * E);
     m->moe_dprobs = carve(cv, N * K);
-    m->moe_dyp = carve(cv, R * C);
-    m->moe_dxp = carve(cv, R * C);
-    m->moe_dact = carve(cv, R * F);
-    m->moe_dfc1 = carve(cv, R * fc1_width(c));
+    m->moe_dyp = carve(cv, Rx * C);
+    m->moe_dxp = carve(cv, Rx * C);
+    m->moe_dact = carve(cv, Rx * F);
+    m->moe_dfc1 = carve(cv, Rx * fc1_width(c));
     m->moe_counts = (int32_t *)carve(cv, E);
     size_t S = (size_t)c->moe_shared_expert_intermediate_size;
     m->moe_dsact = S ? carve(cv, N * S) : NULL;
     m->moe_dsfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
+    m->moe_a2a = m->grid.ep > 1 ? carve(cv, Rx * C) : NULL;
+    int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
+    m->moe_gidx = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    m->moe_gdprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    /* sequence parallelism: [N, E] rows plus the gather's staging, and one
+     * layer's MoE gradients */
+    m->moe_sp = m->sp ? carve(cv, 2 * N * E) : NULL;
+    m->moe_gsp = m->sp ? carve(cv, moe_grad_span_max(m)) : NULL;
+}
+
+/* ------------------------------------------------------------ expert parallelism
+ *
+ * EP ranks hold E / EP experts each (rank i: experts [i El, (i+1) El)) and
+ * different tokens. A rank's permuted rows are in expert order, so the
+ * rows for EP rank j's experts are one block: the all-to-all sends block
+ * j to rank j (the per-expert counts first), and rank j holds what it got
+ * source by source, [i][expert] ("source-major"). The grouped GEMM wants
+ * [expert][i] ("expert-major"): ep_reorder swaps the two with block
+ * copies, and the results go back the same way. */
+
+/* Copy the blocks of xrows[i El + j] rows of C floats between the
+ * source-major and the expert-major layouts (to_expert: source-major in). */
+static void ep_reorder(mc_model *m, float *dst, const float *src, const int64_t *xrows, size_t El,
+                       int to_expert)
+{
+    size_t ep = (size_t)m->grid.ep, C = m->C, off_e[MC_MOE_MAX_EXPERTS];
+    size_t o = 0;
+    for (size_t j = 0; j < El; j++)
+        for (size_t i = 0; i < ep; i++) off_e[i * El + j] = o, o += (size_t)xrows[i * El + j];
+    o = 0;
+    for (size_t i = 0; i < ep; i++)
+        for (size_t j = 0; j < El; j++) {
+            size_t n = (size_t)xrows[i * El + j] * C, e = off_e[i * El + j] * C;
+            if (n) {
+                if (to_expert)
+                    mc_bcopy(m->be, dst + e, src + o, n * sizeof(float));
+                else
+                    mc_bcopy(m->be, dst + o, src + e, n * sizeof(float));
+            }
+            o += n;
+        }
+}
+
+/* The all-to-all of rows between this rank's permuted rows (in expert
+ * order, A->rows per expert) and the experts' source-major rows
+ * (A->xrows): forward (to the experts) or back. */
+static mc_status ep_exchange(mc_model *m, const mc_moe_acts *A, const float *in, float *out,
+                             int to_experts, mc_error *err)
+{
+    size_t ep = (size_t)m->grid.ep, El = (size_t)m->cfg.num_experts / ep, C = m->C;
+    size_t *v = malloc(4 * ep * sizeof *v);
+    if (!v) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+    size_t *mine = v, *mdispl = v + ep, *theirs = v + 2 * ep, *tdispl = v + 3 * ep;
+    size_t a = 0, b = 0;
+    for (size_t j = 0; j < ep; j++) {
+        size_t rm = 0, rt = 0;
+        for (size_t e = 0; e < El; e++) rm += (size_t)A->rows[j * El + e];
+        for (size_t e = 0; e < El; e++) rt += (size_t)A->xrows[j * El + e];
+        mine[j] = rm * C, mdispl[j] = a, a += rm * C;
+        theirs[j] = rt * C, tdispl[j] = b, b += rt * C;
+    }
+    mc_status st = to_experts ? mc_alltoallv(&m->grid, MC_GROUP_EP, m->be, in, mine, mdispl, out,
+                                             theirs, tdispl, err)
+                              : mc_alltoallv(&m->grid, MC_GROUP_EP, m->be, in, theirs, tdispl, out,
+                                             mine, mdispl, err);
+    free(v);
+    return st;
+}
+
+/* The rows of each of this rank's experts, over every source. */
+static size_t ep_local_rows(const mc_model *m, const mc_moe_acts *A, int64_t *lrows)
+{
+    size_t ep = (size_t)m->grid.ep, El = (size_t)m->cfg.num_experts / ep, R = 0;
+    for (size_t j = 0; j < El; j++) {
+        lrows[j] = 0;
+        for (size_t i = 0; i < ep; i++) lrows[j] += A->xrows[i * El + j];
+        R += (size_t)lrows[j];
+    }
+    return R;
+}
+
+/* The allgather dispatcher (Megatron's MoEAllGatherTokenDispatcher): every
+ * EP rank gathers the tokens, choices and probabilities of all EP ranks
+ * ([ep][N] in rank order), permutes them all by expert (rows [lo, hi) are
+ * this rank's experts'), runs its experts on those rows, unpermutes the
+ * whole gathered batch with the other experts' rows zero, and the partial
+ * outputs are reduce-scattered back to their ranks. The backward gathers
+ * the output gradient and reduce-scatters the tokens' and probabilities'
+ * gradients. Simple rather than lean: the permuted rows of all EP ranks
+ * are held, though only this rank's experts' are computed. */
+static size_t ag_range(const mc_model *m, const mc_moe_acts *A, size_t *lo, int64_t *lrows)
+{
+    size_t E = (size_t)m->cfg.num_experts, El = E / (size_t)m->grid.ep;
+    size_t e0 = (size_t)m->grid.ep_rank * El, o = 0, R = 0;
+    for (size_t e = 0; e < e0; e++) o += (size_t)A->xrows[e];
+    for (size_t j = 0; j < El; j++) R += (size_t)(lrows[j] = A->xrows[e0 + j]);
+    *lo = o;
+    return R;
+}
+
+/* ------------------------------------------------------------ sequence parallelism
+ *
+ * Each tensor-parallel rank holds Tl = T / tp positions of every sequence
+ * ([B, Tl] rows, model.c) and runs the experts on those; the router's
+ * logits are gathered so that every rank routes, drops and computes the
+ * balancing losses over the whole micro-batch as one process does. */
+
+/* full [B T, w] (sequence order) from every rank's [B Tl, w] (src, staged
+ * through m->moe_sp's tail). */
+static mc_status sp_gather(mc_model *m, float *full, const float *local, size_t w, mc_error *err)
+{
+    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, n = m->Nl * w;
+    int tp = m->grid.tp;
+    float *stage = m->moe_sp + m->N * w;
+    TRY(mc_allgather(&m->grid, MC_GROUP_TP, m->be, local, stage, n, err));
+    for (int q = 0; q < tp; q++)
+        for (size_t b = 0; b < B; b++)
+            mc_bcopy(m->be, full + (b * T + (size_t)q * Tl) * w,
+                     stage + ((size_t)q * B + b) * Tl * w, Tl * w * sizeof(float));
+    return MC_OK;
+}
+
+/* This rank's rows [B Tl, w] of full [B T, w] (4-byte elements), and back. */
+static void sp_local(mc_model *m, void *local, const void *full, size_t w)
+{
+    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, r = (size_t)m->grid.tp_rank;
+    for (size_t b = 0; b < B; b++)
+        mc_bcopy(m->be, (float *)local + b * Tl * w, (const float *)full + (b * T + r * Tl) * w,
+                 Tl * w * sizeof(float));
+}
+
+static void sp_unlocal(mc_model *m, void *full, const void *local, size_t w)
+{
+    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, r = (size_t)m->grid.tp_rank;
+    for (size_t b = 0; b < B; b++)
+        mc_bcopy(m->be, (float *)full + (b * T + r * Tl) * w, (const float *)local + b * Tl * w,
+                 Tl * w * sizeof(float));
+}
+
+/* The block of the buffer from layer l's router to its last MoE
+ * parameter (*g0, *gn elements). */
+static void moe_grad_span(const mc_model *m, const mc_layer_params *lp, size_t *g0, size_t *gn)
+{
+    int ids[] = {lp->router_w, lp->router_b, lp->expert_bias, lp->efc1_w, lp->efc1_b,
+                 lp->efc2_w,   lp->efc2_b,   lp->sfc1_w,      lp->sfc2_w};
+    size_t lo = SIZE_MAX, hi = 0;
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        if (ids[i] < 0) continue;
+        const mc_param *p = &m->params[ids[i]];
+        if (p->offset < lo) lo = p->offset;
+        if (p->offset + p->numel > hi) hi = p->offset + p->numel;
+    }
+    *g0 = lo;
+    *gn = hi > lo ? hi - lo : 0;
+}
+
+/* The largest such block over the model's MoE layers. */
+static size_t moe_grad_span_max(const mc_model *m)
+{
+    size_t mx = 0;
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        if (!m->lp[l].moe || m->lp[l].router_w < 0) continue;
+        size_t g0, gn;
+        moe_grad_span(m, &m->lp[l], &g0, &gn);
+        if (gn > mx) mx = gn;
+    }
+    return mx;
 }
 
 /* The activation of the experts (SwiGLU or GELU) on n rows of width F. */
@@ -134,36 +313,96 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     const mc_layer_params *lp = &m->lp[l];
     mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
     mc_backend *be = m->be;
-    size_t N = m->N, C = m->C, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk;
+    /* Nt: the micro-batch's tokens, routed alike on every rank of the
+     * tensor-parallel group; N: this rank's, which the experts run (its
+     * sequence-parallel rows, or all of them) */
+    size_t Nt = m->N, N = m->sp ? m->Nl : m->N, C = m->C, E = (size_t)c->num_experts;
+    size_t K = (size_t)c->moe_router_topk;
     size_t F = (size_t)c->moe_ffn_hidden_size, fc1 = fc1_width(c);
     mc_moe_route r = route_of(c);
 
-    /* the router, in fp32 (Megatron's --moe-router-dtype fp32) */
-    mc_k_linear_fwd(be, MC_PREC_FP32, A->logits, h, param_val(m, lp->router_w), NULL,
-                    param_val(m, lp->router_b), N, C, E, 0.0f);
-    mc_k_moe_route_fwd(be, A->probs, A->idx, A->logits, param_val(m, lp->expert_bias), N, E, &r);
+    /* the router, in fp32 (Megatron's --moe-router-dtype fp32); with
+     * sequence parallelism each rank's rows, gathered */
+    mc_k_linear_fwd(be, MC_PREC_FP32, m->sp ? m->moe_sp : A->logits, h, param_val(m, lp->router_w),
+                    NULL, param_val(m, lp->router_b), N, C, E, 0.0f);
+    if (m->sp) TRY(sp_gather(m, A->logits, m->moe_sp, E, err));
+    mc_k_moe_route_fwd(be, A->probs, A->idx, A->logits, param_val(m, lp->expert_bias), Nt, E, &r);
     /* expert capacity: the choices over it dropped (their probabilities
      * still normalize the others, as Megatron's masked probs do) */
     const int32_t *use = A->idx;
+    const float *P = A->probs;
     size_t cap = capacity_of(m), block = pad_block(m);
     if (cap) {
-        mc_k_moe_capacity_drop(be, A->kept, A->idx, A->probs, N, E, K, cap,
+        mc_k_moe_capacity_drop(be, A->kept, A->idx, A->probs, Nt, E, K, cap,
                                c->moe_token_drop_position);
         use = A->kept;
+    }
+    if (m->sp) {
+        /* this rank's tokens' choices and probabilities */
+        sp_local(m, m->moe_sp, (const float *)use, K);
+        sp_local(m, A->lprobs, A->probs, K);
+        use = (const int32_t *)m->moe_sp;
+        P = A->lprobs;
     }
     mc_k_moe_permute_map(be, A->perm, m->moe_counts, use, N, E, K, block);
     int32_t counts[MC_MOE_MAX_EXPERTS];
     mc_bcopy_to_host(be, counts, m->moe_counts, E * sizeof(int32_t));
     size_t R = 0;
     for (size_t e = 0; e < E; e++) R += (size_t)(A->rows[e] = block ? (int64_t)block : counts[e]);
-    if (block) mc_k_fill(be, A->xp, 0.0f, R * C); /* the padding rows: zeros, never read back */
-    mc_k_moe_permute(be, A->xp, h, A->perm, N, K, C);
-    mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
-                            param_val(m, lp->efc1_b), A->rows, E, C, fc1);
-    act_fwd(m, A->act, A->fc1, R, F);
-    mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w),
-                            param_val(m, lp->efc2_b), A->rows, E, F, C);
-    mc_k_moe_unpermute(be, y, A->yp, A->probs, A->perm, N, K, C);
+    if (m->grid.ep == 1) {
+        if (block) mc_k_fill(be, A->xp, 0.0f, R * C); /* the padding rows: zeros, never read back */
+        mc_k_moe_permute(be, A->xp, h, A->perm, N, K, C);
+        mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
+                                param_val(m, lp->efc1_b), A->rows, E, C, fc1);
+        act_fwd(m, A->act, A->fc1, R, F);
+        mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w),
+                                param_val(m, lp->efc2_b), A->rows, E, F, C);
+        mc_k_moe_unpermute(be, y, A->yp, P, A->perm, N, K, C);
+    } else if (c->moe_token_dispatcher_allgather) {
+        size_t ep = (size_t)m->grid.ep, El = E / ep, G = ep * N, lo;
+        int64_t lrows[MC_MOE_MAX_EXPERTS];
+        /* int32 choices moved as 4-byte floats: MPI copies the bits */
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, (const float *)use, (float *)m->moe_gidx, N * K,
+                         err));
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, P, A->gprobs, N * K, err));
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, h, m->moe_a2a, N * C, err));
+        size_t gblock = block * ep; /* each rank's tokens padded to its capacity */
+        mc_k_moe_permute_map(be, A->gperm, m->moe_counts, m->moe_gidx, G, E, K, gblock);
+        mc_bcopy_to_host(be, counts, m->moe_counts, E * sizeof(int32_t));
+        size_t Rg = 0;
+        for (size_t e = 0; e < E; e++)
+            Rg += (size_t)(A->xrows[e] = gblock ? (int64_t)gblock : counts[e]);
+        size_t Rl = ag_range(m, A, &lo, lrows);
+        if (block) mc_k_fill(be, A->xp, 0.0f, Rg * C);
+        mc_k_moe_permute(be, A->xp, m->moe_a2a, A->gperm, G, K, C);
+        mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp + lo * C, param_val(m, lp->efc1_w),
+                                param_val(m, lp->efc1_b), lrows, El, C, fc1);
+        act_fwd(m, A->act, A->fc1, Rl, F);
+        mc_k_fill(be, A->yp, 0.0f, Rg * C);
+        mc_k_grouped_linear_fwd(be, m->prec, A->yp + lo * C, A->act, param_val(m, lp->efc2_w),
+                                param_val(m, lp->efc2_b), lrows, El, F, C);
+        mc_k_moe_unpermute(be, m->moe_dxp, A->yp, A->gprobs, A->gperm, G, K, C);
+        TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_dxp, y, N * C, err));
+    } else {
+        /* expert parallelism: the rows travel to their experts' ranks and back */
+        size_t El = E / (size_t)m->grid.ep;
+        int64_t lrows[MC_MOE_MAX_EXPERTS];
+        if (block) mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
+        mc_k_moe_permute(be, m->moe_dxp, h, A->perm, N, K, C);
+        TRY(mc_alltoall_i64(&m->grid, MC_GROUP_EP, A->rows, A->xrows, El, err));
+        size_t Rx = ep_local_rows(m, A, lrows);
+        TRY(ep_exchange(m, A, m->moe_dxp, m->moe_a2a, 1, err));
+        ep_reorder(m, A->xp, m->moe_a2a, A->xrows, El, 1);
+        mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
+                                param_val(m, lp->efc1_b), lrows, El, C, fc1);
+        act_fwd(m, A->act, A->fc1, Rx, F);
+        mc_k_grouped_linear_fwd(be, m->prec, m->moe_dyp, A->act, param_val(m, lp->efc2_w),
+                                param_val(m, lp->efc2_b), lrows, El, F, C);
+        ep_reorder(m, m->moe_a2a, m->moe_dyp, A->xrows, El, 0);
+        TRY(ep_exchange(m, A, m->moe_a2a, A->yp, 0, err));
+    }
+    if (m->grid.ep > 1 && !c->moe_token_dispatcher_allgather)
+        mc_k_moe_unpermute(be, y, A->yp, P, A->perm, N, K, C);
     if (lp->sfc1_w >= 0) {
         /* the shared experts on every token, added (Megatron's MoELayer) */
         size_t S = (size_t)c->moe_shared_expert_intermediate_size;
@@ -177,10 +416,11 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     /* Megatron computes the balancing losses in training only */
     A->train = sl->train;
     A->grad_scale = sl->grad_scale;
-    if (sl->train && lp->expert_bias >= 0) {
-        /* the tokens each expert received, for the iteration's bias update */
+    if (sl->train) {
+        /* the tokens each expert received, for the iteration's bias update
+         * and the log (mc_model_moe_tokens_per_expert) */
         if (!m->moe_tpe) {
-            m->moe_tpe = calloc((size_t)c->num_layers * E, sizeof *m->moe_tpe);
+            m->moe_tpe = calloc(2 * (size_t)c->num_layers * E, sizeof *m->moe_tpe);
             if (!m->moe_tpe) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
         }
         /* with padding Megatron counts the padded rows too (its routing map) */
@@ -198,7 +438,7 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
             m->moe_lb_layer[l] += mc_k_moe_aux_loss(be, NULL, A->logits, G, T, E, K,
                                                     c->moe_router_score_sigmoid, 0.0f);
         if (c->moe_z_loss_coeff > 0)
-            m->moe_z_layer[l] += mc_k_moe_z_loss(be, NULL, A->logits, N, E, 0);
+            m->moe_z_layer[l] += mc_k_moe_z_loss(be, NULL, A->logits, Nt, E, 0);
     }
     return MC_OK;
 }
@@ -206,44 +446,106 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
 mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const float *h,
                      mc_error *err)
 {
-    (void)err;
     const mc_model_config *c = &m->cfg;
     const mc_layer_params *lp = &m->lp[l];
     mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
     mc_backend *be = m->be;
-    size_t N = m->N, C = m->C, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk;
+    size_t Nt = m->N, N = m->sp ? m->Nl : m->N, C = m->C, E = (size_t)c->num_experts;
+    size_t K = (size_t)c->moe_router_topk;
     size_t F = (size_t)c->moe_ffn_hidden_size, fc1 = fc1_width(c), R = 0;
+    const float *P = m->sp ? A->lprobs : A->probs;
+    /* sequence parallelism: this micro-batch's gradients of the layer's
+     * MoE parameters (router to shared experts, one block of the buffer)
+     * into scratch, summed over the tensor-parallel ranks (each saw its
+     * own rows), then added (the grad macro below picks the pointer) */
+    size_t g0 = 0, gn = 0;
+    if (m->sp) {
+        moe_grad_span(m, lp, &g0, &gn);
+        mc_k_fill(be, m->moe_gsp, 0.0f, gn);
+    }
+#define GRAD(i) \
+    ((i) < 0 ? NULL : m->sp ? m->moe_gsp + (m->params[i].offset - g0) : param_grad(m, i))
     for (size_t e = 0; e < E; e++) R += (size_t)A->rows[e];
     mc_moe_route r = route_of(c);
 
-    if (pad_block(m)) mc_k_fill(be, m->moe_dyp, 0.0f, R * C); /* padding rows: no gradient */
-    mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_dprobs, dy, A->yp, A->probs, A->perm, N, K, C);
-    mc_k_fill(be, m->moe_dact, 0.0f, R * F);
-    mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, param_grad(m, lp->efc2_w),
-                            param_grad(m, lp->efc2_b), m->moe_dyp, A->act, param_val(m, lp->efc2_w),
-                            A->rows, E, F, C);
-    act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, R, F);
-    mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
-    mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, param_grad(m, lp->efc1_w),
-                            param_grad(m, lp->efc1_b), m->moe_dfc1, A->xp, param_val(m, lp->efc1_w),
-                            A->rows, E, C, fc1);
-    mc_k_fill(be, m->dln, 0.0f, N * C);
-    mc_k_moe_permute_bwd(be, m->dln, m->moe_dxp, A->perm, N, K, C);
+    if (m->grid.ep == 1) {
+        if (pad_block(m)) mc_k_fill(be, m->moe_dyp, 0.0f, R * C); /* padding rows: no gradient */
+        mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_dprobs, dy, A->yp, P, A->perm, N, K, C);
+        mc_k_fill(be, m->moe_dact, 0.0f, R * F);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, GRAD(lp->efc2_w), GRAD(lp->efc2_b),
+                                m->moe_dyp, A->act, param_val(m, lp->efc2_w), A->rows, E, F, C);
+        act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, R, F);
+        mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, GRAD(lp->efc1_w), GRAD(lp->efc1_b),
+                                m->moe_dfc1, A->xp, param_val(m, lp->efc1_w), A->rows, E, C, fc1);
+        mc_k_fill(be, m->dln, 0.0f, N * C);
+        mc_k_moe_permute_bwd(be, m->dln, m->moe_dxp, A->perm, N, K, C);
+    } else if (c->moe_token_dispatcher_allgather) {
+        size_t ep = (size_t)m->grid.ep, El = E / ep, G = ep * N, lo, Rg = 0;
+        int64_t lrows[MC_MOE_MAX_EXPERTS];
+        for (size_t e = 0; e < E; e++) Rg += (size_t)A->xrows[e];
+        size_t Rl = ag_range(m, A, &lo, lrows);
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, dy, m->moe_a2a, N * C, err));
+        if (pad_block(m)) mc_k_fill(be, m->moe_dyp, 0.0f, Rg * C);
+        mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_gdprobs, m->moe_a2a, A->yp, A->gprobs,
+                               A->gperm, G, K, C);
+        TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_gdprobs, m->moe_dprobs, N * K,
+                                  err));
+        mc_k_fill(be, m->moe_dact, 0.0f, Rl * F);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, GRAD(lp->efc2_w), GRAD(lp->efc2_b),
+                                m->moe_dyp + lo * C, A->act, param_val(m, lp->efc2_w), lrows, El, F,
+                                C);
+        act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, Rl, F);
+        mc_k_fill(be, m->moe_dxp, 0.0f, Rg * C);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp + lo * C, GRAD(lp->efc1_w),
+                                GRAD(lp->efc1_b), m->moe_dfc1, A->xp + lo * C,
+                                param_val(m, lp->efc1_w), lrows, El, C, fc1);
+        mc_k_fill(be, m->moe_a2a, 0.0f, G * C);
+        mc_k_moe_permute_bwd(be, m->moe_a2a, m->moe_dxp, A->gperm, G, K, C);
+        TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_a2a, m->dln, N * C, err));
+    } else {
+        /* expert parallelism: the rows' gradients to the experts' ranks and back */
+        size_t El = E / (size_t)m->grid.ep;
+        int64_t lrows[MC_MOE_MAX_EXPERTS];
+        size_t Rx = ep_local_rows(m, A, lrows);
+        if (pad_block(m)) mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
+        mc_k_moe_unpermute_bwd(be, m->moe_dxp, m->moe_dprobs, dy, A->yp, P, A->perm, N, K, C);
+        TRY(ep_exchange(m, A, m->moe_dxp, m->moe_a2a, 1, err));
+        ep_reorder(m, m->moe_dyp, m->moe_a2a, A->xrows, El, 1);
+        mc_k_fill(be, m->moe_dact, 0.0f, Rx * F);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, GRAD(lp->efc2_w), GRAD(lp->efc2_b),
+                                m->moe_dyp, A->act, param_val(m, lp->efc2_w), lrows, El, F, C);
+        act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, Rx, F);
+        mc_k_fill(be, m->moe_dxp, 0.0f, Rx * C);
+        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, GRAD(lp->efc1_w), GRAD(lp->efc1_b),
+                                m->moe_dfc1, A->xp, param_val(m, lp->efc1_w), lrows, El, C, fc1);
+        ep_reorder(m, m->moe_a2a, m->moe_dxp, A->xrows, El, 0);
+        TRY(ep_exchange(m, A, m->moe_a2a, m->moe_dyp, 0, err));
+        mc_k_fill(be, m->dln, 0.0f, N * C);
+        mc_k_moe_permute_bwd(be, m->dln, m->moe_dyp, A->perm, N, K, C);
+    }
     if (lp->sfc1_w >= 0) {
         size_t S = (size_t)c->moe_shared_expert_intermediate_size;
         mc_k_fill(be, m->moe_dsact, 0.0f, N * S);
-        mc_k_linear_bwd(be, m->prec, m->moe_dsact, param_grad(m, lp->sfc2_w), NULL, dy, A->sact,
+        mc_k_linear_bwd(be, m->prec, m->moe_dsact, GRAD(lp->sfc2_w), NULL, dy, A->sact,
                         param_val(m, lp->sfc2_w), NULL, N, S, C);
         act_bwd(m, m->moe_dsfc1, m->moe_dsact, A->sfc1, N, S);
-        mc_k_linear_bwd(be, m->prec, m->dln, param_grad(m, lp->sfc1_w), NULL, m->moe_dsfc1, h,
+        mc_k_linear_bwd(be, m->prec, m->dln, GRAD(lp->sfc1_w), NULL, m->moe_dsfc1, h,
                         param_val(m, lp->sfc1_w), NULL, N, C, S * (c->swiglu ? 2 : 1));
     }
 
     /* the router: the probabilities' gradient, then the balancing losses
      * (Megatron's MoEAuxLossAutoScaler: their gradient weighted like the
      * main loss's, grad_scale) */
-    mc_k_fill(be, m->moe_dlogits, 0.0f, N * E);
-    mc_k_moe_route_bwd(be, m->moe_dlogits, m->moe_dprobs, A->logits, A->idx, N, E, &r);
+    if (m->sp) {
+        /* the router's backward over every token, with d probs of this
+         * rank's (the others' 0: their rows are not used below) */
+        mc_bcopy(be, m->moe_sp, m->moe_dprobs, N * K * sizeof(float));
+        mc_k_fill(be, m->moe_dprobs, 0.0f, Nt * K);
+        sp_unlocal(m, m->moe_dprobs, m->moe_sp, K);
+    }
+    mc_k_fill(be, m->moe_dlogits, 0.0f, Nt * E);
+    mc_k_moe_route_bwd(be, m->moe_dlogits, m->moe_dprobs, A->logits, A->idx, Nt, E, &r);
     if (A->train) {
         size_t G, T;
         lb_groups(m, &G, &T);
@@ -251,28 +553,45 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
             mc_k_moe_aux_loss(be, m->moe_dlogits, A->logits, G, T, E, K,
                               c->moe_router_score_sigmoid, c->moe_aux_loss_coeff * A->grad_scale);
         if (c->moe_z_loss_coeff > 0)
-            mc_k_moe_z_loss(be, m->moe_dlogits, A->logits, N, E,
+            mc_k_moe_z_loss(be, m->moe_dlogits, A->logits, Nt, E,
                             c->moe_z_loss_coeff * A->grad_scale);
     }
-    mc_k_linear_bwd(be, MC_PREC_FP32, m->dln, param_grad(m, lp->router_w),
-                    param_grad(m, lp->router_b), m->moe_dlogits, h, param_val(m, lp->router_w),
-                    NULL, N, C, E);
+    const float *dl = m->moe_dlogits;
+    if (m->sp) {
+        sp_local(m, m->moe_sp, m->moe_dlogits, E); /* this rank's rows */
+        dl = m->moe_sp;
+    }
+    mc_k_linear_bwd(be, MC_PREC_FP32, m->dln, GRAD(lp->router_w), GRAD(lp->router_b), dl, h,
+                    param_val(m, lp->router_w), NULL, N, C, E);
+    if (m->sp) {
+        TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->moe_gsp, gn, err));
+        mc_k_acc(be, m->g + g0, m->moe_gsp, gn);
+    }
+#undef GRAD
     return MC_OK;
 }
 
 mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
-    if (!c->moe_router_enable_expert_bias || c->num_experts <= 0) return MC_OK;
+    if (c->num_experts <= 0) return MC_OK;
     size_t E = (size_t)c->num_experts, L = (size_t)c->num_layers;
     if (!m->moe_tpe) {
-        m->moe_tpe = calloc(L * E, sizeof *m->moe_tpe);
+        m->moe_tpe = calloc(2 * L * E, sizeof *m->moe_tpe);
         if (!m->moe_tpe) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
     }
     /* every data-parallel rank's tokens (tensor-parallel ranks saw the same
      * ones: the experts are replicated) */
-    mc_status st = mc_allreduce_sum_f64(&m->grid, MC_GROUP_DP, m->moe_tpe, L * E, err);
+    /* with sequence parallelism each tensor-parallel rank counted its rows */
+    mc_status st = m->sp ? mc_allreduce_sum_f64(&m->grid, MC_GROUP_TP, m->moe_tpe, L * E, err)
+                         : MC_OK;
+    if (!st) st = mc_allreduce_sum_f64(&m->grid, MC_GROUP_DP, m->moe_tpe, L * E, err);
     if (st) return st;
+    memcpy(m->moe_tpe + L * E, m->moe_tpe, L * E * sizeof *m->moe_tpe);
+    if (!c->moe_router_enable_expert_bias) {
+        memset(m->moe_tpe, 0, L * E * sizeof *m->moe_tpe);
+        return MC_OK;
+    }
     float tokens[MC_MOE_MAX_EXPERTS];
     for (size_t l = 0; l < L; l++) {
         int b = m->lp[l].expert_bias;
@@ -284,6 +603,11 @@ mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
     }
     memset(m->moe_tpe, 0, L * E * sizeof *m->moe_tpe);
     return MC_OK;
+}
+
+const double *mc_model_moe_tokens_per_expert(const mc_model *m)
+{
+    return m->moe_tpe ? m->moe_tpe + (size_t)m->cfg.num_layers * (size_t)m->cfg.num_experts : NULL;
 }
 
 void mc_model_moe_losses(mc_model *m, double *load_balancing, double *z)

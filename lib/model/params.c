@@ -20,6 +20,7 @@ typedef struct reg {
     size_t off;
     int skip;   /* on another pipeline stage: counted in global_numel only */
     int shared; /* the last stage's copy of the tied embeddings: local only */
+    int expert; /* a MoE layer's experts: split by experts over expert parallelism */
 } reg;
 
 static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int split_dim,
@@ -67,6 +68,12 @@ static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int 
     } else if (split_dim == 1) {
         p->local_cols = cols / tp;
         p->col0 = p->local_cols * rank;
+    }
+    if (r->expert) {
+        /* rows / ep: whole experts (config checks E divisible by ep) */
+        p->expert = 1;
+        p->local_rows = rows / m->grid.ep;
+        p->row0 = p->local_rows * m->grid.ep_rank;
     }
     p->no_weight_decay = nwd;
     p->init_std = std;
@@ -121,6 +128,7 @@ static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int 
         ADDM(1, E, 1, -1, 1, 1, 0, 0, "%s.mlp.router.expert_bias", pre);
         lp->expert_bias = idx;
     }
+    r->expert = 1;
     ADDM(2, E * fc1, C, -1, 1, 0, std, 0, "%s.mlp.experts.experts.linear_fc1.weight", pre);
     lp->efc1_w = idx;
     if (bias) {
@@ -133,6 +141,7 @@ static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int 
         ADDM(2, E, C, -1, 1, 1, 0, 0, "%s.mlp.experts.experts.linear_fc2.bias", pre);
         lp->efc2_b = idx;
     }
+    r->expert = 0;
     if (c->moe_shared_expert_intermediate_size > 0) {
         /* Megatron's SharedExpertMLP: one MLP of the shared size beside
          * the routed experts, no biases (config_finish checks) */

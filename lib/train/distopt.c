@@ -26,6 +26,41 @@ static size_t zmin(size_t a, size_t b) { return a < b ? a : b; }
 
 /* ------------------------------------------------------------ constructors */
 
+static int cmp_offset(const void *a, const void *b)
+{
+    const mc_param *x = *(const mc_param *const *)a, *y = *(const mc_param *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* o->dense: the runs of non-expert parameters, each from its first
+ * parameter's offset to the next expert parameter's (or the buffer's end),
+ * alignment gaps included. */
+static mc_status dense_ranges(mc_optim *o, const mc_param *ps, size_t nps, mc_error *err)
+{
+    const mc_param **order = calloc(nps ? nps : 1, sizeof *order);
+    o->dense = calloc(nps ? nps : 1, sizeof *o->dense);
+    if (!order || !o->dense) {
+        free(order);
+        return mc_error_set(err, MC_ERR_NOMEM, "distributed optimizer: out of memory");
+    }
+    for (size_t i = 0; i < nps; i++) order[i] = &ps[i];
+    qsort(order, nps, sizeof *order, cmp_offset);
+    o->ndense = 0;
+    int open = 0;
+    for (size_t i = 0; i < nps; i++) {
+        if (!order[i]->expert && !open) {
+            o->dense[o->ndense][0] = i == 0 ? 0 : order[i]->offset;
+            open = 1;
+        } else if (order[i]->expert && open) {
+            o->dense[o->ndense++][1] = order[i]->offset;
+            open = 0;
+        }
+    }
+    if (open) o->dense[o->ndense++][1] = o->numel;
+    free(order);
+    return MC_OK;
+}
+
 mc_status mc_optim_new_distributed(mc_backend *be, const mc_grid *g, const mc_optim_config *c,
                                    float *params, float *grads, size_t numel, const mc_param *ps,
                                    size_t nps, int overlap_param_gather, mc_optim **out,
@@ -37,12 +72,26 @@ mc_status mc_optim_new_distributed(mc_backend *be, const mc_grid *g, const mc_op
     if (st) return st;
     o->distributed = 1;
     o->overlap = overlap_param_gather != 0;
-    o->dp = mc_grid_group_size(o->grid, MC_GROUP_DP_CP);
-    o->dp_rank = mc_grid_group_rank(o->grid, MC_GROUP_DP_CP);
+    /* Under expert parallelism (context parallelism 1 then) the shard is
+     * over the expert-data-parallel group: the experts' gradients are
+     * summed there, and the dense ones, summed over the EP group first,
+     * too; every EP rank then updates the same dense shard alike. The
+     * dense parameters' ranges, from each to the next expert's start. */
+    o->group = MC_GROUP_DP_CP;
+    if (mc_grid_group_size(g, MC_GROUP_EP) > 1) {
+        o->group = MC_GROUP_EDP;
+        st = dense_ranges(o, ps, nps, err);
+        if (st) {
+            mc_optim_destroy(o);
+            return st;
+        }
+    }
+    o->dp = mc_grid_group_size(o->grid, o->group);
+    o->dp_rank = mc_grid_group_rank(o->grid, o->group);
     if (o->dp < 1 || o->dp_rank < 0) {
         st = mc_error_set(err, MC_ERR_INTERNAL,
                           "distributed optimizer: this rank has no place in the %s",
-                          mc_group_name(MC_GROUP_DP_CP));
+                          mc_group_name(o->group));
         mc_optim_destroy(o);
         return st;
     }
@@ -110,17 +159,23 @@ mc_status mc_optim_reduce_grads(mc_optim *o, mc_error *err)
         o->reduced = 1;
         return MC_OK;
     }
+    /* Expert parallelism: the dense gradients summed over the EP group
+     * first (then over the shard's group below: over all data parallelism) */
+    for (size_t i = 0; i < o->ndense; i++)
+        if ((st = mc_allreduce_sum(o->grid, MC_GROUP_EP, o->be, o->grads + o->dense[i][0],
+                                   o->dense[i][1] - o->dense[i][0], err)))
+            return st;
     /* Main part: rank r receives the sum of every member's chunk r, in
      * place, each element added in group-rank order as the all-reduce does. */
     size_t r = (size_t)o->dp_rank, dp = (size_t)o->dp;
-    if (o->q > 0 && (st = mc_reduce_scatter_sum(o->grid, MC_GROUP_DP_CP, o->be, o->grads,
+    if (o->q > 0 && (st = mc_reduce_scatter_sum(o->grid, o->group, o->be, o->grads,
                                                 o->grads + r * o->q, o->q, err)))
         return st;
     /* Tail: the last t gradients, zero-padded to DP, one to each rank. */
     if (o->t > 0) {
         mc_k_fill(o->be, TAIL_GRADS_IN(o), 0.0f, dp);
         mc_bcopy(o->be, TAIL_GRADS_IN(o), o->grads + dp * o->q, o->t * sizeof(float));
-        if ((st = mc_reduce_scatter_sum(o->grid, MC_GROUP_DP_CP, o->be, TAIL_GRADS_IN(o),
+        if ((st = mc_reduce_scatter_sum(o->grid, o->group, o->be, TAIL_GRADS_IN(o),
                                         TAIL_GRAD_OUT(o), 1, err)))
             return st;
     }
@@ -140,7 +195,7 @@ static mc_status before_step(mc_optim *o, mc_error *err)
                             "distributed optimizer: mc_optim_step without mc_optim_reduce_grads "
                             "since the last step: this rank's shard of the gradients is not "
                             "summed over the %s",
-                            mc_group_name(MC_GROUP_DP_CP));
+                            mc_group_name(o->group));
     /* The shard about to be updated is the all-gather's source. */
     return mc_optim_wait_params(o, err);
 }
@@ -169,19 +224,19 @@ static mc_status after_step(mc_optim *o, mc_error *err)
     if (o->overlap) {
         /* Started here, finished by mc_optim_wait_params before the next
          * forward reads the parameters. */
-        if (o->q > 0 && (st = mc_iallgather(o->grid, MC_GROUP_DP_CP, o->be, mine, o->params, o->q,
+        if (o->q > 0 && (st = mc_iallgather(o->grid, o->group, o->be, mine, o->params, o->q,
                                             &o->req_main, err)))
             return st;
         o->gather_pending = 1;
-        if (o->t > 0 && (st = mc_iallgather(o->grid, MC_GROUP_DP_CP, o->be, TAIL_PARAM_IN(o),
+        if (o->t > 0 && (st = mc_iallgather(o->grid, o->group, o->be, TAIL_PARAM_IN(o),
                                             TAIL_PARAMS_OUT(o), 1, &o->req_tail, err)))
             return st;
         return MC_OK;
     }
-    if (o->q > 0 && (st = mc_allgather(o->grid, MC_GROUP_DP_CP, o->be, mine, o->params, o->q, err)))
+    if (o->q > 0 && (st = mc_allgather(o->grid, o->group, o->be, mine, o->params, o->q, err)))
         return st;
-    if (o->t > 0 && (st = mc_allgather(o->grid, MC_GROUP_DP_CP, o->be, TAIL_PARAM_IN(o),
-                                       TAIL_PARAMS_OUT(o), 1, err)))
+    if (o->t > 0 &&
+        (st = mc_allgather(o->grid, o->group, o->be, TAIL_PARAM_IN(o), TAIL_PARAMS_OUT(o), 1, err)))
         return st;
     tail_params_land(o);
     return MC_OK;
@@ -212,7 +267,9 @@ mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss
      * flag are reduced over the model-parallel group only; the distributed
      * one holds a shard of them, so every rank (data x model parallel)
      * contributes its part. */
-    mc_group_kind stats_group = o->distributed ? MC_GROUP_WORLD : MC_GROUP_MP;
+    mc_group_kind stats_group = o->distributed                                 ? MC_GROUP_WORLD
+                                : mc_grid_group_size(o->grid, MC_GROUP_EP) > 1 ? MC_GROUP_MP_EP
+                                                                               : MC_GROUP_MP;
     if ((st = mc_optim_update(o, stats_group, lr, weight_decay, loss_scale, r, err))) return st;
     if (r->found_inf) return MC_OK;
     return after_step(o, err);
@@ -268,7 +325,7 @@ mc_status mc_optim_gather_moments(mc_optim *o, size_t offset, size_t n, float *m
         mc_bcopy(o->be, slot + L - 1, o->m + q, sizeof(float));
         mc_bcopy(o->be, slot + 2 * L - 1, o->v + q, sizeof(float));
     }
-    st = mc_allgather(o->grid, MC_GROUP_DP_CP, o->be, slot, buf, 2 * L, err);
+    st = mc_allgather(o->grid, o->group, o->be, slot, buf, 2 * L, err);
     for (size_t j = 0; j < dp && !st; j++) {
         const float *sj = buf + j * 2 * L;
         size_t aj = zmax(offset, j * q), bj = zmin(end, j * q + q), tj = dp * q + j;

@@ -14,8 +14,9 @@
 #include <stdlib.h>
 
 typedef struct bucket {
-    size_t lo, hi;   /* elements [lo, hi) of the gradient buffer */
-    mc_request *req; /* in flight (NULL: done, or nothing to do) */
+    size_t lo, hi;       /* elements [lo, hi) of the gradient buffer */
+    mc_group_kind group; /* MC_GROUP_DP_CP, or MC_GROUP_EDP for experts' gradients */
+    mc_request *req;     /* in flight (NULL: done, or nothing to do) */
     int started;
 } bucket;
 
@@ -39,8 +40,8 @@ static int cmp_offset_desc(const void *a, const void *b)
 static mc_status start(mc_grad_buckets *gb, bucket *k, mc_error *err)
 {
     k->started = 1;
-    return mc_iallreduce_sum(gb->g, MC_GROUP_DP_CP, gb->be, gb->grads + k->lo, k->hi - k->lo,
-                             &k->req, err);
+    return mc_iallreduce_sum(gb->g, k->group, gb->be, gb->grads + k->lo, k->hi - k->lo, &k->req,
+                             err);
 }
 
 /* The model's hook: start every bucket that lies wholly at or above the
@@ -80,13 +81,19 @@ mc_status mc_grad_buckets_new(const mc_grid *g, mc_backend *be, mc_model *m, siz
     /* From the top of the buffer down; a bucket closes once it holds
      * bucket_elems elements. Its top is the previous bucket's bottom, so
      * the alignment gaps between parameters belong to some bucket too. */
+    /* Under expert parallelism a bucket holds experts' gradients only
+     * (reduced over the expert-data-parallel group) or none (the
+     * data-parallel group): it also closes where the kind changes. */
     size_t hi = mc_model_numel(m);
+    int ep = mc_grid_group_size(g, MC_GROUP_EP) > 1;
     for (size_t i = 0; i < np; i++) {
         size_t lo = order[i]->offset;
-        int last = i + 1 == np;
+        int last = i + 1 == np, expert = ep && order[i]->expert;
+        int change = !last && ep && order[i + 1]->expert != order[i]->expert;
         if (last) lo = 0;
-        if (last || (bucket_elems > 0 && hi - lo >= bucket_elems)) {
-            if (hi > lo) gb->b[gb->n++] = (bucket){lo, hi, NULL, 0};
+        if (last || change || (bucket_elems > 0 && hi - lo >= bucket_elems)) {
+            mc_group_kind k = expert ? MC_GROUP_EDP : MC_GROUP_DP_CP;
+            if (hi > lo) gb->b[gb->n++] = (bucket){lo, hi, k, NULL, 0};
             hi = lo;
         }
     }
@@ -126,7 +133,7 @@ mc_status mc_grad_buckets_finish(mc_grad_buckets *gb, mc_error *err)
         bucket *k = &gb->b[i];
         if (!k->started)
             st = gb->overlap ? start(gb, k, err)
-                             : mc_allreduce_sum(gb->g, MC_GROUP_DP_CP, gb->be, gb->grads + k->lo,
+                             : mc_allreduce_sum(gb->g, k->group, gb->be, gb->grads + k->lo,
                                                 k->hi - k->lo, err);
     }
     /* Wait for every request, even after an error, so none is left holding

@@ -95,6 +95,7 @@ typedef struct run {
     int moe_layers;
     double moe_lb, moe_z;
     double *moe_layer_losses; /* [2 num_layers]: the last iteration's per layer */
+    double *moe_tokens;       /* [num_layers, E]: the last iteration's tokens per expert */
     double t_start;           /* --exit-duration-in-mins counts from here, set-up included */
     /* --async-save: the write in flight, if any */
     struct {
@@ -1005,6 +1006,16 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
     /* MoE aux-loss-free balancing: the expert biases move with the
      * iteration's token counts (Megatron: in finalize_model_grads) */
     if ((st = mc_model_moe_update_expert_bias(r->model, err))) return st;
+    if (c->moe_per_layer_logging && r->moe_layers) {
+        /* the tokens per expert of every stage's layers, for the log */
+        const mc_model_config *mc = mc_model_get_config(r->model);
+        size_t n = (size_t)mc->num_layers * (size_t)mc->num_experts;
+        const double *t = mc_model_moe_tokens_per_expert(r->model);
+        if (!r->moe_tokens && !(r->moe_tokens = calloc(n, sizeof *r->moe_tokens)))
+            return mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+        if (t) memcpy(r->moe_tokens, t, n * sizeof *r->moe_tokens);
+        if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, r->moe_tokens, n, err))) return st;
+    }
     if ((st = mc_optim_step(r->optim, lr, wd, scale, &res, err))) return st;
     *grad_norm = res.grad_norm;
     *skipped = res.found_inf;
@@ -1031,8 +1042,8 @@ static mc_status train_loop(run *r, mc_error *err)
     mc_comm_log comm = {0}; /* --log-comm: the steps' traffic only */
     r->rep->exit_reason = "train-iters";
     while (r->s.iteration < r->train_iters) {
-        double loss, kd, norm;
-        int skipped, nan, overflow;
+        double loss = 0, kd = 0, norm = 0;
+        int skipped = 0, nan = 0, overflow = 0;
         mc_comm_log_start(r->g);
         if ((st = train_step(r, &loss, &kd, &norm, &skipped, &nan, &overflow, err))) return st;
         mc_comm_log_end(&comm, r->g);
@@ -1134,6 +1145,15 @@ static mc_status train_loop(run *r, mc_error *err)
                     snprintf(tag, sizeof tag, "moe/%s_layer_%d", MC_TAG_MOE_Z_LOSS, l);
                     st = mc_metrics_scalar(r->metrics, tag, it,
                                            r->moe_layer_losses[mc->num_layers + l], err);
+                }
+                /* the tokens each expert received in the iteration, summed
+                 * over data (and expert) parallelism */
+                for (int e = 0;
+                     !st && r->moe_tokens && mc_model_layer_is_moe(mc, l) && e < mc->num_experts;
+                     e++) {
+                    snprintf(tag, sizeof tag, "moe/tokens_per_expert_layer_%d_expert_%d", l, e);
+                    st = mc_metrics_scalar(r->metrics, tag, it,
+                                           r->moe_tokens[(size_t)l * mc->num_experts + e], err);
                 }
             }
         }
@@ -1245,6 +1265,7 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     free(r.mask);
     free(r.config_json);
     free(r.moe_layer_losses);
+    free(r.moe_tokens);
     mc_gpt_dataset_close(r.ds);
     mc_sft_dataset_close(r.sft);
     mc_pref_dataset_close(r.pref);

@@ -122,7 +122,7 @@ mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config
     /* Spans in buffer order; adjacent parameters with the same rules merge. */
     for (size_t i = 0; i < nps; i++) order[i] = &ps[i];
     qsort(order, nps, sizeof *order, cmp_param_offset);
-    int tp_rank = mc_grid_group_rank(g, MC_GROUP_TP);
+    int tp_rank = mc_grid_group_rank(g, MC_GROUP_TP), ep_rank = mc_grid_group_rank(g, MC_GROUP_EP);
     size_t end = 0;
     for (size_t i = 0; i < nps; i++) {
         const mc_param *p = order[i];
@@ -141,8 +141,12 @@ mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config
          * model-parallel group counts it once (Megatron's
          * param_is_not_tensor_parallel_duplicate); the last pipeline
          * stage's copy of tied embeddings not at all (param_is_not_shared). */
+        /* Under expert parallelism the dense parameters are the same on
+         * every EP rank and the experts differ: EP rank 0 counts the
+         * dense ones (mc_optim_step sums over tp x ep x pp). */
         mc_optim_span s = {p->offset, p->numel, !p->no_weight_decay,
-                           !p->shared && (p->split_dim >= 0 || tp_rank == 0)};
+                           !p->shared && (p->split_dim >= 0 || tp_rank == 0) &&
+                               (p->expert || ep_rank == 0)};
         mc_optim_span *last = o->nspans ? &o->spans[o->nspans - 1] : NULL;
         if (last && last->offset + last->n == s.offset && last->decay == s.decay &&
             last->in_norm == s.in_norm)
@@ -233,6 +237,7 @@ void mc_optim_destroy(mc_optim *o)
     if (o->m) mc_bfree(o->be, o->m);
     if (o->v) mc_bfree(o->be, o->v);
     if (o->scratch) mc_bfree(o->be, o->scratch);
+    free(o->dense);
     free(o->pieces);
     free(o->spans);
     free(o);

@@ -52,12 +52,17 @@ struct mc_optim {
 
     /* The distributed optimizer (distopt.c); distributed == 0: plain. */
     int distributed, overlap;
-    int dp, dp_rank; /* MC_GROUP_DP_CP */
-    size_t q, t;     /* main share numel / dp, tail count numel - dp q */
-    size_t tail;     /* this rank's tail element, or SIZE_MAX */
-    float *scratch;  /* backend: tail grads in [dp], tail grad out [1],
-                      * tail param in [1], tail params out [dp] */
-    int reduced;     /* mc_optim_reduce_grads ran since the last step */
+    int dp, dp_rank;     /* of `group` */
+    mc_group_kind group; /* the shard's: MC_GROUP_DP_CP, or MC_GROUP_EDP under EP */
+    /* under expert parallelism: the dense ranges [lo, hi) of the buffer,
+     * whose gradients are first summed over the EP group */
+    size_t (*dense)[2];
+    size_t ndense;
+    size_t q, t;    /* main share numel / dp, tail count numel - dp q */
+    size_t tail;    /* this rank's tail element, or SIZE_MAX */
+    float *scratch; /* backend: tail grads in [dp], tail grad out [1],
+                     * tail param in [1], tail params out [dp] */
+    int reduced;    /* mc_optim_reduce_grads ran since the last step */
     mc_request *req_main, *req_tail;
     int gather_pending;
 };

@@ -27,7 +27,8 @@ static void param(mc_plan_stage *s, int64_t local)
     s->numel += padded(local);
 }
 
-static void stage_params(const mc_model_config *c, int tp, int pp, int rank, mc_plan_stage *s)
+static void stage_params(const mc_model_config *c, int tp, int pp, int ep, int rank,
+                         mc_plan_stage *s)
 {
     int64_t C = c->hidden_size, V = c->padded_vocab_size, Q = c->num_attention_heads;
     int64_t G = c->num_query_groups, D = c->kv_channels, F = c->ffn_hidden_size;
@@ -54,10 +55,13 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int rank, mc_
             param(s, E * C);
             if (bias) param(s, E);
             if (c->moe_router_enable_expert_bias) param(s, E);
-            param(s, E * f1 * C);
-            if (bias) param(s, E * f1);
-            param(s, E * C * Fm);
-            if (bias) param(s, E * C);
+            /* the experts: E / ep of them on this rank */
+            int64_t before = s->numel, El = E / ep;
+            param(s, El * f1 * C);
+            if (bias) param(s, El * f1);
+            param(s, El * C * Fm);
+            if (bias) param(s, El * C);
+            s->numel_expert += s->numel - before;
             int64_t S = c->moe_shared_expert_intermediate_size;
             if (S) param(s, (c->swiglu ? 2 : 1) * S * C), param(s, C * S);
             continue;
@@ -74,6 +78,26 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int rank, mc_
         if (ln) param(s, C);
         if (c->untie_embeddings_and_output_weights || pp > 1) param(s, V / tp * C);
     }
+}
+
+/* moe.c's moe_grad_span: one MoE layer's parameters from the router's
+ * weight to the end of the last (each padded in the buffer but the last). */
+static int64_t moe_span(const mc_model_config *c, int ep)
+{
+    int64_t C = c->hidden_size, E = c->num_experts, Fm = c->moe_ffn_hidden_size, El = E / ep;
+    int64_t f1 = c->swiglu ? 2 * Fm : Fm, S = c->moe_shared_expert_intermediate_size;
+    int bias = c->add_bias_linear;
+    int64_t sizes[9], n = 0, total = 0;
+    sizes[n++] = E * C;
+    if (bias) sizes[n++] = E;
+    if (c->moe_router_enable_expert_bias) sizes[n++] = E;
+    sizes[n++] = El * f1 * C;
+    if (bias) sizes[n++] = El * f1;
+    sizes[n++] = El * C * Fm;
+    if (bias) sizes[n++] = El * C;
+    if (S) sizes[n++] = (c->swiglu ? 2 : 1) * S * C, sizes[n++] = C * S;
+    for (int64_t i = 0; i < n; i++) total += i + 1 < n ? padded(sizes[i]) : sizes[i];
+    return total;
 }
 
 /* Bytes of model.c's groups of a layer's saved tensors (model.c's ACT_*
@@ -162,8 +186,8 @@ static void recomputed_layers(const mc_model_config *c, int nl, double *R, doubl
 /* model.c's activation block for this stage and its slots: into s's
  * act_kept (per slot), act_workspace, act_scratch and act_pipe (pipeline.c's
  * gradient buffer); returns the sum. */
-static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, int first_layer,
-                         int first, int last, int nl, int slots, mc_plan_stage *s)
+static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int64_t B,
+                         int first_layer, int first, int last, int nl, int slots, mc_plan_stage *s)
 {
     double T = c->seq_length, N = (double)B * T, C = c->hidden_size, D = c->kv_channels;
     double Ql = c->num_attention_heads / tp, Gl = c->num_query_groups / tp;
@@ -189,13 +213,18 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int64_t B, in
         }
         double Fm = c->moe_ffn_hidden_size, f1 = c->swiglu ? 2 * Fm : Fm;
         double S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
-        double moe = carved(N * E) + 4 * carved(N * K) + 2 * carved(R * C) + carved(R * f1) +
-                     carved(R * Fm) + (S ? carved(N * s1) + carved(N * S) : 0);
+        /* the experts' side: every EP rank's rows at most (moe.c's Rx) */
+        double Rx = ep * R, G = c->moe_token_dispatcher_allgather && ep > 1 ? ep * N * K : 0;
+        double moe = carved(N * E) + 4 * carved(N * K) + 2 * carved(Rx * C) + carved(Rx * f1) +
+                     carved(Rx * Fm) + (S ? carved(N * s1) + carved(N * S) : 0) +
+                     (G ? 2 * carved(G) : 0) + (sp ? carved(N * K) : 0);
         int nmoe = 0;
         for (int l = first_layer; l < first_layer + nl; l++) nmoe += mc_model_layer_is_moe(c, l);
         slot += nmoe * (moe - carved(N * fc1) - carved(N * Fl));
-        moe_scratch = carved(N * E) + carved(N * K) + 2 * carved(R * C) + carved(R * Fm) +
-                      carved(R * f1) + carved(E) + (S ? carved(N * S) + carved(N * s1) : 0);
+        moe_scratch = carved(N * E) + carved(N * K) + 2 * carved(Rx * C) + carved(Rx * Fm) +
+                      carved(Rx * f1) + carved(E) + (S ? carved(N * S) + carved(N * s1) : 0) +
+                      (ep > 1 ? carved(Rx * C) : 0) + (G ? 2 * carved(G) : 0) +
+                      (sp ? carved(2 * N * E) + carved((double)moe_span(c, ep)) : 0);
     }
     if (last) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
     double shared = carved(N * qkv) + carved(N * C) + carved(Nl * C) + carved(N * C) +
@@ -264,7 +293,54 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
                              int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
                              mc_plan *out, mc_error *err)
 {
+    return mc_plan_compute_grid(cfg, world, tp, pp, cp, 1, micro_batch, global_batch,
+                                distributed_optimizer, out, err);
+}
+
+/* The MoE dispatch of one MoE layer and micro-batch over the EP group
+ * (moe.c): calls, bytes handed (mc/comm_stats.h's count) and bytes sent. */
+static void ep_figures(const mc_model_config *c, int ep, double Nt, double N, double *calls,
+                       double *bytes, double *wire)
+{
+    /* Nt: the micro-batch's tokens (the capacity's), N: this rank's (its
+     * sequence-parallel rows) */
+    double E = c->num_experts, K = c->moe_router_topk, C = c->hidden_size, R = N * K;
+    if (c->moe_token_dispatcher_allgather) {
+        /* forward: all-gather the choices, probabilities and tokens,
+         * reduce-scatter the outputs; backward: all-gather the output
+         * gradient, reduce-scatter d probs and the tokens' gradient */
+        double ag = 2 * N * K + N * C + N * C, rs = N * C + N * K + N * C;
+        *calls = 7;
+        *bytes = 4.0 * ep * (ag + rs);
+        *wire = 4.0 * (ep - 1) * (ag + rs);
+        return;
+    }
+    if (c->moe_pad_expert_input_to_capacity && c->moe_expert_capacity_factor > 0) {
+        double cap = ceil(Nt * K / E * (double)c->moe_expert_capacity_factor);
+        R = E * (cap > Nt ? Nt : cap);
+    }
+    /* dispatch and combine, forward and backward: R rows each way with
+     * balanced routing (exactly so with padding), 1 / ep of them kept */
+    *calls = 4;
+    *bytes = 4 * R * C * 4;
+    *wire = 4 * R * C * 4 * (ep - 1) / ep;
+}
+
+mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, int pp, int cp,
+                               int ep, int64_t micro_batch, int64_t global_batch,
+                               int distributed_optimizer, mc_plan *out, mc_error *err)
+{
     memset(out, 0, sizeof *out);
+    if (ep < 1 || (ep > 1 && (cfg->num_experts <= 0 || cfg->num_experts % ep)))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dry-run: expert-parallel size %d must divide the %d experts", ep,
+                            cfg->num_experts);
+    if (ep > 1 && world % (tp * pp * cp * ep))
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--dry-run: %d ranks do not divide into tensor-parallel %d x "
+                            "pipeline-parallel %d x context-parallel %d x expert-parallel %d",
+                            world, tp, pp, cp, ep);
+
     if (world < 1 || tp < 1 || pp < 1 || cp < 1 || micro_batch < 1)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--dry-run: world %d, tensor %d, pipeline %d and micro-batch %lld "
@@ -296,7 +372,8 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
         return mc_error_set(err, MC_ERR_USAGE,
                             "--dry-run does not model the interleaved schedule "
                             "(--num-layers-per-virtual-pipeline-stage) yet");
-    out->world = world, out->tp = tp, out->pp = pp, out->cp = cp, out->dp = dp;
+    out->world = world, out->tp = tp, out->pp = pp, out->cp = cp, out->dp = dp, out->ep = ep;
+    out->moe_allgather = ep > 1 && c.moe_token_dispatcher_allgather;
     out->cp_comm_type = c.cp_comm_type;
     out->sequence_parallel = c.sequence_parallel && tp > 1;
     out->distributed_optimizer = distributed_optimizer;
@@ -317,9 +394,11 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
             mc_plan_free(out);
             return st;
         }
-        stage_params(&c, tp, pp, r, s);
+        stage_params(&c, tp, pp, ep, r, s);
         s->param_bytes = s->grad_bytes = (double)s->numel * 4;
-        double mom = distributed_optimizer ? (double)((s->numel + dpc - 1) / dpc + 1)
+        /* distopt.c: the shard is over the expert-data-parallel group under EP */
+        int shard = ep > 1 ? dp / ep : dpc;
+        double mom = distributed_optimizer ? (double)((s->numel + shard - 1) / shard + 1)
                                            : (double)s->params;
         s->optim_bytes = 2 * mom * 4;
         int64_t slots = pp - r < out->num_micro ? pp - r : out->num_micro;
@@ -332,10 +411,10 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
             ck.recompute_method = settings[k].method;
             ck.recompute_num_layers = settings[k].num_layers;
             ck.recompute_modules = settings[k].modules;
-            s->act_by[k] = stage_acts(&ck, tp, sp, micro_batch, s->first_layer, first, last, nl,
+            s->act_by[k] = stage_acts(&ck, tp, sp, ep, micro_batch, s->first_layer, first, last, nl,
                                       s->slots, &tmp);
         }
-        s->act_bytes = stage_acts(&c, tp, sp, micro_batch, s->first_layer, first, last, nl,
+        s->act_bytes = stage_acts(&c, tp, sp, ep, micro_batch, s->first_layer, first, last, nl,
                                   s->slots, s);
         if (cp > 1) {
             double scratch, calls, bytes, wire;
@@ -359,7 +438,14 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
                 if (first) a_calls += 1, a_bytes += X;            /* embedding */
                 if (last) a_calls += 4, a_bytes += X + 3 * N * 4; /* head dX, CE stats */
             } else {
-                g_calls += 10.0 * nl, g_bytes += 10.0 * nl * X;
+                /* a MoE layer has no MLP gathers and scatters (5 of the 10):
+                 * it gathers the router's logits and sums its gradients */
+                int nmoe = 0;
+                for (int l = s->first_layer; l < s->last_layer; l++)
+                    nmoe += mc_model_layer_is_moe(&c, l);
+                g_calls += 10.0 * nl - 5.0 * nmoe, g_bytes += (10.0 * nl - 5.0 * nmoe) * X;
+                g_calls += nmoe, g_bytes += nmoe * N * c.num_experts * 4;
+                a_calls += nmoe, a_bytes += nmoe * (double)moe_span(&c, ep) * 4;
                 /* norm weight gradients: one all-reduce per norm, two per layer */
                 a_calls += 2.0 * nl, a_bytes += nl * (ln ? 4 : 2) * C * 4;
                 if (first) g_calls += 2, g_bytes += 2 * X; /* RS fwd, AG bwd */
@@ -392,11 +478,50 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
             s->tp_bytes = M * (a_bytes + g_bytes);
             s->tp_wire = M * (ar * a_bytes + ag * g_bytes);
         }
+        /* under expert parallelism the experts' gradients are reduced over
+         * the expert-data-parallel group (grad_buckets.c), the rest over dp */
+        int64_t dense = ep > 1 ? s->numel - s->numel_expert : s->numel;
         if (dpc > 1) {
-            double gbytes = (double)s->numel * 4;
+            double gbytes = (double)dense * 4;
             s->dp_calls = distributed_optimizer ? 2 : 1;
             s->dp_bytes = distributed_optimizer ? 2 * gbytes : gbytes;
             s->dp_wire = 2.0 * (dpc - 1) / dpc * gbytes;
+        }
+        int edp = dp / ep;
+        if (ep > 1 && distributed_optimizer) {
+            /* distopt.c: the dense gradients all-reduced over EP, then the
+             * whole buffer reduce-scattered over EDP and the parameters
+             * all-gathered there */
+            double gbytes = (double)s->numel * 4;
+            s->dp_calls = 0, s->dp_bytes = s->dp_wire = 0;
+            if (edp > 1) {
+                s->edp_calls = 2;
+                s->edp_bytes = 2 * gbytes;
+                s->edp_wire = 2.0 * (edp - 1) / edp * gbytes;
+            }
+        } else if (ep > 1 && edp > 1 && s->numel_expert > 0) {
+            double gbytes = (double)s->numel_expert * 4;
+            s->edp_calls = 1;
+            s->edp_bytes = gbytes;
+            s->edp_wire = 2.0 * (edp - 1) / edp * gbytes;
+        }
+        if (ep > 1) {
+            int nmoe = 0;
+            for (int l = s->first_layer; l < s->last_layer; l++)
+                nmoe += mc_model_layer_is_moe(&c, l);
+            double calls, bytes, wire;
+            ep_figures(&c, ep, N, Nl, &calls, &bytes, &wire);
+            s->ep_calls = (int64_t)(M * nmoe * calls);
+            s->ep_bytes = M * nmoe * bytes;
+            s->ep_wire = M * nmoe * wire;
+            if (distributed_optimizer) {
+                /* the dense gradients' all-reduce over EP, one call per run
+                 * of dense parameters in the buffer */
+                double d = (double)(s->numel - s->numel_expert) * 4;
+                s->ep_calls += nmoe + 1;
+                s->ep_bytes += d;
+                s->ep_wire += 2.0 * (ep - 1) / ep * d;
+            }
         }
         if (pp > 1) {
             double act = Nl * C * 4;
@@ -413,7 +538,7 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
     whole.first_layer = 0, whole.last_layer = c.num_layers;
     mc_model_config c1 = c;
     if (!mc_model_config_finish(&c1, 1, err)) {
-        stage_params(&c1, 1, 1, 0, &whole);
+        stage_params(&c1, 1, 1, 1, 0, &whole);
         out->global_params = whole.params;
         /* active per token: each MoE layer's top-k experts of E */
         int64_t Fm = c1.moe_ffn_hidden_size, f1 = c1.swiglu ? 2 * Fm : Fm;
@@ -448,10 +573,12 @@ static double mib(double b) { return b / (1024.0 * 1024.0); }
 
 void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line), void *ctx)
 {
+    char epn[64] = "";
+    if (p->ep > 1) snprintf(epn, sizeof epn, " (expert %d x expert-data %d)", p->ep, p->dp / p->ep);
     line(print, ctx,
-         "dry run: %d ranks = tensor %d x pipeline %d x context %d x data %d; micro-batch %lld, "
-         "global batch %lld: %lld micro-batches per data-parallel rank per iteration",
-         p->world, p->tp, p->pp, p->cp, p->dp, (long long)p->micro_batch,
+         "dry run: %d ranks = tensor %d x pipeline %d x context %d x data %d%s; micro-batch "
+         "%lld, global batch %lld: %lld micro-batches per data-parallel rank per iteration",
+         p->world, p->tp, p->pp, p->cp, p->dp, epn, (long long)p->micro_batch,
          (long long)p->global_batch, (long long)p->num_micro);
     char active[96] = "";
     if (p->active_params != p->global_params)
@@ -471,7 +598,9 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
              mib(s->grad_bytes));
         line(print, ctx, "  optimizer: %.0f bytes (%.1f MiB: Adam m and v in fp32%s)",
              s->optim_bytes, mib(s->optim_bytes),
-             p->distributed_optimizer ? ", sharded over data-parallel ranks" : "");
+             !p->distributed_optimizer ? ""
+             : p->ep > 1               ? ", sharded over expert-data-parallel ranks"
+                                       : ", sharded over data-parallel ranks");
         line(print, ctx,
              "  activations: %.0f bytes (%.1f MiB) = %d micro-batch%s in flight x %.0f kept + "
              "%.0f recomputation workspace + %.0f scratch + %.0f pipeline buffer; recomputation "
@@ -501,5 +630,17 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
              s->pp_wire, (long long)s->pp_calls);
         line(print, ctx, "    embedding group: %.0f / %.0f bytes, %lld calls", s->embd_bytes,
              s->embd_wire, (long long)s->embd_calls);
+        if (p->ep > 1) {
+            line(print, ctx, "    expert-parallel group: %.0f / %.0f bytes, %lld calls (%s)",
+                 s->ep_bytes, s->ep_wire, (long long)s->ep_calls,
+                 p->moe_allgather ? "allgather dispatcher: all-gathers and reduce-scatters"
+                                  : "all-to-all of the routed rows, balanced routing");
+            line(print, ctx, "    expert-data-parallel group: %.0f / %.0f bytes, %lld calls (%s)",
+                 s->edp_bytes, s->edp_wire, (long long)s->edp_calls,
+                 p->distributed_optimizer
+                     ? "the distributed optimizer: reduce-scatter of every gradient (the dense "
+                       "ones summed over EP first) + all-gather of the parameters"
+                     : "all-reduce of the experts' gradients");
+        }
     }
 }

@@ -95,7 +95,10 @@ static mc_status save_params(const mc_grid *g, mc_backend *be, mc_model *m, mc_o
                              block_fn fn, void *ctx, mc_error *err)
 {
     mc_status st = MC_OK;
-    int writer = g->dp_rank == 0 && g->cp_rank == 0;
+    /* a MoE layer's experts differ between EP ranks: each EP rank's
+     * expert-data-parallel rank 0 writes its experts' rows */
+    int dense_writer = g->dp_rank == 0 && g->cp_rank == 0;
+    int expert_writer = g->dp_rank / g->ep == 0 && g->cp_rank == 0;
     size_t maxn = max_param_numel(m), np = mc_model_num_params(m);
     float *host = malloc(maxn * sizeof *host);
     /* Backend scratch for the moments of one parameter (full, this
@@ -109,6 +112,7 @@ static mc_status save_params(const mc_grid *g, mc_backend *be, mc_model *m, mc_o
     for (size_t i = 0; i < np && !st; i++) {
         const mc_param *p = mc_model_param(m, i);
         if (!writes_param(g, p)) continue;
+        int writer = p->expert ? expert_writer : dense_writer;
         if (writer) {
             mc_bcopy_to_host(be, host, mc_model_params(m) + p->offset, p->numel * sizeof(float));
             snprintf(path, sizeof path, "%s/%s", GROUPS[0], p->name);

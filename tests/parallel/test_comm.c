@@ -3,7 +3,8 @@
  * mpirun by tests/tools/parallel_comm.bats (one mode per launch).
  *
  *   test_comm single              one process, no MPI: size-1 groups are no-ops
- *   test_comm grid TP PP          coordinates, groups and every collective
+ *   test_comm grid TP PP [EP]     coordinates, groups and every collective (EP:
+ *                                 expert parallelism inside data parallelism)
  *   test_comm world TP PP         a world that does not divide: one error, exit 1
  *   test_comm config R...         ranks R... hash another configuration
  *   test_comm hang MIN R SECS     rank R sleeps SECS before an all-reduce
@@ -73,6 +74,8 @@ static int members(const mc_grid *g, mc_group_kind k, int me, int *out)
         coords c = coords_of(g, q);
         int same_tp = c.tp == m.tp, same_cp = c.cp == m.cp, same_dp = c.dp == m.dp,
             same_pp = c.pp == m.pp, in;
+        /* dp = ep + EP edp: Megatron's expert axis, the fastest inside dp */
+        int same_ep = c.dp % g->ep == m.dp % g->ep, same_edp = c.dp / g->ep == m.dp / g->ep;
         switch (k) {
         case MC_GROUP_WORLD: in = 1; break;
         case MC_GROUP_TP: in = same_cp && same_dp && same_pp; break;
@@ -85,6 +88,9 @@ static int members(const mc_grid *g, mc_group_kind k, int me, int *out)
             in = same_tp && same_cp && same_dp && (c.pp == 0 || c.pp == g->pp - 1);
             break;
         case MC_GROUP_POS_EMBD: in = same_tp && same_cp && same_dp && c.pp == 0; break;
+        case MC_GROUP_EP: in = same_tp && same_cp && same_edp && same_pp; break;
+        case MC_GROUP_EDP: in = same_tp && same_cp && same_ep && same_pp; break;
+        case MC_GROUP_MP_EP: in = same_cp && same_edp; break;
         default: in = 0;
         }
         if (in) out[n++] = q;
@@ -341,10 +347,10 @@ static int run_single(void)
     return c.failed ? 1 : 0;
 }
 
-static int init(ctx *c, int *argc, char ***argv, int tp, int pp)
+static int init_ep(ctx *c, int *argc, char ***argv, int tp, int pp, int ep)
 {
     mc_error e;
-    if (mc_grid_init_mpi(argc, argv, tp, pp, 1, 1, &c->g, &e)) {
+    if (mc_grid_init_mpi(argc, argv, tp, pp, 1, ep, &c->g, &e)) {
         if (c->g.rank == 0) fprintf(stderr, "test_comm: error: %s\n", e.msg);
         exit(mc_grid_fail(&c->g, 1));
     }
@@ -352,10 +358,43 @@ static int init(ctx *c, int *argc, char ***argv, int tp, int pp)
     return 0;
 }
 
-static int run_grid(int argc, char **argv, int tp, int pp)
+static int init(ctx *c, int *argc, char ***argv, int tp, int pp)
+{
+    return init_ep(c, argc, argv, tp, pp, 1);
+}
+
+/* The all-to-all of unequal sizes: member i sends member j (i + 2 j) % 3
+ * values datum(i, j, salt + k), k < that count; each checks what it got. */
+static void check_alltoall(ctx *c, mc_group_kind k, int salt)
+{
+    int P = mc_grid_group_size(&c->g, k), me = mc_grid_group_rank(&c->g, k);
+    size_t sc[64], sd[64], rc[64], rd[64], ns = 0, nr = 0;
+    for (int j = 0; j < P; j++) {
+        sc[j] = (size_t)((me + 2 * j) % 3), sd[j] = ns, ns += sc[j];
+        rc[j] = (size_t)((j + 2 * me) % 3), rd[j] = nr, nr += rc[j];
+    }
+    float *in = balloc(c, ns), *out = balloc(c, nr), ref[256];
+    for (int j = 0; j < P; j++)
+        for (size_t q = 0; q < sc[j]; q++) in[sd[j] + q] = datum(me, (size_t)j, salt + (int)q);
+    OK(c, mc_alltoallv(&c->g, k, c->be, in, sc, sd, out, rc, rd, E));
+    for (int i = 0; i < P; i++)
+        for (size_t q = 0; q < rc[i]; q++) ref[rd[i] + q] = datum(i, (size_t)me, salt + (int)q);
+    CHECK(c, same_bits(out, ref, nr), "%s: all-to-all", mc_group_name(k));
+    int64_t si[64], ri[64];
+    for (int j = 0; j < P; j++) si[j] = 1000 * me + j;
+    OK(c, mc_alltoall_i64(&c->g, k, si, ri, 1, E));
+    for (int i = 0; i < P; i++)
+        CHECK(c, ri[i] == 1000 * i + me, "%s: all-to-all of integers", mc_group_name(k));
+    mc_bfree(c->be, in);
+    mc_bfree(c->be, out);
+}
+
+static int run_grid(int argc, char **argv, int tp, int pp, int ep)
 {
     ctx c = {0};
-    init(&c, &argc, &argv, tp, pp);
+    init_ep(&c, &argc, &argv, tp, pp, ep);
+    check_alltoall(&c, MC_GROUP_EP, 60);
+    check_alltoall(&c, MC_GROUP_WORLD, 61);
     check_groups(&c);
     for (int k = 0; k < MC_GROUP_COUNT; k++) {
         check_collectives(&c, k, 37, 1 + k); /* chunks of unequal size */
@@ -433,13 +472,14 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "single")) return run_single();
-    if ((!strcmp(mode, "grid") || !strcmp(mode, "world")) && argc == 4)
-        return run_grid(argc, argv, atoi(argv[2]), atoi(argv[3]));
+    if ((!strcmp(mode, "grid") && (argc == 4 || argc == 5)) ||
+        (!strcmp(mode, "world") && argc == 4))
+        return run_grid(argc, argv, atoi(argv[2]), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 1);
     if (!strcmp(mode, "config")) return run_config(argc, argv);
     if (argc >= 4 && (!strcmp(mode, "hang") || !strcmp(mode, "exit") || !strcmp(mode, "kill") ||
                       !strcmp(mode, "finalize") || !strcmp(mode, "fail")))
         return run_fault(argc, argv, mode);
-    fprintf(stderr, "usage: test_comm single | grid TP PP | world TP PP | config R... | "
+    fprintf(stderr, "usage: test_comm single | grid TP PP [EP] | world TP PP | config R... | "
                     "hang|exit|finalize|kill|fail MIN R [SECS]\n");
     return 2;
 }

@@ -127,6 +127,38 @@ same() {
     same tp tensor-parallel 2 "${args[@]}" "${sel[@]}"
 }
 
+@test "log-comm: expert parallelism EP=2 x DP=2: the MoE dispatch (all-to-all, allgather) and the experts' reduction are the dry run's" {
+    # 4 experts, top-2; padded to the capacity, every rank sends and
+    # receives the same rows whatever the routing, so rank 0's all-to-all
+    # bytes are the plan's exactly (without padding they vary by rank)
+    local moe=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --num-experts 4
+               --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 1e-2 --expert-model-parallel-size 2)
+    local pad=(--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity)
+    mpi 4 "${args[@]}" "${moe[@]}" "${pad[@]}" --log-comm
+    grep '^ comm' err.txt | tail -1 | grep -q 'dp all-reduce: .* ep all-to-all: .* edp all-reduce: '
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}"
+    FIELDS="bytes wire" same edp expert-data-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}"
+    FIELDS="bytes wire" same dp data-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}"
+    # the distributed optimizer: the dense gradients all-reduced over EP, then
+    # everything reduce-scattered and gathered over the expert-data-parallel group
+    mpi 4 "${args[@]}" "${moe[@]}" "${pad[@]}" --use-distributed-optimizer --log-comm
+    grep '^ comm' err.txt | tail -1 | grep -q 'ep all-reduce: .* ep all-to-all: .* edp all-gather: .* edp reduce-scatter: '
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" --use-distributed-optimizer
+    same edp expert-data-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" --use-distributed-optimizer
+    # sequence parallelism: the router's logits gathered, the MoE gradients
+    # summed over TP, no MLP gathers in a MoE layer
+    local sp=(--tensor-model-parallel-size 2 --sequence-parallel)
+    mpi 4 "${args[@]}" "${moe[@]}" "${pad[@]}" "${sp[@]}" --log-comm
+    same tp tensor-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" "${sp[@]}"
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" "${sp[@]}"
+    mpi 4 "${args[@]}" "${moe[@]}" "${sp[@]}" --moe-token-dispatcher-type allgather --log-comm
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${sp[@]}" --moe-token-dispatcher-type allgather
+    # the allgather dispatcher moves the same bytes whatever the routing
+    mpi 4 "${args[@]}" "${moe[@]}" --moe-token-dispatcher-type allgather --log-comm
+    grep '^ comm' err.txt | tail -1 | grep -q 'ep all-gather: .* ep reduce-scatter: '
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" --moe-token-dispatcher-type allgather
+}
+
 @test "log-comm: one process has no traffic; without --log-comm no comm line; --log-comm takes no value" {
     "$MC_TRAIN" "${args[@]}" --log-comm 2>err.txt
     [ "$(grep -c '^ comm per iteration: dp overlap: - |$' err.txt)" -eq 2 ]

@@ -211,8 +211,10 @@ print(sum(v.size for v in f["model"].values()))' ck/iter_0000000/model.h5)
     [[ "$stderr" == *"expected ',' or ']'"* ]]
     bad --num-experts 4 --moe-router-score-function relu
     [[ "$stderr" == *"--moe-router-score-function"* ]]
-    bad --num-experts 4 --expert-model-parallel-size 2
-    [[ "$stderr" == *"--expert-model-parallel-size 2: expert parallelism is not implemented yet"* ]]
+    bad --num-experts 6 --expert-model-parallel-size 4
+    [[ "$stderr" == *"--num-experts 6 is not divisible by --expert-model-parallel-size 4"* ]]
+    bad --num-experts 4 --expert-tensor-parallel-size 2
+    [[ "$stderr" == *"--expert-tensor-parallel-size 2: tensor parallelism inside the experts is not implemented"* ]]
     bad --moe-router-topk 2
     [[ "$stderr" == *"the --moe-* options need --num-experts"* ]]
     bad --num-experts 4 --moe-router-enable-expert-bias
@@ -245,13 +247,6 @@ print(sum(v.size for v in f["model"].values()))' ck/iter_0000000/model.h5)
 
 # (mc-export, mc-eval and mc-reshard run MoE checkpoints: export_hf_moe.bats,
 # export_gguf.bats, eval_moe.bats; llm.c export refuses them: export_llmc.bats)
-
-@test "--sequence-parallel with experts is refused in one line" {
-    run --separate-stderr "$MC_TRAIN" "${moe[@]}" --train-iters 1 \
-        --tensor-model-parallel-size 2 --sequence-parallel
-    assert_failure 2
-    [[ "$stderr" == *"--num-experts with --sequence-parallel is not implemented yet"* ]]
-}
 
 @test "a MoE checkpoint whose config.model claims wider experts than it stores is refused before the model is built" {
     require_python_module h5py

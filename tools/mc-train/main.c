@@ -192,7 +192,9 @@ enum {
     OPT_MOE_PAD,
     OPT_MOE_LAYER_FREQ,
     OPT_EP,
-    OPT_MOE_PER_LAYER_LOGGING
+    OPT_MOE_PER_LAYER_LOGGING,
+    OPT_MOE_DISPATCHER,
+    OPT_ETP
 };
 
 static const mc_option options[] = {
@@ -484,7 +486,11 @@ static const mc_option options[] = {
     {"moe-per-layer-logging", MC_OPT_NONE, OPT_MOE_PER_LAYER_LOGGING, NULL,
      "Also write each layer's balancing losses to the metrics (moe/<name>_layer_<i>)."},
     {"expert-model-parallel-size", MC_OPT_REQUIRED, OPT_EP, "N",
-     "Ranks that split the experts (1; more is not implemented yet)."},
+     "Expert parallelism: N ranks split each MoE layer's experts (1)."},
+    {"expert-tensor-parallel-size", MC_OPT_REQUIRED, OPT_ETP, "N",
+     "Tensor parallelism inside the experts (1, the only size implemented)."},
+    {"moe-token-dispatcher-type", MC_OPT_REQUIRED, OPT_MOE_DISPATCHER, "TYPE",
+     "alltoall (default) or allgather: how tokens reach their experts' ranks."},
     {NULL, 0, 0, NULL, NULL},
 };
 
@@ -521,8 +527,10 @@ typedef struct args {
     int use_ckpt_args; /* --use-checkpoint-args: the base is --load's config */
     mc_model_config m; /* values of the flags in `set` */
     unsigned set;
-    uint32_t moe_set; /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
-    int64_t ep;       /* --expert-model-parallel-size */
+    uint32_t moe_set;         /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
+    int64_t ep;               /* --expert-model-parallel-size */
+    int64_t etp;              /* --expert-tensor-parallel-size (1 only) */
+    int dispatcher_allgather; /* --moe-token-dispatcher-type allgather */
     int gqa;
     int have_tokenizer;
     mc_tokenizer_spec tok;
@@ -570,6 +578,7 @@ static const mc_choice lb_types[] = {{"aux_loss", MC_MOE_LB_AUX},
                                      {"none", MC_MOE_LB_NONE},
                                      {NULL, 0}};
 static const mc_choice drop_policies[] = {{"probs", 0}, {"position", 1}, {NULL, 0}};
+static const mc_choice dispatchers[] = {{"alltoall", 0}, {"allgather", 1}, {NULL, 0}};
 
 static const mc_choice normalizations[] = {
     {"LayerNorm", MC_NORM_LAYERNORM},
@@ -1042,6 +1051,19 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_EP:
             st = mc_parse_i64("--expert-model-parallel-size", arg, 1, 65536, &a->ep, err);
             break;
+        case OPT_ETP:
+            st = mc_parse_i64("--expert-tensor-parallel-size", arg, 1, 65536, &a->etp, err);
+            if (!st && a->etp != 1)
+                st = mc_error_set(err, MC_ERR_USAGE,
+                                  "--expert-tensor-parallel-size %" PRId64
+                                  ": tensor parallelism inside the experts is not implemented; "
+                                  "use 1 (the experts are replicated over tensor parallelism)",
+                                  a->etp);
+            break;
+        case OPT_MOE_DISPATCHER:
+            st = mc_parse_choice("--moe-token-dispatcher-type", NULL, arg, dispatchers,
+                                 &a->dispatcher_allgather, err);
+            break;
         case OPT_WORLD_SIZE:
             st = mc_parse_i64("--world-size", arg, 1, 1 << 24, &a->world_size, err);
             break;
@@ -1141,17 +1163,14 @@ static mc_status check_args(args *a, mc_error *err)
                             "--context-parallel-size %" PRId64 " with --device cuda: context "
                             "parallelism runs on the CPU backend only",
                             a->cp);
-    if (a->ep > 1)
+    if (a->ep > 1 && a->cp > 1)
         return mc_error_set(err, MC_ERR_USAGE,
-                            "--expert-model-parallel-size %" PRId64 ": expert parallelism is not "
-                            "implemented yet; use 1",
+                            "--expert-model-parallel-size %" PRId64
+                            " with --context-parallel-size: MoE under context parallelism is "
+                            "not implemented",
                             a->ep);
     if (a->moe_set && !(a->moe_set & 1u) && !a->use_ckpt_args)
         return mc_error_set(err, MC_ERR_USAGE, "the --moe-* options need --num-experts");
-    if (a->m.num_experts > 0 && a->sequence_parallel && a->tp > 1)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--num-experts with --sequence-parallel is not implemented yet "
-                            "(tensor parallelism without it runs the experts replicated)");
     if (t->overlap_param_gather && !t->use_distributed_optimizer)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--overlap-param-gather needs --use-distributed-optimizer");
@@ -1182,6 +1201,7 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
         }
     }
     const mc_model_config *m = &a->m;
+    c->moe_token_dispatcher_allgather = a->dispatcher_allgather;
     if (a->set & SET_LAYERS) c->num_layers = m->num_layers;
     if (a->set & SET_HIDDEN) c->hidden_size = m->hidden_size;
     if (a->set & SET_HEADS) c->num_attention_heads = m->num_attention_heads;
@@ -1278,6 +1298,21 @@ static mc_status vocabulary(args *a, mc_model_config *mcfg, int32_t *eod, mc_err
     return MC_OK;
 }
 
+/* Expert parallelism against the model (the experts may come from a
+ * checkpoint's configuration): before any work. */
+static mc_status check_ep(const args *a, const mc_model_config *c, mc_error *err)
+{
+    if (a->ep > 1 && c->num_experts <= 0)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--expert-model-parallel-size %" PRId64 " needs --num-experts", a->ep);
+    if (a->ep > 1 && c->num_experts % a->ep)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--num-experts %d is not divisible by --expert-model-parallel-size "
+                            "%" PRId64,
+                            c->num_experts, a->ep);
+    return MC_OK;
+}
+
 /* --dry-run: the plan of the grid, from the options alone (no MPI, no
  * allocation beyond the tokenizer that gives the vocabulary size). */
 static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
@@ -1285,11 +1320,11 @@ static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
     int32_t eod;
     mc_status st = vocabulary(a, mcfg, &eod, err);
     if (st) return st;
-    int64_t world = a->world_size ? a->world_size : a->tp * a->pp * a->cp;
+    int64_t world = a->world_size ? a->world_size : a->tp * a->pp * a->cp * a->ep;
     mc_plan plan;
-    st = mc_plan_compute_cp(mcfg, (int)world, (int)a->tp, (int)a->pp, (int)a->cp,
-                            a->t.micro_batch_size, a->t.global_batch_size,
-                            a->t.use_distributed_optimizer, &plan, err);
+    st = mc_plan_compute_grid(mcfg, (int)world, (int)a->tp, (int)a->pp, (int)a->cp, (int)a->ep,
+                              a->t.micro_batch_size, a->t.global_batch_size,
+                              a->t.use_distributed_optimizer, &plan, err);
     if (st) return st;
     mc_plan_print(&plan, print_stdout, NULL);
     mc_plan_free(&plan);
@@ -1315,7 +1350,7 @@ int main(int argc, char **argv)
     mc_cli cli;
     args a;
     memset(&a, 0, sizeof a);
-    a.tp = a.pp = a.cp = a.ep = 1;
+    a.tp = a.pp = a.cp = a.ep = a.etp = 1;
     mc_train_config_init(&a.t);
     mc_tokenizer_spec_init(&a.tok, MC_TOKENIZER_NULL);
     a.argv_json = json_object();
@@ -1352,6 +1387,7 @@ int main(int argc, char **argv)
     mc_model_config mcfg;
     if (!st) st = model_config(&a, &mcfg, &err);
     if (!st) st = mc_model_check_cp(&mcfg, (int)a.tp, (int)a.cp, &err);
+    if (!st) st = check_ep(&a, &mcfg, &err);
     /* recomputation against the stages' layers: before any work */
     if (!st) st = mc_model_check_recompute(&mcfg, (int)a.pp, &err);
     if (!st && mcfg.recompute_granularity != MC_RECOMPUTE_NONE && a.cp > 1)
@@ -1372,7 +1408,7 @@ int main(int argc, char **argv)
     if (mc_grid_launched_by_mpi()) {
         mc_error gerr;
         mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, st ? 1 : (int)a.pp,
-                                         st ? 1 : (int)a.cp, 1, &grid, &gerr);
+                                         st ? 1 : (int)a.cp, st ? 1 : (int)a.ep, &grid, &gerr);
         if (!st && gst) err = gerr, st = gst, grid_error = 1;
     } else if (!st && a.tp > 1) {
         st = mc_error_set(&err, MC_ERR_USAGE,
@@ -1385,6 +1421,12 @@ int main(int argc, char **argv)
                           "--context-parallel-size %" PRId64 " needs a multiple of %" PRId64
                           " ranks and this is one process: start it with mpirun -np N or srun",
                           a.cp, a.cp);
+        grid_error = 1;
+    } else if (!st && a.ep > 1) {
+        st = mc_error_set(&err, MC_ERR_USAGE,
+                          "--expert-model-parallel-size %" PRId64 " needs a multiple of %" PRId64
+                          " ranks and this is one process: start it with mpirun -np N or srun",
+                          a.ep, a.ep);
         grid_error = 1;
     } else if (!st && a.pp > 1) {
         st = mc_error_set(&err, MC_ERR_USAGE,
