@@ -231,6 +231,17 @@ def import_cases(build, tmp):
     return out, ok
 
 
+def write_document(results, imports, ok):
+    """The JSON document on stdout; exit 1 unless every check passed."""
+    import transformers
+    json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
+               "logit_tolerance": LOGIT_TOL, "loss_rtol": LOSS_RTOL, "cases": results,
+               "import_cases": imports},
+              sys.stdout, indent=1)
+    print()
+    sys.exit(0 if ok else 1)
+
+
 def main():
     build = sys.argv[1]
     results, ok = [], True
@@ -251,13 +262,7 @@ def main():
                   f"{'ok' if r['ok'] else 'FAILED'}", file=sys.stderr)
         imports, iok = import_cases(build, tmp)
         ok &= iok
-    import transformers
-    json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
-               "logit_tolerance": LOGIT_TOL, "loss_rtol": LOSS_RTOL, "cases": results,
-               "import_cases": imports},
-              sys.stdout, indent=1)
-    print()
-    sys.exit(0 if ok else 1)
+    write_document(results, imports, ok)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ Prints one JSON document; tests/tools/export_hf_moe.bats reruns mc on the
 committed document (any machine) and this script when transformers is
 installed. Exit 1 when a check fails.
 """
-import json
 import os
 import sys
 import tempfile
@@ -45,7 +44,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_moe  # noqa: E402
 # the training, the tokens, the tolerances and the steps of a case: hf_logits.py's
-from hf_logits import LOGIT_TOL, LOSS_RTOL, export_case, import_case  # noqa: E402
+from hf_logits import LOSS_RTOL, export_case, import_case, write_document  # noqa: E402
 
 CASES = [
     # Mixtral-shaped: 4 experts, top-2, aux and z losses (training only)
@@ -146,13 +145,7 @@ def main():
                   file=sys.stderr)
         imports, iok = import_cases(build, tmp)
         ok &= iok
-    import transformers
-    json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
-               "logit_tolerance": LOGIT_TOL, "loss_rtol": LOSS_RTOL, "cases": results,
-               "import_cases": imports},
-              sys.stdout, indent=1)
-    print()
-    sys.exit(0 if ok else 1)
+    write_document(results, imports, ok)
 
 
 if __name__ == "__main__":
