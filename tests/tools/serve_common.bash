@@ -21,6 +21,15 @@ serve_kill() {
     fi
 }
 
+# serve_url: URL from the server's first stdout line, through url.fifo
+# (bounded; the server is then ready); serve.log shown if it never comes
+serve_url() {
+    exec 5< url.fifo
+    read -r -t 120 URL <&5 || { cat serve.log; return 1; }
+    exec 5<&-
+    rm -f url.fifo
+}
+
 # serve ARGS...: start mc-serve on a free port; URL and SPID set once its
 # URL line is out (the server is then ready). Its stderr is in serve.log.
 serve() {
@@ -28,10 +37,7 @@ serve() {
     env --default-signal=TERM,INT "$MC_SERVE" "$G" --port 0 --threads 1 "$@" \
         > url.fifo 2> serve.log &
     SPID=$!
-    exec 5< url.fifo
-    read -r -t 120 URL <&5 || { cat serve.log; return 1; }
-    exec 5<&-
-    rm -f url.fifo
+    serve_url
 }
 
 # serve_tp ARGS...: serve on 2 tensor-parallel ranks under mpirun (SPID is
@@ -44,10 +50,7 @@ serve_tp() {
         --mca btl self,vader -np 2 "$MC_SERVE" "$G" --port 0 --threads 1 \
         --tensor-model-parallel-size 2 "$@" > url.fifo 2> serve.log &
     SPID=$!
-    exec 5< url.fifo
-    read -r -t 120 URL <&5 || { cat serve.log; return 1; }
-    exec 5<&-
-    rm -f url.fifo
+    serve_url
 }
 
 # stop_tp: SIGTERM to every rank of serve_tp's server, as srun or scancel
