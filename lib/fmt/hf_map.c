@@ -269,57 +269,38 @@ mc_status hf_map_build(const mc_model_config *c, hf_arch arch, hf_map *m, mc_err
         if (bias)
             whole(&b, MC("%s.linear_proj.bias"), C, 0, 0,
                   HF(gpt ? "%s.attn.c_proj.bias" : "%s.self_attn.o_proj.bias"));
-        if (mc_model_layer_is_moe(c, l) && arch == HF_QWEN3_MOE) {
-            /* Qwen3-MoE's names (its published checkpoints'): the router
-             * mlp.gate, each expert's gate_proj, up_proj and down_proj */
-            int64_t E = c->num_experts, FE = c->moe_ffn_hidden_size;
-            snprintf(a, sizeof a, "decoder.layers.%d", l);
-            whole(&b, MC("%s.pre_mlp_layernorm.weight"), C, 0, 0,
-                  HF("%s.post_attention_layernorm.weight"));
-            whole(&b, MC("%s.mlp.router.weight"), E, C, 0, HF("%s.mlp.gate.weight"));
-            char fc1[128], fc2[128];
-            snprintf(fc1, sizeof fc1, "%s.mlp.experts.experts.linear_fc1.weight", a);
-            snprintf(fc2, sizeof fc2, "%s.mlp.experts.experts.linear_fc2.weight", a);
-            for (int64_t x = 0; x < E && !b.failed; x++) {
-                e = entry(&b, fc1, E * 2 * FE, C, 0, "%s.mlp.experts.%lld.gate_proj.weight", p,
-                          (long long)x);
-                rows(&b, e, x * 2 * FE, FE);
-                e = entry(&b, fc1, E * 2 * FE, C, 0, "%s.mlp.experts.%lld.up_proj.weight", p,
-                          (long long)x);
-                rows(&b, e, x * 2 * FE + FE, FE);
-            }
-            for (int64_t x = 0; x < E && !b.failed; x++) {
-                e = entry(&b, fc2, E * C, FE, 0, "%s.mlp.experts.%lld.down_proj.weight", p,
-                          (long long)x);
-                rows(&b, e, x * C, C);
-            }
-            continue;
-        }
         if (mc_model_layer_is_moe(c, l)) {
-            /* Mixtral's names (those of its published checkpoints, which
-             * transformers 5 reads and writes): the router, then each
-             * expert's w1 (gate), w3 (up) and w2 (down), rows of mc's
-             * global [E, rows, cols] tensors */
+            /* the router, then each expert's gate, up and down projections,
+             * rows of mc's global [E, rows, cols] tensors, under the names
+             * of the published checkpoints (which transformers 5 reads and
+             * writes): Mixtral's block_sparse_moe.gate and experts' w1, w3,
+             * w2; Qwen3-MoE's mlp.gate and experts' gate_proj, up_proj,
+             * down_proj */
+            int q3 = arch == HF_QWEN3_MOE;
+            const char *ex = q3 ? "mlp.experts" : "block_sparse_moe.experts";
+            const char *gate = q3 ? "gate_proj" : "w1", *up = q3 ? "up_proj" : "w3";
+            const char *down = q3 ? "down_proj" : "w2";
             int64_t E = c->num_experts, FE = c->moe_ffn_hidden_size;
             snprintf(a, sizeof a, "decoder.layers.%d", l);
             whole(&b, MC("%s.pre_mlp_layernorm.weight"), C, 0, 0,
                   HF("%s.post_attention_layernorm.weight"));
-            whole(&b, MC("%s.mlp.router.weight"), E, C, 0, HF("%s.block_sparse_moe.gate.weight"));
+            whole(&b, MC("%s.mlp.router.weight"), E, C, 0,
+                  HF(q3 ? "%s.mlp.gate.weight" : "%s.block_sparse_moe.gate.weight"));
             char fc1[128], fc2[128];
             snprintf(fc1, sizeof fc1, "%s.mlp.experts.experts.linear_fc1.weight", a);
             snprintf(fc2, sizeof fc2, "%s.mlp.experts.experts.linear_fc2.weight", a);
             for (int64_t x = 0; x < E && !b.failed; x++) {
-                e = entry(&b, fc1, E * 2 * FE, C, 0, "%s.block_sparse_moe.experts.%lld.w1.weight",
-                          p, (long long)x);
+                e = entry(&b, fc1, E * 2 * FE, C, 0, "%s.%s.%lld.%s.weight", p, ex, (long long)x,
+                          gate);
                 rows(&b, e, x * 2 * FE, FE);
-                e = entry(&b, fc1, E * 2 * FE, C, 0, "%s.block_sparse_moe.experts.%lld.w3.weight",
-                          p, (long long)x);
+                e = entry(&b, fc1, E * 2 * FE, C, 0, "%s.%s.%lld.%s.weight", p, ex, (long long)x,
+                          up);
                 rows(&b, e, x * 2 * FE + FE, FE);
             }
             /* after fc1's: export reads each mc tensor once */
             for (int64_t x = 0; x < E && !b.failed; x++) {
-                e = entry(&b, fc2, E * C, FE, 0, "%s.block_sparse_moe.experts.%lld.w2.weight", p,
-                          (long long)x);
+                e = entry(&b, fc2, E * C, FE, 0, "%s.%s.%lld.%s.weight", p, ex, (long long)x,
+                          down);
                 rows(&b, e, x * C, C);
             }
             continue;

@@ -75,8 +75,9 @@ LOGIT_TOL = 1e-4
 LOSS_RTOL = 1e-5
 
 
-def ref_logits(h5path, tokens):
-    """Logits [B, T, Vpad] of the checkpoint's weights, float64, torch_ref."""
+def ref_logits(h5path, tokens, moe=None):
+    """Logits [B, T, Vpad] of the checkpoint's weights, float64, torch_ref;
+    moe(cfg, P): the MoE block to run (tests/golden/torch_moe.py's MoE)."""
     f = h5py.File(h5path, "r")
     cfg = json.loads(f.attrs["config"])["model"]
     P = {}
@@ -89,12 +90,13 @@ def ref_logits(h5path, tokens):
 
     def linear(x, w, b):
         y = torch.nn.functional.linear(x, w, b)
-        seen.append(y)  # the last GEMM is the output layer
+        seen.append(y)  # the last GEMM is the output layer (the MoE uses @)
         return y
 
     tok = torch.tensor(tokens)
     torch_ref.forward(cfg, P, tok, tok, linear, cfg["position_embedding_type"] == "rope",
-                      cfg["untie_embeddings_and_output_weights"])
+                      cfg["untie_embeddings_and_output_weights"],
+                      moe=moe(cfg, P) if moe else None)
     return cfg, seen[-1]
 
 
@@ -118,6 +120,77 @@ def hf_run(d, tokens):
         out = model(x, labels=x)
     info = {k: sorted(map(str, v)) for k, v in info.items()}
     return type(model).__name__, out.logits.double(), float(out.loss), info, msgs
+
+
+def mc_loss(build, it, tokens):
+    """mc's loss on TOKENS (labels = the tokens shifted), the training
+    forward: BUILDDIR/tests/unit/ckpt_loss on the checkpoint IT."""
+    ids = " ".join(str(t) for t in sum(tokens, []))
+    tgt = " ".join(str(t) for row in tokens for t in row[1:] + [-1])
+    return float(subprocess.run(
+        [os.path.join(build, "tests", "unit", "ckpt_loss"), it, str(B), str(T)],
+        input=ids + "\n" + tgt + "\n", check=True, capture_output=True,
+        text=True).stdout.split()[0])
+
+
+def import_case(build, tmp, name, m, bf16_shards=True):
+    """Model M moved off its initial values, saved (in bf16 shards unless
+    told otherwise), imported by mc_hf_import: (architecture transformers
+    loads it as, transformers' loss, mc's loss) on random tokens."""
+    with torch.no_grad():  # move every parameter off its initial value
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    src, ck = os.path.join(tmp, "src-" + name), os.path.join(tmp, "ck-" + name)
+    if bf16_shards:
+        m.to(torch.bfloat16).save_pretrained(src, max_shard_size="20KB")
+    else:
+        m.save_pretrained(src)
+    it = subprocess.run([os.path.join(build, "tests", "unit", "hf_import"), src, ck],
+                        check=True, capture_output=True, text=True).stdout.strip()
+    rng = np.random.default_rng(7)
+    tokens = rng.integers(0, 200, (B, T)).tolist()
+    arch, _, hf_loss, _, _ = hf_run(src, tokens)
+    return arch, hf_loss, mc_loss(build, it, tokens)
+
+
+def export_case(build, tmp, name, args, moe=None, config_keys=()):
+    """mc-train's checkpoint of ARGS exported with mc-export --format hf and
+    run by transformers: (the case's record, the checks every case makes:
+    nothing missing, unexpected or mismatched, no warning, the logits
+    within LOGIT_TOL of torch_ref's, transformers' loss within LOSS_RTOL of
+    the reference's). CONFIG_KEYS: the exported config.json's entries to
+    record."""
+    tools = os.path.join(build, "tools")
+    ck, ex = os.path.join(tmp, name), os.path.join(tmp, name + "-hf")
+    it = subprocess.run([os.path.join(tools, "mc-train", "mc-train"), *args, *TRAIN,
+                         "--save", ck], check=True, capture_output=True,
+                        text=True).stdout.strip()
+    subprocess.run([os.path.join(tools, "mc-export", "mc-export"), it, "--format", "hf",
+                    "-o", ex, "--quiet"], check=True, capture_output=True)
+    h5 = os.path.join(it, "model.h5")
+    cfg = json.loads(h5py.File(h5, "r").attrs["config"])["model"]
+    V, Vp = cfg["vocab_size"], cfg["padded_vocab_size"]
+    rng = np.random.default_rng(7)
+    tokens = rng.integers(0, V, (B, T)).tolist()
+    arch, hf, hf_loss, info, msgs = hf_run(ex, tokens)
+    _, ref = ref_logits(h5, tokens, moe)
+    diff = float((hf - ref[..., :V]).abs().max())
+    # the reference's loss over the real vocabulary (what transformers computes)
+    lsm = torch.log_softmax(ref[:, :-1, :V], -1)
+    ref_loss = float(-lsm.gather(-1, torch.tensor(tokens)[:, 1:, None]).mean())
+    r = {"case": name, "mc_train_args": args + TRAIN, "architecture": arch,
+         "vocab_size": V, "padded_vocab_size": Vp, "tokens": tokens,
+         "hf_loss": hf_loss, "ref_loss": ref_loss, "mc_loss": mc_loss(build, it, tokens),
+         "max_abs_logit_diff": diff, "max_abs_logit": float(ref.abs().max())}
+    if config_keys:
+        hfcfg = json.load(open(os.path.join(ex, "config.json")))
+        r["config"] = {k: hfcfg.get(k) for k in config_keys if k in hfcfg}
+    r["loading_info"], r["warnings"] = info, msgs
+    checks = [not any(info[k] for k in ("missing_keys", "unexpected_keys",
+                                        "mismatched_keys", "error_msgs")),
+              not msgs, diff <= LOGIT_TOL,
+              abs(hf_loss - ref_loss) <= LOSS_RTOL * ref_loss]
+    return r, checks
 
 
 def import_cases(build, tmp):
@@ -149,79 +222,17 @@ def import_cases(build, tmp):
     ]
     out, ok = [], True
     for name, m in models:
-        with torch.no_grad():  # move every parameter off its initial value
-            for p in m.parameters():
-                p.add_(torch.randn_like(p) * 0.05)
-        src, ck = os.path.join(tmp, "src-" + name), os.path.join(tmp, "ck-" + name)
-        m.to(torch.bfloat16).save_pretrained(src, max_shard_size="20KB")
-        it = subprocess.run([os.path.join(build, "tests", "unit", "hf_import"), src, ck],
-                            check=True, capture_output=True, text=True).stdout.strip()
-        rng = np.random.default_rng(7)
-        tokens = rng.integers(0, 200, (B, T)).tolist()
-        _, _, hf_loss, _, _ = hf_run(src, tokens)
-        ids = " ".join(str(t) for t in sum(tokens, []))
-        tgt = " ".join(str(t) for row in tokens for t in row[1:] + [-1])
-        mc_loss = float(subprocess.run(
-            [os.path.join(build, "tests", "unit", "ckpt_loss"), it, str(B), str(T)],
-            input=ids + "\n" + tgt + "\n", check=True, capture_output=True,
-            text=True).stdout.split()[0])
-        good = abs(hf_loss - mc_loss) <= LOSS_RTOL * hf_loss
+        _, hf_loss, mcl = import_case(build, tmp, name, m)
+        good = abs(hf_loss - mcl) <= LOSS_RTOL * hf_loss
         ok &= good
-        out.append({"case": name, "hf_loss": hf_loss, "mc_loss": mc_loss, "ok": good})
-        print(f"import {name}: loss transformers {hf_loss:.9g} mc {mc_loss:.9g} "
+        out.append({"case": name, "hf_loss": hf_loss, "mc_loss": mcl, "ok": good})
+        print(f"import {name}: loss transformers {hf_loss:.9g} mc {mcl:.9g} "
               f"{'ok' if good else 'FAILED'}", file=sys.stderr)
     return out, ok
 
 
-def main():
-    build = sys.argv[1]
-    tools = os.path.join(build, "tools")
-    results, ok = [], True
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, args in CASES:
-            ck, ex = os.path.join(tmp, name), os.path.join(tmp, name + "-hf")
-            it = subprocess.run([os.path.join(tools, "mc-train", "mc-train"), *args, *TRAIN,
-                                 "--save", ck], check=True, capture_output=True,
-                                text=True).stdout.strip()
-            subprocess.run([os.path.join(tools, "mc-export", "mc-export"), it, "--format", "hf",
-                            "-o", ex, "--quiet"], check=True, capture_output=True)
-            h5 = os.path.join(it, "model.h5")
-            cfg = json.loads(h5py.File(h5, "r").attrs["config"])["model"]
-            V, Vp = cfg["vocab_size"], cfg["padded_vocab_size"]
-            rng = np.random.default_rng(7)
-            tokens = rng.integers(0, V, (B, T)).tolist()
-            arch, hf, hf_loss, info, msgs = hf_run(ex, tokens)
-            _, ref = ref_logits(h5, tokens)
-            diff = float((hf - ref[..., :V]).abs().max())
-            # the reference's loss over the real vocabulary (what transformers computes)
-            lsm = torch.log_softmax(ref[:, :-1, :V], -1)
-            ref_loss = float(-lsm.gather(-1, torch.tensor(tokens)[:, 1:, None]).mean())
-            ids = " ".join(str(t) for t in sum(tokens, []))
-            tgt = " ".join(str(t) for row in tokens for t in row[1:] + [-1])
-            mc = subprocess.run([os.path.join(build, "tests", "unit", "ckpt_loss"), it, str(B),
-                                 str(T)], input=ids + "\n" + tgt + "\n", check=True,
-                                capture_output=True, text=True).stdout.split()
-            mc_loss = float(mc[0])
-            r = {"case": name, "mc_train_args": args + TRAIN, "architecture": arch,
-                 "vocab_size": V, "padded_vocab_size": Vp, "tokens": tokens,
-                 "hf_loss": hf_loss, "ref_loss": ref_loss, "mc_loss": mc_loss,
-                 "max_abs_logit_diff": diff, "max_abs_logit": float(ref.abs().max()),
-                 "loading_info": info, "warnings": msgs}
-            checks = [arch == ARCH[name.split("-")[0]],
-                      not any(info[k] for k in ("missing_keys", "unexpected_keys",
-                                                "mismatched_keys", "error_msgs")),
-                      not msgs, diff <= LOGIT_TOL,
-                      abs(hf_loss - ref_loss) <= LOSS_RTOL * ref_loss]
-            if V == Vp:
-                checks.append(abs(hf_loss - mc_loss) <= LOSS_RTOL * mc_loss)
-            r["ok"] = all(checks)
-            ok &= r["ok"]
-            results.append(r)
-            print(f"{name}: {arch} logits max|diff| {diff:.3g}, loss transformers {hf_loss:.9g} "
-                  f"reference {ref_loss:.9g} mc {mc_loss:.9g} (V {V}, padded {Vp}) "
-                  f"{'ok' if r['ok'] else 'FAILED'}", file=sys.stderr)
-        imports, iok = import_cases(build, tmp)
-        ok &= iok
+def write_document(results, imports, ok):
+    """The JSON document on stdout; exit 1 unless every check passed."""
     import transformers
     json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
                "logit_tolerance": LOGIT_TOL, "loss_rtol": LOSS_RTOL, "cases": results,
@@ -229,6 +240,29 @@ def main():
               sys.stdout, indent=1)
     print()
     sys.exit(0 if ok else 1)
+
+
+def main():
+    build = sys.argv[1]
+    results, ok = [], True
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, args in CASES:
+            r, checks = export_case(build, tmp, name, args)
+            arch, V, Vp = r["architecture"], r["vocab_size"], r["padded_vocab_size"]
+            diff, hf_loss, ref_loss, mcl = (r[k] for k in ("max_abs_logit_diff", "hf_loss",
+                                                          "ref_loss", "mc_loss"))
+            checks.insert(0, arch == ARCH[name.split("-")[0]])
+            if V == Vp:
+                checks.append(abs(hf_loss - mcl) <= LOSS_RTOL * mcl)
+            r["ok"] = all(checks)
+            ok &= r["ok"]
+            results.append(r)
+            print(f"{name}: {arch} logits max|diff| {diff:.3g}, loss transformers {hf_loss:.9g} "
+                  f"reference {ref_loss:.9g} mc {mcl:.9g} (V {V}, padded {Vp}) "
+                  f"{'ok' if r['ok'] else 'FAILED'}", file=sys.stderr)
+        imports, iok = import_cases(build, tmp)
+        ok &= iok
+    write_document(results, imports, ok)
 
 
 if __name__ == "__main__":

@@ -35,26 +35,17 @@ Prints one JSON document; tests/tools/export_hf_moe.bats reruns mc on the
 committed document (any machine) and this script when transformers is
 installed. Exit 1 when a check fails.
 """
-import io
-import json
-import logging
 import os
-import subprocess
 import sys
 import tempfile
-import warnings
 
-import h5py
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch_ref  # noqa: E402
 import torch_moe  # noqa: E402
+# the training, the tokens, the tolerances and the steps of a case: hf_logits.py's
+from hf_logits import LOSS_RTOL, export_case, import_case, write_document  # noqa: E402
 
-TRAIN = ["--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
-         "--threads", "1", "--lr", "5e-3", "--log-interval", "10", "--eval-iters", "0",
-         "--mock-data", "--train-iters", "10", "--seed", "1234"]
 CASES = [
     # Mixtral-shaped: 4 experts, top-2, aux and z losses (training only)
     ("mixtral-top2", ["--model", "tiny-llama", "--vocab-size", "256", "--num-experts", "4",
@@ -84,64 +75,6 @@ CASES = [
                                    "--moe-layer-freq", "[1,0,1]",
                                    "--untie-embeddings-and-output-weights"]),
 ]
-B, T = 2, 16
-LOGIT_TOL = 1e-4
-LOSS_RTOL = 1e-5
-
-
-def ref_logits(h5path, tokens):
-    """Logits [B, T, Vpad] of the checkpoint's weights, float64."""
-    f = h5py.File(h5path, "r")
-    cfg = json.loads(f.attrs["config"])["model"]
-    P = {}
-    for k, ds in f["model"].items():
-        x = ds[()]
-        if ds.attrs.get("dtype") in (b"bfloat16", "bfloat16"):
-            x = (x.astype(np.uint32) << 16).view(np.float32)
-        P[k] = torch.tensor(x.astype(np.float64))
-    seen = []
-
-    def linear(x, w, b):
-        y = torch.nn.functional.linear(x, w, b)
-        seen.append(y)  # the last GEMM is the output layer (the MoE uses @)
-        return y
-
-    tok = torch.tensor(tokens)
-    torch_ref.forward(cfg, P, tok, tok, linear, True,
-                      cfg["untie_embeddings_and_output_weights"], moe=torch_moe.MoE(cfg, P))
-    return cfg, seen[-1]
-
-
-def hf_run(d, tokens):
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-    hf_logging.set_verbosity_warning()
-    hf_logging.disable_progress_bar()
-    buf = io.StringIO()
-    handler = logging.StreamHandler(buf)
-    hf_logging.get_logger().addHandler(handler)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model, info = AutoModelForCausalLM.from_pretrained(
-            d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
-    hf_logging.get_logger().removeHandler(handler)
-    msgs = [str(w.message) for w in caught] + [m for m in buf.getvalue().splitlines() if m]
-    model.eval()
-    x = torch.tensor(tokens)
-    with torch.no_grad():
-        out = model(x, labels=x)
-    info = {k: sorted(map(str, v)) for k, v in info.items()}
-    return type(model).__name__, out.logits.double(), float(out.loss), info, msgs
-
-
-def mc_loss(build, it, tokens):
-    ids = " ".join(str(t) for t in sum(tokens, []))
-    tgt = " ".join(str(t) for row in tokens for t in row[1:] + [-1])
-    return float(subprocess.run(
-        [os.path.join(build, "tests", "unit", "ckpt_loss"), it, str(B), str(T)],
-        input=ids + "\n" + tgt + "\n", check=True, capture_output=True,
-        text=True).stdout.split()[0])
-
 
 def import_cases(build, tmp):
     from transformers import (MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig,
@@ -157,25 +90,19 @@ def import_cases(build, tmp):
             **small, intermediate_size=64, num_key_value_heads=4, num_local_experts=3,
             num_experts_per_tok=1, rms_norm_eps=1e-6, tie_word_embeddings=True))),
     ]
-    out, ok = [], True
-    for name, m in models:
-        with torch.no_grad():  # every parameter off its initial value
-            for p in m.parameters():
-                p.add_(torch.randn_like(p) * 0.05)
-        src, ck = os.path.join(tmp, "src-" + name), os.path.join(tmp, "ck-" + name)
-        m.to(torch.bfloat16).save_pretrained(src, max_shard_size="20KB")
-        it = subprocess.run([os.path.join(build, "tests", "unit", "hf_import"), src, ck],
-                            check=True, capture_output=True, text=True).stdout.strip()
-        rng = np.random.default_rng(7)
-        tokens = rng.integers(0, 200, (B, T)).tolist()
-        arch, _, hf_loss, _, _ = hf_run(src, tokens)
-        mcl = mc_loss(build, it, tokens)
-        good = abs(hf_loss - mcl) <= LOSS_RTOL * hf_loss and arch == "MixtralForCausalLM"
-        ok &= good
+    out = []
+
+    def check(name, m, want, bf16_shards):
+        """import_case's losses equal and M loaded back as WANT: appended to out"""
+        arch, hf_loss, mcl = import_case(build, tmp, name, m, bf16_shards)
+        good = abs(hf_loss - mcl) <= LOSS_RTOL * hf_loss and arch == want
         out.append({"case": name, "architecture": arch, "hf_loss": hf_loss, "mc_loss": mcl,
                     "ok": good})
         print(f"import {name}: loss transformers {hf_loss:.9g} mc {mcl:.9g} "
               f"{'ok' if good else 'FAILED'}", file=sys.stderr)
+        return good
+
+    ok = all([check(name, m, "MixtralForCausalLM", True) for name, m in models])
     # Qwen3-MoE: norm_topk_prob both ways; dense layers
     qsmall = dict(small, num_hidden_layers=3, head_dim=16)
     qwen = [
@@ -188,83 +115,36 @@ def import_cases(build, tmp):
             num_experts=6, num_experts_per_tok=3, norm_topk_prob=False, mlp_only_layers=[0],
             tie_word_embeddings=True))),
     ]
-    for name, m in qwen:
-        with torch.no_grad():  # every parameter off its initial value
-            for p in m.parameters():
-                p.add_(torch.randn_like(p) * 0.05)
-        src, ck = os.path.join(tmp, "src-" + name), os.path.join(tmp, "ck-" + name)
-        m.save_pretrained(src)
-        it = subprocess.run([os.path.join(build, "tests", "unit", "hf_import"), src, ck],
-                            check=True, capture_output=True, text=True).stdout.strip()
-        rng = np.random.default_rng(7)
-        tokens = rng.integers(0, 200, (B, T)).tolist()
-        arch, _, hf_loss, _, _ = hf_run(src, tokens)
-        mcl = mc_loss(build, it, tokens)
-        good = abs(hf_loss - mcl) <= LOSS_RTOL * hf_loss and arch == "Qwen3MoeForCausalLM"
-        ok &= good
-        out.append({"case": name, "architecture": arch, "hf_loss": hf_loss, "mc_loss": mcl,
-                    "ok": good})
-        print(f"import {name}: loss transformers {hf_loss:.9g} mc {mcl:.9g} "
-              f"{'ok' if good else 'FAILED'}", file=sys.stderr)
+    # (made after the Mixtral imports, which drew torch's random numbers
+    # first: one list would change the models of the committed document)
+    ok &= all([check(name, m, "Qwen3MoeForCausalLM", False) for name, m in qwen])
     return out, ok
 
 
 def main():
     build = sys.argv[1]
-    tools = os.path.join(build, "tools")
     results, ok = [], True
     with tempfile.TemporaryDirectory() as tmp:
         for name, args in CASES:
-            ck, ex = os.path.join(tmp, name), os.path.join(tmp, name + "-hf")
-            it = subprocess.run([os.path.join(tools, "mc-train", "mc-train"), *args, *TRAIN,
-                                 "--save", ck], check=True, capture_output=True,
-                                text=True).stdout.strip()
-            subprocess.run([os.path.join(tools, "mc-export", "mc-export"), it, "--format", "hf",
-                            "-o", ex, "--quiet"], check=True, capture_output=True)
-            h5 = os.path.join(it, "model.h5")
-            cfg = json.loads(h5py.File(h5, "r").attrs["config"])["model"]
-            V, Vp = cfg["vocab_size"], cfg["padded_vocab_size"]
-            rng = np.random.default_rng(7)
-            tokens = rng.integers(0, V, (B, T)).tolist()
-            arch, hf, hf_loss, info, msgs = hf_run(ex, tokens)
-            _, ref = ref_logits(h5, tokens)
-            diff = float((hf - ref[..., :V]).abs().max())
-            lsm = torch.log_softmax(ref[:, :-1, :V], -1)
-            ref_loss = float(-lsm.gather(-1, torch.tensor(tokens)[:, 1:, None]).mean())
-            mcl = mc_loss(build, it, tokens)
-            hfcfg = json.load(open(os.path.join(ex, "config.json")))
-            r = {"case": name, "mc_train_args": args + TRAIN, "architecture": arch,
-                 "vocab_size": V, "padded_vocab_size": Vp, "tokens": tokens,
-                 "hf_loss": hf_loss, "ref_loss": ref_loss, "mc_loss": mcl,
-                 "max_abs_logit_diff": diff, "max_abs_logit": float(ref.abs().max()),
-                 "config": {k: hfcfg.get(k) for k in (
-                     "num_local_experts", "num_experts", "num_experts_per_tok",
-                     "intermediate_size", "moe_intermediate_size", "norm_topk_prob",
-                     "mlp_only_layers", "head_dim", "router_aux_loss_coef",
-                     "output_router_logits") if k in hfcfg},
-                 "loading_info": info, "warnings": msgs}
+            r, checks = export_case(build, tmp, name, args, moe=torch_moe.MoE, config_keys=(
+                "num_local_experts", "num_experts", "num_experts_per_tok",
+                "intermediate_size", "moe_intermediate_size", "norm_topk_prob",
+                "mlp_only_layers", "head_dim", "router_aux_loss_coef", "output_router_logits"))
+            arch, V, Vp = r["architecture"], r["vocab_size"], r["padded_vocab_size"]
+            diff, hf_loss, ref_loss, mcl = (r[k] for k in ("max_abs_logit_diff", "hf_loss",
+                                                          "ref_loss", "mc_loss"))
             want = "Qwen3MoeForCausalLM" if "--qk-layernorm" in args else "MixtralForCausalLM"
-            checks = [arch == want, V == Vp,
-                      not any(info[k] for k in ("missing_keys", "unexpected_keys",
-                                                "mismatched_keys", "error_msgs")),
-                      not msgs, diff <= LOGIT_TOL,
-                      abs(hf_loss - ref_loss) <= LOSS_RTOL * ref_loss,
-                      abs(hf_loss - mcl) <= LOSS_RTOL * mcl]
+            checks = [arch == want, V == Vp] + checks + [abs(hf_loss - mcl) <= LOSS_RTOL * mcl]
             r["ok"] = all(checks)
             ok &= r["ok"]
             results.append(r)
             print(f"{name}: {arch} logits max|diff| {diff:.3g}, loss transformers {hf_loss:.9g} "
                   f"reference {ref_loss:.9g} mc {mcl:.9g} {'ok' if r['ok'] else 'FAILED'}"
-                  + ("" if r["ok"] else f" {checks} {msgs} {info}"), file=sys.stderr)
+                  + ("" if r["ok"] else f" {checks} {r['warnings']} {r['loading_info']}"),
+                  file=sys.stderr)
         imports, iok = import_cases(build, tmp)
         ok &= iok
-    import transformers
-    json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
-               "logit_tolerance": LOGIT_TOL, "loss_rtol": LOSS_RTOL, "cases": results,
-               "import_cases": imports},
-              sys.stdout, indent=1)
-    print()
-    sys.exit(0 if ok else 1)
+    write_document(results, imports, ok)
 
 
 if __name__ == "__main__":

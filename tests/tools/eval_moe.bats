@@ -14,6 +14,7 @@
 bats_require_minimum_version 1.5.0
 load common
 load mpi_common
+load serve_common
 
 MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
 MC_EVAL="$top_builddir/tools/mc-eval/mc-eval"
@@ -21,7 +22,6 @@ MC_SERVE="$top_builddir/tools/mc-serve/mc-serve"
 MC_RESHARD="$top_builddir/tools/mc-reshard/mc-reshard"
 D="$top_srcdir/tests/data/eval"
 TOK="$top_srcdir/tests/data/tokenizer/hf_bytelevel.json"
-CLIENT="$top_srcdir/tests/tools/serve_client.py"
 
 # the tiny Llama of eval.bats (initial weights, std 0.3, its tokenizer
 # stored) with 4 SwiGLU experts of 48, top-2, and a shared expert of 32
@@ -40,14 +40,7 @@ setup() {
 }
 
 teardown() {
-    if [ -n "$SPID" ] && kill -0 "$SPID" 2>/dev/null; then
-        # under mpirun: its ranks first (SPID is timeout's, mpirun its child)
-        local mp
-        mp=$(pgrep -P "$SPID" -x mpirun || true)
-        [ -z "$mp" ] || pkill -KILL -P "$mp" 2>/dev/null || true
-        kill -KILL "$SPID" 2>/dev/null || true
-        wait "$SPID" 2>/dev/null || true
-    fi
+    serve_kill
 }
 
 json() {
@@ -150,49 +143,8 @@ EOF
 
 # --- mc-serve -----------------------------------------------------------
 
-# serve ARGS...: mc-serve on a free port; URL and SPID set once it is ready
-serve() {
-    mkfifo url.fifo
-    env --default-signal=TERM,INT "$MC_SERVE" "$G" --port 0 --threads 1 "$@" \
-        > url.fifo 2> serve.log &
-    SPID=$!
-    exec 5< url.fifo
-    read -r -t 120 URL <&5 || { cat serve.log; return 1; }
-    exec 5<&-
-    rm -f url.fifo
-}
-
-metric() {
-    curl -sf "$URL/metrics" | awk -v n="$1" '$1 == n { print $2 }'
-}
-
-until_metric() {
-    local i
-    for i in $(seq 6000); do
-        [ "$(metric "$1")" = "$2" ] && return 0
-        sleep 0.01
-    done
-    echo "# $1 is $(metric "$1"), never $2" >&3
-    return 1
-}
-
-client() {
-    "$MC_PYTHON" "$CLIENT" "$URL" "$@"
-}
-
-# together N ARGS...: the server held until all N requests of specs.json
-# run, so the first step runs them together
-together() {
-    local n=$1 cpid
-    shift
-    touch hold
-    MC_TEST_SERVE_HOLD="$PWD/hold" serve "$@"
-    client run specs.json together.json concurrent &
-    cpid=$!
-    until_metric mc_serve_requests_running "$n"
-    rm hold
-    wait "$cpid"
-}
+# (serve, serve_tp, stop_tp, metric, until_metric, client, together and
+# eval_greedy: serve_common.bash)
 
 @test "mc-serve: 16 concurrent requests on a MoE model each equal running alone, greedy ones mc-eval's output" {
     [ -x "$MC_SERVE" ] || skip "mc-serve is not built"
@@ -201,12 +153,11 @@ together() {
     client specs 16 specs.json
     client run specs.json alone.json
     for p in "The river" "x"; do
-        want=$("$MC_EVAL" "$G" --quiet --prompt "$p" --max-new-tokens 20 |
-            "$MC_PYTHON" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["generations"][0]["completion"]))')
+        want=$(eval_greedy "$p" 20)
         [ "$(client complete "$p" 20)" = "$want" ]
     done
     kill -TERM "$SPID"; wait "$SPID" || true
-    together 16 --max-batch 16
+    together 16 serve --max-batch 16
     cmp alone.json together.json
     max=$(metric mc_serve_batch_size_max)
     echo "# 16 requests identical alone and together; largest batch $max" >&3
@@ -214,7 +165,7 @@ together() {
     kill -TERM "$SPID"; wait "$SPID" || true
     # the experts' int8 codes and bf16 values through the same kernels
     for w in int8 bf16; do
-        together 16 --max-batch 16 --weights $w
+        together 16 serve --max-batch 16 --weights $w
         mv together.json together_$w.json
         kill -TERM "$SPID"; wait "$SPID" || true
         serve --weights $w
@@ -232,22 +183,7 @@ together() {
     client specs 8 specs.json
     client run specs.json one.json
     kill -TERM "$SPID"; wait "$SPID" || true
-    mkfifo url.fifo
-    touch hold
-    env --default-signal=TERM,INT MC_TEST_SERVE_HOLD="$PWD/hold" \
-        ${MC_MPI_ASAN_OPTIONS:+"ASAN_OPTIONS=$MC_MPI_ASAN_OPTIONS"} \
-        timeout -k 5 600 "$MPIRUN" --oversubscribe --bind-to none --mca btl self,vader -np 2 \
-        "$MC_SERVE" "$G" --port 0 --threads 1 --tensor-model-parallel-size 2 --max-batch 8 \
-        > url.fifo 2> serve.log &
-    SPID=$!
-    exec 5< url.fifo
-    read -r -t 120 URL <&5 || { cat serve.log; return 1; }
-    exec 5<&-
-    client run specs.json together.json concurrent &
-    cpid=$!
-    until_metric mc_serve_requests_running 8
-    rm hold
-    wait "$cpid"
+    together 8 serve_tp --max-batch 8
     client run specs.json alone.json
     cmp alone.json together.json
     "$MC_PYTHON" - <<'EOF2' >&3
@@ -263,11 +199,7 @@ print("# TP=2: %d greedy requests, the same tokens, log-probabilities within %.2
 assert n >= 2 and d <= 1e-5
 EOF2
     # SIGTERM to every rank (as srun or scancel do): they finish and exit 0
-    local mp
-    mp=$(pgrep -P "$SPID" -x mpirun)
-    pkill -TERM -P "$mp"
-    rc=0
-    wait "$SPID" || rc=$?
+    stop_tp
     [ "$rc" = 0 ] || { cat serve.log; false; }
 }
 

@@ -149,26 +149,7 @@ EOF
 
 @test "mc's loss on each golden MoE checkpoint equals transformers' loss on its export" {
     [ -x "$MC_PYTHON" ] || skip "no Python at $MC_PYTHON to read the golden JSON"
-    run "$MC_PYTHON" - "$GOLDEN" "$top_builddir" <<'EOF2'
-import json, os, subprocess, sys
-g, build = json.load(open(sys.argv[1])), sys.argv[2]
-rtol, bad = g["loss_rtol"], 0
-for c in g["cases"]:
-    ck = "ck-" + c["case"]
-    it = subprocess.run([f"{build}/tools/mc-train/mc-train", *c["mc_train_args"], "--save", ck],
-                        check=True, capture_output=True, text=True).stdout.strip()
-    B, T = len(c["tokens"]), len(c["tokens"][0])
-    ids = " ".join(str(t) for row in c["tokens"] for t in row)
-    tgt = " ".join(str(t) for row in c["tokens"] for t in row[1:] + [-1])
-    mc = float(subprocess.run([f"{build}/tests/unit/ckpt_loss", it, str(B), str(T)],
-                              input=ids + "\n" + tgt + "\n", check=True, capture_output=True,
-                              text=True).stdout.split()[0])
-    ok = abs(mc - c["hf_loss"]) <= rtol * c["hf_loss"] and c["ok"]
-    bad += not ok
-    print(f"{c['case']}: mc {mc:.9g}, transformers {c['hf_loss']:.9g} "
-          f"{'ok' if ok else 'FAILED'}")
-sys.exit(1 if bad else 0)
-EOF2
+    run "$MC_PYTHON" "$top_srcdir/tests/golden/rerun_mc_losses.py" "$GOLDEN" "$top_builddir"
     echo "$output"
     assert_success
     assert_output --partial "mixtral-top2: mc "

@@ -1,7 +1,8 @@
 # Helpers shared by the bats tests that run programs under mpirun
 # (parallel_*.bats, log_comm.bats): finding mpirun, the Open MPI settings,
 # the mpirun command line, and the comparisons of two mc-train runs
-# (losses of --log-json files, weights of checkpoints). Load it with
+# (losses of --log-json files, weights of checkpoints), and the MoE model
+# of parallel_moe.bats and parallel_ep.bats (moe_args). Load it with
 # `load mpi_common` after `load common`.
 
 # mpi_env: $MPIRUN (the environment's, else the one on $PATH) and the Open
@@ -139,3 +140,13 @@ equivalent() {
         echo "# weights not compared: no h5py in $MC_PYTHON" >&3
     fi
 }
+
+# moe_args: the MoE model of parallel_moe.bats and parallel_ep.bats, a
+# two-layer Llama with 8 heads in 4 groups (TP=2 divides them), T=16, 4
+# SwiGLU experts of 32, top-2, aux loss and z-loss, 20 iterations of 4
+# sequences in micro-batches of 1.
+moe_args=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --seq-length 16
+          --micro-batch-size 1 --global-batch-size 4 --threads 1 --lr 1e-3 --log-interval 5
+          --eval-iters 0 --mock-data --vocab-size 64 --make-vocab-size-divisible-by 16
+          --train-iters 20 --lr-warmup-iters 2 --num-experts 4 --moe-ffn-hidden-size 32
+          --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)

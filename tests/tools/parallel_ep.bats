@@ -22,14 +22,9 @@ load mpi_common
 
 MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
 
-# A two-layer Llama with 8 heads in 4 groups (TP=2 divides them), T=16,
-# 4 SwiGLU experts of 32, top-2, aux loss and z-loss, 20 iterations of 4
-# sequences in micro-batches of 1.
-moe=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --seq-length 16
-     --micro-batch-size 1 --global-batch-size 4 --threads 1 --lr 1e-3 --log-interval 5
-     --eval-iters 0 --mock-data --vocab-size 64 --make-vocab-size-divisible-by 16
-     --train-iters 20 --lr-warmup-iters 2 --num-experts 4 --moe-ffn-hidden-size 32
-     --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
+# mpi_common.bash's MoE Llama (two layers, 4 experts of 32, top-2, 20
+# iterations)
+moe=("${moe_args[@]}")
 # the same with a capacity factor that drops tokens (1.0: ~0.1% of the loss)
 moecap=("${moe[@]}" --moe-expert-capacity-factor 1.0)
 # the same with padding to the capacity

@@ -1410,30 +1410,24 @@ int main(int argc, char **argv)
         mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, st ? 1 : (int)a.pp,
                                          st ? 1 : (int)a.cp, st ? 1 : (int)a.ep, &grid, &gerr);
         if (!st && gst) err = gerr, st = gst, grid_error = 1;
-    } else if (!st && a.tp > 1) {
-        st = mc_error_set(&err, MC_ERR_USAGE,
-                          "--tensor-model-parallel-size %" PRId64 " needs a multiple of %" PRId64
-                          " ranks and this is one process: start it with mpirun -np N or srun",
-                          a.tp, a.tp);
-        grid_error = 1;
-    } else if (!st && a.cp > 1) {
-        st = mc_error_set(&err, MC_ERR_USAGE,
-                          "--context-parallel-size %" PRId64 " needs a multiple of %" PRId64
-                          " ranks and this is one process: start it with mpirun -np N or srun",
-                          a.cp, a.cp);
-        grid_error = 1;
-    } else if (!st && a.ep > 1) {
-        st = mc_error_set(&err, MC_ERR_USAGE,
-                          "--expert-model-parallel-size %" PRId64 " needs a multiple of %" PRId64
-                          " ranks and this is one process: start it with mpirun -np N or srun",
-                          a.ep, a.ep);
-        grid_error = 1;
-    } else if (!st && a.pp > 1) {
-        st = mc_error_set(&err, MC_ERR_USAGE,
-                          "--pipeline-model-parallel-size %" PRId64 " needs a multiple of %" PRId64
-                          " ranks and this is one process: start it with mpirun -np N or srun",
-                          a.pp, a.pp);
-        grid_error = 1;
+    } else if (!st) {
+        /* one process: every parallel size must be 1; the first that is not is refused */
+        const struct {
+            const char *opt;
+            int64_t n;
+        } par[] = {{"--tensor-model-parallel-size", a.tp},
+                   {"--context-parallel-size", a.cp},
+                   {"--expert-model-parallel-size", a.ep},
+                   {"--pipeline-model-parallel-size", a.pp}};
+        for (size_t i = 0; i < sizeof par / sizeof *par && !st; i++)
+            if (par[i].n > 1) {
+                st = mc_error_set(&err, MC_ERR_USAGE,
+                                  "%s %" PRId64 " needs a multiple of %" PRId64
+                                  " ranks and this is one process: start it with mpirun -np N "
+                                  "or srun",
+                                  par[i].opt, par[i].n, par[i].n);
+                grid_error = 1;
+            }
     }
     if (st) goto fail;
     if (a.dist_timeout > 0 && (st = mc_grid_set_timeout(&grid, a.dist_timeout, PROG, &err)))
