@@ -564,12 +564,13 @@ void mc_model_moe_layer_losses(mc_model *m, double *load_balancing, double *z);
  * tokens[e] what expert e received in the iteration's training forwards
  * summed over data parallelism (Megatron's _update_router_expert_bias);
  * then the counts restart. Without the option only the counts are summed
- * and kept (mc_model_moe_tokens_per_expert). */
-mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err);
+ * and kept (mc_model_moe_tokens_per_expert) when keep_counts is set
+ * (--moe-per-layer-logging); otherwise they restart with no collective. */
+mc_status mc_model_moe_update_expert_bias(mc_model *m, int keep_counts, mc_error *err);
 /* Host [num_layers, E]: the tokens each expert of each MoE layer received
  * (after dropping; with padding its capacity) in the training forwards
- * counted by the last mc_model_moe_update_expert_bias (which every MoE
- * model's loop calls once per iteration, with or without the bias), summed
+ * counted by the last mc_model_moe_update_expert_bias with keep_counts
+ * or the bias (which every MoE model's loop calls once per iteration), summed
  * over data parallelism (the EP ranks included); 0 for layers on other
  * pipeline stages. NULL before the first. */
 const double *mc_model_moe_tokens_per_expert(const mc_model *m);
