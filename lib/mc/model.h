@@ -132,6 +132,10 @@ enum { MC_CP_P2P = 0, MC_CP_A2A = 1 };
  * a tensor-parallel rank multiples of cp; MC_ERR_USAGE naming the options
  * otherwise. cp 1: MC_OK. */
 mc_status mc_model_check_cp(const mc_model_config *c, int tp, int cp, mc_error *err);
+/* Inference under expert parallelism (mc-eval, mc-serve): a checkpoint's
+ * model (file names it in the message) must be a mixture of experts whose
+ * expert count ep divides; MC_ERR_USAGE otherwise. ep 1: always MC_OK. */
+mc_status mc_model_check_ep(const mc_model_config *c, int ep, const char *file, mc_error *err);
 /* --moe-router-load-balancing-type */
 enum { MC_MOE_LB_AUX = 0, MC_MOE_LB_SEQ_AUX = 1, MC_MOE_LB_NONE = 2 };
 
