@@ -132,6 +132,10 @@ enum { MC_CP_P2P = 0, MC_CP_A2A = 1 };
  * a tensor-parallel rank multiples of cp; MC_ERR_USAGE naming the options
  * otherwise. cp 1: MC_OK. */
 mc_status mc_model_check_cp(const mc_model_config *c, int tp, int cp, mc_error *err);
+/* Inference under expert parallelism (mc-eval, mc-serve): a checkpoint's
+ * model (file names it in the message) must be a mixture of experts whose
+ * expert count ep divides; MC_ERR_USAGE otherwise. ep 1: always MC_OK. */
+mc_status mc_model_check_ep(const mc_model_config *c, int ep, const char *file, mc_error *err);
 /* --moe-router-load-balancing-type */
 enum { MC_MOE_LB_AUX = 0, MC_MOE_LB_SEQ_AUX = 1, MC_MOE_LB_NONE = 2 };
 
@@ -564,12 +568,13 @@ void mc_model_moe_layer_losses(mc_model *m, double *load_balancing, double *z);
  * tokens[e] what expert e received in the iteration's training forwards
  * summed over data parallelism (Megatron's _update_router_expert_bias);
  * then the counts restart. Without the option only the counts are summed
- * and kept (mc_model_moe_tokens_per_expert). */
-mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err);
+ * and kept (mc_model_moe_tokens_per_expert) when keep_counts is set
+ * (--moe-per-layer-logging); otherwise they restart with no collective. */
+mc_status mc_model_moe_update_expert_bias(mc_model *m, int keep_counts, mc_error *err);
 /* Host [num_layers, E]: the tokens each expert of each MoE layer received
  * (after dropping; with padding its capacity) in the training forwards
- * counted by the last mc_model_moe_update_expert_bias (which every MoE
- * model's loop calls once per iteration, with or without the bias), summed
+ * counted by the last mc_model_moe_update_expert_bias with keep_counts
+ * or the bias (which every MoE model's loop calls once per iteration), summed
  * over data parallelism (the EP ranks included); 0 for layers on other
  * pipeline stages. NULL before the first. */
 const double *mc_model_moe_tokens_per_expert(const mc_model *m);

@@ -359,7 +359,7 @@ typedef void (*mc_moe_linear_fn)(void *ctx, float *out, const float *in, int w, 
 typedef struct mc_moe_infer_scratch {
     float *logits, *probs;
     int32_t *idx, *kept, *perm, *counts;
-    float *xp, *fc1, *act, *yp, *y, *sfc1, *sact, *stmp;
+    float *xp, *fc1, *act, *yp, *yg, *y, *sfc1, *sact, *stmp; /* yg: EP's gathered yp */
 } mc_moe_infer_scratch;
 /* Scratch for `rows` rows (nothing for a dense model). */
 void mc_moe_infer_layout(const mc_model *m, carver *cv, mc_moe_infer_scratch *s, size_t rows);

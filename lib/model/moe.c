@@ -571,7 +571,7 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
     return MC_OK;
 }
 
-mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
+mc_status mc_model_moe_update_expert_bias(mc_model *m, int keep_counts, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
     if (c->num_experts <= 0) return MC_OK;
@@ -579,6 +579,11 @@ mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
     if (!m->moe_tpe) {
         m->moe_tpe = calloc(2 * L * E, sizeof *m->moe_tpe);
         if (!m->moe_tpe) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
+    }
+    /* nobody reads the counts: no collective, they restart */
+    if (!c->moe_router_enable_expert_bias && !keep_counts) {
+        memset(m->moe_tpe, 0, L * E * sizeof *m->moe_tpe);
+        return MC_OK;
     }
     /* every data-parallel rank's tokens (tensor-parallel ranks saw the same
      * ones: the experts are replicated) */

@@ -159,6 +159,29 @@ same() {
     same ep expert-parallel 4 "${args[@]}" "${moe[@]}" --moe-token-dispatcher-type allgather
 }
 
+# scalar GROUP: "calls bytes" of the group's host scalars in err.txt's
+# last comm line
+scalar() {
+    grep '^ comm per iteration:' err.txt | tail -1 | sed 's/^ comm per iteration://' |
+        tr '|' '\n' | awk -v g="$1" '$1 == g && $2 == "scalar:" { printf "%d %.0f\n", $3, $5 * 1e6 }'
+}
+
+@test "log-comm: the tokens per expert are summed over DP only when read (expert bias, --moe-per-layer-logging)" {
+    # 2 layers x 4 experts: one all-reduce of 8 doubles, 64 bytes, per iteration
+    local moe=(--num-experts 4 --moe-ffn-hidden-size 32 --expert-model-parallel-size 2)
+    mpi 2 "${args[@]}" "${moe[@]}" --log-comm
+    # the plan (no host scalars) is the run's
+    FIELDS="bytes wire" same dp data-parallel 2 "${args[@]}" "${moe[@]}"
+    local none=$(scalar dp)
+    for opt in --moe-per-layer-logging \
+               "--moe-router-enable-expert-bias --moe-router-score-function sigmoid"; do
+        mpi 2 "${args[@]}" "${moe[@]}" --log-comm $opt
+        local with=$(scalar dp)
+        echo "# dp scalars (calls bytes): $none, with $opt $with" >&3
+        [ "$(awk -v a="$none" -v b="$with" 'BEGIN { split(a, x, " "); split(b, y, " "); print y[1] - x[1], y[2] - x[2] }')" = "1 64" ]
+    done
+}
+
 @test "log-comm: one process has no traffic; without --log-comm no comm line; --log-comm takes no value" {
     "$MC_TRAIN" "${args[@]}" --log-comm 2>err.txt
     [ "$(grep -c '^ comm per iteration: dp overlap: - |$' err.txt)" -eq 2 ]

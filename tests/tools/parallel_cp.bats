@@ -190,6 +190,6 @@ pllama() {
     assert_output --partial "--cp-comm-type"
     # a valid CP needs the ranks
     run "$MC_TRAIN" "${gpt[@]}" --context-parallel-size 2
-    assert_failure 1
+    assert_failure 2
     assert_output --partial "--context-parallel-size 2 needs a multiple of 2 ranks and this is one process"
 }

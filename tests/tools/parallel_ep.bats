@@ -178,10 +178,10 @@ ep_equivalent() {
         --train-iters 2 --lr 1e-3 --expert-model-parallel-size 2
     assert_failure 2
     [[ "$stderr" == *"--expert-model-parallel-size 2 needs --num-experts"* ]]
-    # the world must be a multiple of TP x PP x CP x EP: a grid error (exit 1,
-    # as for TP, PP and CP: parallel_comm.bats), printed once
+    # the world must be a multiple of TP x PP x CP x EP: bad usage (exit 2,
+    # as for TP, PP and CP: parallel_train.bats), printed once
     run --separate-stderr mpi 3 "${moe[@]}" --expert-model-parallel-size 2
-    assert_failure 1
+    assert_failure 2
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
     [[ "$stderr" == *"3 ranks do not divide into tensor-parallel 1 x pipeline-parallel 1 x context-parallel 1 x expert-parallel 2 = 2 ranks"* ]]
     run --separate-stderr mpi 4 "${moe[@]}" --expert-model-parallel-size 2 --context-parallel-size 2
@@ -189,7 +189,7 @@ ep_equivalent() {
     [[ "$stderr" == *"MoE under context parallelism is not implemented"* ]]
     # one process cannot hold two EP ranks
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-model-parallel-size 2
-    assert_failure
+    assert_failure 2
     [[ "$stderr" == *"--expert-model-parallel-size 2 needs a multiple of 2 ranks"* ]]
 }
 

@@ -1365,7 +1365,7 @@ int main(int argc, char **argv)
      * read) are printed by rank 0 alone and every rank leaves with the same
      * status; an error of one rank alone aborts the job (mc_grid_fail). */
     int agreed = 1;
-    int grid_error = 0; /* the grid or the configuration across ranks: exit 1 */
+    int grid_error = 0; /* MPI, or the configuration across ranks: exit 1 */
 
     mc_status st = mc_cli_init(&cli, PROG, "[OPTION]...",
                                "Train a GPT- or Llama-family language model as Megatron-LM does. "
@@ -1409,7 +1409,9 @@ int main(int argc, char **argv)
         mc_error gerr;
         mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, st ? 1 : (int)a.pp,
                                          st ? 1 : (int)a.cp, st ? 1 : (int)a.ep, &grid, &gerr);
-        if (!st && gst) err = gerr, st = gst, grid_error = 1;
+        /* a world the sizes do not divide is bad usage (exit 2, issue 13);
+         * MPI's own failures are the grid's (exit 1) */
+        if (!st && gst) err = gerr, st = gst, grid_error = gst != MC_ERR_USAGE;
     } else if (!st) {
         /* one process: every parallel size must be 1; the first that is not is refused */
         const struct {
@@ -1426,7 +1428,6 @@ int main(int argc, char **argv)
                                   " ranks and this is one process: start it with mpirun -np N "
                                   "or srun",
                                   par[i].opt, par[i].n, par[i].n);
-                grid_error = 1;
             }
     }
     if (st) goto fail;
@@ -1546,7 +1547,8 @@ fail_1:
     grid_error = 1;
 fail:
     if (grid.world > 1 && !agreed) mc_error_prefix(&err, "rank %d", grid.rank);
-    /* Grid and configuration errors exit 1 (issue 4), even as usage. */
+    /* MPI's and configuration errors exit 1 (issue 4), even as usage; a
+     * world that does not fit the parallel sizes exits 2 (issue 13). */
     rc = grid_error ? 1 : mc_status_exit_code(st);
     if (grid.rank == 0 || !agreed) mc_log_fail(&lg, &err);
     if (grid.impl) mc_grid_fail(&grid, agreed);
