@@ -186,7 +186,7 @@ static void recomputed_layers(const mc_model_config *c, int nl, double *R, doubl
 /* model.c's activation block for this stage and its slots: into s's
  * act_kept (per slot), act_workspace, act_scratch and act_pipe (pipeline.c's
  * gradient buffer); returns the sum. */
-static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int64_t B,
+static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int cp, int64_t B,
                          int first_layer, int first, int last, int nl, int slots, mc_plan_stage *s)
 {
     double T = c->seq_length, N = (double)B * T, C = c->hidden_size, D = c->kv_channels;
@@ -203,28 +203,31 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int64
     double moe_scratch = 0;
     if (c->num_experts > 0) {
         /* model.c/moe.c: a MoE layer carves its own block instead of the
-         * MLP's fc1 and act (R = N K permuted rows) */
-        double E = c->num_experts, K = c->moe_router_topk, R = N * K;
+         * MLP's fc1 and act (R = N K permuted rows; the router's side is
+         * the micro-batch's Nt tokens, gathered under context parallelism) */
+        double E = c->num_experts, K = c->moe_router_topk, R = N * K, Nt = N * cp;
+        int split = sp || cp > 1;
         if (c->moe_pad_expert_input_to_capacity && c->moe_expert_capacity_factor > 0) {
             /* moe.c's pad_block: every expert's rows its capacity */
-            double cap = ceil(N * K / E * (double)c->moe_expert_capacity_factor);
-            if (cap > N) cap = N;
+            double cap = ceil(Nt * K / E * (double)c->moe_expert_capacity_factor);
+            if (cap > Nt) cap = Nt;
             if (E * cap > R) R = E * cap;
         }
         double Fm = c->moe_ffn_hidden_size, f1 = c->swiglu ? 2 * Fm : Fm;
         double S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
         /* the experts' side: every EP rank's rows at most (moe.c's Rx) */
         double Rx = ep * R, G = c->moe_token_dispatcher_allgather && ep > 1 ? ep * N * K : 0;
-        double moe = carved(N * E) + 4 * carved(N * K) + 2 * carved(Rx * C) + carved(Rx * f1) +
-                     carved(Rx * Fm) + (S ? carved(N * s1) + carved(N * S) : 0) +
-                     (G ? 2 * carved(G) : 0) + (sp ? carved(N * K) : 0);
+        double moe = carved(Nt * E) + 3 * carved(Nt * K) + carved(N * K) + 2 * carved(Rx * C) +
+                     carved(Rx * f1) + carved(Rx * Fm) + (S ? carved(N * s1) + carved(N * S) : 0) +
+                     (G ? 2 * carved(G) : 0) + (split ? carved(N * K) : 0);
         int nmoe = 0;
         for (int l = first_layer; l < first_layer + nl; l++) nmoe += mc_model_layer_is_moe(c, l);
         slot += nmoe * (moe - carved(N * fc1) - carved(N * Fl));
-        moe_scratch = carved(N * E) + carved(N * K) + 2 * carved(Rx * C) + carved(Rx * Fm) +
+        moe_scratch = carved(Nt * E) + carved(Nt * K) + 2 * carved(Rx * C) + carved(Rx * Fm) +
                       carved(Rx * f1) + carved(E) + (S ? carved(N * S) + carved(N * s1) : 0) +
                       (ep > 1 ? carved(Rx * C) : 0) + (G ? 2 * carved(G) : 0) +
-                      (sp ? carved(2 * N * E) + carved((double)moe_span(c, ep)) : 0);
+                      (split ? carved((N + Nt) * E) : 0) +
+                      (sp ? carved((double)moe_span(c, ep)) : 0);
     }
     if (last) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
     double shared = carved(N * qkv) + carved(N * C) + carved(Nl * C) + carved(N * C) +
@@ -397,7 +400,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
         stage_params(&c, tp, pp, ep, r, s);
         s->param_bytes = s->grad_bytes = (double)s->numel * 4;
         /* distopt.c: the shard is over the expert-data-parallel group under EP */
-        int shard = ep > 1 ? dp / ep : dpc;
+        int shard = ep > 1 ? dp / ep * cp : dpc;
         double mom = distributed_optimizer ? (double)((s->numel + shard - 1) / shard + 1)
                                            : (double)s->params;
         s->optim_bytes = 2 * mom * 4;
@@ -411,10 +414,10 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             ck.recompute_method = settings[k].method;
             ck.recompute_num_layers = settings[k].num_layers;
             ck.recompute_modules = settings[k].modules;
-            s->act_by[k] = stage_acts(&ck, tp, sp, ep, micro_batch, s->first_layer, first, last, nl,
+            s->act_by[k] = stage_acts(&ck, tp, sp, ep, cp, micro_batch, s->first_layer, first, last, nl,
                                       s->slots, &tmp);
         }
-        s->act_bytes = stage_acts(&c, tp, sp, ep, micro_batch, s->first_layer, first, last, nl,
+        s->act_bytes = stage_acts(&c, tp, sp, ep, cp, micro_batch, s->first_layer, first, last, nl,
                                   s->slots, s);
         if (cp > 1) {
             double scratch, calls, bytes, wire;
@@ -487,7 +490,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             s->dp_bytes = distributed_optimizer ? 2 * gbytes : gbytes;
             s->dp_wire = 2.0 * (dpc - 1) / dpc * gbytes;
         }
-        int edp = dp / ep;
+        int edp = dp / ep * cp; /* the replicas of the experts: dp / ep x cp */
         if (ep > 1 && distributed_optimizer) {
             /* distopt.c: the dense gradients all-reduced over EP, then the
              * whole buffer reduce-scattered over EDP and the parameters
@@ -510,7 +513,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             for (int l = s->first_layer; l < s->last_layer; l++)
                 nmoe += mc_model_layer_is_moe(&c, l);
             double calls, bytes, wire;
-            ep_figures(&c, ep, N, Nl, &calls, &bytes, &wire);
+            ep_figures(&c, ep, N * cp, Nl, &calls, &bytes, &wire);
             s->ep_calls = (int64_t)(M * nmoe * calls);
             s->ep_bytes = M * nmoe * bytes;
             s->ep_wire = M * nmoe * wire;

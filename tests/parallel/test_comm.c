@@ -89,7 +89,7 @@ static int members(const mc_grid *g, mc_group_kind k, int me, int *out)
             break;
         case MC_GROUP_POS_EMBD: in = same_tp && same_cp && same_dp && c.pp == 0; break;
         case MC_GROUP_EP: in = same_tp && same_cp && same_edp && same_pp; break;
-        case MC_GROUP_EDP: in = same_tp && same_cp && same_ep && same_pp; break;
+        case MC_GROUP_EDP: in = same_tp && same_ep && same_pp; break; /* dp / ep x cp */
         case MC_GROUP_MP_EP: in = same_cp && same_edp; break;
         default: in = 0;
         }

@@ -1163,12 +1163,6 @@ static mc_status check_args(args *a, mc_error *err)
                             "--context-parallel-size %" PRId64 " with --device cuda: context "
                             "parallelism runs on the CPU backend only",
                             a->cp);
-    if (a->ep > 1 && a->cp > 1)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--expert-model-parallel-size %" PRId64
-                            " with --context-parallel-size: MoE under context parallelism is "
-                            "not implemented",
-                            a->ep);
     if (a->moe_set && !(a->moe_set & 1u) && !a->use_ckpt_args)
         return mc_error_set(err, MC_ERR_USAGE, "the --moe-* options need --num-experts");
     if (t->overlap_param_gather && !t->use_distributed_optimizer)
