@@ -76,31 +76,35 @@ size_t mc_moe_expert_rows_max(const mc_model *m) { return (size_t)m->grid.ep * m
 
 static size_t moe_grad_span_max(const mc_model *m);
 
-void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a)
+void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a, unsigned parts)
 {
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
     size_t R = mc_moe_rows_max(m), Rx = mc_moe_expert_rows_max(m), Nt = tokens_routed(m);
     size_t F = (size_t)c->moe_ffn_hidden_size;
     mc_moe_acts *x = &a->moe;
-    /* the router's side: every token of the micro-batch (Nt) */
-    x->logits = carve(cv, Nt * E);
-    x->probs = carve(cv, Nt * K);
-    x->idx = (int32_t *)carve(cv, Nt * K);
-    x->kept = (int32_t *)carve(cv, Nt * K);
-    x->perm = (int32_t *)carve(cv, N * K);
-    x->xp = carve(cv, Rx * C);
-    x->fc1 = carve(cv, Rx * fc1_width(c));
-    x->act = carve(cv, Rx * F);
-    x->yp = carve(cv, Rx * C);
     (void)R;
-    int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
-    x->gperm = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
-    x->lprobs = seq_split(m) ? carve(cv, N * K) : NULL;
-    x->gprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    if (parts & MC_MOE_ACTS_ROUTE) {
+        /* the router's side: every token of the micro-batch (Nt) */
+        x->logits = carve(cv, Nt * E);
+        x->probs = carve(cv, Nt * K);
+        x->idx = (int32_t *)carve(cv, Nt * K);
+        x->kept = (int32_t *)carve(cv, Nt * K);
+        x->perm = (int32_t *)carve(cv, N * K);
+        x->xp = carve(cv, Rx * C);
+        x->fc1 = carve(cv, Rx * fc1_width(c));
+        x->yp = carve(cv, Rx * C);
+        int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
+        x->gperm = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+        x->lprobs = seq_split(m) ? carve(cv, N * K) : NULL;
+        x->gprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    }
+    if (parts & MC_MOE_ACTS_ACT) x->act = carve(cv, Rx * F);
     size_t S = (size_t)c->moe_shared_expert_intermediate_size;
-    x->sfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
-    x->sact = S ? carve(cv, N * S) : NULL;
+    if (S && (parts & MC_MOE_ACTS_SHARED)) {
+        x->sfc1 = carve(cv, N * S * (c->swiglu ? 2 : 1));
+        x->sact = carve(cv, N * S);
+    }
 }
 
 void mc_moe_layout_scratch(mc_model *m, carver *cv)
@@ -338,6 +342,39 @@ static void act_fwd(mc_model *m, float *out, const float *in, size_t n, size_t F
         mc_k_gelu_fwd(m->be, out, in, n * F);
 }
 
+/* The shared experts' fc1 and activation on the block's input h [N, C]. */
+static void shared_fc1_act(mc_model *m, const mc_layer_params *lp, mc_moe_acts *A, const float *h,
+                           size_t N)
+{
+    const mc_model_config *c = &m->cfg;
+    size_t S = (size_t)c->moe_shared_expert_intermediate_size;
+    mc_k_linear_fwd(m->be, m->prec, A->sfc1, h, param_val(m, lp->sfc1_w), NULL, NULL, N, m->C,
+                    S * (c->swiglu ? 2 : 1), 0.0f);
+    act_fwd(m, A->sact, A->sfc1, N, S);
+}
+
+static size_t ep_local_rows(const mc_model *m, const mc_moe_acts *A, int64_t *lrows);
+static size_t ag_range(const mc_model *m, const mc_moe_acts *A, size_t *lo, int64_t *lrows);
+
+void mc_moe_recompute(mc_model *m, mc_slot *sl, int l, const float *h, int act, int shared)
+{
+    const mc_layer_params *lp = &m->lp[l];
+    mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
+    if (act) {
+        /* the rows this rank's experts ran (the forward's count) */
+        size_t R = 0, E = (size_t)m->cfg.num_experts, lo;
+        int64_t lrows[MC_MOE_MAX_EXPERTS];
+        if (m->grid.ep == 1)
+            for (size_t e = 0; e < E; e++) R += (size_t)A->rows[e];
+        else if (m->cfg.moe_token_dispatcher_allgather)
+            R = ag_range(m, A, &lo, lrows);
+        else
+            R = ep_local_rows(m, A, lrows);
+        act_fwd(m, A->act, A->fc1, R, (size_t)m->cfg.moe_ffn_hidden_size);
+    }
+    if (shared && lp->sfc1_w >= 0) shared_fc1_act(m, lp, A, h, m->sp ? m->Nl : m->N);
+}
+
 static void act_bwd(mc_model *m, float *din, const float *dout, const float *in, size_t n, size_t F)
 {
     mc_k_fill(m->be, din, 0.0f, n * F * (m->cfg.swiglu ? 2 : 1));
@@ -462,9 +499,7 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     if (lp->sfc1_w >= 0) {
         /* the shared experts on every token, added (Megatron's MoELayer) */
         size_t S = (size_t)c->moe_shared_expert_intermediate_size;
-        mc_k_linear_fwd(be, m->prec, A->sfc1, h, param_val(m, lp->sfc1_w), NULL, NULL, N, C,
-                        S * (c->swiglu ? 2 : 1), 0.0f);
-        act_fwd(m, A->sact, A->sfc1, N, S);
+        shared_fc1_act(m, lp, A, h, N);
         mc_k_linear_fwd(be, m->prec, y, A->sact, param_val(m, lp->sfc2_w), NULL, NULL, N, S, C,
                         1.0f);
     }
@@ -472,6 +507,7 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     /* Megatron computes the balancing losses in training only */
     A->train = sl->train;
     A->grad_scale = sl->grad_scale;
+    if (m->rc_replay) return MC_OK; /* recomputation: counted by the forward already */
     if (sl->train) {
         /* the tokens each expert received, for the iteration's bias update
          * and the log (mc_model_moe_tokens_per_expert) */

@@ -1384,11 +1384,6 @@ int main(int argc, char **argv)
     if (!st) st = check_ep(&a, &mcfg, &err);
     /* recomputation against the stages' layers: before any work */
     if (!st) st = mc_model_check_recompute(&mcfg, (int)a.pp, &err);
-    if (!st && mcfg.recompute_granularity != MC_RECOMPUTE_NONE && a.cp > 1)
-        st = mc_error_set(&err, MC_ERR_USAGE,
-                          "--recompute-granularity with --context-parallel-size %" PRId64
-                          ": recomputation under context parallelism is not implemented yet",
-                          a.cp);
     if (!st && a.dry_run) {
         if (!(st = dry_run(&a, &mcfg, &err))) {
             rc = 0;
