@@ -93,9 +93,10 @@ static void carve_layer(mc_model *m, carver *cv, mc_layer_acts *a, unsigned bits
         a->act = carve(cv, N * m->Fl);
     }
     if (bits & ACT_MOE_ALL)
-        mc_moe_layout(m, cv, a, (bits & ACT_MOE ? MC_MOE_ACTS_ROUTE : 0u) |
-                                    (bits & ACT_MOE_ACT ? MC_MOE_ACTS_ACT : 0u) |
-                                    (bits & ACT_SHARED ? MC_MOE_ACTS_SHARED : 0u));
+        mc_moe_layout(m, cv, a,
+                      (bits & ACT_MOE ? MC_MOE_ACTS_ROUTE : 0u) |
+                          (bits & ACT_MOE_ACT ? MC_MOE_ACTS_ACT : 0u) |
+                          (bits & ACT_SHARED ? MC_MOE_ACTS_SHARED : 0u));
 }
 
 static void layout_acts(mc_model *m, carver *cv)

@@ -284,7 +284,8 @@ static void seq_copy(mc_model *m, void *local, void *full, size_t w, int back)
                 g = cp_chunk(m, m->grid.cp_rank, (int)h) * c + t % c;
                 if (n > end - t) n = end - t;
             }
-            float *l = (float *)local + (b * Tl + t - r0) * w, *f = (float *)full + (b * Tg + g) * w;
+            float *l = (float *)local + (b * Tl + t - r0) * w,
+                  *f = (float *)full + (b * Tg + g) * w;
             if (back)
                 mc_bcopy(m->be, f, l, n * w * sizeof(float));
             else

@@ -319,8 +319,8 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
  * messages of B T (H/cp) D floats; forward q, k, v, out (2 Ql + 2 Gl
  * heads), backward q, k, v, out, dout and dq, dk, dv back (4 Ql + 4 Gl). */
 static void cp_figures(const mc_model_config *c, int tp, int cp, int64_t B, int64_t Tg,
-                       double *scratch, double *calls, double *bytes, double *wire,
-                       double *fcalls, double *fbytes, double *fwire)
+                       double *scratch, double *calls, double *bytes, double *wire, double *fcalls,
+                       double *fbytes, double *fwire)
 {
     double T = c->seq_length, D = c->kv_channels;
     double Ql = c->num_attention_heads / tp, Gl = c->num_query_groups / tp;
@@ -471,8 +471,8 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             ck.recompute_method = settings[k].method;
             ck.recompute_num_layers = settings[k].num_layers;
             ck.recompute_modules = settings[k].modules;
-            s->act_by[k] = stage_acts(&ck, tp, sp, ep, cp, micro_batch, s->first_layer, first, last, nl,
-                                      s->slots, &tmp);
+            s->act_by[k] = stage_acts(&ck, tp, sp, ep, cp, micro_batch, s->first_layer, first, last,
+                                      nl, s->slots, &tmp);
         }
         s->act_bytes = stage_acts(&c, tp, sp, ep, cp, micro_batch, s->first_layer, first, last, nl,
                                   s->slots, s);
