@@ -315,3 +315,20 @@ tokens() {
     cat ck.jsonl r1.jsonl > both.jsonl
     same_losses both.jsonl full.jsonl
 }
+
+@test "dry-run of MoE under EP=2 x CP=2 (and recomputing the block): the run's kept, workspace and scratch bytes" {
+    local s got plan
+    for s in "" "--recompute-granularity selective --recompute-modules moe"; do
+        # shellcheck disable=SC2086
+        run --separate-stderr mpi 4 "${moecap[@]}" --expert-model-parallel-size 2 \
+            --context-parallel-size 2 --train-iters 1 --lr-warmup-iters 0 $s
+        assert_success
+        got=$(grep -o 'activations (stage 0): .* scratch' <<<"$stderr" | sed 's/.*= 1 x //')
+        # shellcheck disable=SC2086
+        plan=$("$MC_TRAIN" "${moecap[@]}" --expert-model-parallel-size 2 --context-parallel-size 2 \
+            --train-iters 1 --lr-warmup-iters 0 $s --dry-run --world-size 4 |
+            grep -o '^  activations: .* scratch' | sed 's/.*in flight x //')
+        echo "# ${s:-none}: run $got, plan $plan" >&3
+        [ -n "$got" ] && [ "$got" = "$plan" ]
+    done
+}
