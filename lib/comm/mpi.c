@@ -55,7 +55,7 @@ static int color_of(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_POS_EMBD:
         return mc_grid_in_group(g, k) ? tp + TP * (cp + CP * dp) : MPI_UNDEFINED;
     case MC_GROUP_EP: return tp + TP * (cp + CP * (edp + EDP * pp));
-    case MC_GROUP_EDP: return tp + TP * (cp + CP * (ep + EP * pp));
+    case MC_GROUP_EDP: return tp + TP * (ep + EP * pp); /* dp / ep x cp */
     case MC_GROUP_MP_EP: return cp + CP * edp;
     default: return MPI_UNDEFINED;
     }

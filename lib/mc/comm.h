@@ -52,7 +52,8 @@ typedef enum mc_group_kind {
     MC_GROUP_EMBD,     /* first and last pipeline stage: tied embeddings */
     MC_GROUP_POS_EMBD, /* first pipeline stage: learned position embeddings */
     MC_GROUP_EP,       /* expert parallel: the ranks that split the experts */
-    MC_GROUP_EDP,      /* expert data parallel: the replicas of this rank's experts */
+    MC_GROUP_EDP,      /* expert data parallel: the replicas of this rank's experts
+                        * (dp / ep x cp: the context-parallel ranks too) */
     MC_GROUP_MP_EP,    /* tp x ep x pp: the plain optimizer's gradient statistics */
     MC_GROUP_COUNT
 } mc_group_kind;

@@ -161,16 +161,27 @@ enum { MC_RECOMPUTE_UNIFORM = 1, MC_RECOMPUTE_BLOCK = 2 };
  *   runs again from q, k and v;
  * layernorm: neither norm's output (nor its statistics) is kept; both norms
  *   run again from the residual stream;
- * mlp: the MLP block with its fused norm (Megatron Core's TE spec) keeps
- *   nothing; norm2, fc1 and the activation run again from the residual. */
+ * mlp: the dense MLP block with its fused norm (Megatron Core's TE spec)
+ *   keeps nothing; norm2, fc1 and the activation run again from the
+ *   residual (a MoE layer is not touched: Megatron's "dense MLP");
+ * moe: a MoE layer's block keeps nothing but its input (the pre-MLP norm's
+ *   output): the router, the dispatch (EP's exchanges too), the experts
+ *   and the shared experts run again;
+ * moe_act: the experts' activation output is not kept; it runs again from
+ *   their fc1 output;
+ * shared_experts: the shared experts' fc1 and activation outputs are not
+ *   kept; they run again from the block's input. */
 enum {
     MC_RECOMPUTE_CORE_ATTN = 1 << 0,
     MC_RECOMPUTE_LAYERNORM = 1 << 1,
     MC_RECOMPUTE_MLP = 1 << 2,
+    MC_RECOMPUTE_MOE = 1 << 3,
+    MC_RECOMPUTE_MOE_ACT = 1 << 4,
+    MC_RECOMPUTE_SHARED_EXPERTS = 1 << 5,
 };
 /* Module name (Megatron's) -> MC_RECOMPUTE_* bit; MC_ERR_USAGE naming it
- * for a module mc's layers do not have (moe, moe_act, shared_experts,
- * mla_up_proj, ...) or an unknown name. */
+ * for a module mc's layers do not have (mla_up_proj, ...) or an unknown
+ * name. */
 mc_status mc_recompute_module(const char *name, unsigned *bit, mc_error *err);
 /* The setting in words ("full uniform 2", "selective core_attn,mlp",
  * "none") into buf. */

@@ -205,3 +205,32 @@ scalar() {
     same cp context-parallel 4 "${l[@]}"
     same dp-cp data-parallel 4 "${l[@]}"
 }
+
+@test "log-comm: recomputation under CP and of MoE layers: the replayed ring, all-to-all, router gathers and EP exchanges are the dry run's" {
+    local full=(--recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+    # the ring replayed in every layer (full uniform 1 reruns both)
+    local o=(--context-parallel-size 2 "${full[@]}")
+    mpi 2 "${args[@]}" "${o[@]}" --log-comm
+    same cp context-parallel 2 "${args[@]}" "${o[@]}"
+    # Ulysses' forward exchanges replayed by selective core_attn
+    local l=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 "${args[@]:2}"
+             --context-parallel-size 2 --cp-comm-type a2a --recompute-granularity selective
+             --recompute-modules core_attn)
+    mpi 2 "${l[@]}" --log-comm
+    same cp context-parallel 2 "${l[@]}"
+    # MoE under EP=2 x CP=2 (padded: exact all-to-all bytes): the router's
+    # logits gathered over CP in each forward and replay, the dispatch replayed
+    local moe=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --num-experts 4
+               --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 1e-2 --expert-model-parallel-size 2
+               --moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity)
+    mpi 4 "${args[@]}" "${moe[@]}" --context-parallel-size 2 "${full[@]}" --log-comm
+    grep '^ comm' err.txt | tail -1 | grep -q 'cp all-gather: .*cp send/recv: .* ep all-to-all: '
+    same cp context-parallel 4 "${args[@]}" "${moe[@]}" --context-parallel-size 2 "${full[@]}"
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" --context-parallel-size 2 "${full[@]}"
+    # selective moe under TP=2 with SP: the logits' TP gather and the dispatch again
+    local sel=(--tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity selective
+               --recompute-modules moe)
+    mpi 4 "${args[@]}" "${moe[@]}" "${sel[@]}" --log-comm
+    same tp tensor-parallel 4 "${args[@]}" "${moe[@]}" "${sel[@]}"
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${sel[@]}"
+}

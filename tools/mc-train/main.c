@@ -438,7 +438,8 @@ static const mc_option options[] = {
     {"recompute-num-layers", MC_OPT_REQUIRED, OPT_RECOMPUTE_NUM_LAYERS, "N",
      "Full recomputation: the layers of a group (uniform) or of a stage (block)."},
     {"recompute-modules", MC_OPT_REQUIRED, OPT_RECOMPUTE_MODULES, "M...",
-     "Selective recomputation: any of core_attn, layernorm, mlp (core_attn)."},
+     "Selective recomputation: any of core_attn, layernorm, mlp, moe, moe_act, shared_experts "
+     "(core_attn)."},
     {"recompute-activations", MC_OPT_NONE, OPT_RECOMPUTE_ACTIVATIONS, NULL,
      "Megatron's shorthand for --recompute-granularity selective."},
     /* planning */
@@ -1163,12 +1164,6 @@ static mc_status check_args(args *a, mc_error *err)
                             "--context-parallel-size %" PRId64 " with --device cuda: context "
                             "parallelism runs on the CPU backend only",
                             a->cp);
-    if (a->ep > 1 && a->cp > 1)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--expert-model-parallel-size %" PRId64
-                            " with --context-parallel-size: MoE under context parallelism is "
-                            "not implemented",
-                            a->ep);
     if (a->moe_set && !(a->moe_set & 1u) && !a->use_ckpt_args)
         return mc_error_set(err, MC_ERR_USAGE, "the --moe-* options need --num-experts");
     if (t->overlap_param_gather && !t->use_distributed_optimizer)
@@ -1390,11 +1385,6 @@ int main(int argc, char **argv)
     if (!st) st = check_ep(&a, &mcfg, &err);
     /* recomputation against the stages' layers: before any work */
     if (!st) st = mc_model_check_recompute(&mcfg, (int)a.pp, &err);
-    if (!st && mcfg.recompute_granularity != MC_RECOMPUTE_NONE && a.cp > 1)
-        st = mc_error_set(&err, MC_ERR_USAGE,
-                          "--recompute-granularity with --context-parallel-size %" PRId64
-                          ": recomputation under context parallelism is not implemented yet",
-                          a.cp);
     if (!st && a.dry_run) {
         if (!(st = dry_run(&a, &mcfg, &err))) {
             rc = 0;
