@@ -107,7 +107,9 @@ mc_status mc_grid_init_tp_group(int *argc, char ***argv, mc_status st, int64_t t
                                 mc_grid *g, int *grid_error, mc_error *err);
 /* Frees the communicators, stops the watchdog and finalizes MPI (when
  * mc_grid_init_mpi initialized it). Collective: every rank calls it. No-op
- * for mc_grid_single. */
+ * for mc_grid_single. The collectives' staging memory is freed here
+ * through the backend it came from: free the backends used with g after
+ * this, never before (ASan's heap-use-after-free otherwise). */
 void mc_grid_finalize(mc_grid *g);
 /* A copy of g whose world is a communicator of its own (MPI_Comm_dup of
  * g's), watched by a watchdog of its own under the same deadline: the
