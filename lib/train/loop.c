@@ -19,11 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "mc/ckpt.h"
 #include "mc/distopt.h"
@@ -353,17 +350,6 @@ static mc_status eval_and_print(run *r, mc_split split, const char *where, int64
 static void *async_write(void *arg)
 {
     run *r = arg;
-    /* Ten nice levels below the training thread (Linux sets it per
-     * thread): where every core is taken, the write gets what training
-     * leaves, and training waits for it only when the next save comes
-     * before it is done. Failing to lower it changes nothing else. */
-    {
-        id_t tid = (id_t)syscall(SYS_gettid);
-        errno = 0;
-        int nice = getpriority(PRIO_PROCESS, tid);
-        if (errno == 0 && nice < 19)
-            (void)setpriority(PRIO_PROCESS, tid, nice + 10 > 19 ? 19 : nice + 10);
-    }
     if (r->async.w) { /* a grid: the collective commit, over the writer's own world */
         r->async.st = mc_ckpt_writer_commit(r->async.w, &r->async.err);
         r->async.w = NULL;
