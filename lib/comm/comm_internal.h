@@ -16,6 +16,10 @@
 typedef struct mc_watchdog mc_watchdog;
 mc_status mc_watchdog_start(mc_watchdog **out, int rank, double minutes, mc_error *err);
 void mc_watchdog_configure(mc_watchdog *wd, double minutes, const char *prog);
+/* Another watchdog of the same rank, deadline and program name (and the
+ * same MC_TEST_FAULT_COMM hook, counting its own calls), for a second
+ * thread's calls (mc_grid_dup_world). */
+mc_status mc_watchdog_start_like(const mc_watchdog *like, mc_watchdog **out, mc_error *err);
 void mc_watchdog_enter(mc_watchdog *wd, const char *op, mc_group_kind k);
 /* Point to point: peer is the other end's world rank, named on expiry. */
 void mc_watchdog_enter_peer(mc_watchdog *wd, const char *op, mc_group_kind k, int peer);

@@ -193,6 +193,50 @@ void mc_grid_finalize(mc_grid *g)
     g->impl = NULL;
 }
 
+mc_status mc_grid_dup_world(const mc_grid *g, mc_grid *out, mc_error *err)
+{
+    *out = *g;
+    const mc_comm *cm = g->impl;
+    if (!cm || g->world == 1) {
+        out->impl = NULL; /* nothing of g's to free twice */
+        return MC_OK;
+    }
+    if (cm->thread_level < MPI_THREAD_MULTIPLE)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "the MPI library gives thread level %d, not MPI_THREAD_MULTIPLE: "
+                            "no second thread may make MPI calls",
+                            cm->thread_level);
+    mc_comm *d = calloc(1, sizeof *d);
+    if (!d) return mc_error_set(err, MC_ERR_NOMEM, "grid: out of memory");
+    for (int k = 0; k < MC_GROUP_COUNT; k++) d->comm[k] = MPI_COMM_NULL;
+    d->thread_level = cm->thread_level;
+    mc_watchdog_enter(cm->wd, "communicator duplication", MC_GROUP_WORLD);
+    int rc = MPI_Comm_dup(cm->comm[MC_GROUP_WORLD], &d->comm[MC_GROUP_WORLD]);
+    mc_watchdog_leave(cm->wd);
+    mc_status st = rc == MPI_SUCCESS
+                       ? MC_OK
+                       : mc_comm_mpi_error(err, rc, "communicator duplication", MC_GROUP_WORLD);
+    if (!st) MPI_Comm_set_errhandler(d->comm[MC_GROUP_WORLD], MPI_ERRORS_RETURN);
+    if (!st && cm->wd) st = mc_watchdog_start_like(cm->wd, &d->wd, err);
+    if (st) {
+        free_comm(d);
+        return st;
+    }
+    out->impl = d;
+    return MC_OK;
+}
+
+void mc_grid_free_dup(mc_grid *g)
+{
+    mc_comm *d = g->impl;
+    if (!d || d->own_mpi) return;
+    mc_async_free(d->async);
+    mc_watchdog *wd = d->wd;
+    free_comm(d);
+    mc_watchdog_stop(wd);
+    g->impl = NULL;
+}
+
 int mc_grid_fail(mc_grid *g, int agreed)
 {
     mc_comm *cm = g->impl;

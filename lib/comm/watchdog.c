@@ -144,6 +144,19 @@ mc_status mc_watchdog_start(mc_watchdog **out, int rank, double minutes, mc_erro
     return MC_OK;
 }
 
+mc_status mc_watchdog_start_like(const mc_watchdog *like, mc_watchdog **out, mc_error *err)
+{
+    mc_watchdog *src = (mc_watchdog *)like;
+    pthread_mutex_lock(&src->mu);
+    double minutes = src->minutes;
+    char prog[sizeof src->prog];
+    memcpy(prog, src->prog, sizeof prog);
+    pthread_mutex_unlock(&src->mu);
+    mc_status st = mc_watchdog_start(out, src->rank, minutes, err);
+    if (!st) mc_watchdog_configure(*out, minutes, prog);
+    return st;
+}
+
 void mc_watchdog_configure(mc_watchdog *wd, double minutes, const char *prog)
 {
     pthread_mutex_lock(&wd->mu);

@@ -678,16 +678,21 @@ void mc_serve_drain(mc_serve *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+void mc_serve_stop(mc_serve *s)
+{
+    if (!s || !s->thread_started) return;
+    pthread_mutex_lock(&s->mu);
+    s->quit = 1;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->thread_started = 0;
+}
+
 void mc_serve_free(mc_serve *s)
 {
     if (!s) return;
-    if (s->thread_started) {
-        pthread_mutex_lock(&s->mu);
-        s->quit = 1;
-        pthread_cond_signal(&s->work);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->thread, NULL);
-    }
+    mc_serve_stop(s);
     mc_kvpool_free(s->pool);
     mc_model_free(s->model);
     if (s->be) mc_backend_free(s->be);

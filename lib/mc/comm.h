@@ -111,8 +111,21 @@ mc_status mc_grid_init_tp_group(int *argc, char ***argv, mc_status st, int64_t t
                                 const char *tool, mc_grid *g, int *grid_error, mc_error *err);
 /* Frees the communicators, stops the watchdog and finalizes MPI (when
  * mc_grid_init_mpi initialized it). Collective: every rank calls it. No-op
- * for mc_grid_single. */
+ * for mc_grid_single. The collectives' staging memory is freed here
+ * through the backend it came from: free the backends used with g after
+ * this, never before (ASan's heap-use-after-free otherwise). */
 void mc_grid_finalize(mc_grid *g);
+/* A copy of g whose world is a communicator of its own (MPI_Comm_dup of
+ * g's), watched by a watchdog of its own under the same deadline: the
+ * world protocols below (mc_grid_status_all, ..., the collective checkpoint
+ * writer) may run on it from a second thread while the first goes on with
+ * g's collectives (--async-save's writer). It has no other groups. Needs
+ * MPI_THREAD_MULTIPLE (else MC_ERR_USAGE saying so). Collective over the
+ * world, from the thread of g's collectives. g of one process: a plain copy.
+ * mc_grid_free_dup frees it (before mc_grid_finalize of g; the thread
+ * that used it done). */
+mc_status mc_grid_dup_world(const mc_grid *g, mc_grid *out, mc_error *err);
+void mc_grid_free_dup(mc_grid *g);
 /* Leave the job after an error; the caller has printed it. agreed != 0:
  * every rank has this same error (mc_grid_init_mpi, mc_grid_check_config),
  * so print it on rank 0 only; every rank finalizes and gets 1. agreed == 0:

@@ -75,8 +75,13 @@ const mc_serve_info *mc_serve_get_info(const mc_serve *s);
 /* Refuse new generations from now on (503) and return once every queued
  * and running request has finished. */
 void mc_serve_drain(mc_serve *s);
-/* Stop the scheduler and free everything; the caller has closed every
- * stream. NULL is allowed. */
+/* Stop the scheduler (on rank 0 of a grid it tells the other ranks to
+ * stop following: collective); again is a no-op. Call it before
+ * mc_grid_finalize, and free after (the grid's staging memory is the
+ * backend's). NULL is allowed. */
+void mc_serve_stop(mc_serve *s);
+/* Stop the scheduler (mc_serve_stop) and free everything; the caller has
+ * closed every stream. NULL is allowed. */
 void mc_serve_free(mc_serve *s);
 
 typedef struct mc_serve_stream mc_serve_stream;

@@ -101,7 +101,10 @@ typedef struct run {
     struct {
         int active;
         pthread_t thread;
-        mc_train_snapshot *snap;
+        mc_train_snapshot *snap; /* one process: the host copy, kept from save to save */
+        mc_grid wg;              /* a grid: g with a world of its own for the writer thread */
+        int has_wg;
+        mc_ckpt_writer *w; /* a grid: the staged writer the thread commits */
         const char *dir;
         int64_t iteration;
         double t0;
@@ -347,19 +350,23 @@ static mc_status eval_and_print(run *r, mc_split split, const char *where, int64
 static void *async_write(void *arg)
 {
     run *r = arg;
-    r->async.st = mc_train_snapshot_write(r->async.snap, r->async.dir, r->async.out,
-                                          sizeof r->async.out, &r->async.err);
+    if (r->async.w) { /* a grid: the collective commit, over the writer's own world */
+        r->async.st = mc_ckpt_writer_commit(r->async.w, &r->async.err);
+        r->async.w = NULL;
+    } else {
+        r->async.st = mc_train_snapshot_write(r->async.snap, r->async.dir, r->async.out,
+                                              sizeof r->async.out, &r->async.err);
+    }
     return NULL;
 }
 
-/* --async-save: wait for the write in flight, report it. */
+/* --async-save: wait for the write in flight, report it. The snapshot
+ * stays for the next save. */
 static mc_status async_finish(run *r, mc_error *err)
 {
     if (!r->async.active) return MC_OK;
     pthread_join(r->async.thread, NULL);
     r->async.active = 0;
-    mc_train_snapshot_free(r->async.snap);
-    r->async.snap = NULL;
     if (r->async.st) {
         *err = r->async.err;
         return r->async.st;
@@ -382,14 +389,23 @@ static mc_status async_save(run *r, mc_error *err)
     r->async.t0 = now_s();
     r->async.iteration = r->s.iteration;
     r->async.dir = c->save;
-    if ((st = mc_train_state_snapshot(r->be, r->model, c->no_save_optim ? NULL : r->optim, &r->s,
-                                      r->config_json, c->tokenizer, c->ckpt_compression,
-                                      &r->async.snap, err)))
+    mc_optim *o = c->no_save_optim ? NULL : r->optim;
+    if (r->g->world > 1) {
+        /* the blocks stashed by the parallel writer are the snapshot */
+        if ((st = mc_train_state_stage(c->save, r->g, &r->async.wg, r->be, r->model, o, &r->s,
+                                       r->config_json, c->tokenizer, c->ckpt_compression,
+                                       &r->async.w, err)))
+            return st;
+        snprintf(r->async.out, sizeof r->async.out, "%s", mc_ckpt_writer_dir(r->async.w));
+    } else if ((st = mc_train_state_snapshot(r->be, r->model, o, &r->s, r->config_json,
+                                             c->tokenizer, c->ckpt_compression, &r->async.snap,
+                                             err))) {
         return st;
+    }
     int rc = pthread_create(&r->async.thread, NULL, async_write, r);
     if (rc) {
-        mc_train_snapshot_free(r->async.snap);
-        r->async.snap = NULL;
+        mc_ckpt_writer_abort(r->async.w); /* the other ranks' commits fail with it */
+        r->async.w = NULL;
         return mc_error_errno(err, MC_ERR_INTERNAL, rc, "--async-save: cannot start a thread");
     }
     r->async.active = 1;
@@ -787,11 +803,20 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
                             "--dpo resumes at iteration %" PRId64 " of %s: its weights are no "
                             "longer the reference; give the reference with --ref-load",
                             r->s.iteration, c->load);
-    if (c->async_save && r->g->world > 1)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--async-save: one process only for now (the parallel writer's "
-                            "collectives would need a thread and communicator of their own)");
     if (c->init_only) return MC_OK; /* nothing to train: no data, no metrics */
+    /* --async-save: on a grid the writer thread's own world communicator
+     * (its collectives run beside the training's); on one process the
+     * snapshot's memory now, so that no save allocates */
+    if (c->async_save && c->save && r->g->world > 1) {
+        if ((st = mc_grid_dup_world(r->g, &r->async.wg, err)))
+            return mc_error_prefix(err, "--async-save");
+        r->async.has_wg = 1;
+    } else if (c->async_save && c->save &&
+               (st = mc_train_state_snapshot(r->be, r->model, c->no_save_optim ? NULL : r->optim,
+                                             &r->s, r->config_json, c->tokenizer,
+                                             c->ckpt_compression, &r->async.snap, err))) {
+        return st;
+    }
     float unused;
     if ((st = fault_nan(r->g->rank, 0, &unused, err))) return st;
 
@@ -1253,6 +1278,8 @@ mc_status mc_train_run(const mc_train_config *c, const mc_model_config *model_cf
     mc_error aerr;
     mc_status ast = async_finish(&r, st ? &aerr : err);
     if (!st) st = ast;
+    mc_train_snapshot_free(r.async.snap);
+    if (r.async.has_wg) mc_grid_free_dup(&r.async.wg);
     mc_error cerr;
     mc_status cst = mc_metrics_close(r.metrics, &cerr);
     if (!st && cst) {

@@ -193,24 +193,55 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
     return finish(w, st, s, o != NULL, config_json, tok, out_dir, cap, err);
 }
 
+mc_status mc_train_state_stage(const char *dir, const mc_grid *g, const mc_grid *wg, mc_backend *be,
+                               mc_model *m, mc_optim *o, const mc_train_state *s,
+                               const char *config_json, const mc_tokenizer_spec *tok,
+                               int compression, mc_ckpt_writer **out, mc_error *err)
+{
+    *out = NULL;
+    mc_ckpt_writer *w = NULL;
+    mc_status st = mc_ckpt_writer_begin_grid(dir, s->iteration, wg, &w, err);
+    if (st) return st;
+    if (compression)
+        st = mc_ckpt_writer_set_compression(w, (mc_ckpt_compression)compression, 0, err);
+    wctx c = {w};
+    if (!st) st = save_params(g, be, m, o, write_block, &c, err);
+    if (!st) st = write_tail(w, s, o != NULL, config_json, tok, err);
+    if (st) {
+        mc_ckpt_writer_abort(w); /* the others' commits get this error */
+        return st;
+    }
+    *out = w;
+    return MC_OK;
+}
+
 /* ------------------------------------------------------------ snapshots */
 
+/* A snapshot is made once per run (its block table and one arena of host
+ * memory, touched when it is made so that no save pays the page faults of
+ * fresh memory) and refilled at every save: one copy of each parameter and
+ * moment from backend memory into the arena, nothing allocated. */
 typedef struct snap_block {
     char *path;
     int64_t rows, cols, row0, col0, nrows, lcols;
-    float *data;
+    size_t off; /* in floats, into the arena */
 } snap_block;
 
 struct mc_train_snapshot {
     snap_block *b;
     size_t n, cap;
-    mc_train_state s;
+    float *arena;
+    size_t arena_n; /* floats */
     int has_optim, compression;
+    mc_train_state s;
     char *config_json;
     const mc_tokenizer_spec *tok;
+    /* the capture, per parameter and group: where its first block starts */
+    size_t *first; /* [3 * num_params], SIZE_MAX for a parameter not written */
 };
 
-static mc_status record_block(void *ctx, const mc_param *p, const char *path, int64_t row0,
+/* Recording the layout: host is an offset into the arena (cast), not data. */
+static mc_status layout_block(void *ctx, const mc_param *p, const char *path, int64_t row0,
                               int64_t nrows, float *host, mc_error *err)
 {
     mc_train_snapshot *sn = ctx;
@@ -222,21 +253,15 @@ static mc_status record_block(void *ctx, const mc_param *p, const char *path, in
         sn->cap = cap;
     }
     snap_block *b = &sn->b[sn->n];
-    b->lcols = p->ndim == 1 ? 1 : p->local_cols;
-    size_t bytes = (size_t)(nrows * b->lcols) * sizeof(float);
-    b->path = strdup(path);
-    b->data = malloc(bytes ? bytes : 1);
-    if (!b->path || !b->data) {
-        free(b->path);
-        free(b->data);
+    if (!(b->path = strdup(path)))
         return mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
-    }
-    memcpy(b->data, host, bytes);
+    b->lcols = p->ndim == 1 ? 1 : p->local_cols;
     b->rows = p->rows;
     b->cols = ckpt_cols(p);
     b->row0 = row0;
     b->col0 = p->col0;
     b->nrows = nrows;
+    b->off = (size_t)((uintptr_t)host / sizeof(float));
     sn->n++;
     return MC_OK;
 }
@@ -244,38 +269,101 @@ static mc_status record_block(void *ctx, const mc_param *p, const char *path, in
 void mc_train_snapshot_free(mc_train_snapshot *sn)
 {
     if (!sn) return;
-    for (size_t i = 0; i < sn->n; i++) {
-        free(sn->b[i].path);
-        free(sn->b[i].data);
-    }
+    for (size_t i = 0; i < sn->n; i++) free(sn->b[i].path);
     free(sn->b);
+    free(sn->arena);
+    free(sn->first);
     free(sn->config_json);
     free(sn);
 }
 
-mc_status mc_train_state_snapshot(mc_backend *be, mc_model *m, mc_optim *o, const mc_train_state *s,
-                                  const char *config_json, const mc_tokenizer_spec *tok,
-                                  int compression, mc_train_snapshot **out, mc_error *err)
+/* The table and the arena (one process: every parameter is written, each
+ * as its blocks of for_blocks, contiguous in the arena). */
+static mc_status snapshot_new(mc_model *m, int has_optim, mc_train_snapshot **out, mc_error *err)
 {
-    *out = NULL;
-    mc_grid one;
-    mc_grid_single(&one);
     mc_train_snapshot *sn = calloc(1, sizeof *sn);
-    if (!sn) return mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
-    sn->s = *s;
-    sn->has_optim = o != NULL;
-    sn->compression = compression;
-    sn->tok = tok;
+    size_t np = mc_model_num_params(m);
+    if (sn) sn->first = malloc(3 * (np ? np : 1) * sizeof *sn->first);
+    if (!sn || !sn->first) {
+        free(sn);
+        return mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
+    }
+    sn->has_optim = has_optim;
     mc_status st = MC_OK;
-    if (config_json && !(sn->config_json = strdup(config_json)))
-        st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
-    if (!st) st = save_params(&one, be, m, o, record_block, sn, err);
+    char path[512];
+    size_t at = 0;
+    /* the order save_params writes in: a parameter, then its moments */
+    for (size_t i = 0; i < np && !st; i++) {
+        const mc_param *p = mc_model_param(m, i);
+        for (int k = 0; k < 3; k++) {
+            sn->first[3 * i + k] = SIZE_MAX;
+            if (k > 0 && !has_optim) continue;
+            sn->first[3 * i + k] = at;
+            snprintf(path, sizeof path, "%s/%s", GROUPS[k], p->name);
+            if ((st = for_blocks(p, path, (float *)(uintptr_t)(at * sizeof(float)), layout_block,
+                                 sn, err)))
+                break;
+            at += p->numel;
+        }
+    }
+    sn->arena_n = at;
+    if (!st && !(sn->arena = malloc((at ? at : 1) * sizeof(float))))
+        st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory (%zu bytes)",
+                          at * sizeof(float));
     if (st) {
         mc_train_snapshot_free(sn);
         return st;
     }
+    memset(sn->arena, 0, at * sizeof(float)); /* the page faults now, not at a save */
     *out = sn;
     return MC_OK;
+}
+
+mc_status mc_train_state_snapshot(mc_backend *be, mc_model *m, mc_optim *o, const mc_train_state *s,
+                                  const char *config_json, const mc_tokenizer_spec *tok,
+                                  int compression, mc_train_snapshot **inout, mc_error *err)
+{
+    mc_status st = MC_OK;
+    if (!*inout && (st = snapshot_new(m, o != NULL, inout, err))) return st;
+    mc_train_snapshot *sn = *inout;
+    if (sn->has_optim != (o != NULL))
+        return mc_error_set(err, MC_ERR_INTERNAL, "checkpoint snapshot: made %s the moments",
+                            sn->has_optim ? "with" : "without");
+    sn->s = *s;
+    sn->compression = compression;
+    sn->tok = tok;
+    if (!sn->config_json != !config_json || (config_json && strcmp(sn->config_json, config_json))) {
+        free(sn->config_json);
+        sn->config_json = NULL;
+        if (config_json && !(sn->config_json = strdup(config_json)))
+            return mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
+    }
+    if (o && (st = mc_optim_wait_params(o, err))) return st;
+    /* Backend memory to the arena, one copy each; the moments of a
+     * distributed optimizer (not on one process) through its gather. */
+    const float *params = mc_model_params(m);
+    const float *mv[2] = {o ? mc_optim_exp_avg(o) : NULL, o ? mc_optim_exp_avg_sq(o) : NULL};
+    size_t np = mc_model_num_params(m);
+    for (size_t i = 0; i < np && !st; i++) {
+        const mc_param *p = mc_model_param(m, i);
+        size_t bytes = p->numel * sizeof(float);
+        mc_bcopy_to_host(be, sn->arena + sn->first[3 * i], params + p->offset, bytes);
+        if (!o) continue;
+        if (mv[0] && mv[1]) {
+            for (int k = 1; k <= 2; k++)
+                mc_bcopy_to_host(be, sn->arena + sn->first[3 * i + k], mv[k - 1] + p->offset,
+                                 bytes);
+            continue;
+        }
+        float *mom = mc_balloc(be, 2 * bytes, err);
+        if (!mom) return err && err->code ? err->code : MC_ERR_NOMEM;
+        st = mc_optim_gather_moments(o, p->offset, p->numel, mom, mom + p->numel, err);
+        for (int k = 1; k <= 2 && !st; k++)
+            mc_bcopy_to_host(be, sn->arena + sn->first[3 * i + k], mom + (size_t)(k - 1) * p->numel,
+                             bytes);
+        mc_bfree(be, mom);
+    }
+    return st;
 }
 
 mc_status mc_train_snapshot_write(const mc_train_snapshot *sn, const char *dir, char *out_dir,
@@ -289,7 +377,7 @@ mc_status mc_train_snapshot_write(const mc_train_snapshot *sn, const char *dir, 
     for (size_t i = 0; i < sn->n && !st; i++) {
         const snap_block *b = &sn->b[i];
         st = mc_ckpt_write_tensor(w, b->path, b->rows, b->cols, b->row0, b->col0, b->nrows,
-                                  b->lcols, b->data, MC_CKPT_FLOAT32, err);
+                                  b->lcols, sn->arena + b->off, MC_CKPT_FLOAT32, err);
     }
     return finish(w, st, &sn->s, sn->has_optim, sn->config_json, sn->tok, out_dir, cap, err);
 }

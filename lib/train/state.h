@@ -7,6 +7,7 @@
 #define MC_TRAIN_STATE_H
 
 #include <stdint.h>
+#include "mc/ckpt.h"
 #include "mc/model.h"
 #include "mc/status.h"
 #include "mc/tokenizer.h"
@@ -35,16 +36,34 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
                               const mc_tokenizer_spec *tok, int compression, char *out_dir,
                               size_t cap, mc_error *err);
 
+/* --async-save on a grid: everything of mc_train_state_save up to the
+ * commit, on the training thread at the save iteration: begin on wg (g
+ * with a world communicator of its own, mc_grid_dup_world), every block
+ * this rank writes stashed in host memory (the parallel writer copies
+ * them: this is the snapshot), the tail. *out is then committed with
+ * mc_ckpt_writer_commit on another thread (collective over wg's world:
+ * every rank's thread commits), while training goes on over g. On an
+ * error the writer is aborted here (collective over wg: the other ranks'
+ * commits fail with it). */
+mc_status mc_train_state_stage(const char *dir, const mc_grid *g, const mc_grid *wg, mc_backend *be,
+                               mc_model *m, mc_optim *o, const mc_train_state *s,
+                               const char *config_json, const mc_tokenizer_spec *tok,
+                               int compression, mc_ckpt_writer **out, mc_error *err);
+
 /* --async-save (one process): a host copy of everything
  * mc_train_state_save writes, taken at the save iteration
  * (mc_train_state_snapshot, on the training thread), then written by
  * mc_train_snapshot_write on another thread while training goes on, with
  * the same temporary directory, checksums, rename and latest pointer.
- * config_json is copied; tok must outlive the snapshot. */
+ * *inout NULL: the snapshot is made (its host memory allocated and
+ * touched once); otherwise the same snapshot is refilled, nothing
+ * allocated (the caller has waited for its previous write). o NULL or
+ * not must be the same each time. config_json is copied; tok must
+ * outlive the snapshot. */
 typedef struct mc_train_snapshot mc_train_snapshot;
 mc_status mc_train_state_snapshot(mc_backend *be, mc_model *m, mc_optim *o, const mc_train_state *s,
                                   const char *config_json, const mc_tokenizer_spec *tok,
-                                  int compression, mc_train_snapshot **out, mc_error *err);
+                                  int compression, mc_train_snapshot **inout, mc_error *err);
 mc_status mc_train_snapshot_write(const mc_train_snapshot *sn, const char *dir, char *out_dir,
                                   size_t cap, mc_error *err);
 void mc_train_snapshot_free(mc_train_snapshot *sn);

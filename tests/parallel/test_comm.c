@@ -309,8 +309,8 @@ static int finish(ctx *c)
             printf("not ok: %g failures on %d ranks\n", f, c->g.world);
     }
     fflush(stdout);
+    mc_grid_finalize(&c->g); /* its staging memory is the backend's */
     if (c->be) mc_backend_free(c->be);
-    mc_grid_finalize(&c->g);
     return f == 0 ? 0 : 1;
 }
 

@@ -534,8 +534,8 @@ static int finish(ctx *c)
         else
             printf("ok %.0f checks on %d rank%s\n", f[1], c->g.world, c->g.world > 1 ? "s" : "");
     }
+    mc_grid_finalize(&c->g); /* its staging memory is the backend's */
     mc_backend_free(c->be);
-    mc_grid_finalize(&c->g);
     return bad;
 }
 

@@ -316,8 +316,8 @@ static int run(int argc, char **argv)
             printf("FAILED %.0f of %.0f checks on %d ranks\n", tot[0], tot[1], c.g.world);
     }
     int rc = tot[0] == 0 ? 0 : 1;
+    mc_grid_finalize(&c.g); /* its staging memory is the backend's */
     mc_backend_free(be);
-    mc_grid_finalize(&c.g);
     return rc;
 }
 

@@ -25,7 +25,7 @@
 #   -m MPI     kills of the TP=2 x DP=2 run (default 25; 0 without mpirun)
 #   -d DIR     working directory (default: a new one under $TMPDIR, removed
 #              at the end unless a kill failed)
-#   -a         the killed runs save with --async-save (one process only)
+#   -a         the killed runs save with --async-save (both modes)
 #   -q         print only the failures and the summary
 # Environment: MC_TRAIN (the mc-train binary; default the build tree's),
 # MPIRUN (default the one on PATH). Prints one line per kill and a summary

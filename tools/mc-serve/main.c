@@ -455,8 +455,9 @@ fail:
         rc = st == MC_ERR_USAGE && !grid_error ? 2 : 1;
 done:
     if (d) MHD_stop_daemon(d);
-    mc_serve_free(s);
+    mc_serve_stop(s); /* rank 0 ends the other ranks' steps */
     if (grid.impl) mc_grid_finalize(&grid);
+    mc_serve_free(s); /* the backend, after the grid's staging memory */
     free(stdin_ckpt);
     mc_cli_free(&cli);
     return mc_tool_exit(&lg, rc);

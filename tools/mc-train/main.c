@@ -353,7 +353,7 @@ static const mc_option options[] = {
      "before reading them (faster; a damaged file may then crash HDF5)."},
     {"no-save-optim", MC_OPT_NONE, OPT_NO_SAVE_OPTIM, NULL, "Do not save the optimizer state."},
     {"async-save", MC_OPT_NONE, OPT_ASYNC_SAVE, NULL,
-     "Write checkpoints from a copy of the state while training goes on (one process)."},
+     "Write checkpoints from a copy of the state while training goes on."},
     {"ckpt-compression", MC_OPT_REQUIRED, OPT_CKPT_COMPRESSION, "none|zstd",
      "Compress checkpoint tensors (HDF5 filter 32015)."},
     /* data */
