@@ -427,8 +427,13 @@ static void seq_kv(mc_kvpool *p, const mc_kvseq *s, size_t row0, int li)
                  run * kr);
         pos += run;
     }
-    for (size_t pos = 0; pos < end; pos += bs) {
-        size_t run = end - pos < bs ? end - pos : bs;
+    /* the gather: plain copies, shared among the threads past a few blocks
+     * (one thread copying a long context is most of a decode step's
+     * attention time) */
+    size_t nblk = (end + bs - 1) / bs;
+#pragma omp parallel for num_threads(mc_backend_threads(p->be)) schedule(static) if (nblk >= 8)
+    for (size_t i = 0; i < nblk; i++) {
+        size_t pos = i * bs, run = end - pos < bs ? end - pos : bs;
         mc_bcopy(p->be, p->kc + pos * p->kv_row, kv_at(p, p->kpool, s->blocks, li, pos), run * kr);
         mc_bcopy(p->be, p->vc + pos * p->kv_row, kv_at(p, p->vpool, s->blocks, li, pos), run * kr);
     }
