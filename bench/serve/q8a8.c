@@ -35,8 +35,8 @@ int main(int argc, char **argv)
     int ns[16], nn = 0;
     for (int i = 2; i < argc && nn < 16; i++) ns[nn++] = atoi(argv[i]);
     if (!nn) ns[nn++] = 1, ns[nn++] = 4, ns[nn++] = 16, ns[nn++] = 64;
-    printf("threads %d, GOP/s (best of several calls)\n%6s %12s %12s %12s %12s %8s\n", threads,
-           "N", "shape", "q8 (eval)", "rows-q8", "q8a8", "speedup");
+    printf("threads %d, GOP/s (best of several calls)\n%6s %12s %12s %12s %12s %8s\n", threads, "N",
+           "shape", "q8 (eval)", "rows-q8", "q8a8", "speedup");
     for (int k = 0; k < nn; k++)
         for (size_t s = 0; s < 4; s++) {
             size_t N = (size_t)ns[k], I = shapes[s][0], O = shapes[s][1];
@@ -64,8 +64,7 @@ int main(int argc, char **argv)
             }
             char sh[32];
             snprintf(sh, sizeof sh, "%zux%zu", I, O);
-            printf("%6zu %12s %12.1f %12.1f %12.1f %7.2fx\n", N, sh, t[0], t[1], t[2],
-                   t[2] / t[1]);
+            printf("%6zu %12s %12.1f %12.1f %12.1f %7.2fx\n", N, sh, t[0], t[1], t[2], t[2] / t[1]);
             free(x), free(W), free(out), free(sc), free(q);
             mc_bfree(be, p);
         }

@@ -8,8 +8,9 @@
  *
  * Batch invariance: a row's values never depend on the other rows. The
  * linear layers use mc_k_linear_rows_fwd (one fixed-order sum per element
- * whatever the number of rows; BLAS's sgemm and mc's sgemv path for one row
- * do not promise it), norms, activations and RoPE are per row or per
+ * whatever the number of rows; int8 weights mc_k_linear_q8a8_fwd, whose
+ * activation scales are each row's own; BLAS's sgemm and mc's sgemv path
+ * for one row do not promise it), norms, activations and RoPE are per row or per
  * element, and attention sees only the sequence's own keys, gathered from
  * its blocks into a contiguous scratch in position order (the attention
  * kernel's rows do not depend on how the sequence was cut into calls). So

@@ -222,7 +222,7 @@ int main(void)
 {
     mc_backend *be = kt_backend(2);
     kt_rng rng = {11};
-    run_shape(be, 300, 70, 1, &rng); /* tails: 300 = 9 x 32 + 12, 70 = 4 x 16 + 6 */
+    run_shape(be, 300, 70, 1, &rng);  /* tails: 300 = 9 x 32 + 12, 70 = 4 x 16 + 6 */
     run_shape(be, 256, 200, 0, &rng); /* whole blocks, 13 panels, several work items */
     run_shape(be, 5, 3, 1, &rng);     /* smaller than a block and a panel */
     /* the packed layout: code + 128 at 64 j + 4 o + t of its panel, zero codes padded */

@@ -46,10 +46,10 @@
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/isa.h"
 
-#define QK 32          /* positions of an activation block */
-#define PANEL 16       /* outputs of a packed panel */
-#define CHUNK_ROWS 64  /* rows of a work item */
-#define ITEM_PANELS 4  /* panels of a work item */
+#define QK 32         /* positions of an activation block */
+#define PANEL 16      /* outputs of a packed panel */
+#define CHUNK_ROWS 64 /* rows of a work item */
+#define ITEM_PANELS 4 /* panels of a work item */
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define MC_TARGET_VNNI __attribute__((target("arch=x86-64-v4,avx512vnni")))
@@ -206,8 +206,8 @@ MC_TARGET_AVX512 static void quant_row_avx512(int8_t *q, float *d, int32_t *c, c
 
 typedef struct {
     float *out;
-    const int8_t *xq; /* [N][Kp] */
-    const float *xd;  /* [N][nb] */
+    const int8_t *xq;  /* [N][Kp] */
+    const float *xd;   /* [N][nb] */
     const int32_t *xc; /* [N][nb] */
     const uint8_t *Wp;
     const float *scale, *b;
@@ -289,8 +289,8 @@ tile_avx2(const q8a8_args *a, size_t n, size_t p, int RT, int OT)
         __m256i s[2][2][H];
         _Pragma("GCC unroll 2") for (int r = 0; r < RT; r++)
             _Pragma("GCC unroll 2") for (int o = 0; o < OT; o++)
-                _Pragma("GCC unroll 2") for (int h = 0; h < H; h++) s[r][o][h] =
-                    _mm256_setzero_si256();
+                _Pragma("GCC unroll 2") for (int h = 0; h < H; h++)
+                    s[r][o][h] = _mm256_setzero_si256();
         const uint8_t *w = W + b * (QK * PANEL);
         const int8_t *x = xq + b * QK;
         _Pragma("GCC unroll 8") for (int j = 0; j < QK / 4; j++)
@@ -300,8 +300,7 @@ tile_avx2(const q8a8_args *a, size_t n, size_t p, int RT, int OT)
                 _Pragma("GCC unroll 2") for (int h = 0; h < H; h++)
             {
                 ws[o][h] = _mm256_xor_si256(
-                    _mm256_loadu_si256(
-                        (const __m256i *)(w + (size_t)o * a->pb + 64 * j + 32 * h)),
+                    _mm256_loadu_si256((const __m256i *)(w + (size_t)o * a->pb + 64 * j + 32 * h)),
                     flip);
                 wa[o][h] = _mm256_abs_epi8(ws[o][h]);
             }
@@ -322,8 +321,8 @@ tile_avx2(const q8a8_args *a, size_t n, size_t p, int RT, int OT)
         {
             __m256 dv = _mm256_set1_ps(xd[(size_t)r * nb + b]);
             _Pragma("GCC unroll 2") for (int o = 0; o < OT; o++)
-                _Pragma("GCC unroll 2") for (int h = 0; h < H; h++) f[r][o][h] =
-                    _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s[r][o][h]), f[r][o][h]);
+                _Pragma("GCC unroll 2") for (int h = 0; h < H; h++)
+                    f[r][o][h] = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s[r][o][h]), f[r][o][h]);
         }
     }
     for (int o = 0; o < OT; o++) {
@@ -382,8 +381,7 @@ MC_TARGET_VNNI static void item_vnni(const q8a8_args *a, size_t n0, size_t n1, s
     for (size_t p = p0; p < p1; p += 2) {
         int two = p + 2 <= p1;
         size_t n = n0;
-        for (; n + 4 <= n1; n += 4)
-            two ? tile_vnni(a, n, p, 4, 2) : tile_vnni(a, n, p, 4, 1);
+        for (; n + 4 <= n1; n += 4) two ? tile_vnni(a, n, p, 4, 2) : tile_vnni(a, n, p, 4, 1);
         switch (n1 - n) {
         case 3: two ? tile_vnni(a, n, p, 3, 2) : tile_vnni(a, n, p, 3, 1); break;
         case 2: two ? tile_vnni(a, n, p, 2, 2) : tile_vnni(a, n, p, 2, 1); break;
