@@ -155,6 +155,9 @@ typedef struct mc_moe_route {
     ret mc_k_##name(mc_backend *be, MC_KERN_UNPAREN params);
 #include "mc/kern_ops.def"
 
+/* Bytes of mc_k_pack_q8a8's packed copy of a [rows, cols] int8 matrix. */
+size_t mc_k_q8a8_packed_bytes(size_t rows, size_t cols);
+
 /* 64-bit key of a parameter name (FNV-1a), for mc_k_init_normal. */
 uint64_t mc_k_name_key(const char *name);
 

@@ -494,11 +494,12 @@ void mc_infer_truncate(mc_infer *inf, int len);
  * vocabulary. */
 mc_status mc_infer_extend(mc_infer *inf, const int32_t *tokens, int n, const int32_t *targets,
                           float *logprob, int *greedy, mc_error *err);
-/* Weight-only int8 from now on: the linear layers and the LM head run on
- * int8 codes with one scale per output row (the int8 checkpoint format's
- * rule, kern.h mc_k_quantize_q8_rows), fp32 activations; an int8
- * checkpoint thus runs on its own codes. Costs a quarter of the weights'
- * fp32 bytes more memory. */
+/* Int8 from now on: the linear layers and the LM head run on int8 codes
+ * with one scale per output row (the int8 checkpoint format's rule, kern.h
+ * mc_k_quantize_q8_rows) times activations quantized to int8 per row in
+ * blocks of 32 (kern_ops.def mc_k_linear_q8a8_fwd, batched inference's
+ * kernel too); an int8 checkpoint thus runs on its own codes. Costs a
+ * quarter of the weights' fp32 bytes more memory. */
 mc_status mc_infer_use_int8(mc_infer *inf, mc_error *err);
 /* The logits of the last position run, the whole padded vocabulary
  * (gathered over the tensor-parallel group) into host[padded_vocab_size]. */
@@ -514,8 +515,9 @@ mc_status mc_infer_logits(mc_infer *inf, float *host, mc_error *err);
  * by any number of rows each (a prompt's chunk beside others' one new
  * token). Batch invariant: a sequence's logits and log-probabilities are
  * the same bits whatever else runs in the call and however its rows were
- * split into calls (the linears use mc_k_linear_rows_fwd; attention runs
- * per sequence). One process only (no tensor or pipeline parallelism). */
+ * split into calls (the linears use mc_k_linear_rows_fwd, int8 weights
+ * mc_k_linear_q8a8_fwd; attention runs per sequence). One process only
+ * (no tensor or pipeline parallelism). */
 typedef struct mc_kvpool mc_kvpool;
 
 typedef struct mc_kvpool_config {

@@ -38,9 +38,9 @@ struct mc_infer {
      * host scratch for the chunk's positions and segment starts */
     int32_t *hdoc, *hpos, *hseg;
     unsigned char *heod;
-    /* weight-only int8: codes and row scales per parameter index (NULL:
-     * fp32), see mc_infer_use_int8 */
-    int8_t **q8w;
+    /* int8: packed codes (mc_k_pack_q8a8) and row scales per parameter
+     * index (NULL: fp32), see mc_infer_use_int8 */
+    uint8_t **q8w;
     float **q8s;
     /* host scratch of the scoring */
     int32_t *htgt;
@@ -57,13 +57,15 @@ struct mc_infer {
 /* Parameter i's values (NULL when the parameter is absent). */
 
 /* out[n, O] = in[n, I] W^T (+ b) for the weight of parameter w: int8 codes
- * when mc_infer_use_int8 made them, the fp32 weights otherwise. */
+ * when mc_infer_use_int8 made them (the activations quantized per row,
+ * mc_k_linear_q8a8_fwd: mc-serve's kernel, so both give the same bits for
+ * a row), the fp32 weights otherwise. */
 static void linear(mc_infer *f, float *out, const float *in, int w, const float *b, size_t n,
                    size_t I, size_t O)
 {
     mc_model *m = f->m;
     if (f->q8w && f->q8w[w])
-        mc_k_linear_q8_fwd(f->be, out, in, f->q8w[w], f->q8s[w], b, n, I, O, 0.0f);
+        mc_k_linear_q8a8_fwd(f->be, out, in, f->q8w[w], f->q8s[w], b, n, I, O);
     else
         mc_k_linear_fwd(f->be, m->prec, out, in, param_val(m, w), param_prep(m, w), b, n, I, O,
                         0.0f);
@@ -80,7 +82,8 @@ static void moe_linear(void *ctx, float *out, const float *in, int w, size_t e, 
     mc_model *m = f->m;
     size_t off = e * O * I;
     if (f->q8w && f->q8w[w])
-        mc_k_linear_q8_fwd(f->be, out, in, f->q8w[w] + off, f->q8s[w] + e * O, b, n, I, O, 0.0f);
+        mc_k_linear_q8a8_fwd(f->be, out, in, f->q8w[w] + e * mc_k_q8a8_packed_bytes(O, I),
+                             f->q8s[w] + e * O, b, n, I, O);
     else
         mc_k_linear_fwd(f->be, fp32 ? MC_PREC_FP32 : m->prec, out, in, param_val(m, w) + off,
                         NULL, b, n, I, O, 0.0f);
@@ -452,12 +455,33 @@ mc_status mc_infer_use_int8(mc_infer *f, mc_error *err)
         const mc_param *p = &m->params[want[i]];
         size_t rows = (size_t)p->local_rows, cols = (size_t)p->local_cols;
         if (want[i] == m->wte) rows = (size_t)f->vl; /* the head's rows: this rank's vocab */
-        f->q8w[want[i]] = mc_balloc(f->be, rows * cols, err);
-        f->q8s[want[i]] = mc_balloc(f->be, rows * sizeof(float), err);
-        if (!f->q8w[want[i]] || !f->q8s[want[i]])
+        size_t g = mc_infer_q8a8_groups(m, want[i]);
+        if (mc_infer_q8a8_weight(f->be, param_val(m, want[i]), g, rows / g, cols, &f->q8w[want[i]],
+                                 &f->q8s[want[i]], err))
             return mc_error_prefix(err, "inference: int8 copy of %s", p->name);
-        mc_k_quantize_q8_rows(f->be, f->q8w[want[i]], f->q8s[want[i]], param_val(m, want[i]), rows,
-                              cols);
     }
+    return MC_OK;
+}
+
+size_t mc_infer_q8a8_groups(const mc_model *m, int w)
+{
+    for (int l = m->cl0[0]; l < m->cl1[0]; l++)
+        if (m->lp[l].moe && (w == m->lp[l].efc1_w || w == m->lp[l].efc2_w))
+            return (size_t)m->cfg.num_experts;
+    return 1;
+}
+
+mc_status mc_infer_q8a8_weight(mc_backend *be, const float *src, size_t groups, size_t rows,
+                               size_t cols, uint8_t **packed, float **scale, mc_error *err)
+{
+    size_t pb = mc_k_q8a8_packed_bytes(rows, cols);
+    *packed = mc_balloc(be, groups * pb, err);
+    *scale = *packed ? mc_balloc(be, groups * rows * sizeof(float), err) : NULL;
+    int8_t *codes = *scale ? mc_balloc(be, groups * rows * cols, err) : NULL;
+    if (!codes) return mc_error_set(err, MC_ERR_NOMEM, "inference: out of memory");
+    mc_k_quantize_q8_rows(be, codes, *scale, src, groups * rows, cols);
+    for (size_t g = 0; g < groups; g++)
+        mc_k_pack_q8a8(be, *packed + g * pb, codes + g * rows * cols, rows, cols);
+    mc_bfree(be, codes);
     return MC_OK;
 }

@@ -8,8 +8,9 @@
  *
  * Batch invariance: a row's values never depend on the other rows. The
  * linear layers use mc_k_linear_rows_fwd (one fixed-order sum per element
- * whatever the number of rows; BLAS's sgemm and mc's sgemv path for one row
- * do not promise it), norms, activations and RoPE are per row or per
+ * whatever the number of rows; int8 weights mc_k_linear_q8a8_fwd, whose
+ * activation scales are each row's own; BLAS's sgemm and mc's sgemv path
+ * for one row do not promise it), norms, activations and RoPE are per row or per
  * element, and attention sees only the sequence's own keys, gathered from
  * its blocks into a contiguous scratch in position order (the attention
  * kernel's rows do not depend on how the sequence was cut into calls). So
@@ -54,7 +55,7 @@ struct mc_kvpool {
     float *hlogits;          /* host [head_rows, tp vl] */
     float *hgathered;        /* host [tp][head_rows vl] (tensor parallel) */
     int *hseq, *hpos, *hrow; /* host [max_rows]: the head's rows */
-    int8_t **q8w;            /* weight-only int8 codes and scales per parameter (NULL: fp32) */
+    uint8_t **q8w;           /* int8 packed codes and row scales per parameter (NULL: fp32) */
     float **q8s;
     uint16_t **b16w; /* weight-only bf16 values per parameter (NULL: fp32) */
     /* tensor parallel: the row-parallel weights re-split by output rows,
@@ -150,11 +151,10 @@ static mc_status use_weights(mc_kvpool *p, int kind, mc_error *err)
                     return mc_error_prefix(err, "inference: bf16 copy of %s", pa->name);
                 mc_k_cast_to_bf16(p->be, p->b16w[want[i]], src, rows * cols);
             } else {
-                p->q8w[want[i]] = mc_balloc(p->be, rows * cols, err);
-                p->q8s[want[i]] = mc_balloc(p->be, rows * sizeof(float), err);
-                if (!p->q8w[want[i]] || !p->q8s[want[i]])
+                size_t g = mc_infer_q8a8_groups(m, want[i]);
+                if (mc_infer_q8a8_weight(p->be, src, g, rows / g, cols, &p->q8w[want[i]],
+                                         &p->q8s[want[i]], err))
                     return mc_error_prefix(err, "inference: int8 copy of %s", pa->name);
-                mc_k_quantize_q8_rows(p->be, p->q8w[want[i]], p->q8s[want[i]], src, rows, cols);
             }
             if (p->rpw && p->rpw[want[i]]) { /* the int8 or bf16 copy is what runs */
                 mc_bfree(p->be, p->rpw[want[i]]);
@@ -368,7 +368,7 @@ static void linear(mc_kvpool *p, float *out, const float *in, int w, const float
                    size_t I, size_t O)
 {
     if (p->q8w && p->q8w[w])
-        mc_k_linear_rows_fwd(p->be, out, in, NULL, p->q8w[w], p->q8s[w], b, n, I, O);
+        mc_k_linear_q8a8_fwd(p->be, out, in, p->q8w[w], p->q8s[w], b, n, I, O);
     else if (p->b16w && p->b16w[w])
         mc_k_linear_rows_bf16_fwd(p->be, out, in, p->b16w[w], b, n, I, O);
     else
@@ -387,7 +387,8 @@ static void moe_linear(void *ctx, float *out, const float *in, int w, size_t e, 
     size_t off = e * O * I;
     (void)fp32;
     if (p->q8w && p->q8w[w])
-        mc_k_linear_rows_fwd(p->be, out, in, NULL, p->q8w[w] + off, p->q8s[w] + e * O, b, n, I, O);
+        mc_k_linear_q8a8_fwd(p->be, out, in, p->q8w[w] + e * mc_k_q8a8_packed_bytes(O, I),
+                             p->q8s[w] + e * O, b, n, I, O);
     else if (p->b16w && p->b16w[w])
         mc_k_linear_rows_bf16_fwd(p->be, out, in, p->b16w[w] + off, b, n, I, O);
     else
@@ -427,8 +428,13 @@ static void seq_kv(mc_kvpool *p, const mc_kvseq *s, size_t row0, int li)
                  run * kr);
         pos += run;
     }
-    for (size_t pos = 0; pos < end; pos += bs) {
-        size_t run = end - pos < bs ? end - pos : bs;
+    /* the gather: plain copies, shared among the threads past a few blocks
+     * (one thread copying a long context is most of a decode step's
+     * attention time) */
+    size_t nblk = (end + bs - 1) / bs;
+#pragma omp parallel for num_threads(mc_backend_threads(p->be)) schedule(static) if (nblk >= 8)
+    for (size_t i = 0; i < nblk; i++) {
+        size_t pos = i * bs, run = end - pos < bs ? end - pos : bs;
         mc_bcopy(p->be, p->kc + pos * p->kv_row, kv_at(p, p->kpool, s->blocks, li, pos), run * kr);
         mc_bcopy(p->be, p->vc + pos * p->kv_row, kv_at(p, p->vpool, s->blocks, li, pos), run * kr);
     }

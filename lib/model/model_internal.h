@@ -388,4 +388,17 @@ size_t mc_moe_infer_capacity(const mc_model_config *c, size_t n);
  * number (0 for a dense layer). */
 int mc_moe_infer_weights(const mc_model *m, int l, int *out);
 
+/* The int8 copy of a linear's weight for mc_k_linear_q8a8_fwd (mc-eval's
+ * and mc-serve's int8 weights, one kernel for both): src [groups x rows,
+ * cols] fp32 quantized by rows (mc_k_quantize_q8_rows) into scale
+ * [groups x rows], and each group's codes packed (mc_k_pack_q8a8), group g
+ * at packed + g mc_k_q8a8_packed_bytes(rows, cols). groups: 1, or an MoE
+ * layer's experts (mc_infer_q8a8_groups). Both outputs are backend memory
+ * (NULL on failure; the caller frees what was allocated). */
+mc_status mc_infer_q8a8_weight(mc_backend *be, const float *src, size_t groups, size_t rows,
+                               size_t cols, uint8_t **packed, float **scale, mc_error *err);
+/* The groups of parameter w's rows: the experts for an MoE layer's expert
+ * weights (one matrix per expert), 1 otherwise. */
+size_t mc_infer_q8a8_groups(const mc_model *m, int w);
+
 #endif

@@ -8,13 +8,13 @@
  * shared experts), on n rows of a forward pass, with no saved activations,
  * no balancing losses and no expert-bias counts. The linears go through the
  * caller's function, so each caller keeps its own kernels and weight forms
- * (mc_k_linear_fwd or int8 codes for mc-eval; the row-invariant
- * mc_k_linear_rows_fwd for mc-serve). Under expert parallelism every EP
- * rank runs the same tokens and routes them alike, computes the rows of its
- * own E / EP experts and all-gathers the others' rows (the expert outputs
- * in one process's order, each expert's rows from the rank that holds it),
- * so the weighted unpermutation adds one process's values in its order.
- * See doc/ARCHITECTURE.md, "Inference".
+ * (mc_k_linear_fwd for mc-eval, the row-invariant mc_k_linear_rows_fwd
+ * for mc-serve; int8 weights mc_k_linear_q8a8_fwd for both). Under expert
+ * parallelism every EP rank runs the same tokens and routes them alike,
+ * computes the rows of its own E / EP experts and all-gathers the others'
+ * rows (the expert outputs in one process's order, each expert's rows from
+ * the rank that holds it), so the weighted unpermutation adds one process's
+ * values in its order. See doc/ARCHITECTURE.md, "Inference".
  */
 #include <math.h>
 #include <stdlib.h>

@@ -354,11 +354,14 @@ EOF2
     "$MC_RESHARD" "$G" --dtype bf16 -o b16 >/dev/null
     "$MC_RESHARD" "$G" --quantize int8 -o q8 >/dev/null
     ref=$(json ref.json 'repr(d["perplexity"]["nll"])')
-    # measured: bf16 3.9e-5, int8 2.3e-5 relative. Each weight moves by at
-    # most 2^-9 of itself (bf16) or half a code, 1/254 of its row's
-    # largest (int8); over sums of 32-96 products of either sign the NLL
-    # moves far less; 3e-4 leaves room for the AVX2 and AVX-512 paths'
-    # rounding, and a lost or swapped expert choice would show
+    # measured: bf16 3.9e-5, int8 1.4e-4 relative (2.3e-5 when int8 ran
+    # with fp32 activations; mc_k_linear_q8a8_fwd also rounds each
+    # activation to half a code of its 32-block's largest, 1/254). Each
+    # weight moves by at most 2^-9 of itself (bf16) or half a code, 1/254
+    # of its row's largest (int8); over sums of 32-96 products of either
+    # sign the NLL moves far less; 3e-4 leaves room for the AVX2 and
+    # AVX-512 paths' bf16 rounding (int8 gives the same bits on every
+    # path), and a lost or swapped expert choice would show
     for q in f32:0 b16:3e-4 q8:3e-4; do
         "$MC_EVAL" "${q%%:*}" "${ev[@]}" > ${q%%:*}.json
         got=$(json ${q%%:*}.json 'repr(d["perplexity"]["nll"])')

@@ -107,9 +107,9 @@ teardown() {
     [ "$(metric mc_serve_kv_blocks_in_use)" = 0 ]
 }
 
-@test "log-probabilities equal mc-eval's (multiple_choice log-likelihoods) within 1e-6 a token" {
-    require_python_module openai
-    serve
+# logprobs_vs_eval [MC-EVAL ARGS...]: the served log-probabilities against
+# mc-eval's multiple_choice log-likelihoods, within 1e-6 a token
+logprobs_vs_eval() {
     # context + continuation echoed: the continuation's log-probabilities sum
     # to the log-likelihood mc-eval's task scores (its continuation is " " +
     # choice, so the prompt's ids are the context's, then the continuation's)
@@ -117,7 +117,7 @@ teardown() {
 {"context": "The river flows", "choices": ["into the sea", "under the bridge"], "answer": 0}
 {"context": "In Python, a list", "choices": ["is mutable", "holds values in order"], "answer": 0}
 EOF
-    "$MC_EVAL" "$G" --quiet --task multiple_choice=mc.jsonl --log-samples > ev.json
+    "$MC_EVAL" "$G" --quiet --task multiple_choice=mc.jsonl --log-samples "$@" > ev.json
     client echo "The river flows" > c0.json
     client echo "The river flows into the sea" > a.json
     client echo "The river flows under the bridge" > b.json
@@ -137,6 +137,30 @@ for g, s in zip(got, ev):
         # mc-eval sums k float log-probabilities: 1e-6 each
         print("# served %.9f mc-eval %.9f (%d tokens)" % (x, y, k))
         assert k >= 2 and abs(x - y) <= 1e-6 * k, (x, y, k)
+EOF
+}
+
+@test "log-probabilities equal mc-eval's (multiple_choice log-likelihoods) within 1e-6 a token" {
+    require_python_module openai
+    serve
+    logprobs_vs_eval
+}
+
+@test "int8 weights: greedy output equal to mc-eval --weights int8's, log-probabilities within 1e-6 a token (one int8 x int8 kernel)" {
+    require_python_module openai
+    serve --weights int8
+    for p in "The river" "In Python, a list"; do
+        want=$("$MC_EVAL" "$G" --weights int8 --quiet --prompt "$p" --max-new-tokens 24 |
+            "$MC_PYTHON" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["generations"][0]["completion"]))')
+        [ "$(client complete "$p" 24)" = "$want" ]
+    done
+    logprobs_vs_eval --weights int8
+    # the fp32 weights' log-likelihoods are not these (the int8 path ran)
+    "$MC_EVAL" "$G" --quiet --task multiple_choice=mc.jsonl --log-samples > ev32.json
+    "$MC_PYTHON" - <<'EOF'
+import json
+a, b = (json.load(open(f))["tasks"]["multiple_choice"]["samples"] for f in ("ev.json", "ev32.json"))
+assert [s["loglikelihoods"] for s in a] != [s["loglikelihoods"] for s in b]
 EOF
 }
 

@@ -1,12 +1,17 @@
 /*
- * test_infer_int8.c - weight-only int8 inference (mc_infer_use_int8): on
- * tiny GPT and Llama models whose linear weights were first replaced by
- * their int8 round trip (codes * row scale, so the int8 copy holds exactly
- * the same values), every per-token log-probability of a prefill and of a
- * token-at-a-time decode through the cache (the one-row kernel path), and
- * the last position's logits, equal the fp32 run's within 1e-5 of the
- * largest |value| (fp32 sums in another order). A second check shows the
- * path is really taken: on the original weights the int8 run differs.
+ * test_infer_int8.c - int8 inference (mc_infer_use_int8: int8 weights
+ * times activations quantized to int8 in blocks of 32, kern_ops.def
+ * mc_k_linear_q8a8_fwd): on tiny GPT and Llama models whose linear weights
+ * were first replaced by their int8 round trip (codes * row scale, so the
+ * int8 copy holds exactly the same values), every per-token
+ * log-probability of a prefill and of a token-at-a-time decode through the
+ * cache (the one-row kernel path), and the last position's logits, are
+ * the fp32 run's but for the activations' rounding: each activation moves
+ * by at most half a code, 1/254 of its block's largest magnitude; measured
+ * 3.9e-4 (log-probabilities) and 5.0e-3 (logits) of the largest |value|,
+ * asserted within 1e-3 and 1e-2 (a wrong scale, code or block would be far
+ * off). A second check shows the path is really taken: on the original
+ * weights the int8 run differs.
  */
 #include <math.h>
 #include <stdint.h>
@@ -112,9 +117,10 @@ static void check(const char *preset)
     TAP_OK(ok, "%s: both runs", preset);
     if (ok) {
         double e1 = rel_diff(c, a, T - 1), e2 = rel_diff(d, b, T - 1), e3 = rel_diff(lb, la, V);
-        TAP_OK(e1 < 1e-5, "%s: prefill log-probabilities equal the fp32 run's (%.2e)", preset, e1);
-        TAP_OK(e2 < 1e-5, "%s: one-token decode log-probabilities equal (%.2e)", preset, e2);
-        TAP_OK(e3 < 1e-5, "%s: last position's logits equal (%.2e)", preset, e3);
+        TAP_OK(e1 < 1e-3, "%s: prefill log-probabilities within 1e-3 of the fp32 run's (%.2e)",
+               preset, e1);
+        TAP_OK(e2 < 1e-3, "%s: one-token decode log-probabilities within 1e-3 (%.2e)", preset, e2);
+        TAP_OK(e3 < 1e-2, "%s: last position's logits within 1e-2 (%.2e)", preset, e3);
     }
     free(la), free(lb);
     mc_model_free(m);
