@@ -467,7 +467,8 @@ size_t mc_infer_q8a8_groups(const mc_model *m, int w)
 {
     for (int l = m->cl0[0]; l < m->cl1[0]; l++)
         if (m->lp[l].moe && (w == m->lp[l].efc1_w || w == m->lp[l].efc2_w))
-            return (size_t)m->cfg.num_experts;
+            /* this rank's experts: E / EP under expert parallelism */
+            return (size_t)m->cfg.num_experts / (size_t)(m->grid.ep > 1 ? m->grid.ep : 1);
     return 1;
 }
 

@@ -397,8 +397,9 @@ int mc_moe_infer_weights(const mc_model *m, int l, int *out);
  * (NULL on failure; the caller frees what was allocated). */
 mc_status mc_infer_q8a8_weight(mc_backend *be, const float *src, size_t groups, size_t rows,
                                size_t cols, uint8_t **packed, float **scale, mc_error *err);
-/* The groups of parameter w's rows: the experts for an MoE layer's expert
- * weights (one matrix per expert), 1 otherwise. */
+/* The groups of parameter w's rows: this rank's experts (E, or E / EP
+ * under expert parallelism) for an MoE layer's expert weights (one matrix
+ * per expert), 1 otherwise. */
 size_t mc_infer_q8a8_groups(const mc_model *m, int w);
 
 #endif
