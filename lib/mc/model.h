@@ -158,11 +158,20 @@ enum { MC_RECOMPUTE_UNIFORM = 1, MC_RECOMPUTE_BLOCK = 2 };
  * layernorm: neither norm's output (nor its statistics) is kept; both norms
  *   run again from the residual stream;
  * mlp: the MLP block with its fused norm (Megatron Core's TE spec) keeps
- *   nothing; norm2, fc1 and the activation run again from the residual. */
+ *   nothing; norm2, fc1 and the activation run again from the residual;
+ * mlp_act (mc's, not Megatron's: the dense MLP's counterpart of Megatron's
+ *   moe_act, MindSpeed's --recompute-activation-function): the activation
+ *   function's output is not kept; it runs again from fc1's output (no
+ *   GEMM runs again);
+ * attn_proj (mc's, not Megatron's): the residual stream after attention
+ *   (res + the output projection linear_proj) is not kept; the projection
+ *   runs again from the attention's output (one [hidden, hidden] GEMM). */
 enum {
     MC_RECOMPUTE_CORE_ATTN = 1 << 0,
     MC_RECOMPUTE_LAYERNORM = 1 << 1,
     MC_RECOMPUTE_MLP = 1 << 2,
+    MC_RECOMPUTE_MLP_ACT = 1 << 3,
+    MC_RECOMPUTE_ATTN_PROJ = 1 << 4,
 };
 /* Module name (Megatron's) -> MC_RECOMPUTE_* bit; MC_ERR_USAGE naming it
  * for a module mc's layers do not have (moe, moe_act, shared_experts,

@@ -21,6 +21,11 @@ static const struct {
     {"core_attn", MC_RECOMPUTE_CORE_ATTN, NULL},
     {"layernorm", MC_RECOMPUTE_LAYERNORM, NULL},
     {"mlp", MC_RECOMPUTE_MLP, NULL},
+    /* mc's own: the dense MLP's activation function alone (what moe_act is
+     * for the experts; MindSpeed's --recompute-activation-function) */
+    {"mlp_act", MC_RECOMPUTE_MLP_ACT, NULL},
+    /* mc's own: the residual after attention, remade by the output projection */
+    {"attn_proj", MC_RECOMPUTE_ATTN_PROJ, NULL},
     {"moe_act", 0, "mc's layers have no mixture-of-experts MLP"},
     {"moe", 0, "mc's layers have no mixture-of-experts MLP"},
     {"shared_experts", 0, "mc's layers have no mixture-of-experts MLP"},
@@ -37,12 +42,14 @@ mc_status mc_recompute_module(const char *name, unsigned *bit, mc_error *err)
     for (size_t i = 0; i < NMODULES; i++) {
         if (strcmp(name, modules[i].name)) continue;
         if (!modules[i].bit)
-            return BAD("--recompute-modules %s: %s (mc recomputes core_attn, layernorm and mlp)",
+            return BAD("--recompute-modules %s: %s (mc recomputes core_attn, layernorm, mlp, "
+                       "mlp_act and attn_proj)",
                        name, modules[i].why);
         *bit = modules[i].bit;
         return MC_OK;
     }
-    return BAD("--recompute-modules: unknown module '%s' (choose from core_attn, layernorm, mlp)",
+    return BAD("--recompute-modules: unknown module '%s' (choose from core_attn, layernorm, mlp, "
+               "mlp_act, attn_proj)",
                name);
 }
 
@@ -85,7 +92,8 @@ mc_status mc_model_recompute_finish(mc_model_config *c, mc_error *err)
     if (g == MC_RECOMPUTE_SELECTIVE && !c->recompute_modules)
         c->recompute_modules = MC_RECOMPUTE_CORE_ATTN; /* Megatron's default */
     if (c->recompute_modules &
-        ~(unsigned)(MC_RECOMPUTE_CORE_ATTN | MC_RECOMPUTE_LAYERNORM | MC_RECOMPUTE_MLP))
+        ~(unsigned)(MC_RECOMPUTE_CORE_ATTN | MC_RECOMPUTE_LAYERNORM | MC_RECOMPUTE_MLP |
+                    MC_RECOMPUTE_MLP_ACT | MC_RECOMPUTE_ATTN_PROJ))
         return mc_error_set(err, MC_ERR_INTERNAL, "model: recompute modules 0x%x",
                             c->recompute_modules);
     return MC_OK;

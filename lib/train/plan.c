@@ -109,8 +109,10 @@ enum {
     ACT_ATT = 1 << 3,
     ACT_RES2 = 1 << 4,
     ACT_LN2 = 1 << 5,
-    ACT_MLP = 1 << 6,
-    ACT_ALL = (1 << 7) - 1,
+    ACT_FC1 = 1 << 6,
+    ACT_ACT = 1 << 7,
+    ACT_MLP = ACT_FC1 | ACT_ACT,
+    ACT_ALL = (1 << 8) - 1,
 };
 
 typedef struct act_dims {
@@ -130,7 +132,8 @@ static double layer_bytes(const act_dims *d, unsigned bits)
     if (bits & ACT_ATT) b += carved(d->N * d->Ql * d->D) + carved(d->N * d->Ql);
     if (bits & ACT_RES2) b += carved(d->Nl * d->C);
     if (bits & ACT_LN2) b += norm;
-    if (bits & ACT_MLP) b += carved(d->N * d->fc1) + carved(d->N * d->Fl);
+    if (bits & ACT_FC1) b += carved(d->N * d->fc1);
+    if (bits & ACT_ACT) b += carved(d->N * d->Fl);
     return b;
 }
 
@@ -139,7 +142,25 @@ static unsigned dropped_by(unsigned modules)
 {
     return (modules & MC_RECOMPUTE_CORE_ATTN ? ACT_ATT : 0u) |
            (modules & MC_RECOMPUTE_LAYERNORM ? ACT_LN1 | ACT_LN2 : 0u) |
-           (modules & MC_RECOMPUTE_MLP ? ACT_LN2 | ACT_MLP : 0u);
+           (modules & MC_RECOMPUTE_MLP ? ACT_LN2 | ACT_MLP : 0u) |
+           (modules & MC_RECOMPUTE_MLP_ACT ? ACT_ACT : 0u) |
+           (modules & MC_RECOMPUTE_ATTN_PROJ ? ACT_RES2 : 0u);
+}
+
+/* Whether the attention backward's four gradients fit in a dense layer's
+ * fc1 and act tensors (model.c's place_attn_grads, the same test): then
+ * they need no scratch. */
+static int attn_grads_fit(const act_dims *d)
+{
+    double nq = d->N * d->Ql * d->D, nk = d->N * d->Gl * d->D;
+    double sz[4] = {nq, nq, nk, nk}, cap[2] = {d->N * d->fc1, d->N * d->Fl}, used[2] = {0, 0};
+    int r = 0;
+    for (int i = 0; i < 4; i++) {
+        while (r < 2 && used[r] + sz[i] > cap[r]) r++;
+        if (r == 2) return 0;
+        used[r] += ceil(sz[i] / 16) * 16;
+    }
+    return 1;
 }
 
 /* The layers' part of a slot (*kept) and the recomputation workspace (*ws)
@@ -227,9 +248,13 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int64
                       (sp ? carved(2 * N * E) + carved((double)moe_span(c, ep)) : 0);
     }
     if (last) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
-    double shared = carved(N * qkv) + carved(N * C) + carved(Nl * C) + carved(N * C) +
-                    carved(N * Fl) + carved(N * fc1) + 2 * carved(N * Ql * D) +
-                    2 * carved(N * Gl * D) + carved(chunk * vl) + 4 * carved(N);
+    /* model.c's scratch: qkv (also d(fc1): d(act) is made in act's place),
+     * tmp, dres, dln, the attention's gradients unless they fit in a dense
+     * layer's fc1 and act, the head's logits chunk and row statistics */
+    double shared = carved(N * (qkv > fc1 ? qkv : fc1)) + carved(N * C) + carved(Nl * C) +
+                    carved(N * C) + carved(chunk * vl) + 4 * carved(N);
+    if (c->num_experts > 0 || !attn_grads_fit(&d))
+        shared += 2 * carved(N * Ql * D) + 2 * carved(N * Gl * D);
     if (sp) shared += 2 * carved(N * C) + carved(Nl * C) + carved(2 * C);
     if (c->qk_layernorm) shared += carved(N * Gl * D) + carved(4 * D);
     shared += moe_scratch;

@@ -31,6 +31,8 @@ settings=(
     "--recompute-activations --recompute-modules layernorm"
     "--recompute-granularity selective --recompute-modules mlp"
     "--recompute-granularity selective --recompute-modules core_attn layernorm mlp"
+    "--recompute-granularity selective --recompute-modules layernorm mlp_act attn_proj"
+    "--recompute-granularity selective --recompute-modules core_attn attn_proj mlp"
 )
 
 setup() { cd "$BATS_TEST_TMPDIR"; }
@@ -119,6 +121,11 @@ bits_equal() {
     # selective core_attn drops the attention output and log-sum-exp: per
     # layer [N, C] + [N, heads] floats, N = 2 x 64, C = 64, 4 heads (64-byte padded)
     [ $(( none - sel )) -eq $(( 5 * (2 * 64 * 64 * 4 + 2 * 64 * 4 * 4) )) ]
+    # layernorm mlp_act attn_proj (mc's modules) drops both norms' outputs
+    # and statistics, the residual after attention and the activation's
+    # output: per layer 3 [N, C] + 4 [N] + [N, 4C] floats
+    sa=$(field recomputegranularityselectiverecomputemoduleslayernormmlp_actattn_proj.txt kept)
+    [ $(( none - sa )) -eq $(( 5 * (3 * 128 * 64 * 4 + 4 * 128 * 4 + 128 * 256 * 4) )) ]
     # every setting has less in all (the scratch is the same)
     for t in ${f}*.txt recomputegranularityselective*.txt; do
         [ "$(field "$t" bytes)" -lt "$(field none.txt bytes)" ] || [ "$t" = "${f}uniformrecomputenumlayers5.txt" ]
@@ -206,7 +213,7 @@ bits_equal() {
     bad "--recompute-num-layers 3 is more than the 2 layers of model chunk 0 of pipeline stage 0" \
         --recompute-granularity full --recompute-method block --recompute-num-layers 3 \
         --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
-    bad "--recompute-modules: unknown module 'attention' (choose from core_attn, layernorm, mlp)" \
+    bad "--recompute-modules: unknown module 'attention' (choose from core_attn, layernorm, mlp, mlp_act, attn_proj)" \
         --recompute-granularity selective --recompute-modules attention
     bad "--recompute-modules moe: mc's layers have no mixture-of-experts MLP" \
         --recompute-granularity selective --recompute-modules core_attn moe
