@@ -57,7 +57,7 @@ int mc_grid_group_size(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_EMBD: return g->pp > 1 ? 2 : 1;
     case MC_GROUP_POS_EMBD: return 1;
     case MC_GROUP_EP: return g->ep;
-    case MC_GROUP_EDP: return g->dp / g->ep;
+    case MC_GROUP_EDP: return g->dp / g->ep * g->cp;
     case MC_GROUP_MP_EP: return g->tp * g->ep * g->pp;
     default: return 0;
     }
@@ -77,7 +77,7 @@ int mc_grid_group_rank(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_EMBD: return g->pp_rank == 0 ? 0 : 1;
     case MC_GROUP_POS_EMBD: return 0;
     case MC_GROUP_EP: return g->ep_rank;
-    case MC_GROUP_EDP: return g->dp_rank / g->ep;
+    case MC_GROUP_EDP: return g->dp_rank / g->ep * g->cp + g->cp_rank;
     case MC_GROUP_MP_EP: return g->tp_rank + g->tp * (g->ep_rank + g->ep * g->pp_rank);
     default: return -1;
     }
@@ -103,7 +103,7 @@ int mc_grid_group_world_rank(const mc_grid *g, mc_group_kind k, int r)
     case MC_GROUP_EMBD: pp = r == 0 ? 0 : g->pp - 1; break;
     case MC_GROUP_POS_EMBD: pp = 0; break;
     case MC_GROUP_EP: dp = r + g->ep * (dp / g->ep); break;
-    case MC_GROUP_EDP: dp = dp % g->ep + g->ep * r; break;
+    case MC_GROUP_EDP: cp = r % g->cp, dp = dp % g->ep + g->ep * (r / g->cp); break;
     case MC_GROUP_MP_EP:
         tp = r % g->tp, r /= g->tp;
         dp = r % g->ep + g->ep * (dp / g->ep), pp = r / g->ep;

@@ -55,7 +55,7 @@ static int color_of(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_POS_EMBD:
         return mc_grid_in_group(g, k) ? tp + TP * (cp + CP * dp) : MPI_UNDEFINED;
     case MC_GROUP_EP: return tp + TP * (cp + CP * (edp + EDP * pp));
-    case MC_GROUP_EDP: return tp + TP * (cp + CP * (ep + EP * pp));
+    case MC_GROUP_EDP: return tp + TP * (ep + EP * pp); /* dp / ep x cp */
     case MC_GROUP_MP_EP: return cp + CP * edp;
     default: return MPI_UNDEFINED;
     }
@@ -251,29 +251,41 @@ mc_status mc_grid_check_config(const mc_grid *g, const void *bytes, size_t n, mc
     return st;
 }
 
-mc_status mc_grid_init_tp_group(int *argc, char ***argv, mc_status st, int64_t tp, const char *tool,
-                                mc_grid *g, int *grid_error, mc_error *err)
+mc_status mc_grid_init_tp_group(int *argc, char ***argv, mc_status st, int64_t tp, int64_t ep,
+                                const char *tool, mc_grid *g, int *grid_error, mc_error *err)
 {
     mc_grid_single(g);
     *grid_error = 0;
     if (mc_grid_launched_by_mpi()) {
         mc_error gerr;
         mc_error_clear(&gerr);
-        mc_status gst = mc_grid_init_mpi(argc, argv, st ? 1 : (int)tp, 1, 1, 1, g, &gerr);
-        if (!st && gst) *err = gerr, st = gst, *grid_error = 1;
-        if (!st && g->world != tp) {
-            st = mc_error_set(err, MC_ERR_USAGE,
-                              "%d ranks for --tensor-model-parallel-size %" PRId64
-                              ": %s runs one tensor-parallel group, start %" PRId64 " ranks",
-                              g->world, tp, tool, tp);
-            *grid_error = 1;
+        mc_status gst = mc_grid_init_mpi(argc, argv, st ? 1 : (int)tp, 1, 1, st ? 1 : (int)ep, g,
+                                         &gerr);
+        /* a world that is not the grid is bad usage (exit 2); MPI's own
+         * failures are the grid's (exit 1) */
+        if (!st && gst) *err = gerr, st = gst, *grid_error = gst != MC_ERR_USAGE;
+        if (!st && g->world != tp * ep) {
+            if (ep > 1)
+                st = mc_error_set(err, MC_ERR_USAGE,
+                                  "%d ranks for --tensor-model-parallel-size %" PRId64
+                                  " x --expert-model-parallel-size %" PRId64
+                                  ": %s runs one group of %" PRId64 " ranks, start %" PRId64
+                                  " ranks",
+                                  g->world, tp, ep, tool, tp * ep, tp * ep);
+            else
+                st = mc_error_set(err, MC_ERR_USAGE,
+                                  "%d ranks for --tensor-model-parallel-size %" PRId64
+                                  ": %s runs one tensor-parallel group, start %" PRId64 " ranks",
+                                  g->world, tp, tool, tp);
         }
-    } else if (!st && tp > 1) {
+    } else if (!st && tp * ep > 1) {
+        const char *opt = tp > 1 ? "--tensor-model-parallel-size" : "--expert-model-parallel-size";
+        int64_t n = tp > 1 ? tp : ep;
         st = mc_error_set(err, MC_ERR_USAGE,
-                          "--tensor-model-parallel-size %" PRId64 " needs %" PRId64
+                          "%s %" PRId64 " needs %" PRId64
                           " ranks and this is one process: start it with mpirun -np %" PRId64
                           " or srun",
-                          tp, tp, tp);
+                          opt, n, tp * ep, tp * ep);
     }
     return st;
 }

@@ -107,6 +107,7 @@ static mc_status read_inputs(mc_eval *ev, int *int8, mc_error *err)
     mc_ckpt_reader *rd = NULL;
     mc_status st = mc_ckpt_open(c->ckpt, &rd, err);
     if (!st) st = mc_ckpt_read_model_config(rd, &ev->cfg, err);
+    if (!st) st = mc_model_check_ep(&ev->cfg, ev->g->ep, mc_ckpt_file(rd), err);
     int need_text = c->text_file || c->ntasks || c->nprompts || c->prompt_file;
     if (!st && (need_text || c->add_bos)) {
         if (!mc_ckpt_has_tokenizer(rd) && need_text)
@@ -164,6 +165,7 @@ static json_t *head_json(const mc_eval *ev)
     json_object_set_new(doc, "model", mj);
     json_object_set_new(doc, "ctx_size", json_integer(ev->info.ctx));
     json_object_set_new(doc, "tensor_model_parallel_size", json_integer(ev->g->tp));
+    json_object_set_new(doc, "expert_model_parallel_size", json_integer(ev->g->ep));
     json_object_set_new(doc, "precision", json_string(ev->c->bf16 ? "bf16" : "fp32"));
     json_object_set_new(doc, "weights", json_string(ev->info.int8 ? "int8" : "fp32"));
     return doc;

@@ -508,6 +508,7 @@ static mc_status read_ckpt(mc_serve *s, int *weights, mc_error *err)
     mc_model_config cfg;
     mc_status st = mc_ckpt_open(c->ckpt, &rd, err);
     if (!st) st = mc_ckpt_read_model_config(rd, &cfg, err);
+    if (!st) st = mc_model_check_ep(&cfg, s->grid.ep, mc_ckpt_file(rd), err);
     /* a capacity factor drops tokens by what else is in the forward pass:
      * no batch invariance (mc-eval runs such a checkpoint) */
     if (!st && cfg.num_experts > 0 && cfg.moe_expert_capacity_factor > 0)

@@ -52,7 +52,8 @@ typedef enum mc_group_kind {
     MC_GROUP_EMBD,     /* first and last pipeline stage: tied embeddings */
     MC_GROUP_POS_EMBD, /* first pipeline stage: learned position embeddings */
     MC_GROUP_EP,       /* expert parallel: the ranks that split the experts */
-    MC_GROUP_EDP,      /* expert data parallel: the replicas of this rank's experts */
+    MC_GROUP_EDP,      /* expert data parallel: the replicas of this rank's experts
+                        * (dp / ep x cp: the context-parallel ranks too) */
     MC_GROUP_MP_EP,    /* tp x ep x pp: the plain optimizer's gradient statistics */
     MC_GROUP_COUNT
 } mc_group_kind;
@@ -96,15 +97,18 @@ int mc_grid_launched_by_mpi(void);
  * with the default 10 minutes. */
 mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int ep, mc_grid *g,
                            mc_error *err);
-/* The grid of a tool that runs one tensor-parallel group of tp ranks
- * (mc-eval, mc-serve; tool names it in messages): under an MPI launcher,
- * mc_grid_init_mpi, and a world of other than tp ranks is a usage error;
- * otherwise the single grid, and tp > 1 is a usage error. st is the
- * caller's status so far: after an error every rank still starts MPI, so
- * that rank 0 alone reports it, and st is returned as it is. *grid_error
- * is set when the failure is the grid's (the exit status is then 1). */
-mc_status mc_grid_init_tp_group(int *argc, char ***argv, mc_status st, int64_t tp, const char *tool,
-                                mc_grid *g, int *grid_error, mc_error *err);
+/* The grid of a tool that runs one tensor-parallel group of tp ranks, ep
+ * times over (mc-eval, mc-serve: expert parallelism splits the experts over
+ * ep replicas of the group, which run the same tokens; tool names it in
+ * messages): under an MPI launcher, mc_grid_init_mpi(tp, 1, 1, ep), and a
+ * world of other than tp x ep ranks is a usage error; otherwise the single
+ * grid, and tp x ep > 1 is a usage error. st is the caller's status so far:
+ * after an error every rank still starts MPI, so that rank 0 alone reports
+ * it, and st is returned as it is. *grid_error is set when the failure is
+ * MPI's (the exit status is then 1; a grid that does not fit the world is
+ * MC_ERR_USAGE, exit 2). */
+mc_status mc_grid_init_tp_group(int *argc, char ***argv, mc_status st, int64_t tp, int64_t ep,
+                                const char *tool, mc_grid *g, int *grid_error, mc_error *err);
 /* Frees the communicators, stops the watchdog and finalizes MPI (when
  * mc_grid_init_mpi initialized it). Collective: every rank calls it. No-op
  * for mc_grid_single. */

@@ -132,6 +132,10 @@ enum { MC_CP_P2P = 0, MC_CP_A2A = 1 };
  * a tensor-parallel rank multiples of cp; MC_ERR_USAGE naming the options
  * otherwise. cp 1: MC_OK. */
 mc_status mc_model_check_cp(const mc_model_config *c, int tp, int cp, mc_error *err);
+/* Inference under expert parallelism (mc-eval, mc-serve): a checkpoint's
+ * model (file names it in the message) must be a mixture of experts whose
+ * expert count ep divides; MC_ERR_USAGE otherwise. ep 1: always MC_OK. */
+mc_status mc_model_check_ep(const mc_model_config *c, int ep, const char *file, mc_error *err);
 /* --moe-router-load-balancing-type */
 enum { MC_MOE_LB_AUX = 0, MC_MOE_LB_SEQ_AUX = 1, MC_MOE_LB_NONE = 2 };
 
@@ -157,25 +161,37 @@ enum { MC_RECOMPUTE_UNIFORM = 1, MC_RECOMPUTE_BLOCK = 2 };
  *   runs again from q, k and v;
  * layernorm: neither norm's output (nor its statistics) is kept; both norms
  *   run again from the residual stream;
- * mlp: the MLP block with its fused norm (Megatron Core's TE spec) keeps
- *   nothing; norm2, fc1 and the activation run again from the residual;
+ * mlp: the dense MLP block with its fused norm (Megatron Core's TE spec)
+ *   keeps nothing; norm2, fc1 and the activation run again from the
+ *   residual (a MoE layer is not touched: Megatron's "dense MLP");
  * mlp_act (mc's, not Megatron's: the dense MLP's counterpart of Megatron's
  *   moe_act, MindSpeed's --recompute-activation-function): the activation
  *   function's output is not kept; it runs again from fc1's output (no
- *   GEMM runs again);
+ *   GEMM runs again); dense layers only, like mlp (moe_act is the experts');
  * attn_proj (mc's, not Megatron's): the residual stream after attention
  *   (res + the output projection linear_proj) is not kept; the projection
- *   runs again from the attention's output (one [hidden, hidden] GEMM). */
+ *   runs again from the attention's output (one [hidden, hidden] GEMM);
+ *   dense and MoE layers alike (the attention half is the same);
+ * moe: a MoE layer's block keeps nothing but its input (the pre-MLP norm's
+ *   output): the router, the dispatch (EP's exchanges too), the experts
+ *   and the shared experts run again;
+ * moe_act: the experts' activation output is not kept; it runs again from
+ *   their fc1 output;
+ * shared_experts: the shared experts' fc1 and activation outputs are not
+ *   kept; they run again from the block's input. */
 enum {
     MC_RECOMPUTE_CORE_ATTN = 1 << 0,
     MC_RECOMPUTE_LAYERNORM = 1 << 1,
     MC_RECOMPUTE_MLP = 1 << 2,
-    MC_RECOMPUTE_MLP_ACT = 1 << 3,
-    MC_RECOMPUTE_ATTN_PROJ = 1 << 4,
+    MC_RECOMPUTE_MOE = 1 << 3,
+    MC_RECOMPUTE_MOE_ACT = 1 << 4,
+    MC_RECOMPUTE_SHARED_EXPERTS = 1 << 5,
+    MC_RECOMPUTE_MLP_ACT = 1 << 6,
+    MC_RECOMPUTE_ATTN_PROJ = 1 << 7,
 };
 /* Module name (Megatron's) -> MC_RECOMPUTE_* bit; MC_ERR_USAGE naming it
- * for a module mc's layers do not have (moe, moe_act, shared_experts,
- * mla_up_proj, ...) or an unknown name. */
+ * for a module mc's layers do not have (mla_up_proj, ...) or an unknown
+ * name. */
 mc_status mc_recompute_module(const char *name, unsigned *bit, mc_error *err);
 /* The setting in words ("full uniform 2", "selective core_attn,mlp",
  * "none") into buf. */
@@ -573,12 +589,13 @@ void mc_model_moe_layer_losses(mc_model *m, double *load_balancing, double *z);
  * tokens[e] what expert e received in the iteration's training forwards
  * summed over data parallelism (Megatron's _update_router_expert_bias);
  * then the counts restart. Without the option only the counts are summed
- * and kept (mc_model_moe_tokens_per_expert). */
-mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err);
+ * and kept (mc_model_moe_tokens_per_expert) when keep_counts is set
+ * (--moe-per-layer-logging); otherwise they restart with no collective. */
+mc_status mc_model_moe_update_expert_bias(mc_model *m, int keep_counts, mc_error *err);
 /* Host [num_layers, E]: the tokens each expert of each MoE layer received
  * (after dropping; with padding its capacity) in the training forwards
- * counted by the last mc_model_moe_update_expert_bias (which every MoE
- * model's loop calls once per iteration, with or without the bias), summed
+ * counted by the last mc_model_moe_update_expert_bias with keep_counts
+ * or the bias (which every MoE model's loop calls once per iteration), summed
  * over data parallelism (the EP ranks included); 0 for layers on other
  * pipeline stages. NULL before the first. */
 const double *mc_model_moe_tokens_per_expert(const mc_model *m);

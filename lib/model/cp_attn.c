@@ -50,12 +50,6 @@ static size_t chunk_of(const mc_model *m, int rank, int h)
 mc_status mc_model_check_cp(const mc_model_config *c, int tp, int cp, mc_error *err)
 {
     if (cp <= 1) return MC_OK;
-    if (c->num_experts > 0)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--num-experts %d with --context-parallel-size %d: mixture of experts "
-                            "under context parallelism is not implemented yet (the balancing "
-                            "losses are per sequence); use --context-parallel-size 1",
-                            c->num_experts, cp);
     int64_t Tg = c->seq_length;
     if (Tg % (2 * cp))
         return mc_error_set(err, MC_ERR_USAGE,

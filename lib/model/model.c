@@ -27,22 +27,35 @@ enum {
     ACT_FC1 = 1 << 6,  /* fc1 */
     ACT_ACT = 1 << 7,  /* act */
     ACT_MLP = ACT_FC1 | ACT_ACT,
-    ACT_ALL = (1 << 8) - 1,
+    /* a MoE layer's block instead of ACT_MLP (moe.c's MC_MOE_ACTS_*) */
+    ACT_MOE = 1 << 8,     /* the router's, the dispatch's and the experts' but: */
+    ACT_MOE_ACT = 1 << 9, /* the experts' activation output */
+    ACT_SHARED = 1 << 10, /* the shared experts' */
+    ACT_ALL = (1 << 11) - 1,
+    ACT_MOE_ALL = ACT_MOE | ACT_MOE_ACT | ACT_SHARED,
 };
 
-/* What selective recomputation of `modules` does not keep. */
-static unsigned dropped_by(unsigned modules)
+/* The tensors a MoE or a dense layer has. */
+static unsigned layer_has(int moe) { return ACT_ALL & ~(moe ? ACT_MLP : ACT_MOE_ALL); }
+
+/* What selective recomputation of `modules` does not keep of a MoE or a
+ * dense layer (mlp is Megatron's dense MLP; moe, moe_act and
+ * shared_experts are a MoE layer's). */
+static unsigned dropped_by(unsigned modules, int moe)
 {
     return (modules & MC_RECOMPUTE_CORE_ATTN ? ACT_ATT : 0u) |
            (modules & MC_RECOMPUTE_LAYERNORM ? ACT_LN1 | ACT_LN2 : 0u) |
-           (modules & MC_RECOMPUTE_MLP ? ACT_LN2 | ACT_MLP : 0u) |
-           (modules & MC_RECOMPUTE_MLP_ACT ? ACT_ACT : 0u) |
-           (modules & MC_RECOMPUTE_ATTN_PROJ ? ACT_RES2 : 0u);
+           (!moe && (modules & MC_RECOMPUTE_MLP) ? ACT_LN2 | ACT_MLP : 0u) |
+           (!moe && (modules & MC_RECOMPUTE_MLP_ACT) ? ACT_ACT : 0u) |
+           (modules & MC_RECOMPUTE_ATTN_PROJ ? ACT_RES2 : 0u) |
+           (moe && (modules & MC_RECOMPUTE_MOE) ? ACT_MOE_ALL : 0u) |
+           (moe && (modules & MC_RECOMPUTE_MOE_ACT) ? ACT_MOE_ACT : 0u) |
+           (moe && (modules & MC_RECOMPUTE_SHARED_EXPERTS) ? ACT_SHARED : 0u);
 }
 
 /* Layer a's tensors in `bits` carved from cv, the others those of the
  * workspace layer ws (NULL: none). */
-static void carve_layer(const mc_model *m, carver *cv, mc_layer_acts *a, unsigned bits,
+static void carve_layer(mc_model *m, carver *cv, mc_layer_acts *a, unsigned bits,
                         const mc_layer_acts *ws)
 {
     size_t N = m->N, C = m->C, D = m->D, Nl = m->Nl;
@@ -81,6 +94,11 @@ static void carve_layer(const mc_model *m, carver *cv, mc_layer_acts *a, unsigne
     }
     if (bits & ACT_FC1) a->fc1 = carve(cv, N * m->fc1_out);
     if (bits & ACT_ACT) a->act = carve(cv, N * m->Fl);
+    if (bits & ACT_MOE_ALL)
+        mc_moe_layout(m, cv, a,
+                      (bits & ACT_MOE ? MC_MOE_ACTS_ROUTE : 0u) |
+                          (bits & ACT_MOE_ACT ? MC_MOE_ACTS_ACT : 0u) |
+                          (bits & ACT_SHARED ? MC_MOE_ACTS_SHARED : 0u));
 }
 
 /* The attention backward's gradients d(att), d(q), d(k), d(v) of a dense
@@ -106,21 +124,12 @@ static int place_attn_grads(const mc_model *m, float *r0, size_t n0, float *r1, 
     return 1;
 }
 
-/* The workspace layer j: full recomputation runs a group's layers in
- * workspace layers 0, 1, ... (the first layer's input is kept in its slot);
- * selective recomputation puts what it drops in workspace layer 0. */
-static unsigned ws_bits(const mc_model *m, int j)
-{
-    if (m->cfg.recompute_granularity == MC_RECOMPUTE_FULL) return j ? ACT_ALL : ACT_ALL & ~ACT_RES;
-    return dropped_by(m->cfg.recompute_modules);
-}
-
 static void layout_acts(mc_model *m, carver *cv)
 {
     size_t N = m->N, C = m->C, D = m->D, Nl = m->Nl;
     int ln = m->cfg.normalization == MC_NORM_LAYERNORM;
     size_t off0 = cv->off;
-    for (int j = 0; j < m->rc_nws; j++) carve_layer(m, cv, &m->rc_ws[j], ws_bits(m, j), NULL);
+    for (int j = 0; j < m->rc_nws; j++) carve_layer(m, cv, &m->rc_ws[j], m->rc_wsbits[j], NULL);
     size_t off_ws = cv->off;
     for (int s = 0; s < m->nslots; s++) {
         mc_slot *sl = &m->slots[s];
@@ -130,13 +139,11 @@ static void layout_acts(mc_model *m, carver *cv)
                 int li = m->lidx[l];
                 int j = m->rc_g0[li] >= 0 ? l - m->rc_g0[li] : 0;
                 mc_layer_acts *a = &sl->acts[li];
-                int moe = m->lp[l].moe;
-                carve_layer(m, cv, a, moe ? m->rc_keep[li] & ~ACT_MLP : m->rc_keep[li],
-                            m->rc_nws ? &m->rc_ws[j] : NULL);
-                if (moe) { /* the MoE block's own (moe.c) instead of the MLP's */
+                carve_layer(m, cv, a, m->rc_keep[li], m->rc_nws ? &m->rc_ws[j] : NULL);
+                if (m->lp[l].moe) /* the MoE block's own (moe.c) instead of the MLP's */
                     a->fc1 = a->act = NULL;
-                    mc_moe_layout(m, cv, a);
-                }
+                else
+                    memset(&a->moe, 0, sizeof a->moe);
             }
         sl->res_out = carve(cv, (size_t)m->nchunks * Nl * C);
         if (m->last_stage) {
@@ -194,7 +201,9 @@ static void layout_acts(mc_model *m, carver *cv)
  * as Megatron's TransformerBlock does: full uniform makes groups of N
  * layers from each chunk's first, the last one shorter; full block
  * recomputes the first N layers of each chunk, each on its own; selective
- * drops the named modules' tensors of every layer. */
+ * drops the named modules' tensors of every layer. Workspace layer j
+ * holds what any layer that runs in it does not keep (a MoE layer's block
+ * or a dense layer's MLP, or both where both kinds run there). */
 static mc_status plan_recompute(mc_model *m, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
@@ -206,22 +215,25 @@ static mc_status plan_recompute(mc_model *m, mc_error *err)
     m->rc_nws = full ? (c->recompute_method == MC_RECOMPUTE_UNIFORM ? N : 1)
                      : c->recompute_granularity == MC_RECOMPUTE_SELECTIVE;
     m->rc_ws = calloc((size_t)m->rc_nws + 1, sizeof *m->rc_ws);
-    if (!m->rc_g0 || !m->rc_g1 || !m->rc_keep || !m->rc_ws)
+    m->rc_wsbits = calloc((size_t)m->rc_nws + 1, sizeof *m->rc_wsbits);
+    if (!m->rc_g0 || !m->rc_g1 || !m->rc_keep || !m->rc_ws || !m->rc_wsbits)
         return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
-    unsigned keep = c->recompute_granularity == MC_RECOMPUTE_SELECTIVE
-                        ? ACT_ALL & ~dropped_by(c->recompute_modules)
-                        : ACT_ALL;
+    int sel = c->recompute_granularity == MC_RECOMPUTE_SELECTIVE;
     for (int k = 0; k < m->nchunks; k++)
         for (int l = m->cl0[k]; l < m->cl1[k]; l++) {
-            int li = m->lidx[l], i = l - m->cl0[k];
+            int li = m->lidx[l], i = l - m->cl0[k], j = 0;
+            unsigned has = layer_has(m->lp[l].moe);
             m->rc_g0[li] = m->rc_g1[li] = -1;
-            m->rc_keep[li] = keep;
-            if (!full || (c->recompute_method == MC_RECOMPUTE_BLOCK && i >= N)) continue;
-            int g0 = c->recompute_method == MC_RECOMPUTE_BLOCK ? l : m->cl0[k] + i / N * N;
-            int g1 = c->recompute_method == MC_RECOMPUTE_BLOCK ? l + 1 : g0 + N;
-            m->rc_g0[li] = g0;
-            m->rc_g1[li] = g1 < m->cl1[k] ? g1 : m->cl1[k];
-            m->rc_keep[li] = l == g0 ? ACT_RES : 0u;
+            m->rc_keep[li] = has & ~(sel ? dropped_by(c->recompute_modules, m->lp[l].moe) : 0u);
+            if (full && !(c->recompute_method == MC_RECOMPUTE_BLOCK && i >= N)) {
+                int g0 = c->recompute_method == MC_RECOMPUTE_BLOCK ? l : m->cl0[k] + i / N * N;
+                int g1 = c->recompute_method == MC_RECOMPUTE_BLOCK ? l + 1 : g0 + N;
+                m->rc_g0[li] = g0;
+                m->rc_g1[li] = g1 < m->cl1[k] ? g1 : m->cl1[k];
+                m->rc_keep[li] = l == g0 ? ACT_RES : 0u;
+                j = l - g0;
+            }
+            if (m->rc_nws) m->rc_wsbits[j] |= has & ~m->rc_keep[li];
         }
     return MC_OK;
 }
@@ -379,6 +391,7 @@ void mc_model_free(mc_model *m)
     free(m->rc_g1);
     free(m->rc_keep);
     free(m->rc_ws);
+    free(m->rc_wsbits);
     free(m->params);
     free(m->hpos);
     free(m->hseg);
@@ -650,8 +663,8 @@ static mc_status layer_fwd_run(mc_model *m, mc_slot *sl, int l, float *out, int 
     TRY(core_attn_fwd(m, sl, a, err));
     TRY(proj_fwd(m, a, lp, err));
     norm2_fwd(m, a, lp);
-    if (lp->moe) { /* the MoE block (moe.c), replicated over tensor parallelism; never
-                    * recomputed (mc_model_check_recompute) */
+    if (lp->moe) { /* the MoE block (moe.c), replicated over tensor parallelism; run whole
+                    * again by recomputation (its output is then not needed) */
         TRY(mc_moe_fwd(m, sl, l, a->ln2, m->tmp, err));
         if (out) mc_k_add(m->be, out, a->res2, m->tmp, m->Nl * m->C);
         return MC_OK;
@@ -670,7 +683,7 @@ static mc_status layer_fwd(mc_model *m, mc_slot *sl, int l, float *out, mc_error
  * the group's last layer: the group's forward from its first layer's kept
  * input (the workspace then holds every layer of the group); selective:
  * the named modules of layer l. */
-static mc_status layer_recompute(mc_model *m, mc_slot *sl, int l, mc_error *err)
+static mc_status layer_recompute_run(mc_model *m, mc_slot *sl, int l, mc_error *err)
 {
     int li = m->lidx[l];
     if (m->rc_g0[li] >= 0) {
@@ -681,19 +694,33 @@ static mc_status layer_recompute(mc_model *m, mc_slot *sl, int l, mc_error *err)
         return MC_OK;
     }
     if (m->cfg.recompute_granularity != MC_RECOMPUTE_SELECTIVE) return MC_OK;
-    unsigned mods = m->cfg.recompute_modules;
     const mc_layer_params *lp = &m->lp[l];
     mc_layer_acts *a = &sl->acts[li];
     /* in the forward's order: each part's inputs are kept or remade first */
-    if (mods & MC_RECOMPUTE_LAYERNORM) norm1_fwd(m, a, lp);
-    if (mods & MC_RECOMPUTE_CORE_ATTN) TRY(core_attn_fwd(m, sl, a, err));
-    if (mods & MC_RECOMPUTE_ATTN_PROJ) TRY(proj_fwd(m, a, lp, err));
-    if (mods & (MC_RECOMPUTE_LAYERNORM | MC_RECOMPUTE_MLP)) norm2_fwd(m, a, lp);
-    if (mods & MC_RECOMPUTE_MLP)
+    unsigned drop = layer_has(lp->moe) & ~m->rc_keep[li];
+    if (drop & ACT_LN1) norm1_fwd(m, a, lp);
+    if (drop & ACT_ATT) TRY(core_attn_fwd(m, sl, a, err));
+    if (drop & ACT_RES2) TRY(proj_fwd(m, a, lp, err)); /* (its scratch is free again after) */
+    if (drop & ACT_LN2) norm2_fwd(m, a, lp);
+    if (drop & ACT_FC1)
         TRY(fc1_act_fwd(m, a, lp, err));
-    else if (mods & MC_RECOMPUTE_MLP_ACT)
+    else if (drop & ACT_ACT)
         act_fwd(m, a);
+    if (drop & ACT_MOE) /* the whole block: routing, dispatch, experts (m->tmp is free) */
+        TRY(mc_moe_fwd(m, sl, l, a->ln2, m->tmp, err));
+    else if (drop & (ACT_MOE_ACT | ACT_SHARED))
+        mc_moe_recompute(m, sl, l, a->ln2, !!(drop & ACT_MOE_ACT), !!(drop & ACT_SHARED));
     return MC_OK;
+}
+
+/* The MoE layers of a recomputation count no balancing losses nor expert
+ * loads: the forward did (m->rc_replay). */
+static mc_status layer_recompute(mc_model *m, mc_slot *sl, int l, mc_error *err)
+{
+    m->rc_replay = 1;
+    mc_status st = layer_recompute_run(m, sl, l, err);
+    m->rc_replay = 0;
+    return st;
 }
 
 /* dres holds d(layer output) on entry and d(layer input) on return: the

@@ -158,6 +158,8 @@ struct mc_model {
     unsigned *rc_keep;
     mc_layer_acts *rc_ws;
     int rc_nws;
+    unsigned *rc_wsbits; /* [rc_nws]: what workspace layer j holds (ACT_* bits) */
+    int rc_replay;       /* a recomputation is running: MoE layers count no losses */
     size_t act_kept, act_ws, act_scratch; /* bytes: per slot, workspace, scratch */
     float *qkv;  /* [N, max(qkv_out, fc1_out)] scratch; the backward's d(fc1), then d(qkv) */
     float *tmp;  /* [N, C] row-parallel outputs before the all-reduce */
@@ -345,8 +347,18 @@ static inline void mc_model_qk_norm(mc_model *m, float *out, float *mean, float 
 mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, mc_error *err);
 mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const float *h,
                      mc_error *err);
-/* moe.c: the MoE layers' part of the activation layout (carve) and scratch. */
-void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a);
+/* moe.c: the MoE layers' part of the activation layout (carve: the parts
+ * in `parts`, MC_MOE_ACTS_*; the others are left as they are) and scratch. */
+enum {
+    MC_MOE_ACTS_ROUTE = 1 << 0,  /* the router's, the dispatch's and the experts' but: */
+    MC_MOE_ACTS_ACT = 1 << 1,    /* the experts' activation output */
+    MC_MOE_ACTS_SHARED = 1 << 2, /* the shared experts' */
+};
+void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a, unsigned parts);
+/* moe.c: recomputation of MoE layer l's experts' activation (act) and the
+ * shared experts (shared; h the block's input) from what the forward
+ * kept, by the forward's calls. */
+void mc_moe_recompute(mc_model *m, mc_slot *sl, int l, const float *h, int act, int shared);
 void mc_moe_layout_scratch(mc_model *m, carver *cv);
 size_t mc_moe_rows_max(const mc_model *m);
 size_t mc_moe_expert_rows_max(const mc_model *m);
@@ -362,7 +374,7 @@ typedef void (*mc_moe_linear_fn)(void *ctx, float *out, const float *in, int w, 
 typedef struct mc_moe_infer_scratch {
     float *logits, *probs;
     int32_t *idx, *kept, *perm, *counts;
-    float *xp, *fc1, *act, *yp, *y, *sfc1, *sact, *stmp;
+    float *xp, *fc1, *act, *yp, *yg, *y, *sfc1, *sact, *stmp; /* yg: EP's gathered yp */
 } mc_moe_infer_scratch;
 /* Scratch for `rows` rows (nothing for a dense model). */
 void mc_moe_infer_layout(const mc_model *m, carver *cv, mc_moe_infer_scratch *s, size_t rows);

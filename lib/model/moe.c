@@ -26,6 +26,16 @@ static mc_moe_route route_of(const mc_model_config *c)
     return r;
 }
 
+/* The tokens the router sees: the micro-batch's B x seq_length, on every
+ * rank of the tensor- and context-parallel groups (m->N is a context-
+ * parallel rank's share). */
+static size_t tokens_routed(const mc_model *m) { return m->N * (size_t)m->grid.cp; }
+
+/* The router's logits are gathered over the sequence's split (sequence
+ * and context parallelism) so that routing, dropping and the balancing
+ * losses see the micro-batch's tokens in one process's order. */
+static int seq_split(const mc_model *m) { return m->sp || m->cpa; }
+
 static size_t fc1_width(const mc_model_config *c)
 {
     return (size_t)(c->swiglu ? 2 : 1) * (size_t)c->moe_ffn_hidden_size;
@@ -38,9 +48,10 @@ static size_t capacity_of(const mc_model *m)
 {
     const mc_model_config *c = &m->cfg;
     if (!(c->moe_expert_capacity_factor > 0)) return 0;
-    double nk = (double)m->N * (double)c->moe_router_topk;
+    size_t Nt = tokens_routed(m);
+    double nk = (double)Nt * (double)c->moe_router_topk;
     size_t cap = (size_t)ceil(nk / (double)c->num_experts * (double)c->moe_expert_capacity_factor);
-    return cap > m->N ? 0 : cap;
+    return cap > Nt ? 0 : cap;
 }
 
 /* With --moe-pad-expert-input-to-capacity, every expert's rows: its
@@ -49,7 +60,7 @@ static size_t pad_block(const mc_model *m)
 {
     if (!m->cfg.moe_pad_expert_input_to_capacity) return 0;
     size_t cap = capacity_of(m);
-    return cap ? cap : m->N;
+    return cap ? cap : tokens_routed(m);
 }
 
 size_t mc_moe_rows_max(const mc_model *m)
@@ -65,30 +76,35 @@ size_t mc_moe_expert_rows_max(const mc_model *m) { return (size_t)m->grid.ep * m
 
 static size_t moe_grad_span_max(const mc_model *m);
 
-void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a)
+void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a, unsigned parts)
 {
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
-    size_t R = mc_moe_rows_max(m), Rx = mc_moe_expert_rows_max(m);
+    size_t R = mc_moe_rows_max(m), Rx = mc_moe_expert_rows_max(m), Nt = tokens_routed(m);
     size_t F = (size_t)c->moe_ffn_hidden_size;
     mc_moe_acts *x = &a->moe;
-    x->logits = carve(cv, N * E);
-    x->probs = carve(cv, N * K);
-    x->idx = (int32_t *)carve(cv, N * K);
-    x->kept = (int32_t *)carve(cv, N * K);
-    x->perm = (int32_t *)carve(cv, N * K);
-    x->xp = carve(cv, Rx * C);
-    x->fc1 = carve(cv, Rx * fc1_width(c));
-    x->act = carve(cv, Rx * F);
-    x->yp = carve(cv, Rx * C);
     (void)R;
-    int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
-    x->gperm = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
-    x->lprobs = m->sp ? carve(cv, N * K) : NULL;
-    x->gprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    if (parts & MC_MOE_ACTS_ROUTE) {
+        /* the router's side: every token of the micro-batch (Nt) */
+        x->logits = carve(cv, Nt * E);
+        x->probs = carve(cv, Nt * K);
+        x->idx = (int32_t *)carve(cv, Nt * K);
+        x->kept = (int32_t *)carve(cv, Nt * K);
+        x->perm = (int32_t *)carve(cv, N * K);
+        x->xp = carve(cv, Rx * C);
+        x->fc1 = carve(cv, Rx * fc1_width(c));
+        x->yp = carve(cv, Rx * C);
+        int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
+        x->gperm = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+        x->lprobs = seq_split(m) ? carve(cv, N * K) : NULL;
+        x->gprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
+    }
+    if (parts & MC_MOE_ACTS_ACT) x->act = carve(cv, Rx * F);
     size_t S = (size_t)c->moe_shared_expert_intermediate_size;
-    x->sfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
-    x->sact = S ? carve(cv, N * S) : NULL;
+    if (S && (parts & MC_MOE_ACTS_SHARED)) {
+        x->sfc1 = carve(cv, N * S * (c->swiglu ? 2 : 1));
+        x->sact = carve(cv, N * S);
+    }
 }
 
 void mc_moe_layout_scratch(mc_model *m, carver *cv)
@@ -96,8 +112,9 @@ void mc_moe_layout_scratch(mc_model *m, carver *cv)
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
     size_t Rx = mc_moe_expert_rows_max(m), F = (size_t)c->moe_ffn_hidden_size;
-    m->moe_dlogits = carve(cv, N * E);
-    m->moe_dprobs = carve(cv, N * K);
+    size_t Nt = tokens_routed(m);
+    m->moe_dlogits = carve(cv, Nt * E);
+    m->moe_dprobs = carve(cv, Nt * K);
     m->moe_dyp = carve(cv, Rx * C);
     m->moe_dxp = carve(cv, Rx * C);
     m->moe_dact = carve(cv, Rx * F);
@@ -110,9 +127,9 @@ void mc_moe_layout_scratch(mc_model *m, carver *cv)
     int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
     m->moe_gidx = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
     m->moe_gdprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
-    /* sequence parallelism: [N, E] rows plus the gather's staging, and one
-     * layer's MoE gradients */
-    m->moe_sp = m->sp ? carve(cv, 2 * N * E) : NULL;
+    /* sequence or context parallelism: [N, E] rows plus the gathers'
+     * staging [Nt, E]; sequence parallelism: one layer's MoE gradients */
+    m->moe_sp = seq_split(m) ? carve(cv, (N + Nt) * E) : NULL;
     m->moe_gsp = m->sp ? carve(cv, moe_grad_span_max(m)) : NULL;
 }
 
@@ -206,43 +223,85 @@ static size_t ag_range(const mc_model *m, const mc_moe_acts *A, size_t *lo, int6
     return R;
 }
 
-/* ------------------------------------------------------------ sequence parallelism
+/* ------------------------------------------------ sequence and context parallelism
  *
  * Each tensor-parallel rank holds Tl = T / tp positions of every sequence
- * ([B, Tl] rows, model.c) and runs the experts on those; the router's
- * logits are gathered so that every rank routes, drops and computes the
- * balancing losses over the whole micro-batch as one process does. */
+ * ([B, Tl] rows, model.c), and each context-parallel rank two chunks of
+ * 2 cp (T = seq_length / cp rows, cp_attn.c); a rank runs the experts on
+ * its own rows. The router's logits are gathered (over TP, then over CP)
+ * so that every rank routes, drops and computes the balancing losses over
+ * the whole micro-batch, [B, seq_length] in position order, as one
+ * process does. */
 
-/* full [B T, w] (sequence order) from every rank's [B Tl, w] (src, staged
- * through m->moe_sp's tail). */
-static mc_status sp_gather(mc_model *m, float *full, const float *local, size_t w, mc_error *err)
+/* The chunk of the whole sequence that half h of context-parallel rank
+ * j's rows holds (cp_attn.c's load balancing). */
+static size_t cp_chunk(const mc_model *m, int j, int h)
 {
-    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, n = m->Nl * w;
-    int tp = m->grid.tp;
-    float *stage = m->moe_sp + m->N * w;
-    TRY(mc_allgather(&m->grid, MC_GROUP_TP, m->be, local, stage, n, err));
-    for (int q = 0; q < tp; q++)
+    return h == 0 ? (size_t)j : (size_t)(2 * m->grid.cp - 1 - j);
+}
+
+/* full [B Tg, w] (position order) from every rank's [B Tl, w] (local =
+ * m->moe_sp's head; staged through its tail). */
+static mc_status seq_gather(mc_model *m, float *full, const float *local, size_t w, mc_error *err)
+{
+    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, N = m->N;
+    float *stage = m->moe_sp + N * w;
+    /* this context-parallel rank's [B T, w] */
+    float *mine = m->cpa ? m->moe_sp : full;
+    if (m->sp) {
+        int tp = m->grid.tp;
+        TRY(mc_allgather(&m->grid, MC_GROUP_TP, m->be, local, stage, m->Nl * w, err));
+        for (int q = 0; q < tp; q++)
+            for (size_t b = 0; b < B; b++)
+                mc_bcopy(m->be, mine + (b * T + (size_t)q * Tl) * w,
+                         stage + ((size_t)q * B + b) * Tl * w, Tl * w * sizeof(float));
+    }
+    if (!m->cpa) return MC_OK;
+    /* [cp][B][2][c] to [B][Tg]: rank j's halves are chunks j and 2cp-1-j */
+    size_t c = T / 2, Tg = T * (size_t)m->grid.cp;
+    TRY(mc_allgather(&m->grid, MC_GROUP_CP, m->be, mine, stage, N * w, err));
+    for (int j = 0; j < m->grid.cp; j++)
         for (size_t b = 0; b < B; b++)
-            mc_bcopy(m->be, full + (b * T + (size_t)q * Tl) * w,
-                     stage + ((size_t)q * B + b) * Tl * w, Tl * w * sizeof(float));
+            for (int h = 0; h < 2; h++)
+                mc_bcopy(m->be, full + (b * Tg + cp_chunk(m, j, h) * c) * w,
+                         stage + (((size_t)j * B + b) * T + (size_t)h * c) * w,
+                         c * w * sizeof(float));
     return MC_OK;
 }
 
-/* This rank's rows [B Tl, w] of full [B T, w] (4-byte elements), and back. */
-static void sp_local(mc_model *m, void *local, const void *full, size_t w)
+/* Copy this rank's rows [B Tl, w] out of full [B Tg, w] (4-byte
+ * elements; back: into it). */
+static void seq_copy(mc_model *m, void *local, void *full, size_t w, int back)
 {
-    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, r = (size_t)m->grid.tp_rank;
+    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, Tg = T * (size_t)m->grid.cp, c = T / 2;
+    size_t r0 = m->sp ? (size_t)m->grid.tp_rank * Tl : 0;
     for (size_t b = 0; b < B; b++)
-        mc_bcopy(m->be, (float *)local + b * Tl * w, (const float *)full + (b * T + r * Tl) * w,
-                 Tl * w * sizeof(float));
+        for (size_t t = r0; t < r0 + Tl;) {
+            /* a run of rows of one chunk */
+            size_t g = t, n = r0 + Tl - t;
+            if (m->cpa) {
+                size_t h = t / c, end = (h + 1) * c;
+                g = cp_chunk(m, m->grid.cp_rank, (int)h) * c + t % c;
+                if (n > end - t) n = end - t;
+            }
+            float *l = (float *)local + (b * Tl + t - r0) * w,
+                  *f = (float *)full + (b * Tg + g) * w;
+            if (back)
+                mc_bcopy(m->be, f, l, n * w * sizeof(float));
+            else
+                mc_bcopy(m->be, l, f, n * w * sizeof(float));
+            t += n;
+        }
 }
 
-static void sp_unlocal(mc_model *m, void *full, const void *local, size_t w)
+static void seq_local(mc_model *m, void *local, const void *full, size_t w)
 {
-    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, r = (size_t)m->grid.tp_rank;
-    for (size_t b = 0; b < B; b++)
-        mc_bcopy(m->be, (float *)full + (b * T + r * Tl) * w, (const float *)local + b * Tl * w,
-                 Tl * w * sizeof(float));
+    seq_copy(m, local, (void *)full, w, 0);
+}
+
+static void seq_unlocal(mc_model *m, void *full, const void *local, size_t w)
+{
+    seq_copy(m, (void *)local, full, w, 1);
 }
 
 /* The block of the buffer from layer l's router to its last MoE
@@ -284,6 +343,39 @@ static void act_fwd(mc_model *m, float *out, const float *in, size_t n, size_t F
         mc_k_gelu_fwd(m->be, out, in, n * F);
 }
 
+/* The shared experts' fc1 and activation on the block's input h [N, C]. */
+static void shared_fc1_act(mc_model *m, const mc_layer_params *lp, mc_moe_acts *A, const float *h,
+                           size_t N)
+{
+    const mc_model_config *c = &m->cfg;
+    size_t S = (size_t)c->moe_shared_expert_intermediate_size;
+    mc_k_linear_fwd(m->be, m->prec, A->sfc1, h, param_val(m, lp->sfc1_w), NULL, NULL, N, m->C,
+                    S * (c->swiglu ? 2 : 1), 0.0f);
+    act_fwd(m, A->sact, A->sfc1, N, S);
+}
+
+static size_t ep_local_rows(const mc_model *m, const mc_moe_acts *A, int64_t *lrows);
+static size_t ag_range(const mc_model *m, const mc_moe_acts *A, size_t *lo, int64_t *lrows);
+
+void mc_moe_recompute(mc_model *m, mc_slot *sl, int l, const float *h, int act, int shared)
+{
+    const mc_layer_params *lp = &m->lp[l];
+    mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
+    if (act) {
+        /* the rows this rank's experts ran (the forward's count) */
+        size_t R = 0, E = (size_t)m->cfg.num_experts, lo;
+        int64_t lrows[MC_MOE_MAX_EXPERTS];
+        if (m->grid.ep == 1)
+            for (size_t e = 0; e < E; e++) R += (size_t)A->rows[e];
+        else if (m->cfg.moe_token_dispatcher_allgather)
+            R = ag_range(m, A, &lo, lrows);
+        else
+            R = ep_local_rows(m, A, lrows);
+        act_fwd(m, A->act, A->fc1, R, (size_t)m->cfg.moe_ffn_hidden_size);
+    }
+    if (shared && lp->sfc1_w >= 0) shared_fc1_act(m, lp, A, h, m->sp ? m->Nl : m->N);
+}
+
 static void act_bwd(mc_model *m, float *din, const float *dout, const float *in, size_t n, size_t F)
 {
     mc_k_fill(m->be, din, 0.0f, n * F * (m->cfg.swiglu ? 2 : 1));
@@ -299,7 +391,7 @@ static void lb_groups(const mc_model *m, size_t *G, size_t *T)
 {
     int seq = m->cfg.moe_load_balancing == MC_MOE_LB_SEQ_AUX;
     *G = seq ? (size_t)m->B : 1;
-    *T = seq ? m->T : m->N;
+    *T = (seq ? m->T : m->N) * (size_t)m->grid.cp; /* the whole sequences under CP */
 }
 
 static int lb_on(const mc_model_config *c)
@@ -314,18 +406,20 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
     mc_backend *be = m->be;
     /* Nt: the micro-batch's tokens, routed alike on every rank of the
-     * tensor-parallel group; N: this rank's, which the experts run (its
-     * sequence-parallel rows, or all of them) */
-    size_t Nt = m->N, N = m->sp ? m->Nl : m->N, C = m->C, E = (size_t)c->num_experts;
+     * tensor- and context-parallel groups; N: this rank's, which the
+     * experts run (its sequence-parallel rows, or all of its rows) */
+    size_t Nt = tokens_routed(m), N = m->sp ? m->Nl : m->N, C = m->C;
+    size_t E = (size_t)c->num_experts;
+    int split = seq_split(m);
     size_t K = (size_t)c->moe_router_topk;
     size_t F = (size_t)c->moe_ffn_hidden_size, fc1 = fc1_width(c);
     mc_moe_route r = route_of(c);
 
     /* the router, in fp32 (Megatron's --moe-router-dtype fp32); with
-     * sequence parallelism each rank's rows, gathered */
-    mc_k_linear_fwd(be, MC_PREC_FP32, m->sp ? m->moe_sp : A->logits, h, param_val(m, lp->router_w),
+     * sequence or context parallelism each rank's rows, gathered */
+    mc_k_linear_fwd(be, MC_PREC_FP32, split ? m->moe_sp : A->logits, h, param_val(m, lp->router_w),
                     NULL, param_val(m, lp->router_b), N, C, E, 0.0f);
-    if (m->sp) TRY(sp_gather(m, A->logits, m->moe_sp, E, err));
+    if (split) TRY(seq_gather(m, A->logits, m->moe_sp, E, err));
     mc_k_moe_route_fwd(be, A->probs, A->idx, A->logits, param_val(m, lp->expert_bias), Nt, E, &r);
     /* expert capacity: the choices over it dropped (their probabilities
      * still normalize the others, as Megatron's masked probs do) */
@@ -337,10 +431,10 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
                                c->moe_token_drop_position);
         use = A->kept;
     }
-    if (m->sp) {
+    if (split) {
         /* this rank's tokens' choices and probabilities */
-        sp_local(m, m->moe_sp, (const float *)use, K);
-        sp_local(m, A->lprobs, A->probs, K);
+        seq_local(m, m->moe_sp, use, K);
+        seq_local(m, A->lprobs, A->probs, K);
         use = (const int32_t *)m->moe_sp;
         P = A->lprobs;
     }
@@ -406,9 +500,7 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     if (lp->sfc1_w >= 0) {
         /* the shared experts on every token, added (Megatron's MoELayer) */
         size_t S = (size_t)c->moe_shared_expert_intermediate_size;
-        mc_k_linear_fwd(be, m->prec, A->sfc1, h, param_val(m, lp->sfc1_w), NULL, NULL, N, C,
-                        S * (c->swiglu ? 2 : 1), 0.0f);
-        act_fwd(m, A->sact, A->sfc1, N, S);
+        shared_fc1_act(m, lp, A, h, N);
         mc_k_linear_fwd(be, m->prec, y, A->sact, param_val(m, lp->sfc2_w), NULL, NULL, N, S, C,
                         1.0f);
     }
@@ -416,6 +508,7 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     /* Megatron computes the balancing losses in training only */
     A->train = sl->train;
     A->grad_scale = sl->grad_scale;
+    if (m->rc_replay) return MC_OK; /* recomputation: counted by the forward already */
     if (sl->train) {
         /* the tokens each expert received, for the iteration's bias update
          * and the log (mc_model_moe_tokens_per_expert) */
@@ -450,10 +543,11 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
     const mc_layer_params *lp = &m->lp[l];
     mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
     mc_backend *be = m->be;
-    size_t Nt = m->N, N = m->sp ? m->Nl : m->N, C = m->C, E = (size_t)c->num_experts;
-    size_t K = (size_t)c->moe_router_topk;
+    size_t Nt = tokens_routed(m), N = m->sp ? m->Nl : m->N, C = m->C;
+    size_t E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk;
     size_t F = (size_t)c->moe_ffn_hidden_size, fc1 = fc1_width(c), R = 0;
-    const float *P = m->sp ? A->lprobs : A->probs;
+    int split = seq_split(m);
+    const float *P = split ? A->lprobs : A->probs;
     /* sequence parallelism: this micro-batch's gradients of the layer's
      * MoE parameters (router to shared experts, one block of the buffer)
      * into scratch, summed over the tensor-parallel ranks (each saw its
@@ -537,12 +631,12 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
     /* the router: the probabilities' gradient, then the balancing losses
      * (Megatron's MoEAuxLossAutoScaler: their gradient weighted like the
      * main loss's, grad_scale) */
-    if (m->sp) {
+    if (split) {
         /* the router's backward over every token, with d probs of this
          * rank's (the others' 0: their rows are not used below) */
         mc_bcopy(be, m->moe_sp, m->moe_dprobs, N * K * sizeof(float));
         mc_k_fill(be, m->moe_dprobs, 0.0f, Nt * K);
-        sp_unlocal(m, m->moe_dprobs, m->moe_sp, K);
+        seq_unlocal(m, m->moe_dprobs, m->moe_sp, K);
     }
     mc_k_fill(be, m->moe_dlogits, 0.0f, Nt * E);
     mc_k_moe_route_bwd(be, m->moe_dlogits, m->moe_dprobs, A->logits, A->idx, Nt, E, &r);
@@ -557,8 +651,8 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
                             c->moe_z_loss_coeff * A->grad_scale);
     }
     const float *dl = m->moe_dlogits;
-    if (m->sp) {
-        sp_local(m, m->moe_sp, m->moe_dlogits, E); /* this rank's rows */
+    if (split) {
+        seq_local(m, m->moe_sp, m->moe_dlogits, E); /* this rank's rows */
         dl = m->moe_sp;
     }
     mc_k_linear_bwd(be, MC_PREC_FP32, m->dln, GRAD(lp->router_w), GRAD(lp->router_b), dl, h,
@@ -571,7 +665,7 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
     return MC_OK;
 }
 
-mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
+mc_status mc_model_moe_update_expert_bias(mc_model *m, int keep_counts, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
     if (c->num_experts <= 0) return MC_OK;
@@ -580,11 +674,19 @@ mc_status mc_model_moe_update_expert_bias(mc_model *m, mc_error *err)
         m->moe_tpe = calloc(2 * L * E, sizeof *m->moe_tpe);
         if (!m->moe_tpe) return mc_error_set(err, MC_ERR_NOMEM, "model: out of memory");
     }
+    /* nobody reads the counts: no collective, they restart */
+    if (!c->moe_router_enable_expert_bias && !keep_counts) {
+        memset(m->moe_tpe, 0, L * E * sizeof *m->moe_tpe);
+        return MC_OK;
+    }
     /* every data-parallel rank's tokens (tensor-parallel ranks saw the same
      * ones: the experts are replicated) */
     /* with sequence parallelism each tensor-parallel rank counted its rows */
     mc_status st = m->sp ? mc_allreduce_sum_f64(&m->grid, MC_GROUP_TP, m->moe_tpe, L * E, err)
                          : MC_OK;
+    /* and each context-parallel rank its chunks' rows */
+    if (!st && m->grid.cp > 1)
+        st = mc_allreduce_sum_f64(&m->grid, MC_GROUP_CP, m->moe_tpe, L * E, err);
     if (!st) st = mc_allreduce_sum_f64(&m->grid, MC_GROUP_DP, m->moe_tpe, L * E, err);
     if (st) return st;
     memcpy(m->moe_tpe + L * E, m->moe_tpe, L * E * sizeof *m->moe_tpe);

@@ -9,7 +9,12 @@
  * no balancing losses and no expert-bias counts. The linears go through the
  * caller's function, so each caller keeps its own kernels and weight forms
  * (mc_k_linear_fwd or int8 codes for mc-eval; the row-invariant
- * mc_k_linear_rows_fwd for mc-serve). See doc/ARCHITECTURE.md, "Inference".
+ * mc_k_linear_rows_fwd for mc-serve). Under expert parallelism every EP
+ * rank runs the same tokens and routes them alike, computes the rows of its
+ * own E / EP experts and all-gathers the others' rows (the expert outputs
+ * in one process's order, each expert's rows from the rank that holds it),
+ * so the weighted unpermutation adds one process's values in its order.
+ * See doc/ARCHITECTURE.md, "Inference".
  */
 #include <math.h>
 #include <stdlib.h>
@@ -40,6 +45,7 @@ void mc_moe_infer_layout(const mc_model *m, carver *cv, mc_moe_infer_scratch *s,
     s->fc1 = carve(cv, R * fc1_width(c));
     s->act = carve(cv, R * F);
     s->yp = carve(cv, R * C);
+    s->yg = m->grid.ep > 1 ? carve(cv, R * C) : NULL;
     s->y = carve(cv, rows * C);
     s->sfc1 = S ? carve(cv, rows * S * (c->swiglu ? 2 : 1)) : NULL;
     s->sact = S ? carve(cv, rows * S) : NULL;
@@ -66,7 +72,6 @@ mc_status mc_moe_infer_fwd(mc_model *m, int l, const mc_moe_infer_scratch *s, co
                            float *x, size_t n, int drop, mc_moe_linear_fn lin, void *ctx,
                            mc_error *err)
 {
-    (void)err;
     const mc_model_config *c = &m->cfg;
     const mc_layer_params *lp = &m->lp[l];
     mc_backend *be = m->be;
@@ -93,25 +98,41 @@ mc_status mc_moe_infer_fwd(mc_model *m, int l, const mc_moe_infer_scratch *s, co
     int32_t counts[MC_MOE_MAX_EXPERTS];
     mc_bcopy_to_host(be, counts, s->counts, E * sizeof(int32_t));
     mc_k_moe_permute(be, s->xp, h, s->perm, n, K, C);
+    /* this rank's experts [e0, e1) (all of them in one process): their
+     * rows [r0, r1) of the permuted rows, expert e at local index e - e0 of
+     * the rank's block of the global [E O, I] weights and [E, O] biases */
+    size_t ep = (size_t)m->grid.ep, El = E / ep, e0 = (size_t)m->grid.ep_rank * El, e1 = e0 + El;
+    size_t first[MC_MOE_MAX_EXPERTS + 1];
+    first[0] = 0;
+    for (size_t e = 0; e < E; e++) first[e + 1] = first[e] + (size_t)counts[e];
+    size_t r0 = first[e0], r1 = first[e1];
     const float *b1 = param_val(m, lp->efc1_b), *b2 = param_val(m, lp->efc2_b);
-    size_t R = 0;
-    for (size_t e = 0; e < E; e++) {
-        size_t k = (size_t)counts[e];
+    for (size_t e = e0; e < e1; e++) {
+        size_t k = (size_t)counts[e], R = first[e];
         if (k)
-            lin(ctx, s->fc1 + R * fc1, s->xp + R * C, lp->efc1_w, e, b1 ? b1 + e * fc1 : NULL, k,
-                C, fc1, 0);
-        R += k;
+            lin(ctx, s->fc1 + R * fc1, s->xp + R * C, lp->efc1_w, e - e0,
+                b1 ? b1 + (e - e0) * fc1 : NULL, k, C, fc1, 0);
     }
-    act_fwd(m, s->act, s->fc1, R, F);
-    R = 0;
-    for (size_t e = 0; e < E; e++) {
-        size_t k = (size_t)counts[e];
+    act_fwd(m, s->act + r0 * F, s->fc1 + r0 * fc1, r1 - r0, F);
+    for (size_t e = e0; e < e1; e++) {
+        size_t k = (size_t)counts[e], R = first[e];
         if (k)
-            lin(ctx, s->yp + R * C, s->act + R * F, lp->efc2_w, e, b2 ? b2 + e * C : NULL, k, F,
-                C, 0);
-        R += k;
+            lin(ctx, s->yp + R * C, s->act + R * F, lp->efc2_w, e - e0,
+                b2 ? b2 + (e - e0) * C : NULL, k, F, C, 0);
     }
-    mc_k_moe_unpermute(be, s->y, s->yp, s->probs, s->perm, n, K, C);
+    const float *yp = s->yp;
+    if (ep > 1) { /* every rank's block of rows to every rank: an all-gather */
+        size_t v[4 * MC_MOE_MAX_EXPERTS];
+        size_t *sc = v, *sd = v + ep, *rc = v + 2 * ep, *rd = v + 3 * ep;
+        for (size_t j = 0; j < ep; j++) {
+            sc[j] = (r1 - r0) * C, sd[j] = r0 * C;
+            rc[j] = (first[(j + 1) * El] - first[j * El]) * C, rd[j] = first[j * El] * C;
+        }
+        mc_status st = mc_alltoallv(&m->grid, MC_GROUP_EP, be, s->yp, sc, sd, s->yg, rc, rd, err);
+        if (st) return st;
+        yp = s->yg;
+    }
+    mc_k_moe_unpermute(be, s->y, yp, s->probs, s->perm, n, K, C);
     if (lp->sfc1_w >= 0) {
         size_t S = (size_t)c->moe_shared_expert_intermediate_size;
         size_t sw = S * (c->swiglu ? 2 : 1);
@@ -121,6 +142,22 @@ mc_status mc_moe_infer_fwd(mc_model *m, int l, const mc_moe_infer_scratch *s, co
         mc_k_acc(be, s->y, s->stmp, n * C);
     }
     mc_k_acc(be, x, s->y, n * C);
+    return MC_OK;
+}
+
+mc_status mc_model_check_ep(const mc_model_config *c, int ep, const char *file, mc_error *err)
+{
+    if (ep <= 1) return MC_OK;
+    if (c->num_experts <= 0)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "%s: --expert-model-parallel-size %d needs a mixture of experts, and "
+                            "this model has no experts",
+                            file, ep);
+    if (c->num_experts % ep)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "%s: the model's %d experts are not divisible by "
+                            "--expert-model-parallel-size %d",
+                            file, c->num_experts, ep);
     return MC_OK;
 }
 

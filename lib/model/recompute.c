@@ -26,9 +26,9 @@ static const struct {
     {"mlp_act", MC_RECOMPUTE_MLP_ACT, NULL},
     /* mc's own: the residual after attention, remade by the output projection */
     {"attn_proj", MC_RECOMPUTE_ATTN_PROJ, NULL},
-    {"moe_act", 0, "mc's layers have no mixture-of-experts MLP"},
-    {"moe", 0, "mc's layers have no mixture-of-experts MLP"},
-    {"shared_experts", 0, "mc's layers have no mixture-of-experts MLP"},
+    {"moe_act", MC_RECOMPUTE_MOE_ACT, NULL},
+    {"moe", MC_RECOMPUTE_MOE, NULL},
+    {"shared_experts", MC_RECOMPUTE_SHARED_EXPERTS, NULL},
     {"mla_up_proj", 0, "mc's attention has no multi-latent attention"},
     {"gdn_norm_out", 0, "mc's layers have no gated delta net"},
     {"gdp_in_proj", 0, "mc's layers have no gated delta product"},
@@ -43,13 +43,13 @@ mc_status mc_recompute_module(const char *name, unsigned *bit, mc_error *err)
         if (strcmp(name, modules[i].name)) continue;
         if (!modules[i].bit)
             return BAD("--recompute-modules %s: %s (mc recomputes core_attn, layernorm, mlp, "
-                       "mlp_act and attn_proj)",
+                       "mlp_act, attn_proj, moe, moe_act and shared_experts)",
                        name, modules[i].why);
         *bit = modules[i].bit;
         return MC_OK;
     }
     return BAD("--recompute-modules: unknown module '%s' (choose from core_attn, layernorm, mlp, "
-               "mlp_act, attn_proj)",
+               "mlp_act, attn_proj, moe, moe_act, shared_experts)",
                name);
 }
 
@@ -93,7 +93,8 @@ mc_status mc_model_recompute_finish(mc_model_config *c, mc_error *err)
         c->recompute_modules = MC_RECOMPUTE_CORE_ATTN; /* Megatron's default */
     if (c->recompute_modules &
         ~(unsigned)(MC_RECOMPUTE_CORE_ATTN | MC_RECOMPUTE_LAYERNORM | MC_RECOMPUTE_MLP |
-                    MC_RECOMPUTE_MLP_ACT | MC_RECOMPUTE_ATTN_PROJ))
+                    MC_RECOMPUTE_MLP_ACT | MC_RECOMPUTE_ATTN_PROJ | MC_RECOMPUTE_MOE |
+                    MC_RECOMPUTE_MOE_ACT | MC_RECOMPUTE_SHARED_EXPERTS))
         return mc_error_set(err, MC_ERR_INTERNAL, "model: recompute modules 0x%x",
                             c->recompute_modules);
     return MC_OK;
@@ -104,9 +105,6 @@ mc_status mc_model_check_recompute(const mc_model_config *c, int pp, mc_error *e
     mc_model_config copy = *c;
     mc_status st = mc_model_recompute_finish(&copy, err);
     if (st) return st;
-    if (c->recompute_granularity != MC_RECOMPUTE_NONE && c->num_experts > 0)
-        return BAD("--recompute-granularity with --num-experts: recomputation of mixture-of-experts "
-                   "models is not implemented yet");
     if (c->recompute_granularity != MC_RECOMPUTE_FULL) return MC_OK;
     int v;
     st = mc_model_num_chunks_for(c, pp, &v, err);

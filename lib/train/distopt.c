@@ -72,7 +72,7 @@ mc_status mc_optim_new_distributed(mc_backend *be, const mc_grid *g, const mc_op
     if (st) return st;
     o->distributed = 1;
     o->overlap = overlap_param_gather != 0;
-    /* Under expert parallelism (context parallelism 1 then) the shard is
+    /* Under expert parallelism the shard is
      * over the expert-data-parallel group: the experts' gradients are
      * summed there, and the dense ones, summed over the EP group first,
      * too; every EP rank then updates the same dense shard alike. The

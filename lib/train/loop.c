@@ -1005,7 +1005,7 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
     mc_optim_result res;
     /* MoE aux-loss-free balancing: the expert biases move with the
      * iteration's token counts (Megatron: in finalize_model_grads) */
-    if ((st = mc_model_moe_update_expert_bias(r->model, err))) return st;
+    if ((st = mc_model_moe_update_expert_bias(r->model, c->moe_per_layer_logging, err))) return st;
     if (c->moe_per_layer_logging && r->moe_layers) {
         /* the tokens per expert of every stage's layers, for the log */
         const mc_model_config *mc = mc_model_get_config(r->model);

@@ -112,12 +112,19 @@ enum {
     ACT_FC1 = 1 << 6,
     ACT_ACT = 1 << 7,
     ACT_MLP = ACT_FC1 | ACT_ACT,
-    ACT_ALL = (1 << 8) - 1,
+    ACT_MOE = 1 << 8,
+    ACT_MOE_ACT = 1 << 9,
+    ACT_SHARED = 1 << 10,
+    ACT_ALL = (1 << 11) - 1,
+    ACT_MOE_ALL = ACT_MOE | ACT_MOE_ACT | ACT_SHARED,
 };
 
 typedef struct act_dims {
     double N, Nl, C, D, Ql, Gl, Fl, fc1;
     int ln, qkn; /* qkn: --qk-layernorm */
+    /* a MoE layer's parts (moe.c's mc_moe_layout): router to experts, the
+     * experts' activation, the shared experts */
+    double moe_route, moe_act, moe_shared;
 } act_dims;
 
 static double layer_bytes(const act_dims *d, unsigned bits)
@@ -134,17 +141,26 @@ static double layer_bytes(const act_dims *d, unsigned bits)
     if (bits & ACT_LN2) b += norm;
     if (bits & ACT_FC1) b += carved(d->N * d->fc1);
     if (bits & ACT_ACT) b += carved(d->N * d->Fl);
+    if (bits & ACT_MOE) b += d->moe_route;
+    if (bits & ACT_MOE_ACT) b += d->moe_act;
+    if (bits & ACT_SHARED) b += d->moe_shared;
     return b;
 }
 
-/* What selective recomputation of `modules` drops (model.c's dropped_by). */
-static unsigned dropped_by(unsigned modules)
+/* model.c's layer_has and dropped_by: the tensors of a MoE or a dense
+ * layer, and what selective recomputation of `modules` drops of them. */
+static unsigned layer_has(int moe) { return ACT_ALL & ~(moe ? ACT_MLP : ACT_MOE_ALL); }
+
+static unsigned dropped_by(unsigned modules, int moe)
 {
     return (modules & MC_RECOMPUTE_CORE_ATTN ? ACT_ATT : 0u) |
            (modules & MC_RECOMPUTE_LAYERNORM ? ACT_LN1 | ACT_LN2 : 0u) |
-           (modules & MC_RECOMPUTE_MLP ? ACT_LN2 | ACT_MLP : 0u) |
-           (modules & MC_RECOMPUTE_MLP_ACT ? ACT_ACT : 0u) |
-           (modules & MC_RECOMPUTE_ATTN_PROJ ? ACT_RES2 : 0u);
+           (!moe && (modules & MC_RECOMPUTE_MLP) ? ACT_LN2 | ACT_MLP : 0u) |
+           (!moe && (modules & MC_RECOMPUTE_MLP_ACT) ? ACT_ACT : 0u) |
+           (modules & MC_RECOMPUTE_ATTN_PROJ ? ACT_RES2 : 0u) |
+           (moe && (modules & MC_RECOMPUTE_MOE) ? ACT_MOE_ALL : 0u) |
+           (moe && (modules & MC_RECOMPUTE_MOE_ACT) ? ACT_MOE_ACT : 0u) |
+           (moe && (modules & MC_RECOMPUTE_SHARED_EXPERTS) ? ACT_SHARED : 0u);
 }
 
 /* Whether the attention backward's four gradients fit in a dense layer's
@@ -163,51 +179,86 @@ static int attn_grads_fit(const act_dims *d)
     return 1;
 }
 
-/* The layers' part of a slot (*kept) and the recomputation workspace (*ws)
- * of a chunk of nl layers under c's recomputation (model.c's
- * plan_recompute and layout_acts). */
-static void layers_acts(const mc_model_config *c, const act_dims *d, int nl, double *kept,
-                        double *ws)
+/* Layer i of a chunk of nl layers from global layer l0 under c's
+ * recomputation (model.c's plan_recompute): what it keeps, its workspace
+ * layer (*j), and whether full recomputation runs its forward again
+ * (*again: 1, or 2 for a group's last layer, which skips fc2; 0: not). */
+static unsigned layer_keep(const mc_model_config *c, int l0, int i, int nl, int *j, int *again)
 {
-    double all = layer_bytes(d, ACT_ALL), res = layer_bytes(d, ACT_RES);
-    int N = c->recompute_num_layers;
-    if (c->recompute_granularity == MC_RECOMPUTE_FULL &&
-        c->recompute_method == MC_RECOMPUTE_UNIFORM) {
-        *kept = (double)((nl + N - 1) / N) * res;
-        *ws = (N - 1) * all + (all - res);
-    } else if (c->recompute_granularity == MC_RECOMPUTE_FULL) {
-        *kept = N * res + (nl - N) * all;
-        *ws = all - res;
-    } else if (c->recompute_granularity == MC_RECOMPUTE_SELECTIVE) {
-        unsigned drop = dropped_by(c->recompute_modules);
-        *kept = nl * layer_bytes(d, ACT_ALL & ~drop);
-        *ws = layer_bytes(d, drop);
-    } else {
-        *kept = nl * all;
-        *ws = 0;
-    }
+    int moe = mc_model_layer_is_moe(c, l0 + i), N = c->recompute_num_layers;
+    unsigned has = layer_has(moe);
+    *j = 0, *again = 0;
+    if (c->recompute_granularity == MC_RECOMPUTE_SELECTIVE)
+        return has & ~dropped_by(c->recompute_modules, moe);
+    if (c->recompute_granularity != MC_RECOMPUTE_FULL ||
+        (c->recompute_method == MC_RECOMPUTE_BLOCK && i >= N))
+        return has;
+    int g0 = c->recompute_method == MC_RECOMPUTE_BLOCK ? i : i / N * N;
+    int g1 = c->recompute_method == MC_RECOMPUTE_BLOCK ? i + 1 : g0 + N;
+    if (g1 > nl) g1 = nl;
+    *j = i - g0;
+    *again = i == g1 - 1 ? 2 : 1;
+    return i == g0 ? ACT_RES : 0u;
 }
 
-/* Full recomputation of a chunk of nl layers: *R layers run forward again
- * in *G groups (uniform: all of them in groups of N; block: the first N,
- * each alone). 0 otherwise. */
-static void recomputed_layers(const mc_model_config *c, int nl, double *R, double *G)
+/* The layers' part of a slot (*kept) and the recomputation workspace (*ws)
+ * of a chunk of nl layers from global layer l0 under c's recomputation
+ * (model.c's plan_recompute and layout_acts: workspace layer j holds what
+ * any layer running there does not keep). */
+static void layers_acts(const mc_model_config *c, const act_dims *d, int l0, int nl, double *kept,
+                        double *ws)
 {
-    int N = c->recompute_num_layers;
-    *R = *G = 0;
-    if (c->recompute_granularity != MC_RECOMPUTE_FULL) return;
-    if (c->recompute_method == MC_RECOMPUTE_UNIFORM) {
-        *R = nl;
-        *G = (nl + N - 1) / N;
-    } else {
-        *R = *G = N;
+    unsigned *wb = calloc((size_t)nl + 1, sizeof *wb);
+    *kept = *ws = 0;
+    for (int i = 0; i < nl; i++) {
+        int j, again;
+        unsigned keep = layer_keep(c, l0, i, nl, &j, &again);
+        *kept += layer_bytes(d, keep);
+        if (wb && c->recompute_granularity != MC_RECOMPUTE_NONE)
+            wb[j] |= layer_has(mc_model_layer_is_moe(c, l0 + i)) & ~keep;
+    }
+    for (int j = 0; j < nl && wb; j++) *ws += layer_bytes(d, wb[j]);
+    free(wb);
+}
+
+/* What recomputation runs again in a stage's backward, per micro-batch:
+ * the layers whose attention runs again (over the CP group), the MoE
+ * layers routed and dispatched again (the router's gathers over TP with
+ * sequence parallelism and over CP, EP's exchanges), and the tensor-
+ * parallel collectives of [N, C] (all-reduces, or with sequence
+ * parallelism gathers and reduce-scatters): a full layer's proj and fc2
+ * (fc2 not for a group's last layer; a MoE layer has none), with sequence
+ * parallelism also the gathers of both norms' outputs (one for a MoE
+ * layer); selective mlp, the gather of norm2's output (mlp_act, no GEMM:
+ * nothing); attn_proj, proj's all-reduce (with sequence parallelism its
+ * reduce-scatter). */
+typedef struct replays {
+    double att, moe, tp;
+} replays;
+
+static void stage_replays(const mc_model_config *c, int l0, int nl, int sp, replays *r)
+{
+    r->att = r->moe = r->tp = 0;
+    for (int i = 0; i < nl; i++) {
+        int j, again, moe = mc_model_layer_is_moe(c, l0 + i);
+        unsigned drop = layer_has(moe) & ~layer_keep(c, l0, i, nl, &j, &again);
+        if (again) {
+            r->att++;
+            r->moe += moe;
+            r->tp += moe ? (sp ? 2 : 1) : (sp ? 4 : 2) - (again == 2);
+            continue;
+        }
+        r->att += !!(drop & ACT_ATT);
+        r->moe += !!(drop & ACT_MOE);
+        r->tp += sp && (drop & ACT_FC1); /* mlp: norm2's output gathered for fc1 */
+        r->tp += !!(drop & ACT_RES2);    /* attn_proj: proj's sum (or scatter) */
     }
 }
 
 /* model.c's activation block for this stage and its slots: into s's
  * act_kept (per slot), act_workspace, act_scratch and act_pipe (pipeline.c's
  * gradient buffer); returns the sum. */
-static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int64_t B,
+static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int cp, int64_t B,
                          int first_layer, int first, int last, int nl, int slots, mc_plan_stage *s)
 {
     double T = c->seq_length, N = (double)B * T, C = c->hidden_size, D = c->kv_channels;
@@ -216,37 +267,38 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int64
     double qkv = (Ql + 2 * Gl) * D, vl = (double)(c->padded_vocab_size / tp);
     double Nl = sp ? N / tp : N, chunk = N < 256 ? N : 256;
     int ln = c->normalization == MC_NORM_LAYERNORM;
-    act_dims d = {N, Nl, C, D, Ql, Gl, Fl, fc1, ln, c->qk_layernorm};
+    act_dims d = {N, Nl, C, D, Ql, Gl, Fl, fc1, ln, c->qk_layernorm, 0, 0, 0};
     (void)first;
-    double layers, ws;
-    layers_acts(c, &d, nl, &layers, &ws);
-    double slot = layers + carved(Nl * C) + 4 * carved(N) + carved(Nl);
     double moe_scratch = 0;
     if (c->num_experts > 0) {
         /* model.c/moe.c: a MoE layer carves its own block instead of the
-         * MLP's fc1 and act (R = N K permuted rows) */
-        double E = c->num_experts, K = c->moe_router_topk, R = N * K;
+         * MLP's fc1 and act (R = N K permuted rows; the router's side is
+         * the micro-batch's Nt tokens, gathered under context parallelism) */
+        double E = c->num_experts, K = c->moe_router_topk, R = N * K, Nt = N * cp;
+        int split = sp || cp > 1;
         if (c->moe_pad_expert_input_to_capacity && c->moe_expert_capacity_factor > 0) {
             /* moe.c's pad_block: every expert's rows its capacity */
-            double cap = ceil(N * K / E * (double)c->moe_expert_capacity_factor);
-            if (cap > N) cap = N;
+            double cap = ceil(Nt * K / E * (double)c->moe_expert_capacity_factor);
+            if (cap > Nt) cap = Nt;
             if (E * cap > R) R = E * cap;
         }
         double Fm = c->moe_ffn_hidden_size, f1 = c->swiglu ? 2 * Fm : Fm;
         double S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
         /* the experts' side: every EP rank's rows at most (moe.c's Rx) */
         double Rx = ep * R, G = c->moe_token_dispatcher_allgather && ep > 1 ? ep * N * K : 0;
-        double moe = carved(N * E) + 4 * carved(N * K) + 2 * carved(Rx * C) + carved(Rx * f1) +
-                     carved(Rx * Fm) + (S ? carved(N * s1) + carved(N * S) : 0) +
-                     (G ? 2 * carved(G) : 0) + (sp ? carved(N * K) : 0);
-        int nmoe = 0;
-        for (int l = first_layer; l < first_layer + nl; l++) nmoe += mc_model_layer_is_moe(c, l);
-        slot += nmoe * (moe - carved(N * fc1) - carved(N * Fl));
-        moe_scratch = carved(N * E) + carved(N * K) + 2 * carved(Rx * C) + carved(Rx * Fm) +
+        d.moe_route = carved(Nt * E) + 3 * carved(Nt * K) + carved(N * K) + 2 * carved(Rx * C) +
+                      carved(Rx * f1) + (G ? 2 * carved(G) : 0) + (split ? carved(N * K) : 0);
+        d.moe_act = carved(Rx * Fm);
+        d.moe_shared = S ? carved(N * s1) + carved(N * S) : 0;
+        moe_scratch = carved(Nt * E) + carved(Nt * K) + 2 * carved(Rx * C) + carved(Rx * Fm) +
                       carved(Rx * f1) + carved(E) + (S ? carved(N * S) + carved(N * s1) : 0) +
                       (ep > 1 ? carved(Rx * C) : 0) + (G ? 2 * carved(G) : 0) +
-                      (sp ? carved(2 * N * E) + carved((double)moe_span(c, ep)) : 0);
+                      (split ? carved((N + Nt) * E) : 0) +
+                      (sp ? carved((double)moe_span(c, ep)) : 0);
     }
+    double layers, ws;
+    layers_acts(c, &d, first_layer, nl, &layers, &ws);
+    double slot = layers + carved(Nl * C) + 4 * carved(N) + carved(Nl);
     if (last) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
     /* model.c's scratch: qkv (also d(fc1): d(act) is made in act's place),
      * tmp, dres, dln, the attention's gradients unless they fit in a dense
@@ -295,7 +347,8 @@ mc_status mc_plan_compute(const mc_model_config *cfg, int world, int tp, int pp,
  * messages of B T (H/cp) D floats; forward q, k, v, out (2 Ql + 2 Gl
  * heads), backward q, k, v, out, dout and dq, dk, dv back (4 Ql + 4 Gl). */
 static void cp_figures(const mc_model_config *c, int tp, int cp, int64_t B, int64_t Tg,
-                       double *scratch, double *calls, double *bytes, double *wire)
+                       double *scratch, double *calls, double *bytes, double *wire, double *fcalls,
+                       double *fbytes, double *fwire)
 {
     double T = c->seq_length, D = c->kv_channels;
     double Ql = c->num_attention_heads / tp, Gl = c->num_query_groups / tp;
@@ -307,10 +360,15 @@ static void cp_figures(const mc_model_config *c, int tp, int cp, int64_t B, int6
         double heads = 6 * Ql + 6 * Gl, msgs = 12.0 * (cp - 1);
         double sent = (cp - 1) * (double)B * T * D / cp * heads * 4;
         *calls = 2 * msgs, *bytes = 2 * sent, *wire = sent;
+        /* the forward alone (recomputation's replay): q, k, v, out */
+        double fsent = (cp - 1) * (double)B * T * D / cp * (2 * Ql + 2 * Gl) * 4;
+        *fcalls = 8.0 * (cp - 1), *fbytes = 2 * fsent, *fwire = fsent;
     } else {
         *scratch = 4 * carved(2 * nkv) + carved(nq) + carved((double)B * Ql * T);
         double shifts = (cp - 1) + (cp - 1) + cp;
         *calls = 2 * shifts, *bytes = 2 * shifts * 2 * nkv * 4, *wire = shifts * 2 * nkv * 4;
+        *fcalls = 2.0 * (cp - 1), *fbytes = 2.0 * (cp - 1) * 2 * nkv * 4;
+        *fwire = (cp - 1) * 2 * nkv * 4;
     }
 }
 
@@ -325,7 +383,7 @@ mc_status mc_plan_compute_cp(const mc_model_config *cfg, int world, int tp, int 
 /* The MoE dispatch of one MoE layer and micro-batch over the EP group
  * (moe.c): calls, bytes handed (mc/comm_stats.h's count) and bytes sent. */
 static void ep_figures(const mc_model_config *c, int ep, double Nt, double N, double *calls,
-                       double *bytes, double *wire)
+                       double *bytes, double *wire, double *fcalls, double *fbytes, double *fwire)
 {
     /* Nt: the micro-batch's tokens (the capacity's), N: this rank's (its
      * sequence-parallel rows) */
@@ -338,6 +396,10 @@ static void ep_figures(const mc_model_config *c, int ep, double Nt, double N, do
         *calls = 7;
         *bytes = 4.0 * ep * (ag + rs);
         *wire = 4.0 * (ep - 1) * (ag + rs);
+        /* the forward alone: three all-gathers, one reduce-scatter */
+        *fcalls = 4;
+        *fbytes = 4.0 * ep * (2 * N * K + 2 * N * C);
+        *fwire = 4.0 * (ep - 1) * (2 * N * K + 2 * N * C);
         return;
     }
     if (c->moe_pad_expert_input_to_capacity && c->moe_expert_capacity_factor > 0) {
@@ -349,6 +411,7 @@ static void ep_figures(const mc_model_config *c, int ep, double Nt, double N, do
     *calls = 4;
     *bytes = 4 * R * C * 4;
     *wire = 4 * R * C * 4 * (ep - 1) / ep;
+    *fcalls = 2, *fbytes = *bytes / 2, *fwire = *wire / 2;
 }
 
 mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, int pp, int cp,
@@ -422,7 +485,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
         stage_params(&c, tp, pp, ep, r, s);
         s->param_bytes = s->grad_bytes = (double)s->numel * 4;
         /* distopt.c: the shard is over the expert-data-parallel group under EP */
-        int shard = ep > 1 ? dp / ep : dpc;
+        int shard = ep > 1 ? dp / ep * cp : dpc;
         double mom = distributed_optimizer ? (double)((s->numel + shard - 1) / shard + 1)
                                            : (double)s->params;
         s->optim_bytes = 2 * mom * 4;
@@ -436,19 +499,28 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             ck.recompute_method = settings[k].method;
             ck.recompute_num_layers = settings[k].num_layers;
             ck.recompute_modules = settings[k].modules;
-            s->act_by[k] = stage_acts(&ck, tp, sp, ep, micro_batch, s->first_layer, first, last, nl,
-                                      s->slots, &tmp);
+            s->act_by[k] = stage_acts(&ck, tp, sp, ep, cp, micro_batch, s->first_layer, first, last,
+                                      nl, s->slots, &tmp);
         }
-        s->act_bytes = stage_acts(&c, tp, sp, ep, micro_batch, s->first_layer, first, last, nl,
+        s->act_bytes = stage_acts(&c, tp, sp, ep, cp, micro_batch, s->first_layer, first, last, nl,
                                   s->slots, s);
+        replays rp;
+        stage_replays(&c, s->first_layer, nl, sp, &rp);
         if (cp > 1) {
-            double scratch, calls, bytes, wire;
-            cp_figures(&c, tp, cp, micro_batch, Tg, &scratch, &calls, &bytes, &wire);
+            double scratch, calls, bytes, wire, fcalls, fbytes, fwire;
+            cp_figures(&c, tp, cp, micro_batch, Tg, &scratch, &calls, &bytes, &wire, &fcalls,
+                       &fbytes, &fwire);
             s->act_bytes += scratch;
             for (int k = 0; k < MC_PLAN_RECOMPUTE_SETTINGS; k++) s->act_by[k] += scratch;
-            s->cp_calls = (int64_t)(M * nl * calls);
-            s->cp_bytes = M * nl * bytes;
-            s->cp_wire = M * nl * wire;
+            /* and each MoE layer's all-gather of the router's logits
+             * (moe.c, [N, E] per rank), per forward and replay */
+            int nmoe = 0;
+            for (int l = s->first_layer; l < s->last_layer; l++)
+                nmoe += mc_model_layer_is_moe(&c, l);
+            double gl = nmoe + rp.moe, lg = N * c.num_experts * 4;
+            s->cp_calls = (int64_t)(M * (nl * calls + rp.att * fcalls + gl));
+            s->cp_bytes = M * (nl * bytes + rp.att * fbytes + gl * cp * lg);
+            s->cp_wire = M * (nl * wire + rp.att * fwire + gl * (cp - 1) * lg);
         }
 
         if (tp > 1) {
@@ -486,18 +558,12 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
              * partial over the heads, one all-reduce of [4 D] per layer */
             if (c.qk_layernorm) a_calls += nl, a_bytes += nl * 4.0 * c.kv_channels * 4;
             /* recomputation runs forward collectives again in the
-             * backward: full, each recomputed layer's (but fc2's of a
-             * group's last layer); selective mlp, the gather of norm2's
-             * output (sequence parallelism) */
-            double R = 0, G = 0;
-            recomputed_layers(&c, nl, &R, &G);
+             * backward (replays) */
             if (!sp) {
-                a_calls += 2 * R - G, a_bytes += (2 * R - G) * X;
+                a_calls += rp.tp, a_bytes += rp.tp * X;
             } else {
-                g_calls += 4 * R - G, g_bytes += (4 * R - G) * X;
-                if (c.recompute_granularity == MC_RECOMPUTE_SELECTIVE &&
-                    (c.recompute_modules & MC_RECOMPUTE_MLP))
-                    g_calls += nl, g_bytes += nl * X;
+                g_calls += rp.tp, g_bytes += rp.tp * X;
+                g_calls += rp.moe, g_bytes += rp.moe * N * c.num_experts * 4;
             }
             s->tp_calls = (int64_t)(M * (a_calls + g_calls));
             s->tp_bytes = M * (a_bytes + g_bytes);
@@ -512,7 +578,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             s->dp_bytes = distributed_optimizer ? 2 * gbytes : gbytes;
             s->dp_wire = 2.0 * (dpc - 1) / dpc * gbytes;
         }
-        int edp = dp / ep;
+        int edp = dp / ep * cp; /* the replicas of the experts: dp / ep x cp */
         if (ep > 1 && distributed_optimizer) {
             /* distopt.c: the dense gradients all-reduced over EP, then the
              * whole buffer reduce-scattered over EDP and the parameters
@@ -534,11 +600,11 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             int nmoe = 0;
             for (int l = s->first_layer; l < s->last_layer; l++)
                 nmoe += mc_model_layer_is_moe(&c, l);
-            double calls, bytes, wire;
-            ep_figures(&c, ep, N, Nl, &calls, &bytes, &wire);
-            s->ep_calls = (int64_t)(M * nmoe * calls);
-            s->ep_bytes = M * nmoe * bytes;
-            s->ep_wire = M * nmoe * wire;
+            double calls, bytes, wire, fcalls, fbytes, fwire;
+            ep_figures(&c, ep, N * cp, Nl, &calls, &bytes, &wire, &fcalls, &fbytes, &fwire);
+            s->ep_calls = (int64_t)(M * (nmoe * calls + rp.moe * fcalls));
+            s->ep_bytes = M * (nmoe * bytes + rp.moe * fbytes);
+            s->ep_wire = M * (nmoe * wire + rp.moe * fwire);
             if (distributed_optimizer) {
                 /* the dense gradients' all-reduce over EP, one call per run
                  * of dense parameters in the buffer */

@@ -3,7 +3,7 @@
  * mpirun by tests/tools/parallel_comm.bats (one mode per launch).
  *
  *   test_comm single              one process, no MPI: size-1 groups are no-ops
- *   test_comm grid TP PP [EP]     coordinates, groups and every collective (EP:
+ *   test_comm grid TP PP [EP [CP]] coordinates, groups and every collective (EP:
  *                                 expert parallelism inside data parallelism)
  *   test_comm world TP PP         a world that does not divide: one error, exit 1
  *   test_comm config R...         ranks R... hash another configuration
@@ -89,7 +89,7 @@ static int members(const mc_grid *g, mc_group_kind k, int me, int *out)
             break;
         case MC_GROUP_POS_EMBD: in = same_tp && same_cp && same_dp && c.pp == 0; break;
         case MC_GROUP_EP: in = same_tp && same_cp && same_edp && same_pp; break;
-        case MC_GROUP_EDP: in = same_tp && same_cp && same_ep && same_pp; break;
+        case MC_GROUP_EDP: in = same_tp && same_ep && same_pp; break; /* dp / ep x cp */
         case MC_GROUP_MP_EP: in = same_cp && same_edp; break;
         default: in = 0;
         }
@@ -347,10 +347,10 @@ static int run_single(void)
     return c.failed ? 1 : 0;
 }
 
-static int init_ep(ctx *c, int *argc, char ***argv, int tp, int pp, int ep)
+static int init_ep(ctx *c, int *argc, char ***argv, int tp, int pp, int ep, int cp)
 {
     mc_error e;
-    if (mc_grid_init_mpi(argc, argv, tp, pp, 1, ep, &c->g, &e)) {
+    if (mc_grid_init_mpi(argc, argv, tp, pp, cp, ep, &c->g, &e)) {
         if (c->g.rank == 0) fprintf(stderr, "test_comm: error: %s\n", e.msg);
         exit(mc_grid_fail(&c->g, 1));
     }
@@ -360,7 +360,7 @@ static int init_ep(ctx *c, int *argc, char ***argv, int tp, int pp, int ep)
 
 static int init(ctx *c, int *argc, char ***argv, int tp, int pp)
 {
-    return init_ep(c, argc, argv, tp, pp, 1);
+    return init_ep(c, argc, argv, tp, pp, 1, 1);
 }
 
 /* The all-to-all of unequal sizes: member i sends member j (i + 2 j) % 3
@@ -389,10 +389,10 @@ static void check_alltoall(ctx *c, mc_group_kind k, int salt)
     mc_bfree(c->be, out);
 }
 
-static int run_grid(int argc, char **argv, int tp, int pp, int ep)
+static int run_grid(int argc, char **argv, int tp, int pp, int ep, int cp)
 {
     ctx c = {0};
-    init_ep(&c, &argc, &argv, tp, pp, ep);
+    init_ep(&c, &argc, &argv, tp, pp, ep, cp);
     check_alltoall(&c, MC_GROUP_EP, 60);
     check_alltoall(&c, MC_GROUP_WORLD, 61);
     check_groups(&c);
@@ -472,14 +472,14 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "single")) return run_single();
-    if ((!strcmp(mode, "grid") && (argc == 4 || argc == 5)) ||
-        (!strcmp(mode, "world") && argc == 4))
-        return run_grid(argc, argv, atoi(argv[2]), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 1);
+    if ((!strcmp(mode, "grid") && argc >= 4 && argc <= 6) || (!strcmp(mode, "world") && argc == 4))
+        return run_grid(argc, argv, atoi(argv[2]), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 1,
+                        argc > 5 ? atoi(argv[5]) : 1);
     if (!strcmp(mode, "config")) return run_config(argc, argv);
     if (argc >= 4 && (!strcmp(mode, "hang") || !strcmp(mode, "exit") || !strcmp(mode, "kill") ||
                       !strcmp(mode, "finalize") || !strcmp(mode, "fail")))
         return run_fault(argc, argv, mode);
-    fprintf(stderr, "usage: test_comm single | grid TP PP [EP] | world TP PP | config R... | "
+    fprintf(stderr, "usage: test_comm single | grid TP PP [EP [CP]] | world TP PP | config R... | "
                     "hang|exit|finalize|kill|fail MIN R [SECS]\n");
     return 2;
 }

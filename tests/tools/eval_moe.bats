@@ -5,8 +5,11 @@
 # top-2 with a shared expert (SwiGLU), sigmoid top-4 with a trained expert
 # bias and group-limited routing (GELU, every other layer) and a capacity
 # factor; tasks and generation, and the same under tensor parallelism;
+# under expert parallelism (EP=2, EP=4 with a capacity factor) one
+# process's bits, and EP=2 x TP=2 TP=2's; its bad grids exit 2;
 # mc-serve's concurrent requests each equal to running alone and to
-# mc-eval's greedy output, and under TP=2 equal to one process bit for bit;
+# mc-eval's greedy output, and under TP=2, EP=2 and EP=2 x TP=2 equal to
+# one process bit for bit;
 # mc-reshard's dtype, int8 and pre-split
 # checkpoints (the expert tensors' layout kept, mc-eval's perplexity exact
 # in fp32 and within a measured margin in bf16 and int8). The incremental
@@ -142,6 +145,98 @@ sys.exit(0 if d <= 1e-6 and worst <= 1e-5 and same and b["tensor_model_parallel_
 EOF
 }
 
+# same_json A B: perplexity, every log-likelihood and every generation of
+# two mc-eval documents equal bit for bit (JSON's repr of the doubles)
+same_json() {
+    "$MC_PYTHON" - "$1" "$2" <<'EOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert repr(a["perplexity"]["nll"]) == repr(b["perplexity"]["nll"]), (a["perplexity"], b["perplexity"])
+if "tasks" in a:
+    for s, t in zip(a["tasks"]["hellaswag"]["samples"], b["tasks"]["hellaswag"]["samples"]):
+        assert s["loglikelihoods"] == t["loglikelihoods"], (s, t)
+if "generations" in a:
+    assert [g["tokens"] for g in a["generations"]] == [g["tokens"] for g in b["generations"]]
+EOF
+}
+
+@test "expert parallelism: EP=2 gives one process's perplexity, log-likelihoods and generations bit for bit; EP=2 x TP=2 gives TP=2's" {
+    require_python_module json
+    args=(--threads 1 --quiet --ctx-size 64 --log-samples --task "hellaswag=$D/hellaswag.jsonl"
+          --text-file "$D/text.txt" --prompt-file "$D/prompts.txt" --max-new-tokens 16)
+    "$MC_EVAL" "$G" "${args[@]}" > one.json
+    mpi_setup
+    mpi_exec 120 2 "$MC_EVAL" --expert-model-parallel-size 2 "$G" "${args[@]}" > ep2.json
+    same_json one.json ep2.json
+    [ "$(json ep2.json 'd["expert_model_parallel_size"]')" = 2 ]
+    [ "$(json ep2.json 'd["tensor_model_parallel_size"]')" = 1 ]
+    # TP sums the dense layers' partial products over the group (one
+    # process's values to rounding); EP on top of it changes no bit
+    mpi_exec 120 2 "$MC_EVAL" --tensor-model-parallel-size 2 "$G" "${args[@]}" > tp2.json
+    mpi_exec 180 4 "$MC_EVAL" --tensor-model-parallel-size 2 --expert-model-parallel-size 2 \
+        "$G" "${args[@]}" > tp2ep2.json
+    same_json tp2.json tp2ep2.json
+    got=$(json tp2ep2.json 'repr(d["perplexity"]["nll"])')
+    want=$(json one.json 'repr(d["perplexity"]["nll"])')
+    echo "# EP=2: one process's bits; EP=2 x TP=2: TP=2's bits, NLL $got vs one process $want" >&3
+    close "$got" "$want" 1e-6
+}
+
+@test "expert parallelism: EP=4 with a capacity factor, sigmoid routing, GELU experts with biases, fp32 and int8: one process's bits" {
+    require_python_module json
+    # 8 experts of a GPT (biases on every linear), capacity ceil(n 2 / 8 x 0.5): drops
+    "$MC_TRAIN" "@$D/gpt.args" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOK" \
+        --num-experts 8 --moe-ffn-hidden-size 24 --moe-router-topk 2 \
+        --moe-router-score-function sigmoid --moe-expert-capacity-factor 0.5 --save cap >/dev/null
+    args=(--threads 1 --quiet --ctx-size 64 --text-file "$D/text.txt" --prompt x --max-new-tokens 8)
+    "$MC_EVAL" cap "${args[@]}" > one.json
+    mpi_setup
+    mpi_exec 180 4 "$MC_EVAL" --expert-model-parallel-size 4 cap "${args[@]}" > ep4.json
+    same_json one.json ep4.json
+    echo "# EP=4: NLL $(json ep4.json 'repr(d["perplexity"]["nll"])'), one process's bits" >&3
+    # int8 codes of each rank's experts: one process's codes
+    "$MC_EVAL" cap "${args[@]}" --weights int8 > one8.json
+    mpi_exec 180 4 "$MC_EVAL" --expert-model-parallel-size 4 cap "${args[@]}" --weights int8 > ep4_8.json
+    same_json one8.json ep4_8.json
+    [ "$(json ep4_8.json 'd["weights"]')" = int8 ]
+}
+
+@test "expert parallelism: experts not divisible by EP, a dense checkpoint, a world that is not TP x EP: one line, exit 2" {
+    mpi_setup
+    run --separate-stderr mpi_exec 120 3 "$MC_EVAL" --expert-model-parallel-size 3 "$G" --quiet \
+        --prompt x
+    assert_failure 2
+    [ "$(printf '%s\n' "$stderr" | grep -c 'mc-eval: error:')" = 1 ]
+    [[ "$stderr" == *"the model's 4 experts are not divisible by --expert-model-parallel-size 3"* ]]
+    "$MC_TRAIN" "@$D/llama.args" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TOK" \
+        --save dense >/dev/null
+    run --separate-stderr mpi_exec 120 2 "$MC_EVAL" --expert-model-parallel-size 2 dense --quiet \
+        --prompt x
+    assert_failure 2
+    [ "$(printf '%s\n' "$stderr" | grep -c 'mc-eval: error:')" = 1 ]
+    [[ "$stderr" == *"--expert-model-parallel-size 2 needs a mixture of experts, and this model has no experts"* ]]
+    run --separate-stderr mpi_exec 120 2 "$MC_EVAL" --tensor-model-parallel-size 2 \
+        --expert-model-parallel-size 2 "$G" --quiet --prompt x
+    assert_failure 2
+    [ "$(printf '%s\n' "$stderr" | grep -c 'mc-eval: error:')" = 1 ]
+    [[ "$stderr" == *"2 ranks do not divide into tensor-parallel 2 x pipeline-parallel 1 x context-parallel 1 x expert-parallel 2 = 4 ranks"* ]]
+    run --separate-stderr mpi_exec 120 4 "$MC_EVAL" --expert-model-parallel-size 2 "$G" --quiet \
+        --prompt x
+    assert_failure 2
+    [ "$(printf '%s\n' "$stderr" | grep -c 'mc-eval: error:')" = 1 ]
+    [[ "$stderr" == *"4 ranks for --tensor-model-parallel-size 1 x --expert-model-parallel-size 2: evaluation runs one group of 2 ranks, start 2 ranks"* ]]
+    run --separate-stderr "$MC_EVAL" --expert-model-parallel-size 2 "$G" --quiet --prompt x
+    assert_failure 2
+    [[ "$stderr" == *"--expert-model-parallel-size 2 needs 2 ranks and this is one process"* ]]
+    if [ -x "$MC_SERVE" ]; then
+        run --separate-stderr mpi_exec 120 3 "$MC_SERVE" --expert-model-parallel-size 3 "$G" \
+            --port 0 < <(:)
+        assert_failure 2
+        [ "$(printf '%s\n' "$stderr" | grep -c 'mc-serve: error:')" = 1 ]
+        [[ "$stderr" == *"the model's 4 experts are not divisible by --expert-model-parallel-size 3"* ]]
+    fi
+}
+
 # --- mc-serve -----------------------------------------------------------
 
 # (serve, serve_tp, stop_tp, metric, until_metric, client, together and
@@ -203,6 +298,40 @@ EOF2
     # SIGTERM to every rank (as srun or scancel do): they finish and exit 0
     stop_tp
     [ "$rc" = 0 ] || { cat serve.log; false; }
+}
+
+@test "mc-serve EP=2 and EP=2 x TP=2 on a MoE model: one process's tokens and log-probabilities, bit for bit, batch invariant" {
+    [ -x "$MC_SERVE" ] || skip "mc-serve is not built"
+    require_python_module openai
+    mpi_setup
+    serve --max-batch 8
+    client specs 8 specs.json
+    client run specs.json one.json
+    kill -TERM "$SPID"; wait "$SPID" || true
+    # each rank runs 2 of the 4 experts, the outputs all-gathered, every
+    # token's top-2 added in one process's order
+    together 8 serve_grid 2 --expert-model-parallel-size 2 --max-batch 8
+    client run specs.json alone.json
+    cmp alone.json together.json
+    cmp one.json alone.json
+    grep -q "expert parallel" serve.log
+    stop_tp
+    [ "$rc" = 0 ] || { cat serve.log; false; }
+    # on int8 weights too (each rank quantizes its experts' rows)
+    serve --max-batch 8 --weights int8
+    client run specs.json one_int8.json
+    kill -TERM "$SPID"; wait "$SPID" || true
+    serve_grid 4 --tensor-model-parallel-size 2 --expert-model-parallel-size 2 --max-batch 8 \
+        --weights int8
+    client run specs.json tp2ep2_int8.json
+    stop_tp
+    [ "$rc" = 0 ] || { cat serve.log; false; }
+    cmp one_int8.json tp2ep2_int8.json
+    "$MC_PYTHON" - <<'EOF2' >&3
+import json
+specs = json.load(open("specs.json"))
+print("# EP=2 (fp32) and EP=2 x TP=2 (int8): %d requests (%d greedy), one process's tokens and log-probabilities bit for bit" % (len(specs), sum(s["temperature"] == 0 for s in specs)))
+EOF2
 }
 
 @test "mc-serve refuses a MoE checkpoint with a capacity factor in one line" {

@@ -74,12 +74,12 @@ EOF
 
 @test "a world that is not one tensor-parallel group, and pipeline parallelism, are refused on rank 0 with one line" {
     run --separate-stderr mpi 2 "$BATS_FILE_TMPDIR/gpt" --quiet --prompt x
-    assert_failure
+    assert_failure 2
     [ "$(echo "$stderr" | grep -c 'mc-eval: error:')" = 1 ]
     [[ "$stderr" == *"2 ranks for --tensor-model-parallel-size 1: evaluation runs one tensor-parallel group, start 1 ranks"* ]]
     run --separate-stderr mpi 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
         "$BATS_FILE_TMPDIR/gpt" --quiet --prompt x
-    assert_failure
+    assert_failure 2
     [ "$(echo "$stderr" | grep -c 'mc-eval: error:')" = 1 ]
     [[ "$stderr" == *"evaluation does not run a pipeline"* ]]
 }

@@ -125,6 +125,14 @@ same() {
                --recompute-modules mlp core_attn)
     mpi 2 "${args[@]}" "${sel[@]}" --log-comm
     same tp tensor-parallel 2 "${args[@]}" "${sel[@]}"
+    # mc's attn_proj replays proj's all-reduce (under SP its reduce-scatter);
+    # mlp_act replays nothing (no GEMM)
+    local cheap=(--tensor-model-parallel-size 2 --recompute-granularity selective
+                 --recompute-modules layernorm mlp_act attn_proj)
+    mpi 2 "${args[@]}" "${cheap[@]}" --log-comm
+    same tp tensor-parallel 2 "${args[@]}" "${cheap[@]}"
+    mpi 2 "${args[@]}" "${cheap[@]}" --sequence-parallel --log-comm
+    same tp tensor-parallel 2 "${args[@]}" "${cheap[@]}" --sequence-parallel
 }
 
 @test "log-comm: expert parallelism EP=2 x DP=2: the MoE dispatch (all-to-all, allgather) and the experts' reduction are the dry run's" {
@@ -159,6 +167,29 @@ same() {
     same ep expert-parallel 4 "${args[@]}" "${moe[@]}" --moe-token-dispatcher-type allgather
 }
 
+# scalar GROUP: "calls bytes" of the group's host scalars in err.txt's
+# last comm line
+scalar() {
+    grep '^ comm per iteration:' err.txt | tail -1 | sed 's/^ comm per iteration://' |
+        tr '|' '\n' | awk -v g="$1" '$1 == g && $2 == "scalar:" { printf "%d %.0f\n", $3, $5 * 1e6 }'
+}
+
+@test "log-comm: the tokens per expert are summed over DP only when read (expert bias, --moe-per-layer-logging)" {
+    # 2 layers x 4 experts: one all-reduce of 8 doubles, 64 bytes, per iteration
+    local moe=(--num-experts 4 --moe-ffn-hidden-size 32 --expert-model-parallel-size 2)
+    mpi 2 "${args[@]}" "${moe[@]}" --log-comm
+    # the plan (no host scalars) is the run's
+    FIELDS="bytes wire" same dp data-parallel 2 "${args[@]}" "${moe[@]}"
+    local none=$(scalar dp)
+    for opt in --moe-per-layer-logging \
+               "--moe-router-enable-expert-bias --moe-router-score-function sigmoid"; do
+        mpi 2 "${args[@]}" "${moe[@]}" --log-comm $opt
+        local with=$(scalar dp)
+        echo "# dp scalars (calls bytes): $none, with $opt $with" >&3
+        [ "$(awk -v a="$none" -v b="$with" 'BEGIN { split(a, x, " "); split(b, y, " "); print y[1] - x[1], y[2] - x[2] }')" = "1 64" ]
+    done
+}
+
 @test "log-comm: one process has no traffic; without --log-comm no comm line; --log-comm takes no value" {
     "$MC_TRAIN" "${args[@]}" --log-comm 2>err.txt
     [ "$(grep -c '^ comm per iteration: dp overlap: - |$' err.txt)" -eq 2 ]
@@ -181,4 +212,33 @@ same() {
     mpi 4 "${l[@]}" --log-comm
     same cp context-parallel 4 "${l[@]}"
     same dp-cp data-parallel 4 "${l[@]}"
+}
+
+@test "log-comm: recomputation under CP and of MoE layers: the replayed ring, all-to-all, router gathers and EP exchanges are the dry run's" {
+    local full=(--recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+    # the ring replayed in every layer (full uniform 1 reruns both)
+    local o=(--context-parallel-size 2 "${full[@]}")
+    mpi 2 "${args[@]}" "${o[@]}" --log-comm
+    same cp context-parallel 2 "${args[@]}" "${o[@]}"
+    # Ulysses' forward exchanges replayed by selective core_attn
+    local l=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 "${args[@]:2}"
+             --context-parallel-size 2 --cp-comm-type a2a --recompute-granularity selective
+             --recompute-modules core_attn)
+    mpi 2 "${l[@]}" --log-comm
+    same cp context-parallel 2 "${l[@]}"
+    # MoE under EP=2 x CP=2 (padded: exact all-to-all bytes): the router's
+    # logits gathered over CP in each forward and replay, the dispatch replayed
+    local moe=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --num-experts 4
+               --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 1e-2 --expert-model-parallel-size 2
+               --moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity)
+    mpi 4 "${args[@]}" "${moe[@]}" --context-parallel-size 2 "${full[@]}" --log-comm
+    grep '^ comm' err.txt | tail -1 | grep -q 'cp all-gather: .*cp send/recv: .* ep all-to-all: '
+    same cp context-parallel 4 "${args[@]}" "${moe[@]}" --context-parallel-size 2 "${full[@]}"
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" --context-parallel-size 2 "${full[@]}"
+    # selective moe under TP=2 with SP: the logits' TP gather and the dispatch again
+    local sel=(--tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity selective
+               --recompute-modules moe)
+    mpi 4 "${args[@]}" "${moe[@]}" "${sel[@]}" --log-comm
+    same tp tensor-parallel 4 "${args[@]}" "${moe[@]}" "${sel[@]}"
+    same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${sel[@]}"
 }

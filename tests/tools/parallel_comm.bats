@@ -87,12 +87,17 @@ count_errors() { grep -c "^test_comm: error:" <<<"$output" || true; }
     refute_output --partial FAILED
 }
 
-@test "grid with expert parallelism: EP=2 x DP=2 on 4 ranks, TP=2 x EP=2 x PP=2 on 8 ranks" {
+@test "grid with expert parallelism: EP=2 x DP=2 on 4 ranks, TP=2 x EP=2 x PP=2 and EP=2 x CP=2 on 8 ranks" {
     mpi 4 grid 1 1 2
     assert_success
     assert_output --partial "checks on 4 ranks"
     refute_output --partial FAILED
     mpi 8 grid 2 2 2
+    assert_success
+    assert_output --partial "checks on 8 ranks"
+    refute_output --partial FAILED
+    # EP=2 x CP=2 x DP=2: the expert-data-parallel group spans dp / ep x cp
+    mpi 8 grid 1 1 2 2
     assert_success
     assert_output --partial "checks on 8 ranks"
     refute_output --partial FAILED

@@ -13,8 +13,13 @@
 # run's losses; the dry run's parameters and activations are the run's;
 # the tokens per expert are one process's; and the bad inputs, each one
 # line before any work. Sequence parallelism with experts too (TP=2 and
-# EP=2 x TP=2 with SP). Measured: losses within 3.7e-8 relative,
-# balancing losses 2e-9, weights 1.2e-7, resumed losses 1.6e-8.
+# EP=2 x TP=2 with SP), and context parallelism (CP=2, EP=2 x CP=2 with
+# both dispatchers and the distributed optimizer, CP=2 x TP=2 with SP and
+# seq_aux_loss over sequences split across the CP ranks; the router's
+# logits are gathered over CP so capacity drops and balancing losses are
+# one process's; a checkpoint of EP=2 x CP=2 resumes in one process).
+# Measured: losses within 3.7e-8 relative, balancing losses 2e-9, weights
+# 1.2e-7, resumed losses 1.6e-8.
 
 bats_require_minimum_version 1.5.0
 load common
@@ -178,18 +183,15 @@ ep_equivalent() {
         --train-iters 2 --lr 1e-3 --expert-model-parallel-size 2
     assert_failure 2
     [[ "$stderr" == *"--expert-model-parallel-size 2 needs --num-experts"* ]]
-    # the world must be a multiple of TP x PP x CP x EP: a grid error (exit 1,
-    # as for TP, PP and CP: parallel_comm.bats), printed once
+    # the world must be a multiple of TP x PP x CP x EP: bad usage (exit 2,
+    # as for TP, PP and CP: parallel_train.bats), printed once
     run --separate-stderr mpi 3 "${moe[@]}" --expert-model-parallel-size 2
-    assert_failure 1
+    assert_failure 2
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
     [[ "$stderr" == *"3 ranks do not divide into tensor-parallel 1 x pipeline-parallel 1 x context-parallel 1 x expert-parallel 2 = 2 ranks"* ]]
-    run --separate-stderr mpi 4 "${moe[@]}" --expert-model-parallel-size 2 --context-parallel-size 2
-    assert_failure 2
-    [[ "$stderr" == *"MoE under context parallelism is not implemented"* ]]
     # one process cannot hold two EP ranks
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-model-parallel-size 2
-    assert_failure
+    assert_failure 2
     [[ "$stderr" == *"--expert-model-parallel-size 2 needs a multiple of 2 ranks"* ]]
 }
 
@@ -246,6 +248,12 @@ tokens() {
     assert_success
     tokens sp.jsonl > sp.txt
     diff one.txt sp.txt
+    # with context parallelism each CP rank counts its chunks' rows: summed over CP too
+    run --separate-stderr mpi 4 "${moe[@]}" "${t[@]}" --expert-model-parallel-size 2 \
+        --context-parallel-size 2 --log-json cp.jsonl
+    assert_success
+    tokens cp.jsonl > cp.txt
+    diff one.txt cp.txt
     # with a capacity factor: fewer (the dropped), the same as one process's
     "$MC_TRAIN" "${moecap[@]}" "${t[@]}" --log-json onecap.jsonl >/dev/null 2>&1
     tokens onecap.jsonl > onecap.txt
@@ -256,4 +264,71 @@ tokens() {
     tokens eppp.jsonl > eppp.txt
     [ "$(wc -l < eppp.txt)" -eq $((4 * 2 * 4)) ]
     diff onecap.txt eppp.txt
+}
+
+@test "MoE under context parallelism: CP=2 (p2p, a2a), EP=2 x CP=2 (both dispatchers, distributed optimizer), with a capacity factor and with the expert bias: one process's losses, balancing losses and weights" {
+    ep_equivalent cp2 2 moecap --context-parallel-size 2
+    ep_equivalent cp2a2a 2 moecap --context-parallel-size 2 --cp-comm-type a2a
+    ep_equivalent ep2cp2 4 moecap --expert-model-parallel-size 2 --context-parallel-size 2
+    ep_equivalent ep2cp2ag 4 moecap --expert-model-parallel-size 2 --context-parallel-size 2 \
+        --moe-token-dispatcher-type allgather
+    # the experts' gradients summed over the expert-data-parallel group,
+    # which now spans the CP ranks (dp / ep x cp), and sharded there
+    ep_equivalent ep2cp2do 4 moe --expert-model-parallel-size 2 --context-parallel-size 2 \
+        --use-distributed-optimizer
+    # the expert bias: the counts summed over CP (and EP, DP)
+    local cpbias=("${moecap[@]}" --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+                  --moe-router-bias-update-rate 1e-2)
+    ep_equivalent cp2bias 2 cpbias --context-parallel-size 2
+}
+
+@test "MoE under CP=2 x TP=2 with SP, 2 sequences per micro-batch, capacity by position, seq_aux_loss across the CP ranks: one process's" {
+    local mb2=("${moe[@]}" --micro-batch-size 2 --global-batch-size 8 --moe-expert-capacity-factor 1.0
+               --moe-token-drop-policy position --moe-router-load-balancing-type seq_aux_loss)
+    "$MC_TRAIN" "${mb2[@]}" --log-json ref.jsonl --save ref >/dev/null 2>&1
+    sed 's/"lm loss": [^,}]*, //; s/"seq_load_balancing_loss"/"lm loss"/' ref.jsonl > ref.lb.jsonl
+    local par
+    for par in "--context-parallel-size 2" \
+               "--context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --cp-comm-type a2a"; do
+        rm -rf x x.jsonl
+        # shellcheck disable=SC2086
+        run --separate-stderr mpi $([[ "$par" == *tensor* ]] && echo 4 || echo 2) "${mb2[@]}" $par \
+            --log-json x.jsonl --save x
+        assert_success
+        same_losses x.jsonl ref.jsonl
+        sed 's/"lm loss": [^,}]*, //; s/"seq_load_balancing_loss"/"lm loss"/' x.jsonl > x.lb.jsonl
+        same_losses x.lb.jsonl ref.lb.jsonl
+        require_python_module h5py
+        same_weights x/iter_0000020/model.h5 ref/iter_0000020/model.h5 same-names
+    done
+}
+
+@test "a checkpoint saved at EP=2 x CP=2 resumes in one process: the uninterrupted run's losses" {
+    "$MC_TRAIN" "${moecap[@]}" --log-json full.jsonl >/dev/null 2>&1
+    run --separate-stderr mpi 4 "${moecap[@]}" --expert-model-parallel-size 2 \
+        --context-parallel-size 2 --exit-interval 10 --save ck --save-interval 10 --log-json ck.jsonl
+    assert_success
+    assert_output "ck/iter_0000010"
+    run --separate-stderr "$MC_TRAIN" "${moecap[@]}" --load ck --log-json r1.jsonl
+    assert_success
+    # iterations 1 to 10 at EP=2 x CP=2, 11 to 20 in one process
+    cat ck.jsonl r1.jsonl > both.jsonl
+    same_losses both.jsonl full.jsonl
+}
+
+@test "dry-run of MoE under EP=2 x CP=2 (and recomputing the block): the run's kept, workspace and scratch bytes" {
+    local s got plan
+    for s in "" "--recompute-granularity selective --recompute-modules moe"; do
+        # shellcheck disable=SC2086
+        run --separate-stderr mpi 4 "${moecap[@]}" --expert-model-parallel-size 2 \
+            --context-parallel-size 2 --train-iters 1 --lr-warmup-iters 0 $s
+        assert_success
+        got=$(grep -o 'activations (stage 0): .* scratch' <<<"$stderr" | sed 's/.*= 1 x //')
+        # shellcheck disable=SC2086
+        plan=$("$MC_TRAIN" "${moecap[@]}" --expert-model-parallel-size 2 --context-parallel-size 2 \
+            --train-iters 1 --lr-warmup-iters 0 $s --dry-run --world-size 4 |
+            grep -o '^  activations: .* scratch' | sed 's/.*in flight x //')
+        echo "# ${s:-none}: run $got, plan $plan" >&3
+        [ -n "$got" ] && [ "$got" = "$plan" ]
+    done
 }

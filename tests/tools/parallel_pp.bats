@@ -95,7 +95,7 @@ same_eval_losses() {
     same_eval_losses "$one" "$two"
 }
 
-@test "layer splits that do not fit are refused with the numbers (exit 1, once)" {
+@test "layer splits that do not fit are refused with the numbers (exit 1, once; PP without the ranks: exit 2)" {
     run mpi 3 "${gpt[@]}" --pipeline-model-parallel-size 3
     assert_failure 1
     [ "$(grep -c '^mc-train: error:' <<<"$output")" -eq 1 ]
@@ -107,7 +107,7 @@ same_eval_losses() {
         --decoder-last-pipeline-num-layers 1
     assert_success
     run "$MC_TRAIN" "${gpt[@]}" --pipeline-model-parallel-size 2
-    assert_failure 1
+    assert_failure 2
     assert_output --partial "--pipeline-model-parallel-size 2 needs a multiple of 2 ranks and this is one process"
     run "$MC_TRAIN" "${gpt[@]}" --decoder-last-pipeline-num-layers 2
     assert_failure

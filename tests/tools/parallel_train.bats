@@ -120,7 +120,7 @@ equivalent() {
     diff <(grep -o '"grad-norm": [^,}]*' one.jsonl) <(grep -o '"grad-norm": [^,}]*' overlap.jsonl)
 }
 
-@test "a grid that does not fit the model is refused before any work: one message, numbers, exit 1" {
+@test "a grid that does not fit the model is refused before any work: one message, numbers, exit 1 (a world the sizes do not divide: exit 2)" {
     # 4 heads over TP=3
     run mpi 3 "${gpt[@]}" --tensor-model-parallel-size 3
     assert_failure 1
@@ -139,12 +139,12 @@ equivalent() {
     assert_output --partial "--global-batch-size 4 is not a multiple of --micro-batch-size 1 x data-parallel size 3 = 3"
     # 3 ranks do not divide into TP=2
     run mpi 3 "${gpt[@]}" --tensor-model-parallel-size 2
-    assert_failure 1
+    assert_failure 2
     [ "$(grep -c '^mc-train: error:' <<<"$output")" -eq 1 ]
     assert_output --partial "3 ranks do not divide into tensor-parallel 2"
     # TP without a launcher
     run "$MC_TRAIN" "${gpt[@]}" --tensor-model-parallel-size 2
-    assert_failure 1
+    assert_failure 2
     assert_output --partial "--tensor-model-parallel-size 2 needs a multiple of 2 ranks"
 }
 

@@ -8,7 +8,12 @@
 # final checkpoints (parameters and Adam's moments) bit for bit. Memory is
 # asserted on mc's own accounting, the "activations (stage S)" line (kept
 # bytes per micro-batch, recomputation workspace, scratch), which must also
-# equal what --dry-run plans. Bad settings: one line, exit 2, nothing done.
+# equal what --dry-run plans. Under context parallelism (p2p and a2a)
+# the recomputed attention replays the ring or the all-to-all; with
+# mixtures of experts the recomputed block replays the routing (top-k,
+# capacity drops, expert bias), EP's exchanges and nothing of the
+# balancing losses (counted once): 20 iterations there, byte for byte too.
+# Bad settings: one line, exit 2, nothing done.
 
 bats_require_minimum_version 1.5.0
 load common
@@ -213,10 +218,10 @@ bits_equal() {
     bad "--recompute-num-layers 3 is more than the 2 layers of model chunk 0 of pipeline stage 0" \
         --recompute-granularity full --recompute-method block --recompute-num-layers 3 \
         --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
-    bad "--recompute-modules: unknown module 'attention' (choose from core_attn, layernorm, mlp, mlp_act, attn_proj)" \
+    bad "--recompute-modules: unknown module 'attention' (choose from core_attn, layernorm, mlp, mlp_act, attn_proj, moe, moe_act, shared_experts)" \
         --recompute-granularity selective --recompute-modules attention
-    bad "--recompute-modules moe: mc's layers have no mixture-of-experts MLP" \
-        --recompute-granularity selective --recompute-modules core_attn moe
+    bad "--recompute-modules gdp_qkv: mc's layers have no gated delta product" \
+        --recompute-granularity selective --recompute-modules core_attn gdp_qkv
     bad "--recompute-modules mla_up_proj: mc's attention has no multi-latent attention" \
         --recompute-granularity selective --recompute-modules mla_up_proj
     bad "--recompute-method and --recompute-num-layers need --recompute-granularity full" \
@@ -232,12 +237,129 @@ bits_equal() {
     bad "--recompute-granularity: expected full or selective, got 'partial'" \
         --recompute-granularity partial
     bad "--recompute-num-layers" "${full[@]}" --recompute-num-layers 0
-    # not implemented yet beside mixture of experts and context parallelism
-    bad "--recompute-granularity with --num-experts: recomputation of mixture-of-experts models is not implemented yet" \
-        --recompute-granularity selective --num-experts 4
-    bad "--recompute-granularity with --context-parallel-size 2: recomputation under context parallelism is not implemented yet" \
-        "${full[@]}" --recompute-num-layers 1 --context-parallel-size 2
+    # beside mixture of experts, per chunk of each stage as for dense layers
+    bad "--recompute-num-layers 4 is more than the 3 layers of pipeline stage 0" \
+        "${full[@]}" --recompute-num-layers 4 --num-layers 6 --pipeline-model-parallel-size 2 \
+        --num-experts 4
     # --dry-run checks the same, before planning
     bad "--recompute-num-layers 6 is more than the 5 layers of pipeline stage 0" \
         "${full[@]}" --recompute-num-layers 6 --dry-run
+}
+
+# 20 iterations of 4 sequences in micro-batches of 1 (2 with DP=2)
+long=(--seq-length 16 --micro-batch-size 1 --global-batch-size 4 --threads 1 --lr 1e-3
+      --eval-iters 0 --mock-data --vocab-size 64 --make-vocab-size-divisible-by 16
+      --train-iters 20 --lr-warmup-iters 2)
+
+# same_runs N MODEL-ARRAY-NAME SETTING...: each setting against none on N
+# ranks (N = 1: one process), --log-json byte for byte (losses, balancing
+# losses, z-losses, grad norms: 20 lines), final checkpoints bit for bit.
+same_runs() {
+    local n=$1
+    local -n mm=$2
+    shift 2
+    local cmd=("$MC_TRAIN")
+    [ "$n" = 1 ] || cmd=(mpi "$n")
+    local h5=1
+    "$MC_PYTHON" -c 'import h5py' 2>/dev/null || h5=0
+    rm -rf ref ref.jsonl
+    run -0 "${cmd[@]}" "${mm[@]}" --log-json ref.jsonl --save ref
+    [ "$(wc -l <ref.jsonl)" -eq 20 ]
+    local k=0
+    for s in "$@"; do
+        rm -rf "r$k" "r$k.jsonl"
+        # shellcheck disable=SC2086
+        run -0 "${cmd[@]}" "${mm[@]}" $s --log-json "r$k.jsonl" --save "r$k"
+        cmp ref.jsonl "r$k.jsonl" || { echo "differs: $s"; false; }
+        if [ $h5 = 1 ]; then
+            same_bits ref/iter_0000020/model.h5 "r$k/iter_0000020/model.h5" >&3
+        fi
+        k=$((k + 1))
+    done
+    [ $h5 = 1 ] || echo "# weights not compared: no h5py in $MC_PYTHON" >&3
+}
+
+@test "recompute: CP=2 ring (p2p) and all-to-all (a2a), Llama with packed documents, and CP=2 x interleaved PP=2: 20 iterations bit for bit" {
+    mpi_setup
+    local cpl=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --num-layers 4
+               "${long[@]}" --reset-position-ids --reset-attention-mask --eod-mask-loss
+               --context-parallel-size 2)
+    local cpa=("${cpl[@]}" --cp-comm-type a2a)
+    local s3=("--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+              "--recompute-granularity full --recompute-method block --recompute-num-layers 1"
+              "--recompute-granularity selective --recompute-modules core_attn layernorm mlp")
+    same_runs 2 cpl "${s3[@]}"
+    same_runs 2 cpa "${s3[@]}"
+    # the interleaved schedule: several micro-batches in flight, each
+    # recomputation replays its own ring between other chunks' work
+    local cppp=("${cpl[@]}" --global-batch-size 8 --pipeline-model-parallel-size 2
+                --num-layers-per-virtual-pipeline-stage 1)
+    same_runs 4 cppp "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1" \
+        "--recompute-granularity selective --recompute-modules core_attn"
+}
+
+# A MoE Llama of 3 layers (MoE, dense, MoE: --moe-layer-freq 2) with a
+# shared expert, top-2 of 4 experts, a capacity factor that drops tokens,
+# aux and z losses: every recomputation setting and module.
+moe_rc=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --num-layers 3
+        "${long[@]}" --num-experts 4 --moe-ffn-hidden-size 32 --moe-layer-freq 2
+        --moe-shared-expert-intermediate-size 16 --moe-aux-loss-coeff 1e-2
+        --moe-z-loss-coeff 1e-3 --moe-expert-capacity-factor 1.0)
+moe_settings=(
+    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+    "--recompute-granularity full --recompute-method block --recompute-num-layers 2"
+    "--recompute-granularity selective --recompute-modules moe"
+    "--recompute-granularity selective --recompute-modules moe_act shared_experts layernorm"
+    "--recompute-granularity selective --recompute-modules core_attn mlp"
+    # mc's modules beside the experts': attn_proj on every layer, mlp_act on the dense one
+    "--recompute-granularity selective --recompute-modules layernorm attn_proj mlp_act moe_act shared_experts"
+)
+
+@test "recompute: MoE in one process (capacity drops, shared expert, aux and z losses), every setting and module, and sigmoid routing with the expert bias: 20 iterations bit for bit" {
+    same_runs 1 moe_rc "${moe_settings[@]}"
+    # the balancing losses are on every line, counted once
+    grep -q '"load_balancing_loss": ' ref.jsonl && grep -q '"z_loss": ' ref.jsonl
+    # the expert bias at that iteration: the replayed routing chooses alike
+    local bias=("${moe_rc[@]}" --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+                --moe-router-bias-update-rate 1e-2 --moe-token-drop-policy position)
+    same_runs 1 bias "--recompute-granularity full --recompute-method uniform --recompute-num-layers 3" \
+        "--recompute-granularity selective --recompute-modules moe"
+}
+
+@test "recompute: MoE at EP=2 (alltoall with a capacity factor, allgather padded) and EP=2 x CP=2: the exchanges replayed, 20 iterations bit for bit" {
+    mpi_setup
+    local ep=("${moe_rc[@]}" --expert-model-parallel-size 2)
+    local epag=("${moe_rc[@]}" --expert-model-parallel-size 2 --moe-token-dispatcher-type allgather
+                --moe-pad-expert-input-to-capacity)
+    local epcp=("${moe_rc[@]}" --expert-model-parallel-size 2 --context-parallel-size 2)
+    same_runs 2 ep "${moe_settings[@]}"
+    same_runs 2 epag "${moe_settings[0]}" "${moe_settings[3]}"
+    same_runs 4 epcp "${moe_settings[1]}" "${moe_settings[3]}"
+}
+
+@test "recompute: MoE, --dry-run plans the kept, workspace and scratch bytes each setting allocates" {
+    local m=("${moe_rc[@]}" --train-iters 1 --lr-warmup-iters 0)
+    local s
+    for s in "" "${moe_settings[@]}"; do
+        # shellcheck disable=SC2086
+        run -0 "$MC_TRAIN" "${m[@]}" $s
+        local got
+        got=$(grep -o '^activations (stage 0): .* scratch' <<<"$output" | sed 's/.*= 1 x //')
+        # shellcheck disable=SC2086
+        run -0 "$MC_TRAIN" "${m[@]}" $s --dry-run
+        [ -n "$got" ] && [[ "$output" == *"in flight x $got + 0 pipeline buffer"* ]] ||
+            { echo "run: $got"; grep '^  activations: ' <<<"$output"; false; }
+    done
+    # the whole block recomputed keeps less than its activation alone
+    run -0 "$MC_TRAIN" "${m[@]}" --recompute-granularity selective --recompute-modules moe
+    local moe
+    moe=$(awk '/^activations \(stage 0\)/ { print $9; exit }' <<<"$output")
+    run -0 "$MC_TRAIN" "${m[@]}" --recompute-granularity selective --recompute-modules moe_act
+    local act
+    act=$(awk '/^activations \(stage 0\)/ { print $9; exit }' <<<"$output")
+    run -0 "$MC_TRAIN" "${m[@]}"
+    local none
+    none=$(awk '/^activations \(stage 0\)/ { print $9; exit }' <<<"$output")
+    [ "$moe" -lt "$act" ] && [ "$act" -lt "$none" ]
 }

@@ -43,12 +43,21 @@ serve() {
 # serve_tp ARGS...: serve on 2 tensor-parallel ranks under mpirun (SPID is
 # timeout's, which passes a signal on to mpirun and so to the ranks)
 serve_tp() {
+    serve_grid 2 --tensor-model-parallel-size 2 "$@"
+}
+
+# serve_grid N ARGS...: serve on N ranks under mpirun, ARGS giving the grid
+# (--tensor-model-parallel-size, --expert-model-parallel-size); SPID as
+# serve_tp's
+serve_grid() {
+    local n=$1
+    shift
     mkfifo url.fifo
     # (the sanitizer build's ranks: no LeakSanitizer, tests/sanitizers/env.sh)
     env --default-signal=TERM,INT ${MC_MPI_ASAN_OPTIONS:+"ASAN_OPTIONS=$MC_MPI_ASAN_OPTIONS"} \
         timeout -k 5 600 "$MPIRUN" --oversubscribe --bind-to none \
-        --mca btl self,vader -np 2 "$MC_SERVE" "$G" --port 0 --threads 1 \
-        --tensor-model-parallel-size 2 "$@" > url.fifo 2> serve.log &
+        --mca btl self,vader -np "$n" "$MC_SERVE" "$G" --port 0 --threads 1 \
+        "$@" > url.fifo 2> serve.log &
     SPID=$!
     serve_url
 }

@@ -41,6 +41,7 @@ enum {
     OPT_BF16,
     OPT_WEIGHTS,
     OPT_TP,
+    OPT_EP,
     OPT_PP,
     OPT_DIST_TIMEOUT,
     OPT_DATA_PATH,
@@ -90,7 +91,12 @@ static const mc_option options[] = {
     {"device", MC_OPT_REQUIRED, OPT_DEVICE, "DEV",
      "cpu (the only one yet: the inference kernels have no CUDA version)."},
     {"tensor-model-parallel-size", MC_OPT_REQUIRED, OPT_TP, "N",
-     "Under mpirun or srun: ranks that split each layer (1); the world must be N ranks."},
+     "Under mpirun or srun: ranks that split each layer (1); the world must be N x "
+     "--expert-model-parallel-size ranks."},
+    {"expert-model-parallel-size", MC_OPT_REQUIRED, OPT_EP, "N",
+     "Under mpirun or srun, a mixture of experts: split the experts over N copies of the "
+     "tensor-parallel group, which run the same tokens (1); the number of experts must be "
+     "divisible by N."},
     {"pipeline-model-parallel-size", MC_OPT_REQUIRED, OPT_PP, "N",
      "Accepted for Megatron's scripts; only 1 (evaluation does not run a pipeline)."},
     {"distributed-timeout-minutes", MC_OPT_REQUIRED, OPT_DIST_TIMEOUT, "MIN",
@@ -159,7 +165,7 @@ static const mc_option options[] = {
 
 typedef struct args {
     mc_eval_config e;
-    int64_t tp, pp;
+    int64_t tp, ep, pp;
     const char *device;
     double dist_timeout;
     mc_buf tasks;   /* mc_eval_task, names malloc'd */
@@ -192,6 +198,9 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_DEVICE: a->device = arg; break;
         case OPT_TP:
             st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 4096, &a->tp, err);
+            break;
+        case OPT_EP:
+            st = mc_parse_i64("--expert-model-parallel-size", arg, 1, 4096, &a->ep, err);
             break;
         case OPT_PP:
             st = mc_parse_i64("--pipeline-model-parallel-size", arg, 1, 4096, &a->pp, err);
@@ -474,7 +483,7 @@ int main(int argc, char **argv)
     mc_cli cli;
     args a;
     memset(&a, 0, sizeof a);
-    a.tp = a.pp = 1;
+    a.tp = a.ep = a.pp = 1;
     mc_eval_config_init(&a.e);
     mc_grid grid;
     mc_grid_single(&grid);
@@ -489,7 +498,8 @@ int main(int argc, char **argv)
                                "perplexity of a dataset or a text file, lm-evaluation-harness "
                                "tasks from local JSONL files, and text generation. Prints one "
                                "JSON document with every metric; human lines go to stderr. "
-                               "Under mpirun or srun, runs on --tensor-model-parallel-size ranks.",
+                               "Under mpirun or srun, runs on --tensor-model-parallel-size x "
+                               "--expert-model-parallel-size ranks.",
                                options, argc, argv, &err);
     int exit_now = 0;
     if (!st) st = parse_args(&cli, &a, &exit_now, &err);
@@ -501,7 +511,8 @@ int main(int argc, char **argv)
 
     /* The grid: under an MPI launcher every rank starts MPI even after a
      * usage error, so that rank 0 alone reports it. */
-    st = mc_grid_init_tp_group(&argc, &argv, st, a.tp, "evaluation", &grid, &grid_error, &err);
+    st = mc_grid_init_tp_group(&argc, &argv, st, a.tp, a.ep, "evaluation", &grid, &grid_error,
+                               &err);
     if (!st) st = mc_backend_cpu_check_env(&err);
     if (st) goto fail;
     if (a.dist_timeout > 0 && (st = mc_grid_set_timeout(&grid, a.dist_timeout, PROG, &err)))
@@ -524,7 +535,10 @@ int main(int argc, char **argv)
     if (say && !a.quiet)
         mc_log_info(&lg, "%s: iteration %" PRId64 ", %" PRId64 " parameters, context %d%s",
                     info->checkpoint, info->iteration, info->parameters, info->ctx,
-                    grid.world > 1 ? ", tensor parallel" : "");
+                    grid.tp > 1 && grid.ep > 1 ? ", tensor and expert parallel"
+                    : grid.ep > 1              ? ", expert parallel"
+                    : grid.world > 1           ? ", tensor parallel"
+                                               : "");
     if (say && !a.quiet && info->note) mc_log_info(&lg, "note: %s", info->note);
 
     if (a.e.data_path || a.e.text_file) st = do_perplexity(ev, &a, &lg, say, &err);

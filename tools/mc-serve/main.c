@@ -55,6 +55,7 @@ enum {
     OPT_CHAT,
     OPT_SEED,
     OPT_TP,
+    OPT_EP,
     OPT_NO_VERIFY,
     OPT_QUIET
 };
@@ -85,8 +86,12 @@ static const mc_option options[] = {
      "Chat template for /v1/chat/completions: a Jinja file or a tokenizer_config.json."},
     {"seed", MC_OPT_REQUIRED, OPT_SEED, "N", "Seed of the draws of requests without one (1234)."},
     {"tensor-model-parallel-size", MC_OPT_REQUIRED, OPT_TP, "N",
-     "Under mpirun or srun: ranks that split each layer (1); the world must be N ranks. Rank 0 "
-     "serves HTTP and drives every step."},
+     "Under mpirun or srun: ranks that split each layer (1); the world must be N x "
+     "--expert-model-parallel-size ranks. Rank 0 serves HTTP and drives every step."},
+    {"expert-model-parallel-size", MC_OPT_REQUIRED, OPT_EP, "N",
+     "Under mpirun or srun, a mixture of experts: split the experts over N copies of the "
+     "tensor-parallel group, which run the same steps (1); the number of experts must be "
+     "divisible by N."},
     {"no-verify", MC_OPT_NONE, OPT_NO_VERIFY, NULL,
      "Do not check the checkpoint's files against its checksums.xxh128 manifest."},
     {"quiet", MC_OPT_NONE, OPT_QUIET, NULL, "Only errors on stderr."},
@@ -102,7 +107,7 @@ typedef struct args {
     mc_serve_config c;
     const char *host;
     int port, quiet;
-    int64_t tp;
+    int64_t tp, ep;
 } args;
 
 static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
@@ -140,6 +145,9 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_SEED: st = mc_parse_u64("--seed", arg, 0, UINT32_MAX, &c->seed, err); break;
         case OPT_TP:
             st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 4096, &a->tp, err);
+            break;
+        case OPT_EP:
+            st = mc_parse_i64("--expert-model-parallel-size", arg, 1, 4096, &a->ep, err);
             break;
         case OPT_NO_VERIFY: mc_ckpt_set_verify(0); break;
         case OPT_QUIET: a->quiet = 1; break;
@@ -336,7 +344,7 @@ int main(int argc, char **argv)
     memset(&a, 0, sizeof a);
     a.host = "127.0.0.1";
     a.port = 8080;
-    a.tp = 1;
+    a.tp = a.ep = 1;
     mc_serve_config_init(&a.c);
     /* test hooks (mc-serve(1), ENVIRONMENT) */
     a.c.hold_file = getenv("MC_TEST_SERVE_HOLD");
@@ -354,7 +362,8 @@ int main(int argc, char **argv)
                                "/v1/chat/completions, /v1/models, /health, /metrics. Prints its "
                                "URL on stdout when ready; logs go to stderr. SIGTERM or SIGINT "
                                "finishes the requests received and exits 0. Under mpirun or "
-                               "srun, runs on --tensor-model-parallel-size ranks.",
+                               "srun, runs on --tensor-model-parallel-size x "
+                               "--expert-model-parallel-size ranks.",
                                options, argc, argv, &err);
     int exit_now = 0;
     if (!st) st = parse_args(&cli, &a, &exit_now, &err);
@@ -371,7 +380,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop, &old);
     /* The grid: under an MPI launcher every rank starts MPI even after a
      * usage error, so that rank 0 alone reports it. */
-    st = mc_grid_init_tp_group(&argc, &argv, st, a.tp, "mc-serve", &grid, &grid_error, &err);
+    st = mc_grid_init_tp_group(&argc, &argv, st, a.tp, a.ep, "mc-serve", &grid, &grid_error, &err);
     if (st) goto fail;
     a.c.grid = &grid;
     int lead = grid.rank == 0;
@@ -411,7 +420,10 @@ int main(int argc, char **argv)
                     : info->weights == MC_KV_WEIGHTS_BF16 ? "bf16"
                                                           : "fp32",
                     info->blocks, info->block_size, info->chat ? ", chat template" : "",
-                    grid.world > 1 ? ", tensor parallel" : "");
+                    grid.tp > 1 && grid.ep > 1 ? ", tensor and expert parallel"
+                    : grid.ep > 1              ? ", expert parallel"
+                    : grid.world > 1           ? ", tensor parallel"
+                                               : "");
         mc_log_info(&lg, "listening on %s", url);
     }
     printf("%s\n", url);

@@ -438,7 +438,8 @@ static const mc_option options[] = {
     {"recompute-num-layers", MC_OPT_REQUIRED, OPT_RECOMPUTE_NUM_LAYERS, "N",
      "Full recomputation: the layers of a group (uniform) or of a stage (block)."},
     {"recompute-modules", MC_OPT_REQUIRED, OPT_RECOMPUTE_MODULES, "M...",
-     "Selective recomputation: any of core_attn, layernorm, mlp, mlp_act, attn_proj "
+     "Selective recomputation: any of core_attn, layernorm, mlp, mlp_act, attn_proj, moe, "
+     "moe_act, shared_experts "
      "(core_attn)."},
     {"recompute-activations", MC_OPT_NONE, OPT_RECOMPUTE_ACTIVATIONS, NULL,
      "Megatron's shorthand for --recompute-granularity selective."},
@@ -1164,12 +1165,6 @@ static mc_status check_args(args *a, mc_error *err)
                             "--context-parallel-size %" PRId64 " with --device cuda: context "
                             "parallelism runs on the CPU backend only",
                             a->cp);
-    if (a->ep > 1 && a->cp > 1)
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--expert-model-parallel-size %" PRId64
-                            " with --context-parallel-size: MoE under context parallelism is "
-                            "not implemented",
-                            a->ep);
     if (a->moe_set && !(a->moe_set & 1u) && !a->use_ckpt_args)
         return mc_error_set(err, MC_ERR_USAGE, "the --moe-* options need --num-experts");
     if (t->overlap_param_gather && !t->use_distributed_optimizer)
@@ -1366,7 +1361,7 @@ int main(int argc, char **argv)
      * read) are printed by rank 0 alone and every rank leaves with the same
      * status; an error of one rank alone aborts the job (mc_grid_fail). */
     int agreed = 1;
-    int grid_error = 0; /* the grid or the configuration across ranks: exit 1 */
+    int grid_error = 0; /* MPI, or the configuration across ranks: exit 1 */
 
     mc_status st = mc_cli_init(&cli, PROG, "[OPTION]...",
                                "Train a GPT- or Llama-family language model as Megatron-LM does. "
@@ -1391,11 +1386,6 @@ int main(int argc, char **argv)
     if (!st) st = check_ep(&a, &mcfg, &err);
     /* recomputation against the stages' layers: before any work */
     if (!st) st = mc_model_check_recompute(&mcfg, (int)a.pp, &err);
-    if (!st && mcfg.recompute_granularity != MC_RECOMPUTE_NONE && a.cp > 1)
-        st = mc_error_set(&err, MC_ERR_USAGE,
-                          "--recompute-granularity with --context-parallel-size %" PRId64
-                          ": recomputation under context parallelism is not implemented yet",
-                          a.cp);
     if (!st && a.dry_run) {
         if (!(st = dry_run(&a, &mcfg, &err))) {
             rc = 0;
@@ -1410,7 +1400,9 @@ int main(int argc, char **argv)
         mc_error gerr;
         mc_status gst = mc_grid_init_mpi(&argc, &argv, st ? 1 : (int)a.tp, st ? 1 : (int)a.pp,
                                          st ? 1 : (int)a.cp, st ? 1 : (int)a.ep, &grid, &gerr);
-        if (!st && gst) err = gerr, st = gst, grid_error = 1;
+        /* a world the sizes do not divide is bad usage (exit 2, issue 13);
+         * MPI's own failures are the grid's (exit 1) */
+        if (!st && gst) err = gerr, st = gst, grid_error = gst != MC_ERR_USAGE;
     } else if (!st) {
         /* one process: every parallel size must be 1; the first that is not is refused */
         const struct {
@@ -1427,7 +1419,6 @@ int main(int argc, char **argv)
                                   " ranks and this is one process: start it with mpirun -np N "
                                   "or srun",
                                   par[i].opt, par[i].n, par[i].n);
-                grid_error = 1;
             }
     }
     if (st) goto fail;
@@ -1547,7 +1538,8 @@ fail_1:
     grid_error = 1;
 fail:
     if (grid.world > 1 && !agreed) mc_error_prefix(&err, "rank %d", grid.rank);
-    /* Grid and configuration errors exit 1 (issue 4), even as usage. */
+    /* MPI's and configuration errors exit 1 (issue 4), even as usage; a
+     * world that does not fit the parallel sizes exits 2 (issue 13). */
     rc = grid_error ? 1 : mc_status_exit_code(st);
     if (grid.rank == 0 || !agreed) mc_log_fail(&lg, &err);
     if (grid.impl) mc_grid_fail(&grid, agreed);
