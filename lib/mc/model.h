@@ -164,6 +164,14 @@ enum { MC_RECOMPUTE_UNIFORM = 1, MC_RECOMPUTE_BLOCK = 2 };
  * mlp: the dense MLP block with its fused norm (Megatron Core's TE spec)
  *   keeps nothing; norm2, fc1 and the activation run again from the
  *   residual (a MoE layer is not touched: Megatron's "dense MLP");
+ * mlp_act (mc's, not Megatron's: the dense MLP's counterpart of Megatron's
+ *   moe_act, MindSpeed's --recompute-activation-function): the activation
+ *   function's output is not kept; it runs again from fc1's output (no
+ *   GEMM runs again); dense layers only, like mlp (moe_act is the experts');
+ * attn_proj (mc's, not Megatron's): the residual stream after attention
+ *   (res + the output projection linear_proj) is not kept; the projection
+ *   runs again from the attention's output (one [hidden, hidden] GEMM);
+ *   dense and MoE layers alike (the attention half is the same);
  * moe: a MoE layer's block keeps nothing but its input (the pre-MLP norm's
  *   output): the router, the dispatch (EP's exchanges too), the experts
  *   and the shared experts run again;
@@ -178,6 +186,8 @@ enum {
     MC_RECOMPUTE_MOE = 1 << 3,
     MC_RECOMPUTE_MOE_ACT = 1 << 4,
     MC_RECOMPUTE_SHARED_EXPERTS = 1 << 5,
+    MC_RECOMPUTE_MLP_ACT = 1 << 6,
+    MC_RECOMPUTE_ATTN_PROJ = 1 << 7,
 };
 /* Module name (Megatron's) -> MC_RECOMPUTE_* bit; MC_ERR_USAGE naming it
  * for a module mc's layers do not have (mla_up_proj, ...) or an unknown

@@ -24,12 +24,14 @@ enum {
     ACT_ATT = 1 << 3,  /* att, lse */
     ACT_RES2 = 1 << 4, /* res2 */
     ACT_LN2 = 1 << 5,  /* ln2 and its statistics */
-    ACT_MLP = 1 << 6,  /* fc1, act */
+    ACT_FC1 = 1 << 6,  /* fc1 */
+    ACT_ACT = 1 << 7,  /* act */
+    ACT_MLP = ACT_FC1 | ACT_ACT,
     /* a MoE layer's block instead of ACT_MLP (moe.c's MC_MOE_ACTS_*) */
-    ACT_MOE = 1 << 7,     /* the router's, the dispatch's and the experts' but: */
-    ACT_MOE_ACT = 1 << 8, /* the experts' activation output */
-    ACT_SHARED = 1 << 9,  /* the shared experts' */
-    ACT_ALL = (1 << 10) - 1,
+    ACT_MOE = 1 << 8,     /* the router's, the dispatch's and the experts' but: */
+    ACT_MOE_ACT = 1 << 9, /* the experts' activation output */
+    ACT_SHARED = 1 << 10, /* the shared experts' */
+    ACT_ALL = (1 << 11) - 1,
     ACT_MOE_ALL = ACT_MOE | ACT_MOE_ACT | ACT_SHARED,
 };
 
@@ -44,6 +46,8 @@ static unsigned dropped_by(unsigned modules, int moe)
     return (modules & MC_RECOMPUTE_CORE_ATTN ? ACT_ATT : 0u) |
            (modules & MC_RECOMPUTE_LAYERNORM ? ACT_LN1 | ACT_LN2 : 0u) |
            (!moe && (modules & MC_RECOMPUTE_MLP) ? ACT_LN2 | ACT_MLP : 0u) |
+           (!moe && (modules & MC_RECOMPUTE_MLP_ACT) ? ACT_ACT : 0u) |
+           (modules & MC_RECOMPUTE_ATTN_PROJ ? ACT_RES2 : 0u) |
            (moe && (modules & MC_RECOMPUTE_MOE) ? ACT_MOE_ALL : 0u) |
            (moe && (modules & MC_RECOMPUTE_MOE_ACT) ? ACT_MOE_ACT : 0u) |
            (moe && (modules & MC_RECOMPUTE_SHARED_EXPERTS) ? ACT_SHARED : 0u);
@@ -88,15 +92,36 @@ static void carve_layer(mc_model *m, carver *cv, mc_layer_acts *a, unsigned bits
         a->ln2_mean = ln ? carve(cv, Nl) : NULL;
         a->ln2_rstd = carve(cv, Nl);
     }
-    if (bits & ACT_MLP) {
-        a->fc1 = carve(cv, N * m->fc1_out);
-        a->act = carve(cv, N * m->Fl);
-    }
+    if (bits & ACT_FC1) a->fc1 = carve(cv, N * m->fc1_out);
+    if (bits & ACT_ACT) a->act = carve(cv, N * m->Fl);
     if (bits & ACT_MOE_ALL)
         mc_moe_layout(m, cv, a,
                       (bits & ACT_MOE ? MC_MOE_ACTS_ROUTE : 0u) |
                           (bits & ACT_MOE_ACT ? MC_MOE_ACTS_ACT : 0u) |
                           (bits & ACT_SHARED ? MC_MOE_ACTS_SHARED : 0u));
+}
+
+/* The attention backward's gradients d(att), d(q), d(k), d(v) of a dense
+ * layer: in the layer's own fc1 and act tensors (n0 and n1 floats at r0
+ * and r1), which the MLP's backward has consumed by then, each piece in
+ * the first that still has room, 64-byte aligned. Returns 0 when they do
+ * not fit (the scratch then holds them; plan.c's grads_fit is the same
+ * test). r0 and r1 NULL: only the test. */
+static int place_attn_grads(const mc_model *m, float *r0, size_t n0, float *r1, size_t n1,
+                            float **out)
+{
+    size_t nq = m->N * m->Ql * m->D, nk = m->N * m->Gl * m->D;
+    size_t sz[4] = {nq, nq, nk, nk}, cap[2] = {n0, n1}, used[2] = {0, 0};
+    float *base[2] = {r0, r1};
+    int r = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t n = (sz[i] + 15) / 16 * 16;
+        while (r < 2 && used[r] + sz[i] > cap[r]) r++;
+        if (r == 2) return 0;
+        if (out) out[i] = base[r] ? base[r] + used[r] : NULL;
+        used[r] += n;
+    }
+    return 1;
 }
 
 static void layout_acts(mc_model *m, carver *cv)
@@ -110,6 +135,7 @@ static void layout_acts(mc_model *m, carver *cv)
         mc_slot *sl = &m->slots[s];
         for (int c = 0; c < m->nchunks; c++)
             for (int l = m->cl0[c]; l < m->cl1[c]; l++) {
+                /* (the MLP's two groups are carved together, fc1 then act) */
                 int li = m->lidx[l];
                 int j = m->rc_g0[li] >= 0 ? l - m->rc_g0[li] : 0;
                 mc_layer_acts *a = &sl->acts[li];
@@ -133,7 +159,8 @@ static void layout_acts(mc_model *m, carver *cv)
         sl->pos_loc = (int32_t *)carve(cv, Nl);
     }
     size_t off_slots = cv->off;
-    m->qkv = carve(cv, N * m->qkv_out);
+    /* the forward's qkv output; in the backward d(fc1), then d(qkv) */
+    m->qkv = carve(cv, N * (m->qkv_out > m->fc1_out ? m->qkv_out : m->fc1_out));
     m->tmp = carve(cv, N * C);
     m->dres = carve(cv, Nl * C);
     m->dln = carve(cv, N * C);
@@ -148,12 +175,18 @@ static void layout_acts(mc_model *m, carver *cv)
         m->qk_g = carve(cv, 4 * D);
     }
     if (m->cfg.num_experts > 0) mc_moe_layout_scratch(m, cv);
-    m->dact = carve(cv, N * m->Fl);
-    m->dfc1 = carve(cv, N * m->fc1_out);
-    m->datt = carve(cv, N * m->Ql * D);
-    m->dq = carve(cv, N * m->Ql * D);
-    m->dk = carve(cv, N * m->Gl * D);
-    m->dv = carve(cv, N * m->Gl * D);
+    /* d(act) is made in act's place, d(fc1) in qkv's; the attention's
+     * gradients go into a dense layer's fc1 and act (place_attn_grads),
+     * here only for MoE models or where they do not fit */
+    m->attn_grads_in_layer = m->cfg.num_experts == 0 &&
+                             place_attn_grads(m, NULL, N * m->fc1_out, NULL, N * m->Fl, NULL);
+    m->datt = m->dq = m->dk = m->dv = NULL;
+    if (!m->attn_grads_in_layer) {
+        m->datt = carve(cv, N * m->Ql * D);
+        m->dq = carve(cv, N * m->Ql * D);
+        m->dk = carve(cv, N * m->Gl * D);
+        m->dv = carve(cv, N * m->Gl * D);
+    }
     m->logits = carve(cv, m->chunk_rows * (size_t)m->vl);
     m->rowmax = carve(cv, N);
     m->sumexp = carve(cv, N);
@@ -577,6 +610,15 @@ static mc_status proj_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *
     return MC_OK;
 }
 
+/* act = act_fn(fc1) */
+static void act_fwd(mc_model *m, mc_layer_acts *a)
+{
+    if (m->cfg.swiglu)
+        mc_k_swiglu_fwd(m->be, a->act, a->fc1, m->N, m->Fl);
+    else
+        mc_k_gelu_fwd(m->be, a->act, a->fc1, m->N * m->Fl);
+}
+
 /* act = act_fn(ln2 Wfc1^T + b) (ln2 gathered) */
 static mc_status fc1_act_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp,
                              mc_error *err)
@@ -586,10 +628,7 @@ static mc_status fc1_act_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_param
     TRY(tp_gather(m, a->ln2, &h, err));
     mc_k_linear_fwd(m->be, m->prec, a->fc1, h, param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w),
                     param_val(m, lp->fc1_b), N, m->C, m->fc1_out, 0.0f);
-    if (m->cfg.swiglu)
-        mc_k_swiglu_fwd(m->be, a->act, a->fc1, N, m->Fl);
-    else
-        mc_k_gelu_fwd(m->be, a->act, a->fc1, N * m->Fl);
+    act_fwd(m, a);
     return MC_OK;
 }
 
@@ -657,11 +696,16 @@ static mc_status layer_recompute_run(mc_model *m, mc_slot *sl, int l, mc_error *
     if (m->cfg.recompute_granularity != MC_RECOMPUTE_SELECTIVE) return MC_OK;
     const mc_layer_params *lp = &m->lp[l];
     mc_layer_acts *a = &sl->acts[li];
+    /* in the forward's order: each part's inputs are kept or remade first */
     unsigned drop = layer_has(lp->moe) & ~m->rc_keep[li];
     if (drop & ACT_LN1) norm1_fwd(m, a, lp);
-    if (drop & ACT_LN2) norm2_fwd(m, a, lp);
     if (drop & ACT_ATT) TRY(core_attn_fwd(m, sl, a, err));
-    if (drop & ACT_MLP) TRY(fc1_act_fwd(m, a, lp, err));
+    if (drop & ACT_RES2) TRY(proj_fwd(m, a, lp, err)); /* (its scratch is free again after) */
+    if (drop & ACT_LN2) norm2_fwd(m, a, lp);
+    if (drop & ACT_FC1)
+        TRY(fc1_act_fwd(m, a, lp, err));
+    else if (drop & ACT_ACT)
+        act_fwd(m, a);
     if (drop & ACT_MOE) /* the whole block: routing, dispatch, experts (m->tmp is free) */
         TRY(mc_moe_fwd(m, sl, l, a->ln2, m->tmp, err));
     else if (drop & (ACT_MOE_ACT | ACT_SHARED))
@@ -701,23 +745,34 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     /* MLP branch: row-parallel fc2 needs no communication backward (with
      * sequence parallelism: the gather of its output gradient). */
     TRY(tp_gather(m, m->dres, &dy, err));
-    mc_k_fill(be, m->dact, 0.0f, N * m->Fl);
-    mc_k_linear_bwd(be, pr, m->dact, param_grad(m, lp->fc2_w), param_grad(m, lp->fc2_b), dy, a->act,
+    /* fc2's weight gradient first: it is act's last reader, and act's
+     * memory then takes d(act) (the same two products as one call) */
+    mc_k_linear_bwd(be, pr, NULL, param_grad(m, lp->fc2_w), param_grad(m, lp->fc2_b), dy, a->act,
                     param_val(m, lp->fc2_w), param_prep(m, lp->fc2_w), N, m->Fl, C);
-    mc_k_fill(be, m->dfc1, 0.0f, N * m->fc1_out);
+    float *dact = a->act, *dfc1 = m->qkv; /* qkv's scratch is free until d(qkv) */
+    mc_k_fill(be, dact, 0.0f, N * m->Fl);
+    mc_k_linear_bwd(be, pr, dact, NULL, NULL, dy, NULL, param_val(m, lp->fc2_w),
+                    param_prep(m, lp->fc2_w), N, m->Fl, C);
+    mc_k_fill(be, dfc1, 0.0f, N * m->fc1_out);
     if (c->swiglu)
-        mc_k_swiglu_bwd(be, m->dfc1, m->dact, a->fc1, N, m->Fl);
+        mc_k_swiglu_bwd(be, dfc1, dact, a->fc1, N, m->Fl);
     else
-        mc_k_gelu_bwd(be, m->dfc1, m->dact, a->fc1, N * m->Fl);
+        mc_k_gelu_bwd(be, dfc1, dact, a->fc1, N * m->Fl);
     TRY(tp_gather(m, a->ln2, &x, err));
     mc_k_fill(be, m->dln, 0.0f, N * C);
-    mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b), m->dfc1, x,
+    mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b), dfc1, x,
                     param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w), N, C, m->fc1_out);
     TRY(tp_reduce(m, m->dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, err));
 
 attention:
-    /* Attention branch. */
+    /* Attention branch: its gradients in fc1's and act's memory, which
+     * nothing reads any more (place_attn_grads), or in the scratch */
+    if (m->attn_grads_in_layer) {
+        float *g[4];
+        place_attn_grads(m, a->fc1, N * m->fc1_out, a->act, N * m->Fl, g);
+        m->datt = g[0], m->dq = g[1], m->dk = g[2], m->dv = g[3];
+    }
     TRY(tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->datt, 0.0f, N * m->Ql * D);
     mc_k_linear_bwd(be, pr, m->datt, param_grad(m, lp->proj_w), param_grad(m, lp->proj_b), dy,

@@ -161,16 +161,19 @@ struct mc_model {
     unsigned *rc_wsbits; /* [rc_nws]: what workspace layer j holds (ACT_* bits) */
     int rc_replay;       /* a recomputation is running: MoE layers count no losses */
     size_t act_kept, act_ws, act_scratch; /* bytes: per slot, workspace, scratch */
-    float *qkv;                           /* [N, qkv_out] scratch; the backward's dqkv */
-    float *tmp;                           /* [N, C] row-parallel outputs before the all-reduce */
-    float *dres;                          /* [Nl, C] */
-    float *dln;                           /* [N, C] */
+    float *qkv;  /* [N, max(qkv_out, fc1_out)] scratch; the backward's d(fc1), then d(qkv) */
+    float *tmp;  /* [N, C] row-parallel outputs before the all-reduce */
+    float *dres; /* [Nl, C] */
+    float *dln;  /* [N, C] */
     /* sequence parallelism only: a gathered [N, C] input, the [tp, B, Tl, C]
      * staging of a gather or reduce-scatter, its [Nl, C] result, and the
      * partial gradient of a norm's weight and bias [2C] */
     float *gath, *sp_buf, *loc, *nrm_g;
-    float *dact, *dfc1; /* [N, Fl], [N, fc1_out] */
+    /* the attention backward's d(att), d(q), d(k), d(v): a dense layer's
+     * fc1 and act memory, set by each layer's backward (attn_grads_in_layer),
+     * or scratch of their own (MoE models, or where they do not fit) */
     float *datt, *dq, *dk, *dv;
+    int attn_grads_in_layer;
     /* --qk-layernorm: d(k before its norm) [N, Gl D], and the norms'
      * weight and bias gradients of this rank's heads [4 D] (q w, q b, k w, k b) */
     float *dkp, *qk_g;

@@ -21,6 +21,11 @@ static const struct {
     {"core_attn", MC_RECOMPUTE_CORE_ATTN, NULL},
     {"layernorm", MC_RECOMPUTE_LAYERNORM, NULL},
     {"mlp", MC_RECOMPUTE_MLP, NULL},
+    /* mc's own: the dense MLP's activation function alone (what moe_act is
+     * for the experts; MindSpeed's --recompute-activation-function) */
+    {"mlp_act", MC_RECOMPUTE_MLP_ACT, NULL},
+    /* mc's own: the residual after attention, remade by the output projection */
+    {"attn_proj", MC_RECOMPUTE_ATTN_PROJ, NULL},
     {"moe_act", MC_RECOMPUTE_MOE_ACT, NULL},
     {"moe", MC_RECOMPUTE_MOE, NULL},
     {"shared_experts", MC_RECOMPUTE_SHARED_EXPERTS, NULL},
@@ -38,13 +43,13 @@ mc_status mc_recompute_module(const char *name, unsigned *bit, mc_error *err)
         if (strcmp(name, modules[i].name)) continue;
         if (!modules[i].bit)
             return BAD("--recompute-modules %s: %s (mc recomputes core_attn, layernorm, mlp, "
-                       "moe, moe_act and shared_experts)",
+                       "mlp_act, attn_proj, moe, moe_act and shared_experts)",
                        name, modules[i].why);
         *bit = modules[i].bit;
         return MC_OK;
     }
     return BAD("--recompute-modules: unknown module '%s' (choose from core_attn, layernorm, mlp, "
-               "moe, moe_act, shared_experts)",
+               "mlp_act, attn_proj, moe, moe_act, shared_experts)",
                name);
 }
 
@@ -88,7 +93,8 @@ mc_status mc_model_recompute_finish(mc_model_config *c, mc_error *err)
         c->recompute_modules = MC_RECOMPUTE_CORE_ATTN; /* Megatron's default */
     if (c->recompute_modules &
         ~(unsigned)(MC_RECOMPUTE_CORE_ATTN | MC_RECOMPUTE_LAYERNORM | MC_RECOMPUTE_MLP |
-                    MC_RECOMPUTE_MOE | MC_RECOMPUTE_MOE_ACT | MC_RECOMPUTE_SHARED_EXPERTS))
+                    MC_RECOMPUTE_MLP_ACT | MC_RECOMPUTE_ATTN_PROJ | MC_RECOMPUTE_MOE |
+                    MC_RECOMPUTE_MOE_ACT | MC_RECOMPUTE_SHARED_EXPERTS))
         return mc_error_set(err, MC_ERR_INTERNAL, "model: recompute modules 0x%x",
                             c->recompute_modules);
     return MC_OK;

@@ -109,11 +109,13 @@ enum {
     ACT_ATT = 1 << 3,
     ACT_RES2 = 1 << 4,
     ACT_LN2 = 1 << 5,
-    ACT_MLP = 1 << 6,
-    ACT_MOE = 1 << 7,
-    ACT_MOE_ACT = 1 << 8,
-    ACT_SHARED = 1 << 9,
-    ACT_ALL = (1 << 10) - 1,
+    ACT_FC1 = 1 << 6,
+    ACT_ACT = 1 << 7,
+    ACT_MLP = ACT_FC1 | ACT_ACT,
+    ACT_MOE = 1 << 8,
+    ACT_MOE_ACT = 1 << 9,
+    ACT_SHARED = 1 << 10,
+    ACT_ALL = (1 << 11) - 1,
     ACT_MOE_ALL = ACT_MOE | ACT_MOE_ACT | ACT_SHARED,
 };
 
@@ -137,7 +139,8 @@ static double layer_bytes(const act_dims *d, unsigned bits)
     if (bits & ACT_ATT) b += carved(d->N * d->Ql * d->D) + carved(d->N * d->Ql);
     if (bits & ACT_RES2) b += carved(d->Nl * d->C);
     if (bits & ACT_LN2) b += norm;
-    if (bits & ACT_MLP) b += carved(d->N * d->fc1) + carved(d->N * d->Fl);
+    if (bits & ACT_FC1) b += carved(d->N * d->fc1);
+    if (bits & ACT_ACT) b += carved(d->N * d->Fl);
     if (bits & ACT_MOE) b += d->moe_route;
     if (bits & ACT_MOE_ACT) b += d->moe_act;
     if (bits & ACT_SHARED) b += d->moe_shared;
@@ -153,9 +156,27 @@ static unsigned dropped_by(unsigned modules, int moe)
     return (modules & MC_RECOMPUTE_CORE_ATTN ? ACT_ATT : 0u) |
            (modules & MC_RECOMPUTE_LAYERNORM ? ACT_LN1 | ACT_LN2 : 0u) |
            (!moe && (modules & MC_RECOMPUTE_MLP) ? ACT_LN2 | ACT_MLP : 0u) |
+           (!moe && (modules & MC_RECOMPUTE_MLP_ACT) ? ACT_ACT : 0u) |
+           (modules & MC_RECOMPUTE_ATTN_PROJ ? ACT_RES2 : 0u) |
            (moe && (modules & MC_RECOMPUTE_MOE) ? ACT_MOE_ALL : 0u) |
            (moe && (modules & MC_RECOMPUTE_MOE_ACT) ? ACT_MOE_ACT : 0u) |
            (moe && (modules & MC_RECOMPUTE_SHARED_EXPERTS) ? ACT_SHARED : 0u);
+}
+
+/* Whether the attention backward's four gradients fit in a dense layer's
+ * fc1 and act tensors (model.c's place_attn_grads, the same test): then
+ * they need no scratch. */
+static int attn_grads_fit(const act_dims *d)
+{
+    double nq = d->N * d->Ql * d->D, nk = d->N * d->Gl * d->D;
+    double sz[4] = {nq, nq, nk, nk}, cap[2] = {d->N * d->fc1, d->N * d->Fl}, used[2] = {0, 0};
+    int r = 0;
+    for (int i = 0; i < 4; i++) {
+        while (r < 2 && used[r] + sz[i] > cap[r]) r++;
+        if (r == 2) return 0;
+        used[r] += ceil(sz[i] / 16) * 16;
+    }
+    return 1;
 }
 
 /* Layer i of a chunk of nl layers from global layer l0 under c's
@@ -208,7 +229,9 @@ static void layers_acts(const mc_model_config *c, const act_dims *d, int l0, int
  * parallelism gathers and reduce-scatters): a full layer's proj and fc2
  * (fc2 not for a group's last layer; a MoE layer has none), with sequence
  * parallelism also the gathers of both norms' outputs (one for a MoE
- * layer); selective mlp, the gather of norm2's output. */
+ * layer); selective mlp, the gather of norm2's output (mlp_act, no GEMM:
+ * nothing); attn_proj, proj's all-reduce (with sequence parallelism its
+ * reduce-scatter). */
 typedef struct replays {
     double att, moe, tp;
 } replays;
@@ -227,7 +250,8 @@ static void stage_replays(const mc_model_config *c, int l0, int nl, int sp, repl
         }
         r->att += !!(drop & ACT_ATT);
         r->moe += !!(drop & ACT_MOE);
-        r->tp += sp && (drop & ACT_MLP);
+        r->tp += sp && (drop & ACT_FC1); /* mlp: norm2's output gathered for fc1 */
+        r->tp += !!(drop & ACT_RES2);    /* attn_proj: proj's sum (or scatter) */
     }
 }
 
@@ -276,9 +300,13 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int c
     layers_acts(c, &d, first_layer, nl, &layers, &ws);
     double slot = layers + carved(Nl * C) + 4 * carved(N) + carved(Nl);
     if (last) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
-    double shared = carved(N * qkv) + carved(N * C) + carved(Nl * C) + carved(N * C) +
-                    carved(N * Fl) + carved(N * fc1) + 2 * carved(N * Ql * D) +
-                    2 * carved(N * Gl * D) + carved(chunk * vl) + 4 * carved(N);
+    /* model.c's scratch: qkv (also d(fc1): d(act) is made in act's place),
+     * tmp, dres, dln, the attention's gradients unless they fit in a dense
+     * layer's fc1 and act, the head's logits chunk and row statistics */
+    double shared = carved(N * (qkv > fc1 ? qkv : fc1)) + carved(N * C) + carved(Nl * C) +
+                    carved(N * C) + carved(chunk * vl) + 4 * carved(N);
+    if (c->num_experts > 0 || !attn_grads_fit(&d))
+        shared += 2 * carved(N * Ql * D) + 2 * carved(N * Gl * D);
     if (sp) shared += 2 * carved(N * C) + carved(Nl * C) + carved(2 * C);
     if (c->qk_layernorm) shared += carved(N * Gl * D) + carved(4 * D);
     shared += moe_scratch;

@@ -125,6 +125,14 @@ same() {
                --recompute-modules mlp core_attn)
     mpi 2 "${args[@]}" "${sel[@]}" --log-comm
     same tp tensor-parallel 2 "${args[@]}" "${sel[@]}"
+    # mc's attn_proj replays proj's all-reduce (under SP its reduce-scatter);
+    # mlp_act replays nothing (no GEMM)
+    local cheap=(--tensor-model-parallel-size 2 --recompute-granularity selective
+                 --recompute-modules layernorm mlp_act attn_proj)
+    mpi 2 "${args[@]}" "${cheap[@]}" --log-comm
+    same tp tensor-parallel 2 "${args[@]}" "${cheap[@]}"
+    mpi 2 "${args[@]}" "${cheap[@]}" --sequence-parallel --log-comm
+    same tp tensor-parallel 2 "${args[@]}" "${cheap[@]}" --sequence-parallel
 }
 
 @test "log-comm: expert parallelism EP=2 x DP=2: the MoE dispatch (all-to-all, allgather) and the experts' reduction are the dry run's" {

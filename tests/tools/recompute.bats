@@ -36,6 +36,8 @@ settings=(
     "--recompute-activations --recompute-modules layernorm"
     "--recompute-granularity selective --recompute-modules mlp"
     "--recompute-granularity selective --recompute-modules core_attn layernorm mlp"
+    "--recompute-granularity selective --recompute-modules layernorm mlp_act attn_proj"
+    "--recompute-granularity selective --recompute-modules core_attn attn_proj mlp"
 )
 
 setup() { cd "$BATS_TEST_TMPDIR"; }
@@ -124,6 +126,11 @@ bits_equal() {
     # selective core_attn drops the attention output and log-sum-exp: per
     # layer [N, C] + [N, heads] floats, N = 2 x 64, C = 64, 4 heads (64-byte padded)
     [ $(( none - sel )) -eq $(( 5 * (2 * 64 * 64 * 4 + 2 * 64 * 4 * 4) )) ]
+    # layernorm mlp_act attn_proj (mc's modules) drops both norms' outputs
+    # and statistics, the residual after attention and the activation's
+    # output: per layer 3 [N, C] + 4 [N] + [N, 4C] floats
+    sa=$(field recomputegranularityselectiverecomputemoduleslayernormmlp_actattn_proj.txt kept)
+    [ $(( none - sa )) -eq $(( 5 * (3 * 128 * 64 * 4 + 4 * 128 * 4 + 128 * 256 * 4) )) ]
     # every setting has less in all (the scratch is the same)
     for t in ${f}*.txt recomputegranularityselective*.txt; do
         [ "$(field "$t" bytes)" -lt "$(field none.txt bytes)" ] || [ "$t" = "${f}uniformrecomputenumlayers5.txt" ]
@@ -211,7 +218,7 @@ bits_equal() {
     bad "--recompute-num-layers 3 is more than the 2 layers of model chunk 0 of pipeline stage 0" \
         --recompute-granularity full --recompute-method block --recompute-num-layers 3 \
         --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
-    bad "--recompute-modules: unknown module 'attention' (choose from core_attn, layernorm, mlp, moe, moe_act, shared_experts)" \
+    bad "--recompute-modules: unknown module 'attention' (choose from core_attn, layernorm, mlp, mlp_act, attn_proj, moe, moe_act, shared_experts)" \
         --recompute-granularity selective --recompute-modules attention
     bad "--recompute-modules gdp_qkv: mc's layers have no gated delta product" \
         --recompute-granularity selective --recompute-modules core_attn gdp_qkv
@@ -305,6 +312,8 @@ moe_settings=(
     "--recompute-granularity selective --recompute-modules moe"
     "--recompute-granularity selective --recompute-modules moe_act shared_experts layernorm"
     "--recompute-granularity selective --recompute-modules core_attn mlp"
+    # mc's modules beside the experts': attn_proj on every layer, mlp_act on the dense one
+    "--recompute-granularity selective --recompute-modules layernorm attn_proj mlp_act moe_act shared_experts"
 )
 
 @test "recompute: MoE in one process (capacity drops, shared expert, aux and z losses), every setting and module, and sigmoid routing with the expert bias: 20 iterations bit for bit" {

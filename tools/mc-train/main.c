@@ -438,7 +438,8 @@ static const mc_option options[] = {
     {"recompute-num-layers", MC_OPT_REQUIRED, OPT_RECOMPUTE_NUM_LAYERS, "N",
      "Full recomputation: the layers of a group (uniform) or of a stage (block)."},
     {"recompute-modules", MC_OPT_REQUIRED, OPT_RECOMPUTE_MODULES, "M...",
-     "Selective recomputation: any of core_attn, layernorm, mlp, moe, moe_act, shared_experts "
+     "Selective recomputation: any of core_attn, layernorm, mlp, mlp_act, attn_proj, moe, "
+     "moe_act, shared_experts "
      "(core_attn)."},
     {"recompute-activations", MC_OPT_NONE, OPT_RECOMPUTE_ACTIVATIONS, NULL,
      "Megatron's shorthand for --recompute-granularity selective."},
