@@ -193,6 +193,31 @@ enum {
  * for a module mc's layers do not have (mla_up_proj, ...) or an unknown
  * name. */
 mc_status mc_recompute_module(const char *name, unsigned *bit, mc_error *err);
+/* The groups of a layer's saved activations, each carved together
+ * (model.c) and counted together (plan.c's --dry-run plan). */
+enum {
+    MC_ACT_RES = 1 << 0,  /* res, the layer's input */
+    MC_ACT_LN1 = 1 << 1,  /* ln1 and its statistics */
+    MC_ACT_QKV = 1 << 2,  /* q, k, v */
+    MC_ACT_ATT = 1 << 3,  /* att, lse */
+    MC_ACT_RES2 = 1 << 4, /* res2 */
+    MC_ACT_LN2 = 1 << 5,  /* ln2 and its statistics */
+    MC_ACT_FC1 = 1 << 6,  /* fc1 */
+    MC_ACT_ACT = 1 << 7,  /* act */
+    MC_ACT_MLP = MC_ACT_FC1 | MC_ACT_ACT,
+    /* a MoE layer's block instead of MC_ACT_MLP (moe.c's MC_MOE_ACTS_*) */
+    MC_ACT_MOE = 1 << 8,     /* the router's, the dispatch's and the experts' but: */
+    MC_ACT_MOE_ACT = 1 << 9, /* the experts' activation output */
+    MC_ACT_SHARED = 1 << 10, /* the shared experts' */
+    MC_ACT_ALL = (1 << 11) - 1,
+    MC_ACT_MOE_ALL = MC_ACT_MOE | MC_ACT_MOE_ACT | MC_ACT_SHARED,
+};
+/* The MC_ACT_* groups a MoE (moe != 0) or a dense layer has. */
+unsigned mc_recompute_layer_has(int moe);
+/* What selective recomputation of `modules` (MC_RECOMPUTE_* bits) does not
+ * keep of a MoE or a dense layer (mlp and mlp_act are a dense layer's;
+ * moe, moe_act and shared_experts a MoE layer's). */
+unsigned mc_recompute_dropped(unsigned modules, int moe);
 /* The setting in words ("full uniform 2", "selective core_attn,mlp",
  * "none") into buf. */
 void mc_recompute_describe(const mc_model_config *c, char *buf, size_t n);

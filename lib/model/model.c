@@ -17,42 +17,6 @@
 
 /* What a layer keeps for its backward, by groups of mc_layer_acts's
  * tensors (mc_model.rc_keep); the rest lives in a workspace layer. */
-enum {
-    ACT_RES = 1 << 0,  /* res, the layer's input */
-    ACT_LN1 = 1 << 1,  /* ln1 and its statistics */
-    ACT_QKV = 1 << 2,  /* q, k, v */
-    ACT_ATT = 1 << 3,  /* att, lse */
-    ACT_RES2 = 1 << 4, /* res2 */
-    ACT_LN2 = 1 << 5,  /* ln2 and its statistics */
-    ACT_FC1 = 1 << 6,  /* fc1 */
-    ACT_ACT = 1 << 7,  /* act */
-    ACT_MLP = ACT_FC1 | ACT_ACT,
-    /* a MoE layer's block instead of ACT_MLP (moe.c's MC_MOE_ACTS_*) */
-    ACT_MOE = 1 << 8,     /* the router's, the dispatch's and the experts' but: */
-    ACT_MOE_ACT = 1 << 9, /* the experts' activation output */
-    ACT_SHARED = 1 << 10, /* the shared experts' */
-    ACT_ALL = (1 << 11) - 1,
-    ACT_MOE_ALL = ACT_MOE | ACT_MOE_ACT | ACT_SHARED,
-};
-
-/* The tensors a MoE or a dense layer has. */
-static unsigned layer_has(int moe) { return ACT_ALL & ~(moe ? ACT_MLP : ACT_MOE_ALL); }
-
-/* What selective recomputation of `modules` does not keep of a MoE or a
- * dense layer (mlp is Megatron's dense MLP; moe, moe_act and
- * shared_experts are a MoE layer's). */
-static unsigned dropped_by(unsigned modules, int moe)
-{
-    return (modules & MC_RECOMPUTE_CORE_ATTN ? ACT_ATT : 0u) |
-           (modules & MC_RECOMPUTE_LAYERNORM ? ACT_LN1 | ACT_LN2 : 0u) |
-           (!moe && (modules & MC_RECOMPUTE_MLP) ? ACT_LN2 | ACT_MLP : 0u) |
-           (!moe && (modules & MC_RECOMPUTE_MLP_ACT) ? ACT_ACT : 0u) |
-           (modules & MC_RECOMPUTE_ATTN_PROJ ? ACT_RES2 : 0u) |
-           (moe && (modules & MC_RECOMPUTE_MOE) ? ACT_MOE_ALL : 0u) |
-           (moe && (modules & MC_RECOMPUTE_MOE_ACT) ? ACT_MOE_ACT : 0u) |
-           (moe && (modules & MC_RECOMPUTE_SHARED_EXPERTS) ? ACT_SHARED : 0u);
-}
-
 /* Layer a's tensors in `bits` carved from cv, the others those of the
  * workspace layer ws (NULL: none). */
 static void carve_layer(mc_model *m, carver *cv, mc_layer_acts *a, unsigned bits,
@@ -63,13 +27,13 @@ static void carve_layer(mc_model *m, carver *cv, mc_layer_acts *a, unsigned bits
     static const mc_layer_acts none;
     if (!ws) ws = &none;
     *a = *ws;
-    if (bits & ACT_RES) a->res = carve(cv, Nl * C);
-    if (bits & ACT_LN1) {
+    if (bits & MC_ACT_RES) a->res = carve(cv, Nl * C);
+    if (bits & MC_ACT_LN1) {
         a->ln1 = carve(cv, Nl * C);
         a->ln1_mean = ln ? carve(cv, Nl) : NULL;
         a->ln1_rstd = carve(cv, Nl);
     }
-    if (bits & ACT_QKV) {
+    if (bits & MC_ACT_QKV) {
         a->q = carve(cv, N * m->Ql * D);
         a->k = carve(cv, N * m->Gl * D);
         a->v = carve(cv, N * m->Gl * D);
@@ -82,23 +46,23 @@ static void carve_layer(mc_model *m, carver *cv, mc_layer_acts *a, unsigned bits
             a->kn_rstd = carve(cv, N * m->Gl);
         }
     }
-    if (bits & ACT_ATT) {
+    if (bits & MC_ACT_ATT) {
         a->att = carve(cv, N * m->Ql * D);
         a->lse = carve(cv, N * m->Ql);
     }
-    if (bits & ACT_RES2) a->res2 = carve(cv, Nl * C);
-    if (bits & ACT_LN2) {
+    if (bits & MC_ACT_RES2) a->res2 = carve(cv, Nl * C);
+    if (bits & MC_ACT_LN2) {
         a->ln2 = carve(cv, Nl * C);
         a->ln2_mean = ln ? carve(cv, Nl) : NULL;
         a->ln2_rstd = carve(cv, Nl);
     }
-    if (bits & ACT_FC1) a->fc1 = carve(cv, N * m->fc1_out);
-    if (bits & ACT_ACT) a->act = carve(cv, N * m->Fl);
-    if (bits & ACT_MOE_ALL)
+    if (bits & MC_ACT_FC1) a->fc1 = carve(cv, N * m->fc1_out);
+    if (bits & MC_ACT_ACT) a->act = carve(cv, N * m->Fl);
+    if (bits & MC_ACT_MOE_ALL)
         mc_moe_layout(m, cv, a,
-                      (bits & ACT_MOE ? MC_MOE_ACTS_ROUTE : 0u) |
-                          (bits & ACT_MOE_ACT ? MC_MOE_ACTS_ACT : 0u) |
-                          (bits & ACT_SHARED ? MC_MOE_ACTS_SHARED : 0u));
+                      (bits & MC_ACT_MOE ? MC_MOE_ACTS_ROUTE : 0u) |
+                          (bits & MC_ACT_MOE_ACT ? MC_MOE_ACTS_ACT : 0u) |
+                          (bits & MC_ACT_SHARED ? MC_MOE_ACTS_SHARED : 0u));
 }
 
 /* The attention backward's gradients d(att), d(q), d(k), d(v) of a dense
@@ -222,15 +186,16 @@ static mc_status plan_recompute(mc_model *m, mc_error *err)
     for (int k = 0; k < m->nchunks; k++)
         for (int l = m->cl0[k]; l < m->cl1[k]; l++) {
             int li = m->lidx[l], i = l - m->cl0[k], j = 0;
-            unsigned has = layer_has(m->lp[l].moe);
+            unsigned has = mc_recompute_layer_has(m->lp[l].moe);
             m->rc_g0[li] = m->rc_g1[li] = -1;
-            m->rc_keep[li] = has & ~(sel ? dropped_by(c->recompute_modules, m->lp[l].moe) : 0u);
+            m->rc_keep[li] = has &
+                             ~(sel ? mc_recompute_dropped(c->recompute_modules, m->lp[l].moe) : 0u);
             if (full && !(c->recompute_method == MC_RECOMPUTE_BLOCK && i >= N)) {
                 int g0 = c->recompute_method == MC_RECOMPUTE_BLOCK ? l : m->cl0[k] + i / N * N;
                 int g1 = c->recompute_method == MC_RECOMPUTE_BLOCK ? l + 1 : g0 + N;
                 m->rc_g0[li] = g0;
                 m->rc_g1[li] = g1 < m->cl1[k] ? g1 : m->cl1[k];
-                m->rc_keep[li] = l == g0 ? ACT_RES : 0u;
+                m->rc_keep[li] = l == g0 ? MC_ACT_RES : 0u;
                 j = l - g0;
             }
             if (m->rc_nws) m->rc_wsbits[j] |= has & ~m->rc_keep[li];
@@ -697,19 +662,19 @@ static mc_status layer_recompute_run(mc_model *m, mc_slot *sl, int l, mc_error *
     const mc_layer_params *lp = &m->lp[l];
     mc_layer_acts *a = &sl->acts[li];
     /* in the forward's order: each part's inputs are kept or remade first */
-    unsigned drop = layer_has(lp->moe) & ~m->rc_keep[li];
-    if (drop & ACT_LN1) norm1_fwd(m, a, lp);
-    if (drop & ACT_ATT) TRY(core_attn_fwd(m, sl, a, err));
-    if (drop & ACT_RES2) TRY(proj_fwd(m, a, lp, err)); /* (its scratch is free again after) */
-    if (drop & ACT_LN2) norm2_fwd(m, a, lp);
-    if (drop & ACT_FC1)
+    unsigned drop = mc_recompute_layer_has(lp->moe) & ~m->rc_keep[li];
+    if (drop & MC_ACT_LN1) norm1_fwd(m, a, lp);
+    if (drop & MC_ACT_ATT) TRY(core_attn_fwd(m, sl, a, err));
+    if (drop & MC_ACT_RES2) TRY(proj_fwd(m, a, lp, err)); /* (its scratch is free again after) */
+    if (drop & MC_ACT_LN2) norm2_fwd(m, a, lp);
+    if (drop & MC_ACT_FC1)
         TRY(fc1_act_fwd(m, a, lp, err));
-    else if (drop & ACT_ACT)
+    else if (drop & MC_ACT_ACT)
         act_fwd(m, a);
-    if (drop & ACT_MOE) /* the whole block: routing, dispatch, experts (m->tmp is free) */
+    if (drop & MC_ACT_MOE) /* the whole block: routing, dispatch, experts (m->tmp is free) */
         TRY(mc_moe_fwd(m, sl, l, a->ln2, m->tmp, err));
-    else if (drop & (ACT_MOE_ACT | ACT_SHARED))
-        mc_moe_recompute(m, sl, l, a->ln2, !!(drop & ACT_MOE_ACT), !!(drop & ACT_SHARED));
+    else if (drop & (MC_ACT_MOE_ACT | MC_ACT_SHARED))
+        mc_moe_recompute(m, sl, l, a->ln2, !!(drop & MC_ACT_MOE_ACT), !!(drop & MC_ACT_SHARED));
     return MC_OK;
 }
 

@@ -123,3 +123,20 @@ mc_status mc_model_check_recompute(const mc_model_config *c, int pp, mc_error *e
         }
     return MC_OK;
 }
+
+unsigned mc_recompute_layer_has(int moe)
+{
+    return MC_ACT_ALL & ~(moe ? MC_ACT_MLP : MC_ACT_MOE_ALL);
+}
+
+unsigned mc_recompute_dropped(unsigned modules, int moe)
+{
+    return (modules & MC_RECOMPUTE_CORE_ATTN ? MC_ACT_ATT : 0u) |
+           (modules & MC_RECOMPUTE_LAYERNORM ? MC_ACT_LN1 | MC_ACT_LN2 : 0u) |
+           (!moe && (modules & MC_RECOMPUTE_MLP) ? MC_ACT_LN2 | MC_ACT_MLP : 0u) |
+           (!moe && (modules & MC_RECOMPUTE_MLP_ACT) ? MC_ACT_ACT : 0u) |
+           (modules & MC_RECOMPUTE_ATTN_PROJ ? MC_ACT_RES2 : 0u) |
+           (moe && (modules & MC_RECOMPUTE_MOE) ? MC_ACT_MOE_ALL : 0u) |
+           (moe && (modules & MC_RECOMPUTE_MOE_ACT) ? MC_ACT_MOE_ACT : 0u) |
+           (moe && (modules & MC_RECOMPUTE_SHARED_EXPERTS) ? MC_ACT_SHARED : 0u);
+}

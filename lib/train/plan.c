@@ -100,25 +100,6 @@ static int64_t moe_span(const mc_model_config *c, int ep)
     return total;
 }
 
-/* Bytes of model.c's groups of a layer's saved tensors (model.c's ACT_*
- * bits: the tensors carved together). */
-enum {
-    ACT_RES = 1 << 0,
-    ACT_LN1 = 1 << 1,
-    ACT_QKV = 1 << 2,
-    ACT_ATT = 1 << 3,
-    ACT_RES2 = 1 << 4,
-    ACT_LN2 = 1 << 5,
-    ACT_FC1 = 1 << 6,
-    ACT_ACT = 1 << 7,
-    ACT_MLP = ACT_FC1 | ACT_ACT,
-    ACT_MOE = 1 << 8,
-    ACT_MOE_ACT = 1 << 9,
-    ACT_SHARED = 1 << 10,
-    ACT_ALL = (1 << 11) - 1,
-    ACT_MOE_ALL = ACT_MOE | ACT_MOE_ACT | ACT_SHARED,
-};
-
 typedef struct act_dims {
     double N, Nl, C, D, Ql, Gl, Fl, fc1;
     int ln, qkn; /* qkn: --qk-layernorm */
@@ -130,37 +111,21 @@ typedef struct act_dims {
 static double layer_bytes(const act_dims *d, unsigned bits)
 {
     double b = 0, norm = carved(d->Nl * d->C) + (d->ln ? 2 : 1) * carved(d->Nl);
-    if (bits & ACT_RES) b += carved(d->Nl * d->C);
-    if (bits & ACT_LN1) b += norm;
-    if (bits & ACT_QKV) b += carved(d->N * d->Ql * d->D) + 2 * carved(d->N * d->Gl * d->D);
-    if ((bits & ACT_QKV) && d->qkn) /* q and k before their norm, its statistics */
+    if (bits & MC_ACT_RES) b += carved(d->Nl * d->C);
+    if (bits & MC_ACT_LN1) b += norm;
+    if (bits & MC_ACT_QKV) b += carved(d->N * d->Ql * d->D) + 2 * carved(d->N * d->Gl * d->D);
+    if ((bits & MC_ACT_QKV) && d->qkn) /* q and k before their norm, its statistics */
         b += carved(d->N * d->Ql * d->D) + carved(d->N * d->Gl * d->D) +
              (d->ln ? 2 : 1) * (carved(d->N * d->Ql) + carved(d->N * d->Gl));
-    if (bits & ACT_ATT) b += carved(d->N * d->Ql * d->D) + carved(d->N * d->Ql);
-    if (bits & ACT_RES2) b += carved(d->Nl * d->C);
-    if (bits & ACT_LN2) b += norm;
-    if (bits & ACT_FC1) b += carved(d->N * d->fc1);
-    if (bits & ACT_ACT) b += carved(d->N * d->Fl);
-    if (bits & ACT_MOE) b += d->moe_route;
-    if (bits & ACT_MOE_ACT) b += d->moe_act;
-    if (bits & ACT_SHARED) b += d->moe_shared;
+    if (bits & MC_ACT_ATT) b += carved(d->N * d->Ql * d->D) + carved(d->N * d->Ql);
+    if (bits & MC_ACT_RES2) b += carved(d->Nl * d->C);
+    if (bits & MC_ACT_LN2) b += norm;
+    if (bits & MC_ACT_FC1) b += carved(d->N * d->fc1);
+    if (bits & MC_ACT_ACT) b += carved(d->N * d->Fl);
+    if (bits & MC_ACT_MOE) b += d->moe_route;
+    if (bits & MC_ACT_MOE_ACT) b += d->moe_act;
+    if (bits & MC_ACT_SHARED) b += d->moe_shared;
     return b;
-}
-
-/* model.c's layer_has and dropped_by: the tensors of a MoE or a dense
- * layer, and what selective recomputation of `modules` drops of them. */
-static unsigned layer_has(int moe) { return ACT_ALL & ~(moe ? ACT_MLP : ACT_MOE_ALL); }
-
-static unsigned dropped_by(unsigned modules, int moe)
-{
-    return (modules & MC_RECOMPUTE_CORE_ATTN ? ACT_ATT : 0u) |
-           (modules & MC_RECOMPUTE_LAYERNORM ? ACT_LN1 | ACT_LN2 : 0u) |
-           (!moe && (modules & MC_RECOMPUTE_MLP) ? ACT_LN2 | ACT_MLP : 0u) |
-           (!moe && (modules & MC_RECOMPUTE_MLP_ACT) ? ACT_ACT : 0u) |
-           (modules & MC_RECOMPUTE_ATTN_PROJ ? ACT_RES2 : 0u) |
-           (moe && (modules & MC_RECOMPUTE_MOE) ? ACT_MOE_ALL : 0u) |
-           (moe && (modules & MC_RECOMPUTE_MOE_ACT) ? ACT_MOE_ACT : 0u) |
-           (moe && (modules & MC_RECOMPUTE_SHARED_EXPERTS) ? ACT_SHARED : 0u);
 }
 
 /* Whether the attention backward's four gradients fit in a dense layer's
@@ -186,10 +151,10 @@ static int attn_grads_fit(const act_dims *d)
 static unsigned layer_keep(const mc_model_config *c, int l0, int i, int nl, int *j, int *again)
 {
     int moe = mc_model_layer_is_moe(c, l0 + i), N = c->recompute_num_layers;
-    unsigned has = layer_has(moe);
+    unsigned has = mc_recompute_layer_has(moe);
     *j = 0, *again = 0;
     if (c->recompute_granularity == MC_RECOMPUTE_SELECTIVE)
-        return has & ~dropped_by(c->recompute_modules, moe);
+        return has & ~mc_recompute_dropped(c->recompute_modules, moe);
     if (c->recompute_granularity != MC_RECOMPUTE_FULL ||
         (c->recompute_method == MC_RECOMPUTE_BLOCK && i >= N))
         return has;
@@ -198,7 +163,7 @@ static unsigned layer_keep(const mc_model_config *c, int l0, int i, int nl, int 
     if (g1 > nl) g1 = nl;
     *j = i - g0;
     *again = i == g1 - 1 ? 2 : 1;
-    return i == g0 ? ACT_RES : 0u;
+    return i == g0 ? MC_ACT_RES : 0u;
 }
 
 /* The layers' part of a slot (*kept) and the recomputation workspace (*ws)
@@ -215,7 +180,7 @@ static void layers_acts(const mc_model_config *c, const act_dims *d, int l0, int
         unsigned keep = layer_keep(c, l0, i, nl, &j, &again);
         *kept += layer_bytes(d, keep);
         if (wb && c->recompute_granularity != MC_RECOMPUTE_NONE)
-            wb[j] |= layer_has(mc_model_layer_is_moe(c, l0 + i)) & ~keep;
+            wb[j] |= mc_recompute_layer_has(mc_model_layer_is_moe(c, l0 + i)) & ~keep;
     }
     for (int j = 0; j < nl && wb; j++) *ws += layer_bytes(d, wb[j]);
     free(wb);
@@ -241,17 +206,17 @@ static void stage_replays(const mc_model_config *c, int l0, int nl, int sp, repl
     r->att = r->moe = r->tp = 0;
     for (int i = 0; i < nl; i++) {
         int j, again, moe = mc_model_layer_is_moe(c, l0 + i);
-        unsigned drop = layer_has(moe) & ~layer_keep(c, l0, i, nl, &j, &again);
+        unsigned drop = mc_recompute_layer_has(moe) & ~layer_keep(c, l0, i, nl, &j, &again);
         if (again) {
             r->att++;
             r->moe += moe;
             r->tp += moe ? (sp ? 2 : 1) : (sp ? 4 : 2) - (again == 2);
             continue;
         }
-        r->att += !!(drop & ACT_ATT);
-        r->moe += !!(drop & ACT_MOE);
-        r->tp += sp && (drop & ACT_FC1); /* mlp: norm2's output gathered for fc1 */
-        r->tp += !!(drop & ACT_RES2);    /* attn_proj: proj's sum (or scatter) */
+        r->att += !!(drop & MC_ACT_ATT);
+        r->moe += !!(drop & MC_ACT_MOE);
+        r->tp += sp && (drop & MC_ACT_FC1); /* mlp: norm2's output gathered for fc1 */
+        r->tp += !!(drop & MC_ACT_RES2);    /* attn_proj: proj's sum (or scatter) */
     }
 }
 
