@@ -93,6 +93,23 @@ steps() {
     sed -n 's/^{"step": \([0-9]*\),.*"lm loss": \([^,}]*\).*}$/\1 \2/p' "$1"
 }
 
+# same_h5 A B: every dataset's bytes and the counters of two model.h5 files
+# are equal (48 tensors: the small model's parameters and moments).
+same_h5() {
+    "$MC_PYTHON" - "$1" "$2" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+names = []
+a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+assert len(names) == 48, len(names)
+bad = [n for n in names if not np.array_equal(a[n][()].view(np.uint8), b[n][()].view(np.uint8))]
+for k in ("iteration", "consumed_samples", "scheduler_samples", "optimizer_steps", "train_state"):
+    if str(a.attrs[k]) != str(b.attrs[k]): bad.append(k)
+print(len(names), "tensors;", bad)
+sys.exit(1 if bad else 0)
+PY
+}
+
 @test "--async-save: written while the next iteration runs; a resume is bit-identical (losses and weights)" {
     require_python_module h5py
     "$MC_TRAIN" "${small[@]}" --train-iters 8 --save full --log-json full.jsonl >/dev/null 2>&1
@@ -114,36 +131,9 @@ steps() {
     assert_success
     assert_output "a/iter_0000008"
     diff <(steps full.jsonl) <(steps a.jsonl)
-    "$MC_PYTHON" - full/iter_0000008/model.h5 a/iter_0000008/model.h5 <<'PY'
-import sys, h5py, numpy as np
-a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
-names = []
-a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-assert len(names) == 48, len(names)
-bad = [n for n in names if not np.array_equal(a[n][()].view(np.uint8), b[n][()].view(np.uint8))]
-for k in ("iteration", "consumed_samples", "scheduler_samples", "optimizer_steps", "train_state"):
-    if str(a.attrs[k]) != str(b.attrs[k]): bad.append(k)
-print(len(names), "tensors;", bad)
-sys.exit(1 if bad else 0)
-PY
+    same_h5 full/iter_0000008/model.h5 a/iter_0000008/model.h5
 }
 
-# same_h5 A B: every dataset's bytes and the counters of two model.h5 files
-# are equal (48 tensors: the small model's parameters and moments).
-same_h5() {
-    "$MC_PYTHON" - "$1" "$2" <<'PY'
-import sys, h5py, numpy as np
-a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
-names = []
-a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-assert len(names) == 48, len(names)
-bad = [n for n in names if not np.array_equal(a[n][()].view(np.uint8), b[n][()].view(np.uint8))]
-for k in ("iteration", "consumed_samples", "scheduler_samples", "optimizer_steps", "train_state"):
-    if str(a.attrs[k]) != str(b.attrs[k]): bad.append(k)
-print(len(names), "tensors;", bad)
-sys.exit(1 if bad else 0)
-PY
-}
 
 @test "--async-save under mpirun, TP=2 x DP=2, every iteration: stopped at 4 and resumed to 8, the losses and model.h5 equal a synchronous run's bit for bit" {
     mpi_setup
