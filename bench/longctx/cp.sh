@@ -15,6 +15,9 @@
 # Usage: bench/longctx/cp.sh [BUILD-DIR]
 # Environment (defaults): SEQS="4096 8192" CPS="1 2 4" TYPES="p2p a2a"
 #   LAYERS=12 THREADS=2 ITERS=2 MPIRUN=mpirun WORK=(a temporary directory)
+#   EXTRA="" (more mc-train options for every run, e.g.
+#   --use-distributed-optimizer, which shards Adam's moments over the
+#   data x context ranks as Megatron's does)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}
@@ -25,6 +28,7 @@ types=${TYPES:-p2p a2a}
 layers=${LAYERS:-12}
 threads=${THREADS:-2}
 iters=${ITERS:-2}
+read -r -a extra <<<"${EXTRA:-}"
 mpirun=${MPIRUN:-$(command -v mpirun || true)}
 [ -x "$mctrain" ] || { echo "cp.sh: $mctrain not found: build mc first" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "cp.sh: GNU time not found (Debian package time)" >&2; exit 1; }
@@ -35,7 +39,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%F)"
-echo "# gpt2-124m shape, $layers layers, micro-batch 1, $threads threads shared by the ranks, $iters iterations"
+echo "# gpt2-124m shape, $layers layers, micro-batch 1, $threads threads shared by the ranks, $iters iterations${EXTRA:+, $EXTRA}"
 printf '%-6s %-3s %-4s %10s %10s %14s %7s %7s %7s\n' T CP type step_ms peak_MiB planned_act time_x mem_x act_x
 for T in $seqs; do
     base_ms='' base_rss='' base_act=''
@@ -47,7 +51,7 @@ for T in $seqs; do
             args=(--model gpt2-124m --num-layers "$layers" --vocab-size 50257 --seq-length "$T"
                   --max-position-embeddings "$T" --micro-batch-size 1 --global-batch-size 1
                   --mock-data --lr 1e-4 --train-iters "$iters" --eval-iters 0 --log-interval 1
-                  --threads "$per" --context-parallel-size "$cp" --cp-comm-type "$type")
+                  --threads "$per" --context-parallel-size "$cp" --cp-comm-type "$type" ${extra[@]+"${extra[@]}"})
             log=$work/T$T-cp$cp-$type.log
             rm -f "$work"/rss.*
             if [ "$cp" -gt 1 ]; then
@@ -64,7 +68,7 @@ for T in $seqs; do
             if [ -z "$base_ms" ]; then base_ms=$ms base_rss=$rss base_act=$act; fi
             awk -v T="$T" -v cp="$cp" -v ty="$type" -v ms="$ms" -v rss="$rss" -v act="$act" \
                 -v bm="$base_ms" -v br="$base_rss" -v ba="$base_act" 'BEGIN {
-                printf "%-6s %-3s %-4s %10.1f %10d %14d %7.2f %7.2f %7.3f\n",
+                printf "%-6s %-3s %-4s %10.1f %10d %14.0f %7.2f %7.2f %7.3f\n",
                        T, cp, (cp == 1 ? "-" : ty), ms, rss, act, ms / bm, rss / br, act / ba }'
         done
     done
