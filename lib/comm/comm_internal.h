@@ -52,6 +52,9 @@ typedef struct mc_comm {
 
 /* The blocking bodies (reduce.c), run by the caller's thread or the worker;
  * group of more than one member, communicator c. */
+/* The host collectives' piece (reduce.c; 0: the default, 4 Mi floats); for
+ * tests that want many pieces from small vectors. */
+void mc_comm_set_piece_floats(size_t n);
 mc_status mc_comm_allreduce_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be,
                                 float *x, size_t n, mc_error *err);
 mc_status mc_comm_reduce_scatter_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be,

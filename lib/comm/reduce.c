@@ -92,47 +92,89 @@ static void sum_in_order(mc_backend *be, float *out, const float *parts, size_t 
     for (int j = 1; j < P; j++) mc_k_acc(be, out, parts + (size_t)j * c, c);
 }
 
+/* The host collectives below move at most this many floats through their
+ * scratch at a time (16 MiB): a gradient all-reduce or reduce-scatter of any
+ * size costs no second copy of the gradients, only more calls. Which member
+ * sums which element changes with the pieces; the order of each element's
+ * sum (group-rank order) does not, so the bits are the same. */
+#define PIECE_FLOATS ((size_t)1 << 22)
+static size_t piece_floats = PIECE_FLOATS;
+
+void mc_comm_set_piece_floats(size_t n) { piece_floats = n ? n : PIECE_FLOATS; }
+
 /* All-reduce of n floats over P members: an all-to-all gives member j chunk j
  * of every member, in group-rank order; member j sums them in that order
  * (mc_k_acc: ((x_0 + x_1) + x_2) + ...); an all-gather returns the sums. MPI
- * only moves bytes, 2 (P-1)/P n floats per member, a ring's traffic. */
+ * only moves bytes, 2 (P-1)/P n floats per member, a ring's traffic. In
+ * pieces of PIECE_FLOATS. */
+static mc_status allreduce_piece(MPI_Comm c, mc_group_kind k, float *tmp, int *cnt, mc_backend *be,
+                                 float *x, size_t n, int P, int me, mc_error *err)
+{
+    int *off = cnt + P, *rcnt = off + P, *roff = rcnt + P;
+    chunks(n, P, cnt, off);
+    for (int j = 0; j < P; j++) rcnt[j] = cnt[me], roff[j] = j * cnt[me];
+    int rc = MPI_Alltoallv(x, cnt, off, MPI_FLOAT, tmp, rcnt, roff, MPI_FLOAT, c);
+    if (rc == MPI_SUCCESS) {
+        sum_in_order(be, x + off[me], tmp, (size_t)cnt[me], P);
+        rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, off, MPI_FLOAT, c);
+    }
+    return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "all-reduce", k);
+}
+
 mc_status mc_comm_allreduce_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be,
                                 float *x, size_t n, mc_error *err)
 {
     int P, me;
     MPI_Comm_size(c, &P);
     MPI_Comm_rank(c, &me);
+    size_t piece = n < piece_floats ? n : piece_floats;
     int *cnt = malloc(4 * (size_t)P * sizeof(int));
     if (!cnt) return mc_error_set(err, MC_ERR_NOMEM, "all-reduce: out of memory");
-    int *off = cnt + P, *rcnt = off + P, *roff = rcnt + P;
-    chunks(n, P, cnt, off);
-    for (int j = 0; j < P; j++) rcnt[j] = cnt[me], roff[j] = j * cnt[me];
     mc_status st = MC_OK;
-    float *tmp = scratch(s, be, (size_t)P * (size_t)cnt[me], err);
+    /* member j's chunk of a piece is at most ceil(piece / P) */
+    float *tmp = scratch(s, be, (size_t)P * ((piece + (size_t)P - 1) / (size_t)P), err);
     if (!tmp) st = err ? err->code : MC_ERR_NOMEM;
-    int rc = MPI_SUCCESS;
-    if (!st) rc = MPI_Alltoallv(x, cnt, off, MPI_FLOAT, tmp, rcnt, roff, MPI_FLOAT, c);
-    if (!st && rc == MPI_SUCCESS) {
-        sum_in_order(be, x + off[me], tmp, (size_t)cnt[me], P);
-        rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, off, MPI_FLOAT, c);
-    }
-    if (!st && rc != MPI_SUCCESS) st = mc_comm_mpi_error(err, rc, "all-reduce", k);
+    for (size_t a = 0; !st && a < n; a += piece)
+        st = allreduce_piece(c, k, tmp, cnt, be, x + a, n - a < piece ? n - a : piece, P, me, err);
     free(cnt);
     return st;
 }
 
-/* The all-reduce's first two steps: member j keeps the sum of chunk j. */
+/* The all-reduce's first two steps: member j keeps the sum of chunk j. In
+ * pieces: elements [a, a + m) of every member's chunk at a time, sent as one
+ * block of a type whose extent is a whole chunk (no int offsets to
+ * overflow). */
 mc_status mc_comm_reduce_scatter_sum(MPI_Comm c, mc_group_kind k, mc_scratch *s, mc_backend *be,
                                      const float *in, float *out, size_t n, mc_error *err)
 {
     int P;
     MPI_Comm_size(c, &P);
-    float *tmp = scratch(s, be, (size_t)P * n, err);
+    size_t m = piece_floats / (size_t)P;
+    if (m < 1) m = 1;
+    if (m > n) m = n;
+    float *tmp = scratch(s, be, (size_t)P * m, err);
     if (!tmp) return err ? err->code : MC_ERR_NOMEM;
-    int rc = MPI_Alltoall(in, (int)n, MPI_FLOAT, tmp, (int)n, MPI_FLOAT, c);
-    if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, "reduce-scatter", k);
-    sum_in_order(be, out, tmp, n, P);
-    return MC_OK;
+    int rc = MPI_SUCCESS;
+    if (m == n) {
+        rc = MPI_Alltoall(in, (int)n, MPI_FLOAT, tmp, (int)n, MPI_FLOAT, c);
+        if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, "reduce-scatter", k);
+        sum_in_order(be, out, tmp, n, P);
+        return MC_OK;
+    }
+    for (size_t a = 0; a < n && rc == MPI_SUCCESS; a += m) {
+        size_t w = n - a < m ? n - a : m;
+        MPI_Datatype run, block;
+        rc = MPI_Type_contiguous((int)w, MPI_FLOAT, &run);
+        if (rc != MPI_SUCCESS) break;
+        rc = MPI_Type_create_resized(run, 0, (MPI_Aint)(n * sizeof(float)), &block);
+        MPI_Type_free(&run);
+        if (rc != MPI_SUCCESS) break;
+        if ((rc = MPI_Type_commit(&block)) == MPI_SUCCESS)
+            rc = MPI_Alltoall(in + a, 1, block, tmp, (int)w, MPI_FLOAT, c);
+        MPI_Type_free(&block);
+        if (rc == MPI_SUCCESS) sum_in_order(be, out + a, tmp, w, P);
+    }
+    return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "reduce-scatter", k);
 }
 
 mc_status mc_comm_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const float *in,

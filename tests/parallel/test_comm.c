@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "comm/comm_internal.h"
 #include "mc/comm.h"
 #include "rank_check.h"
 
@@ -401,6 +402,13 @@ static int run_grid(int argc, char **argv, int tp, int pp, int ep, int cp)
         check_collectives(&c, k, 3, 20 + k); /* fewer elements than members */
     }
     check_collectives(&c, MC_GROUP_WORLD, 1000, 40);
+    /* the host collectives in pieces (reduce.c): the same bits as whole */
+    mc_comm_set_piece_floats(64);
+    for (int k = 0; k < MC_GROUP_COUNT; k++) check_collectives(&c, k, 37, 70 + k);
+    check_collectives(&c, MC_GROUP_WORLD, 1000, 80);
+    mc_comm_set_piece_floats(7);
+    check_collectives(&c, MC_GROUP_WORLD, 1000, 81);
+    mc_comm_set_piece_floats(0);
     check_p2p(&c, 33);
     mc_error e;
     float v = 0;
