@@ -111,8 +111,8 @@ typedef struct mc_model_config {
     /* --expert-tensor-parallel-size: 0 or 1, the experts replicated over
      * tensor parallelism; the tensor-parallel size, every MoE layer's
      * experts (and shared experts) split over the TP group as the dense MLP
-     * is (doc/ARCHITECTURE.md, "Expert tensor parallelism"). A run's
-     * choice, not stored in checkpoints (they hold global tensors). */
+     * is (doc/ARCHITECTURE.md, "The MoE layer", expert tensor parallelism).
+     * A run's choice, not stored in checkpoints (they hold global tensors). */
     int moe_expert_tensor_parallel;
     /* --moe-layer-freq: an integer k (layer l is MoE when l % k == 0; 1:
      * every layer), or a list, expanded here to one '0'/'1' per layer

@@ -629,7 +629,8 @@ static mc_status layer_fwd_run(mc_model *m, mc_slot *sl, int l, float *out, int 
     TRY(core_attn_fwd(m, sl, a, err));
     TRY(proj_fwd(m, a, lp, err));
     norm2_fwd(m, a, lp);
-    if (lp->moe) { /* the MoE block (moe.c), replicated over tensor parallelism; run whole
+    if (lp->moe) { /* the MoE block (moe.c), replicated over tensor parallelism or split
+                    * (ETP: its sums over TP inside); run whole
                     * again by recomputation (its output is then not needed) */
         TRY(mc_moe_fwd(m, sl, l, a->ln2, m->tmp, err));
         if (out) mc_k_add(m->be, out, a->res2, m->tmp, m->Nl * m->C);
@@ -703,7 +704,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     const float *dy, *x;
     float *dl;
 
-    if (lp->moe) { /* the MoE block (moe.c): every rank holds every token, no sums */
+    if (lp->moe) { /* the MoE block (moe.c): its own sums (ETP, SP) */
         TRY(mc_moe_bwd(m, sl, l, m->dres, a->ln2, err));
         TRY(norm_bwd(m, m->dres, m->dln, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b,
                      err));

@@ -11,7 +11,8 @@
 # dispatchers, SP, the distributed optimizer with a capacity factor), with
 # shared experts and selective recomputation, and for GELU experts with
 # biases; a checkpoint written at ETP=TP=2 x EP=2 resumes in one process
-# with the uninterrupted run's losses, and one process's at ETP=TP=2 x EP=2;
+# with the uninterrupted run's losses, and one process's at ETP=TP=2 x EP=2
+# (also pre-split by mc-reshard for TP=2);
 # mc-eval reads an ETP checkpoint (its NLL is mc-train's validation loss);
 # the experts are really split (the plan's per-rank parameters lose half of
 # the experts', and the run allocates the plan's activations, whose expert
@@ -75,7 +76,7 @@ etp_equivalent() {
     etp_equivalent etp2gpt 4 moegpt "${etp[@]}" --expert-model-parallel-size 2 --sequence-parallel
 }
 
-@test "a checkpoint written at ETP=TP=2 x EP=2 resumes in one process, and one process's at ETP=TP=2 x EP=2: the uninterrupted run's losses and weights" {
+@test "a checkpoint written at ETP=TP=2 x EP=2 resumes in one process, and one process's at ETP=TP=2 x EP=2 (and pre-split by mc-reshard at ETP=TP=2): the uninterrupted run's losses and weights" {
     "$MC_TRAIN" "${moe[@]}" --log-json full.jsonl --save full >/dev/null 2>&1
     run --separate-stderr mpi 4 "${moe[@]}" "${etp[@]}" --expert-model-parallel-size 2 \
         --sequence-parallel --exit-interval 10 --save ck --save-interval 10 --log-json ck.jsonl
@@ -94,6 +95,13 @@ etp_equivalent() {
     assert_success
     cat ck1.jsonl r2.jsonl > both2.jsonl
     same_losses both2.jsonl full.jsonl
+    # mc-reshard's TP pre-split (whole expert tensors in each rank's file)
+    # read at ETP=TP=2: each rank takes its slices of them
+    run -0 "$top_builddir/tools/mc-reshard/mc-reshard" ck1 --target-tensor-parallel-size 2 -o shd
+    run --separate-stderr mpi 2 "${moe[@]}" "${etp[@]}" --load shd --log-json r3.jsonl
+    assert_success
+    cat ck1.jsonl r3.jsonl > both3.jsonl
+    same_losses both3.jsonl full.jsonl
     require_python_module h5py
     same_weights r2/iter_0000020/model.h5 full/iter_0000020/model.h5 same-names
 }
