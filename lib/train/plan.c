@@ -443,6 +443,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
                             "(--num-layers-per-virtual-pipeline-stage) yet");
     out->world = world, out->tp = tp, out->pp = pp, out->cp = cp, out->dp = dp, out->ep = ep;
     out->moe_allgather = ep > 1 && c.moe_token_dispatcher_allgather;
+    out->etp = c.moe_expert_tensor_parallel > 1 ? tp : 1;
     out->cp_comm_type = c.cp_comm_type;
     out->sequence_parallel = c.sequence_parallel && tp > 1;
     out->distributed_optimizer = distributed_optimizer;
@@ -664,10 +665,12 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
 {
     char epn[64] = "";
     if (p->ep > 1) snprintf(epn, sizeof epn, " (expert %d x expert-data %d)", p->ep, p->dp / p->ep);
+    char etp[64] = "";
+    if (p->etp > 1) snprintf(etp, sizeof etp, "; experts split over tensor %d", p->etp);
     line(print, ctx,
-         "dry run: %d ranks = tensor %d x pipeline %d x context %d x data %d%s; micro-batch "
+         "dry run: %d ranks = tensor %d x pipeline %d x context %d x data %d%s%s; micro-batch "
          "%lld, global batch %lld: %lld micro-batches per data-parallel rank per iteration",
-         p->world, p->tp, p->pp, p->cp, p->dp, epn, (long long)p->micro_batch,
+         p->world, p->tp, p->pp, p->cp, p->dp, epn, etp, (long long)p->micro_batch,
          (long long)p->global_batch, (long long)p->num_micro);
     char active[96] = "";
     if (p->active_params != p->global_params)

@@ -113,6 +113,11 @@ etp_equivalent() {
     p2=$("$MC_TRAIN" "${moeshared[@]}" "${etp[@]}" --expert-model-parallel-size 2 \
          --dry-run --world-size 4 | grep -o 'parameters: [0-9]* elements' | grep -o '[0-9]*')
     echo "# per-rank parameters: ETP=1 $p1, ETP=2 $p2" >&3
+    run -0 "$MC_TRAIN" "${moe[@]}" "${etp[@]}" --expert-model-parallel-size 2 --dry-run --world-size 4
+    assert_line --partial "data 2 (expert 2 x expert-data 1); experts split over tensor 2; micro-batch 1"
+    run -0 "$MC_TRAIN" "${moe[@]}" --tensor-model-parallel-size 2 --dry-run --world-size 2
+    refute_output --partial "experts split"
+
     # 2 MoE layers x 2 local experts x (fc1 64 x 64 + fc2 64 x 32), and the
     # shared expert's fc1 128 x 64 + fc2 64 x 64: half of each on a rank
     [ "$((p1 - p2))" -eq $((2 * (2 * (64 * 64 + 64 * 32) + 128 * 64 + 64 * 64) / 2)) ]
