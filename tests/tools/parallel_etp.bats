@@ -9,10 +9,10 @@
 # relative and its final weights within 1e-6 (mpi_common.bash's
 # same_weights) for ETP=TP=2 with and without SP, ETP=TP=2 x EP=2 (both
 # dispatchers, SP, the distributed optimizer with a capacity factor), with
-# shared experts and selective recomputation, and for GELU experts with
-# biases; a checkpoint written at ETP=TP=2 x EP=2 resumes in one process
-# with the uninterrupted run's losses, and one process's at ETP=TP=2 x EP=2
-# (also pre-split by mc-reshard for TP=2);
+# shared experts and selective recomputation, for GELU experts with biases,
+# and under CP=2 with a capacity factor; a checkpoint written at ETP=TP=2 x
+# EP=2 resumes in one process with the uninterrupted run's losses, and one
+# process's at ETP=TP=2 x EP=2 (also pre-split by mc-reshard for TP=2);
 # mc-eval reads an ETP checkpoint (its NLL is mc-train's validation loss);
 # the experts are really split (the plan's per-rank parameters lose half of
 # the experts', and the run allocates the plan's activations, whose expert
@@ -69,11 +69,13 @@ etp_equivalent() {
         --sequence-parallel --use-distributed-optimizer
 }
 
-@test "ETP=TP=2: shared experts split too (with SP and selective recomputation), GELU experts with biases x EP=2: one process" {
+@test "ETP=TP=2: shared experts split too (with SP and selective recomputation), GELU experts with biases x EP=2, x CP=2 with a capacity factor: one process" {
     etp_equivalent etp2shared 2 moeshared "${etp[@]}" --sequence-parallel
     etp_equivalent etp2sharedrc 4 moeshared "${etp[@]}" --expert-model-parallel-size 2 \
         --sequence-parallel --recompute-granularity selective --recompute-modules moe_act shared_experts
     etp_equivalent etp2gpt 4 moegpt "${etp[@]}" --expert-model-parallel-size 2 --sequence-parallel
+    # context parallelism: the TP group's tokens are the CP rank's chunks
+    etp_equivalent etp2cp2 4 moecap "${etp[@]}" --context-parallel-size 2 --sequence-parallel
 }
 
 @test "a checkpoint written at ETP=TP=2 x EP=2 resumes in one process, and one process's at ETP=TP=2 x EP=2 (and pre-split by mc-reshard at ETP=TP=2): the uninterrupted run's losses and weights" {
