@@ -60,7 +60,7 @@ typedef struct mc_model_config {
      * normalization over the head dimension, weights [kv_channels] shared
      * by the heads) after the QKV projection and before RoPE */
     int qk_layernorm;
-    float init_method_std;                   /* --init-method-std (0.02) */
+    float init_method_std; /* --init-method-std (0.02) */
     /* --sequence-parallel: with tensor parallelism, the residual stream,
      * the norms and the embeddings' output hold seq_length / tp positions of
      * every sequence per rank (doc/ARCHITECTURE.md, "The model"); needs
@@ -108,6 +108,12 @@ typedef struct mc_model_config {
      * reach their experts under expert parallelism; a run's choice, not
      * stored in checkpoints */
     int moe_token_dispatcher_allgather;
+    /* --expert-tensor-parallel-size: 0 or 1, the experts replicated over
+     * tensor parallelism; the tensor-parallel size, every MoE layer's
+     * experts (and shared experts) split over the TP group as the dense MLP
+     * is (doc/ARCHITECTURE.md, "The MoE layer", expert tensor parallelism).
+     * A run's choice, not stored in checkpoints (they hold global tensors). */
+    int moe_expert_tensor_parallel;
     /* --moe-layer-freq: an integer k (layer l is MoE when l % k == 0; 1:
      * every layer), or a list, expanded here to one '0'/'1' per layer
      * (empty: the integer rule). */
@@ -269,6 +275,13 @@ typedef struct mc_param {
     size_t offset;  /* element offset in the parameter buffer */
     size_t numel;   /* local elements */
     int row_chunks; /* 1, or 2 for SwiGLU's [gate; up] (see above) */
+    /* global rows from one local chunk's first row to the next's: rows /
+     * row_chunks, except for the experts' fc1 under expert tensor
+     * parallelism, where each of the rank's E / ep experts has one chunk
+     * (two with SwiGLU) of F rows split over tensor parallelism:
+     * row_chunks = E / ep (x 2), chunk_rows = F, row0 = the first expert's
+     * first row plus the rank's offset within a chunk */
+    int64_t chunk_rows;
     /* 1 on the last pipeline stage's copy of the tied word embeddings
      * (Megatron's shared parameter): same name and values as the first
      * stage's, kept equal by mc_model_allreduce_embedding_grads; left out
@@ -278,7 +291,9 @@ typedef struct mc_param {
     /* 1 for a MoE layer's experts (mlp.experts.*): under expert parallelism
      * the global [E rows, cols] tensor is split by experts, this rank
      * holding rows [row0, row0 + local_rows) = its E / ep experts; their
-     * gradients reduce over the expert-data-parallel group. */
+     * gradients reduce over the expert-data-parallel group. Under expert
+     * tensor parallelism each expert's fc1 is also split by rows (chunks,
+     * above) and its fc2 by columns, split_dim saying which. */
     int expert;
 } mc_param;
 

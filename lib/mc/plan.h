@@ -63,6 +63,7 @@ typedef struct mc_plan {
     int world, tp, pp, cp, dp;
     int ep;            /* expert parallelism: divides dp */
     int moe_allgather; /* the allgather dispatcher */
+    int etp;           /* --expert-tensor-parallel-size: 1, or tp (the experts split over TP) */
     int cp_comm_type;  /* MC_CP_P2P or MC_CP_A2A */
     int sequence_parallel, distributed_optimizer;
     int64_t micro_batch, global_batch, num_micro;

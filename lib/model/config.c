@@ -441,6 +441,27 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
         mc_status st = moe_finish(c, err);
         if (st) return st;
     }
+    if (c->moe_expert_tensor_parallel > 1) {
+        int etp = c->moe_expert_tensor_parallel;
+        if (c->num_experts <= 0)
+            return BAD("--expert-tensor-parallel-size %d needs --num-experts", etp);
+        if (etp != tp)
+            return BAD("--expert-tensor-parallel-size %d: only 1 or the tensor-parallel size (%d) "
+                       "is supported",
+                       etp, tp);
+        if (c->moe_ffn_hidden_size % tp)
+            return BAD("--moe-ffn-hidden-size (%d) must be a multiple of "
+                       "--expert-tensor-parallel-size (%d)",
+                       c->moe_ffn_hidden_size, etp);
+        if (c->moe_shared_expert_intermediate_size % tp)
+            return BAD("--moe-shared-expert-intermediate-size (%d) must be a multiple of "
+                       "--expert-tensor-parallel-size (%d)",
+                       c->moe_shared_expert_intermediate_size, etp);
+        if (c->swiglu && c->add_bias_linear)
+            return BAD("--expert-tensor-parallel-size %d: SwiGLU experts with biases are not "
+                       "split yet; add --disable-bias-linear",
+                       etp);
+    }
 
     int64_t multiple = (int64_t)c->make_vocab_size_divisible_by * tp;
     c->padded_vocab_size = padded_vocab(c->vocab_size, multiple);

@@ -303,6 +303,7 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     m->chunk_rows = m->N < LM_CHUNK_ROWS ? m->N : LM_CHUNK_ROWS;
     /* config_finish checked seq_length % tp when sequence_parallel */
     m->sp = k->sequence_parallel && g->tp > 1;
+    m->etp = k->moe_expert_tensor_parallel > 1 && g->tp > 1; /* config_finish: it is tp */
     m->Tl = m->sp ? m->T / tp : m->T;
     m->Nl = (size_t)micro_batch * m->Tl;
     if (g->cp > 1 && (st = mc_model_cp_new(m, k->cp_comm_type, err))) goto fail;
@@ -420,7 +421,7 @@ static mc_status norm_bwd(mc_model *m, float *dx, const float *dout, const float
 /* Sequence-parallel gather: *full = the [N, C] rows of the whole
  * micro-batch from every rank's [Nl, C] chunk (into m->gath). Without
  * sequence parallelism the rows are all here: *full = local. */
-static mc_status tp_gather(mc_model *m, const float *local, const float **full, mc_error *err)
+mc_status mc_model_tp_gather(mc_model *m, const float *local, const float **full, mc_error *err)
 {
     if (!m->sp) {
         *full = local;
@@ -443,7 +444,7 @@ static mc_status tp_gather(mc_model *m, const float *local, const float **full, 
 /* Sum partial [N, C] rows over the group (full is overwritten): without
  * sequence parallelism an all-reduce in place, *out = full; with it a
  * reduce-scatter to this rank's [Nl, C] chunk in `local`, *out = local. */
-static mc_status tp_reduce(mc_model *m, float *full, float *local, float **out, mc_error *err)
+mc_status mc_model_tp_reduce(mc_model *m, float *full, float *local, float **out, mc_error *err)
 {
     if (!m->sp) {
         *out = full;
@@ -470,7 +471,7 @@ static mc_status row_parallel_fwd(mc_model *m, float **out, const float *x, int 
     const float *bias = m->grid.tp_rank == 0 ? param_val(m, b) : NULL;
     mc_k_linear_fwd(m->be, m->prec, m->tmp, x, param_val(m, w), param_prep(m, w), bias, m->N, I,
                     m->C, 0.0f);
-    return tp_reduce(m, m->tmp, m->loc, out, err);
+    return mc_model_tp_reduce(m, m->tmp, m->loc, out, err);
 }
 
 /* The parts of a layer's forward, each a function of what it reads, so a
@@ -537,7 +538,7 @@ static mc_status qkv_fwd(mc_model *m, mc_slot *sl, mc_layer_acts *a, const mc_la
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
     const float *h;
-    TRY(tp_gather(m, a->ln1, &h, err));
+    TRY(mc_model_tp_gather(m, a->ln1, &h, err));
     mc_k_linear_fwd(m->be, m->prec, m->qkv, h, param_val(m, lp->qkv_w), param_prep(m, lp->qkv_w),
                     param_val(m, lp->qkv_b), N, C, m->qkv_out, 0.0f);
     if (c->qk_layernorm) {
@@ -590,7 +591,7 @@ static mc_status fc1_act_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_param
 {
     size_t N = m->N;
     const float *h;
-    TRY(tp_gather(m, a->ln2, &h, err));
+    TRY(mc_model_tp_gather(m, a->ln2, &h, err));
     mc_k_linear_fwd(m->be, m->prec, a->fc1, h, param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w),
                     param_val(m, lp->fc1_b), N, m->C, m->fc1_out, 0.0f);
     act_fwd(m, a);
@@ -628,7 +629,8 @@ static mc_status layer_fwd_run(mc_model *m, mc_slot *sl, int l, float *out, int 
     TRY(core_attn_fwd(m, sl, a, err));
     TRY(proj_fwd(m, a, lp, err));
     norm2_fwd(m, a, lp);
-    if (lp->moe) { /* the MoE block (moe.c), replicated over tensor parallelism; run whole
+    if (lp->moe) { /* the MoE block (moe.c), replicated over tensor parallelism or split
+                    * (ETP: its sums over TP inside); run whole
                     * again by recomputation (its output is then not needed) */
         TRY(mc_moe_fwd(m, sl, l, a->ln2, m->tmp, err));
         if (out) mc_k_add(m->be, out, a->res2, m->tmp, m->Nl * m->C);
@@ -674,7 +676,8 @@ static mc_status layer_recompute_run(mc_model *m, mc_slot *sl, int l, mc_error *
     if (drop & MC_ACT_MOE) /* the whole block: routing, dispatch, experts (m->tmp is free) */
         TRY(mc_moe_fwd(m, sl, l, a->ln2, m->tmp, err));
     else if (drop & (MC_ACT_MOE_ACT | MC_ACT_SHARED))
-        mc_moe_recompute(m, sl, l, a->ln2, !!(drop & MC_ACT_MOE_ACT), !!(drop & MC_ACT_SHARED));
+        TRY(mc_moe_recompute(m, sl, l, a->ln2, !!(drop & MC_ACT_MOE_ACT), !!(drop & MC_ACT_SHARED),
+                             err));
     return MC_OK;
 }
 
@@ -701,7 +704,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     const float *dy, *x;
     float *dl;
 
-    if (lp->moe) { /* the MoE block (moe.c): every rank holds every token, no sums */
+    if (lp->moe) { /* the MoE block (moe.c): its own sums (ETP, SP) */
         TRY(mc_moe_bwd(m, sl, l, m->dres, a->ln2, err));
         TRY(norm_bwd(m, m->dres, m->dln, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b,
                      err));
@@ -709,7 +712,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     }
     /* MLP branch: row-parallel fc2 needs no communication backward (with
      * sequence parallelism: the gather of its output gradient). */
-    TRY(tp_gather(m, m->dres, &dy, err));
+    TRY(mc_model_tp_gather(m, m->dres, &dy, err));
     /* fc2's weight gradient first: it is act's last reader, and act's
      * memory then takes d(act) (the same two products as one call) */
     mc_k_linear_bwd(be, pr, NULL, param_grad(m, lp->fc2_w), param_grad(m, lp->fc2_b), dy, a->act,
@@ -723,11 +726,11 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
         mc_k_swiglu_bwd(be, dfc1, dact, a->fc1, N, m->Fl);
     else
         mc_k_gelu_bwd(be, dfc1, dact, a->fc1, N * m->Fl);
-    TRY(tp_gather(m, a->ln2, &x, err));
+    TRY(mc_model_tp_gather(m, a->ln2, &x, err));
     mc_k_fill(be, m->dln, 0.0f, N * C);
     mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b), dfc1, x,
                     param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w), N, C, m->fc1_out);
-    TRY(tp_reduce(m, m->dln, m->loc, &dl, err));
+    TRY(mc_model_tp_reduce(m, m->dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, err));
 
 attention:
@@ -738,7 +741,7 @@ attention:
         place_attn_grads(m, a->fc1, N * m->fc1_out, a->act, N * m->Fl, g);
         m->datt = g[0], m->dq = g[1], m->dk = g[2], m->dv = g[3];
     }
-    TRY(tp_gather(m, m->dres, &dy, err));
+    TRY(mc_model_tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->datt, 0.0f, N * m->Ql * D);
     mc_k_linear_bwd(be, pr, m->datt, param_grad(m, lp->proj_w), param_grad(m, lp->proj_b), dy,
                     a->att, param_val(m, lp->proj_w), param_prep(m, lp->proj_w), N, m->Ql * D, C);
@@ -760,11 +763,11 @@ attention:
     float *dqkv = m->qkv; /* the forward's scratch is free now */
     mc_k_fill(be, dqkv, 0.0f, N * m->qkv_out);
     mc_k_qkv_split_bwd(be, dqkv, dq, dk, m->dv, N, m->Ql, m->Gl, D);
-    TRY(tp_gather(m, a->ln1, &x, err));
+    TRY(mc_model_tp_gather(m, a->ln1, &x, err));
     mc_k_fill(be, m->dln, 0.0f, N * C);
     mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->qkv_w), param_grad(m, lp->qkv_b), dqkv, x,
                     param_val(m, lp->qkv_w), param_prep(m, lp->qkv_w), N, C, m->qkv_out);
-    TRY(tp_reduce(m, m->dln, m->loc, &dl, err));
+    TRY(mc_model_tp_reduce(m, m->dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, err));
     return MC_OK;
 }
@@ -810,7 +813,7 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
                         param_val(m, w), param_prep(m, w), R, C, vl);
     }
     /* column-parallel (over the vocabulary): sum the input gradient */
-    if (backward) TRY(tp_reduce(m, m->dln, m->loc, dl, err));
+    if (backward) TRY(mc_model_tp_reduce(m, m->dln, m->loc, dl, err));
     return MC_OK;
 }
 
@@ -960,7 +963,7 @@ static mc_status embed_fwd(mc_model *m, mc_slot *sl, const int32_t *tokens, floa
     float *e = m->sp ? m->tmp : x0;
     size_t pos0 = m->sp ? (size_t)m->grid.tp_rank * m->Tl : 0;
     mc_k_embed_fwd(be, e, sl->tokens, N, param_val(m, m->wte), m->v0, m->vl, C);
-    TRY(tp_reduce(m, e, x0, &x0, err));
+    TRY(mc_model_tp_reduce(m, e, x0, &x0, err));
     const int32_t *pos = slot_pos(m, sl);
     if (pos && m->sp) pos = sl->pos_loc;
     if (m->wpe >= 0) mc_k_posemb_fwd(be, x0, param_val(m, m->wpe), B, m->Tl, C, pos0, pos);
@@ -981,7 +984,7 @@ mc_status mc_model_final_hidden(mc_model *t, const int32_t *tokens, const float 
         TRY(layer_fwd(t, sl, l, l + 1 < l1 ? sl->acts[t->lidx[l + 1]].res : sl->res_out, err));
     norm_fwd(t, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->res_out, t->lnf_w, t->lnf_b);
     round_weight(t, t->out_w >= 0 ? t->out_w : t->wte);
-    return tp_gather(t, sl->lnf, lnf, err);
+    return mc_model_tp_gather(t, sl->lnf, lnf, err);
 }
 
 mc_status mc_model_forward(mc_model *m, int slot, const int32_t *tokens, const int32_t *targets,
@@ -1028,7 +1031,7 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
     mc_bcopy_from_host(be, sl->targets, targets, N * sizeof(int32_t));
     norm_fwd(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, res_out, m->lnf_w, m->lnf_b);
     const float *lnf;
-    TRY(tp_gather(m, sl->lnf, &lnf, err));
+    TRY(mc_model_tp_gather(m, sl->lnf, &lnf, err));
     if (m->logp_loss)
         return logp_loss_head(m, sl, lnf, targets, backward, grad_scale, loss, ntok, err);
     /* Mean over counted targets; a micro-batch with none has loss 0 and
@@ -1089,7 +1092,7 @@ mc_status mc_model_backward_chunk(mc_model *m, int chunk, int slot, const float 
          * after gathering it; the position gradient then comes whole from
          * every row). */
         const float *dx0;
-        TRY(tp_gather(m, m->dres, &dx0, err));
+        TRY(mc_model_tp_gather(m, m->dres, &dx0, err));
         mc_k_embed_bwd(be, param_grad(m, m->wte), dx0, sl->tokens, N, m->v0, m->vl, C);
         if (m->wpe >= 0)
             mc_k_posemb_bwd(be, param_grad(m, m->wpe), dx0, B, T, C, 0, slot_pos(m, sl));

@@ -42,7 +42,8 @@ typedef struct mc_moe_acts {
     int32_t *gperm;      /* allgather dispatcher: [ep N, K] the permutation of every EP
                           * rank's tokens */
     float *gprobs;       /* allgather dispatcher: [ep N, K] their probabilities */
-    float *lprobs;       /* sequence parallelism: [Nl, K] this rank's tokens' probabilities */
+    float *lprobs;       /* sequence or context parallelism: [N, K] the experts' tokens'
+                          * probabilities (this rank's rows, or under ETP its TP group's) */
     float *sfc1, *sact;  /* [N, shared fc1], [N, shared F]: the shared experts' */
     int64_t *rows;       /* host [E]: the rows each expert received from this rank */
     int64_t *xrows;      /* host [ep, E / ep] (expert parallelism): the rows this rank's
@@ -142,6 +143,7 @@ struct mc_model {
     int64_t v0, vl;    /* this rank's vocabulary rows */
     size_t chunk_rows; /* LM-head rows per chunk */
     int sp;            /* sequence parallelism on (and tp > 1) */
+    int etp;           /* expert tensor parallelism (the experts split over TP, tp > 1) */
     size_t Tl, Nl;     /* positions and rows per rank in the sequence-parallel regions */
 
     /* activations and scratch (model.c), all carved from one block */
@@ -358,7 +360,14 @@ void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a, unsigned parts);
 /* moe.c: recomputation of MoE layer l's experts' activation (act) and the
  * shared experts (shared; h the block's input) from what the forward
  * kept, by the forward's calls. */
-void mc_moe_recompute(mc_model *m, mc_slot *sl, int l, const float *h, int act, int shared);
+mc_status mc_moe_recompute(mc_model *m, mc_slot *sl, int l, const float *h, int act, int shared,
+                           mc_error *err);
+/* model.c: the sequence-parallel gather of [Nl, C] rows to the micro-batch's
+ * [N, C] (*full = m->gath; without sequence parallelism *full = local), and
+ * the sum of partial [N, C] rows over TP (all-reduce in place, *out = full;
+ * with sequence parallelism a reduce-scatter into local, *out = local). */
+mc_status mc_model_tp_gather(mc_model *m, const float *local, const float **full, mc_error *err);
+mc_status mc_model_tp_reduce(mc_model *m, float *full, float *local, float **out, mc_error *err);
 void mc_moe_layout_scratch(mc_model *m, carver *cv);
 size_t mc_moe_rows_max(const mc_model *m);
 size_t mc_moe_expert_rows_max(const mc_model *m);

@@ -36,10 +36,38 @@ static size_t tokens_routed(const mc_model *m) { return m->N * (size_t)m->grid.c
  * losses see the micro-batch's tokens in one process's order. */
 static int seq_split(const mc_model *m) { return m->sp || m->cpa; }
 
-static size_t fc1_width(const mc_model_config *c)
+/* Expert tensor parallelism (m->etp): every TP rank holds 1 / tp of each
+ * expert's fc1 rows (SwiGLU's gate and up alike) and fc2 columns, and of
+ * the shared experts', as the dense MLP does; the TP group's ranks run
+ * the same tokens (with sequence parallelism gathered first) through their
+ * slices, and the partial outputs are summed over TP. Without it the
+ * experts are replicated and each TP rank runs its own rows. */
+static size_t etp_div(const mc_model *m) { return m->etp ? (size_t)m->grid.tp : 1; }
+
+/* An expert's hidden width on this rank. */
+static size_t ffn_local(const mc_model *m)
 {
-    return (size_t)(c->swiglu ? 2 : 1) * (size_t)c->moe_ffn_hidden_size;
+    return (size_t)m->cfg.moe_ffn_hidden_size / etp_div(m);
 }
+
+static size_t fc1_width(const mc_model *m)
+{
+    return (size_t)(m->cfg.swiglu ? 2 : 1) * ffn_local(m);
+}
+
+/* The shared experts' hidden width on this rank. */
+static size_t shared_local(const mc_model *m)
+{
+    return (size_t)m->cfg.moe_shared_expert_intermediate_size / etp_div(m);
+}
+
+/* The tokens the experts run on this rank: its own rows (its sequence-
+ * parallel share), or under ETP the TP group's (all of m->N). */
+static size_t expert_tokens(const mc_model *m) { return m->sp && !m->etp ? m->Nl : m->N; }
+
+/* The experts' tokens are a part of the router's (Nt): their choices and
+ * probabilities are copied out (seq_xlocal), their gradients put back. */
+static int own_rows(const mc_model *m) { return seq_split(m) && (!m->etp || m->cpa); }
 
 /* Megatron's get_capacity over the micro-batch's N K choices: ceil(N K / E
  * x factor); 0 without a capacity factor or when it exceeds N (nothing can
@@ -81,7 +109,7 @@ void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a, unsigned parts)
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
     size_t R = mc_moe_rows_max(m), Rx = mc_moe_expert_rows_max(m), Nt = tokens_routed(m);
-    size_t F = (size_t)c->moe_ffn_hidden_size;
+    size_t F = ffn_local(m);
     mc_moe_acts *x = &a->moe;
     (void)R;
     if (parts & MC_MOE_ACTS_ROUTE) {
@@ -92,7 +120,7 @@ void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a, unsigned parts)
         x->kept = (int32_t *)carve(cv, Nt * K);
         x->perm = (int32_t *)carve(cv, N * K);
         x->xp = carve(cv, Rx * C);
-        x->fc1 = carve(cv, Rx * fc1_width(c));
+        x->fc1 = carve(cv, Rx * fc1_width(m));
         x->yp = carve(cv, Rx * C);
         int gather = m->grid.ep > 1 && c->moe_token_dispatcher_allgather;
         x->gperm = gather ? (int32_t *)carve(cv, (size_t)m->grid.ep * N * K) : NULL;
@@ -100,7 +128,7 @@ void mc_moe_layout(mc_model *m, carver *cv, mc_layer_acts *a, unsigned parts)
         x->gprobs = gather ? carve(cv, (size_t)m->grid.ep * N * K) : NULL;
     }
     if (parts & MC_MOE_ACTS_ACT) x->act = carve(cv, Rx * F);
-    size_t S = (size_t)c->moe_shared_expert_intermediate_size;
+    size_t S = shared_local(m);
     if (S && (parts & MC_MOE_ACTS_SHARED)) {
         x->sfc1 = carve(cv, N * S * (c->swiglu ? 2 : 1));
         x->sact = carve(cv, N * S);
@@ -111,16 +139,16 @@ void mc_moe_layout_scratch(mc_model *m, carver *cv)
 {
     const mc_model_config *c = &m->cfg;
     size_t N = m->N, E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk, C = m->C;
-    size_t Rx = mc_moe_expert_rows_max(m), F = (size_t)c->moe_ffn_hidden_size;
+    size_t Rx = mc_moe_expert_rows_max(m), F = ffn_local(m);
     size_t Nt = tokens_routed(m);
     m->moe_dlogits = carve(cv, Nt * E);
     m->moe_dprobs = carve(cv, Nt * K);
     m->moe_dyp = carve(cv, Rx * C);
     m->moe_dxp = carve(cv, Rx * C);
     m->moe_dact = carve(cv, Rx * F);
-    m->moe_dfc1 = carve(cv, Rx * fc1_width(c));
+    m->moe_dfc1 = carve(cv, Rx * fc1_width(m));
     m->moe_counts = (int32_t *)carve(cv, E);
-    size_t S = (size_t)c->moe_shared_expert_intermediate_size;
+    size_t S = shared_local(m);
     m->moe_dsact = S ? carve(cv, N * S) : NULL;
     m->moe_dsfc1 = S ? carve(cv, N * S * (c->swiglu ? 2 : 1)) : NULL;
     m->moe_a2a = m->grid.ep > 1 ? carve(cv, Rx * C) : NULL;
@@ -270,11 +298,12 @@ static mc_status seq_gather(mc_model *m, float *full, const float *local, size_t
 }
 
 /* Copy this rank's rows [B Tl, w] out of full [B Tg, w] (4-byte
- * elements; back: into it). */
-static void seq_copy(mc_model *m, void *local, void *full, size_t w, int back)
+ * elements; back: into it); group: its TP group's rows [B T, w] instead
+ * (the experts' tokens under ETP). */
+static void seq_copy(mc_model *m, void *local, void *full, size_t w, int back, int group)
 {
-    size_t B = (size_t)m->B, T = m->T, Tl = m->Tl, Tg = T * (size_t)m->grid.cp, c = T / 2;
-    size_t r0 = m->sp ? (size_t)m->grid.tp_rank * Tl : 0;
+    size_t B = (size_t)m->B, T = m->T, Tl = group ? m->T : m->Tl, Tg = T * (size_t)m->grid.cp;
+    size_t c = T / 2, r0 = m->sp && !group ? (size_t)m->grid.tp_rank * Tl : 0;
     for (size_t b = 0; b < B; b++)
         for (size_t t = r0; t < r0 + Tl;) {
             /* a run of rows of one chunk */
@@ -296,12 +325,18 @@ static void seq_copy(mc_model *m, void *local, void *full, size_t w, int back)
 
 static void seq_local(mc_model *m, void *local, const void *full, size_t w)
 {
-    seq_copy(m, local, (void *)full, w, 0);
+    seq_copy(m, local, (void *)full, w, 0, 0);
 }
 
-static void seq_unlocal(mc_model *m, void *full, const void *local, size_t w)
+/* The experts' tokens' rows (own_rows): this rank's, or its TP group's. */
+static void seq_xlocal(mc_model *m, void *local, const void *full, size_t w)
 {
-    seq_copy(m, (void *)local, full, w, 1);
+    seq_copy(m, local, (void *)full, w, 0, m->etp);
+}
+
+static void seq_xunlocal(mc_model *m, void *full, const void *local, size_t w)
+{
+    seq_copy(m, (void *)local, full, w, 1, m->etp);
 }
 
 /* The block of the buffer from layer l's router to its last MoE
@@ -310,8 +345,10 @@ static void moe_grad_span(const mc_model *m, const mc_layer_params *lp, size_t *
 {
     int ids[] = {lp->router_w, lp->router_b, lp->expert_bias, lp->efc1_w, lp->efc1_b,
                  lp->efc2_w,   lp->efc2_b,   lp->sfc1_w,      lp->sfc2_w};
+    /* under ETP only the router's: the experts' slices see every token */
+    size_t n = m->etp ? 3 : sizeof ids / sizeof ids[0];
     size_t lo = SIZE_MAX, hi = 0;
-    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0) continue;
         const mc_param *p = &m->params[ids[i]];
         if (p->offset < lo) lo = p->offset;
@@ -348,7 +385,7 @@ static void shared_fc1_act(mc_model *m, const mc_layer_params *lp, mc_moe_acts *
                            size_t N)
 {
     const mc_model_config *c = &m->cfg;
-    size_t S = (size_t)c->moe_shared_expert_intermediate_size;
+    size_t S = shared_local(m);
     mc_k_linear_fwd(m->be, m->prec, A->sfc1, h, param_val(m, lp->sfc1_w), NULL, NULL, N, m->C,
                     S * (c->swiglu ? 2 : 1), 0.0f);
     act_fwd(m, A->sact, A->sfc1, N, S);
@@ -357,7 +394,8 @@ static void shared_fc1_act(mc_model *m, const mc_layer_params *lp, mc_moe_acts *
 static size_t ep_local_rows(const mc_model *m, const mc_moe_acts *A, int64_t *lrows);
 static size_t ag_range(const mc_model *m, const mc_moe_acts *A, size_t *lo, int64_t *lrows);
 
-void mc_moe_recompute(mc_model *m, mc_slot *sl, int l, const float *h, int act, int shared)
+mc_status mc_moe_recompute(mc_model *m, mc_slot *sl, int l, const float *h, int act, int shared,
+                           mc_error *err)
 {
     const mc_layer_params *lp = &m->lp[l];
     mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
@@ -371,9 +409,14 @@ void mc_moe_recompute(mc_model *m, mc_slot *sl, int l, const float *h, int act, 
             R = ag_range(m, A, &lo, lrows);
         else
             R = ep_local_rows(m, A, lrows);
-        act_fwd(m, A->act, A->fc1, R, (size_t)m->cfg.moe_ffn_hidden_size);
+        act_fwd(m, A->act, A->fc1, R, ffn_local(m));
     }
-    if (shared && lp->sfc1_w >= 0) shared_fc1_act(m, lp, A, h, m->sp ? m->Nl : m->N);
+    if (shared && lp->sfc1_w >= 0) {
+        const float *hx = h;
+        if (m->etp) TRY(mc_model_tp_gather(m, h, &hx, err)); /* the TP group's tokens */
+        shared_fc1_act(m, lp, A, hx, expert_tokens(m));
+    }
+    return MC_OK;
 }
 
 static void act_bwd(mc_model *m, float *din, const float *dout, const float *in, size_t n, size_t F)
@@ -406,19 +449,26 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
     mc_backend *be = m->be;
     /* Nt: the micro-batch's tokens, routed alike on every rank of the
-     * tensor- and context-parallel groups; N: this rank's, which the
-     * experts run (its sequence-parallel rows, or all of its rows) */
-    size_t Nt = tokens_routed(m), N = m->sp ? m->Nl : m->N, C = m->C;
+     * tensor- and context-parallel groups; Nr: this rank's rows (h); N:
+     * the tokens the experts run (expert_tokens) */
+    size_t Nt = tokens_routed(m), Nr = m->sp ? m->Nl : m->N, N = expert_tokens(m), C = m->C;
     size_t E = (size_t)c->num_experts;
     int split = seq_split(m);
     size_t K = (size_t)c->moe_router_topk;
-    size_t F = (size_t)c->moe_ffn_hidden_size, fc1 = fc1_width(c);
+    size_t F = ffn_local(m), fc1 = fc1_width(m);
     mc_moe_route r = route_of(c);
+    /* ETP: the experts' input is the TP group's tokens (gathered with
+     * sequence parallelism, m->gath), their output partial sums (yf), the
+     * fc2 bias added by TP rank 0 alone */
+    const float *hx = h;
+    if (m->etp) TRY(mc_model_tp_gather(m, h, &hx, err));
+    float *yf = m->etp && m->sp ? m->moe_dyp : y;
+    const float *b2 = m->etp && m->grid.tp_rank ? NULL : param_val(m, lp->efc2_b);
 
     /* the router, in fp32 (Megatron's --moe-router-dtype fp32); with
      * sequence or context parallelism each rank's rows, gathered */
     mc_k_linear_fwd(be, MC_PREC_FP32, split ? m->moe_sp : A->logits, h, param_val(m, lp->router_w),
-                    NULL, param_val(m, lp->router_b), N, C, E, 0.0f);
+                    NULL, param_val(m, lp->router_b), Nr, C, E, 0.0f);
     if (split) TRY(seq_gather(m, A->logits, m->moe_sp, E, err));
     mc_k_moe_route_fwd(be, A->probs, A->idx, A->logits, param_val(m, lp->expert_bias), Nt, E, &r);
     /* expert capacity: the choices over it dropped (their probabilities
@@ -431,10 +481,10 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
                                c->moe_token_drop_position);
         use = A->kept;
     }
-    if (split) {
-        /* this rank's tokens' choices and probabilities */
-        seq_local(m, m->moe_sp, use, K);
-        seq_local(m, A->lprobs, A->probs, K);
+    if (own_rows(m)) {
+        /* the experts' tokens' choices and probabilities */
+        seq_xlocal(m, m->moe_sp, use, K);
+        seq_xlocal(m, A->lprobs, A->probs, K);
         use = (const int32_t *)m->moe_sp;
         P = A->lprobs;
     }
@@ -445,13 +495,13 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     for (size_t e = 0; e < E; e++) R += (size_t)(A->rows[e] = block ? (int64_t)block : counts[e]);
     if (m->grid.ep == 1) {
         if (block) mc_k_fill(be, A->xp, 0.0f, R * C); /* the padding rows: zeros, never read back */
-        mc_k_moe_permute(be, A->xp, h, A->perm, N, K, C);
+        mc_k_moe_permute(be, A->xp, hx, A->perm, N, K, C);
         mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
                                 param_val(m, lp->efc1_b), A->rows, E, C, fc1);
         act_fwd(m, A->act, A->fc1, R, F);
-        mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w),
-                                param_val(m, lp->efc2_b), A->rows, E, F, C);
-        mc_k_moe_unpermute(be, y, A->yp, P, A->perm, N, K, C);
+        mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w), b2, A->rows,
+                                E, F, C);
+        mc_k_moe_unpermute(be, yf, A->yp, P, A->perm, N, K, C);
     } else if (c->moe_token_dispatcher_allgather) {
         size_t ep = (size_t)m->grid.ep, El = E / ep, G = ep * N, lo;
         int64_t lrows[MC_MOE_MAX_EXPERTS];
@@ -459,7 +509,7 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, (const float *)use, (float *)m->moe_gidx, N * K,
                          err));
         TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, P, A->gprobs, N * K, err));
-        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, h, m->moe_a2a, N * C, err));
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, hx, m->moe_a2a, N * C, err));
         size_t gblock = block * ep; /* each rank's tokens padded to its capacity */
         mc_k_moe_permute_map(be, A->gperm, m->moe_counts, m->moe_gidx, G, E, K, gblock);
         mc_bcopy_to_host(be, counts, m->moe_counts, E * sizeof(int32_t));
@@ -473,16 +523,16 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
                                 param_val(m, lp->efc1_b), lrows, El, C, fc1);
         act_fwd(m, A->act, A->fc1, Rl, F);
         mc_k_fill(be, A->yp, 0.0f, Rg * C);
-        mc_k_grouped_linear_fwd(be, m->prec, A->yp + lo * C, A->act, param_val(m, lp->efc2_w),
-                                param_val(m, lp->efc2_b), lrows, El, F, C);
+        mc_k_grouped_linear_fwd(be, m->prec, A->yp + lo * C, A->act, param_val(m, lp->efc2_w), b2,
+                                lrows, El, F, C);
         mc_k_moe_unpermute(be, m->moe_dxp, A->yp, A->gprobs, A->gperm, G, K, C);
-        TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_dxp, y, N * C, err));
+        TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_dxp, yf, N * C, err));
     } else {
         /* expert parallelism: the rows travel to their experts' ranks and back */
         size_t El = E / (size_t)m->grid.ep;
         int64_t lrows[MC_MOE_MAX_EXPERTS];
         if (block) mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
-        mc_k_moe_permute(be, m->moe_dxp, h, A->perm, N, K, C);
+        mc_k_moe_permute(be, m->moe_dxp, hx, A->perm, N, K, C);
         TRY(mc_alltoall_i64(&m->grid, MC_GROUP_EP, A->rows, A->xrows, El, err));
         size_t Rx = ep_local_rows(m, A, lrows);
         TRY(ep_exchange(m, A, m->moe_dxp, m->moe_a2a, 1, err));
@@ -490,19 +540,23 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
                                 param_val(m, lp->efc1_b), lrows, El, C, fc1);
         act_fwd(m, A->act, A->fc1, Rx, F);
-        mc_k_grouped_linear_fwd(be, m->prec, m->moe_dyp, A->act, param_val(m, lp->efc2_w),
-                                param_val(m, lp->efc2_b), lrows, El, F, C);
+        mc_k_grouped_linear_fwd(be, m->prec, m->moe_dyp, A->act, param_val(m, lp->efc2_w), b2,
+                                lrows, El, F, C);
         ep_reorder(m, m->moe_a2a, m->moe_dyp, A->xrows, El, 0);
         TRY(ep_exchange(m, A, m->moe_a2a, A->yp, 0, err));
     }
     if (m->grid.ep > 1 && !c->moe_token_dispatcher_allgather)
-        mc_k_moe_unpermute(be, y, A->yp, P, A->perm, N, K, C);
+        mc_k_moe_unpermute(be, yf, A->yp, P, A->perm, N, K, C);
     if (lp->sfc1_w >= 0) {
         /* the shared experts on every token, added (Megatron's MoELayer) */
-        size_t S = (size_t)c->moe_shared_expert_intermediate_size;
-        shared_fc1_act(m, lp, A, h, N);
-        mc_k_linear_fwd(be, m->prec, y, A->sact, param_val(m, lp->sfc2_w), NULL, NULL, N, S, C,
+        size_t S = shared_local(m);
+        shared_fc1_act(m, lp, A, hx, N);
+        mc_k_linear_fwd(be, m->prec, yf, A->sact, param_val(m, lp->sfc2_w), NULL, NULL, N, S, C,
                         1.0f);
+    }
+    if (m->etp) { /* the slices' partial outputs summed over TP (scattered with SP) */
+        float *out;
+        TRY(mc_model_tp_reduce(m, yf, y, &out, err));
     }
 
     /* Megatron computes the balancing losses in training only */
@@ -543,28 +597,36 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
     const mc_layer_params *lp = &m->lp[l];
     mc_moe_acts *A = &sl->acts[m->lidx[l]].moe;
     mc_backend *be = m->be;
-    size_t Nt = tokens_routed(m), N = m->sp ? m->Nl : m->N, C = m->C;
+    size_t Nt = tokens_routed(m), Nr = m->sp ? m->Nl : m->N, N = expert_tokens(m), C = m->C;
     size_t E = (size_t)c->num_experts, K = (size_t)c->moe_router_topk;
-    size_t F = (size_t)c->moe_ffn_hidden_size, fc1 = fc1_width(c), R = 0;
+    size_t F = ffn_local(m), fc1 = fc1_width(m), R = 0;
     int split = seq_split(m);
-    const float *P = split ? A->lprobs : A->probs;
+    const float *P = own_rows(m) ? A->lprobs : A->probs;
     /* sequence parallelism: this micro-batch's gradients of the layer's
-     * MoE parameters (router to shared experts, one block of the buffer)
-     * into scratch, summed over the tensor-parallel ranks (each saw its
-     * own rows), then added (the grad macro below picks the pointer) */
+     * MoE parameters (router to shared experts, one block of the buffer;
+     * under ETP the router's alone) into scratch, summed over the tensor-
+     * parallel ranks (each saw its own rows), then added (the grad macro
+     * below picks the pointer) */
     size_t g0 = 0, gn = 0;
     if (m->sp) {
         moe_grad_span(m, lp, &g0, &gn);
         mc_k_fill(be, m->moe_gsp, 0.0f, gn);
     }
-#define GRAD(i) \
-    ((i) < 0 ? NULL : m->sp ? m->moe_gsp + (m->params[i].offset - g0) : param_grad(m, i))
+#define GRAD(i)                                                            \
+    ((i) < 0 ? NULL                                                        \
+     : m->sp && m->params[i].offset >= g0 && m->params[i].offset < g0 + gn \
+         ? m->moe_gsp + (m->params[i].offset - g0)                         \
+         : param_grad(m, i))
+    /* ETP: the output's gradient of the TP group's tokens (gathered with
+     * sequence parallelism); the slices' d h are partial sums */
+    const float *dyx = dy;
+    if (m->etp) TRY(mc_model_tp_gather(m, dy, &dyx, err));
     for (size_t e = 0; e < E; e++) R += (size_t)A->rows[e];
     mc_moe_route r = route_of(c);
 
     if (m->grid.ep == 1) {
         if (pad_block(m)) mc_k_fill(be, m->moe_dyp, 0.0f, R * C); /* padding rows: no gradient */
-        mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_dprobs, dy, A->yp, P, A->perm, N, K, C);
+        mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_dprobs, dyx, A->yp, P, A->perm, N, K, C);
         mc_k_fill(be, m->moe_dact, 0.0f, R * F);
         mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, GRAD(lp->efc2_w), GRAD(lp->efc2_b),
                                 m->moe_dyp, A->act, param_val(m, lp->efc2_w), A->rows, E, F, C);
@@ -579,7 +641,7 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         int64_t lrows[MC_MOE_MAX_EXPERTS];
         for (size_t e = 0; e < E; e++) Rg += (size_t)A->xrows[e];
         size_t Rl = ag_range(m, A, &lo, lrows);
-        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, dy, m->moe_a2a, N * C, err));
+        TRY(mc_allgather(&m->grid, MC_GROUP_EP, be, dyx, m->moe_a2a, N * C, err));
         if (pad_block(m)) mc_k_fill(be, m->moe_dyp, 0.0f, Rg * C);
         mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_gdprobs, m->moe_a2a, A->yp, A->gprobs,
                                A->gperm, G, K, C);
@@ -603,7 +665,7 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         int64_t lrows[MC_MOE_MAX_EXPERTS];
         size_t Rx = ep_local_rows(m, A, lrows);
         if (pad_block(m)) mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
-        mc_k_moe_unpermute_bwd(be, m->moe_dxp, m->moe_dprobs, dy, A->yp, P, A->perm, N, K, C);
+        mc_k_moe_unpermute_bwd(be, m->moe_dxp, m->moe_dprobs, dyx, A->yp, P, A->perm, N, K, C);
         TRY(ep_exchange(m, A, m->moe_dxp, m->moe_a2a, 1, err));
         ep_reorder(m, m->moe_dyp, m->moe_a2a, A->xrows, El, 1);
         mc_k_fill(be, m->moe_dact, 0.0f, Rx * F);
@@ -619,24 +681,35 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         mc_k_moe_permute_bwd(be, m->dln, m->moe_dyp, A->perm, N, K, C);
     }
     if (lp->sfc1_w >= 0) {
-        size_t S = (size_t)c->moe_shared_expert_intermediate_size;
+        size_t S = shared_local(m);
         mc_k_fill(be, m->moe_dsact, 0.0f, N * S);
-        mc_k_linear_bwd(be, m->prec, m->moe_dsact, GRAD(lp->sfc2_w), NULL, dy, A->sact,
+        mc_k_linear_bwd(be, m->prec, m->moe_dsact, GRAD(lp->sfc2_w), NULL, dyx, A->sact,
                         param_val(m, lp->sfc2_w), NULL, N, S, C);
         act_bwd(m, m->moe_dsfc1, m->moe_dsact, A->sfc1, N, S);
-        mc_k_linear_bwd(be, m->prec, m->dln, GRAD(lp->sfc1_w), NULL, m->moe_dsfc1, h,
+        const float *hx = h; /* (m->gath: d y's gather is read no more) */
+        if (m->etp) TRY(mc_model_tp_gather(m, h, &hx, err));
+        mc_k_linear_bwd(be, m->prec, m->dln, GRAD(lp->sfc1_w), NULL, m->moe_dsfc1, hx,
                         param_val(m, lp->sfc1_w), NULL, N, C, S * (c->swiglu ? 2 : 1));
+    }
+    if (m->etp) {
+        /* d probs: each slice's share of every output row's dot products;
+         * d h: the slices' sums (this rank's rows with sequence
+         * parallelism), to which the router's part is added below */
+        float *out;
+        TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->moe_dprobs, N * K, err));
+        TRY(mc_model_tp_reduce(m, m->dln, m->loc, &out, err));
+        if (out != m->dln) mc_bcopy(be, m->dln, out, Nr * C * sizeof(float));
     }
 
     /* the router: the probabilities' gradient, then the balancing losses
      * (Megatron's MoEAuxLossAutoScaler: their gradient weighted like the
      * main loss's, grad_scale) */
-    if (split) {
-        /* the router's backward over every token, with d probs of this
-         * rank's (the others' 0: their rows are not used below) */
+    if (own_rows(m)) {
+        /* the router's backward over every token, with d probs of the
+         * experts' tokens (the others' 0: their rows are not used below) */
         mc_bcopy(be, m->moe_sp, m->moe_dprobs, N * K * sizeof(float));
         mc_k_fill(be, m->moe_dprobs, 0.0f, Nt * K);
-        seq_unlocal(m, m->moe_dprobs, m->moe_sp, K);
+        seq_xunlocal(m, m->moe_dprobs, m->moe_sp, K);
     }
     mc_k_fill(be, m->moe_dlogits, 0.0f, Nt * E);
     mc_k_moe_route_bwd(be, m->moe_dlogits, m->moe_dprobs, A->logits, A->idx, Nt, E, &r);
@@ -656,7 +729,7 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         dl = m->moe_sp;
     }
     mc_k_linear_bwd(be, MC_PREC_FP32, m->dln, GRAD(lp->router_w), GRAD(lp->router_b), dl, h,
-                    param_val(m, lp->router_w), NULL, N, C, E);
+                    param_val(m, lp->router_w), NULL, Nr, C, E);
     if (m->sp) {
         TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->moe_gsp, gn, err));
         mc_k_acc(be, m->g + g0, m->moe_gsp, gn);
@@ -681,9 +754,11 @@ mc_status mc_model_moe_update_expert_bias(mc_model *m, int keep_counts, mc_error
     }
     /* every data-parallel rank's tokens (tensor-parallel ranks saw the same
      * ones: the experts are replicated) */
-    /* with sequence parallelism each tensor-parallel rank counted its rows */
-    mc_status st = m->sp ? mc_allreduce_sum_f64(&m->grid, MC_GROUP_TP, m->moe_tpe, L * E, err)
-                         : MC_OK;
+    /* with sequence parallelism each tensor-parallel rank counted its rows
+     * (under ETP every rank counted the TP group's) */
+    mc_status st = m->sp && !m->etp
+                       ? mc_allreduce_sum_f64(&m->grid, MC_GROUP_TP, m->moe_tpe, L * E, err)
+                       : MC_OK;
     /* and each context-parallel rank its chunks' rows */
     if (!st && m->grid.cp > 1)
         st = mc_allreduce_sum_f64(&m->grid, MC_GROUP_CP, m->moe_tpe, L * E, err);

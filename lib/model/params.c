@@ -18,9 +18,10 @@ typedef struct reg {
     mc_model *m;
     size_t cap;
     size_t off;
-    int skip;   /* on another pipeline stage: counted in global_numel only */
-    int shared; /* the last stage's copy of the tied embeddings: local only */
-    int expert; /* a MoE layer's experts: split by experts over expert parallelism */
+    int skip;        /* on another pipeline stage: counted in global_numel only */
+    int shared;      /* the last stage's copy of the tied embeddings: local only */
+    int expert;      /* a MoE layer's experts: split by experts over expert parallelism */
+    int64_t experts; /* their number E (the expert tensors' rows are E blocks) */
 } reg;
 
 static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int split_dim,
@@ -69,11 +70,22 @@ static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int 
         p->local_cols = cols / tp;
         p->col0 = p->local_cols * rank;
     }
+    p->chunk_rows = rows / row_chunks;
     if (r->expert) {
         /* rows / ep: whole experts (config checks E divisible by ep) */
+        int64_t erows = rows / m->grid.ep;
         p->expert = 1;
-        p->local_rows = rows / m->grid.ep;
-        p->row0 = p->local_rows * m->grid.ep_rank;
+        p->local_rows = erows;
+        p->row0 = erows * m->grid.ep_rank;
+        if (split_dim == 0) {
+            /* expert tensor parallelism: row_chunks chunks per expert, each
+             * split over TP (config checks F divisible by tp) */
+            int64_t per = rows / r->experts / row_chunks; /* one chunk's rows */
+            p->row_chunks = (int)(r->experts / m->grid.ep) * row_chunks;
+            p->chunk_rows = per;
+            p->local_rows = erows / tp;
+            p->row0 += per / tp * rank;
+        }
     }
     p->no_weight_decay = nwd;
     p->init_std = std;
@@ -96,7 +108,8 @@ static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int 
  * is not fused into a linear, and the experts' weights are the global
  * [E, ...] tensors of its distributed checkpoints, expert e's matrix rows
  * [e R, (e + 1) R) of a [E R, cols] tensor; mc-formats(5)). Replicated
- * over tensor parallelism. Returns nonzero on allocation failure. */
+ * over tensor parallelism, or under expert tensor parallelism split over it
+ * like the dense MLP. Returns nonzero on allocation failure. */
 static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int l, mc_error *err)
 {
     int idx;
@@ -128,14 +141,20 @@ static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int 
         ADDM(1, E, 1, -1, 1, 1, 0, 0, "%s.mlp.router.expert_bias", pre);
         lp->expert_bias = idx;
     }
+    /* expert tensor parallelism: fc1 column-parallel (each expert's rows,
+     * SwiGLU's gate and up each split alike), fc2 row-parallel, as the
+     * dense MLP; its bias replicated (added by TP rank 0) */
+    int etp = c->moe_expert_tensor_parallel > 1, col = etp ? 0 : -1, row = etp ? 1 : -1;
+    int chunks = etp && c->swiglu ? 2 : 1; /* whole rows when replicated */
     r->expert = 1;
-    ADDM(2, E * fc1, C, -1, 1, 0, std, 0, "%s.mlp.experts.experts.linear_fc1.weight", pre);
+    r->experts = E;
+    ADDM(2, E * fc1, C, col, chunks, 0, std, 0, "%s.mlp.experts.experts.linear_fc1.weight", pre);
     lp->efc1_w = idx;
-    if (bias) {
-        ADDM(2, E, fc1, -1, 1, 1, 0, 0, "%s.mlp.experts.experts.linear_fc1.bias", pre);
+    if (bias) { /* GELU only under ETP (config checks): split by columns */
+        ADDM(2, E, fc1, row, 1, 1, 0, 0, "%s.mlp.experts.experts.linear_fc1.bias", pre);
         lp->efc1_b = idx;
     }
-    ADDM(2, E * C, F, -1, 1, 0, out_std, 0, "%s.mlp.experts.experts.linear_fc2.weight", pre);
+    ADDM(2, E * C, F, row, 1, 0, out_std, 0, "%s.mlp.experts.experts.linear_fc2.weight", pre);
     lp->efc2_w = idx;
     if (bias) {
         ADDM(2, E, C, -1, 1, 1, 0, 0, "%s.mlp.experts.experts.linear_fc2.bias", pre);
@@ -146,9 +165,9 @@ static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int 
         /* Megatron's SharedExpertMLP: one MLP of the shared size beside
          * the routed experts, no biases (config_finish checks) */
         int64_t S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
-        ADDM(2, s1, C, -1, 1, 0, std, 0, "%s.mlp.shared_experts.linear_fc1.weight", pre);
+        ADDM(2, s1, C, col, chunks, 0, std, 0, "%s.mlp.shared_experts.linear_fc1.weight", pre);
         lp->sfc1_w = idx;
-        ADDM(2, C, S, -1, 1, 0, out_std, 0, "%s.mlp.shared_experts.linear_fc2.weight", pre);
+        ADDM(2, C, S, row, 1, 0, out_std, 0, "%s.mlp.shared_experts.linear_fc2.weight", pre);
         lp->sfc2_w = idx;
     }
 #undef ADDM
@@ -312,8 +331,8 @@ void mc_model_init_weights(mc_model *m, uint64_t seed)
             for (int j = 0; j < p->row_chunks; j++)
                 mc_k_init_normal(m->be, x + (size_t)j * rows * (size_t)p->local_cols, rows,
                                  (size_t)p->local_cols, (uint64_t)p->cols,
-                                 (uint64_t)(j * (p->rows / p->row_chunks) + p->row0),
-                                 (uint64_t)p->col0, seed, key, p->init_std);
+                                 (uint64_t)(j * p->chunk_rows + p->row0), (uint64_t)p->col0, seed,
+                                 key, p->init_std);
         } else {
             mc_k_fill(m->be, x, p->init_value, p->numel);
         }

@@ -48,8 +48,12 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int ep, int r
         param(s, C * (Q * D / tp));
         if (bias) param(s, C);
         if (mc_model_layer_is_moe(c, l)) {
-            /* params.c's moe_layer: replicated over tensor parallelism */
-            int64_t E = c->num_experts, Fm = c->moe_ffn_hidden_size, f1 = c->swiglu ? 2 * Fm : Fm;
+            /* params.c's moe_layer: replicated over tensor parallelism, or
+             * under expert tensor parallelism the experts' fc1 rows, fc2
+             * columns and the shared experts split over it (et) */
+            int64_t et = c->moe_expert_tensor_parallel > 1 ? tp : 1;
+            int64_t E = c->num_experts, Fm = c->moe_ffn_hidden_size / et;
+            int64_t f1 = c->swiglu ? 2 * Fm : Fm;
             param(s, C);
             if (ln) param(s, C);
             param(s, E * C);
@@ -62,7 +66,7 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int ep, int r
             param(s, El * C * Fm);
             if (bias) param(s, El * C);
             s->numel_expert += s->numel - before;
-            int64_t S = c->moe_shared_expert_intermediate_size;
+            int64_t S = c->moe_shared_expert_intermediate_size / et;
             if (S) param(s, (c->swiglu ? 2 : 1) * S * C), param(s, C * S);
             continue;
         }
@@ -81,9 +85,16 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int ep, int r
 }
 
 /* moe.c's moe_grad_span: one MoE layer's parameters from the router's
- * weight to the end of the last (each padded in the buffer but the last). */
+ * weight to the end of the last (each padded in the buffer but the last);
+ * under expert tensor parallelism the router's alone. */
 static int64_t moe_span(const mc_model_config *c, int ep)
 {
+    if (c->moe_expert_tensor_parallel > 1) {
+        int64_t E = c->num_experts, C = c->hidden_size, n = E * C;
+        if (c->add_bias_linear) n = padded(n) + E;
+        if (c->moe_router_enable_expert_bias) n = padded(n) + E;
+        return n;
+    }
     int64_t C = c->hidden_size, E = c->num_experts, Fm = c->moe_ffn_hidden_size, El = E / ep;
     int64_t f1 = c->swiglu ? 2 * Fm : Fm, S = c->moe_shared_expert_intermediate_size;
     int bias = c->add_bias_linear;
@@ -199,11 +210,12 @@ static void layers_acts(const mc_model_config *c, const act_dims *d, int l0, int
  * reduce-scatter). */
 typedef struct replays {
     double att, moe, tp;
+    double shared; /* the shared experts alone run again (their input gathered under ETP, SP) */
 } replays;
 
 static void stage_replays(const mc_model_config *c, int l0, int nl, int sp, replays *r)
 {
-    r->att = r->moe = r->tp = 0;
+    r->att = r->moe = r->tp = r->shared = 0;
     for (int i = 0; i < nl; i++) {
         int j, again, moe = mc_model_layer_is_moe(c, l0 + i);
         unsigned drop = mc_recompute_layer_has(moe) & ~layer_keep(c, l0, i, nl, &j, &again);
@@ -215,6 +227,7 @@ static void stage_replays(const mc_model_config *c, int l0, int nl, int sp, repl
         }
         r->att += !!(drop & MC_ACT_ATT);
         r->moe += !!(drop & MC_ACT_MOE);
+        r->shared += !(drop & MC_ACT_MOE) && (drop & MC_ACT_SHARED);
         r->tp += sp && (drop & MC_ACT_FC1); /* mlp: norm2's output gathered for fc1 */
         r->tp += !!(drop & MC_ACT_RES2);    /* attn_proj: proj's sum (or scatter) */
     }
@@ -247,8 +260,11 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int c
             if (cap > Nt) cap = Nt;
             if (E * cap > R) R = E * cap;
         }
-        double Fm = c->moe_ffn_hidden_size, f1 = c->swiglu ? 2 * Fm : Fm;
-        double S = c->moe_shared_expert_intermediate_size, s1 = c->swiglu ? 2 * S : S;
+        /* expert tensor parallelism: the experts' and shared experts'
+         * hidden widths split over TP */
+        double et = c->moe_expert_tensor_parallel > 1 ? tp : 1;
+        double Fm = c->moe_ffn_hidden_size / et, f1 = c->swiglu ? 2 * Fm : Fm;
+        double S = c->moe_shared_expert_intermediate_size / et, s1 = c->swiglu ? 2 * S : S;
         /* the experts' side: every EP rank's rows at most (moe.c's Rx) */
         double Rx = ep * R, G = c->moe_token_dispatcher_allgather && ep > 1 ? ep * N * K : 0;
         d.moe_route = carved(Nt * E) + 3 * carved(Nt * K) + carved(N * K) + 2 * carved(Rx * C) +
@@ -427,6 +443,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
                             "(--num-layers-per-virtual-pipeline-stage) yet");
     out->world = world, out->tp = tp, out->pp = pp, out->cp = cp, out->dp = dp, out->ep = ep;
     out->moe_allgather = ep > 1 && c.moe_token_dispatcher_allgather;
+    out->etp = c.moe_expert_tensor_parallel > 1 ? tp : 1;
     out->cp_comm_type = c.cp_comm_type;
     out->sequence_parallel = c.sequence_parallel && tp > 1;
     out->distributed_optimizer = distributed_optimizer;
@@ -491,20 +508,34 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
         if (tp > 1) {
             /* per micro-batch: calls and bytes of all-reduce (a) and gather/scatter (g) */
             double a_calls = 0, a_bytes = 0, g_calls = 0, g_bytes = 0;
+            /* expert tensor parallelism (moe.c): per MoE layer the partial
+             * outputs summed (all-reduce, or with SP the input gathered and
+             * the output reduce-scattered), backward d probs all-reduced
+             * [N, K] and d h summed (with SP: the output gradient and, for
+             * the shared experts, the input gathered again, d h
+             * reduce-scattered); a replay of the block its forward's */
+            int etp = c.moe_expert_tensor_parallel > 1;
+            double S = c.moe_shared_expert_intermediate_size > 0, dpk = N * c.moe_router_topk * 4;
+            int nmoe = 0;
+            for (int l = s->first_layer; l < s->last_layer; l++)
+                nmoe += mc_model_layer_is_moe(&c, l);
+            if (etp) {
+                a_calls += nmoe, a_bytes += nmoe * dpk;
+                if (!sp) {
+                    a_calls += 2.0 * nmoe + rp.moe, a_bytes += (2.0 * nmoe + rp.moe) * X;
+                } else {
+                    double g = (4.0 + S) * nmoe + 2.0 * rp.moe + S * rp.shared;
+                    g_calls += g, g_bytes += g * X;
+                }
+            }
             if (!sp) {
                 /* a MoE layer's block is replicated: no sums of its own */
-                int nmoe = 0;
-                for (int l = s->first_layer; l < s->last_layer; l++)
-                    nmoe += mc_model_layer_is_moe(&c, l);
                 a_calls += 4.0 * nl - 2.0 * nmoe, a_bytes += (4.0 * nl - 2.0 * nmoe) * X;
                 if (first) a_calls += 1, a_bytes += X;            /* embedding */
                 if (last) a_calls += 4, a_bytes += X + 3 * N * 4; /* head dX, CE stats */
             } else {
                 /* a MoE layer has no MLP gathers and scatters (5 of the 10):
                  * it gathers the router's logits and sums its gradients */
-                int nmoe = 0;
-                for (int l = s->first_layer; l < s->last_layer; l++)
-                    nmoe += mc_model_layer_is_moe(&c, l);
                 g_calls += 10.0 * nl - 5.0 * nmoe, g_bytes += (10.0 * nl - 5.0 * nmoe) * X;
                 g_calls += nmoe, g_bytes += nmoe * N * c.num_experts * 4;
                 a_calls += nmoe, a_bytes += nmoe * (double)moe_span(&c, ep) * 4;
@@ -566,7 +597,9 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             for (int l = s->first_layer; l < s->last_layer; l++)
                 nmoe += mc_model_layer_is_moe(&c, l);
             double calls, bytes, wire, fcalls, fbytes, fwire;
-            ep_figures(&c, ep, N * cp, Nl, &calls, &bytes, &wire, &fcalls, &fbytes, &fwire);
+            /* the tokens this rank dispatches: its rows, or under ETP its TP group's */
+            double Ne = c.moe_expert_tensor_parallel > 1 ? N : Nl;
+            ep_figures(&c, ep, N * cp, Ne, &calls, &bytes, &wire, &fcalls, &fbytes, &fwire);
             s->ep_calls = (int64_t)(M * (nmoe * calls + rp.moe * fcalls));
             s->ep_bytes = M * (nmoe * bytes + rp.moe * fbytes);
             s->ep_wire = M * (nmoe * wire + rp.moe * fwire);
@@ -593,6 +626,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
     mc_plan_stage whole = {0};
     whole.first_layer = 0, whole.last_layer = c.num_layers;
     mc_model_config c1 = c;
+    c1.moe_expert_tensor_parallel = 0;
     if (!mc_model_config_finish(&c1, 1, err)) {
         stage_params(&c1, 1, 1, 1, 0, &whole);
         out->global_params = whole.params;
@@ -631,10 +665,12 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
 {
     char epn[64] = "";
     if (p->ep > 1) snprintf(epn, sizeof epn, " (expert %d x expert-data %d)", p->ep, p->dp / p->ep);
+    char etp[64] = "";
+    if (p->etp > 1) snprintf(etp, sizeof etp, "; experts split over tensor %d", p->etp);
     line(print, ctx,
-         "dry run: %d ranks = tensor %d x pipeline %d x context %d x data %d%s; micro-batch "
+         "dry run: %d ranks = tensor %d x pipeline %d x context %d x data %d%s%s; micro-batch "
          "%lld, global batch %lld: %lld micro-batches per data-parallel rank per iteration",
-         p->world, p->tp, p->pp, p->cp, p->dp, epn, (long long)p->micro_batch,
+         p->world, p->tp, p->pp, p->cp, p->dp, epn, etp, (long long)p->micro_batch,
          (long long)p->global_batch, (long long)p->num_micro);
     char active[96] = "";
     if (p->active_params != p->global_params)

@@ -34,7 +34,7 @@ static mc_status for_blocks(const mc_param *p, const char *path, float *host, bl
                             void *ctx, mc_error *err)
 {
     int rc = p->row_chunks > 1 ? p->row_chunks : 1;
-    int64_t lrows = p->local_rows / rc, grows = p->rows / rc;
+    int64_t lrows = p->local_rows / rc, grows = p->chunk_rows;
     int64_t lcols = p->ndim == 1 ? 1 : p->local_cols;
     for (int j = 0; j < rc; j++) {
         mc_status st = fn(ctx, p, path, (int64_t)j * grows + p->row0, lrows,

@@ -167,6 +167,34 @@ same() {
     same ep expert-parallel 4 "${args[@]}" "${moe[@]}" --moe-token-dispatcher-type allgather
 }
 
+@test "log-comm: expert tensor parallelism (ETP=TP=2): the experts' sums over TP, with and without SP, shared experts, recomputation, EP=2, are the dry run's" {
+    # per MoE layer: the partial outputs summed, d probs and d h backward;
+    # with SP the input and output gradient gathered, the sums scattered
+    local moe=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --num-experts 4
+               --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 1e-2 --tensor-model-parallel-size 2
+               --expert-tensor-parallel-size 2)
+    local shared=(--moe-shared-expert-intermediate-size 64 --sequence-parallel)
+    local pad=(--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity
+               --expert-model-parallel-size 2)
+    local set
+    for set in "" "${shared[*]}" "${shared[*]} --recompute-granularity selective --recompute-modules moe_act shared_experts" \
+               "${shared[*]} --recompute-granularity selective --recompute-modules moe" \
+               "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"; do
+        # shellcheck disable=SC2086
+        mpi 2 "${args[@]}" "${moe[@]}" $set --log-comm
+        # shellcheck disable=SC2086
+        same tp tensor-parallel 2 "${args[@]}" "${moe[@]}" $set
+    done
+    for set in "" "--sequence-parallel"; do
+        # shellcheck disable=SC2086
+        mpi 4 "${args[@]}" "${moe[@]}" "${pad[@]}" $set --log-comm
+        # shellcheck disable=SC2086
+        same tp tensor-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" $set
+        # shellcheck disable=SC2086
+        same ep expert-parallel 4 "${args[@]}" "${moe[@]}" "${pad[@]}" $set
+    done
+}
+
 # scalar GROUP: "calls bytes" of the group's host scalars in err.txt's
 # last comm line
 scalar() {

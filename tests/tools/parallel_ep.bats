@@ -8,7 +8,7 @@
 # final weights within 1e-6 (mpi_common.bash's same_weights), with and
 # without a capacity factor (the same tokens dropped), for EP=2, EP=4,
 # EP=2 x DP=2 (plain and distributed optimizer), EP=2 x TP=2 and EP=2 x
-# PP=2 (1F1B and interleaved); a
+# PP=2 (1F1B and interleaved; the experts' own TP: parallel_etp.bats); a
 # checkpoint saved at EP=4 resumes at EP=1 and EP=2 with the uninterrupted
 # run's losses; the dry run's parameters and activations are the run's;
 # the tokens per expert are one process's; and the bad inputs, each one
@@ -173,9 +173,10 @@ ep_equivalent() {
     assert_failure 2
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
     [[ "$stderr" == *"--num-experts 3 is not divisible by --expert-model-parallel-size 2"* ]]
+    # (ETP other than 1 or TP: parallel_etp.bats)
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-tensor-parallel-size 2
     assert_failure 2
-    [[ "$stderr" == *"--expert-tensor-parallel-size 2: tensor parallelism inside the experts is not implemented"* ]]
+    [[ "$stderr" == *"--expert-tensor-parallel-size 2: only 1 (the experts replicated over tensor parallelism) or the tensor-parallel size 1 is supported"* ]]
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --moe-token-dispatcher-type flex
     assert_failure 2
     [[ "$stderr" == *"--moe-token-dispatcher-type"*"flex"* ]]

@@ -366,6 +366,71 @@ static void test_init(void)
     mc_model_free(g1);
 }
 
+/* Expert tensor parallelism (ETP = TP = 2) x EP = 2: every rank's slice of
+ * every MoE tensor (the experts' fc1 rows in chunks of F / 2 per expert,
+ * SwiGLU's gate and up each split, fc2 columns, the shared experts as the
+ * dense MLP) equals the one-process weights bit for bit, and the experts'
+ * weights hold a quarter of the global elements on each rank. */
+static void test_etp_slices(const char *preset, int shared)
+{
+    mc_model_config c;
+    mc_error err = {0};
+    mc_grid one;
+    mc_grid_single(&one);
+    mc_model *ref = NULL;
+    uint64_t seed = 1234;
+    int same = 1, sizes = 1, nexp = 0;
+    for (int k = -1; k < 4; k++) {
+        mc_grid g = one;
+        if (k >= 0) /* tp rank k % 2, ep rank k / 2 */
+            g.world = 4, g.tp = 2, g.dp = 2, g.ep = 2, g.tp_rank = k % 2, g.dp_rank = k / 2,
+            g.ep_rank = k / 2, g.rank = k;
+        if (mc_model_preset(preset, &c, &err)) break;
+        c.seq_length = c.max_position_embeddings = 8;
+        c.vocab_size = 60, c.make_vocab_size_divisible_by = 32;
+        c.num_experts = 4, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 32;
+        c.moe_shared_expert_intermediate_size = shared;
+        c.moe_expert_tensor_parallel = k >= 0 ? 2 : 0;
+        mc_model *m = NULL;
+        if (mc_model_new(&c, &g, be, 1, MC_PREC_FP32, &m, &err)) {
+            TAP_DIAG("mc_model_new(%s, ETP): %s", preset, err.msg);
+            same = 0;
+            break;
+        }
+        mc_model_init_weights(m, seed);
+        if (k < 0) {
+            ref = m;
+            continue;
+        }
+        float *full = host_copy(ref, mc_model_params(ref)), *loc = host_copy(m, mc_model_params(m));
+        for (size_t i = 0; i < mc_model_num_params(m); i++) {
+            const mc_param *p = mc_model_param(m, i), *q = mc_model_param_by_name(ref, p->name);
+            int64_t ch = p->row_chunks, lr = p->local_rows / ch;
+            for (int64_t j = 0; j < ch; j++)
+                for (int64_t rr = 0; rr < lr; rr++)
+                    for (int64_t cc = 0; cc < p->local_cols; cc++) {
+                        int64_t grow = j * p->chunk_rows + p->row0 + rr;
+                        float x = loc[p->offset + (size_t)((j * lr + rr) * p->local_cols + cc)];
+                        float y = full[q->offset + (size_t)(grow * q->cols + p->col0 + cc)];
+                        if (memcmp(&x, &y, sizeof x)) same = 0;
+                    }
+            if (strstr(p->name, "experts.experts.linear_fc") && strstr(p->name, "weight")) {
+                sizes &= p->numel * 4 == q->numel;
+                nexp++;
+            }
+            if (strstr(p->name, "shared_experts.")) sizes &= p->numel * 2 == q->numel;
+        }
+        free(full);
+        free(loc);
+        mc_model_free(m);
+    }
+    mc_model_free(ref);
+    TAP_OK(same && sizes && nexp == 4 * 4,
+           "%s MoE%s on ETP = TP = 2 x EP = 2: each rank's slices of the experts (fc1 rows per "
+           "expert, gate and up, fc2 columns) equal one process's bit for bit, a quarter of them",
+           preset, shared ? " with a shared expert" : "");
+}
+
 /* ---------------------------------------------------------------- gradients */
 
 /*
@@ -856,6 +921,8 @@ int main(void)
     test_golden("tiny-gpt");
     test_golden("tiny-llama");
     test_qk_layernorm();
+    test_etp_slices("tiny-llama", 64);
+    test_etp_slices("tiny-gpt", 0);
     mc_backend_free(be);
     return tap_done();
 }

@@ -490,7 +490,8 @@ static const mc_option options[] = {
     {"expert-model-parallel-size", MC_OPT_REQUIRED, OPT_EP, "N",
      "Expert parallelism: N ranks split each MoE layer's experts (1)."},
     {"expert-tensor-parallel-size", MC_OPT_REQUIRED, OPT_ETP, "N",
-     "Tensor parallelism inside the experts (1, the only size implemented)."},
+     "Tensor parallelism inside the experts: 1 (replicated over TP, the default) or the "
+     "--tensor-model-parallel-size (split like the dense MLP)."},
     {"moe-token-dispatcher-type", MC_OPT_REQUIRED, OPT_MOE_DISPATCHER, "TYPE",
      "alltoall (default) or allgather: how tokens reach their experts' ranks."},
     {NULL, 0, 0, NULL, NULL},
@@ -531,7 +532,7 @@ typedef struct args {
     unsigned set;
     uint32_t moe_set;         /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
     int64_t ep;               /* --expert-model-parallel-size */
-    int64_t etp;              /* --expert-tensor-parallel-size (1 only) */
+    int64_t etp;              /* --expert-tensor-parallel-size (1 or tp) */
     int dispatcher_allgather; /* --moe-token-dispatcher-type allgather */
     int gqa;
     int have_tokenizer;
@@ -1055,12 +1056,6 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             break;
         case OPT_ETP:
             st = mc_parse_i64("--expert-tensor-parallel-size", arg, 1, 65536, &a->etp, err);
-            if (!st && a->etp != 1)
-                st = mc_error_set(err, MC_ERR_USAGE,
-                                  "--expert-tensor-parallel-size %" PRId64
-                                  ": tensor parallelism inside the experts is not implemented; "
-                                  "use 1 (the experts are replicated over tensor parallelism)",
-                                  a->etp);
             break;
         case OPT_MOE_DISPATCHER:
             st = mc_parse_choice("--moe-token-dispatcher-type", NULL, arg, dispatchers,
@@ -1198,6 +1193,7 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     }
     const mc_model_config *m = &a->m;
     c->moe_token_dispatcher_allgather = a->dispatcher_allgather;
+    c->moe_expert_tensor_parallel = (int)a->etp;
     if (a->set & SET_LAYERS) c->num_layers = m->num_layers;
     if (a->set & SET_HIDDEN) c->hidden_size = m->hidden_size;
     if (a->set & SET_HEADS) c->num_attention_heads = m->num_attention_heads;
@@ -1298,6 +1294,16 @@ static mc_status vocabulary(args *a, mc_model_config *mcfg, int32_t *eod, mc_err
  * checkpoint's configuration): before any work. */
 static mc_status check_ep(const args *a, const mc_model_config *c, mc_error *err)
 {
+    if (a->etp > 1 && a->etp != a->tp)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--expert-tensor-parallel-size %" PRId64
+                            ": only 1 (the experts replicated over tensor parallelism) or the "
+                            "tensor-parallel size %" PRId64 " is supported",
+                            a->etp, a->tp);
+    if (a->etp > 1 && c->num_experts <= 0)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "--expert-tensor-parallel-size %" PRId64 " needs --num-experts",
+                            a->etp);
     if (a->ep > 1 && c->num_experts <= 0)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--expert-model-parallel-size %" PRId64 " needs --num-experts", a->ep);
