@@ -145,10 +145,7 @@ ATT_INLINE void kv_run(const kv_args *A, const kv_view *V, size_t h, size_t qb, 
         size_t nk = j0 + BK < kend ? BK : kend - j0;
         const float *kr[BK];
         for (size_t c = 0; c < nk; c++) kr[c] = V->k + kv_off(V, GD, j0 + c) + gD;
-        for (size_t d = 0; d < D; d++) {
-            for (size_t c = 0; c < nk; c++) Kt[d * BK + c] = kr[c][d];
-            for (size_t c = nk; c < BK; c++) Kt[d * BK + c] = 0.0f;
-        }
+        att_kt(isa, Kt, kr, nk, D);
         /* rows see keys 0..pos0 + i0 + r: those that see this block are a
          * suffix of the item's rows */
         size_t r0 = pos0 + i0 >= j0 ? 0 : j0 - (pos0 + i0), r1 = nq;
