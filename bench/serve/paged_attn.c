@@ -12,7 +12,7 @@
  * of all the threads (what a loaded machine inflates least; with more than
  * one thread it includes OpenMP's spinning).
  *
- *   bench/serve/paged_attn THREADS NSEQ LEN [MODE]
+ *   bench/serve/paged_attn THREADS NSEQ LEN [MODE]   (bench/serve/paged_attn.sh builds it)
  *
  * MODE paged or gather runs that side alone (for perf stat's cycle counts,
  * which a loaded machine does not inflate as it does the wall time).
