@@ -22,7 +22,10 @@
 # bin/llama-server; required; never committed to mc), THREADS (2), REPS (3),
 # CTX (512), NTOK (64), CKPT (a checkpoint with a HuggingFaceTokenizer to
 # use instead of training one), PYTHON (python3: the standard library),
-# KEEP (set: keep the work directory, its models, logs and JSON results).
+# KEEP (set: keep the work directory, its models, logs and JSON results),
+# BASE (another mc build directory: its mc-serve runs too, on the same int8
+# checkpoint, in the same alternation, printed as mc-serve(BASE): a before
+# and after measured side by side).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 . "$here/bench/lib/gpt2_model.sh"
@@ -36,9 +39,10 @@ for p in "$bin/mc-serve/mc-serve" "$bin/mc-export/mc-export" "$bin/mc-reshard/mc
     [ -x "$p" ] || { echo "vs_llama.sh: $p not found" >&2; exit 1; }
 done
 work=$(mktemp -d)
-mpid= lpid=
+mpid= lpid= bpid=
 cleanup() {
     [ -n "$mpid" ] && kill "$mpid" 2>/dev/null
+    [ -n "$bpid" ] && kill "$bpid" 2>/dev/null
     [ -n "$lpid" ] && kill "$lpid" 2>/dev/null
     wait 2>/dev/null
     if [ -n "${KEEP:-}" ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
@@ -63,6 +67,16 @@ mkfifo "$work/url"
     > "$work/url" 2> "$work/mc-serve.log" &
 mpid=$!
 read -r -t 300 murl < "$work/url" || { cat "$work/mc-serve.log" >&2; exit 1; }
+sides="mc llama"
+if [ -n "${BASE:-}" ]; then
+    [ -x "$BASE/tools/mc-serve/mc-serve" ] || { echo "vs_llama.sh: $BASE/tools/mc-serve/mc-serve not found" >&2; exit 1; }
+    mkfifo "$work/burl"
+    "$BASE/tools/mc-serve/mc-serve" "$ck8" --port 0 --threads "$threads" --max-batch 16 --quiet \
+        > "$work/burl" 2> "$work/mc-serve-base.log" &
+    bpid=$!
+    read -r -t 300 burl < "$work/burl" || { cat "$work/mc-serve-base.log" >&2; exit 1; }
+    sides="base mc llama"
+fi
 lport=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$ls" -m "$work/m.q8_0.gguf" --host 127.0.0.1 --port "$lport" -t "$threads" -tb "$threads" \
     -np 16 -c $((16 * ctx)) --no-webui > "$work/llama-server.log" 2>&1 &
@@ -77,25 +91,28 @@ curl -sf "$lurl/health" > /dev/null || { echo "llama-server did not start" >&2; 
 
 # warm both
 "$py" "$here/bench/serve/load.py" "$murl" 1 2 8 "$work/prompts.txt" "$work/w.json" > /dev/null
+[ -z "${BASE:-}" ] || "$py" "$here/bench/serve/load.py" "$burl" 1 2 8 "$work/prompts.txt" "$work/w.json" > /dev/null
 "$py" "$here/bench/serve/load.py" "$lurl" 1 2 8 "$work/prompts.txt" "$work/w.json" > /dev/null
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 printf '%-8s %-13s %12s %12s\n' clients server "tokens/s" "TTFT ms"
 for c in 1 4 16; do
     for r in $(seq "$reps"); do
-        for side in mc llama; do
+        for side in $sides; do
             url=$murl
             [ "$side" = llama ] && url=$lurl
+            [ "$side" = base ] && url=$burl
             "$py" "$here/bench/serve/load.py" "$url" "$c" $((4 * c)) "$ntok" "$work/prompts.txt" \
                 "$work/$side.$c.$r.json" > /dev/null
         done
     done
-    for side in mc llama; do
+    for side in $sides; do
         tps=$(for r in $(seq "$reps"); do "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["errors"] == 0, d; print(d["tokens_per_s"])' "$work/$side.$c.$r.json"; done | median)
         ttft=$(for r in $(seq "$reps"); do "$py" -c 'import json,sys; print(1000 * json.load(open(sys.argv[1]))["ttft_median_s"])' "$work/$side.$c.$r.json"; done | median)
         eval "tps_${side}_$c=$tps ttft_${side}_$c=$ttft"
         name=mc-serve
         [ "$side" = llama ] && name=llama-server
+        [ "$side" = base ] && name="mc-serve(BASE)"
         printf '%-8s %-13s %12.1f %12.1f\n' "$c" "$name" "$tps" "$ttft"
     done
 done
@@ -105,4 +122,7 @@ for c in 1 4 16; do
         r = m / l
         t = c == 16 ? ">= 1.5 (target)" : c == 1 ? ">= 0.833 (within 1.2x)" : ""
         printf "%2d clients: mc-serve / llama-server tokens/s = %.2f %s\n", c, r, t }'
+    [ -z "${BASE:-}" ] || { eval "b=\$tps_base_$c"; awk -v c="$c" -v m="$m" -v b="$b" -v l="$l" 'BEGIN {
+        printf "%2d clients: mc-serve(BASE) / llama-server = %.2f, mc-serve / mc-serve(BASE) = %.2f\n", c, b / l, m / b }'; }
 done
+echo "load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"

@@ -184,7 +184,10 @@ static int next_token(mc_serve *s, sv_req *r)
 {
     int64_t k = (int64_t)r->out.n;
     int32_t t = mc_sample(&r->gen, r->logits, r->draw, (uint64_t)k, s->scratch, s->idx);
-    r->lps[k] = mc_logprob_at(r->logits, s->vpad, t);
+    /* a softmax over the vocabulary in double: only for a request that
+     * returns log-probabilities (logprobs >= 0; serve_api.c reads lps only
+     * then), not a serial cost of every step */
+    r->lps[k] = r->logprobs >= 0 ? mc_logprob_at(r->logits, s->vpad, t) : 0.0;
     if (r->logprobs > 0) json_array_append_new(r->tops, alternatives(s, r->logits, r->logprobs));
     if (mc_ids_push(&r->out, t, NULL)) {
         r->finish = "length";

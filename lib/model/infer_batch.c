@@ -11,10 +11,12 @@
  * whatever the number of rows; int8 weights mc_k_linear_q8a8_fwd, whose
  * activation scales are each row's own; BLAS's sgemm and mc's sgemv path
  * for one row do not promise it), norms, activations and RoPE are per row or per
- * element, and attention sees only the sequence's own keys, gathered from
- * its blocks into a contiguous scratch in position order (the attention
- * kernel's rows do not depend on how the sequence was cut into calls). So
- * a sequence gets the same bits alone or in any batch. See
+ * element, and attention sees only the sequence's own keys, read in place
+ * in its blocks (mc_k_attention_paged_fwd: the bits of the contiguous
+ * kernel on the keys in position order, whatever the blocks; its rows do
+ * not depend on how the sequence was cut into calls, nor on the other
+ * sequences of the call). So a sequence gets the same bits alone or in any
+ * batch. See
  * doc/ARCHITECTURE.md, "Inference".
  *
  * Under tensor parallelism every rank of the group makes the same call
@@ -48,10 +50,14 @@ struct mc_kvpool {
     int32_t *freelist;    /* free block ids, a stack */
     int nfree;
     void *block; /* the scratch below, one allocation */
-    float *x, *h, *qkv, *q, *kn, *vn, *att, *tmp, *fc1, *act, *mean, *rstd, *kc, *vc;
+    float *x, *h, *qkv, *q, *kn, *vn, *att, *tmp, *fc1, *act, *mean, *rstd;
     float *hrows, *logits, *gathered;
     float *qp, *kp, *qn_mean, *qn_rstd; /* --qk-layernorm: before the norm (empty without) */
-    int32_t *dtok;
+    int32_t *dtok, *dpos; /* [max_rows] the rows' tokens and positions */
+    /* host: the attention's sequences (rows, first position, block table of
+     * tstride blocks) and the rows' positions */
+    int32_t *hrows_n, *hpos0, *htab, *hrowpos;
+    size_t tstride;
     float *hlogits;          /* host [head_rows, tp vl] */
     float *hgathered;        /* host [tp][head_rows vl] (tensor parallel) */
     int *hseq, *hpos, *hrow; /* host [max_rows]: the head's rows */
@@ -72,7 +78,7 @@ static int head_weight(const mc_model *m) { return m->out_w >= 0 ? m->out_w : m-
 
 static void layout(mc_kvpool *p, carver *cv)
 {
-    size_t R = (size_t)p->max_rows, L = (size_t)p->max_len, C = p->C;
+    size_t R = (size_t)p->max_rows, C = p->C;
     p->x = carve(cv, R * C);
     p->h = carve(cv, R * C);
     p->qkv = carve(cv, R * p->qkv_out);
@@ -85,12 +91,11 @@ static void layout(mc_kvpool *p, carver *cv)
     p->act = carve(cv, R * p->Fl);
     p->mean = carve(cv, R);
     p->rstd = carve(cv, R);
-    p->kc = carve(cv, L * p->kv_row);
-    p->vc = carve(cv, L * p->kv_row);
     p->hrows = carve(cv, (size_t)p->head_rows * C);
     p->logits = carve(cv, (size_t)p->head_rows * (size_t)p->vl);
     p->gathered = carve(cv, (size_t)p->m->grid.tp * (size_t)p->head_rows * (size_t)p->vl);
     p->dtok = (int32_t *)carve(cv, R);
+    p->dpos = (int32_t *)carve(cv, R);
     if (p->m->grid.tp > 1) {
         size_t tp = (size_t)p->m->grid.tp;
         p->xin = carve(cv, R * tp * p->in_local);
@@ -275,7 +280,13 @@ mc_status mc_kvpool_new(mc_model *m, const mc_kvpool_config *c, mc_kvpool **out,
     p->hseq = malloc((size_t)c->max_rows * sizeof(int));
     p->hpos = malloc((size_t)c->max_rows * sizeof(int));
     p->hrow = malloc((size_t)c->max_rows * sizeof(int));
-    if (!p->freelist || !p->hlogits || !p->hgathered || !p->hseq || !p->hpos || !p->hrow)
+    p->tstride = ((size_t)c->max_len + (size_t)c->block_size - 1) / (size_t)c->block_size;
+    p->hrows_n = malloc((size_t)c->max_rows * sizeof(int32_t));
+    p->hpos0 = malloc((size_t)c->max_rows * sizeof(int32_t));
+    p->htab = malloc((size_t)c->max_rows * p->tstride * sizeof(int32_t));
+    p->hrowpos = malloc((size_t)c->max_rows * sizeof(int32_t));
+    if (!p->freelist || !p->hlogits || !p->hgathered || !p->hseq || !p->hpos || !p->hrow ||
+        !p->hrows_n || !p->hpos0 || !p->htab || !p->hrowpos)
         st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
     if (!st) {
         p->kpool = mc_balloc(p->be, nb * p->block_floats * sizeof(float), err);
@@ -330,6 +341,10 @@ void mc_kvpool_free(mc_kvpool *p)
     free(p->hseq);
     free(p->hpos);
     free(p->hrow);
+    free(p->hrows_n);
+    free(p->hpos0);
+    free(p->htab);
+    free(p->hrowpos);
     free(p);
 }
 
@@ -412,8 +427,8 @@ static float *kv_at(const mc_kvpool *p, float *pool, const int32_t *blocks, int 
     return pool + blk * p->block_floats + ((size_t)li * bs + pos % bs) * p->kv_row;
 }
 
-/* The new rows' keys and values into their blocks, then positions
- * 0 .. len + n - 1 gathered into kc, vc for the attention. */
+/* The new rows' keys and values into their blocks (the attention reads
+ * them there, mc_k_attention_paged_fwd). */
 static void seq_kv(mc_kvpool *p, const mc_kvseq *s, size_t row0, int li)
 {
     size_t bs = (size_t)p->block_size, kr = p->kv_row * sizeof(float);
@@ -427,16 +442,6 @@ static void seq_kv(mc_kvpool *p, const mc_kvseq *s, size_t row0, int li)
         mc_bcopy(p->be, kv_at(p, p->vpool, s->blocks, li, pos), p->vn + (row0 + j) * p->kv_row,
                  run * kr);
         pos += run;
-    }
-    /* the gather: plain copies, shared among the threads past a few blocks
-     * (one thread copying a long context is most of a decode step's
-     * attention time) */
-    size_t nblk = (end + bs - 1) / bs;
-#pragma omp parallel for num_threads(mc_backend_threads(p->be)) schedule(static) if (nblk >= 8)
-    for (size_t i = 0; i < nblk; i++) {
-        size_t pos = i * bs, run = end - pos < bs ? end - pos : bs;
-        mc_bcopy(p->be, p->kc + pos * p->kv_row, kv_at(p, p->kpool, s->blocks, li, pos), run * kr);
-        mc_bcopy(p->be, p->vc + pos * p->kv_row, kv_at(p, p->vpool, s->blocks, li, pos), run * kr);
     }
 }
 
@@ -546,15 +551,22 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
         if (R + (size_t)q->n > (size_t)p->max_rows)
             return mc_error_set(err, MC_ERR_LIMIT, "a batch of more than %d rows", p->max_rows);
         mc_bcopy_from_host(be, p->dtok + R, q->tokens, (size_t)q->n * sizeof(int32_t));
+        p->hrows_n[s] = q->n;
+        p->hpos0[s] = q->len;
+        size_t bs = (size_t)p->block_size, nb = ((size_t)q->len + (size_t)q->n + bs - 1) / bs;
+        memcpy(p->htab + (size_t)s * p->tstride, q->blocks, nb * sizeof(int32_t));
         R += (size_t)q->n;
     }
     if (!R) return MC_OK;
+    int rope = c->position_embedding_type == MC_POS_ROPE;
+    if (rope || m->wpe >= 0) { /* each row's position: one call over the batch */
+        for (int s = 0, r = 0; s < nseq; s++)
+            for (int i = 0; i < seqs[s].n; i++) p->hrowpos[r++] = seqs[s].len + i;
+        mc_bcopy_from_host(be, p->dpos, p->hrowpos, R * sizeof(int32_t));
+    }
     mc_k_embed_fwd(be, p->x, p->dtok, R, param_val(m, m->wte), m->v0, p->vl, C);
     TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, p->x, R * C, err));
-    if (m->wpe >= 0)
-        for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n)
-            mc_k_posemb_fwd(be, p->x + (size_t)r0 * C, param_val(m, m->wpe), 1, (size_t)seqs[s].n,
-                            C, (size_t)seqs[s].len, NULL);
+    if (m->wpe >= 0) mc_k_posemb_fwd(be, p->x, param_val(m, m->wpe), 1, R, C, 0, p->dpos);
     for (int l = m->cl0[0]; l < m->cl1[0]; l++) {
         const mc_layer_params *lp = &m->lp[l];
         int li = m->lidx[l];
@@ -568,18 +580,17 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
         } else {
             mc_k_qkv_split(be, p->q, p->kn, p->vn, p->qkv, R, p->Ql, p->Gl, D);
         }
-        for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n) {
-            const mc_kvseq *q = &seqs[s];
-            size_t n = (size_t)q->n, pos0 = (size_t)q->len, row0 = (size_t)r0;
-            if (c->position_embedding_type == MC_POS_ROPE) {
-                mc_rope rp = mc_rope_of(c);
-                mc_k_rope_fwd(be, p->q + row0 * p->Ql * D, 1, n, p->Ql, D, &rp, pos0, NULL);
-                mc_k_rope_fwd(be, p->kn + row0 * p->kv_row, 1, n, p->Gl, D, &rp, pos0, NULL);
-            }
-            seq_kv(p, q, row0, li);
-            mc_k_attention_kv_fwd(be, p->att + row0 * p->Ql * D, p->q + row0 * p->Ql * D, p->kc,
-                                  p->vc, n, pos0, p->Ql, p->Gl, D, scale, NULL);
+        if (rope) {
+            mc_rope rp = mc_rope_of(c);
+            mc_k_rope_fwd(be, p->q, 1, R, p->Ql, D, &rp, 0, p->dpos);
+            mc_k_rope_fwd(be, p->kn, 1, R, p->Gl, D, &rp, 0, p->dpos);
         }
+        for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n) seq_kv(p, &seqs[s], (size_t)r0, li);
+        /* every sequence's rows against its own blocks, in place */
+        size_t loff = (size_t)li * (size_t)p->block_size * p->kv_row;
+        mc_k_attention_paged_fwd(be, p->att, p->q, p->kpool + loff, p->vpool + loff,
+                                 (size_t)nseq, p->hrows_n, p->hpos0, p->htab, p->tstride,
+                                 (size_t)p->block_size, p->block_floats, p->Ql, p->Gl, D, scale);
         TRY(row_linear(p, p->att, lp->proj_w, lp->proj_b, p->Ql * D, R, err));
         norm(p, p->h, p->x, lp->ln2_w, lp->ln2_b, R);
         if (lp->moe) { /* replicated over tensor parallelism: no sums */

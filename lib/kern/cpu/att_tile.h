@@ -93,6 +93,9 @@ ATT_INLINE float att_rowsum(const float *s)
 #define att_scores(isa, S, qr, Kt, D) ATT_PICK(isa, att_scores, S, qr, Kt, D)
 /* the same for one row: S[c] = sum_d q[d] Kt[d][c] */
 #define att_scores1(isa, S, q, Kt, D) ATT_PICK(isa, att_scores1, S, q, Kt, D)
+/* Kt[d][c] = kr[c][d] for the D dims and the nk keys of a block (rows kr,
+ * anywhere), 0 for c >= nk: plain copies, so the layout changes no bit */
+#define att_kt(isa, Kt, kr, nk, D) ATT_PICK(isa, att_kt, Kt, kr, nk, D)
 /* o_r = o_r corr_r + sum_{c0 <= c < c1} P[r][c] v_c for rows r < nr */
 #define att_rows(isa, ...) ATT_PICK(isa, att_rows, __VA_ARGS__)
 /* X_c += sum_{r < nr} P[r][c] y_r for keys c in [c0, c1) */

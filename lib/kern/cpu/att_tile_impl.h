@@ -53,6 +53,62 @@ ATT_INLINE void ATT_FN(att_scores1)(float *S, const float *q, const float *Kt, s
     }
 }
 
+/* Transposition of a key block into Kt (att_kt): L rows of L floats in
+ * registers, transposed by swapping the off-diagonal blocks of b x b at
+ * every scale b = L/2 .. 1 with two-vector shuffles of constant masks. */
+typedef int ATT_FN(att_mt) __attribute__((vector_size(sizeof(ATT_VT))));
+#define ATT_LO(j, b) (((j) & (b)) ? ATT_L + (j) - (b) : (j))
+#define ATT_HI(j, b) (((j) & (b)) ? ATT_L + (j) : (j) + (b))
+#if ATT_L == 16
+#define ATT_MASK(F, b)                                                                          \
+    (ATT_FN(att_mt))                                                                            \
+    {                                                                                           \
+        F(0, b), F(1, b), F(2, b), F(3, b), F(4, b), F(5, b), F(6, b), F(7, b), F(8, b),        \
+            F(9, b), F(10, b), F(11, b), F(12, b), F(13, b), F(14, b), F(15, b)                 \
+    }
+#elif ATT_L == 8
+#define ATT_MASK(F, b) \
+    (ATT_FN(att_mt)) { F(0, b), F(1, b), F(2, b), F(3, b), F(4, b), F(5, b), F(6, b), F(7, b) }
+#else
+#define ATT_MASK(F, b) \
+    (ATT_FN(att_mt)) { F(0, b), F(1, b), F(2, b), F(3, b) }
+#endif
+#define ATT_STAGE(v, b)                                                        \
+    for (int i_ = 0; i_ < ATT_L; i_++)                                         \
+        if (!(i_ & (b))) {                                                     \
+            ATT_VT a_ = (v)[i_], c_ = (v)[i_ + (b)];                           \
+            (v)[i_] = __builtin_shuffle(a_, c_, ATT_MASK(ATT_LO, b));          \
+            (v)[i_ + (b)] = __builtin_shuffle(a_, c_, ATT_MASK(ATT_HI, b));    \
+        }
+
+ATT_INLINE void ATT_FN(att_kt)(float *Kt, const float *const *kr, size_t nk, size_t D)
+{
+    size_t d0 = 0;
+    for (; d0 + ATT_L <= D; d0 += ATT_L)
+        for (size_t c0 = 0; c0 < BK; c0 += ATT_L) {
+            ATT_VT v[ATT_L];
+#pragma GCC unroll 16
+            for (int i = 0; i < ATT_L; i++)
+                v[i] = c0 + (size_t)i < nk ? vld(ATT_VT, kr[c0 + (size_t)i] + d0) : (ATT_VT){0};
+#if ATT_L == 16
+            ATT_STAGE(v, 8)
+#endif
+#if ATT_L >= 8
+            ATT_STAGE(v, 4)
+#endif
+            ATT_STAGE(v, 2)
+            ATT_STAGE(v, 1)
+#pragma GCC unroll 16
+            for (int i = 0; i < ATT_L; i++) vst(Kt + (d0 + (size_t)i) * BK + c0, v[i]);
+        }
+    for (; d0 < D; d0++)
+        for (size_t c = 0; c < BK; c++) Kt[d0 * BK + c] = c < nk ? kr[c][d0] : 0.0f;
+}
+#undef ATT_STAGE
+#undef ATT_MASK
+#undef ATT_HI
+#undef ATT_LO
+
 /* The columns of o in tiles of J vectors (nr = RT), then each row in four
  * vectors, one vector and one element at a time. */
 ATT_INLINE void ATT_FN(att_rows)(float *o, size_t ostride, size_t D, const float *P,
