@@ -51,6 +51,7 @@
 #define PANEL 16      /* outputs of a packed panel */
 #define CHUNK_ROWS 64 /* rows of a work item */
 #define ITEM_PANELS 4 /* panels of a work item */
+#define QUANT_SERIAL 8192 /* activations quantized by the calling thread alone */
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define MC_TARGET_VNNI __attribute__((target("arch=x86-64-v4,avx512vnni")))
@@ -539,12 +540,21 @@ void mc_cpu_linear_q8a8_fwd(mc_backend *be, float *out, const float *x, const ui
     size_t chunks = (N + CHUNK_ROWS - 1) / CHUNK_ROWS;
     int threads = be->threads;
     if (N * Cout * Cin < ((size_t)1 << 16)) threads = 1; /* too small to share */
-#pragma omp parallel num_threads(threads)
-    {
-#pragma omp for schedule(static)
+    /* a few rows (decoding) are quantized here, before the threads start:
+     * one barrier less a call, which counts when the cores are shared */
+    int serial_quant = N * Cin <= QUANT_SERIAL;
+    if (serial_quant)
         for (size_t n = 0; n < N; n++)
             quant((int8_t *)a.xq + n * Kp, (float *)a.xd + n * nb, (int32_t *)a.xc + n * nb,
                   x + n * Cin, Cin);
+#pragma omp parallel num_threads(threads)
+    {
+        if (!serial_quant) {
+#pragma omp for schedule(static)
+            for (size_t n = 0; n < N; n++)
+                quant((int8_t *)a.xq + n * Kp, (float *)a.xd + n * nb, (int32_t *)a.xc + n * nb,
+                      x + n * Cin, Cin);
+        }
 #pragma omp for schedule(dynamic, 1)
         for (size_t i = 0; i < chunks * groups; i++) {
             size_t c = i / groups, g = i % groups;
