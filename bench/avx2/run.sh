@@ -11,7 +11,12 @@
 #   PyTorch:   ATEN_CPU_CAPABILITY=avx2, MKL_ENABLE_INSTRUCTIONS=AVX2,
 #              ONEDNN_MAX_CPU_ISA=AVX2
 #   llama.cpp: LLAMA_CPP_DIR must be a build with GGML_NATIVE=OFF
-#              GGML_AVX2=ON GGML_AVX512=OFF (this script does not check)
+#              GGML_AVX2=ON GGML_AVX512=OFF: ggml picks its kernels when it
+#              is compiled, not at run time, so a GGML_NATIVE=ON or
+#              GGML_AVX512=ON build on this machine runs AVX-512 whatever
+#              the environment says. bench/eval/run.sh prints the
+#              instruction sets from llama.cpp's system_info line and,
+#              with LLAMA_NO_AVX512=1 (set here), fails on AVX-512.
 #   llm.c:     -march=x86-64-v3 (when LLMC_SRC is set)
 # On an AVX2-only machine (AMD Zen 2/3, Intel before Skylake-SP) these pins
 # change nothing; on an AVX-512 machine they make it one, as far as the
@@ -26,7 +31,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}
 export MC_CPU_ISA=avx2 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 \
-    MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 LLMC_MARCH=x86-64-v3
+    MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 LLMC_MARCH=x86-64-v3 LLAMA_NO_AVX512=1
 export SKIP=${SKIP:-llmc torch-bf16-1024}
 export WARM_64=${WARM_64:-1} ITERS_64=${ITERS_64:-3} WARM_1024=${WARM_1024:-1} ITERS_1024=${ITERS_1024:-1}
 echo "bench/avx2/run.sh: every program held to AVX2 (CPU flags: $(grep -m1 -o -w -E 'avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' '))"

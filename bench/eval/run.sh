@@ -31,7 +31,9 @@
 # THREADS (2), REPS (3), CTX (256), CHUNKS (16), NTOK (128), CKPT (a
 # checkpoint with a HuggingFaceTokenizer to use instead of training one),
 # PPL (1; 0: generation only, no perplexity runs: transformers' bf16 has no
-# bf16 hardware on an AVX2 machine).
+# bf16 hardware on an AVX2 machine), LLAMA_NO_AVX512 (1: fail when
+# llama.cpp's CPU backend reports AVX-512 in its system_info line; its
+# instruction sets are printed either way).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 . "$here/bench/lib/gpt2_model.sh"
@@ -53,7 +55,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"\
+echo "machine: $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"\
      "load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 
 ckpt=${CKPT:-}
@@ -73,7 +75,15 @@ lc_gen() {
             -c "$ctx" --ignore-eos -no-cnv --no-warmup </dev/null > "$work/lc.log" 2>&1 || true
         v=$(sed -n 's/.* eval time = .*runs .*, *\([0-9.]*\) tokens per second).*/\1/p' \
             "$work/lc.log" | tail -n 1)
-        [ -n "$v" ] && { echo "$v"; return; }
+        if [ -n "$v" ]; then
+            # the instruction sets llama.cpp's CPU backend was built for
+            # (its system_info line), once: the record says what ran
+            [ -s "$work/lc_features" ] ||
+                sed -n 's/.*system_info: .*| CPU : \(.*\)/\1/p' "$work/lc.log" | head -n 1 \
+                    > "$work/lc_features"
+            echo "$v"
+            return
+        fi
     done
     echo "run.sh: no timing from llama-completion on $1" >&2
     exit 1
@@ -122,6 +132,11 @@ EOF
     done
 done
 
+echo "llama.cpp's CPU backend: $(cat "$work/lc_features")"
+if [ "${LLAMA_NO_AVX512:-0}" = 1 ] && grep -q 'AVX512[A-Z_]* = 1' "$work/lc_features"; then
+    echo "run.sh: $lc was built with AVX-512 (LLAMA_NO_AVX512=1 asks for a build without)" >&2
+    exit 1
+fi
 mcp=$(cut -d' ' -f1 "$work/mc_ppl" | med) hfp=$(cut -d' ' -f1 "$work/hf_ppl" | med)
 mcb=$(cut -d' ' -f1 "$work/mc_ppl_bf16" | med) hfb=$(cut -d' ' -f1 "$work/hf_ppl_bf16" | med)
 mcg=$(med < "$work/mc_gen_int8") mcf=$(med < "$work/mc_gen_fp32")

@@ -16,7 +16,7 @@
 # MC_PYTHON_HEAVY (torch; default /opt/mcheavy/bin/python); LLMC_SRC (a
 # directory holding a checkout of llm.c (karpathy/llm.c: train_gpt2.c and
 # llmc/); without it the llm.c runs are skipped; llm.c is never committed to mc); SKIP (space-separated names to skip: mc torch llmc
-# t1024 torch-bf16-1024 torch-fp32-1024); OPENBLAS_OPENMP_DIR (a directory holding the OpenMP build of
+# t64 t1024 torch-bf16-1024 torch-fp32-1024 mc-bf16-1024 mc-fp32-1024); OPENBLAS_OPENMP_DIR (a directory holding the OpenMP build of
 # OpenBLAS's libopenblas.so.0, e.g. Debian libopenblas0-openmp's
 # /usr/lib/x86_64-linux-gnu/openblas-openmp: mc runs a second time with it
 # first on LD_LIBRARY_PATH, as "mc+ompblas", so that BLAS and mc's kernels
@@ -127,14 +127,16 @@ echo "runs (name precision T s/iteration maxRSS-KB):"
 mcs=mc
 [ -n "${OPENBLAS_OPENMP_DIR:-}" ] && mcs="mc mc+ompblas"
 run_mcs() { local m; for m in $mcs; do run_mc "$m" "$@"; done; }
-for prec in fp32 bf16; do
-    case $skip in *" mc "*) ;; *) run_mcs "$prec" 64 "${WARM_64:-2}" "${ITERS_64:-5}" ;; esac
-    case $skip in *" torch "*) ;; *) run_torch "$prec" 64 "${WARM_64:-2}" "${ITERS_64:-5}" ;; esac
-done
+case $skip in *" t64 "*) ;; *)
+    for prec in fp32 bf16; do
+        case $skip in *" mc "*) ;; *) run_mcs "$prec" 64 "${WARM_64:-2}" "${ITERS_64:-5}" ;; esac
+        case $skip in *" torch "*) ;; *) run_torch "$prec" 64 "${WARM_64:-2}" "${ITERS_64:-5}" ;; esac
+    done ;;
+esac
 case $skip in *" llmc "*) ;; *) run_llmc ;; esac
 case $skip in *" t1024 "*) ;; *)
     for prec in fp32 bf16; do
-        case $skip in *" mc "*) ;; *) run_mcs "$prec" 1024 "${WARM_1024:-1}" "${ITERS_1024:-2}" ;; esac
+        case $skip in *" mc "* | *" mc-$prec-1024 "*) ;; *) run_mcs "$prec" 1024 "${WARM_1024:-1}" "${ITERS_1024:-2}" ;; esac
         case $skip in *" torch "* | *" torch-$prec-1024 "*) ;; *) run_torch "$prec" 1024 "${WARM_1024:-1}" "${ITERS_1024:-2}" ;; esac
     done ;;
 esac

@@ -33,7 +33,8 @@
  *
  * Tiles: VNNI 4 rows x 2 panels (16 int32 and 16 float accumulators), one
  * row x 4 panels for a row alone (decoding one sequence: the weights
- * stream once); AVX2 2 rows x 1 panel; the scalar path a panel at a time.
+ * stream once); AVX2 2 rows x 1 panel, one row x 2 panels for a row alone (prefetched
+ * PF_AHEAD bytes ahead); the scalar path a panel at a time.
  * The work is split in items of a few panels by chunks of 64 rows, items
  * shared among the threads (dynamic schedule); the tiles change which
  * elements are computed together, never an element's arithmetic.
@@ -50,6 +51,7 @@
 #define PANEL 16      /* outputs of a packed panel */
 #define CHUNK_ROWS 64 /* rows of a work item */
 #define ITEM_PANELS 4 /* panels of a work item */
+#define QUANT_SERIAL 8192 /* activations quantized by the calling thread alone */
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define MC_TARGET_VNNI __attribute__((target("arch=x86-64-v4,avx512vnni")))
@@ -272,74 +274,153 @@ tile_vnni(const q8a8_args *a, size_t n, size_t p, int RT, int OT)
     }
 }
 
+/* AVX2: the products as vpmaddubsw (unsigned bytes times signed bytes, pairs
+ * summed in int16) and vpmaddwd with ones (int16 pairs summed in int32):
+ * |q| times the weight code with q's sign, which never saturates (codes
+ * within [-127, 127]: a pair is at most 2 * 127 * 127 = 32258). The packed
+ * bytes are code + 128; xor 0x80 gives the signed code back. */
+
+/* the AVX2 tiles' end: out = f * scale (+ bias), the panel's valid outputs */
 MC_TARGET_AVX2 static inline __attribute__((always_inline)) void
-tile_avx2(const q8a8_args *a, size_t n, size_t p, int RT, int OT)
+store_avx2(const q8a8_args *a, size_t n, size_t p, __m256 f0, __m256 f1)
+{
+    size_t o0 = p * PANEL;
+    size_t left = a->Cout - o0 < PANEL ? a->Cout - o0 : PANEL;
+    float *dst = a->out + n * a->Cout + o0;
+    if (left == PANEL) {
+        __m256 t0 = _mm256_mul_ps(f0, _mm256_loadu_ps(a->scale + o0));
+        __m256 t1 = _mm256_mul_ps(f1, _mm256_loadu_ps(a->scale + o0 + 8));
+        if (a->b) {
+            t0 = _mm256_add_ps(t0, _mm256_loadu_ps(a->b + o0));
+            t1 = _mm256_add_ps(t1, _mm256_loadu_ps(a->b + o0 + 8));
+        }
+        _mm256_storeu_ps(dst, t0);
+        _mm256_storeu_ps(dst + 8, t1);
+        return;
+    }
+    float t[PANEL];
+    _mm256_storeu_ps(t, f0);
+    _mm256_storeu_ps(t + 8, f1);
+    for (size_t i = 0; i < left; i++) {
+        float v = t[i] * a->scale[o0 + i];
+        if (a->b) v += a->b[o0 + i];
+        dst[i] = v;
+    }
+}
+
+/* how far ahead a row alone prefetches its panels' codes: the hardware
+ * prefetcher stops at each 4 KiB page */
+#define PF_AHEAD 2048
+
+/* one row, OT (1 or 2) panels: the weights stream once. Per group of 4
+ * positions: the row's 4 codes broadcast (q and |q|), then per 8 outputs
+ * one load, xor, vpsignb, vpmaddubsw, vpmaddwd, add. 4 OT int32 and 4 OT
+ * float accumulators. */
+MC_TARGET_AVX2 static inline __attribute__((always_inline)) void
+row_avx2(const q8a8_args *a, size_t n, size_t p, int OT)
+{
+    const size_t nb = a->nb, pb = a->pb;
+    const int8_t *xq = a->xq + n * a->Kp;
+    const float *xd = a->xd + n * nb;
+    const uint8_t *W = a->Wp + p * pb;
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    __m256 f00 = _mm256_setzero_ps(), f01 = f00, f10 = f00, f11 = f00;
+    for (size_t b = 0; b < nb; b++) {
+        __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00;
+        const uint8_t *w = W + b * (QK * PANEL);
+        const int8_t *x = xq + b * QK;
+        int8_t ax[QK] __attribute__((aligned(32)));
+        _mm256_store_si256((__m256i *)ax, _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)x)));
+        for (int c = 0; c < QK * PANEL; c += 64) {
+            _mm_prefetch((const char *)w + PF_AHEAD + c, _MM_HINT_T0);
+            if (OT > 1) _mm_prefetch((const char *)w + pb + PF_AHEAD + c, _MM_HINT_T0);
+        }
+        _Pragma("GCC unroll 8") for (int j = 0; j < QK / 4; j++)
+        {
+            int32_t v, va;
+            memcpy(&v, x + 4 * j, 4);
+            memcpy(&va, ax + 4 * j, 4);
+            __m256i xv = _mm256_set1_epi32(v), xa = _mm256_set1_epi32(va);
+            const uint8_t *wj = w + 64 * j;
+#define Q8A8_STEP(s, off)                                                                          \
+    s = _mm256_add_epi32(                                                                          \
+        s, _mm256_madd_epi16(                                                                      \
+               _mm256_maddubs_epi16(                                                               \
+                   xa, _mm256_sign_epi8(                                                           \
+                           _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wj + (off))),    \
+                                            flip),                                                 \
+                           xv)),                                                                   \
+               ones))
+            Q8A8_STEP(s00, 0);
+            Q8A8_STEP(s01, 32);
+            if (OT > 1) {
+                Q8A8_STEP(s10, pb);
+                Q8A8_STEP(s11, pb + 32);
+            }
+        }
+        __m256 dv = _mm256_set1_ps(xd[b]);
+        f00 = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s00), f00);
+        f01 = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s01), f01);
+        if (OT > 1) {
+            f10 = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s10), f10);
+            f11 = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s11), f11);
+        }
+    }
+    store_avx2(a, n, p, f00, f01);
+    if (OT > 1) store_avx2(a, n, p + 1, f10, f11);
+}
+
+/* RT (1 or 2) rows, one panel: each weight vector's magnitudes and signs
+ * computed once for the rows (|w| times q with w's sign). 4 RT int32 and
+ * 4 RT float accumulators. */
+MC_TARGET_AVX2 static inline __attribute__((always_inline)) void
+tile_avx2(const q8a8_args *a, size_t n, size_t p, int RT)
 {
     const size_t Kp = a->Kp, nb = a->nb;
     const int8_t *xq = a->xq + n * Kp;
     const float *xd = a->xd + n * nb;
     const uint8_t *W = a->Wp + p * a->pb;
     const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-    enum { H = 2 }; /* ymm halves of a panel */
-    __m256 f[2][2][H];
-    _Pragma("GCC unroll 2") for (int r = 0; r < RT; r++)
-        _Pragma("GCC unroll 2") for (int o = 0; o < OT; o++)
-            _Pragma("GCC unroll 2") for (int h = 0; h < H; h++) f[r][o][h] = _mm256_setzero_ps();
+    __m256 f00 = _mm256_setzero_ps(), f01 = f00, f10 = f00, f11 = f00;
     for (size_t b = 0; b < nb; b++) {
-        __m256i s[2][2][H];
-        _Pragma("GCC unroll 2") for (int r = 0; r < RT; r++)
-            _Pragma("GCC unroll 2") for (int o = 0; o < OT; o++)
-                _Pragma("GCC unroll 2") for (int h = 0; h < H; h++)
-                    s[r][o][h] = _mm256_setzero_si256();
+        __m256i s00 = _mm256_setzero_si256(), s01 = s00, s10 = s00, s11 = s00;
         const uint8_t *w = W + b * (QK * PANEL);
         const int8_t *x = xq + b * QK;
-        _Pragma("GCC unroll 8") for (int j = 0; j < QK / 4; j++)
+        _Pragma("GCC unroll 2") for (int j = 0; j < QK / 4; j++)
         {
-            __m256i ws[2][H], wa[2][H];
-            _Pragma("GCC unroll 2") for (int o = 0; o < OT; o++)
-                _Pragma("GCC unroll 2") for (int h = 0; h < H; h++)
-            {
-                ws[o][h] = _mm256_xor_si256(
-                    _mm256_loadu_si256((const __m256i *)(w + (size_t)o * a->pb + 64 * j + 32 * h)),
-                    flip);
-                wa[o][h] = _mm256_abs_epi8(ws[o][h]);
-            }
-            _Pragma("GCC unroll 2") for (int r = 0; r < RT; r++)
-            {
-                int32_t v;
-                memcpy(&v, x + (size_t)r * Kp + 4 * j, 4);
-                __m256i xv = _mm256_set1_epi32(v);
-                _Pragma("GCC unroll 2") for (int o = 0; o < OT; o++)
-                    _Pragma("GCC unroll 2") for (int h = 0; h < H; h++)
-                {
-                    __m256i pr = _mm256_maddubs_epi16(wa[o][h], _mm256_sign_epi8(xv, ws[o][h]));
-                    s[r][o][h] = _mm256_add_epi32(s[r][o][h], _mm256_madd_epi16(pr, ones));
-                }
+            __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 64 * j)), flip);
+            __m256i w1 =
+                _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + 64 * j + 32)), flip);
+            __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
+            int32_t v;
+            memcpy(&v, x + 4 * j, 4);
+            __m256i xv = _mm256_set1_epi32(v);
+            s00 = _mm256_add_epi32(
+                s00, _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xv, w0)), ones));
+            s01 = _mm256_add_epi32(
+                s01, _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xv, w1)), ones));
+            if (RT > 1) {
+                memcpy(&v, x + Kp + 4 * j, 4);
+                xv = _mm256_set1_epi32(v);
+                s10 = _mm256_add_epi32(
+                    s10,
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xv, w0)), ones));
+                s11 = _mm256_add_epi32(
+                    s11,
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xv, w1)), ones));
             }
         }
-        _Pragma("GCC unroll 2") for (int r = 0; r < RT; r++)
-        {
-            __m256 dv = _mm256_set1_ps(xd[(size_t)r * nb + b]);
-            _Pragma("GCC unroll 2") for (int o = 0; o < OT; o++)
-                _Pragma("GCC unroll 2") for (int h = 0; h < H; h++)
-                    f[r][o][h] = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s[r][o][h]), f[r][o][h]);
+        __m256 dv = _mm256_set1_ps(xd[b]);
+        f00 = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s00), f00);
+        f01 = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s01), f01);
+        if (RT > 1) {
+            dv = _mm256_set1_ps(xd[nb + b]);
+            f10 = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s10), f10);
+            f11 = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(s11), f11);
         }
     }
-    for (int o = 0; o < OT; o++) {
-        size_t o0 = (p + (size_t)o) * PANEL;
-        size_t left = a->Cout - o0 < PANEL ? a->Cout - o0 : PANEL;
-        for (int r = 0; r < RT; r++) {
-            float t[PANEL];
-            _mm256_storeu_ps(t, f[r][o][0]);
-            _mm256_storeu_ps(t + 8, f[r][o][1]);
-            float *dst = a->out + (n + (size_t)r) * a->Cout + o0;
-            for (size_t i = 0; i < left; i++) {
-                float v = t[i] * a->scale[o0 + i];
-                if (a->b) v += a->b[o0 + i];
-                dst[i] = v;
-            }
-        }
-    }
+    store_avx2(a, n, p, f00, f01);
+    if (RT > 1) store_avx2(a, n + 1, p, f10, f11);
 }
 
 static void tile_scalar(const q8a8_args *a, size_t n, size_t p)
@@ -393,10 +474,16 @@ MC_TARGET_VNNI static void item_vnni(const q8a8_args *a, size_t n0, size_t n1, s
 
 MC_TARGET_AVX2 static void item_avx2(const q8a8_args *a, size_t n0, size_t n1, size_t p0, size_t p1)
 {
+    if (n1 - n0 == 1) { /* a row alone: 2 panels a tile, the weights stream once */
+        size_t p = p0;
+        for (; p + 2 <= p1; p += 2) row_avx2(a, n0, p, 2);
+        if (p < p1) row_avx2(a, n0, p, 1);
+        return;
+    }
     for (size_t p = p0; p < p1; p++) {
         size_t n = n0;
-        for (; n + 2 <= n1; n += 2) tile_avx2(a, n, p, 2, 1);
-        if (n < n1) tile_avx2(a, n, p, 1, 1);
+        for (; n + 2 <= n1; n += 2) tile_avx2(a, n, p, 2);
+        if (n < n1) tile_avx2(a, n, p, 1);
     }
 }
 
@@ -453,12 +540,21 @@ void mc_cpu_linear_q8a8_fwd(mc_backend *be, float *out, const float *x, const ui
     size_t chunks = (N + CHUNK_ROWS - 1) / CHUNK_ROWS;
     int threads = be->threads;
     if (N * Cout * Cin < ((size_t)1 << 16)) threads = 1; /* too small to share */
-#pragma omp parallel num_threads(threads)
-    {
-#pragma omp for schedule(static)
+    /* a few rows (decoding) are quantized here, before the threads start:
+     * one barrier less a call, which counts when the cores are shared */
+    int serial_quant = N * Cin <= QUANT_SERIAL;
+    if (serial_quant)
         for (size_t n = 0; n < N; n++)
             quant((int8_t *)a.xq + n * Kp, (float *)a.xd + n * nb, (int32_t *)a.xc + n * nb,
                   x + n * Cin, Cin);
+#pragma omp parallel num_threads(threads)
+    {
+        if (!serial_quant) {
+#pragma omp for schedule(static)
+            for (size_t n = 0; n < N; n++)
+                quant((int8_t *)a.xq + n * Kp, (float *)a.xd + n * nb, (int32_t *)a.xc + n * nb,
+                      x + n * Cin, Cin);
+        }
 #pragma omp for schedule(dynamic, 1)
         for (size_t i = 0; i < chunks * groups; i++) {
             size_t c = i / groups, g = i % groups;
