@@ -141,4 +141,33 @@ static inline mc_backend *kt_backend(int threads)
     return be;
 }
 
+/* out[i,h,:] for the rows at positions pos0 + i, keys 0..pos0+i of the
+ * cache kc, vc [L,G,D] (float64): the attention kernels' reference (test_kern_attn_kv,
+ * test_kern_attn_paged). */
+static inline void kt_ref_kv(double *out, const double *q, const double *kc, const double *vc,
+                             size_t n, size_t pos0, size_t Q, size_t G, size_t D, double scale)
+{
+    size_t hpg = Q / G, L = pos0 + n;
+    double *s = kt_dalloc(L);
+    for (size_t i = 0; i < n; i++)
+        for (size_t h = 0; h < Q; h++) {
+            size_t g = h / hpg, p = pos0 + i;
+            const double *qr = q + (i * Q + h) * D;
+            double mx = -INFINITY, sum = 0;
+            for (size_t j = 0; j <= p; j++) {
+                double d = 0;
+                for (size_t e = 0; e < D; e++) d += qr[e] * kc[(j * G + g) * D + e];
+                s[j] = d * scale;
+                if (s[j] > mx) mx = s[j];
+            }
+            for (size_t j = 0; j <= p; j++) sum += exp(s[j] - mx);
+            double *o = out + (i * Q + h) * D;
+            for (size_t e = 0; e < D; e++) o[e] = 0;
+            for (size_t j = 0; j <= p; j++)
+                for (size_t e = 0; e < D; e++)
+                    o[e] += exp(s[j] - mx) / sum * vc[(j * G + g) * D + e];
+        }
+    free(s);
+}
+
 #endif

@@ -9,34 +9,6 @@
  */
 #include "kern_test.h"
 
-/* out[i,h,:] for the rows at positions pos0 + i, keys 0..pos0+i of the
- * cache kc, vc [L,G,D] (float64). */
-static void ref_kv(double *out, const double *q, const double *kc, const double *vc, size_t n,
-                   size_t pos0, size_t Q, size_t G, size_t D, double scale)
-{
-    size_t hpg = Q / G, L = pos0 + n;
-    double *s = kt_dalloc(L);
-    for (size_t i = 0; i < n; i++)
-        for (size_t h = 0; h < Q; h++) {
-            size_t g = h / hpg, p = pos0 + i;
-            const double *qr = q + (i * Q + h) * D;
-            double mx = -INFINITY, sum = 0;
-            for (size_t j = 0; j <= p; j++) {
-                double d = 0;
-                for (size_t e = 0; e < D; e++) d += qr[e] * kc[(j * G + g) * D + e];
-                s[j] = d * scale;
-                if (s[j] > mx) mx = s[j];
-            }
-            for (size_t j = 0; j <= p; j++) sum += exp(s[j] - mx);
-            double *o = out + (i * Q + h) * D;
-            for (size_t e = 0; e < D; e++) o[e] = 0;
-            for (size_t j = 0; j <= p; j++)
-                for (size_t e = 0; e < D; e++)
-                    o[e] += exp(s[j] - mx) / sum * vc[(j * G + g) * D + e];
-        }
-    free(s);
-}
-
 static void check_ref(mc_backend *be, size_t n, size_t pos0, size_t Q, size_t G, size_t D)
 {
     kt_rng r = {n * 7919 + pos0 * 31 + Q * 7 + G * 3 + D};
@@ -50,7 +22,7 @@ static void check_ref(mc_backend *be, size_t n, size_t pos0, size_t Q, size_t G,
     double *qd = kt_todouble(q, n * Q * D), *kd = kt_todouble(kc, L * G * D);
     double *vd = kt_todouble(vc, L * G * D), *ref = kt_dalloc(n * Q * D);
     double scale = 1.0 / sqrt((double)D);
-    ref_kv(ref, qd, kd, vd, n, pos0, Q, G, D, scale);
+    kt_ref_kv(ref, qd, kd, vd, n, pos0, Q, G, D, scale);
     mc_k_attention_kv_fwd(be, out, q, kc, vc, n, pos0, Q, G, D, (float)scale, NULL);
     double e = kt_err(out, ref, n * Q * D);
     TAP_OK(e < 2e-6, "kv attention n=%zu pos0=%zu Q=%zu G=%zu D=%zu vs float64: err %.2e < 2e-6", n,

@@ -12,34 +12,6 @@
  */
 #include "kern_test.h"
 
-/* out[i,h,:] for rows at positions pos0 + i against keys 0..pos0+i of
- * kc, vc [*, G, D] (float64) */
-static void ref_kv(double *out, const float *q, const float *kc, const float *vc, size_t n,
-                   size_t pos0, size_t Q, size_t G, size_t D, double scale)
-{
-    size_t hpg = Q / G;
-    double *s = kt_dalloc(pos0 + n);
-    for (size_t i = 0; i < n; i++)
-        for (size_t h = 0; h < Q; h++) {
-            size_t g = h / hpg, p = pos0 + i;
-            const float *qr = q + (i * Q + h) * D;
-            double mx = -INFINITY, sum = 0;
-            for (size_t j = 0; j <= p; j++) {
-                double d = 0;
-                for (size_t e = 0; e < D; e++) d += (double)qr[e] * kc[(j * G + g) * D + e];
-                s[j] = d * scale;
-                if (s[j] > mx) mx = s[j];
-            }
-            for (size_t j = 0; j <= p; j++) sum += exp(s[j] - mx);
-            double *o = out + (i * Q + h) * D;
-            for (size_t e = 0; e < D; e++) o[e] = 0;
-            for (size_t j = 0; j <= p; j++)
-                for (size_t e = 0; e < D; e++)
-                    o[e] += exp(s[j] - mx) / sum * vc[(j * G + g) * D + e];
-        }
-    free(s);
-}
-
 typedef struct {
     size_t nseq, Q, G, D, bs, nl, li, tstride, R, nblk, bstride;
     int32_t rows[8], pos0[8], *tab;
@@ -96,8 +68,11 @@ static void make_case(paged_case *c, size_t nseq, const int *rows, const int *po
             memcpy(c->kpool + off, c->kc[s] + j * GD, GD * sizeof(float));
             memcpy(c->vpool + off, c->vc[s] + j * GD, GD * sizeof(float));
         }
-        ref_kv(c->ref + row0 * Q * D, c->q + row0 * Q * D, c->kc[s], c->vc[s], (size_t)rows[s],
-               (size_t)pos0[s], Q, G, D, 1.0 / sqrt((double)D));
+        double *qd = kt_todouble(c->q + row0 * Q * D, (size_t)rows[s] * Q * D);
+        double *kd = kt_todouble(c->kc[s], len * GD), *vd = kt_todouble(c->vc[s], len * GD);
+        kt_ref_kv(c->ref + row0 * Q * D, qd, kd, vd, (size_t)rows[s], (size_t)pos0[s], Q, G, D,
+                  1.0 / sqrt((double)D));
+        free(qd), free(kd), free(vd);
         row0 += (size_t)rows[s];
     }
     free(perm);
