@@ -19,16 +19,8 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}
 mctrain=$build/tools/mc-train/mc-train
 [ -x "$mctrain" ] || { echo "plan.sh: $mctrain not found: build mc first" >&2; exit 1; }
-options() {
-    case $1 in
-    none) ;;
-    selective) echo --recompute-granularity selective ;;
-    selective-mlp) echo --recompute-granularity selective --recompute-modules mlp ;;
-    selective-cheap) echo --recompute-granularity selective --recompute-modules layernorm mlp_act attn_proj ;;
-    full) echo --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 ;;
-    *) echo "plan.sh: unknown setting $1" >&2; exit 1 ;;
-    esac
-}
+# shellcheck source=bench/longctx/settings.sh
+. "$here/bench/longctx/settings.sh"
 echo "# T CP setting activations_MiB total_MiB (mc-train --dry-run, per rank)"
 for T in ${SEQS:-4096 8192 16384 32768}; do
     for cp in ${CPS:-1 2 4}; do
@@ -37,7 +29,7 @@ for T in ${SEQS:-4096 8192 16384 32768}; do
             if out=$("$mctrain" --model gpt2-124m --num-layers 12 --vocab-size 50257 \
                          --seq-length "$T" --max-position-embeddings "$T" --micro-batch-size 1 \
                          --mock-data --lr 1e-4 --train-iters 1 --dry-run --world-size "$cp" \
-                         --context-parallel-size "$cp" $(options "$s") 2>&1); then
+                         --context-parallel-size "$cp" $(recompute_options "$s") 2>&1); then
                 echo "$out" | awk -v T="$T" -v cp="$cp" -v s="$s" '
                     /^  activations: / { a = $2 } /^  total: / { t = $2 }
                     END { printf "%s %s %s %.1f %.1f\n", T, cp, s, a / 1048576, t / 1048576 }'

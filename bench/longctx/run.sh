@@ -53,18 +53,8 @@ mkdir -p "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 
-options() {
-    case $1 in
-    none) ;;
-    selective) echo --recompute-granularity selective ;;
-    selective-mlp) echo --recompute-granularity selective --recompute-modules mlp ;;
-    selective-all) echo --recompute-granularity selective --recompute-modules core_attn layernorm mlp ;;
-    selective-cheap) echo --recompute-granularity selective --recompute-modules layernorm mlp_act attn_proj ;;
-    full) echo --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 ;;
-    full-block-*) echo --recompute-granularity full --recompute-method block --recompute-num-layers "${1#full-block-}" ;;
-    *) echo "run.sh: unknown setting $1" >&2; exit 1 ;;
-    esac
-}
+# shellcheck source=bench/longctx/settings.sh
+. "$here/bench/longctx/settings.sh"
 
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%F)"
 printf '%-6s %-3s %-14s %12s %9s %10s %14s %14s %8s %8s %8s\n' T CP setting step_ms cpu_s peak_MiB \
@@ -74,7 +64,7 @@ args_of() { # T CP SETTING
     args=(--model gpt2-124m --num-layers "$layers" --vocab-size 50257 --seq-length "$1"
           --max-position-embeddings "$1" --micro-batch-size "$micro" --mock-data --lr 1e-4
           --train-iters "$iters" --eval-iters 0 --log-interval 1 --threads "$threads"
-          $(options "$3"))
+          $(recompute_options "$3"))
     [ "$2" -gt 1 ] && args+=(--context-parallel-size "$2")
     return 0
 }
