@@ -242,6 +242,16 @@ EOF
 # (serve, serve_tp, stop_tp, metric, until_metric, client, together and
 # eval_greedy: serve_common.bash)
 
+# The grid tests' reference: 8 requests (specs.json) served by one process
+# (one.json), then mpirun set up for the grid.
+one_process_specs() {
+    mpi_setup
+    serve --max-batch 8
+    client specs 8 specs.json
+    client run specs.json one.json
+    kill -TERM "$SPID"; wait "$SPID" || true
+}
+
 @test "mc-serve: 16 concurrent requests on a MoE model each equal running alone, greedy ones mc-eval's output" {
     [ -x "$MC_SERVE" ] || skip "mc-serve is not built"
     require_python_module openai
@@ -274,11 +284,7 @@ EOF
 @test "mc-serve TP=2 on a MoE model: one process's tokens and log-probabilities, bit for bit, batch invariant" {
     [ -x "$MC_SERVE" ] || skip "mc-serve is not built"
     require_python_module openai
-    mpi_setup
-    serve --max-batch 8
-    client specs 8 specs.json
-    client run specs.json one.json
-    kill -TERM "$SPID"; wait "$SPID" || true
+    one_process_specs
     together 8 serve_tp --max-batch 8
     client run specs.json alone.json
     cmp alone.json together.json
@@ -303,11 +309,7 @@ EOF2
 @test "mc-serve EP=2 and EP=2 x TP=2 on a MoE model: one process's tokens and log-probabilities, bit for bit, batch invariant" {
     [ -x "$MC_SERVE" ] || skip "mc-serve is not built"
     require_python_module openai
-    mpi_setup
-    serve --max-batch 8
-    client specs 8 specs.json
-    client run specs.json one.json
-    kill -TERM "$SPID"; wait "$SPID" || true
+    one_process_specs
     # each rank runs 2 of the 4 experts, the outputs all-gathered, every
     # token's top-2 added in one process's order
     together 8 serve_grid 2 --expert-model-parallel-size 2 --max-batch 8
