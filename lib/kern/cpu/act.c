@@ -13,7 +13,9 @@
  * masked division takes no assist). Removing an optimization changes no
  * result. Placed before the includes so that mc_exp_fast, inlined here,
  * carries the same options as its callers. */
+#if defined(__GNUC__) && !defined(__clang__) /* a GCC pass: clang has no tree-PRE */
 #pragma GCC optimize("no-tree-pre")
+#endif
 
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/isa.h"
