@@ -206,6 +206,7 @@ mc_status mc_eval_open(const mc_eval_config *c, const mc_grid *g, mc_eval **out,
     ev->eod = ev->tok ? mc_tokenizer_eod(ev->tok) : -1;
     if (ev->eod < 0) ev->eod = (int32_t)(ev->mcfg->vocab_size - 1);
     if (c->bf16 && int8 <= 0) ev->info.note = mc_backend_bf16_note(ev->be);
+    ev->info.blas_note = mc_backend_blas_note(ev->be);
     ev->info.ctx = c->ctx ? c->ctx : ev->cfg.seq_length;
     st = mc_infer_new(ev->model, ev->info.ctx, ev->info.ctx, &ev->inf, err);
     if (st) mc_error_prefix(err, "--ctx-size %d", ev->info.ctx);

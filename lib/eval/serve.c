@@ -653,6 +653,7 @@ mc_status mc_serve_open(const mc_serve_config *c, mc_serve **out, mc_error *err)
         s->info.block_size = c->block_size;
         s->info.model_name = s->model_name;
         s->info.chat = s->chat != NULL;
+        s->info.blas_note = mc_backend_blas_note(s->be);
     }
     /* every rank opened, or none goes on */
     if (s->grid.world > 1) st = mc_grid_status_all(&s->grid, st, "opening the server", err);

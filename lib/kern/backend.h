@@ -28,6 +28,7 @@ struct mc_backend {
     mc_isa isa;          /* the kernels' code path (kern/cpu/isa.h) */
     int dnnl_bf16;       /* 1 when oneDNN's bf16 GEMM ran at creation */
     char bf16_note[256]; /* mc_backend_bf16_note's line where it is 0 */
+    char blas_note[320]; /* mc_backend_blas_note's line; "" when OpenBLAS matches isa */
     /* 64-byte aligned, grown on demand, never shrunk; slots in cpu.h */
     void *scratch[MC_BACKEND_SCRATCH_SLOTS];
     size_t scratch_cap[MC_BACKEND_SCRATCH_SLOTS];

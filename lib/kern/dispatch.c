@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "kern/backend.h"
+#include "kern/cpu/blas.h"
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/isa.h"
 #ifdef MC_CUDA_BACKEND
@@ -104,6 +105,17 @@ const char *mc_backend_bf16_note(const mc_backend *be)
 {
     if (!mc_backend_bf16_emulated(be)) return NULL;
     return be->bf16_note;
+}
+
+const char *mc_backend_blas_core(const mc_backend *be)
+{
+    (void)be;
+    return IS_CUDA(be) ? NULL : mc_cpu_blas_core();
+}
+
+const char *mc_backend_blas_note(const mc_backend *be)
+{
+    return IS_CUDA(be) || !be->blas_note[0] ? NULL : be->blas_note;
 }
 
 size_t mc_backend_weight_bytes(const mc_backend *be, mc_prec prec)

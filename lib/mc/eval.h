@@ -273,6 +273,7 @@ typedef struct mc_eval_info {
     int ctx;            /* the context in use */
     int int8;           /* the linear layers run on int8 codes */
     const char *note;   /* NULL, or a line for the log: bf16 is emulated */
+    const char *blas_note; /* NULL, or a line for the log: OpenBLAS below the CPU path */
     size_t nprompts;    /* prompts to continue */
 } mc_eval_info;
 

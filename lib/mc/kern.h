@@ -78,6 +78,14 @@ size_t mc_backend_weight_bytes(const mc_backend *be, mc_prec prec);
 /* The one line the tools print (start-up log, --dry-run) when bf16 GEMMs
  * are emulated on this backend, naming the path; NULL when they are not. */
 const char *mc_backend_bf16_note(const mc_backend *be);
+/* The CPU backend's OpenBLAS kernels by OpenBLAS's name ("SkylakeX",
+ * "Haswell", ...; NULL for the CUDA backend), and the one line the tools
+ * print when they are not at the level of the backend's path (OpenBLAS's
+ * own choice on a CPU it does not know, or OPENBLAS_CORETYPE set by hand);
+ * NULL when they are. mc's programs set OPENBLAS_CORETYPE before OpenBLAS
+ * loads (mc/preinit.h). */
+const char *mc_backend_blas_core(const mc_backend *be);
+const char *mc_backend_blas_note(const mc_backend *be);
 
 /* Backend memory: 64-byte aligned, zero-filled. NULL on failure (err set). */
 void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err);

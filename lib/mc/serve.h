@@ -62,6 +62,7 @@ typedef struct mc_serve_info {
     int blocks, block_size; /* the pool */
     const char *model_name;
     int chat; /* a chat template is loaded */
+    const char *blas_note; /* NULL, or a line for the log: OpenBLAS below the CPU path */
 } mc_serve_info;
 
 /* Load the checkpoint (with its tokenizer), the chat template, the pool,

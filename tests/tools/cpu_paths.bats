@@ -6,11 +6,12 @@
 # The rest of `make check` runs on the CPU's best path; this file runs the
 # kernel unit tests and the golden tests (PyTorch's values) on each path the
 # CPU has, so an AVX-512 machine checks the AVX2 and baseline code too, and
-# checks what the paths promise: fp32 training gives the same bits on every
-# path and any thread count (mc's kernels keep one summation order; the
-# GEMMs are OpenBLAS's whatever the path); bf16 is emulated where the path
-# has no bf16 GEMM, says so in one line, and stays within the golden bf16
-# tolerances of PyTorch.
+# checks what the paths promise: OpenBLAS runs its kernels of the same
+# level (mc loads it with OPENBLAS_CORETYPE set from the path, unless the
+# user set it); fp32 training gives the same bits on every path and any
+# thread count with OpenBLAS's kernels held fixed (mc's kernels keep one
+# summation order); bf16 is emulated where the path has no bf16 GEMM, says
+# so in one line, and stays within the golden bf16 tolerances of PyTorch.
 
 bats_require_minimum_version 1.5.0
 load common
@@ -116,13 +117,50 @@ golden_on() {
     best=$(best_path)
     [ -n "$best" ]
     run -0 env MC_CPU_ISA=auto "$MC_TRAIN" "${llama[@]}" --train-iters 1 --device cpu --dry-run
-    assert_line "cpu path: $best"
+    assert_line --regexp "^cpu path: $best \(OpenBLAS [A-Za-z0-9]+\)$"
     for p in baseline avx2 avx512; do
         [ "$p" = avx2 ] && [ "$best" = baseline ] && continue
         [ "$p" = avx512 ] && [ "$best" != avx512 ] && continue
         run -0 env MC_CPU_ISA=$p "$MC_TRAIN" "${llama[@]}" --train-iters 1 --device cpu --dry-run
-        assert_line "cpu path: $p"
+        assert_line --regexp "^cpu path: $p \(OpenBLAS [A-Za-z0-9]+\)$"
     done
+}
+
+# OpenBLAS's core name in --dry-run's "cpu path" line under environment $@.
+blas_core() {
+    env "$@" "$MC_TRAIN" "${llama[@]}" --train-iters 1 --device cpu --dry-run |
+        sed -n 's/^cpu path: [a-z0-9]* (OpenBLAS \([A-Za-z0-9]*\)).*/\1/p'
+}
+
+@test "OpenBLAS runs its kernels of the path's level, unless OPENBLAS_CORETYPE says otherwise (then one note)" {
+    local best p core
+    best=$(best_path)
+    for p in baseline avx2 avx512; do
+        [ "$p" = avx2 ] && [ "$best" = baseline ] && continue
+        [ "$p" = avx512 ] && [ "$best" != avx512 ] && continue
+        core=$(blas_core -u OPENBLAS_CORETYPE MC_CPU_ISA=$p)
+        echo "path $p: OpenBLAS $core"
+        case "$p:$core" in
+        avx512:SkylakeX | avx512:Cooperlake | avx512:SapphireRapids) ;;
+        avx2:Haswell | avx2:Zen) ;;
+        baseline:Prescott) ;;
+        baseline:*) [ "$best" = baseline ] && [ -n "$core" ] ;; # OpenBLAS's own choice
+        *) false ;;
+        esac
+    done
+    [ "$best" != baseline ] || skip "the CPU's best path is the baseline: OpenBLAS chooses alone"
+    # the user's choice stands, and is named when it is below the path
+    run -0 env -u MC_CPU_ISA OPENBLAS_CORETYPE=Prescott "$MC_TRAIN" "${llama[@]}" --train-iters 1 \
+        --device cpu --dry-run
+    assert_line --partial "cpu path: $best (OpenBLAS Prescott); note: OpenBLAS runs its Prescott kernels on the $best path (OPENBLAS_CORETYPE is set): its GEMMs are slower than this CPU allows"
+    run -0 --separate-stderr env -u MC_CPU_ISA OPENBLAS_CORETYPE=Prescott "$MC_TRAIN" "${llama[@]}" \
+        --train-iters 1
+    [ "$(grep -c 'OpenBLAS runs its Prescott kernels' <<<"$stderr")" -eq 1 ]
+    grep -q "^mc-train: note: OpenBLAS runs its Prescott kernels on the $best path" <<<"$stderr"
+    # and no note when OpenBLAS matches the path
+    run -0 --separate-stderr env -u MC_CPU_ISA -u OPENBLAS_CORETYPE "$MC_TRAIN" "${llama[@]}" \
+        --train-iters 1
+    [ -z "$(grep OpenBLAS <<<"$stderr")" ]
 }
 
 @test "kernel unit tests on the baseline path" {
@@ -146,15 +184,19 @@ golden_on() {
 }
 
 @test "fp32 training: the same losses, grad norms and weights on every path and thread count" {
-    local best p th ref=
+    local best p th ref= core
     best=$(best_path)
+    # OpenBLAS's kernels follow the path; hold them at the baseline's so that
+    # the runs differ in mc's kernels alone
+    core=$(blas_core -u OPENBLAS_CORETYPE MC_CPU_ISA=baseline)
+    [ -n "$core" ]
     for p in baseline avx2 avx512; do
         [ "$p" = avx2 ] && [ "$best" = baseline ] && continue
         [ "$p" = avx512 ] && [ "$best" != avx512 ] && continue
         for th in 1 2; do
             # each run in a directory of its own, with the same --save path
             mkdir $p$th
-            (cd $p$th && env MC_CPU_ISA=$p "$MC_TRAIN" "${llama[@]}" --train-iters 5 --threads $th \
+            (cd $p$th && env MC_CPU_ISA=$p OPENBLAS_CORETYPE="$core" "$MC_TRAIN" "${llama[@]}" --train-iters 5 --threads $th \
                 --log-json log.json --save ck >/dev/null 2>&1)
             grep -o '"lm loss": [^,}]*\|"grad-norm": [^,}]*' $p$th/log.json > $p$th.txt
             [ "$(wc -l < $p$th.txt)" -eq 10 ]
@@ -180,7 +222,8 @@ golden_on() {
     assert_equal "$(grep 'bf16 is emulated' <<<"$stderr")" \
         "mc-train: note: bf16 is emulated on the avx2 path (no bf16 GEMM): operands are rounded to bf16 and multiplied by the fp32 GEMM, no faster than fp32"
     run -0 env MC_CPU_ISA=avx2 "$MC_TRAIN" "${llama[@]}" --train-iters 1 --bf16 --dry-run --device cpu
-    assert_line --partial "cpu path: avx2; note: bf16 is emulated on the avx2 path"
+    assert_line --partial "cpu path: avx2 (OpenBLAS "
+    assert_line --partial "; note: bf16 is emulated on the avx2 path"
     run -0 --separate-stderr env MC_CPU_ISA=avx2 "$MC_EVAL" --bf16 --data-path "$data" \
         --chunks 2 ck/iter_0000002
     [ "$(grep -c 'bf16 is emulated on the avx2 path' <<<"$stderr")" -eq 1 ]

@@ -540,6 +540,7 @@ int main(int argc, char **argv)
                     : grid.world > 1           ? ", tensor parallel"
                                                : "");
     if (say && !a.quiet && info->note) mc_log_info(&lg, "note: %s", info->note);
+    if (say && !a.quiet && info->blas_note) mc_log_info(&lg, "note: %s", info->blas_note);
 
     if (a.e.data_path || a.e.text_file) st = do_perplexity(ev, &a, &lg, say, &err);
     if (!st && a.e.ntasks) st = do_tasks(ev, &a, &lg, say, &err);

@@ -424,6 +424,7 @@ int main(int argc, char **argv)
                     : grid.ep > 1              ? ", expert parallel"
                     : grid.world > 1           ? ", tensor parallel"
                                                : "");
+        if (info->blas_note) mc_log_info(&lg, "note: %s", info->blas_note);
         mc_log_info(&lg, "listening on %s", url);
     }
     printf("%s\n", url);

@@ -1335,7 +1335,9 @@ static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
         mc_backend *be;
         if ((st = mc_backend_cpu_new(1, &be, err))) return st;
         const char *note = a->t.prec == MC_PREC_BF16 ? mc_backend_bf16_note(be) : NULL;
-        printf("cpu path: %s%s%s\n", mc_backend_isa(be), note ? "; note: " : "", note ? note : "");
+        const char *blas = mc_backend_blas_note(be);
+        printf("cpu path: %s (OpenBLAS %s)%s%s%s%s\n", mc_backend_isa(be), mc_backend_blas_core(be),
+               note ? "; note: " : "", note ? note : "", blas ? "; note: " : "", blas ? blas : "");
         mc_backend_free(be);
     }
     return fflush(stdout) == EOF ? mc_error_errno(err, MC_ERR_IO, errno, "stdout") : MC_OK;
@@ -1502,6 +1504,8 @@ int main(int argc, char **argv)
     }
     const char *bf16_note = a.t.prec == MC_PREC_BF16 ? mc_backend_bf16_note(be) : NULL;
     if (grid.rank == 0 && bf16_note) fprintf(stderr, "%s: note: %s\n", PROG, bf16_note);
+    const char *blas_note = mc_backend_blas_note(be);
+    if (grid.rank == 0 && blas_note) fprintf(stderr, "%s: note: %s\n", PROG, blas_note);
 
     a.t.args_json = args_text;
     a.t.tokenizer = a.have_tokenizer ? &a.tok : NULL;

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
-#include <cblas.h>
 #include <cpuid.h>
 /* OpenBLAS pulls in <complex.h>, whose macro I would eat kern.h's size I */
 #undef I
+#include "kern/cpu/blas.h"
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/dnnl_bf16.h"
 #include "kern/cpu/isa.h"
@@ -66,6 +66,7 @@ mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err)
     /* A pinned path pins oneDNN too (its bf16 GEMM needs AVX-512, so on the
      * avx2 path bf16 is emulated as on an AVX2 machine). oneDNN takes the
      * limit once, before its first kernel; later calls change nothing. */
+    if ((st = mc_cpu_blas_load(isa, err))) return st;
     if (isa < mc_cpu_isa_best())
         dnnl_set_max_cpu_isa(isa == MC_ISA_AVX2 ? dnnl_cpu_isa_avx2 : dnnl_cpu_isa_sse41);
     mc_backend *be = calloc(1, sizeof *be);
@@ -79,7 +80,8 @@ mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err)
     /* The kernels' parallel regions also say num_threads(be->threads); these
      * two calls make the libraries (oneDNN follows OpenMP) use the same. */
     omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
+    mc_cpu_blas_.set_num_threads(threads);
+    mc_cpu_blas_check(be);
     int native = isa == MC_ISA_AVX512 && cpu_has_bf16();
     be->dnnl_bf16 = native && probe_dnnl_bf16();
     if (!be->dnnl_bf16)

@@ -6,9 +6,7 @@
  * and the bias-gradient reduction are OpenMP loops.
  */
 #include <assert.h>
-#include <cblas.h>
-/* OpenBLAS pulls in <complex.h>, whose macro I would eat kern.h's size I */
-#undef I
+#include "kern/cpu/blas.h"
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/dnnl_bf16.h"
 
@@ -97,7 +95,7 @@ static void gemm(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t 
         a = A->rnd;
         b = B->rnd;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+    mc_cpu_blas_.sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, 1.0f, a, (int)lda, b, (int)ldb, beta, C, (int)N);
 }
 
@@ -131,7 +129,7 @@ void mc_cpu_gemm_ld(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size
         (void)st;
         return;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+    mc_cpu_blas_.sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
@@ -145,7 +143,7 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
     if (N == 1 && prec == MC_PREC_FP32)
         /* one row (generation): a matrix-vector product streams W once,
          * where sgemm would first copy it into its packed layout */
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)O, (int)I, 1.0f, W, (int)I, x, 1, beta, out,
+        mc_cpu_blas_.sgemv(CblasRowMajor, CblasNoTrans, (int)O, (int)I, 1.0f, W, (int)I, x, 1, beta, out,
                     1);
     else
         gemm(be, prec, 0, 1, N, O, I, &ox, &ow, beta, out);
