@@ -31,6 +31,7 @@ C
 inc=$(pkg-config --cflags openblas 2>/dev/null || true)
 libs=$(pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 libdir=$(pkg-config --variable=libdir openblas 2>/dev/null || true)
+# shellcheck disable=SC2086 # the flags are words
 ${CC:-gcc} $inc -o "$work/core" "$work/core.c" $libs ${libdir:+-Wl,-rpath,$libdir}
 own=$("$work/core")
 
