@@ -132,7 +132,7 @@ blas_core() {
         sed -n 's/^cpu path: [a-z0-9]* (OpenBLAS \([A-Za-z0-9]*\)).*/\1/p'
 }
 
-@test "OpenBLAS runs its kernels of the path's level, unless OPENBLAS_CORETYPE says otherwise (then one note)" {
+@test "OpenBLAS runs its kernels of the path's level, unless OPENBLAS_CORETYPE says otherwise (then one note); MC_OPENBLAS" {
     local best p core
     best=$(best_path)
     for p in baseline avx2 avx512; do
@@ -157,6 +157,18 @@ blas_core() {
         --train-iters 1
     [ "$(grep -c 'OpenBLAS runs its Prescott kernels' <<<"$stderr")" -eq 1 ]
     grep -q "^mc-train: note: OpenBLAS runs its Prescott kernels on the $best path" <<<"$stderr"
+    # MC_OPENBLAS names the library to load: one that is not there, or is
+    # no OpenBLAS, is one line and exit status 1 before any work
+    run -1 env MC_OPENBLAS="$BATS_TEST_TMPDIR/none/libopenblas.so.0" "$MC_TRAIN" "${llama[@]}" \
+        --train-iters 1 --save ck
+    assert_output "mc-train: error: kern/cpu: cannot load OpenBLAS (MC_OPENBLAS=$BATS_TEST_TMPDIR/none/libopenblas.so.0): $BATS_TEST_TMPDIR/none/libopenblas.so.0: cannot open shared object file: No such file or directory"
+    [ ! -e ck ]
+    local notblas
+    notblas=$top_builddir/lib/.libs/libmc.so.0 # a library, but no OpenBLAS
+    [ -f "$notblas" ]
+    run -1 env MC_OPENBLAS="$notblas" "$MC_TRAIN" "${llama[@]}" --train-iters 1
+    assert_output --partial "kern/cpu: OpenBLAS ($notblas) has no cblas_sgemm"
+    assert_equal "${#lines[@]}" 1
     # and no note when OpenBLAS matches the path
     run -0 --separate-stderr env -u MC_CPU_ISA -u OPENBLAS_CORETYPE "$MC_TRAIN" "${llama[@]}" \
         --train-iters 1

@@ -95,8 +95,9 @@ static void gemm(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size_t 
         a = A->rnd;
         b = B->rnd;
     }
-    mc_cpu_blas_.sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, 1.0f, a, (int)lda, b, (int)ldb, beta, C, (int)N);
+    mc_cpu_blas_.sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                       tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a, (int)lda, b,
+                       (int)ldb, beta, C, (int)N);
 }
 
 /* A GEMM operand of n values in the form prec multiplies (cpu.h): src
@@ -129,8 +130,9 @@ void mc_cpu_gemm_ld(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size
         (void)st;
         return;
     }
-    mc_cpu_blas_.sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    mc_cpu_blas_.sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                       tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B,
+                       (int)ldb, beta, C, (int)ldc);
 }
 
 /* out[n,o] = beta out[n,o] + sum_i x[n,i] W[o,i] + b[o] */
@@ -143,8 +145,8 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
     if (N == 1 && prec == MC_PREC_FP32)
         /* one row (generation): a matrix-vector product streams W once,
          * where sgemm would first copy it into its packed layout */
-        mc_cpu_blas_.sgemv(CblasRowMajor, CblasNoTrans, (int)O, (int)I, 1.0f, W, (int)I, x, 1, beta, out,
-                    1);
+        mc_cpu_blas_.sgemv(CblasRowMajor, CblasNoTrans, (int)O, (int)I, 1.0f, W, (int)I, x, 1, beta,
+                           out, 1);
     else
         gemm(be, prec, 0, 1, N, O, I, &ox, &ow, beta, out);
     if (!b) return;
