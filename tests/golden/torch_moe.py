@@ -93,14 +93,16 @@ CASES = {
                               "--moe-router-topk", "2", "--moe-router-pre-softmax",
                               "--moe-router-topk-scaling-factor", "2.0",
                               "--moe-router-load-balancing-type", "seq_aux_loss",
-                              "--moe-aux-loss-coeff", "1e-2", "--moe-layer-freq", "[1]*1+[0]*1"],
+                              "--moe-aux-loss-coeff", "1e-2", "--moe-layer-freq", "[1]*1+[0]*1",
+                              "--lr", "1e-3"],
     # DeepSeek-like routing: sigmoid scores, 8 experts in 4 groups, the best
     # 2 groups, top-2, aux loss on the normalized sigmoid scores, z-loss
     "llama_sigmoid_groups": ["--model", "tiny-llama", "--num-experts", "8",
                              "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32",
                              "--moe-router-score-function", "sigmoid",
                              "--moe-router-num-groups", "4", "--moe-router-group-topk", "2",
-                             "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3"],
+                             "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3",
+                             "--lr", "1e-3"],
     # a shared expert of 64 beside 4 routed experts (Qwen/DeepSeek-like)
     "llama_shared_expert": ["--model", "tiny-llama", "--num-experts", "4",
                             "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32",
@@ -132,6 +134,20 @@ CASES = {
 
 def arg(args, name):
     return args[args.index(name) + 1]
+
+
+def without(common, cargs):
+    """common less the options (each with one value) that cargs gives: a
+    case's own --lr replaces COMMON's."""
+    given = {a for a in cargs if a.startswith("--")}
+    out, i = [], 0
+    while i < len(common):
+        if common[i].startswith("--") and common[i] in given:
+            i += 2
+            continue
+        out.append(common[i])
+        i += 1
+    return out
 
 
 def samples_of(build, tmp):
@@ -369,7 +385,7 @@ def main():
         for name, cargs in CASES.items():
             if only and name not in only:
                 continue
-            args = cargs + COMMON
+            args = cargs + without(COMMON, cargs)
             ctmp = os.path.join(tmp, name)
             os.makedirs(ctmp)
             cfg, w = mc_initial(build, args, ctmp)
