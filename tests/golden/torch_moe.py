@@ -9,7 +9,10 @@ compares through tests/golden/check_train_golden.py):
         tests/golden/torch_moe.py BUILDDIR [CASE...]
 
 For each case of CASES (tiny GPT and Llama trunks at T = 32 with MoE layers,
-NullTokenizer with 300 ids):
+NullTokenizer with 300 ids; a case's own option, such as --lr, replaces
+COMMON's: two cases train at 1e-3, where 3e-3 brought a near-tie in the
+routing by iteration 13 that one OpenBLAS kernel broke one way and another
+the other, so the comparison held on one machine only):
 
 1. The dataset: tests/data/train/docs.txt (torch_train.py's) through
    BUILDDIR's mc-preprocess, and the 80 training samples mc-train reads,
