@@ -88,13 +88,60 @@ static int place_attn_grads(const mc_model *m, float *r0, size_t n0, float *r1, 
     return 1;
 }
 
+/* The bytes carve() takes for n floats. */
+static size_t carved_bytes(size_t n) { return (n * sizeof(float) + 63) / 64 * 64; }
+
+/* Whether the compact workspace of full recomputation (plan_recompute,
+ * layout_acts, layer_bwd; plan.c's compact_fits is the same test) fits a
+ * dense layer's shapes: the attention's four gradients in fc1's memory
+ * alone; the forward's qkv output and the row-parallel [N, C] outputs in
+ * fc1's (both dead by the time fc1 is made); a norm's output with an
+ * [N, C] input gradient after it in act's memory and in fc1's; d(qkv) in
+ * act's. */
+static int compact_fits(const mc_model *m)
+{
+    size_t f1 = m->N * m->fc1_out * sizeof(float), fa = m->N * m->Fl * sizeof(float);
+    size_t ln_dln = carved_bytes(m->Nl * m->C) + carved_bytes(m->N * m->C);
+    size_t qkv = carved_bytes(m->N * m->qkv_out);
+    return ln_dln <= fa && ln_dln <= f1 && qkv <= fa && qkv <= f1 &&
+           place_attn_grads(m, NULL, m->N * m->fc1_out, NULL, 0, NULL);
+}
+
 static void layout_acts(mc_model *m, carver *cv)
 {
     size_t N = m->N, C = m->C, D = m->D, Nl = m->Nl;
     int ln = m->cfg.normalization == MC_NORM_LAYERNORM;
-    size_t off0 = cv->off;
-    for (int j = 0; j < m->rc_nws; j++) carve_layer(m, cv, &m->rc_ws[j], m->rc_wsbits[j], NULL);
+    size_t off0 = cv->off, off_att = 0;
+    if (m->rc_compact) {
+        /* one workspace layer without norm outputs of its own: in the
+         * forward ln1 and ln2 live in act's memory (each dead before act is
+         * made); layer_bwd remakes them where it needs them */
+        mc_layer_acts att, *w = &m->rc_ws[0];
+        carve_layer(m, cv, &att, MC_ACT_QKV | MC_ACT_ATT, NULL);
+        off_att = cv->off - off0;
+        carve_layer(m, cv, w, MC_ACT_RES2 | MC_ACT_FC1 | MC_ACT_ACT, &att);
+        w->ln1_mean = ln ? carve(cv, Nl) : NULL;
+        w->ln1_rstd = carve(cv, Nl);
+        w->ln2_mean = ln ? carve(cv, Nl) : NULL;
+        w->ln2_rstd = carve(cv, Nl);
+        w->ln1 = w->ln2 = w->act;
+    } else {
+        for (int j = 0; j < m->rc_nws; j++)
+            carve_layer(m, cv, &m->rc_ws[j], m->rc_wsbits[j], NULL);
+    }
     size_t off_ws = cv->off;
+    /* The head's overlay on the compact workspace, with one slot on the
+     * last stage: after the forward's last layer nothing in the workspace
+     * is needed until the backward recomputes that layer, so the final
+     * norm's input (the last layer's output, written while only its res2
+     * and act and the row-parallel output in fc1's memory are live: it goes
+     * into the dead q ... lse), the final norm, d(lnf), the logits chunk
+     * and the head's input gradient live there (plan.c's the same test). */
+    size_t ov_bytes = 3 * carved_bytes(Nl * C) + (ln ? 2 : 1) * carved_bytes(Nl) +
+                      carved_bytes(m->chunk_rows * (size_t)m->vl) + carved_bytes(N * C);
+    int overlay = m->rc_compact && m->last_stage && m->nchunks == 1 && m->nslots == 1 &&
+                  carved_bytes(Nl * C) <= off_att && ov_bytes <= off_ws - off0;
+    carver ov = {cv->base, off0};
     for (int s = 0; s < m->nslots; s++) {
         mc_slot *sl = &m->slots[s];
         for (int c = 0; c < m->nchunks; c++)
@@ -109,12 +156,13 @@ static void layout_acts(mc_model *m, carver *cv)
                 else
                     memset(&a->moe, 0, sizeof a->moe);
             }
-        sl->res_out = carve(cv, (size_t)m->nchunks * Nl * C);
+        carver *h = overlay ? &ov : cv;
+        sl->res_out = carve(h, (size_t)m->nchunks * Nl * C);
         if (m->last_stage) {
-            sl->lnf = carve(cv, Nl * C);
-            sl->lnf_mean = ln ? carve(cv, Nl) : NULL;
-            sl->lnf_rstd = carve(cv, Nl);
-            sl->dhead = carve(cv, Nl * C);
+            sl->lnf = carve(h, Nl * C);
+            sl->lnf_mean = ln ? carve(h, Nl) : NULL;
+            sl->lnf_rstd = carve(h, Nl);
+            sl->dhead = carve(h, Nl * C);
         }
         sl->tokens = (int32_t *)carve(cv, N);
         sl->targets = (int32_t *)carve(cv, N);
@@ -123,11 +171,16 @@ static void layout_acts(mc_model *m, carver *cv)
         sl->pos_loc = (int32_t *)carve(cv, Nl);
     }
     size_t off_slots = cv->off;
-    /* the forward's qkv output; in the backward d(fc1), then d(qkv) */
-    m->qkv = carve(cv, N * (m->qkv_out > m->fc1_out ? m->qkv_out : m->fc1_out));
-    m->tmp = carve(cv, N * C);
+    /* the forward's qkv output, in the backward d(qkv); the row-parallel
+     * outputs: in the compact workspace's fc1 memory */
+    if (m->rc_compact) {
+        m->qkv = m->tmp = m->rc_ws[0].fc1;
+    } else {
+        m->qkv = carve(cv, N * m->qkv_out);
+        m->tmp = carve(cv, N * C);
+    }
     m->dres = carve(cv, Nl * C);
-    m->dln = carve(cv, N * C);
+    m->dln = carve(overlay ? &ov : cv, N * C);
     if (m->sp) {
         m->gath = carve(cv, N * C);
         m->sp_buf = carve(cv, N * C);
@@ -139,7 +192,7 @@ static void layout_acts(mc_model *m, carver *cv)
         m->qk_g = carve(cv, 4 * D);
     }
     if (m->cfg.num_experts > 0) mc_moe_layout_scratch(m, cv);
-    /* d(act) is made in act's place, d(fc1) in qkv's; the attention's
+    /* d(act) is made in act's place, d(fc1) in fc1's; the attention's
      * gradients go into a dense layer's fc1 and act (place_attn_grads),
      * here only for MoE models or where they do not fit */
     m->attn_grads_in_layer = m->cfg.num_experts == 0 &&
@@ -151,7 +204,7 @@ static void layout_acts(mc_model *m, carver *cv)
         m->dk = carve(cv, N * m->Gl * D);
         m->dv = carve(cv, N * m->Gl * D);
     }
-    m->logits = carve(cv, m->chunk_rows * (size_t)m->vl);
+    m->logits = carve(overlay ? &ov : cv, m->chunk_rows * (size_t)m->vl);
     m->rowmax = carve(cv, N);
     m->sumexp = carve(cv, N);
     m->tlogit = carve(cv, N);
@@ -200,6 +253,13 @@ static mc_status plan_recompute(mc_model *m, mc_error *err)
             }
             if (m->rc_nws) m->rc_wsbits[j] |= has & ~m->rc_keep[li];
         }
+    /* The compact workspace (layout_acts): full recomputation of every
+     * layer on its own (uniform 1, or block covering each chunk), dense,
+     * without context parallelism, where the shapes fit */
+    m->rc_compact = full && c->num_experts == 0 && m->grid.cp == 1 && compact_fits(m);
+    for (int l = 0; l < c->num_layers && m->rc_compact; l++)
+        if (m->lidx[l] >= 0 && (m->rc_g0[m->lidx[l]] != l || m->rc_g1[m->lidx[l]] != l + 1))
+            m->rc_compact = 0;
     return MC_OK;
 }
 
@@ -702,7 +762,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     mc_prec pr = m->prec;
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
     const float *dy, *x;
-    float *dl;
+    float *dl, *dln = m->dln; /* d(norm output): the compact workspace's own (below) */
 
     if (lp->moe) { /* the MoE block (moe.c): its own sums (ETP, SP) */
         TRY(mc_moe_bwd(m, sl, l, m->dres, a->ln2, err));
@@ -717,20 +777,25 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
      * memory then takes d(act) (the same two products as one call) */
     mc_k_linear_bwd(be, pr, NULL, param_grad(m, lp->fc2_w), param_grad(m, lp->fc2_b), dy, a->act,
                     param_val(m, lp->fc2_w), param_prep(m, lp->fc2_w), N, m->Fl, C);
-    float *dact = a->act, *dfc1 = m->qkv; /* qkv's scratch is free until d(qkv) */
+    float *dact = a->act, *dfc1 = a->fc1; /* d(fc1) in fc1's place: elementwise */
     mc_k_fill(be, dact, 0.0f, N * m->Fl);
     mc_k_linear_bwd(be, pr, dact, NULL, NULL, dy, NULL, param_val(m, lp->fc2_w),
                     param_prep(m, lp->fc2_w), N, m->Fl, C);
-    mc_k_fill(be, dfc1, 0.0f, N * m->fc1_out);
     if (c->swiglu)
-        mc_k_swiglu_bwd(be, dfc1, dact, a->fc1, N, m->Fl);
+        mc_k_swiglu_bwd_inplace(be, dfc1, dact, N, m->Fl);
     else
-        mc_k_gelu_bwd(be, dfc1, dact, a->fc1, N * m->Fl);
+        mc_k_gelu_bwd_inplace(be, dfc1, dact, N * m->Fl);
+    /* the compact workspace (layout_acts) remakes ln2 in act's memory, the
+     * same call on the same res2, and takes d(ln2) after it */
+    if (m->rc_compact) {
+        norm2_fwd(m, a, lp);
+        dln = a->act + carved_bytes(m->Nl * C) / sizeof(float);
+    }
     TRY(mc_model_tp_gather(m, a->ln2, &x, err));
-    mc_k_fill(be, m->dln, 0.0f, N * C);
-    mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b), dfc1, x,
+    mc_k_fill(be, dln, 0.0f, N * C);
+    mc_k_linear_bwd(be, pr, dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b), dfc1, x,
                     param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w), N, C, m->fc1_out);
-    TRY(mc_model_tp_reduce(m, m->dln, m->loc, &dl, err));
+    TRY(mc_model_tp_reduce(m, dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, err));
 
 attention:
@@ -760,14 +825,24 @@ attention:
     }
     float *dq = m->dq, *dk = m->dk; /* d(q), d(k) as the projection gave them */
     if (c->qk_layernorm) TRY(qk_norm_bwd_layer(m, a, lp, &dq, &dk, err));
-    float *dqkv = m->qkv; /* the forward's scratch is free now */
+    /* the forward's scratch is free now (compact: act's memory, the
+     * attention's gradients being all in fc1's) */
+    float *dqkv = m->rc_compact ? a->act : m->qkv;
     mc_k_fill(be, dqkv, 0.0f, N * m->qkv_out);
     mc_k_qkv_split_bwd(be, dqkv, dq, dk, m->dv, N, m->Ql, m->Gl, D);
-    TRY(mc_model_tp_gather(m, a->ln1, &x, err));
-    mc_k_fill(be, m->dln, 0.0f, N * C);
-    mc_k_linear_bwd(be, pr, m->dln, param_grad(m, lp->qkv_w), param_grad(m, lp->qkv_b), dqkv, x,
+    /* compact: ln1 remade in fc1's memory (the same call on the same res),
+     * d(ln1) after it */
+    float *ln1 = a->ln1;
+    if (m->rc_compact) {
+        ln1 = a->fc1;
+        dln = a->fc1 + carved_bytes(m->Nl * C) / sizeof(float);
+        norm_fwd(m, ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
+    }
+    TRY(mc_model_tp_gather(m, ln1, &x, err));
+    mc_k_fill(be, dln, 0.0f, N * C);
+    mc_k_linear_bwd(be, pr, dln, param_grad(m, lp->qkv_w), param_grad(m, lp->qkv_b), dqkv, x,
                     param_val(m, lp->qkv_w), param_prep(m, lp->qkv_w), N, C, m->qkv_out);
-    TRY(mc_model_tp_reduce(m, m->dln, m->loc, &dl, err));
+    TRY(mc_model_tp_reduce(m, dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, err));
     return MC_OK;
 }

@@ -162,9 +162,13 @@ struct mc_model {
     int rc_nws;
     unsigned *rc_wsbits; /* [rc_nws]: what workspace layer j holds (ACT_* bits) */
     int rc_replay;       /* a recomputation is running: MoE layers count no losses */
+    /* full recomputation's compact workspace (model.c's layout_acts): no
+     * norm outputs kept, no qkv or row-parallel scratch, the head's tensors
+     * over it on a last stage with one slot */
+    int rc_compact;
     size_t act_kept, act_ws, act_scratch; /* bytes: per slot, workspace, scratch */
-    float *qkv;  /* [N, max(qkv_out, fc1_out)] scratch; the backward's d(fc1), then d(qkv) */
-    float *tmp;  /* [N, C] row-parallel outputs before the all-reduce */
+    float *qkv;  /* [N, qkv_out] scratch; the backward's d(qkv) (compact: in the workspace) */
+    float *tmp;  /* [N, C] row-parallel outputs before the all-reduce (compact: likewise) */
     float *dres; /* [Nl, C] */
     float *dln;  /* [N, C] */
     /* sequence parallelism only: a gathered [N, C] input, the [tp, B, Tl, C]

@@ -142,10 +142,11 @@ static double layer_bytes(const act_dims *d, unsigned bits)
 /* Whether the attention backward's four gradients fit in a dense layer's
  * fc1 and act tensors (model.c's place_attn_grads, the same test): then
  * they need no scratch. */
-static int attn_grads_fit(const act_dims *d)
+static int attn_grads_fit(const act_dims *d, int fc1_alone)
 {
     double nq = d->N * d->Ql * d->D, nk = d->N * d->Gl * d->D;
-    double sz[4] = {nq, nq, nk, nk}, cap[2] = {d->N * d->fc1, d->N * d->Fl}, used[2] = {0, 0};
+    double sz[4] = {nq, nq, nk, nk}, cap[2] = {d->N * d->fc1, fc1_alone ? 0 : d->N * d->Fl};
+    double used[2] = {0, 0};
     int r = 0;
     for (int i = 0; i < 4; i++) {
         while (r < 2 && used[r] + sz[i] > cap[r]) r++;
@@ -175,6 +176,23 @@ static unsigned layer_keep(const mc_model_config *c, int l0, int i, int nl, int 
     *j = i - g0;
     *again = i == g1 - 1 ? 2 : 1;
     return i == g0 ? MC_ACT_RES : 0u;
+}
+
+/* model.c's compact workspace of full recomputation (plan_recompute,
+ * compact_fits): every layer recomputed on its own, dense, no context
+ * parallelism, and the shapes fit (the same test). */
+static int compact_fits(const mc_model_config *c, const act_dims *d, double qkv, int l0, int nl,
+                        int cp)
+{
+    if (c->recompute_granularity != MC_RECOMPUTE_FULL || c->num_experts > 0 || cp != 1) return 0;
+    for (int i = 0; i < nl; i++) {
+        int j, again;
+        layer_keep(c, l0, i, nl, &j, &again);
+        if (again != 2 || j != 0) return 0; /* not a group of one */
+    }
+    double f1 = d->N * d->fc1 * 4, fa = d->N * d->Fl * 4;
+    double ln_dln = carved(d->Nl * d->C) + carved(d->N * d->C), q = carved(d->N * qkv);
+    return ln_dln <= fa && ln_dln <= f1 && q <= fa && q <= f1 && attn_grads_fit(d, 1);
 }
 
 /* The layers' part of a slot (*kept) and the recomputation workspace (*ws)
@@ -279,14 +297,28 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int c
     }
     double layers, ws;
     layers_acts(c, &d, first_layer, nl, &layers, &ws);
-    double slot = layers + carved(Nl * C) + 4 * carved(N) + carved(Nl);
-    if (last) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
-    /* model.c's scratch: qkv (also d(fc1): d(act) is made in act's place),
-     * tmp, dres, dln, the attention's gradients unless they fit in a dense
-     * layer's fc1 and act, the head's logits chunk and row statistics */
-    double shared = carved(N * (qkv > fc1 ? qkv : fc1)) + carved(N * C) + carved(Nl * C) +
-                    carved(N * C) + carved(chunk * vl) + 4 * carved(N);
-    if (c->num_experts > 0 || !attn_grads_fit(&d))
+    /* model.c's compact workspace: no norm outputs (their statistics
+     * stay); the head's overlay on it (a last stage with one slot, where
+     * the last layer's output fits in the dead q ... lse and the whole in
+     * the workspace) */
+    int compact = compact_fits(c, &d, qkv, first_layer, nl, cp), overlay = 0;
+    if (compact) {
+        ws -= 2 * carved(Nl * C);
+        double ov = 3 * carved(Nl * C) + (ln ? 2 : 1) * carved(Nl) + carved(chunk * vl) +
+                    carved(N * C);
+        overlay = last && slots == 1 && carved(Nl * C) <= layer_bytes(&d, MC_ACT_QKV | MC_ACT_ATT) &&
+                  ov <= ws;
+    }
+    double slot = layers + (overlay ? 0 : carved(Nl * C)) + 4 * carved(N) + carved(Nl);
+    if (last && !overlay) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
+    /* model.c's scratch: qkv (d(fc1) is made in fc1's place, d(act) in
+     * act's) and tmp, both in the compact workspace, dres, dln, the
+     * attention's gradients unless they fit in a dense layer's fc1 and act,
+     * the head's logits chunk (dln and the chunk in the overlay) and row
+     * statistics */
+    double shared = (compact ? 0 : carved(N * qkv) + carved(N * C)) + carved(Nl * C) +
+                    (overlay ? 0 : carved(N * C) + carved(chunk * vl)) + 4 * carved(N);
+    if (c->num_experts > 0 || !attn_grads_fit(&d, 0))
         shared += 2 * carved(N * Ql * D) + 2 * carved(N * Gl * D);
     if (sp) shared += 2 * carved(N * C) + carved(Nl * C) + carved(2 * C);
     if (c->qk_layernorm) shared += carved(N * Gl * D) + carved(4 * D);

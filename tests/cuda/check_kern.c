@@ -271,6 +271,13 @@ static void check_elementwise(ctx *x, size_t n)
     pair d = rnd(x, n, 1), g = rnd(x, n, 1);
     ON_BOTH(mc_k_gelu_bwd(be, S(d), S(g), S(b), n));
     cmp(x, "gelu_bwd", w, d, FP32);
+    {
+        pair xi = mk(x, n); /* in place: b becomes d(b) */
+        ON_BOTH(mc_bcopy(be, S(xi), S(b), n * 4));
+        ON_BOTH(mc_k_gelu_bwd_inplace(be, S(xi), S(g), n));
+        cmp(x, "gelu_bwd_inplace", w, xi, FP32);
+        drop(x, xi);
+    }
     /* AdamW on one span */
     pair p = rnd(x, n, 1), mm = rnd(x, n, 0.1f), v = mk(x, n);
     float *hv = malloc(n * 4 + 4); /* the second moment is >= 0 */
@@ -365,6 +372,13 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
     cmp(x, "swiglu_fwd", w, sw, FP32);
     ON_BOTH(mc_k_swiglu_bwd(be, S(dxx), S(gs), S(xx), N, F));
     cmp(x, "swiglu_bwd", w, dxx, FP32);
+    {
+        pair xi = mk(x, N * C); /* in place: xx becomes d(xx) */
+        ON_BOTH(mc_bcopy(be, S(xi), S(xx), N * C * 4));
+        ON_BOTH(mc_k_swiglu_bwd_inplace(be, S(xi), S(gs), N, F));
+        cmp(x, "swiglu_bwd_inplace", w, xi, FP32);
+        drop(x, xi);
+    }
     drop(x, sw);
     drop(x, gs);
     drop(x, dxx);

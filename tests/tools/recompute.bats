@@ -109,18 +109,25 @@ bits_equal() {
     u5=$(field ${f}uniformrecomputenumlayers5.txt kept)
     b3=$(field ${f}blockrecomputenumlayers3.txt kept)
     sel=$(field recomputegranularityselective.txt kept)
-    # full uniform 1 keeps each layer's input only: the 5 layers' other
-    # tensors are gone; block 3 drops exactly 3 of those 5 shares, uniform
-    # 2 keeps 3 inputs of 5 and uniform 5 one
-    drop=$(( (none - u1) / 5 ))
-    [ $(( none - u1 )) -eq $(( 5 * drop )) ] && [ "$drop" -gt 0 ]
-    [ $(( none - b3 )) -eq $(( 3 * drop )) ]
-    input=$(( (u1 - u2) / 2 ))
-    [ "$input" -gt 0 ] && [ $(( u1 - u5 )) -eq $(( 4 * input )) ]
-    # the workspace holds one layer (less its input) for uniform 1 and block,
-    # the group's layers for uniform 2 and 5
+    # block 3 drops exactly 3 of the 5 layers' shares (all but the input);
+    # uniform 2 keeps 3 inputs of 5 and uniform 5 one
+    drop=$(( (none - b3) / 3 ))
+    [ $(( none - b3 )) -eq $(( 3 * drop )) ] && [ "$drop" -gt 0 ]
+    input=$(( (u2 - u5) / 2 ))
+    [ "$input" -gt 0 ] && [ $(( u2 - u5 )) -eq $(( 2 * input )) ]
+    [ $(( none - u2 )) -eq $(( 5 * drop + 2 * input )) ]
+    # uniform 1 (every layer on its own: the compact workspace, model.c's
+    # layout_acts) keeps each layer's input only, and the head's tensors
+    # (the last layer's output, the final norm's output and statistics,
+    # d(lnf): 3 [N, C] + 2 [N] floats, N = 2 x 64, C = 64) move into the
+    # workspace
+    [ $(( none - u1 )) -eq $(( 5 * drop + 3 * 128 * 64 * 4 + 2 * 128 * 4 )) ]
+    # the workspace holds one layer less its input for block; uniform 1's
+    # less both norms' outputs (2 [N, C]: remade in the backward); the
+    # group's layers for uniform 2 and 5
     ws1=$(field ${f}uniformrecomputenumlayers1.txt workspace)
-    [ "$ws1" -eq "$drop" ] && [ "$(field ${f}blockrecomputenumlayers3.txt workspace)" -eq "$drop" ]
+    [ "$ws1" -eq $(( drop - 2 * 128 * 64 * 4 )) ]
+    [ "$(field ${f}blockrecomputenumlayers3.txt workspace)" -eq "$drop" ]
     [ "$(field ${f}uniformrecomputenumlayers2.txt workspace)" -eq $(( 2 * drop + input )) ]
     [ "$(field ${f}uniformrecomputenumlayers5.txt workspace)" -eq $(( 5 * drop + 4 * input )) ]
     # selective core_attn drops the attention output and log-sum-exp: per
@@ -131,11 +138,17 @@ bits_equal() {
     # output: per layer 3 [N, C] + 4 [N] + [N, 4C] floats
     sa=$(field recomputegranularityselectiverecomputemoduleslayernormmlp_actattn_proj.txt kept)
     [ $(( none - sa )) -eq $(( 5 * (3 * 128 * 64 * 4 + 4 * 128 * 4 + 128 * 256 * 4) )) ]
-    # every setting has less in all (the scratch is the same)
+    # every setting has less in all; the scratch is the same but uniform
+    # 1's, which has no qkv [N, 3C] nor row-parallel [N, C] scratch (in the
+    # workspace), and the head's input gradient [N, C] and logits chunk
+    # [N, 512] in the workspace
     for t in ${f}*.txt recomputegranularityselective*.txt; do
         [ "$(field "$t" bytes)" -lt "$(field none.txt bytes)" ] || [ "$t" = "${f}uniformrecomputenumlayers5.txt" ]
-        [ "$(field "$t" scratch)" -eq "$(field none.txt scratch)" ]
+        [ "$t" = "${f}uniformrecomputenumlayers1.txt" ] ||
+            [ "$(field "$t" scratch)" -eq "$(field none.txt scratch)" ]
     done
+    [ $(( $(field none.txt scratch) - $(field ${f}uniformrecomputenumlayers1.txt scratch) )) -eq \
+      $(( (128 * 192 + 128 * 64 + 128 * 64 + 128 * 512) * 4 )) ]
 }
 
 @test "recompute: --dry-run plans the activation bytes each run reports" {

@@ -252,6 +252,22 @@ static void check_act(mc_backend *be, int swiglu)
     TAP_OK(eo < 1e-6 && ex < 1e-5,
            "%s fwd err %.2e < 1e-6, bwd vs FD (+= onto prefill) %.2e < 1e-5",
            swiglu ? "swiglu" : "gelu", eo, ex);
+    /* in place: x becomes d(x), the bits of the accumulating kernel onto a
+     * zeroed dx (model.c's d(fc1) in fc1's memory); -0 and 0 products
+     * included (g's first elements) */
+    for (size_t i = 0; i < 4; i++) g[i] = i % 2 ? -0.0f : 0.0f;
+    float *dz = kt_falloc(nin), *xi = kt_copy(x, nin);
+    mc_k_fill(be, dz, 0.0f, nin);
+    if (swiglu) {
+        mc_k_swiglu_bwd(be, dz, g, x, N, F);
+        mc_k_swiglu_bwd_inplace(be, xi, g, N, F);
+    } else {
+        mc_k_gelu_bwd(be, dz, g, x, nin);
+        mc_k_gelu_bwd_inplace(be, xi, g, nin);
+    }
+    TAP_OK(!memcmp(dz, xi, nin * sizeof(float)), "%s bwd in place: the bits of += onto zeros",
+           swiglu ? "swiglu" : "gelu");
+    free(dz), free(xi);
     free(x), free(g), free(out), free(a.x), free(a.dout), free(ro), free(dx), free(dx0);
 }
 

@@ -70,6 +70,25 @@ MC_ISA_VARIANTS_VOID(gelu_bwd_span,
                       size_t n),
                      (dx, dout, x, n))
 
+/* In place (mc_k_gelu_bwd_inplace): x := 0 + dout dy/dx, the value the
+ * accumulating kernel gives onto a zeroed dx (the same expression, so the
+ * same bits; 0 + makes a -0 product +0 as it does there). */
+MC_ISA_BODY void gelu_bwd_inplace_span_body(float *restrict x, const float *restrict dout,
+                                            size_t n, int isa MC_ISA_UNUSED)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        float u = GELU_K * (v + GELU_C * v * v * v);
+        float e = mc_exp_fast(-2.0f * u);
+        float s = 1.0f / (1.0f + e);
+        float d = s + 2.0f * v * (e * s * s) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+        x[i] = 0.0f + dout[i] * d;
+    }
+}
+MC_ISA_VARIANTS_VOID(gelu_bwd_inplace_span, (float *restrict x, const float *restrict dout, size_t n),
+                     (x, dout, n))
+
 void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n)
 {
     size_t items = (n + SPAN - 1) / SPAN;
@@ -87,6 +106,16 @@ void mc_cpu_gelu_bwd(mc_backend *be, float *dx, const float *dout, const float *
     for (size_t it = 0; it < items; it++) {
         size_t i0 = it * SPAN, m = n - i0 < SPAN ? n - i0 : SPAN;
         gelu_bwd_span_for(be->isa)(dx + i0, dout + i0, x + i0, m);
+    }
+}
+
+void mc_cpu_gelu_bwd_inplace(mc_backend *be, float *x, const float *dout, size_t n)
+{
+    size_t items = (n + SPAN - 1) / SPAN;
+#pragma omp parallel for num_threads(be->threads) if (items > 4) schedule(static)
+    for (size_t it = 0; it < items; it++) {
+        size_t i0 = it * SPAN, m = n - i0 < SPAN ? n - i0 : SPAN;
+        gelu_bwd_inplace_span_for(be->isa)(x + i0, dout + i0, m);
     }
 }
 
@@ -121,6 +150,24 @@ MC_ISA_VARIANTS_VOID(swiglu_bwd_row,
                       const float *restrict a, const float *restrict b, size_t F),
                      (da, db, g, a, b, F))
 
+/* In place: (a | b) := (da | db), each 0 + the accumulating kernel's term */
+MC_ISA_BODY void swiglu_bwd_inplace_row_body(float *restrict a, float *restrict b,
+                                             const float *restrict g, size_t F,
+                                             int isa MC_ISA_UNUSED)
+{
+#pragma omp simd
+    for (size_t j = 0; j < F; j++) {
+        float av = a[j], bv = b[j];
+        float e = mc_exp_fast(-av);
+        float s = 1.0f / (1.0f + e);
+        a[j] = 0.0f + g[j] * bv * s * (1.0f + av * e * s);
+        b[j] = 0.0f + g[j] * av * s;
+    }
+}
+MC_ISA_VARIANTS_VOID(swiglu_bwd_inplace_row,
+                     (float *restrict a, float *restrict b, const float *restrict g, size_t F),
+                     (a, b, g, F))
+
 void mc_cpu_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_t F)
 {
 #pragma omp parallel for num_threads(be->threads) if (N * F > 4 * SPAN) schedule(static)
@@ -138,5 +185,14 @@ void mc_cpu_swiglu_bwd(mc_backend *be, float *dx, const float *dout, const float
         const float *a = x + i * 2 * F;
         float *da = dx + i * 2 * F;
         swiglu_bwd_row_for(be->isa)(da, da + F, dout + i * F, a, a + F, F);
+    }
+}
+
+void mc_cpu_swiglu_bwd_inplace(mc_backend *be, float *x, const float *dout, size_t N, size_t F)
+{
+#pragma omp parallel for num_threads(be->threads) if (N * F > 4 * SPAN) schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        float *a = x + i * 2 * F;
+        swiglu_bwd_inplace_row_for(be->isa)(a, a + F, dout + i * F, F);
     }
 }

@@ -287,6 +287,47 @@ __global__ void k_swiglu_bwd(float *dx, const float *dout, const float *x, size_
     }
 }
 
+/* in place: x := 0 + the accumulating kernels' terms (the same bits onto a zeroed dx) */
+__global__ void k_gelu_bwd_inplace(float *x, const float *dout, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = x[i];
+        float u = GELU_K * (v + GELU_C * v * v * v);
+        float e = expf(-2.0f * u);
+        float s = 1.0f / (1.0f + e);
+        float d = s + 2.0f * v * (e * s * s) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+        x[i] = 0.0f + dout[i] * d;
+    }
+}
+
+__global__ void k_swiglu_bwd_inplace(float *x, const float *dout, size_t N, size_t F)
+{
+    GRID_STRIDE(k, N * F)
+    {
+        size_t i = k / F, j = k % F;
+        size_t ia = i * 2 * F + j, ib = ia + F;
+        float a = x[ia], b = x[ib], g = dout[k];
+        float e = expf(-a), s = 1.0f / (1.0f + e);
+        x[ia] = 0.0f + g * b * s * (1.0f + a * e * s);
+        x[ib] = 0.0f + g * a * s;
+    }
+}
+
+extern "C" void mc_cuda_gelu_bwd_inplace(mc_cuda *cu, float *x, const float *dout, size_t n)
+{
+    if (!n) return;
+    k_gelu_bwd_inplace<<<mc_cu_blocks(n, TPB), TPB, 0, cu->stream>>>(x, dout, n);
+    KCHECK();
+}
+extern "C" void mc_cuda_swiglu_bwd_inplace(mc_cuda *cu, float *x, const float *dout, size_t N,
+                                           size_t F)
+{
+    if (!N || !F) return;
+    k_swiglu_bwd_inplace<<<mc_cu_blocks(N * F, TPB), TPB, 0, cu->stream>>>(x, dout, N, F);
+    KCHECK();
+}
+
 extern "C" void mc_cuda_swiglu_fwd(mc_cuda *cu, float *out, const float *x, size_t N, size_t F)
 {
     if (!N || !F) return;
