@@ -575,7 +575,12 @@ static void sft_report(const run *r)
  * weights the run starts from) and runs forward over the pairs in
  * micro-batches, data-parallel rank d taking micro-batches d, d + dp, ...;
  * the table is then summed over data parallelism (each entry is one
- * rank's, the others add exact zeros). */
+ * rank's, the others add exact zeros). The micro-batches are the training
+ * split's first epoch in its order, then the pairs of no training sample:
+ * each training pair sits where its first training step will put it, so
+ * that step's policy (the reference's weights) gives the reference's bits
+ * whatever the GEMM kernels do with a row's place in the batch (z = 0
+ * exactly on the first iteration). */
 static mc_status dpo_reference(run *r, mc_error *err)
 {
     const mc_train_config *c = r->c;
@@ -599,15 +604,29 @@ static mc_status dpo_reference(run *r, mc_error *err)
                                  sizeof dir, err);
         if (st) mc_error_prefix(err, "--ref-load");
     }
+    int64_t *order = st ? NULL : malloc((size_t)P * sizeof *order);
+    unsigned char *seen = st ? NULL : calloc((size_t)P + 1, 1);
+    if (!st && (!order || !seen)) st = mc_error_set(err, MC_ERR_NOMEM, "out of memory");
+    int64_t n = 0;
+    for (int64_t i = 0; !st && n < P; i++) { /* the first epoch: each pair once */
+        int64_t p = mc_pref_dataset_pair(r->pref, MC_SPLIT_TRAIN, i);
+        if (p < 0 || p >= P || seen[p]) break;
+        seen[p] = 1;
+        order[n++] = p;
+    }
+    for (int64_t p = 0; !st && p < P; p++)
+        if (!seen[p]) order[n++] = p;
     r->dpo_ref_pass = 1;
     for (int64_t j = dp_rank; !st && j * mbs < P; j += r->dp) {
         for (int64_t b = 0; b < mbs && !st; b++)
-            st = load_pair(r, b, j * mbs + b < P ? j * mbs + b : -1, err);
+            st = load_pair(r, b, j * mbs + b < P ? order[j * mbs + b] : -1, err);
         double l;
         int64_t ntok;
         if (!st) st = mc_model_step(r->model, r->tokens, r->targets, 0, 1.0f, &l, &ntok, err);
     }
     r->dpo_ref_pass = 0;
+    free(order);
+    free(seen);
     if (saved) {
         mc_bcopy(r->be, mc_model_params(r->model), saved, bytes);
         mc_bfree(r->be, saved);

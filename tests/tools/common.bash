@@ -10,6 +10,13 @@ MC_PREPROCESS="$top_builddir/tools/mc-preprocess/mc-preprocess"
 MC_PYTHON="${MC_PYTHON:-$top_srcdir/.venv/bin/python}"
 DOCS=/usr/share/doc/python3.11/html/_sources
 
+# The tests run OpenBLAS's kernels as mc chooses them: a caller's
+# OPENBLAS_CORETYPE below the CPU path would add a note line to every
+# tool's output (and move GEMM bits), so the suite's result would depend on
+# the shell it was started from. cpu_paths.bats sets it where it tests it.
+# MC_CPU_ISA is kept: running the suite on a pinned path is supported.
+unset OPENBLAS_CORETYPE
+
 # Empty stdin: `< <(:)`, never `< /dev/null`. Some containers (this
 # project's CI machines among them) have a regular file at /dev/null, which
 # every `> /dev/null` of every test running beside writes into: reading it

