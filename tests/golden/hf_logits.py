@@ -50,6 +50,22 @@ import torch_ref  # noqa: E402
 TRAIN = ["--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
          "--threads", "1", "--lr", "5e-3", "--log-interval", "10", "--eval-iters", "0",
          "--mock-data", "--train-iters", "10", "--seed", "1234"]
+
+
+def train_args(args):
+    """TRAIN less the options (each with one value) a case gives itself: a
+    case's own --lr replaces TRAIN's."""
+    given = {a for a in args if a.startswith("--")}
+    out, i = [], 0
+    while i < len(TRAIN):
+        if TRAIN[i].startswith("--") and TRAIN[i] in given:
+            i += 2
+            continue
+        out.append(TRAIN[i])
+        i += 1
+    return out
+
+
 CASES = [
     ("gpt", ["--model", "tiny-gpt", "--vocab-size", "256"]),
     ("gpt-untied-v200", ["--model", "tiny-gpt", "--vocab-size", "200",
@@ -162,7 +178,7 @@ def export_case(build, tmp, name, args, moe=None, config_keys=()):
     record."""
     tools = os.path.join(build, "tools")
     ck, ex = os.path.join(tmp, name), os.path.join(tmp, name + "-hf")
-    it = subprocess.run([os.path.join(tools, "mc-train", "mc-train"), *args, *TRAIN,
+    it = subprocess.run([os.path.join(tools, "mc-train", "mc-train"), *args, *train_args(args),
                          "--save", ck], check=True, capture_output=True,
                         text=True).stdout.strip()
     subprocess.run([os.path.join(tools, "mc-export", "mc-export"), it, "--format", "hf",
@@ -178,7 +194,7 @@ def export_case(build, tmp, name, args, moe=None, config_keys=()):
     # the reference's loss over the real vocabulary (what transformers computes)
     lsm = torch.log_softmax(ref[:, :-1, :V], -1)
     ref_loss = float(-lsm.gather(-1, torch.tensor(tokens)[:, 1:, None]).mean())
-    r = {"case": name, "mc_train_args": args + TRAIN, "architecture": arch,
+    r = {"case": name, "mc_train_args": args + train_args(args), "architecture": arch,
          "vocab_size": V, "padded_vocab_size": Vp, "tokens": tokens,
          "hf_loss": hf_loss, "ref_loss": ref_loss, "mc_loss": mc_loss(build, it, tokens),
          "max_abs_logit_diff": diff, "max_abs_logit": float(ref.abs().max())}
