@@ -50,18 +50,23 @@ MC_ISA_VARIANTS_VOID(gelu_fwd_span, (float *restrict out, const float *restrict 
                      (out, x, n))
 
 /* dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3c x^2) with t = tanh u
- *       = s + 2 x s (1 - s) k (1 + 3c x^2),   s = sigma(2u), s (1 - s) = e s^2, e = exp(-2u);
- * dx += dout dy/dx */
+ *       = s + 2 x s (1 - s) k (1 + 3c x^2),   s = sigma(2u), s (1 - s) = e s^2, e = exp(-2u)
+ * (one expression for both backward kernels: the same bits) */
+static inline __attribute__((always_inline)) float gelu_dydx(float v)
+{
+    float u = GELU_K * (v + GELU_C * v * v * v);
+    float e = mc_exp_fast(-2.0f * u);
+    float s = 1.0f / (1.0f + e);
+    return s + 2.0f * v * (e * s * s) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+}
+
+/* dx += dout dy/dx */
 MC_ISA_BODY void gelu_bwd_span_body(float *restrict dx, const float *restrict dout,
                                     const float *restrict x, size_t n, int isa MC_ISA_UNUSED)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
-        float v = x[i];
-        float u = GELU_K * (v + GELU_C * v * v * v);
-        float e = mc_exp_fast(-2.0f * u);
-        float s = 1.0f / (1.0f + e);
-        float d = s + 2.0f * v * (e * s * s) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+        float d = gelu_dydx(x[i]);
         dx[i] += dout[i] * d;
     }
 }
@@ -78,11 +83,7 @@ MC_ISA_BODY void gelu_bwd_inplace_span_body(float *restrict x, const float *rest
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
-        float v = x[i];
-        float u = GELU_K * (v + GELU_C * v * v * v);
-        float e = mc_exp_fast(-2.0f * u);
-        float s = 1.0f / (1.0f + e);
-        float d = s + 2.0f * v * (e * s * s) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+        float d = gelu_dydx(x[i]);
         x[i] = 0.0f + dout[i] * d;
     }
 }
