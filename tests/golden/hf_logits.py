@@ -53,17 +53,8 @@ TRAIN = ["--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size",
 
 
 def train_args(args):
-    """TRAIN less the options (each with one value) a case gives itself: a
-    case's own --lr replaces TRAIN's."""
-    given = {a for a in args if a.startswith("--")}
-    out, i = [], 0
-    while i < len(TRAIN):
-        if TRAIN[i].startswith("--") and TRAIN[i] in given:
-            i += 2
-            continue
-        out.append(TRAIN[i])
-        i += 1
-    return out
+    """TRAIN less the options a case gives itself (a case's own --lr)."""
+    return torch_ref.without(TRAIN, args)
 
 
 CASES = [

@@ -139,20 +139,6 @@ def arg(args, name):
     return args[args.index(name) + 1]
 
 
-def without(common, cargs):
-    """common less the options (each with one value) that cargs gives: a
-    case's own --lr replaces COMMON's."""
-    given = {a for a in cargs if a.startswith("--")}
-    out, i = [], 0
-    while i < len(common):
-        if common[i].startswith("--") and common[i] in given:
-            i += 2
-            continue
-        out.append(common[i])
-        i += 1
-    return out
-
-
 def samples_of(build, tmp):
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     prefix = os.path.join(tmp, "docs")
@@ -388,7 +374,7 @@ def main():
         for name, cargs in CASES.items():
             if only and name not in only:
                 continue
-            args = cargs + without(COMMON, cargs)
+            args = cargs + torch_ref.without(COMMON, cargs)
             ctmp = os.path.join(tmp, name)
             os.makedirs(ctmp)
             cfg, w = mc_initial(build, args, ctmp)

@@ -101,3 +101,17 @@ def forward(cfg, P, tokens, targets, linear, use_rope, untied, position_ids=None
     return torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1,
         reduction=reduction)
+
+
+def without(common, cargs):
+    """common (mc-train options, each with one value) less those cargs gives:
+    a golden case's own --lr replaces the script's common one."""
+    given = {a for a in cargs if a.startswith("--")}
+    out, i = [], 0
+    while i < len(common):
+        if common[i].startswith("--") and common[i] in given:
+            i += 2
+            continue
+        out.append(common[i])
+        i += 1
+    return out
