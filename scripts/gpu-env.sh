@@ -91,8 +91,10 @@ gpukit_env() {
         export OMPI_MCA_plm_rsh_agent=${OMPI_MCA_plm_rsh_agent:-false}
     fi
 
-    # ---- configure & co. for a tree without them (no autotools here)
-    if [ ! -x "$top/configure" ] && ! command -v autoreconf >/dev/null 2>&1; then
+    # ---- configure & co. for a tree without them: the kit's, whenever it has
+    # them (a GPU machine may have autoconf and automake but no libtool, as
+    # the first H200 had: its autoreconf fails)
+    if [ ! -x "$top/configure" ] && { [ -f "$kit/autotools/configure" ] || ! command -v autoreconf >/dev/null 2>&1; }; then
         [ -f "$kit/autotools/configure" ] || { echo "gpu-env: no configure, no autoreconf, and $kit/autotools is missing" >&2; return 1; }
         if ! (cd "$top" && sha256sum --status -c "$kit/autotools/SOURCES.sha256"); then
             echo "gpu-env: $kit/autotools was made from another configure.ac or Makefile.am: run scripts/gpu-kit.sh --autotools-only (seconds) where autotools are installed" >&2

@@ -189,18 +189,20 @@ elif [ -z "$san" ]; then
 else
     for m in gpt llama; do
         declare -n args=$m
-        timeout "${SAN_TIMEOUT:-200}" "$san" --tool memcheck --error-exitcode 9 --leak-check full "$train" "${common[@]}" \
-            "${args[@]}" --bf16 --train-iters 3 --device "$gpu" >"$work/san-$m.log" 2>&1
+        # through libtool: tools/mc-train/mc-train is libtool's wrapper script
+        timeout "${SAN_TIMEOUT:-200}" "$build/libtool" --mode=execute "$san" --tool memcheck --error-exitcode 9 --leak-check full "$train" "${common[@]}" \
+            "${args[@]}" --bf16 --train-iters 3 --lr-warmup-iters 1 --device "$gpu" >"$work/san-$m.log" 2>&1
         rc=$?
         summary=$(grep -m1 'ERROR SUMMARY' "$work/san-$m.log" | sed 's/^=* *//')
         row "memcheck train $m 3 it" "$([ $rc = 0 ] && echo ok || echo FAIL)" "rc=$rc ${summary:-}"
-        [ $rc = 0 ] || grep -m 20 -E 'Invalid|Error|at ' "$work/san-$m.log"
+        [ $rc = 0 ] || { grep -m 20 -E 'Invalid|Error|at ' "$work/san-$m.log"; tail -5 "$work/san-$m.log"; }
         unset -n args
     done
-    timeout "${SAN_TIMEOUT:-200}" "$san" --tool racecheck --error-exitcode 9 "$train" "${common[@]}" "${gpt[@]}" --train-iters 1 \
-        --device "$gpu" >"$work/race.log" 2>&1
+    timeout "${SAN_TIMEOUT:-200}" "$build/libtool" --mode=execute "$san" --tool racecheck --error-exitcode 9 "$train" "${common[@]}" "${gpt[@]}" --train-iters 2 \
+        --lr-warmup-iters 1 --device "$gpu" >"$work/race.log" 2>&1
     rc=$?
-    row "racecheck train gpt 1 it" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+    [ $rc = 0 ] || tail -5 "$work/race.log"
+    row "racecheck train gpt 2 it" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
         "rc=$rc $(grep -m1 'RACECHECK SUMMARY\|ERROR SUMMARY' "$work/race.log" | sed 's/^=* *//')"
 fi
 
