@@ -16,13 +16,8 @@
 #include <time.h>
 
 #include "mc/kern.h"
+#include "now.h"
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
 
 int main(int argc, char **argv)
 {
