@@ -92,6 +92,16 @@ void mc_backend_free(mc_backend *be)
 
 const char *mc_backend_name(const mc_backend *be) { return be->name; }
 
+void mc_backend_set_attention_prec(mc_backend *be, mc_prec prec)
+{
+#ifdef MC_CUDA_BACKEND
+    if (IS_CUDA(be)) mc_cuda_set_attention_prec(be->cuda, prec);
+#else
+    (void)be;
+    (void)prec;
+#endif
+}
+
 int mc_backend_threads(const mc_backend *be) { return be->threads; }
 
 const char *mc_backend_isa(const mc_backend *be)

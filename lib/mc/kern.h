@@ -87,6 +87,16 @@ const char *mc_backend_bf16_note(const mc_backend *be);
 const char *mc_backend_blas_core(const mc_backend *be);
 const char *mc_backend_blas_note(const mc_backend *be);
 
+/* The precision the attention kernels (attention_fwd, attention_bwd) may
+ * use for their products: MC_PREC_FP32 (the default) computes them in fp32;
+ * MC_PREC_BF16 lets the CUDA backend run them on the tensor cores with bf16
+ * operands (q, k, v, dout and the probabilities rounded to bf16) and fp32
+ * accumulation, as FlashAttention does on bf16 tensors; other values mean
+ * fp32. The CPU backend's attention stays fp32 whatever is set (it is not
+ * where a CPU step's time goes). The models set it from their precision
+ * before each attention call. */
+void mc_backend_set_attention_prec(mc_backend *be, mc_prec prec);
+
 /* Backend memory: 64-byte aligned, zero-filled. NULL on failure (err set). */
 void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err);
 void mc_bfree(mc_backend *be, void *p);

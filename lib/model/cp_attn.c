@@ -360,6 +360,7 @@ static mc_status a2a_fwd(mc_model *m, const mc_slot *sl, mc_layer_acts *L, const
     TRY(a2a(m, L->v, a->a2a[2], m->Gl, 1, err));
     /* the whole sequences: the single process's attention on this rank's
      * heads (segment starts of the whole sequences) */
+    mc_backend_set_attention_prec(m->be, m->prec);
     mc_k_attention_fwd(m->be, a->a2a[3], a->a2a_lse, a->a2a[0], a->a2a[1], a->a2a[2], B, Tg, Qs, Gs,
                        D, 1.0f / sqrtf((float)D), a2a_segments(m, sl, seg));
     /* keep lse in the layer's slot (same size): the backward's */
@@ -384,6 +385,7 @@ static mc_status a2a_bwd(mc_model *m, const mc_slot *sl, mc_layer_acts *L, const
     mc_k_fill(be, a->a2a_d[0], 0.0f, nq);
     mc_k_fill(be, a->a2a_d[1], 0.0f, nk);
     mc_k_fill(be, a->a2a_d[2], 0.0f, nk);
+    mc_backend_set_attention_prec(be, m->prec);
     mc_k_attention_bwd(be, a->a2a_d[0], a->a2a_d[1], a->a2a_d[2], a->a2a_d[3], a->a2a[0], a->a2a[1],
                        a->a2a[2], a->a2a[3], L->lse, B, Tg, Qs, Gs, D, 1.0f / sqrtf((float)D),
                        a2a_segments(m, sl, seg));

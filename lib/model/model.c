@@ -622,6 +622,7 @@ static mc_status core_attn_fwd(mc_model *m, mc_slot *sl, mc_layer_acts *a, mc_er
 {
     size_t D = m->D;
     if (m->cpa) return mc_model_cp_attention_fwd(m, sl, a, slot_seg(m, sl), err);
+    mc_backend_set_attention_prec(m->be, m->prec);
     mc_k_attention_fwd(m->be, a->att, a->lse, a->q, a->k, a->v, (size_t)m->B, m->T, m->Ql, m->Gl, D,
                        1.0f / sqrtf((float)D), slot_seg(m, sl));
     return MC_OK;
@@ -815,9 +816,11 @@ attention:
     mc_k_fill(be, m->dv, 0.0f, N * m->Gl * D);
     if (m->cpa)
         TRY(mc_model_cp_attention_bwd(m, sl, a, slot_seg(m, sl), err));
-    else
+    else {
+        mc_backend_set_attention_prec(be, m->prec);
         mc_k_attention_bwd(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse, B, T,
                            m->Ql, m->Gl, D, 1.0f / sqrtf((float)D), slot_seg(m, sl));
+    }
     if (c->position_embedding_type == MC_POS_ROPE) {
         mc_rope rp = mc_rope_of(c);
         mc_k_rope_bwd(be, m->dq, B, T, m->Ql, D, &rp, 0, slot_pos(m, sl));

@@ -528,6 +528,44 @@ static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size
         drop(x, o);
         drop(x, dwpe);
     }
+    /* a bf16 model's attention: the GPU on the tensor cores (flash.cu,
+     * bf16 operands), the CPU still fp32 */
+    if (D % 16 == 0) {
+        char wb[112];
+        snprintf(wb, sizeof wb, "%s bf16", w);
+        pair o16 = poisoned(x, N * Q * D), l16 = poisoned(x, B * Q * T);
+        pair dq16 = rnd(x, N * Q * D, 1), dk16 = rnd(x, N * G * D, 1), dv16 = rnd(x, N * G * D, 1);
+        ON_BOTH(mc_backend_set_attention_prec(be, MC_PREC_BF16));
+        ON_BOTH(mc_k_attention_fwd(be, S(o16), S(l16), S(q), S(k), S(v), B, T, Q, G, D, scale,
+                                   SI(sg)));
+        cmp(x, K("attention_fwd_bf16"), wb, o16, HALF);
+        cmp(x, K("attention_fwd_bf16"), "lse", l16, HALF);
+        ON_BOTH(mc_k_attention_bwd(be, S(dq16), S(dk16), S(dv16), S(dout), S(q), S(k), S(v),
+                                   S(o16), S(l16), B, T, Q, G, D, scale, SI(sg)));
+        cmp(x, K("attention_bwd_bf16"), "dq", dq16, HALF);
+        cmp(x, K("attention_bwd_bf16"), "dk", dk16, HALF);
+        cmp(x, K("attention_bwd_bf16"), "dv", dv16, HALF);
+        void *a1 = gbytes(x, dk16);
+        mc_k_attention_bwd(x->g, NULL, dk16.g, NULL, dout.g, q.g, k.g, v.g, o16.g, l16.g, B, T, Q,
+                           G, D, scale, sg.g);
+        pair again = mk(x, dk16.n);
+        mc_bcopy_from_host(x->g, again.g, a1, dk16.n * 4);
+        mc_k_attention_bwd(x->g, NULL, again.g, NULL, dout.g, q.g, k.g, v.g, o16.g, l16.g, B, T,
+                           Q, G, D, scale, sg.g);
+        void *a2 = gbytes(x, dk16), *a3 = gbytes(x, again);
+        check(x, K("attention_bwd_bf16"), !memcmp(a2, a3, dk16.n * 4),
+              "deterministic (same bytes twice)");
+        free(a1);
+        free(a2);
+        free(a3);
+        drop(x, again);
+        ON_BOTH(mc_backend_set_attention_prec(be, MC_PREC_FP32));
+        drop(x, o16);
+        drop(x, l16);
+        drop(x, dq16);
+        drop(x, dk16);
+        drop(x, dv16);
+    }
     pair dqkv = rnd(x, qkv.n, 1);
     ON_BOTH(mc_k_qkv_split_bwd(be, S(dqkv), S(dq), S(dk), S(dv), N, Q, G, D));
     cmp(x, "qkv_split_bwd", w, dqkv, FP32);

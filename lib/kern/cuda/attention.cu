@@ -8,6 +8,10 @@
  * (packed documents, kern_ops.def attention_fwd) a row's keys before its
  * start are masked like the keys after it, and key tiles wholly outside
  * every row's segment of a block are skipped.
+ *
+ * When the model is bf16 (mc_backend_set_attention_prec) the same contract
+ * runs on the tensor cores instead (flash.cu); these kernels stay for fp32
+ * models, the head dimensions flash.cu has no tiles for, and MC_CUDA_FLASH=0.
  */
 #include <math.h>
 #include "kern/cuda/internal.cuh"
@@ -309,12 +313,18 @@ static void smem_limit(const void *k, size_t bytes)
     CU_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
+extern "C" void mc_cuda_set_attention_prec(mc_cuda *cu, mc_prec prec)
+{
+    cu->att_bf16 = prec == MC_PREC_BF16 && !cu->flash_off;
+}
+
 extern "C" void mc_cuda_attention_fwd(mc_cuda *cu, float *out, float *lse, const float *q,
                                       const float *k, const float *v, size_t B, size_t T, size_t Q,
                                       size_t G, size_t D, float scale, const int32_t *seg)
 {
     check_shape(G, Q, D, T);
     if (!B || !T) return;
+    if (cu->att_bf16 && mc_cuda_flash_fwd(cu, out, lse, q, k, v, B, T, Q, G, D, scale, seg)) return;
     att_args A = {out,    lse,    NULL,   NULL,         NULL,  NULL,   q,
                   k,      v,      NULL,   NULL,         NULL,  (int)B, (int)T,
                   (int)Q, (int)G, (int)D, (int)(Q / G), scale, seg};
@@ -340,6 +350,9 @@ extern "C" void mc_cuda_attention_bwd(mc_cuda *cu, float *dq, float *dk, float *
     size_t rows = B * T * Q;
     k_att_rowdot<<<(unsigned)((rows + NWARP - 1) / NWARP), NWARP * 32, 0, cu->stream>>>(A);
     KCHECK();
+    if (cu->att_bf16 &&
+        mc_cuda_flash_bwd(cu, dq, dk, dv, dout, q, k, v, lse, Dr, B, T, Q, G, D, scale, seg))
+        return;
     if (dq) {
         size_t smem = (2 * BQ * D + 2 * BK * (D + 1)) * sizeof(float);
         smem_limit((const void *)k_att_bwd_dq, smem);

@@ -77,6 +77,8 @@ extern "C" mc_status mc_cuda_new(int device, mc_cuda **out, mc_error *err)
     mc_cuda *cu = new (std::nothrow) mc_cuda();
     if (!cu) return mc_error_set(err, MC_ERR_NOMEM, "kern/cuda: out of memory");
     cu->device = device;
+    const char *fl = getenv("MC_CUDA_FLASH");
+    cu->flash_off = fl && !strcmp(fl, "0");
     cu->pool = new (std::nothrow) mc_cu_pool();
     const char *what = NULL;
     cudaDeviceProp prop;

@@ -40,6 +40,11 @@ void mc_cuda_bsync(mc_cuda *cu);
 /* Allocator counters, for tests: cudaMalloc calls so far, bytes cached. */
 void mc_cuda_alloc_stats(mc_cuda *cu, size_t *mallocs, size_t *cached_bytes);
 
+/* The attention's precision (mc_backend_set_attention_prec): MC_PREC_BF16
+ * runs it on the tensor cores (flash.cu) unless MC_CUDA_FLASH=0 was set
+ * when the backend was created. */
+void mc_cuda_set_attention_prec(mc_cuda *cu, mc_prec prec);
+
 /* The kernels: mc_cuda_NAME(cu, ...) for each entry of mc/kern_ops.def that
  * has a CUDA implementation (backends CPU_CUDA); kern_ops.def documents
  * each under its mc_k_ name. */

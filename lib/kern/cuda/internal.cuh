@@ -40,6 +40,8 @@ struct mc_cuda {
     size_t scratch_cap[MC_CU_SCRATCH_N];
     double *host_red; /* pinned: reductions land here */
     struct mc_cu_pool *pool;
+    int att_bf16;  /* attention on the tensor cores (flash.cu): the model is bf16 */
+    int flash_off; /* MC_CUDA_FLASH=0 at creation: always attention.cu's fp32 kernels */
 };
 
 /* A failed CUDA call inside a kernel wrapper is a broken device or a bug:
@@ -64,6 +66,19 @@ static inline void mc_cu_die(const char *file, int line, const char *what, const
 }
 
 void *mc_cuda_scratch(mc_cuda *cu, int slot, size_t bytes);
+
+/* flash.cu: attention on the tensor cores in bf16 (attention.cu's contract,
+ * bf16 operands); 0 when it does not apply (head dimension not a multiple
+ * of 16 up to 128, or a tensor not 8-byte aligned): the caller then runs
+ * the fp32 kernels. Dr: the backward's D_r rows [B, Q, T]. */
+int mc_cuda_flash_supported(size_t D);
+int mc_cuda_flash_fwd(mc_cuda *cu, float *out, float *lse, const float *q, const float *k,
+                      const float *v, size_t B, size_t T, size_t Q, size_t G, size_t D, float scale,
+                      const int32_t *seg);
+int mc_cuda_flash_bwd(mc_cuda *cu, float *dq, float *dk, float *dv, const float *dout,
+                      const float *q, const float *k, const float *v, const float *lse,
+                      const float *Dr, size_t B, size_t T, size_t Q, size_t G, size_t D,
+                      float scale, const int32_t *seg);
 
 /* Blocks of `threads` for n elements with a grid-stride loop, capped. */
 static inline unsigned mc_cu_blocks(size_t n, unsigned threads)
