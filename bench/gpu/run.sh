@@ -11,7 +11,8 @@
 # Usage: bench/gpu/run.sh [BUILD-DIR]   (default: configure and build mc in
 #        $TMPDIR first)
 # Environment: LLMC_SRC (a checkout of karpathy/llm.c fetched beside mc and
-# never committed; without it the llm.c runs are skipped), ITERS (20) and
+# never committed; default .gpukit/llmc, put there by scripts/gpu-llmc.sh;
+# without one the llm.c runs are skipped), ITERS (20) and
 # WARM (5) measured / warm-up iterations, BATCHES ("16 32 64"), MB_BIG
 # (micro-batch of the 1.3B and 1B runs, 4: ~46 GB by mc-train --dry-run;
 # the global batch is 4 of them),
@@ -98,6 +99,7 @@ esac
 # ---------------------------------------------------------------- llm.c
 run_llmc() {
     local src=${LLMC_SRC:-}
+    [ -n "$src" ] || [ ! -f "$here/.gpukit/llmc/train_gpt2.cu" ] || src=$here/.gpukit/llmc
     [ -n "$src" ] || { echo "llm.c: LLMC_SRC is not set (a checkout of karpathy/llm.c): skipped"; return 0; }
     [ -f "$src/train_gpt2.cu" ] || { echo "llm.c: $src/train_gpt2.cu not found: skipped"; return 0; }
     # build out of the checkout (llm.c's Makefile; no cuDNN, no MPI/NCCL: one GPU)
