@@ -76,3 +76,17 @@ setup() {
     assert_line "# 0 of 48 checks failed"
     assert_output --partial "D=128 packed dk alone: the same bytes"
 }
+
+@test "--device cuda with a mixture of experts or context parallelism: refused in one line, exit 2, before any work" {
+    run --separate-stderr "$MC_TRAIN" "${gpt[@]}" --num-experts 4 --device cuda --save ck
+    assert_failure 2
+    [ "$stderr" = "mc-train: error: --device cuda: --num-experts: the mixture-of-experts kernels run on the CPU backend only; use --device cpu" ]
+    [ ! -e ck ]
+    run --separate-stderr "$MC_TRAIN" "${gpt[@]}" --context-parallel-size 2 --device cuda --save ck
+    assert_failure 2
+    [[ "$stderr" == "mc-train: error: --context-parallel-size 2 with --device cuda: context parallelism runs on the CPU backend only" ]]
+    [ ! -e ck ]
+    # the same MoE model on the CPU trains
+    run "$MC_TRAIN" "${gpt[@]}" --num-experts 4 --device cpu
+    assert_success
+}

@@ -1290,10 +1290,23 @@ static mc_status vocabulary(args *a, mc_model_config *mcfg, int32_t *eod, mc_err
     return MC_OK;
 }
 
+/* What keeps this run off the CUDA backend (its kernels are CPU only), or
+ * NULL. */
+static const char *cuda_blocker(const args *a, const mc_model_config *c)
+{
+    if (c->num_experts > 0)
+        return "--num-experts: the mixture-of-experts kernels run on the CPU backend only";
+    if (a->cp > 1) return "--context-parallel-size: context parallelism runs on the CPU backend only";
+    return NULL;
+}
+
 /* Expert parallelism against the model (the experts may come from a
  * checkpoint's configuration): before any work. */
 static mc_status check_ep(const args *a, const mc_model_config *c, mc_error *err)
 {
+    const char *why = cuda_blocker(a, c);
+    if (why && a->device && !strcmp(a->device, "cuda"))
+        return mc_error_set(err, MC_ERR_USAGE, "--device cuda: %s; use --device cpu", why);
     if (a->etp > 1 && a->etp != a->tp)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--expert-tensor-parallel-size %" PRId64
@@ -1493,8 +1506,18 @@ int main(int argc, char **argv)
     }
 
     /* --device: cuda by default where it can run; asked for and impossible
-     * (no GPU, or built without CUDA) is a run-time failure, exit 1 */
-    if (a.device ? !strcmp(a.device, "cuda") : mc_backend_cuda_devices() > 0) {
+     * (no GPU, or built without CUDA) is a run-time failure, exit 1. A
+     * model the CUDA kernels cannot run goes to the CPU by default, with a
+     * note (asked for, it was refused above). */
+    const char *off_cuda = cuda_blocker(&a, &mcfg);
+    int use_cuda = a.device ? !strcmp(a.device, "cuda") : mc_backend_cuda_devices() > 0;
+    if (use_cuda && !a.device && off_cuda) {
+        use_cuda = 0;
+        if (grid.rank == 0)
+            fprintf(stderr, "%s: note: %s: training on the CPU although a GPU is present\n", PROG,
+                    off_cuda);
+    }
+    if (use_cuda) {
         if ((st = mc_backend_cuda_new(-1, &be, &err))) {
             mc_error_prefix(&err, "--device cuda");
             goto fail;
