@@ -15,8 +15,8 @@
 # under CP=2 with a capacity factor; a checkpoint written at ETP=TP=2 x
 # EP=2 resumes in one process with the uninterrupted run's losses, and one
 # process's at ETP=TP=2 x EP=2 (also pre-split by mc-reshard for TP=2);
-# the same both ways for SwiGLU experts with biases at ETP=TP=2, and each
-# grid saves a checkpoint it loaded bit for bit (h5diff);
+# the same both ways (and via mc-reshard) for SwiGLU experts with biases at
+# ETP=TP=2, and each grid saves a checkpoint it loaded bit for bit (h5diff);
 # mc-eval reads an ETP checkpoint (its NLL is mc-train's validation loss);
 # the experts are really split (the plan's per-rank parameters lose half of
 # the experts', and the run allocates the plan's activations, whose expert
@@ -93,7 +93,7 @@ etp_equivalent() {
         --sequence-parallel --use-distributed-optimizer
 }
 
-@test "SwiGLU experts with biases: a checkpoint of ETP=TP=2 resumes in one process and one process's at ETP=TP=2, the uninterrupted run's losses and weights; each grid saves what it loaded bit for bit" {
+@test "SwiGLU experts with biases: a checkpoint of ETP=TP=2 resumes in one process and one process's at ETP=TP=2 (and pre-split by mc-reshard), the uninterrupted run's losses and weights; each grid saves what it loaded bit for bit" {
     "$MC_TRAIN" "${moeswb[@]}" --log-json full.jsonl --save full >/dev/null 2>&1
     run --separate-stderr mpi 2 "${moeswb[@]}" "${etp[@]}" --sequence-parallel --exit-interval 10 \
         --save ck --save-interval 10 --log-json ck.jsonl
@@ -109,6 +109,12 @@ etp_equivalent() {
     assert_success
     cat ck1.jsonl r2.jsonl > both2.jsonl
     same_losses both2.jsonl full.jsonl
+    # mc-reshard's TP pre-split (the expert tensors whole in each rank's file)
+    run -0 "$top_builddir/tools/mc-reshard/mc-reshard" ck1 --target-tensor-parallel-size 2 -o shd
+    run --separate-stderr mpi 2 "${moeswb[@]}" "${etp[@]}" --load shd --log-json r3.jsonl
+    assert_success
+    cat ck1.jsonl r3.jsonl > both3.jsonl
+    same_losses both3.jsonl full.jsonl
     # loaded and saved again at once (--train-iters 10): the same tensors,
     # weights and moments, bit for bit, ETP=TP=2's read at TP=1 and back
     run -0 "$MC_TRAIN" "${moeswb[@]}" --load ck --train-iters 10 --save back1
