@@ -261,7 +261,16 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err);
  * parallelism on its own. The rank's local tensor is its slice of chunk 0,
  * then its slice of chunk 1, ...: local_rows / row_chunks rows from global
  * row j * rows / row_chunks + row0 for chunk j (row0 is the offset within
- * a chunk). With tp = 1 this is the whole tensor in global order. */
+ * a chunk). With tp = 1 this is the whole tensor in global order.
+ *
+ * col_chunks > 1 (a MoE layer's SwiGLU experts' fc1 bias under expert
+ * tensor parallelism, [E, 2F] whose rows are [gate F | up F]): split by
+ * columns (split_dim 1), the global columns are col_chunks equal chunks of
+ * chunk_cols columns, each split over tensor parallelism on its own. Each
+ * local row is its slice of chunk 0, then its slice of chunk 1, ...:
+ * local_cols / col_chunks columns from global column k * chunk_cols + col0
+ * for chunk k (col0 is the offset within a chunk), as the local fc1 rows
+ * are [gate slice; up slice]. Such a parameter has row_chunks 1. */
 typedef struct mc_param {
     char name[128]; /* Megatron Core state-dict name */
     int ndim;
@@ -282,6 +291,8 @@ typedef struct mc_param {
      * row_chunks = E / ep (x 2), chunk_rows = F, row0 = the first expert's
      * first row plus the rank's offset within a chunk */
     int64_t chunk_rows;
+    int col_chunks;     /* 1, or 2 (see above) */
+    int64_t chunk_cols; /* cols / col_chunks */
     /* 1 on the last pipeline stage's copy of the tied word embeddings
      * (Megatron's shared parameter): same name and values as the first
      * stage's, kept equal by mc_model_allreduce_embedding_grads; left out

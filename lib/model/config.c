@@ -457,10 +457,6 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
             return BAD("--moe-shared-expert-intermediate-size (%d) must be a multiple of "
                        "--expert-tensor-parallel-size (%d)",
                        c->moe_shared_expert_intermediate_size, etp);
-        if (c->swiglu && c->add_bias_linear)
-            return BAD("--expert-tensor-parallel-size %d: SwiGLU experts with biases are not "
-                       "split yet; add --disable-bias-linear",
-                       etp);
     }
 
     int64_t multiple = (int64_t)c->make_vocab_size_divisible_by * tp;

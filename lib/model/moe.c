@@ -37,7 +37,8 @@ static size_t tokens_routed(const mc_model *m) { return m->N * (size_t)m->grid.c
 static int seq_split(const mc_model *m) { return m->sp || m->cpa; }
 
 /* Expert tensor parallelism (m->etp): every TP rank holds 1 / tp of each
- * expert's fc1 rows (SwiGLU's gate and up alike) and fc2 columns, and of
+ * expert's fc1 rows (SwiGLU's gate and up alike) and of its fc1 bias (its
+ * row [gate slice | up slice], params.c), and of fc2's columns, and of
  * the shared experts', as the dense MLP does; the TP group's ranks run
  * the same tokens (with sequence parallelism gathered first) through their
  * slices, and the partial outputs are summed over TP. Without it the

@@ -25,13 +25,15 @@ typedef struct reg {
 } reg;
 
 static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int split_dim,
-               int row_chunks, int nwd, float std, float value, const char *fmt, ...)
+               int chunks, int nwd, float std, float value, const char *fmt, ...)
     __attribute__((format(printf, 11, 12)));
 
 /* Append one parameter; returns its index, -1 on allocation failure, -2
- * when it lives on another pipeline stage (r->skip). */
+ * when it lives on another pipeline stage (r->skip). chunks: the split
+ * dimension's chunks, each split over TP on its own (mc_param's row_chunks,
+ * or col_chunks when split_dim is 1). */
 static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int split_dim,
-               int row_chunks, int nwd, float std, float value, const char *fmt, ...)
+               int chunks, int nwd, float std, float value, const char *fmt, ...)
 {
     mc_model *m = r->m;
     if (r->skip) {
@@ -59,7 +61,9 @@ static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int 
     p->rows = rows;
     p->cols = cols;
     p->split_dim = split_dim; /* the layout's, whatever tp: a loader re-splits by it */
+    int row_chunks = split_dim == 1 ? 1 : chunks;
     p->row_chunks = row_chunks;
+    p->col_chunks = split_dim == 1 ? chunks : 1;
     p->local_rows = rows;
     p->local_cols = cols;
     if (split_dim == 0) {
@@ -68,9 +72,10 @@ static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int 
         p->row0 = (rows / row_chunks / tp) * rank;
     } else if (split_dim == 1) {
         p->local_cols = cols / tp;
-        p->col0 = p->local_cols * rank;
+        p->col0 = (cols / p->col_chunks / tp) * rank;
     }
     p->chunk_rows = rows / row_chunks;
+    p->chunk_cols = cols / p->col_chunks;
     if (r->expert) {
         /* rows / ep: whole experts (config checks E divisible by ep) */
         int64_t erows = rows / m->grid.ep;
@@ -142,16 +147,17 @@ static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int 
         lp->expert_bias = idx;
     }
     /* expert tensor parallelism: fc1 column-parallel (each expert's rows,
-     * SwiGLU's gate and up each split alike), fc2 row-parallel, as the
-     * dense MLP; its bias replicated (added by TP rank 0) */
+     * SwiGLU's gate and up each split alike; its [E, fc1] bias by columns,
+     * each expert's [gate F | up F] alike), fc2 row-parallel, as the dense
+     * MLP; fc2's bias replicated (added by TP rank 0) */
     int etp = c->moe_expert_tensor_parallel > 1, col = etp ? 0 : -1, row = etp ? 1 : -1;
     int chunks = etp && c->swiglu ? 2 : 1; /* whole rows when replicated */
     r->expert = 1;
     r->experts = E;
     ADDM(2, E * fc1, C, col, chunks, 0, std, 0, "%s.mlp.experts.experts.linear_fc1.weight", pre);
     lp->efc1_w = idx;
-    if (bias) { /* GELU only under ETP (config checks): split by columns */
-        ADDM(2, E, fc1, row, 1, 1, 0, 0, "%s.mlp.experts.experts.linear_fc1.bias", pre);
+    if (bias) {
+        ADDM(2, E, fc1, row, chunks, 1, 0, 0, "%s.mlp.experts.experts.linear_fc1.bias", pre);
         lp->efc1_b = idx;
     }
     ADDM(2, E * C, F, row, 1, 0, out_std, 0, "%s.mlp.experts.experts.linear_fc2.weight", pre);
@@ -325,7 +331,17 @@ void mc_model_init_weights(mc_model *m, uint64_t seed)
     for (size_t i = 0; i < m->nparams; i++) {
         const mc_param *p = &m->params[i];
         float *x = m->p + p->offset;
-        if (p->init_std > 0) {
+        if (p->init_std > 0 && p->col_chunks > 1) {
+            /* each local row's slices of the column chunks, row by row */
+            uint64_t key = mc_k_name_key(p->name);
+            size_t lc = (size_t)(p->local_cols / p->col_chunks);
+            for (int64_t i = 0; i < p->local_rows; i++)
+                for (int k = 0; k < p->col_chunks; k++)
+                    mc_k_init_normal(m->be, x + (size_t)i * (size_t)p->local_cols + k * lc, 1, lc,
+                                     (uint64_t)p->cols, (uint64_t)(p->row0 + i),
+                                     (uint64_t)(k * p->chunk_cols + p->col0), seed, key,
+                                     p->init_std);
+        } else if (p->init_std > 0) {
             uint64_t key = mc_k_name_key(p->name);
             size_t rows = (size_t)(p->local_rows / p->row_chunks);
             for (int j = 0; j < p->row_chunks; j++)

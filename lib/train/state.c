@@ -26,18 +26,32 @@
 static int64_t ckpt_cols(const mc_param *p) { return p->ndim == 1 ? 0 : p->cols; }
 
 /* Visit this rank's blocks of a parameter: one, or one per row chunk
- * (SwiGLU's [gate; up], each chunk split over tensor parallelism alone). */
+ * (SwiGLU's [gate; up], each chunk split over tensor parallelism alone),
+ * or with column chunks (the experts' [E, gate F | up F] bias under expert
+ * tensor parallelism) one per local row and chunk: a local row's slices
+ * lie apart in the global row. */
 typedef mc_status (*block_fn)(void *ctx, const mc_param *p, const char *path, int64_t row0,
-                              int64_t nrows, float *host, mc_error *err);
+                              int64_t nrows, int64_t col0, int64_t ncols, float *host,
+                              mc_error *err);
 
 static mc_status for_blocks(const mc_param *p, const char *path, float *host, block_fn fn,
                             void *ctx, mc_error *err)
 {
-    int rc = p->row_chunks > 1 ? p->row_chunks : 1;
+    int rc = p->row_chunks > 1 ? p->row_chunks : 1, cc = p->col_chunks > 1 ? p->col_chunks : 1;
     int64_t lrows = p->local_rows / rc, grows = p->chunk_rows;
     int64_t lcols = p->ndim == 1 ? 1 : p->local_cols;
+    if (cc > 1) { /* (row_chunks 1: model.h) */
+        int64_t w = lcols / cc;
+        for (int64_t i = 0; i < p->local_rows; i++)
+            for (int k = 0; k < cc; k++) {
+                mc_status st = fn(ctx, p, path, p->row0 + i, 1, k * p->chunk_cols + p->col0, w,
+                                  host + (size_t)(i * lcols + k * w), err);
+                if (st) return st;
+            }
+        return MC_OK;
+    }
     for (int j = 0; j < rc; j++) {
-        mc_status st = fn(ctx, p, path, (int64_t)j * grows + p->row0, lrows,
+        mc_status st = fn(ctx, p, path, (int64_t)j * grows + p->row0, lrows, p->col0, lcols,
                           host + (size_t)j * (size_t)(lrows * lcols), err);
         if (st) return st;
     }
@@ -49,19 +63,18 @@ typedef struct wctx {
 } wctx;
 
 static mc_status write_block(void *ctx, const mc_param *p, const char *path, int64_t row0,
-                             int64_t nrows, float *host, mc_error *err)
+                             int64_t nrows, int64_t col0, int64_t ncols, float *host, mc_error *err)
 {
     wctx *c = ctx;
-    return mc_ckpt_write_tensor(c->w, path, p->rows, ckpt_cols(p), row0, p->col0, nrows,
-                                p->ndim == 1 ? 1 : p->local_cols, host, MC_CKPT_FLOAT32, err);
+    return mc_ckpt_write_tensor(c->w, path, p->rows, ckpt_cols(p), row0, col0, nrows, ncols, host,
+                                MC_CKPT_FLOAT32, err);
 }
 
 static mc_status read_block(void *ctx, const mc_param *p, const char *path, int64_t row0,
-                            int64_t nrows, float *host, mc_error *err)
+                            int64_t nrows, int64_t col0, int64_t ncols, float *host, mc_error *err)
 {
     mc_ckpt_reader *r = ctx;
-    return mc_ckpt_read_tensor(r, path, p->rows, ckpt_cols(p), row0, p->col0, nrows,
-                               p->ndim == 1 ? 1 : p->local_cols, host, err);
+    return mc_ckpt_read_tensor(r, path, p->rows, ckpt_cols(p), row0, col0, nrows, ncols, host, err);
 }
 
 /* The three tensors a parameter has in a checkpoint. */
@@ -242,7 +255,8 @@ struct mc_train_snapshot {
 
 /* Recording the layout: host is an offset into the arena (cast), not data. */
 static mc_status layout_block(void *ctx, const mc_param *p, const char *path, int64_t row0,
-                              int64_t nrows, float *host, mc_error *err)
+                              int64_t nrows, int64_t col0, int64_t ncols, float *host,
+                              mc_error *err)
 {
     mc_train_snapshot *sn = ctx;
     if (sn->n == sn->cap) {
@@ -255,11 +269,11 @@ static mc_status layout_block(void *ctx, const mc_param *p, const char *path, in
     snap_block *b = &sn->b[sn->n];
     if (!(b->path = strdup(path)))
         return mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
-    b->lcols = p->ndim == 1 ? 1 : p->local_cols;
+    b->lcols = ncols;
     b->rows = p->rows;
     b->cols = ckpt_cols(p);
     b->row0 = row0;
-    b->col0 = p->col0;
+    b->col0 = col0;
     b->nrows = nrows;
     b->off = (size_t)((uintptr_t)host / sizeof(float));
     sn->n++;

@@ -10,15 +10,20 @@
 # same_weights) for ETP=TP=2 with and without SP, ETP=TP=2 x EP=2 (both
 # dispatchers, SP, the distributed optimizer with a capacity factor), with
 # shared experts and selective recomputation, for GELU experts with biases,
-# and under CP=2 with a capacity factor; a checkpoint written at ETP=TP=2 x
+# for SwiGLU experts with biases (each expert's fc1 bias [gate F | up F]
+# split by columns, gate and up alike: with and without SP, x EP=2), and
+# under CP=2 with a capacity factor; a checkpoint written at ETP=TP=2 x
 # EP=2 resumes in one process with the uninterrupted run's losses, and one
 # process's at ETP=TP=2 x EP=2 (also pre-split by mc-reshard for TP=2);
+# the same both ways (and via mc-reshard) for SwiGLU experts with biases at
+# ETP=TP=2, and each grid saves a checkpoint it loaded bit for bit (h5diff);
 # mc-eval reads an ETP checkpoint (its NLL is mc-train's validation loss);
 # the experts are really split (the plan's per-rank parameters lose half of
 # the experts', and the run allocates the plan's activations, whose expert
 # rows are F / 2 wide); the tokens per expert are one process's; and the bad
 # values, each one line before any work.
-# Measured: losses within 2.3e-8 relative, weights 1.2e-7, resumed 1.4e-8.
+# Measured: losses within 2.3e-8 relative, weights 1.2e-7, resumed 1.4e-8;
+# SwiGLU experts with biases: losses 1.4e-8, weights 1.2e-7, resumed 1.1e-8.
 
 bats_require_minimum_version 1.5.0
 load common
@@ -35,6 +40,9 @@ moecap=("${moe[@]}" --moe-expert-capacity-factor 1.0)
 moeshared=("${moe[@]}" --moe-shared-expert-intermediate-size 64)
 # GELU experts with biases (tiny-gpt's defaults)
 moegpt=("${moe[@]}" --model tiny-gpt)
+# SwiGLU experts with biases (tiny-gpt's LayerNorm, biases and learned
+# positions): each expert's fc1 bias [gate F | up F] split in two column chunks
+moeswb=("${moe[@]}" --model tiny-gpt --swiglu)
 etp=(--tensor-model-parallel-size 2 --expert-tensor-parallel-size 2)
 
 setup() {
@@ -78,6 +86,49 @@ etp_equivalent() {
     etp_equivalent etp2cp2 4 moecap "${etp[@]}" --context-parallel-size 2 --sequence-parallel
 }
 
+@test "ETP=TP=2: SwiGLU experts with biases (fc1's bias split by columns, gate and up alike), without and with SP, and x EP=2 with the distributed optimizer: one process" {
+    etp_equivalent etp2swb 2 moeswb "${etp[@]}"
+    etp_equivalent etp2swbsp 2 moeswb "${etp[@]}" --sequence-parallel
+    etp_equivalent etp2swbep2 4 moeswb "${etp[@]}" --expert-model-parallel-size 2 \
+        --sequence-parallel --use-distributed-optimizer
+}
+
+@test "SwiGLU experts with biases: a checkpoint of ETP=TP=2 resumes in one process and one process's at ETP=TP=2 (and pre-split by mc-reshard), the uninterrupted run's losses and weights; each grid saves what it loaded bit for bit" {
+    "$MC_TRAIN" "${moeswb[@]}" --log-json full.jsonl --save full >/dev/null 2>&1
+    run --separate-stderr mpi 2 "${moeswb[@]}" "${etp[@]}" --sequence-parallel --exit-interval 10 \
+        --save ck --save-interval 10 --log-json ck.jsonl
+    assert_success
+    assert_output "ck/iter_0000010"
+    run --separate-stderr "$MC_TRAIN" "${moeswb[@]}" --load ck --log-json r1.jsonl --save r1
+    assert_success
+    cat ck.jsonl r1.jsonl > both.jsonl
+    same_losses both.jsonl full.jsonl
+    "$MC_TRAIN" "${moeswb[@]}" --exit-interval 10 --save ck1 --save-interval 10 \
+        --log-json ck1.jsonl >/dev/null 2>&1
+    run --separate-stderr mpi 2 "${moeswb[@]}" "${etp[@]}" --load ck1 --log-json r2.jsonl --save r2
+    assert_success
+    cat ck1.jsonl r2.jsonl > both2.jsonl
+    same_losses both2.jsonl full.jsonl
+    # mc-reshard's TP pre-split (the expert tensors whole in each rank's file)
+    run -0 "$top_builddir/tools/mc-reshard/mc-reshard" ck1 --target-tensor-parallel-size 2 -o shd
+    run --separate-stderr mpi 2 "${moeswb[@]}" "${etp[@]}" --load shd --log-json r3.jsonl
+    assert_success
+    cat ck1.jsonl r3.jsonl > both3.jsonl
+    same_losses both3.jsonl full.jsonl
+    # loaded and saved again at once (--train-iters 10): the same tensors,
+    # weights and moments, bit for bit, ETP=TP=2's read at TP=1 and back
+    run -0 "$MC_TRAIN" "${moeswb[@]}" --load ck --train-iters 10 --save back1
+    run -0 h5diff ck/iter_0000010/model.h5 back1/iter_0000010/model.h5 /model /model
+    run -0 h5diff ck/iter_0000010/model.h5 back1/iter_0000010/model.h5 /optimizer /optimizer
+    run --separate-stderr mpi 2 "${moeswb[@]}" "${etp[@]}" --load ck1 --train-iters 10 --save back2
+    assert_success
+    run -0 h5diff ck1/iter_0000010/model.h5 back2/iter_0000010/model.h5 /model /model
+    run -0 h5diff ck1/iter_0000010/model.h5 back2/iter_0000010/model.h5 /optimizer /optimizer
+    require_python_module h5py
+    same_weights r1/iter_0000020/model.h5 full/iter_0000020/model.h5 same-names
+    same_weights r2/iter_0000020/model.h5 full/iter_0000020/model.h5 same-names
+}
+
 @test "a checkpoint written at ETP=TP=2 x EP=2 resumes in one process, and one process's at ETP=TP=2 x EP=2 (and pre-split by mc-reshard at ETP=TP=2): the uninterrupted run's losses and weights" {
     "$MC_TRAIN" "${moe[@]}" --log-json full.jsonl --save full >/dev/null 2>&1
     run --separate-stderr mpi 4 "${moe[@]}" "${etp[@]}" --expert-model-parallel-size 2 \
@@ -108,7 +159,7 @@ etp_equivalent() {
     same_weights r2/iter_0000020/model.h5 full/iter_0000020/model.h5 same-names
 }
 
-@test "the experts are split: the plan's per-rank parameters lose half of the experts', the run allocates the plan's activations (expert rows F / 2 wide), tokens per expert one process's" {
+@test "the experts are split: the plan's per-rank parameters lose half of the experts' (SwiGLU's fc1 bias too; the model's count is its checkpoint's), the run allocates the plan's activations (expert rows F / 2 wide), tokens per expert one process's" {
     local p1 p2
     p1=$("$MC_TRAIN" "${moeshared[@]}" --tensor-model-parallel-size 2 --expert-model-parallel-size 2 \
          --dry-run --world-size 4 | grep -o 'parameters: [0-9]* elements' | grep -o '[0-9]*')
@@ -123,6 +174,27 @@ etp_equivalent() {
     # 2 MoE layers x 2 local experts x (fc1 64 x 64 + fc2 64 x 32), and the
     # shared expert's fc1 128 x 64 + fc2 64 x 64: half of each on a rank
     [ "$((p1 - p2))" -eq $((2 * (2 * (64 * 64 + 64 * 32) + 128 * 64 + 64 * 64) / 2)) ]
+    # SwiGLU experts with biases: 2 layers x 4 experts x (fc1 64 x 64, its
+    # bias 64, fc2 64 x 32) halved; the model's count is its checkpoint's
+    local s1 s2
+    s1=$("$MC_TRAIN" "${moeswb[@]}" --tensor-model-parallel-size 2 --dry-run --world-size 2 |
+         grep -o 'parameters: [0-9]* elements' | grep -o '[0-9]*')
+    run -0 "$MC_TRAIN" "${moeswb[@]}" "${etp[@]}" --dry-run --world-size 2
+    s2=$(grep -o 'parameters: [0-9]* elements' <<<"$output" | grep -o '[0-9]*')
+    echo "# SwiGLU experts with biases, per-rank parameters: ETP=1 $s1, ETP=2 $s2" >&3
+    [ "$((s1 - s2))" -eq $((2 * 4 * (64 * 64 + 64 + 64 * 32) / 2)) ]
+    local total
+    total=$(grep -o '^model: [0-9]* parameters' <<<"$output" | grep -o '[0-9]*')
+    run --separate-stderr mpi 2 "${moeswb[@]}" "${etp[@]}" --train-iters 2 --lr-warmup-iters 1 \
+        --save one
+    assert_success
+    if "$MC_PYTHON" -c 'import h5py' 2>/dev/null; then
+        run -0 "$MC_PYTHON" -c 'import sys, h5py
+m = h5py.File(sys.argv[1], "r")["model"]
+print(sum(m[k].size for k in m))' one/iter_0000002/model.h5
+        echo "# model parameters: dry run $total, checkpoint $output" >&3
+        [ -n "$total" ] && [ "$output" = "$total" ]
+    fi
     local d planned got
     for d in "--moe-token-dispatcher-type alltoall --sequence-parallel" \
              "--moe-token-dispatcher-type allgather"; do
@@ -181,7 +253,7 @@ etp_equivalent() {
     awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * b) }'
 }
 
-@test "bad expert tensor parallelism, one line before any work (exit 2): neither 1 nor TP, no experts, SwiGLU with biases, F not divisible" {
+@test "bad expert tensor parallelism, one line before any work (exit 2): neither 1 nor TP, no experts, F not divisible" {
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-tensor-parallel-size 2
     assert_failure 2
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
@@ -195,10 +267,6 @@ etp_equivalent() {
         --train-iters 2 --lr 1e-3 "${etp[@]}" --dry-run --world-size 2
     assert_failure 2
     [[ "$stderr" == *"--expert-tensor-parallel-size 2 needs --num-experts"* ]]
-    run --separate-stderr "$MC_TRAIN" "${moe[@]}" --model tiny-gpt --swiglu "${etp[@]}" \
-        --dry-run --world-size 2
-    assert_failure 2
-    [[ "$stderr" == *"--expert-tensor-parallel-size 2: SwiGLU experts with biases are not split yet; add --disable-bias-linear"* ]]
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --moe-ffn-hidden-size 33 "${etp[@]}" \
         --dry-run --world-size 2
     assert_failure 2

@@ -370,8 +370,11 @@ static void test_init(void)
  * every MoE tensor (the experts' fc1 rows in chunks of F / 2 per expert,
  * SwiGLU's gate and up each split, fc2 columns, the shared experts as the
  * dense MLP) equals the one-process weights bit for bit, and the experts'
- * weights hold a quarter of the global elements on each rank. */
-static void test_etp_slices(const char *preset, int shared)
+ * weights hold a quarter of the global elements on each rank. swiglu: SwiGLU
+ * experts with biases, whose fc1 bias [E, gate F | up F] is split by
+ * columns in two chunks (drawn like a weight here, so that its slices
+ * differ: it starts at zero in training). */
+static void test_etp_slices(const char *preset, int shared, int swiglu)
 {
     mc_model_config c;
     mc_error err = {0};
@@ -379,7 +382,7 @@ static void test_etp_slices(const char *preset, int shared)
     mc_grid_single(&one);
     mc_model *ref = NULL;
     uint64_t seed = 1234;
-    int same = 1, sizes = 1, nexp = 0;
+    int same = 1, sizes = 1, nexp = 0, nbias = 0;
     for (int k = -1; k < 4; k++) {
         mc_grid g = one;
         if (k >= 0) /* tp rank k % 2, ep rank k / 2 */
@@ -391,11 +394,23 @@ static void test_etp_slices(const char *preset, int shared)
         c.num_experts = 4, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 32;
         c.moe_shared_expert_intermediate_size = shared;
         c.moe_expert_tensor_parallel = k >= 0 ? 2 : 0;
+        if (swiglu) c.swiglu = 1;
         mc_model *m = NULL;
         if (mc_model_new(&c, &g, be, 1, MC_PREC_FP32, &m, &err)) {
             TAP_DIAG("mc_model_new(%s, ETP): %s", preset, err.msg);
             same = 0;
             break;
+        }
+        for (size_t i = 0; swiglu && i < mc_model_num_params(m); i++) {
+            mc_param *p = (mc_param *)mc_model_param(m, i);
+            if (!strstr(p->name, "experts.experts.linear_fc1.bias")) continue;
+            p->init_std = 0.02f;
+            /* the split: rank t holds columns [t F/2, (t+1) F/2) of gate and of up */
+            if (k >= 0)
+                sizes &= p->split_dim == 1 && p->col_chunks == 2 && p->chunk_cols == 32 &&
+                         p->local_cols == 32 && p->col0 == 16 * (k % 2) && p->local_rows == 2 &&
+                         p->row0 == 2 * (k / 2) && p->row_chunks == 1;
+            nbias++;
         }
         mc_model_init_weights(m, seed);
         if (k < 0) {
@@ -405,13 +420,14 @@ static void test_etp_slices(const char *preset, int shared)
         float *full = host_copy(ref, mc_model_params(ref)), *loc = host_copy(m, mc_model_params(m));
         for (size_t i = 0; i < mc_model_num_params(m); i++) {
             const mc_param *p = mc_model_param(m, i), *q = mc_model_param_by_name(ref, p->name);
-            int64_t ch = p->row_chunks, lr = p->local_rows / ch;
+            int64_t ch = p->row_chunks, lr = p->local_rows / ch, lc = p->local_cols / p->col_chunks;
             for (int64_t j = 0; j < ch; j++)
                 for (int64_t rr = 0; rr < lr; rr++)
                     for (int64_t cc = 0; cc < p->local_cols; cc++) {
                         int64_t grow = j * p->chunk_rows + p->row0 + rr;
+                        int64_t gcol = cc / lc * p->chunk_cols + p->col0 + cc % lc;
                         float x = loc[p->offset + (size_t)((j * lr + rr) * p->local_cols + cc)];
-                        float y = full[q->offset + (size_t)(grow * q->cols + p->col0 + cc)];
+                        float y = full[q->offset + (size_t)(grow * q->cols + gcol)];
                         if (memcmp(&x, &y, sizeof x)) same = 0;
                     }
             if (strstr(p->name, "experts.experts.linear_fc") && strstr(p->name, "weight")) {
@@ -425,10 +441,11 @@ static void test_etp_slices(const char *preset, int shared)
         mc_model_free(m);
     }
     mc_model_free(ref);
-    TAP_OK(same && sizes && nexp == 4 * 4,
-           "%s MoE%s on ETP = TP = 2 x EP = 2: each rank's slices of the experts (fc1 rows per "
-           "expert, gate and up, fc2 columns) equal one process's bit for bit, a quarter of them",
-           preset, shared ? " with a shared expert" : "");
+    TAP_OK(same && sizes && nexp == 4 * 4 && nbias == (swiglu ? 2 * 5 : 0),
+           "%s MoE%s%s on ETP = TP = 2 x EP = 2: each rank's slices of the experts (fc1 rows per "
+           "expert, gate and up, fc2 columns%s) equal one process's bit for bit, a quarter of them",
+           preset, shared ? " with a shared expert" : "", swiglu ? " (SwiGLU, biases)" : "",
+           swiglu ? ", fc1 bias columns of gate and up" : "");
 }
 
 /* ---------------------------------------------------------------- gradients */
@@ -921,8 +938,9 @@ int main(void)
     test_golden("tiny-gpt");
     test_golden("tiny-llama");
     test_qk_layernorm();
-    test_etp_slices("tiny-llama", 64);
-    test_etp_slices("tiny-gpt", 0);
+    test_etp_slices("tiny-llama", 64, 0);
+    test_etp_slices("tiny-gpt", 0, 0);
+    test_etp_slices("tiny-gpt", 0, 1);
     mc_backend_free(be);
     return tap_done();
 }
