@@ -25,16 +25,16 @@
  * No atomics: dQ and (dK, dV) are separate kernels that each own their
  * outputs, so the bits do not depend on scheduling.
  */
-#ifndef MC_FLASH_EMULATE
+#ifndef MC_CUDA_EMULATE
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
 #include "kern/cuda/internal.cuh"
 #endif
-/* MC_FLASH_EMULATE: tests/cuda/flash_emu.cc includes this file after its
- * own definitions of the CUDA built-ins, the mma and the launches, and runs
- * the kernels on the CPU thread by thread (a check of the fragment
- * bookkeeping that needs no GPU). */
+/* MC_CUDA_EMULATE: tests/cuda/flash_emu.cc includes this file after
+ * tests/cuda/emu.h (the CUDA built-ins, the mma and MC_LAUNCH on the CPU)
+ * and runs the kernels thread by thread: a check of the fragment
+ * bookkeeping, the masks and the launch shapes that needs no GPU. */
 
 namespace {
 
@@ -68,7 +68,7 @@ __device__ __forceinline__ uint32_t ld2(const bf16 *p)
     return *reinterpret_cast<const uint32_t *>(p);
 }
 
-#ifndef MC_FLASH_EMULATE
+#ifndef MC_CUDA_EMULATE
 /* c += a b */
 __device__ __forceinline__ void mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                     uint32_t b0, uint32_t b1)
@@ -121,7 +121,7 @@ template <int D> constexpr size_t fwd_smem()
 
 template <int D> __global__ void __launch_bounds__(NT) k_flash_fwd(fl_args A)
 {
-    extern __shared__ __align__(16) unsigned char smraw[];
+    MC_DYN_SMEM(smraw);
     constexpr int LDK = D + 8, LDV = FK + 8;
     bf16 *Ks = reinterpret_cast<bf16 *>(smraw), *Vt = Ks + FK * LDK;
     const int T = A.T, h = blockIdx.y, b = blockIdx.z, grp = h / A.hpg;
@@ -250,7 +250,7 @@ template <int D> constexpr size_t dq_smem()
 
 template <int D> __global__ void __launch_bounds__(NT) k_flash_bwd_dq(fl_args A)
 {
-    extern __shared__ __align__(16) unsigned char smraw[];
+    MC_DYN_SMEM(smraw);
     constexpr int LDK = D + 8, LDT = DK + 8;
     bf16 *Ks = reinterpret_cast<bf16 *>(smraw), *Vs = Ks + DK * LDK, *Kt = Vs + DK * LDK;
     const int T = A.T, h = blockIdx.y, b = blockIdx.z, grp = h / A.hpg;
@@ -355,7 +355,7 @@ template <int D> constexpr size_t dkv_smem()
 
 template <int D> __global__ void __launch_bounds__(NT) k_flash_bwd_dkv(fl_args A)
 {
-    extern __shared__ __align__(16) unsigned char smraw[];
+    MC_DYN_SMEM(smraw);
     constexpr int LD = D + 8, LDT = KQ + 8;
     bf16 *Ks = reinterpret_cast<bf16 *>(smraw), *Vs = Ks + KK * LD, *Qs = Vs + KK * LD;
     bf16 *Gs = Qs + KQ * LD, *Qt = Gs + KQ * LD, *Gt = Qt + D * LDT;
@@ -453,37 +453,26 @@ template <int D> __global__ void __launch_bounds__(NT) k_flash_bwd_dkv(fl_args A
     }
 }
 
-#ifndef MC_FLASH_EMULATE
-void smem_limit(const void *k, size_t bytes)
-{
-    CU_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-
 template <int D> void launch_fwd(mc_cuda *cu, const fl_args &A)
 {
-    smem_limit((const void *)k_flash_fwd<D>, fwd_smem<D>());
+    MC_SMEM_LIMIT(k_flash_fwd<D>, fwd_smem<D>());
     dim3 grid((unsigned)((A.T + FQ - 1) / FQ), (unsigned)A.Q, (unsigned)A.B);
-    k_flash_fwd<D><<<grid, NT, fwd_smem<D>(), cu->stream>>>(A);
-    KCHECK();
+    MC_LAUNCH(k_flash_fwd<D>, grid, NT, fwd_smem<D>(), A);
 }
 
 template <int D> void launch_bwd(mc_cuda *cu, const fl_args &A)
 {
     if (A.dq) {
-        smem_limit((const void *)k_flash_bwd_dq<D>, dq_smem<D>());
+        MC_SMEM_LIMIT(k_flash_bwd_dq<D>, dq_smem<D>());
         dim3 grid((unsigned)((A.T + DQ - 1) / DQ), (unsigned)A.Q, (unsigned)A.B);
-        k_flash_bwd_dq<D><<<grid, NT, dq_smem<D>(), cu->stream>>>(A);
-        KCHECK();
+        MC_LAUNCH(k_flash_bwd_dq<D>, grid, NT, dq_smem<D>(), A);
     }
     if (A.dk || A.dv) {
-        smem_limit((const void *)k_flash_bwd_dkv<D>, dkv_smem<D>());
+        MC_SMEM_LIMIT(k_flash_bwd_dkv<D>, dkv_smem<D>());
         dim3 grid((unsigned)((A.T + KK - 1) / KK), (unsigned)A.G, (unsigned)A.B);
-        k_flash_bwd_dkv<D><<<grid, NT, dkv_smem<D>(), cu->stream>>>(A);
-        KCHECK();
+        MC_LAUNCH(k_flash_bwd_dkv<D>, grid, NT, dkv_smem<D>(), A);
     }
 }
-
-#endif
 
 /* the head dimensions compiled: multiples of 16 up to 128 */
 #define FLASH_SWITCH(D, fn, args)   \

@@ -80,6 +80,19 @@ int mc_cuda_flash_bwd(mc_cuda *cu, float *dq, float *dk, float *dv, const float 
                       const float *Dr, size_t B, size_t T, size_t Q, size_t G, size_t D,
                       float scale, const int32_t *seg);
 
+/* A launch on the backend's stream, checked (tests/cuda/emu.h runs the same
+ * macro's grid on the CPU); the dynamic shared memory a kernel declares; a
+ * kernel's opt-in to more than 48 KiB of it. */
+#define MC_LAUNCH(kernel, grid, threads, smem, ...)                   \
+    do {                                                              \
+        kernel<<<(grid), (threads), (smem), cu->stream>>>(__VA_ARGS__); \
+        KCHECK();                                                     \
+    } while (0)
+#define MC_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#define MC_SMEM_LIMIT(kernel, bytes)                                                  \
+    CU_CHECK(cudaFuncSetAttribute((const void *)(kernel),                          \
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes)))
+
 /* Blocks of `threads` for n elements with a grid-stride loop, capped. */
 static inline unsigned mc_cu_blocks(size_t n, unsigned threads)
 {
