@@ -482,6 +482,125 @@ static void check_linear(ctx *x, size_t N, size_t I, size_t O)
     drop(x, g);
 }
 
+/* the int32 array of a pair's sides equal */
+static void icmp(ctx *x, const char *kernel, const char *what, ipair p, size_t n)
+{
+    int32_t *a = malloc(n * 4 + 4), *b = malloc(n * 4 + 4);
+    mc_bcopy_to_host(x->c, a, p.c, n * 4);
+    mc_bcopy_to_host(x->g, b, p.g, n * 4);
+    check(x, kernel, !memcmp(a, b, n * 4), what);
+    free(a);
+    free(b);
+}
+
+/* The mixture-of-experts kernels (kern/cuda/moe.cu), N tokens, E experts,
+ * top-K: the GPU's choices, counts and permutations equal the CPU's, its
+ * floats within fp32 rounding (1e-5), the grouped GEMM at its precision. */
+#define SJ(p) (side ? (p).g : (p).c)
+static void check_moe(ctx *x, size_t N, size_t E, int K, int sigmoid, int groups)
+{
+    char w[96];
+    snprintf(w, sizeof w, "N=%zu E=%zu K=%d %s%s", N, E, K, sigmoid ? "sigmoid" : "softmax",
+             groups ? " groups" : "");
+    mc_moe_route r = {K, sigmoid, 0, sigmoid ? 2.5f : 0.0f, groups ? 4 : 0, groups ? 2 : 0};
+    pair logits = rnd(x, N * E, 2), bias = rnd(x, E, 0.3f);
+    pair probs = poisoned(x, N * (size_t)K);
+    ipair idx = ids(x, N * (size_t)K, 0, 1);
+    ON_BOTH(mc_k_moe_route_fwd(be, S(probs), SJ(idx), S(logits), sigmoid ? S(bias) : NULL, N, E,
+                               &r));
+    icmp(x, "moe_route_fwd_idx", w, idx, N * (size_t)K);
+    cmp(x, "moe_route_fwd", "probs", probs, FP32);
+    pair dprobs = rnd(x, N * (size_t)K, 1), dl = rnd(x, N * E, 1);
+    ON_BOTH(mc_k_moe_route_bwd(be, S(dl), S(dprobs), S(logits), idx.c, N, E, &r));
+    cmp(x, "moe_route_bwd", w, dl, FP32);
+    double a[2], z[2];
+    ON_BOTH(a[side] = mc_k_moe_aux_loss(be, S(dl), S(logits), 2, N / 2, E, (size_t)K, sigmoid,
+                                        0.3f));
+    record(x, "moe_aux_loss", fabs(a[1] - a[0]) / fabs(a[0]), FP32);
+    check(x, "moe_aux_loss", fabs(a[1] - a[0]) <= FP32 * fabs(a[0]), w);
+    cmp(x, "moe_aux_loss", "dlogits", dl, FP32);
+    ON_BOTH(z[side] = mc_k_moe_z_loss(be, S(dl), S(logits), N, E, 0.2f));
+    record(x, "moe_z_loss", fabs(z[1] - z[0]) / fabs(z[0]), FP32);
+    check(x, "moe_z_loss", fabs(z[1] - z[0]) <= FP32 * fabs(z[0]), w);
+    cmp(x, "moe_z_loss", "dlogits", dl, FP32);
+    /* the CPU's choices on both sides from here: the same permutation */
+    {
+        int32_t *h = malloc(N * (size_t)K * 4);
+        mc_bcopy_to_host(x->c, h, idx.c, N * (size_t)K * 4);
+        for (size_t i = 0; i < N * (size_t)K; i += 11) h[i] = -1; /* some dropped */
+        mc_bcopy_from_host(x->c, idx.c, h, N * (size_t)K * 4);
+        mc_bcopy_from_host(x->g, idx.g, h, N * (size_t)K * 4);
+        free(h);
+    }
+    ipair perm = ids(x, N * (size_t)K, 0, 1), counts = ids(x, E, 0, 1);
+    ON_BOTH(mc_k_moe_permute_map(be, SJ(perm), SJ(counts), SJ(idx), N, E, (size_t)K, 0));
+    icmp(x, "moe_permute_map", w, perm, N * (size_t)K);
+    icmp(x, "moe_permute_map", "counts", counts, E);
+    int32_t *cnt = malloc(E * 4);
+    mc_bcopy_to_host(x->c, cnt, counts.c, E * 4);
+    int64_t *rows = malloc(E * sizeof *rows);
+    size_t R = 0;
+    for (size_t e = 0; e < E; e++) R += (size_t)(rows[e] = cnt[e]);
+    const size_t C = 96, F = 80;
+    pair h = rnd(x, N * C, 1), xp = poisoned(x, R * C);
+    ON_BOTH(mc_k_moe_permute(be, S(xp), S(h), SJ(perm), N, (size_t)K, C));
+    cmp(x, "moe_permute", w, xp, 0);
+    pair W1 = rnd(x, E * F * C, 0.1f), b1 = rnd(x, E * F, 0.1f), hid = poisoned(x, R * F);
+    for (int prec = 0; prec < 2; prec++) {
+        mc_prec pr = prec ? MC_PREC_BF16 : MC_PREC_FP32;
+        ON_BOTH(mc_k_grouped_linear_fwd(be, pr, S(hid), S(xp), S(W1), S(b1), rows, E, C, F));
+        cmp(x, "grouped_linear_fwd", prec ? "bf16" : w, hid, prec ? HALF : FP32);
+        pair dh = rnd(x, R * F, 1), dxp = rnd(x, R * C, 1), dW = rnd(x, E * F * C, 1),
+             db = rnd(x, E * F, 1);
+        ON_BOTH(mc_k_grouped_linear_bwd(be, pr, S(dxp), S(dW), S(db), S(dh), S(xp), S(W1), rows, E,
+                                        C, F));
+        cmp(x, "grouped_linear_bwd", prec ? "dx bf16" : "dx", dxp, prec ? HALF : FP32);
+        cmp(x, "grouped_linear_bwd", prec ? "dW bf16" : "dW", dW, prec ? HALF : FP32);
+        cmp(x, "grouped_linear_bwd", "db", db, FP32);
+        drop(x, dh);
+        drop(x, dxp);
+        drop(x, dW);
+        drop(x, db);
+    }
+    pair yp = rnd(x, R * C, 1), y = poisoned(x, N * C), dy = rnd(x, N * C, 1);
+    ON_BOTH(mc_k_moe_unpermute(be, S(y), S(yp), S(probs), SJ(perm), N, (size_t)K, C));
+    cmp(x, "moe_unpermute", w, y, FP32);
+    pair dyp = rnd(x, R * C, 1), dpr = poisoned(x, N * (size_t)K), dh2 = rnd(x, N * C, 1);
+    ON_BOTH(mc_k_moe_unpermute_bwd(be, S(dyp), S(dpr), S(dy), S(yp), S(probs), SJ(perm), N,
+                                   (size_t)K, C));
+    cmp(x, "moe_unpermute_bwd", "dyp", dyp, FP32);
+    cmp(x, "moe_unpermute_bwd", "dprobs", dpr, FP32);
+    ON_BOTH(mc_k_moe_permute_bwd(be, S(dh2), S(dyp), SJ(perm), N, (size_t)K, C));
+    cmp(x, "moe_permute_bwd", w, dh2, FP32);
+    pair tok = rnd(x, E, 50), eb = rnd(x, E, 1);
+    ON_BOTH(mc_k_moe_expert_bias_update(be, S(eb), S(tok), E, 1e-3f));
+    cmp(x, "moe_expert_bias_update", w, eb, 0);
+    free(cnt);
+    free(rows);
+    drop(x, logits);
+    drop(x, bias);
+    drop(x, probs);
+    drop(x, dprobs);
+    drop(x, dl);
+    drop(x, h);
+    drop(x, xp);
+    drop(x, W1);
+    drop(x, b1);
+    drop(x, hid);
+    drop(x, yp);
+    drop(x, y);
+    drop(x, dy);
+    drop(x, dyp);
+    drop(x, dpr);
+    drop(x, dh2);
+    drop(x, tok);
+    drop(x, eb);
+    idrop(x, idx);
+    idrop(x, perm);
+    idrop(x, counts);
+}
+#undef SJ
+
 /* packed: documents packed in each sequence (segment starts for the
  * attention, positions for RoPE), with the kernels' names suffixed "_docs" */
 static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size_t D, int packed)
@@ -654,6 +773,9 @@ int main(int argc, char **argv)
         check_attention(&x, 2, 256, 8, 2, 128, packed);
         check_attention(&x, 1, 1024, 12, 12, 64, packed);
     }
+    check_moe(&x, 64, 8, 2, 0, 0);
+    check_moe(&x, 300, 16, 4, 1, 1);
+    check_moe(&x, 2500, 64, 8, 0, 0); /* 20000 choices: several chunks of the map */
     printf("1..%d\n", x.n);
     printf("# %-22s %10s %8s\n", "kernel", "worst err", "bound");
     for (int k = 0; k < x.nnames; k++)

@@ -26,7 +26,8 @@
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
-#define __shared__
+/* a kernel's static __shared__ array: one per kernel, blocks run in turn */
+#define __shared__ static
 #define __align__(x)
 struct mc_cuda {
     int unused;

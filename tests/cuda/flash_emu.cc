@@ -14,7 +14,7 @@
  * (timing, shared-memory banks, the real mma); tests/cuda/run.sh checks the
  * kernels on a GPU.
  *
- * Build and run: tests/cuda/flash_emu.sh (a C++20 compiler; no CUDA).
+ * Build and run: tests/cuda/emu.sh flash (a C++20 compiler; no CUDA).
  * Exit 0 when every comparison is within its bound.
  */
 #include "emu.h"

@@ -4,7 +4,8 @@
 #   1. kernels: tests/cuda/check_kern, every CUDA kernel against the CPU
 #      backend on fresh random inputs of several shapes (outputs NaN-poisoned;
 #      relative error bounds fp32 1e-5, tf32 1e-3, bf16/fp16 1e-2);
-#   2. training: 50 iterations of a tiny GPT and a tiny Llama, --bf16, on the
+#   2. training: 50 iterations of a tiny GPT, a tiny Llama and a tiny
+#      mixture of experts (Llama with 4 experts, top-2), --bf16, on the
 #      GPU and on the CPU from the same initialization (counter-based, so the
 #      same weights) and the same mock data; every iteration's loss must
 #      agree within bf16 tolerance (relative 2e-2), and two GPU runs must give
@@ -114,6 +115,9 @@ gpt=(--model tiny-gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 --
      --max-position-embeddings 64)
 llama=(--model tiny-llama --num-layers 2 --hidden-size 64 --num-attention-heads 4
        --group-query-attention --num-query-groups 2 --seq-length 64)
+# a mixture of experts (moe.cu): 4 SwiGLU experts, top-2, both balancing losses
+moe=("${llama[@]}" --num-experts 4 --moe-ffn-hidden-size 96 --moe-router-topk 2
+     --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
 common=(--mock-data --vocab-size 512 --micro-batch-size 4 --global-batch-size 8 --lr 3e-3
         --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 --seed 7 --threads "$(nproc)")
 losses() { grep -o '"lm loss": [^,}]*' "$1" | cut -d' ' -f3; }
@@ -130,7 +134,7 @@ run_train() { # LOG-JSON DEVICE ARGS...
 
 # ---------------------------------------------------------------- 2. training
 echo "== 2. training: 50 iterations, GPU vs CPU, bf16"
-for m in gpt llama; do
+for m in gpt llama moe; do
     declare -n args=$m
     ok=1
     run_train "$work/$m-gpu.json" "$gpu" "${args[@]}" --bf16 --train-iters 50 || ok=0
@@ -158,7 +162,7 @@ done
 
 # ---------------------------------------------------------------- 3. checkpoints
 echo "== 3. checkpoint GPU -> CPU -> GPU (fp32)"
-for m in gpt llama; do
+for m in gpt llama moe; do
     declare -n args=$m
     d=$work/ck-$m
     ok=1
@@ -187,7 +191,7 @@ if [ "$gpu" != cuda ]; then
 elif [ -z "$san" ]; then
     row "compute-sanitizer" FAIL "not found"
 else
-    for m in gpt llama; do
+    for m in gpt llama moe; do
         declare -n args=$m
         # through libtool: tools/mc-train/mc-train is libtool's wrapper script
         timeout "${SAN_TIMEOUT:-200}" "$build/libtool" --mode=execute "$san" --tool memcheck --error-exitcode 9 --leak-check full "$train" "${common[@]}" \

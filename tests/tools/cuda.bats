@@ -68,7 +68,7 @@ setup() {
     # bf16 operands: out 4e-3, lse 1e-5, dq/dk/dv 1e-2 relative (rms) of a
     # float64 attention on the same bf16 values; causal and packed, grouped
     # queries, T not a multiple of the tiles, D = 16, 64, 128
-    run "$top_srcdir/tests/cuda/flash_emu.sh" "$BATS_TEST_TMPDIR"
+    run "$top_srcdir/tests/cuda/emu.sh" flash "$BATS_TEST_TMPDIR"
     if [ "$status" = 77 ]; then
         skip "$output"
     fi
@@ -77,10 +77,20 @@ setup() {
     assert_output --partial "D=128 packed dk alone: the same bytes"
 }
 
-@test "--device cuda with a mixture of experts or context parallelism: refused in one line, exit 2, before any work" {
-    run --separate-stderr "$MC_TRAIN" "${gpt[@]}" --num-experts 4 --device cuda --save ck
+@test "--device cuda with expert capacity, expert parallelism or context parallelism: refused in one line, exit 2, before any work" {
+    run --separate-stderr "$MC_TRAIN" "${gpt[@]}" --num-experts 4 --moe-expert-capacity-factor 1 --device cuda --save ck
     assert_failure 2
-    [ "$stderr" = "mc-train: error: --device cuda: --num-experts: the mixture-of-experts kernels run on the CPU backend only; use --device cpu" ]
+    [ "$stderr" = "mc-train: error: --device cuda: --moe-expert-capacity-factor: expert capacity (token dropping) runs on the CPU backend only; use --device cpu" ]
+    [ ! -e ck ]
+    run --separate-stderr "$MC_TRAIN" "${gpt[@]}" --num-experts 4 --expert-model-parallel-size 2 --world-size 2 --device cuda --save ck
+    assert_failure 2
+    [ "$stderr" = "mc-train: error: --device cuda: --expert-model-parallel-size: the experts' all-to-all runs on the CPU backend only; use --device cpu" ]
+    [ ! -e ck ]
+    # a mixture of experts alone is no reason: without a GPU it fails as any --device cuda run does
+    run --separate-stderr "$MC_TRAIN" "${gpt[@]}" --num-experts 4 --device cuda --save ck
+    [ "$gpus" = 0 ] || skip "a GPU is present: tests/cuda/run.sh trains the MoE model on it"
+    assert_failure 1
+    [[ "$stderr" == "mc-train: error: --device cuda: "* ]]
     [ ! -e ck ]
     run --separate-stderr "$MC_TRAIN" "${gpt[@]}" --context-parallel-size 2 --device cuda --save ck
     assert_failure 2
@@ -89,4 +99,18 @@ setup() {
     # the same MoE model on the CPU trains
     run "$MC_TRAIN" "${gpt[@]}" --num-experts 4 --device cpu
     assert_success
+}
+
+@test "moe.cu's mixture-of-experts kernels, run on the CPU by tests/cuda/moe_emu.cc, equal the CPU backend's" {
+    # choices, counts and permutations equal; floats 1e-6 relative (rms),
+    # losses 1e-12: routing of every kind, losses, permutation map over
+    # several chunks with dropped choices, permutations both ways, bias update
+    run "$top_srcdir/tests/cuda/emu.sh" moe "$BATS_TEST_TMPDIR" "$top_builddir"
+    if [ "$status" = 77 ]; then
+        skip "$output"
+    fi
+    assert_success
+    assert_line "# 0 of 66 checks failed"
+    assert_output --partial "route_fwd sigmoid top-4 E=16 4 groups top-2 bias idx: 0 of 148 differ"
+    assert_output --partial "permute_map N=40 E=64 K=8 block=0 perm: 0 of 320 differ"
 }
