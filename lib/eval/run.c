@@ -193,7 +193,15 @@ mc_status mc_eval_open(const mc_eval_config *c, const mc_grid *g, mc_eval **out,
     if ((st = mc_grid_status_all(g, st, "checkpoint status", err))) goto fail;
 
     /* the model and the inference context */
-    st = mc_backend_cpu_new(c->threads, &ev->be, err);
+    if (!c->cuda) {
+        st = mc_backend_cpu_new(c->threads, &ev->be, err);
+    } else if (int8 > 0) {
+        st = mc_error_set(err, MC_ERR_USAGE,
+                          "--device cuda: this checkpoint's weights are int8, which run on the "
+                          "CPU backend only; use --weights fp32 or --device cpu");
+    } else if ((st = mc_backend_cuda_new(-1, &ev->be, err))) {
+        mc_error_prefix(err, "--device cuda");
+    }
     if ((st = mc_grid_status_all(g, st, "checkpoint status", err))) goto fail;
     /* The model's own activations are sized for the shortest sequence the
      * configuration allows (tp positions); inference has its own. */
@@ -201,6 +209,12 @@ mc_status mc_eval_open(const mc_eval_config *c, const mc_grid *g, mc_eval **out,
                              &ev->model, err);
     if (st) goto fail;
     ev->mcfg = mc_model_get_config(ev->model);
+    if (c->cuda && ev->mcfg->num_experts > 0) {
+        st = mc_error_set(err, MC_ERR_USAGE,
+                          "--device cuda: this checkpoint is a mixture of experts, whose "
+                          "inference runs on the CPU backend only; use --device cpu");
+        goto fail;
+    }
     /* the tokenizer's end of document, else the vocabulary's last id (as
      * mc-train's) */
     ev->eod = ev->tok ? mc_tokenizer_eod(ev->tok) : -1;

@@ -229,6 +229,7 @@ typedef struct mc_eval_config {
     const char *ckpt; /* mc_ckpt_open's path */
     int ctx;          /* the context; 0: the checkpoint's seq_length */
     int threads;      /* CPU threads; 0: the cores present */
+    int cuda;         /* 1: the CUDA backend (--device cuda), GPU of the local rank */
     int bf16;         /* bf16 GEMMs with fp32 accumulation */
     int weights;      /* 0: fp32, 1: int8 codes; -1 (default): int8 when the checkpoint
                        * stores its first linear weight as int8 */

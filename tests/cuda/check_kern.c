@@ -685,6 +685,16 @@ static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size
         drop(x, dk16);
         drop(x, dv16);
     }
+    /* inference: the last rows as new ones against the whole cache (B = 1:
+     * the first sequence's keys and values are its cache) */
+    {
+        size_t nn = T < 5 ? T : 5, p0 = T - nn;
+        pair okv = poisoned(x, nn * Q * D);
+        ON_BOTH(mc_k_attention_kv_fwd(be, S(okv), S(q) + p0 * Q * D, S(k), S(v), nn, p0, Q, G, D,
+                                      scale, SI(sg) ? SI(sg) + p0 : NULL));
+        cmp(x, K("attention_kv_fwd"), w, okv, FP32);
+        drop(x, okv);
+    }
     pair dqkv = rnd(x, qkv.n, 1);
     ON_BOTH(mc_k_qkv_split_bwd(be, S(dqkv), S(dq), S(dk), S(dv), N, Q, G, D));
     cmp(x, "qkv_split_bwd", w, dqkv, FP32);

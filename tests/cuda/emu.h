@@ -1,6 +1,6 @@
 /*
  * emu.h - the CUDA built-ins a kernel of lib/kern/cuda uses, on the CPU, for
- * the emulation tests (tests/cuda/flash_emu.cc, moe_emu.cc): every CUDA thread of a block is
+ * the emulation tests (tests/cuda/flash_emu.cc, moe_emu.cc, decode_emu.cc): every CUDA thread of a block is
  * a host thread, __syncthreads and the warp's shuffles are barriers, shared
  * memory is one static array (blocks run one after another), and mma.sync
  * m16n8k16 (bf16, fp32 accumulation) is computed from the PTX ISA's
@@ -92,6 +92,17 @@ static float __shfl_xor_sync(unsigned mask, float v, int o)
     slots[w].f[lane] = v;
     warp_bar[w]->arrive_and_wait();
     const float r = slots[w].f[lane ^ o];
+    warp_bar[w]->arrive_and_wait();
+    return r;
+}
+
+static float __shfl_sync(unsigned mask, float v, int src)
+{
+    (void)mask;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    slots[w].f[lane] = v;
+    warp_bar[w]->arrive_and_wait();
+    const float r = slots[w].f[src & 31];
     warp_bar[w]->arrive_and_wait();
     return r;
 }

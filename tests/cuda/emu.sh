@@ -6,8 +6,8 @@
 # kernels on the CPU, with no GPU. Needs a C++20 compiler with <barrier>
 # (CXX, default g++).
 # Usage: tests/cuda/emu.sh NAME WORKDIR [BUILD-DIR]
-#   NAME: flash or moe; BUILD-DIR: an mc build whose libmc the test links
-#   (moe compares with the CPU backend's kernels). Exit 77 when there is no
+#   NAME: flash, moe or decode; BUILD-DIR: an mc build whose libmc the test
+#   links (moe and decode compare with the CPU backend's kernels). Exit 77 when there is no
 #   such compiler; otherwise the test's status.
 set -u
 [ $# -ge 2 ] || { echo "usage: tests/cuda/emu.sh NAME WORKDIR [BUILD-DIR]" >&2; exit 2; }

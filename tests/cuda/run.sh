@@ -14,6 +14,8 @@
 #      trains to 15 and saves; the GPU loads that and trains to 20. Losses of
 #      iterations 11..20 must match an uninterrupted GPU run (fp32, relative
 #      1e-4: CPU and GPU differ only by rounding);
+#   3b. mc-eval: perplexity (fp32, relative 1e-5) and greedy generation (the
+#      same tokens) on the GPU against the CPU, the KV cache on the device;
 #   4. compute-sanitizer --tool memcheck over 3 GPU training iterations of
 #      each model (and racecheck over one).
 # Prints a short table last; exit 0 only when every step passed.
@@ -182,6 +184,36 @@ for m in gpt llama moe; do
     fi
     unset -n args
 done
+
+# ---------------------------------------------------------------- 3b. mc-eval
+echo "== 3b. mc-eval on the GPU vs the CPU (fp32)"
+ev=$build/tools/mc-eval/mc-eval
+evck=$work/ck-eval
+"$train" "@$src/tests/data/eval/gpt.args" --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model "$src/tests/data/tokenizer/hf_bytelevel.json" --device cpu --save "$evck" \
+    >"$work/ev-train.log" 2>&1 || { tail -3 "$work/ev-train.log"; row "mc-eval ckpt" FAIL "mc-train failed"; }
+evargs=(--quiet --ctx-size 64 --text-file "$src/tests/data/eval/text.txt" --prompt "The river"
+        --prompt "In Python" --max-new-tokens 24)
+ok=1
+"$ev" "$evck" "${evargs[@]}" --device cpu >"$work/ev-cpu.json" 2>"$work/ev-cpu.err" || ok=0
+"$ev" "$evck" "${evargs[@]}" --device "$gpu" >"$work/ev-gpu.json" 2>"$work/ev-gpu.err" || ok=0
+if [ $ok = 0 ]; then
+    tail -3 "$work"/ev-*.err
+    row "mc-eval ppl+generate (gpu vs cpu)" FAIL "a run failed"
+else
+    read -r pc pg tc tg < <(python3 - "$work/ev-cpu.json" "$work/ev-gpu.json" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+tok = lambda d: [g["tokens"] for g in d["generations"]]
+same = sum(x == y for ta, tb in zip(tok(a), tok(b)) for x, y in zip(ta, tb))
+print(a["perplexity"]["nll"], b["perplexity"]["nll"], sum(len(t) for t in tok(a)), same)
+PY
+)
+    good=$(awk -v a="$pc" -v b="$pg" 'BEGIN { d = a - b; if (d < 0) d = -d; print (d <= 1e-5 * (a < 0 ? -a : a)) ? "ok" : "FAIL" }')
+    row "mc-eval perplexity (gpu vs cpu)" "$good" "nll cpu $pc gpu $pg (relative 1e-5)"
+    row "mc-eval greedy generation" "$([ "$tc" = "$tg" ] && echo ok || echo FAIL)" \
+        "$tg of $tc tokens the same (2 prompts, KV cache on the device)"
+fi
 
 # ---------------------------------------------------------------- 4. sanitizer
 echo "== 4. compute-sanitizer"

@@ -114,3 +114,35 @@ setup() {
     assert_output --partial "route_fwd sigmoid top-4 E=16 4 groups top-2 bias idx: 0 of 148 differ"
     assert_output --partial "permute_map N=40 E=64 K=8 block=0 perm: 0 of 320 differ"
 }
+
+@test "decode.cu's inference attention, run on the CPU by tests/cuda/decode_emu.cc, equals the CPU backend's" {
+    # fp32 both sides, 1e-5 relative (rms): one row and chunks, deep in the
+    # cache, grouped queries, packed documents, D from 8 to 128
+    run "$top_srcdir/tests/cuda/emu.sh" decode "$BATS_TEST_TMPDIR" "$top_builddir"
+    if [ "$status" = 77 ]; then
+        skip "$output"
+    fi
+    assert_success
+    assert_line "# 0 of 10 checks failed"
+    assert_output --partial "attention_kv_fwd n=1 pos0=300 Q=4 G=2 D=64 packed: relative error"
+}
+
+@test "mc-eval --device: cuda without a GPU fails in one line (exit 1), int8 weights with cuda are bad usage (exit 2)" {
+    MC_EVAL="$top_builddir/tools/mc-eval/mc-eval"
+    "$MC_TRAIN" "@$top_srcdir/tests/data/eval/gpt.args" --tokenizer-type HuggingFaceTokenizer \
+        --tokenizer-model "$top_srcdir/tests/data/tokenizer/hf_bytelevel.json" --device cpu \
+        --save ck > /dev/null 2>&1
+    run --separate-stderr bash -c 'echo ck | "$1" --prompt a --max-new-tokens 2 --device cuda --weights int8' _ "$MC_EVAL"
+    assert_failure 2
+    [ "$stderr" = "mc-eval: error: --device cuda: int8 weights run on the CPU backend only; use --weights fp32 or --device cpu" ]
+    run --separate-stderr bash -c 'echo ck | "$1" --prompt a --max-new-tokens 2 --device tpu' _ "$MC_EVAL"
+    assert_failure 2
+    [[ "$stderr" == *"--device: expected cpu or cuda, got 'tpu'" ]]
+    [ "$gpus" = 0 ] || skip "a GPU is present: tests/cuda/run.sh runs mc-eval on it"
+    run --separate-stderr bash -c 'echo ck | "$1" --prompt a --max-new-tokens 2 --device cuda' _ "$MC_EVAL"
+    assert_failure 1
+    [ -z "$output" ]
+    [ "$(printf '%s\n' "$stderr" | wc -l)" = 1 ]
+    [[ "$stderr" == "mc-eval: error: --device cuda: "* ]]
+    [[ "$stderr" == *"no CUDA GPU is available"* || "$stderr" == *"built without the CUDA backend"* ]]
+}

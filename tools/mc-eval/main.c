@@ -89,7 +89,8 @@ static const mc_option options[] = {
      "reading them (faster; a damaged file may then crash HDF5)."},
     {"threads", MC_OPT_REQUIRED, OPT_THREADS, "N", "CPU threads (default: the cores present)."},
     {"device", MC_OPT_REQUIRED, OPT_DEVICE, "DEV",
-     "cpu (the only one yet: the inference kernels have no CUDA version)."},
+     "cpu (default) or cuda: the GPU of the process's local rank (fp32 or bf16 weights; "
+     "not int8 weights or a mixture of experts)."},
     {"tensor-model-parallel-size", MC_OPT_REQUIRED, OPT_TP, "N",
      "Under mpirun or srun: ranks that split each layer (1); the world must be N x "
      "--expert-model-parallel-size ranks."},
@@ -195,7 +196,10 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
             st = mc_parse_choice("--weights", "type", arg, weight_types, &e->weights, err);
             break;
         case OPT_THREADS: st = mc_parse_int("--threads", arg, 1, 4096, &e->threads, err); break;
-        case OPT_DEVICE: a->device = arg; break;
+        case OPT_DEVICE:
+            a->device = arg;
+            e->cuda = !strcmp(arg, "cuda");
+            break;
         case OPT_TP:
             st = mc_parse_i64("--tensor-model-parallel-size", arg, 1, 4096, &a->tp, err);
             break;
@@ -334,12 +338,13 @@ static mc_status check_args(const args *a, mc_error *err)
                             "a pipeline; use --tensor-model-parallel-size (any checkpoint loads "
                             "under any grid)",
                             a->pp);
-    if (a->device && !strcmp(a->device, "cuda"))
+    if (a->device && strcmp(a->device, "cpu") && strcmp(a->device, "cuda"))
+        return mc_error_set(err, MC_ERR_USAGE, "--device: expected cpu or cuda, got '%s'",
+                            a->device);
+    if (a->device && !strcmp(a->device, "cuda") && e->weights == 1)
         return mc_error_set(err, MC_ERR_USAGE,
-                            "--device cuda: mc-eval's inference kernels have no CUDA version yet; "
-                            "use --device cpu");
-    if (a->device && strcmp(a->device, "cpu"))
-        return mc_error_set(err, MC_ERR_USAGE, "--device: expected cpu, got '%s'", a->device);
+                            "--device cuda: int8 weights run on the CPU backend only; use "
+                            "--weights fp32 or --device cpu");
     return MC_OK;
 }
 
