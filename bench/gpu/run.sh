@@ -16,7 +16,7 @@
 # WARM (5) measured / warm-up iterations, BATCHES ("16 32 64"), MB_BIG
 # (micro-batch of the 1.3B and 1B runs, 4: ~46 GB by mc-train --dry-run;
 # the global batch is 4 of them),
-# SKIP (space-separated: mc llmc big), PEAK_TFLOPS (989), JOBS (make -j, default
+# SKIP (space-separated: mc llmc big eval), PEAK_TFLOPS (989), JOBS (make -j, default
 # the cores present), RUN_TIMEOUT (seconds one mc run may take, 150: a slow
 # configuration then fails alone and the table still prints inside the
 # device tool's 10 minutes), MC_GPUKIT=0 to ignore .gpukit.
@@ -139,8 +139,16 @@ case $skip in *" big "*) ;; *)
     run_mc llama-1b "$mbbig" $((4 * mbbig)) 2048 "$nl" 16 2048 --model llama-1b --vocab-size 128256 ;;
 esac
 
+# ---------------------------------------------------------------- generation (mc-eval)
+case $skip in *" eval "*) ;; *)
+    echo "== generation: mc-eval --device cuda vs transformers (bench/gpu/eval.sh)"
+    "$here/bench/gpu/eval.sh" "$build" 2>&1 | tee "$work/eval.log"
+    grep '^batch' "$work/eval.log" >> "$results.eval" ;;
+esac
+
 echo
 echo "== bench/gpu summary: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), peak $peak TFLOP/s bf16 dense"
 printf '%-10s %-12s %4s %5s %12s %7s\n' program model B T tokens/s MFU
 cat "$results"
-echo "targets: mc >= llm.c tokens/s on gpt2-124m at each B; MFU >= 50% on gpt-1.3b"
+[ -s "$results.eval" ] && cat "$results.eval"
+echo "targets: mc >= llm.c tokens/s on gpt2-124m at each B; MFU >= 50% on gpt-1.3b; generation >= 3x transformers"
