@@ -532,6 +532,13 @@ static void check_moe(ctx *x, size_t N, size_t E, int K, int sigmoid, int groups
         mc_bcopy_from_host(x->g, idx.g, h, N * (size_t)K * 4);
         free(h);
     }
+    ipair kept = ids(x, N * (size_t)K, 0, 1);
+    for (int pos = 0; pos < 2; pos++) {
+        ON_BOTH(mc_k_moe_capacity_drop(be, SJ(kept), SJ(idx), S(probs), N, E, (size_t)K,
+                                       N * (size_t)K / E * 3 / 4, pos));
+        icmp(x, "moe_capacity_drop", pos ? "position" : "probs", kept, N * (size_t)K);
+    }
+    idrop(x, kept);
     ipair perm = ids(x, N * (size_t)K, 0, 1), counts = ids(x, E, 0, 1);
     ON_BOTH(mc_k_moe_permute_map(be, SJ(perm), SJ(counts), SJ(idx), N, E, (size_t)K, 0));
     icmp(x, "moe_permute_map", w, perm, N * (size_t)K);

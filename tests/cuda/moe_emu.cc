@@ -6,7 +6,8 @@
  * sigmoid with expert bias and scaling, group-limited) and its backward,
  * the load-balancing loss (aux and per-sequence, softmax and sigmoid) and
  * the z-loss with their gradients, the permutation map over several chunks
- * with dropped choices (chunks of 64 choices here, 2048 on a GPU), unpadded
+ * with dropped choices, expert capacity by position and by probability (ties),
+ * (chunks of 64 choices here, 2048 on a GPU), unpadded
  * and padded, the permutations both ways and
  * the expert-bias update. Choices, counts and permutations must be equal;
  * floats within 1e-6 relative (rms), losses 1e-12.
@@ -188,6 +189,29 @@ static void check_permutations(size_t N, size_t E, size_t K, size_t block)
     cmpf(w, dpr2, dpr1, 1e-6);
 }
 
+static void check_capacity(size_t N, size_t E, size_t K, size_t cap, bool flat = false)
+{
+    std::vector<int32_t> idx(N * K);
+    for (size_t t = 0; t < N; t++)
+        for (size_t k = 0; k < K; k++) /* skewed: the low experts over capacity */
+            idx[t * K + k] = urand() < 0.05 ? -1 : (int32_t)((k + (size_t)(urand() * urand() * (double)E)) % E);
+    auto probs = rnd(N * K, 1.0);
+    for (size_t i = 0; i + 7 < N * K; i += 7) probs[i + 3] = probs[i]; /* ties */
+    if (flat) /* every probability tied: the order decides */
+        for (auto &p : probs) p = 0.5f;
+    for (int pos = 0; pos < 2; pos++) {
+        std::vector<int32_t> k1(N * K, -9), k2(N * K, -9);
+        mc_k_moe_capacity_drop(cpu, k1.data(), idx.data(), probs.data(), N, E, K, cap, pos);
+        mc_cuda_moe_capacity_drop(&cu, k2.data(), idx.data(), probs.data(), N, E, K, cap, pos);
+        size_t dropped = 0;
+        for (size_t i = 0; i < N * K; i++) dropped += idx[i] >= 0 && k1[i] < 0;
+        char w[128];
+        snprintf(w, sizeof w, "capacity_drop N=%zu E=%zu K=%zu capacity %zu %s%s (%zu dropped)", N, E,
+                 K, cap, pos ? "position" : "probs", flat ? " all tied" : "", dropped);
+        cmpx(w, k2, k1);
+    }
+}
+
 static void check_bias(size_t E)
 {
     auto tokens = rnd(E, 100.0), b0 = rnd(E, 1.0);
@@ -225,6 +249,9 @@ int main()
     check_permutations(40, 64, 8, 0);     /* fine-grained: 5 chunks */
     check_permutations(90, 8, 2, 20);     /* padded to 20 rows an expert */
     check_permutations(1, 4, 1, 0);
+    check_capacity(120, 8, 2, 24);       /* 2 chunks of 64 */
+    check_capacity(50, 16, 4, 9);
+    check_capacity(60, 4, 2, 10, true);
     check_bias(8);
     check_bias(64);
     printf("1..%d\n# %d of %d checks failed\n", checks, fails, checks);

@@ -1,15 +1,15 @@
 /*
  * moe.cu - the mixture-of-experts kernels of mc/kern_ops.def on the GPU:
  * routing (softmax or sigmoid scores, pre-softmax, group-limited, expert
- * bias, scaling) and its backward, the load-balancing and z losses with
+ * bias, scaling) and its backward, expert capacity (token dropping), the load-balancing and z losses with
  * their gradients, the permutation by expert and back, the expert-bias
  * update and the grouped GEMM (cuBLASLt per expert). Same contracts and the
  * same arithmetic as kern/cpu/moe.c: per-token work is one thread running
  * the CPU's loop in double (its scratch in shared memory), sums run in the
  * CPU's order, and nothing depends on scheduling (no float atomics), so a
  * routing decision, a count or a permutation is the CPU's exactly and the
- * floats agree to rounding. Capacity dropping (moe_capacity_drop) has no
- * GPU version: mc-train keeps --moe-expert-capacity-factor off the GPU.
+ * floats agree to rounding. Capacity dropping ranks each choice among its
+ * expert's by a scan of all the choices (one thread a choice).
  *
  * tests/cuda/moe_emu.cc runs these kernels on the CPU (tests/cuda/emu.h)
  * against the CPU backend's; tests/cuda/check_kern compares them on a GPU.
@@ -358,6 +358,32 @@ __global__ void k_pm_assign(int32_t *perm, const int32_t *idx, const int32_t *ba
     }
 }
 
+/* ------------------------------------------------------------ capacity */
+
+/* one thread per choice i of expert e = idx[i]: its rank among e's choices
+ * (position: those before it; probs: those with a higher probability, or
+ * an equal one and before it), dropped at rank >= capacity. counts[e]: e's
+ * choices (an expert within its capacity keeps all without a scan). O(N K)
+ * a choice of an expert over capacity; no atomics. */
+__global__ void k_capacity(int32_t *kept, const int32_t *idx, const float *probs,
+                           const int32_t *counts, size_t NK, size_t capacity, int position)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= NK) return;
+    const int32_t e = idx[i];
+    kept[i] = e;
+    if (e < 0 || (size_t)counts[e] <= capacity) return;
+    size_t rank = 0;
+    if (position) {
+        for (size_t j = 0; j < i && rank < capacity; j++) rank += idx[j] == e;
+    } else {
+        const float p = probs[i];
+        for (size_t j = 0; j < NK && rank < capacity; j++)
+            rank += idx[j] == e && (probs[j] > p || (probs[j] == p && j < i));
+    }
+    if (rank >= capacity) kept[i] = -1;
+}
+
 /* ------------------------------------------------------------ the rest */
 
 __global__ void k_bias_update(float *bias, const float *tokens, size_t E, float rate)
@@ -534,6 +560,23 @@ extern "C" void mc_cuda_moe_permute_map(mc_cuda *cu, int32_t *perm, int32_t *cou
     if (P) MC_LAUNCH(k_pm_hist, (unsigned)P, 256u, E * sizeof(int), cnt, idx, NK, E);
     MC_LAUNCH(k_pm_scan, 1u, th, (size_t)0, counts, cnt, off, P, E, block);
     if (P) MC_LAUNCH(k_pm_assign, (unsigned)P, th, E * sizeof(int32_t), perm, idx, cnt, NK, E);
+}
+
+extern "C" void mc_cuda_moe_capacity_drop(mc_cuda *cu, int32_t *kept, const int32_t *idx,
+                                          const float *probs, size_t N, size_t E, size_t K,
+                                          size_t capacity, int position)
+{
+    const size_t NK = N * K, P = NK ? (NK + CHUNK - 1) / CHUNK : 0;
+    if (!NK) return;
+    /* the experts' counts: the permutation map's histogram and scan */
+    int32_t *cnt = (int32_t *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK,
+                                              (P * E + 2 * E) * sizeof(int32_t));
+    int32_t *off = cnt + P * E, *counts = off + E;
+    unsigned th = E >= 256 ? 256u : (unsigned)((E + 31) / 32 * 32);
+    MC_LAUNCH(k_pm_hist, (unsigned)P, 256u, E * sizeof(int), cnt, idx, NK, E);
+    MC_LAUNCH(k_pm_scan, 1u, th, (size_t)0, counts, cnt, off, P, E, (size_t)0);
+    MC_LAUNCH(k_capacity, (unsigned)((NK + 127) / 128), 128u, (size_t)0, kept, idx, probs, counts, NK,
+              capacity, position);
 }
 
 extern "C" void mc_cuda_moe_expert_bias_update(mc_cuda *cu, float *bias, const float *tokens,
