@@ -118,9 +118,9 @@ gpt=(--model tiny-gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 --
 llama=(--model tiny-llama --num-layers 2 --hidden-size 64 --num-attention-heads 4
        --group-query-attention --num-query-groups 2 --seq-length 64)
 # a mixture of experts (moe.cu): 4 SwiGLU experts, top-2, both balancing
-# losses, capacity 1.5 (tokens dropped by probability)
+# losses, capacity 1.0 (tokens dropped by probability: 1.5 drops none here)
 moe=("${llama[@]}" --num-experts 4 --moe-ffn-hidden-size 96 --moe-router-topk 2
-     --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --moe-expert-capacity-factor 1.5)
+     --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --moe-expert-capacity-factor 1.0)
 common=(--mock-data --vocab-size 512 --micro-batch-size 4 --global-batch-size 8 --lr 3e-3
         --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 --seed 7 --threads "$(nproc)")
 losses() { grep -o '"lm loss": [^,}]*' "$1" | cut -d' ' -f3; }
