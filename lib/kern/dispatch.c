@@ -196,6 +196,7 @@ void mc_bsync(mc_backend *be)
 #define RETURN_void
 #define RETURN_int return
 #define RETURN_double return
+#define RETURN_float return
 #ifdef MC_CUDA_BACKEND
 #define ROUTE_CPU_CUDA(ret, fn, ...)                          \
     do {                                                      \
