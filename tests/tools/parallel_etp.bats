@@ -257,12 +257,12 @@ print(sum(m[k].size for k in m))' one/iter_0000002/model.h5
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-tensor-parallel-size 2
     assert_failure 2
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
-    [[ "$stderr" == *"--expert-tensor-parallel-size 2: only 1 (the experts replicated over tensor parallelism) or the tensor-parallel size 1 is supported"* ]]
+    [[ "$stderr" == *"--expert-tensor-parallel-size 2 must divide --tensor-model-parallel-size 1"* ]]
     run --separate-stderr mpi 4 "${moe[@]}" --tensor-model-parallel-size 2 \
         --expert-tensor-parallel-size 4
     assert_failure 2
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
-    [[ "$stderr" == *"--expert-tensor-parallel-size 4: only 1 (the experts replicated over tensor parallelism) or the tensor-parallel size 2 is supported"* ]]
+    [[ "$stderr" == *"--expert-tensor-parallel-size 4 must divide --tensor-model-parallel-size 2"* ]]
     run --separate-stderr "$MC_TRAIN" --model tiny-llama --mock-data --vocab-size 64 \
         --train-iters 2 --lr 1e-3 "${etp[@]}" --dry-run --world-size 2
     assert_failure 2

@@ -1307,11 +1307,10 @@ static mc_status check_ep(const args *a, const mc_model_config *c, mc_error *err
     const char *why = cuda_blocker(a, c);
     if (why && a->device && !strcmp(a->device, "cuda"))
         return mc_error_set(err, MC_ERR_USAGE, "--device cuda: %s; use --device cpu", why);
-    if (a->etp > 1 && a->etp != a->tp)
+    if (a->etp > 1 && a->tp % a->etp)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--expert-tensor-parallel-size %" PRId64
-                            ": only 1 (the experts replicated over tensor parallelism) or the "
-                            "tensor-parallel size %" PRId64 " is supported",
+                            " must divide --tensor-model-parallel-size %" PRId64,
                             a->etp, a->tp);
     if (a->etp > 1 && c->num_experts <= 0)
         return mc_error_set(err, MC_ERR_USAGE,
@@ -1443,6 +1442,8 @@ int main(int argc, char **argv)
             }
     }
     if (st) goto fail;
+    /* the experts' tensor-parallel groups (every rank, collective) */
+    if (a.etp > 1 && (st = mc_grid_set_etp(&grid, (int)a.etp, &err))) goto fail;
     if (a.dist_timeout > 0 && (st = mc_grid_set_timeout(&grid, a.dist_timeout, PROG, &err)))
         goto fail;
     /* Every rank must run the same configuration: the canonical JSON of the
