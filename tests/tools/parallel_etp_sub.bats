@@ -12,7 +12,8 @@
 # 1e-6 (mpi_common.bash's same_weights): SwiGLU experts without and with SP,
 # GELU experts with biases (with SP and without), micro-batches of 2 with
 # shared experts and selective recomputation, SwiGLU experts with biases
-# under the distributed optimizer with a capacity factor. Checkpoints: one
+# under the distributed optimizer with a capacity factor; on 8 ranks x EP=2
+# (both dispatchers, the distributed optimizer), x CP=2, x PP=2, x DP=2. Checkpoints: one
 # written at TP=4 x ETP=2 resumes in one process and one process's at TP=4
 # x ETP=2, the uninterrupted run's losses and weights, and a checkpoint
 # loaded and saved again at once is the same bits. The dry run's per-rank
@@ -35,6 +36,9 @@ moegpt=("${moe[@]}" --model tiny-gpt)
 moemb2=("${moe[@]}" --micro-batch-size 2 --moe-shared-expert-intermediate-size 64)
 # SwiGLU experts with biases, and a capacity factor
 moeswb=("${moe[@]}" --model tiny-gpt --swiglu --moe-expert-capacity-factor 1.0)
+moecap=("${moe[@]}" --moe-expert-capacity-factor 1.0)
+# sigmoid routing with the expert bias (its counts summed over TP and DP)
+moebias=("${moe[@]}" --moe-router-score-function sigmoid --moe-router-enable-expert-bias)
 etp=(--tensor-model-parallel-size 4 --expert-tensor-parallel-size 2)
 
 setup() {
@@ -66,6 +70,17 @@ etp_equivalent() {
     etp_equivalent submb2 4 moemb2 "${etp[@]}" --sequence-parallel \
         --recompute-granularity selective --recompute-modules moe_act shared_experts
     etp_equivalent subswb 4 moeswb "${etp[@]}" --sequence-parallel --use-distributed-optimizer
+}
+
+@test "TP=4 x ETP=2 on 8 ranks: x EP=2 (both dispatchers, the distributed optimizer), x CP=2 with a capacity factor, x PP=2, x DP=2 with the expert bias: one process" {
+    etp_equivalent subep2 8 moe "${etp[@]}" --sequence-parallel --expert-model-parallel-size 2
+    etp_equivalent subep2ag 8 moe "${etp[@]}" --expert-model-parallel-size 2 \
+        --moe-token-dispatcher-type allgather
+    etp_equivalent subcp2 8 moecap "${etp[@]}" --sequence-parallel --context-parallel-size 2
+    etp_equivalent subpp2 8 moe "${etp[@]}" --sequence-parallel --pipeline-model-parallel-size 2
+    etp_equivalent subdp2 8 moebias "${etp[@]}" --sequence-parallel --use-distributed-optimizer
+    etp_equivalent subep2dist 8 moebias "${etp[@]}" --sequence-parallel \
+        --expert-model-parallel-size 2 --use-distributed-optimizer
 }
 
 @test "a checkpoint written at TP=4 x ETP=2 resumes in one process and one process's at TP=4 x ETP=2: the uninterrupted run's losses and weights; each saves what it loaded bit for bit" {

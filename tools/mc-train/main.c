@@ -490,8 +490,9 @@ static const mc_option options[] = {
     {"expert-model-parallel-size", MC_OPT_REQUIRED, OPT_EP, "N",
      "Expert parallelism: N ranks split each MoE layer's experts (1)."},
     {"expert-tensor-parallel-size", MC_OPT_REQUIRED, OPT_ETP, "N",
-     "Tensor parallelism inside the experts: 1 (replicated over TP, the default) or the "
-     "--tensor-model-parallel-size (split like the dense MLP)."},
+     "Tensor parallelism inside the experts: a divisor of --tensor-model-parallel-size; 1 "
+     "(replicated over TP, the default), TP (split like the dense MLP), or between (split over "
+     "groups of N consecutive TP ranks, replicated over the TP / N groups)."},
     {"moe-token-dispatcher-type", MC_OPT_REQUIRED, OPT_MOE_DISPATCHER, "TYPE",
      "alltoall (default) or allgather: how tokens reach their experts' ranks."},
     {NULL, 0, 0, NULL, NULL},
@@ -532,7 +533,7 @@ typedef struct args {
     unsigned set;
     uint32_t moe_set;         /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
     int64_t ep;               /* --expert-model-parallel-size */
-    int64_t etp;              /* --expert-tensor-parallel-size (1 or tp) */
+    int64_t etp;              /* --expert-tensor-parallel-size (a divisor of tp) */
     int dispatcher_allgather; /* --moe-token-dispatcher-type allgather */
     int gqa;
     int have_tokenizer;
