@@ -16,7 +16,7 @@ void mc_grid_single(mc_grid *g)
     g->tp_rank = g->cp_rank = g->dp_rank = g->pp_rank = g->ep_rank = 0;
     g->local_rank = 0;
     g->impl = NULL;
-    g->etp = 1;
+    g->etp = 0; /* read as tp (etp_of): a copy given a larger tp keeps ETP = TP */
 }
 
 /* The expert tensor-parallel size (0, an unset grid's, reads as tp). */

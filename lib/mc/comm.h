@@ -70,7 +70,7 @@ typedef struct mc_grid {
     void *impl;     /* the transport's state (NULL: one process) */
     int ep_rank;    /* dp_rank % ep (the expert-data-parallel rank is dp_rank / ep) */
     int etp;        /* expert tensor-parallel size, a divisor of tp (mc_grid_set_etp; tp by
-                     * default, 0 read as tp) */
+                     * default; 0, the single grid's, read as tp) */
 } mc_grid;
 
 /* The grid of one process: every size 1. */

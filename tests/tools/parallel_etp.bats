@@ -253,7 +253,7 @@ print(sum(m[k].size for k in m))' one/iter_0000002/model.h5
     awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * b) }'
 }
 
-@test "bad expert tensor parallelism, one line before any work (exit 2): neither 1 nor TP, no experts, F not divisible" {
+@test "bad expert tensor parallelism, one line before any work (exit 2): not dividing TP, no experts, F not divisible" {
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-tensor-parallel-size 2
     assert_failure 2
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
