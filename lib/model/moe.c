@@ -36,7 +36,8 @@ static size_t tokens_routed(const mc_model *m) { return m->N * (size_t)m->grid.c
  * losses see the micro-batch's tokens in one process's order. */
 static int seq_split(const mc_model *m) { return m->sp || m->cpa; }
 
-/* Expert tensor parallelism (m->etp): every TP rank holds 1 / tp of each
+/* Expert tensor parallelism (m->etp, of size m->etpn; ETP = TP here, ETP
+ * < TP below): every TP rank holds 1 / tp of each
  * expert's fc1 rows (SwiGLU's gate and up alike) and of its fc1 bias (its
  * row [gate slice | up slice], params.c), and of fc2's columns, and of
  * the shared experts', as the dense MLP does; the TP group's ranks run
@@ -840,9 +841,9 @@ mc_status mc_model_moe_update_expert_bias(mc_model *m, int keep_counts, mc_error
     /* every data-parallel rank's tokens (tensor-parallel ranks saw the same
      * ones: the experts are replicated) */
     /* with sequence parallelism each tensor-parallel rank counted its rows
-     * (under ETP every rank counted the TP group's) */
-    /* (under ETP < TP every member of an ETP group counted its group's:
-     * its rank 0 alone adds them) */
+     * (under ETP = TP every rank counted the TP group's; under ETP < TP
+     * every member of an ETP group its group's, and its rank 0 alone adds
+     * them to the TP sum) */
     if (m->sp && etp_sub(m) && m->grid.tp_rank % m->etpn)
         memset(m->moe_tpe, 0, L * E * sizeof *m->moe_tpe);
     mc_status st = m->sp && (!m->etp || etp_sub(m))
