@@ -121,10 +121,7 @@ static size_t shared_local(const mc_model *m)
 /* The tokens the experts run on this rank: with sequence parallelism its
  * own rows, or under ETP its ETP group's (all of m->N when ETP = TP);
  * without it all of m->N. */
-static size_t expert_tokens(const mc_model *m)
-{
-    return m->sp ? m->Nl * etp_div(m) : m->N;
-}
+static size_t expert_tokens(const mc_model *m) { return m->sp ? m->Nl * etp_div(m) : m->N; }
 
 /* The experts' tokens are a part of the router's (Nt): their choices and
  * probabilities are copied out (seq_xlocal), their gradients put back. */
@@ -407,8 +404,8 @@ static void seq_xunlocal(mc_model *m, void *full, const void *local, size_t w)
  * parameter (*g0, *gn elements), summed over TP with sequence parallelism;
  * experts: the block of its experts' and shared experts' parameters
  * instead, summed over the ETP replicas (etp_sub; empty otherwise). */
-static void moe_grad_span_of(const mc_model *m, const mc_layer_params *lp, int experts,
-                             size_t *g0, size_t *gn)
+static void moe_grad_span_of(const mc_model *m, const mc_layer_params *lp, int experts, size_t *g0,
+                             size_t *gn)
 {
     int ids[] = {lp->router_w, lp->router_b, lp->expert_bias, lp->efc1_w, lp->efc1_b,
                  lp->efc2_w,   lp->efc2_b,   lp->sfc1_w,      lp->sfc2_w};
@@ -540,8 +537,9 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     const float *hx = h;
     if (m->etp) TRY(etp_gather(m, h, &hx, err));
     float *yf = m->etp && m->sp ? m->moe_dyp : y;
-    const float *b2 =
-        m->etp && m->grid.tp_rank % m->etpn ? NULL : param_val(m, lp->efc2_b); /* once a group */
+    const float *b2 = m->etp && m->grid.tp_rank % m->etpn
+                          ? NULL
+                          : param_val(m, lp->efc2_b); /* once a group */
 
     /* the router, in fp32 (Megatron's --moe-router-dtype fp32); with
      * sequence or context parallelism each rank's rows, gathered */
@@ -692,12 +690,12 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         moe_grad_span_of(m, lp, 1, &x0, &xn);
         mc_k_fill(be, m->moe_gsp, 0.0f, gn + xn);
     }
-#define GRAD(i)                                                                    \
-    ((i) < 0 ? NULL                                                                \
-     : m->sp && m->params[i].offset >= g0 && m->params[i].offset < g0 + gn         \
-         ? m->moe_gsp + (m->params[i].offset - g0)                                 \
+#define GRAD(i)                                                                  \
+    ((i) < 0 ? NULL                                                              \
+     : m->sp && m->params[i].offset >= g0 && m->params[i].offset < g0 + gn       \
+         ? m->moe_gsp + (m->params[i].offset - g0)                               \
      : m->sp && xn && m->params[i].offset >= x0 && m->params[i].offset < x0 + xn \
-         ? m->moe_gsp + gn + (m->params[i].offset - x0)                            \
+         ? m->moe_gsp + gn + (m->params[i].offset - x0)                          \
          : param_grad(m, i))
     /* ETP: the output's gradient of the TP group's tokens (gathered with
      * sequence parallelism); the slices' d h are partial sums */

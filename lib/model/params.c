@@ -158,7 +158,7 @@ static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int 
      * each expert's [gate F | up F] alike), fc2 row-parallel, as the dense
      * MLP; fc2's bias replicated (added by TP rank 0) */
     int etp = c->moe_expert_tensor_parallel > 1, col = etp ? 0 : -1, row = etp ? 1 : -1;
-    int chunks = etp && c->swiglu ? 2 : 1; /* whole rows when replicated */
+    int chunks = etp && c->swiglu ? 2 : 1;             /* whole rows when replicated */
     r->etpn = etp ? c->moe_expert_tensor_parallel : 0; /* split over the ETP group */
     r->expert = 1;
     r->experts = E;

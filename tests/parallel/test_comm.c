@@ -95,9 +95,7 @@ static int members(const mc_grid *g, mc_group_kind k, int me, int *out)
         /* etp consecutive ranks of the TP group, and those with the same
          * rank among them */
         case MC_GROUP_ETP: in = same_cp && same_dp && same_pp && c.tp / et == m.tp / et; break;
-        case MC_GROUP_ETP_REP:
-            in = same_cp && same_dp && same_pp && c.tp % et == m.tp % et;
-            break;
+        case MC_GROUP_ETP_REP: in = same_cp && same_dp && same_pp && c.tp % et == m.tp % et; break;
         default: in = 0;
         }
         if (in) out[n++] = q;

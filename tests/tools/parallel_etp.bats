@@ -1,9 +1,10 @@
 #!/usr/bin/env bats
 # parallel_etp.bats - expert tensor parallelism (--expert-tensor-parallel-size
-# equal to --tensor-model-parallel-size): each TP rank holds 1 / tp of every
-# expert's fc1 rows (SwiGLU's gate and up alike) and fc2 columns, and of the
-# shared experts', routes the TP group's tokens alike (gathered first with
-# sequence parallelism), dispatches over EP with its own tp coordinate, and
+# equal to --tensor-model-parallel-size; smaller: parallel_etp_sub.bats):
+# each TP rank holds 1 / tp of every expert's fc1 rows (SwiGLU's gate and
+# up alike) and fc2 columns, and of the shared experts', routes the TP
+# group's tokens alike (gathered first with sequence parallelism),
+# dispatches over EP with its own tp coordinate, and
 # the partial outputs are summed over TP. 20 iterations under mpirun give
 # the single process's losses and load-balancing losses within 1e-6
 # relative and its final weights within 1e-6 (mpi_common.bash's
