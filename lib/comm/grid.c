@@ -16,7 +16,11 @@ void mc_grid_single(mc_grid *g)
     g->tp_rank = g->cp_rank = g->dp_rank = g->pp_rank = g->ep_rank = 0;
     g->local_rank = 0;
     g->impl = NULL;
+    g->etp = 0; /* read as tp (etp_of): a copy given a larger tp keeps ETP = TP */
 }
+
+/* The expert tensor-parallel size (0, an unset grid's, reads as tp). */
+static int etp_of(const mc_grid *g) { return g->etp > 0 && g->tp % g->etp == 0 ? g->etp : g->tp; }
 
 const char *mc_group_name(mc_group_kind k)
 {
@@ -33,6 +37,8 @@ const char *mc_group_name(mc_group_kind k)
     case MC_GROUP_EP: return "expert-parallel group";
     case MC_GROUP_EDP: return "expert-data-parallel group";
     case MC_GROUP_MP_EP: return "model-and-expert-parallel group";
+    case MC_GROUP_ETP: return "expert-tensor-parallel group";
+    case MC_GROUP_ETP_REP: return "expert-tensor-parallel replica group";
     default: return "unknown group";
     }
 }
@@ -59,6 +65,8 @@ int mc_grid_group_size(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_EP: return g->ep;
     case MC_GROUP_EDP: return g->dp / g->ep * g->cp;
     case MC_GROUP_MP_EP: return g->tp * g->ep * g->pp;
+    case MC_GROUP_ETP: return etp_of(g);
+    case MC_GROUP_ETP_REP: return g->tp / etp_of(g);
     default: return 0;
     }
 }
@@ -79,6 +87,8 @@ int mc_grid_group_rank(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_EP: return g->ep_rank;
     case MC_GROUP_EDP: return g->dp_rank / g->ep * g->cp + g->cp_rank;
     case MC_GROUP_MP_EP: return g->tp_rank + g->tp * (g->ep_rank + g->ep * g->pp_rank);
+    case MC_GROUP_ETP: return g->tp_rank % etp_of(g);
+    case MC_GROUP_ETP_REP: return g->tp_rank / etp_of(g);
     default: return -1;
     }
 }
@@ -108,6 +118,8 @@ int mc_grid_group_world_rank(const mc_grid *g, mc_group_kind k, int r)
         tp = r % g->tp, r /= g->tp;
         dp = r % g->ep + g->ep * (dp / g->ep), pp = r / g->ep;
         break;
+    case MC_GROUP_ETP: tp = tp / etp_of(g) * etp_of(g) + r; break;
+    case MC_GROUP_ETP_REP: tp = r * etp_of(g) + tp % etp_of(g); break;
     default: return -1;
     }
     return world_rank_of(g, tp, cp, dp, pp);

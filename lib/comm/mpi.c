@@ -57,6 +57,9 @@ static int color_of(const mc_grid *g, mc_group_kind k)
     case MC_GROUP_EP: return tp + TP * (cp + CP * (edp + EDP * pp));
     case MC_GROUP_EDP: return tp + TP * (ep + EP * pp); /* dp / ep x cp */
     case MC_GROUP_MP_EP: return cp + CP * edp;
+    case MC_GROUP_ETP: /* etp consecutive ranks of the TP group */
+        return tp / g->etp + TP / g->etp * (cp + CP * (dp + DP * pp));
+    case MC_GROUP_ETP_REP: return tp % g->etp + g->etp * (cp + CP * (dp + DP * pp));
     default: return MPI_UNDEFINED;
     }
 }
@@ -70,9 +73,9 @@ static void free_comm(mc_comm *cm)
     free(cm);
 }
 
-static mc_status split_groups(mc_grid *g, mc_comm *cm, mc_error *err)
+static mc_status split_groups(mc_grid *g, mc_comm *cm, int k0, int k1, mc_error *err)
 {
-    for (int k = 0; k < MC_GROUP_COUNT; k++) {
+    for (int k = k0; k < k1; k++) {
         int rc = MPI_Comm_split(MPI_COMM_WORLD, color_of(g, k), g->rank, &cm->comm[k]);
         if (rc != MPI_SUCCESS) return mc_comm_mpi_error(err, rc, "split", k);
         if (cm->comm[k] == MPI_COMM_NULL) continue;
@@ -145,6 +148,7 @@ mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int 
     g->dp_rank = r % g->dp, r /= g->dp;
     g->pp_rank = r;
     g->ep_rank = g->dp_rank % ep;
+    g->etp = tp; /* the experts' TP group is the TP group until mc_grid_set_etp */
 
     /* Ranks sharing this node's memory: the local rank under any launcher. */
     MPI_Comm node;
@@ -152,9 +156,28 @@ mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int 
     MPI_Comm_rank(node, &g->local_rank);
     MPI_Comm_free(&node);
 
-    mc_status st = split_groups(g, cm, err);
+    mc_status st = split_groups(g, cm, 0, MC_GROUP_COUNT, err);
     if (!st && g->world > 1) st = mc_watchdog_start(&cm->wd, g->rank, 10.0, err);
     return st;
+}
+
+mc_status mc_grid_set_etp(mc_grid *g, int etp, mc_error *err)
+{
+    if (etp < 1 || g->tp % etp)
+        return mc_error_set(err, MC_ERR_USAGE,
+                            "grid: expert tensor-parallel size %d does not divide the "
+                            "tensor-parallel size %d",
+                            etp, g->tp);
+    mc_comm *cm = g->impl;
+    if (!cm) { /* the single grid: tp = etp = 1 */
+        g->etp = etp;
+        return MC_OK;
+    }
+    if (etp == g->etp) return MC_OK;
+    for (int k = MC_GROUP_ETP; k <= MC_GROUP_ETP_REP; k++)
+        if (cm->comm[k] != MPI_COMM_NULL) MPI_Comm_free(&cm->comm[k]);
+    g->etp = etp;
+    return split_groups(g, cm, MC_GROUP_ETP, MC_GROUP_ETP_REP + 1, err);
 }
 
 mc_status mc_grid_set_timeout(mc_grid *g, double minutes, const char *prog, mc_error *err)

@@ -56,8 +56,9 @@ const char *mc_coll_name(mc_coll_kind c)
 
 const char *mc_group_short_name(mc_group_kind k)
 {
-    static const char *names[MC_GROUP_COUNT] = {"world", "tp",   "pp",       "dp", "cp",  "dp-cp",
-                                                "mp",    "embd", "pos-embd", "ep", "edp", "mp-ep"};
+    static const char *names[MC_GROUP_COUNT] = {"world", "tp",    "pp",   "dp",       "cp",
+                                                "dp-cp", "mp",    "embd", "pos-embd", "ep",
+                                                "edp",   "mp-ep", "etp",  "etp-rep"};
     return k >= 0 && k < MC_GROUP_COUNT ? names[k] : "?";
 }
 

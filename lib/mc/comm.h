@@ -55,6 +55,10 @@ typedef enum mc_group_kind {
     MC_GROUP_EDP,      /* expert data parallel: the replicas of this rank's experts
                         * (dp / ep x cp: the context-parallel ranks too) */
     MC_GROUP_MP_EP,    /* tp x ep x pp: the plain optimizer's gradient statistics */
+    MC_GROUP_ETP,      /* expert tensor parallel: etp consecutive ranks of a TP group, which
+                        * split the experts (the TP group itself unless mc_grid_set_etp) */
+    MC_GROUP_ETP_REP,  /* the TP group's ranks with this rank's rank in MC_GROUP_ETP: the
+                        * tp / etp replicas of its expert slices */
     MC_GROUP_COUNT
 } mc_group_kind;
 
@@ -65,6 +69,8 @@ typedef struct mc_grid {
     int local_rank; /* rank within the node */
     void *impl;     /* the transport's state (NULL: one process) */
     int ep_rank;    /* dp_rank % ep (the expert-data-parallel rank is dp_rank / ep) */
+    int etp;        /* expert tensor-parallel size, a divisor of tp (mc_grid_set_etp; tp by
+                     * default; 0, the single grid's, read as tp) */
 } mc_grid;
 
 /* The grid of one process: every size 1. */
@@ -109,6 +115,11 @@ mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int 
  * MC_ERR_USAGE, exit 2). */
 mc_status mc_grid_init_tp_group(int *argc, char ***argv, mc_status st, int64_t tp, int64_t ep,
                                 const char *tool, mc_grid *g, int *grid_error, mc_error *err);
+/* Expert tensor parallelism of size etp (a divisor of tp): the ETP groups
+ * become etp consecutive ranks of each TP group and MC_GROUP_ETP_REP their
+ * tp / etp replicas. Collective over the world (communicators split again);
+ * on the single grid etp must be 1. */
+mc_status mc_grid_set_etp(mc_grid *g, int etp, mc_error *err);
 /* Frees the communicators, stops the watchdog and finalizes MPI (when
  * mc_grid_init_mpi initialized it). Collective: every rank calls it. No-op
  * for mc_grid_single. The collectives' staging memory is freed here

@@ -306,6 +306,12 @@ typedef struct mc_param {
      * tensor parallelism each expert's fc1 is also split by rows (chunks,
      * above) and its fc2 by columns, split_dim saying which. */
     int expert;
+    /* 1 where the same slice lives on a lower tensor-parallel rank: an
+     * expert slice under expert tensor parallelism smaller than TP (the
+     * ETP group's tp / etp replicas, MC_GROUP_ETP_REP); left out of the
+     * gradient norm and of checkpoint writes, as split_dim -1 is on TP
+     * ranks other than 0 */
+    int replica;
 } mc_param;
 
 typedef struct mc_model mc_model;

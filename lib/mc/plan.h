@@ -57,13 +57,19 @@ typedef struct mc_plan_stage {
     int64_t numel_expert;
     double ep_bytes, ep_wire, edp_bytes, edp_wire;
     int64_t ep_calls, edp_calls;
+    /* Expert tensor parallelism smaller than TP: the experts' sums,
+     * gathers and scatters over the ETP group (moe.c), and with sequence
+     * parallelism the experts' gradients summed over its replicas. */
+    double etp_bytes, etp_wire, etprep_bytes, etprep_wire;
+    int64_t etp_calls, etprep_calls;
 } mc_plan_stage;
 
 typedef struct mc_plan {
     int world, tp, pp, cp, dp;
     int ep;            /* expert parallelism: divides dp */
     int moe_allgather; /* the allgather dispatcher */
-    int etp;           /* --expert-tensor-parallel-size: 1, or tp (the experts split over TP) */
+    int etp;           /* --expert-tensor-parallel-size: 1, or a divisor of tp (the experts
+                        * split over ETP groups of etp TP ranks) */
     int cp_comm_type;  /* MC_CP_P2P or MC_CP_A2A */
     int sequence_parallel, distributed_optimizer;
     int64_t micro_batch, global_batch, num_micro;

@@ -445,15 +445,15 @@ mc_status mc_model_config_finish(mc_model_config *c, int tp, mc_error *err)
         int etp = c->moe_expert_tensor_parallel;
         if (c->num_experts <= 0)
             return BAD("--expert-tensor-parallel-size %d needs --num-experts", etp);
-        if (etp != tp)
-            return BAD("--expert-tensor-parallel-size %d: only 1 or the tensor-parallel size (%d) "
-                       "is supported",
+        if (tp % etp)
+            return BAD("--expert-tensor-parallel-size %d must divide "
+                       "--tensor-model-parallel-size (%d)",
                        etp, tp);
-        if (c->moe_ffn_hidden_size % tp)
+        if (c->moe_ffn_hidden_size % etp)
             return BAD("--moe-ffn-hidden-size (%d) must be a multiple of "
                        "--expert-tensor-parallel-size (%d)",
                        c->moe_ffn_hidden_size, etp);
-        if (c->moe_shared_expert_intermediate_size % tp)
+        if (c->moe_shared_expert_intermediate_size % etp)
             return BAD("--moe-shared-expert-intermediate-size (%d) must be a multiple of "
                        "--expert-tensor-parallel-size (%d)",
                        c->moe_shared_expert_intermediate_size, etp);

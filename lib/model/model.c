@@ -363,7 +363,15 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     m->chunk_rows = m->N < LM_CHUNK_ROWS ? m->N : LM_CHUNK_ROWS;
     /* config_finish checked seq_length % tp when sequence_parallel */
     m->sp = k->sequence_parallel && g->tp > 1;
-    m->etp = k->moe_expert_tensor_parallel > 1 && g->tp > 1; /* config_finish: it is tp */
+    m->etp = k->moe_expert_tensor_parallel > 1 && g->tp > 1; /* config_finish: it divides tp */
+    m->etpn = m->etp ? k->moe_expert_tensor_parallel : 1;
+    if (m->etp && mc_grid_group_size(&m->grid, MC_GROUP_ETP) != m->etpn) {
+        st = mc_error_set(err, MC_ERR_USAGE,
+                          "model: --expert-tensor-parallel-size %d but the grid's expert "
+                          "tensor-parallel groups have %d ranks (mc_grid_set_etp)",
+                          m->etpn, mc_grid_group_size(&m->grid, MC_GROUP_ETP));
+        goto fail;
+    }
     m->Tl = m->sp ? m->T / tp : m->T;
     m->Nl = (size_t)micro_batch * m->Tl;
     if (g->cp > 1 && (st = mc_model_cp_new(m, k->cp_comm_type, err))) goto fail;

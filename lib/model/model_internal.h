@@ -144,6 +144,8 @@ struct mc_model {
     size_t chunk_rows; /* LM-head rows per chunk */
     int sp;            /* sequence parallelism on (and tp > 1) */
     int etp;           /* expert tensor parallelism (the experts split over TP, tp > 1) */
+    int etpn;          /* its size (a divisor of tp; 1 without); etpn < tp: the TP group is
+                        * tp / etpn ETP groups of etpn consecutive ranks (MC_GROUP_ETP) */
     size_t Tl, Nl;     /* positions and rows per rank in the sequence-parallel regions */
 
     /* activations and scratch (model.c), all carved from one block */

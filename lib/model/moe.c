@@ -36,14 +36,70 @@ static size_t tokens_routed(const mc_model *m) { return m->N * (size_t)m->grid.c
  * losses see the micro-batch's tokens in one process's order. */
 static int seq_split(const mc_model *m) { return m->sp || m->cpa; }
 
-/* Expert tensor parallelism (m->etp): every TP rank holds 1 / tp of each
+/* Expert tensor parallelism (m->etp, of size m->etpn; ETP = TP here, ETP
+ * < TP below): every TP rank holds 1 / tp of each
  * expert's fc1 rows (SwiGLU's gate and up alike) and of its fc1 bias (its
  * row [gate slice | up slice], params.c), and of fc2's columns, and of
  * the shared experts', as the dense MLP does; the TP group's ranks run
  * the same tokens (with sequence parallelism gathered first) through their
  * slices, and the partial outputs are summed over TP. Without it the
  * experts are replicated and each TP rank runs its own rows. */
-static size_t etp_div(const mc_model *m) { return m->etp ? (size_t)m->grid.tp : 1; }
+static size_t etp_div(const mc_model *m) { return m->etp ? (size_t)m->etpn : 1; }
+
+/* ETP smaller than TP (m->etpn < tp): each TP group is tp / etpn ETP groups
+ * of etpn consecutive ranks (MC_GROUP_ETP), each splitting every expert
+ * the way ETP = TP splits it over the whole group, and replicas of each
+ * other for the experts (MC_GROUP_ETP_REP: the ranks with the same rank in
+ * their ETP group). With sequence parallelism an ETP group runs its
+ * members' rows (its gathers and reduce-scatters are the TP-wide ones of
+ * ETP = TP over the smaller group) and the experts' gradients, each from
+ * its group's tokens, are summed over the replicas; without it every ETP
+ * group runs every token, as ETP = 1 does on every TP rank. */
+static int etp_sub(const mc_model *m) { return m->etp && m->etpn < m->grid.tp; }
+
+/* The group the experts' slices' partial sums are summed over. */
+static mc_group_kind etp_group(const mc_model *m)
+{
+    return etp_sub(m) ? MC_GROUP_ETP : MC_GROUP_TP;
+}
+
+/* ETP: the experts' input, the rows of the rank's ETP group ([B, etpn Tl]
+ * in position order, in m->gath) from its own [B Tl] rows with sequence
+ * parallelism; without it the rows as they are. */
+static mc_status etp_gather(mc_model *m, const float *local, const float **full, mc_error *err)
+{
+    if (!etp_sub(m) || !m->sp) return mc_model_tp_gather(m, local, full, err);
+    size_t B = (size_t)m->B, C = m->C, Tl = m->Tl, Te = Tl * (size_t)m->etpn, n = m->Nl * C;
+    *full = m->gath;
+    if (B == 1) return mc_allgather(&m->grid, MC_GROUP_ETP, m->be, local, m->gath, n, err);
+    TRY(mc_allgather(&m->grid, MC_GROUP_ETP, m->be, local, m->sp_buf, n, err));
+    /* member u's sequence b, [u][b][Tl][C], goes to rows b Te + u Tl */
+    for (int u = 0; u < m->etpn; u++)
+        for (size_t b = 0; b < B; b++)
+            mc_bcopy(m->be, m->gath + (b * Te + (size_t)u * Tl) * C,
+                     m->sp_buf + ((size_t)u * B + b) * Tl * C, Tl * C * sizeof(float));
+    return MC_OK;
+}
+
+/* ETP: the slices' partial [rows, C] summed over the ETP group (full is
+ * overwritten): an all-reduce in place (*out = full), or with sequence
+ * parallelism a reduce-scatter to the rank's [Nl, C] in local. */
+static mc_status etp_reduce(mc_model *m, float *full, float *local, float **out, mc_error *err)
+{
+    if (!etp_sub(m)) return mc_model_tp_reduce(m, full, local, out, err);
+    if (!m->sp) {
+        *out = full;
+        return mc_allreduce_sum(&m->grid, MC_GROUP_ETP, m->be, full, m->N * m->C, err);
+    }
+    size_t B = (size_t)m->B, C = m->C, Tl = m->Tl, Te = Tl * (size_t)m->etpn, n = m->Nl * C;
+    *out = local;
+    if (B == 1) return mc_reduce_scatter_sum(&m->grid, MC_GROUP_ETP, m->be, full, local, n, err);
+    for (int u = 0; u < m->etpn; u++)
+        for (size_t b = 0; b < B; b++)
+            mc_bcopy(m->be, m->sp_buf + ((size_t)u * B + b) * Tl * C,
+                     full + (b * Te + (size_t)u * Tl) * C, Tl * C * sizeof(float));
+    return mc_reduce_scatter_sum(&m->grid, MC_GROUP_ETP, m->be, m->sp_buf, local, n, err);
+}
 
 /* An expert's hidden width on this rank. */
 static size_t ffn_local(const mc_model *m)
@@ -62,13 +118,14 @@ static size_t shared_local(const mc_model *m)
     return (size_t)m->cfg.moe_shared_expert_intermediate_size / etp_div(m);
 }
 
-/* The tokens the experts run on this rank: its own rows (its sequence-
- * parallel share), or under ETP the TP group's (all of m->N). */
-static size_t expert_tokens(const mc_model *m) { return m->sp && !m->etp ? m->Nl : m->N; }
+/* The tokens the experts run on this rank: with sequence parallelism its
+ * own rows, or under ETP its ETP group's (all of m->N when ETP = TP);
+ * without it all of m->N. */
+static size_t expert_tokens(const mc_model *m) { return m->sp ? m->Nl * etp_div(m) : m->N; }
 
 /* The experts' tokens are a part of the router's (Nt): their choices and
  * probabilities are copied out (seq_xlocal), their gradients put back. */
-static int own_rows(const mc_model *m) { return seq_split(m) && (!m->etp || m->cpa); }
+static int own_rows(const mc_model *m) { return expert_tokens(m) < tokens_routed(m); }
 
 /* Megatron's get_capacity over the micro-batch's N K choices: ceil(N K / E
  * x factor); 0 without a capacity factor or when it exceeds N (nothing can
@@ -299,12 +356,15 @@ static mc_status seq_gather(mc_model *m, float *full, const float *local, size_t
 }
 
 /* Copy this rank's rows [B Tl, w] out of full [B Tg, w] (4-byte
- * elements; back: into it); group: its TP group's rows [B T, w] instead
- * (the experts' tokens under ETP). */
+ * elements; back: into it); group: its ETP group's rows [B etpn Tl, w]
+ * instead (the experts' tokens under ETP; its TP group's [B T] when ETP =
+ * TP). */
 static void seq_copy(mc_model *m, void *local, void *full, size_t w, int back, int group)
 {
-    size_t B = (size_t)m->B, T = m->T, Tl = group ? m->T : m->Tl, Tg = T * (size_t)m->grid.cp;
-    size_t c = T / 2, r0 = m->sp && !group ? (size_t)m->grid.tp_rank * Tl : 0;
+    size_t span = group ? etp_div(m) : 1; /* the TP ranks whose rows */
+    size_t B = (size_t)m->B, T = m->T, Tl = m->sp ? m->Tl * span : m->T;
+    size_t Tg = T * (size_t)m->grid.cp;
+    size_t c = T / 2, r0 = m->sp ? (size_t)m->grid.tp_rank / span * Tl : 0;
     for (size_t b = 0; b < B; b++)
         for (size_t t = r0; t < r0 + Tl;) {
             /* a run of rows of one chunk */
@@ -341,35 +401,48 @@ static void seq_xunlocal(mc_model *m, void *full, const void *local, size_t w)
 }
 
 /* The block of the buffer from layer l's router to its last MoE
- * parameter (*g0, *gn elements). */
-static void moe_grad_span(const mc_model *m, const mc_layer_params *lp, size_t *g0, size_t *gn)
+ * parameter (*g0, *gn elements), summed over TP with sequence parallelism;
+ * experts: the block of its experts' and shared experts' parameters
+ * instead, summed over the ETP replicas (etp_sub; empty otherwise). */
+static void moe_grad_span_of(const mc_model *m, const mc_layer_params *lp, int experts, size_t *g0,
+                             size_t *gn)
 {
     int ids[] = {lp->router_w, lp->router_b, lp->expert_bias, lp->efc1_w, lp->efc1_b,
                  lp->efc2_w,   lp->efc2_b,   lp->sfc1_w,      lp->sfc2_w};
-    /* under ETP only the router's: the experts' slices see every token */
-    size_t n = m->etp ? 3 : sizeof ids / sizeof ids[0];
+    /* under ETP only the router's: the experts' slices see every token of
+     * their ETP group */
+    size_t i0 = experts ? 3 : 0, n = m->etp ? 3 : sizeof ids / sizeof ids[0];
+    if (experts) n = etp_sub(m) ? sizeof ids / sizeof ids[0] : 3;
     size_t lo = SIZE_MAX, hi = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = i0; i < n; i++) {
         if (ids[i] < 0) continue;
         const mc_param *p = &m->params[ids[i]];
         if (p->offset < lo) lo = p->offset;
         if (p->offset + p->numel > hi) hi = p->offset + p->numel;
     }
-    *g0 = lo;
+    *g0 = hi > lo ? lo : 0;
     *gn = hi > lo ? hi - lo : 0;
 }
 
-/* The largest such block over the model's MoE layers. */
+static void moe_grad_span(const mc_model *m, const mc_layer_params *lp, size_t *g0, size_t *gn)
+{
+    moe_grad_span_of(m, lp, 0, g0, gn);
+}
+
+/* The largest such blocks over the model's MoE layers, both together (the
+ * experts' block after the router's in m->moe_gsp). */
 static size_t moe_grad_span_max(const mc_model *m)
 {
-    size_t mx = 0;
+    size_t mx = 0, mx2 = 0;
     for (int l = 0; l < m->cfg.num_layers; l++) {
         if (!m->lp[l].moe || m->lp[l].router_w < 0) continue;
         size_t g0, gn;
-        moe_grad_span(m, &m->lp[l], &g0, &gn);
+        moe_grad_span_of(m, &m->lp[l], 0, &g0, &gn);
         if (gn > mx) mx = gn;
+        moe_grad_span_of(m, &m->lp[l], 1, &g0, &gn);
+        if (gn > mx2) mx2 = gn;
     }
-    return mx;
+    return mx + mx2;
 }
 
 /* The activation of the experts (SwiGLU or GELU) on n rows of width F. */
@@ -414,7 +487,7 @@ mc_status mc_moe_recompute(mc_model *m, mc_slot *sl, int l, const float *h, int 
     }
     if (shared && lp->sfc1_w >= 0) {
         const float *hx = h;
-        if (m->etp) TRY(mc_model_tp_gather(m, h, &hx, err)); /* the TP group's tokens */
+        if (m->etp) TRY(etp_gather(m, h, &hx, err)); /* the ETP group's tokens */
         shared_fc1_act(m, lp, A, hx, expert_tokens(m));
     }
     return MC_OK;
@@ -462,9 +535,11 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
      * sequence parallelism, m->gath), their output partial sums (yf), the
      * fc2 bias added by TP rank 0 alone */
     const float *hx = h;
-    if (m->etp) TRY(mc_model_tp_gather(m, h, &hx, err));
+    if (m->etp) TRY(etp_gather(m, h, &hx, err));
     float *yf = m->etp && m->sp ? m->moe_dyp : y;
-    const float *b2 = m->etp && m->grid.tp_rank ? NULL : param_val(m, lp->efc2_b);
+    const float *b2 = m->etp && m->grid.tp_rank % m->etpn
+                          ? NULL
+                          : param_val(m, lp->efc2_b); /* once a group */
 
     /* the router, in fp32 (Megatron's --moe-router-dtype fp32); with
      * sequence or context parallelism each rank's rows, gathered */
@@ -555,9 +630,9 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         mc_k_linear_fwd(be, m->prec, yf, A->sact, param_val(m, lp->sfc2_w), NULL, NULL, N, S, C,
                         1.0f);
     }
-    if (m->etp) { /* the slices' partial outputs summed over TP (scattered with SP) */
+    if (m->etp) { /* the slices' partial outputs summed over ETP (scattered with SP) */
         float *out;
-        TRY(mc_model_tp_reduce(m, yf, y, &out, err));
+        TRY(etp_reduce(m, yf, y, &out, err));
     }
 
     /* Megatron computes the balancing losses in training only */
@@ -608,20 +683,24 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
      * under ETP the router's alone) into scratch, summed over the tensor-
      * parallel ranks (each saw its own rows), then added (the grad macro
      * below picks the pointer) */
-    size_t g0 = 0, gn = 0;
+    size_t g0 = 0, gn = 0, x0 = 0, xn = 0;
     if (m->sp) {
         moe_grad_span(m, lp, &g0, &gn);
-        mc_k_fill(be, m->moe_gsp, 0.0f, gn);
+        /* ETP < TP: the experts' block after it, summed over the replicas */
+        moe_grad_span_of(m, lp, 1, &x0, &xn);
+        mc_k_fill(be, m->moe_gsp, 0.0f, gn + xn);
     }
-#define GRAD(i)                                                            \
-    ((i) < 0 ? NULL                                                        \
-     : m->sp && m->params[i].offset >= g0 && m->params[i].offset < g0 + gn \
-         ? m->moe_gsp + (m->params[i].offset - g0)                         \
+#define GRAD(i)                                                                  \
+    ((i) < 0 ? NULL                                                              \
+     : m->sp && m->params[i].offset >= g0 && m->params[i].offset < g0 + gn       \
+         ? m->moe_gsp + (m->params[i].offset - g0)                               \
+     : m->sp && xn && m->params[i].offset >= x0 && m->params[i].offset < x0 + xn \
+         ? m->moe_gsp + gn + (m->params[i].offset - x0)                          \
          : param_grad(m, i))
     /* ETP: the output's gradient of the TP group's tokens (gathered with
      * sequence parallelism); the slices' d h are partial sums */
     const float *dyx = dy;
-    if (m->etp) TRY(mc_model_tp_gather(m, dy, &dyx, err));
+    if (m->etp) TRY(etp_gather(m, dy, &dyx, err));
     for (size_t e = 0; e < E; e++) R += (size_t)A->rows[e];
     mc_moe_route r = route_of(c);
 
@@ -688,7 +767,7 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
                         param_val(m, lp->sfc2_w), NULL, N, S, C);
         act_bwd(m, m->moe_dsfc1, m->moe_dsact, A->sfc1, N, S);
         const float *hx = h; /* (m->gath: d y's gather is read no more) */
-        if (m->etp) TRY(mc_model_tp_gather(m, h, &hx, err));
+        if (m->etp) TRY(etp_gather(m, h, &hx, err));
         mc_k_linear_bwd(be, m->prec, m->dln, GRAD(lp->sfc1_w), NULL, m->moe_dsfc1, hx,
                         param_val(m, lp->sfc1_w), NULL, N, C, S * (c->swiglu ? 2 : 1));
     }
@@ -697,8 +776,8 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
          * d h: the slices' sums (this rank's rows with sequence
          * parallelism), to which the router's part is added below */
         float *out;
-        TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->moe_dprobs, N * K, err));
-        TRY(mc_model_tp_reduce(m, m->dln, m->loc, &out, err));
+        TRY(mc_allreduce_sum(&m->grid, etp_group(m), be, m->moe_dprobs, N * K, err));
+        TRY(etp_reduce(m, m->dln, m->loc, &out, err));
         if (out != m->dln) mc_bcopy(be, m->dln, out, Nr * C * sizeof(float));
     }
 
@@ -734,6 +813,10 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
     if (m->sp) {
         TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->moe_gsp, gn, err));
         mc_k_acc(be, m->g + g0, m->moe_gsp, gn);
+        if (xn) {
+            TRY(mc_allreduce_sum(&m->grid, MC_GROUP_ETP_REP, be, m->moe_gsp + gn, xn, err));
+            mc_k_acc(be, m->g + x0, m->moe_gsp + gn, xn);
+        }
     }
 #undef GRAD
     return MC_OK;
@@ -756,8 +839,12 @@ mc_status mc_model_moe_update_expert_bias(mc_model *m, int keep_counts, mc_error
     /* every data-parallel rank's tokens (tensor-parallel ranks saw the same
      * ones: the experts are replicated) */
     /* with sequence parallelism each tensor-parallel rank counted its rows
-     * (under ETP every rank counted the TP group's) */
-    mc_status st = m->sp && !m->etp
+     * (under ETP = TP every rank counted the TP group's; under ETP < TP
+     * every member of an ETP group its group's, and its rank 0 alone adds
+     * them to the TP sum) */
+    if (m->sp && etp_sub(m) && m->grid.tp_rank % m->etpn)
+        memset(m->moe_tpe, 0, L * E * sizeof *m->moe_tpe);
+    mc_status st = m->sp && (!m->etp || etp_sub(m))
                        ? mc_allreduce_sum_f64(&m->grid, MC_GROUP_TP, m->moe_tpe, L * E, err)
                        : MC_OK;
     /* and each context-parallel rank its chunks' rows */

@@ -22,6 +22,7 @@ typedef struct reg {
     int shared;      /* the last stage's copy of the tied embeddings: local only */
     int expert;      /* a MoE layer's experts: split by experts over expert parallelism */
     int64_t experts; /* their number E (the expert tensors' rows are E blocks) */
+    int etpn;        /* >0: split over the ETP group of that size, not over TP */
 } reg;
 
 static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int split_dim,
@@ -57,6 +58,12 @@ static int add(reg *r, mc_error *err, int ndim, int64_t rows, int64_t cols, int 
     vsnprintf(p->name, sizeof p->name, fmt, ap);
     va_end(ap);
     int tp = m->grid.tp, rank = m->grid.tp_rank;
+    if (r->etpn && split_dim >= 0) {
+        /* expert tensor parallelism: split over the rank's ETP group, the
+         * same slice on its tp / etp replicas (the lowest writes it) */
+        tp = r->etpn, rank = m->grid.tp_rank % r->etpn;
+        p->replica = m->grid.tp_rank / r->etpn > 0;
+    }
     p->ndim = ndim;
     p->rows = rows;
     p->cols = cols;
@@ -151,7 +158,8 @@ static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int 
      * each expert's [gate F | up F] alike), fc2 row-parallel, as the dense
      * MLP; fc2's bias replicated (added by TP rank 0) */
     int etp = c->moe_expert_tensor_parallel > 1, col = etp ? 0 : -1, row = etp ? 1 : -1;
-    int chunks = etp && c->swiglu ? 2 : 1; /* whole rows when replicated */
+    int chunks = etp && c->swiglu ? 2 : 1;             /* whole rows when replicated */
+    r->etpn = etp ? c->moe_expert_tensor_parallel : 0; /* split over the ETP group */
     r->expert = 1;
     r->experts = E;
     ADDM(2, E * fc1, C, col, chunks, 0, std, 0, "%s.mlp.experts.experts.linear_fc1.weight", pre);
@@ -176,6 +184,7 @@ static int moe_layer(reg *r, const mc_model_config *c, mc_layer_params *lp, int 
         ADDM(2, C, S, row, 1, 0, out_std, 0, "%s.mlp.shared_experts.linear_fc2.weight", pre);
         lp->sfc2_w = idx;
     }
+    r->etpn = 0;
 #undef ADDM
     return 0;
 }

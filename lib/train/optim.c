@@ -143,9 +143,10 @@ mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config
          * stage's copy of tied embeddings not at all (param_is_not_shared). */
         /* Under expert parallelism the dense parameters are the same on
          * every EP rank and the experts differ: EP rank 0 counts the
-         * dense ones (mc_optim_step sums over tp x ep x pp). */
+         * dense ones (mc_optim_step sums over tp x ep x pp). An expert
+         * slice's replicas (ETP < TP, p->replica) leave it to the first. */
         mc_optim_span s = {p->offset, p->numel, !p->no_weight_decay,
-                           !p->shared && (p->split_dim >= 0 || tp_rank == 0) &&
+                           !p->shared && (p->split_dim >= 0 || tp_rank == 0) && !p->replica &&
                                (p->expert || ep_rank == 0)};
         mc_optim_span *last = o->nspans ? &o->spans[o->nspans - 1] : NULL;
         if (last && last->offset + last->n == s.offset && last->decay == s.decay &&

@@ -51,7 +51,7 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int ep, int r
             /* params.c's moe_layer: replicated over tensor parallelism, or
              * under expert tensor parallelism the experts' fc1 rows, fc2
              * columns and the shared experts split over it (et) */
-            int64_t et = c->moe_expert_tensor_parallel > 1 ? tp : 1;
+            int64_t et = c->moe_expert_tensor_parallel > 1 ? c->moe_expert_tensor_parallel : 1;
             int64_t E = c->num_experts, Fm = c->moe_ffn_hidden_size / et;
             int64_t f1 = c->swiglu ? 2 * Fm : Fm;
             param(s, C);
@@ -86,29 +86,31 @@ static void stage_params(const mc_model_config *c, int tp, int pp, int ep, int r
 
 /* moe.c's moe_grad_span: one MoE layer's parameters from the router's
  * weight to the end of the last (each padded in the buffer but the last);
- * under expert tensor parallelism the router's alone. */
-static int64_t moe_span(const mc_model_config *c, int ep)
+ * under expert tensor parallelism the router's alone, and with ETP < TP
+ * (et < tp) the experts' block too (summed over the ETP replicas). */
+static int64_t moe_span(const mc_model_config *c, int ep, int tp)
 {
-    if (c->moe_expert_tensor_parallel > 1) {
-        int64_t E = c->num_experts, C = c->hidden_size, n = E * C;
-        if (c->add_bias_linear) n = padded(n) + E;
-        if (c->moe_router_enable_expert_bias) n = padded(n) + E;
-        return n;
-    }
-    int64_t C = c->hidden_size, E = c->num_experts, Fm = c->moe_ffn_hidden_size, El = E / ep;
-    int64_t f1 = c->swiglu ? 2 * Fm : Fm, S = c->moe_shared_expert_intermediate_size;
+    int64_t C = c->hidden_size, E = c->num_experts, El = E / ep;
+    int64_t et = c->moe_expert_tensor_parallel > 1 ? c->moe_expert_tensor_parallel : 1;
+    int64_t Fm = c->moe_ffn_hidden_size / et, f1 = c->swiglu ? 2 * Fm : Fm;
+    int64_t S = c->moe_shared_expert_intermediate_size / et;
     int bias = c->add_bias_linear;
-    int64_t sizes[9], n = 0, total = 0;
+    int64_t sizes[9], n = 0, total = 0, r = 0;
     sizes[n++] = E * C;
     if (bias) sizes[n++] = E;
     if (c->moe_router_enable_expert_bias) sizes[n++] = E;
+    if (et > 1) { /* the router's block, then (et < tp) the experts' */
+        for (int64_t i = 0; i < n; i++) r += i + 1 < n ? padded(sizes[i]) : sizes[i];
+        if (et == tp) return r;
+        n = 0;
+    }
     sizes[n++] = El * f1 * C;
     if (bias) sizes[n++] = El * f1;
     sizes[n++] = El * C * Fm;
     if (bias) sizes[n++] = El * C;
     if (S) sizes[n++] = (c->swiglu ? 2 : 1) * S * C, sizes[n++] = C * S;
     for (int64_t i = 0; i < n; i++) total += i + 1 < n ? padded(sizes[i]) : sizes[i];
-    return total;
+    return r + total;
 }
 
 typedef struct act_dims {
@@ -280,7 +282,7 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int c
         }
         /* expert tensor parallelism: the experts' and shared experts'
          * hidden widths split over TP */
-        double et = c->moe_expert_tensor_parallel > 1 ? tp : 1;
+        double et = c->moe_expert_tensor_parallel > 1 ? c->moe_expert_tensor_parallel : 1;
         double Fm = c->moe_ffn_hidden_size / et, f1 = c->swiglu ? 2 * Fm : Fm;
         double S = c->moe_shared_expert_intermediate_size / et, s1 = c->swiglu ? 2 * S : S;
         /* the experts' side: every EP rank's rows at most (moe.c's Rx) */
@@ -293,7 +295,7 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int c
                       carved(Rx * f1) + carved(E) + (S ? carved(N * S) + carved(N * s1) : 0) +
                       (ep > 1 ? carved(Rx * C) : 0) + (G ? 2 * carved(G) : 0) +
                       (split ? carved((N + Nt) * E) : 0) +
-                      (sp ? carved((double)moe_span(c, ep)) : 0);
+                      (sp ? carved((double)moe_span(c, ep, tp)) : 0);
     }
     double layers, ws;
     layers_acts(c, &d, first_layer, nl, &layers, &ws);
@@ -475,7 +477,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
                             "(--num-layers-per-virtual-pipeline-stage) yet");
     out->world = world, out->tp = tp, out->pp = pp, out->cp = cp, out->dp = dp, out->ep = ep;
     out->moe_allgather = ep > 1 && c.moe_token_dispatcher_allgather;
-    out->etp = c.moe_expert_tensor_parallel > 1 ? tp : 1;
+    out->etp = c.moe_expert_tensor_parallel > 1 ? c.moe_expert_tensor_parallel : 1;
     out->cp_comm_type = c.cp_comm_type;
     out->sequence_parallel = c.sequence_parallel && tp > 1;
     out->distributed_optimizer = distributed_optimizer;
@@ -546,12 +548,31 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
              * [N, K] and d h summed (with SP: the output gradient and, for
              * the shared experts, the input gathered again, d h
              * reduce-scattered); a replay of the block its forward's */
-            int etp = c.moe_expert_tensor_parallel > 1;
+            int etp = c.moe_expert_tensor_parallel > 1, et = etp ? c.moe_expert_tensor_parallel : 1;
             double S = c.moe_shared_expert_intermediate_size > 0, dpk = N * c.moe_router_topk * 4;
             int nmoe = 0;
             for (int l = s->first_layer; l < s->last_layer; l++)
                 nmoe += mc_model_layer_is_moe(&c, l);
-            if (etp) {
+            if (etp && et < tp) {
+                /* ETP < TP: the same over the ETP group, whose rows with SP
+                 * are et / tp of the TP group's (Xe); the experts' gradient
+                 * block (after the router's) summed over the replicas */
+                double f = sp ? (double)et / tp : 1, Xe = X * f, ea = nmoe, eab = nmoe * dpk * f;
+                double eg = 0, egb = 0;
+                if (!sp) {
+                    ea += 2.0 * nmoe + rp.moe, eab += (2.0 * nmoe + rp.moe) * X;
+                } else {
+                    eg = (4.0 + S) * nmoe + 2.0 * rp.moe + S * rp.shared, egb = eg * Xe;
+                    double xb = (double)(moe_span(&c, ep, tp) - moe_span(&c, ep, et)) * 4;
+                    int r = tp / et;
+                    s->etprep_calls = (int64_t)(M * nmoe);
+                    s->etprep_bytes = M * nmoe * xb;
+                    s->etprep_wire = M * nmoe * xb * 2.0 * (r - 1) / r;
+                }
+                s->etp_calls = (int64_t)(M * (ea + eg));
+                s->etp_bytes = M * (eab + egb);
+                s->etp_wire = M * (2.0 * (et - 1) / et * eab + (double)(et - 1) / et * egb);
+            } else if (etp) {
                 a_calls += nmoe, a_bytes += nmoe * dpk;
                 if (!sp) {
                     a_calls += 2.0 * nmoe + rp.moe, a_bytes += (2.0 * nmoe + rp.moe) * X;
@@ -570,7 +591,7 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
                  * it gathers the router's logits and sums its gradients */
                 g_calls += 10.0 * nl - 5.0 * nmoe, g_bytes += (10.0 * nl - 5.0 * nmoe) * X;
                 g_calls += nmoe, g_bytes += nmoe * N * c.num_experts * 4;
-                a_calls += nmoe, a_bytes += nmoe * (double)moe_span(&c, ep) * 4;
+                a_calls += nmoe, a_bytes += nmoe * (double)moe_span(&c, ep, etp ? et : tp) * 4;
                 /* norm weight gradients: one all-reduce per norm, two per layer */
                 a_calls += 2.0 * nl, a_bytes += nl * (ln ? 4 : 2) * C * 4;
                 if (first) g_calls += 2, g_bytes += 2 * X; /* RS fwd, AG bwd */
@@ -629,8 +650,10 @@ mc_status mc_plan_compute_grid(const mc_model_config *cfg, int world, int tp, in
             for (int l = s->first_layer; l < s->last_layer; l++)
                 nmoe += mc_model_layer_is_moe(&c, l);
             double calls, bytes, wire, fcalls, fbytes, fwire;
-            /* the tokens this rank dispatches: its rows, or under ETP its TP group's */
-            double Ne = c.moe_expert_tensor_parallel > 1 ? N : Nl;
+            /* the tokens this rank dispatches: its rows, or under ETP its ETP
+             * group's (with SP et of the TP group's tp rows) */
+            double et = c.moe_expert_tensor_parallel > 1 ? c.moe_expert_tensor_parallel : 1;
+            double Ne = sp ? Nl * et : N;
             ep_figures(&c, ep, N * cp, Ne, &calls, &bytes, &wire, &fcalls, &fbytes, &fwire);
             s->ep_calls = (int64_t)(M * (nmoe * calls + rp.moe * fcalls));
             s->ep_bytes = M * (nmoe * bytes + rp.moe * fbytes);
@@ -754,6 +777,18 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
              s->pp_wire, (long long)s->pp_calls);
         line(print, ctx, "    embedding group: %.0f / %.0f bytes, %lld calls", s->embd_bytes,
              s->embd_wire, (long long)s->embd_calls);
+        if (p->etp > 1 && p->etp < p->tp) {
+            line(print, ctx,
+                 "    expert-tensor-parallel group: %.0f / %.0f bytes, %lld calls (the experts' "
+                 "partial sums%s)",
+                 s->etp_bytes, s->etp_wire, (long long)s->etp_calls,
+                 p->sequence_parallel ? ", gathers and reduce-scatters" : "");
+            line(print, ctx,
+                 "    expert-tensor-parallel replica group: %.0f / %.0f bytes, %lld calls (%s)",
+                 s->etprep_bytes, s->etprep_wire, (long long)s->etprep_calls,
+                 p->sequence_parallel ? "all-reduce of the experts' gradients"
+                                      : "none: every replica ran every token");
+        }
         if (p->ep > 1) {
             line(print, ctx, "    expert-parallel group: %.0f / %.0f bytes, %lld calls (%s)",
                  s->ep_bytes, s->ep_wire, (long long)s->ep_calls,

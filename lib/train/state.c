@@ -92,13 +92,15 @@ static size_t max_param_numel(mc_model *m)
  * ranks give it, but copying replicas to the host would be wasted work):
  * data- and context-parallel replicas leave it to their rank 0, and a
  * parameter replicated over tensor parallelism (split_dim -1: norms,
- * row-parallel biases) to tensor-parallel rank 0. The members of one
+ * row-parallel biases) to tensor-parallel rank 0, and an expert slice
+ * under expert tensor parallelism smaller than TP (p->replica) to the
+ * first ETP group of the TP group. The members of one
  * data-parallel group share tp and pp ranks, so they make the same choice
  * for every parameter: the distributed optimizer's moment gather, which is
  * collective over that group, sees the same calls on each. */
 static int writes_param(const mc_grid *g, const mc_param *p)
 {
-    return !(p->split_dim < 0 && g->tp_rank != 0);
+    return !(p->split_dim < 0 && g->tp_rank != 0) && !p->replica;
 }
 
 /* This rank's parameters and (with o) moments, block by block, to fn:

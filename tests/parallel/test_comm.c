@@ -70,7 +70,7 @@ static int members(const mc_grid *g, mc_group_kind k, int me, int *out)
     coords m = coords_of(g, me);
     if (k == MC_GROUP_EMBD && m.pp != 0 && m.pp != g->pp - 1) return 0;
     if (k == MC_GROUP_POS_EMBD && m.pp != 0) return 0;
-    int n = 0;
+    int n = 0, et = g->etp > 0 ? g->etp : g->tp;
     for (int q = 0; q < g->world; q++) {
         coords c = coords_of(g, q);
         int same_tp = c.tp == m.tp, same_cp = c.cp == m.cp, same_dp = c.dp == m.dp,
@@ -92,6 +92,10 @@ static int members(const mc_grid *g, mc_group_kind k, int me, int *out)
         case MC_GROUP_EP: in = same_tp && same_cp && same_edp && same_pp; break;
         case MC_GROUP_EDP: in = same_tp && same_ep && same_pp; break; /* dp / ep x cp */
         case MC_GROUP_MP_EP: in = same_cp && same_edp; break;
+        /* etp consecutive ranks of the TP group, and those with the same
+         * rank among them */
+        case MC_GROUP_ETP: in = same_cp && same_dp && same_pp && c.tp / et == m.tp / et; break;
+        case MC_GROUP_ETP_REP: in = same_cp && same_dp && same_pp && c.tp % et == m.tp % et; break;
         default: in = 0;
         }
         if (in) out[n++] = q;
@@ -410,6 +414,22 @@ static int run_grid(int argc, char **argv, int tp, int pp, int ep, int cp)
     mc_comm_set_piece_floats(0);
     check_p2p(&c, 33);
     mc_error e;
+    /* expert tensor parallelism: every divisor of tp (the ETP groups split
+     * again, collective), and one that is not refused */
+    for (int et = 1; et <= c.g.tp; et++) {
+        if (c.g.tp % et) {
+            CHECK(&c,
+                  mc_grid_set_etp(&c.g, et, &e) == MC_ERR_USAGE && strstr(e.msg, "does not divide"),
+                  "etp %d of tp %d: %s", et, c.g.tp, e.msg);
+            continue;
+        }
+        OK(&c, mc_grid_set_etp(&c.g, et, E));
+        check_groups(&c);
+        for (int k = MC_GROUP_ETP; k <= MC_GROUP_ETP_REP; k++) {
+            check_collectives(&c, k, 37, 90 + k);
+            check_collectives(&c, k, 3, 95 + k);
+        }
+    }
     float v = 0;
     if (c.g.pp > 2 && !mc_grid_in_group(&c.g, MC_GROUP_EMBD))
         CHECK(&c,

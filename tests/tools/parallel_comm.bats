@@ -103,7 +103,7 @@ count_errors() { grep -c "^test_comm: error:" <<<"$output" || true; }
     refute_output --partial FAILED
 }
 
-@test "grid TP=4 on 4 ranks; DP=3 on 3 ranks (odd)" {
+@test "grid TP=4 on 4 ranks (its expert tensor-parallel groups and replicas at ETP 1, 2, 4; 3 refused); DP=3 on 3 ranks (odd)" {
     mpi 4 grid 4 1
     assert_success
     assert_output --partial "checks on 4 ranks"

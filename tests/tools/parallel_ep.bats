@@ -173,10 +173,10 @@ ep_equivalent() {
     assert_failure 2
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
     [[ "$stderr" == *"--num-experts 3 is not divisible by --expert-model-parallel-size 2"* ]]
-    # (ETP other than 1 or TP: parallel_etp.bats)
+    # (ETP not dividing TP: parallel_etp.bats, parallel_etp_sub.bats)
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-tensor-parallel-size 2
     assert_failure 2
-    [[ "$stderr" == *"--expert-tensor-parallel-size 2: only 1 (the experts replicated over tensor parallelism) or the tensor-parallel size 1 is supported"* ]]
+    [[ "$stderr" == *"--expert-tensor-parallel-size 2 must divide --tensor-model-parallel-size 1"* ]]
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --moe-token-dispatcher-type flex
     assert_failure 2
     [[ "$stderr" == *"--moe-token-dispatcher-type"*"flex"* ]]

@@ -1,9 +1,10 @@
 #!/usr/bin/env bats
 # parallel_etp.bats - expert tensor parallelism (--expert-tensor-parallel-size
-# equal to --tensor-model-parallel-size): each TP rank holds 1 / tp of every
-# expert's fc1 rows (SwiGLU's gate and up alike) and fc2 columns, and of the
-# shared experts', routes the TP group's tokens alike (gathered first with
-# sequence parallelism), dispatches over EP with its own tp coordinate, and
+# equal to --tensor-model-parallel-size; smaller: parallel_etp_sub.bats):
+# each TP rank holds 1 / tp of every expert's fc1 rows (SwiGLU's gate and
+# up alike) and fc2 columns, and of the shared experts', routes the TP
+# group's tokens alike (gathered first with sequence parallelism),
+# dispatches over EP with its own tp coordinate, and
 # the partial outputs are summed over TP. 20 iterations under mpirun give
 # the single process's losses and load-balancing losses within 1e-6
 # relative and its final weights within 1e-6 (mpi_common.bash's
@@ -253,16 +254,16 @@ print(sum(m[k].size for k in m))' one/iter_0000002/model.h5
     awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * b) }'
 }
 
-@test "bad expert tensor parallelism, one line before any work (exit 2): neither 1 nor TP, no experts, F not divisible" {
+@test "bad expert tensor parallelism, one line before any work (exit 2): not dividing TP, no experts, F not divisible" {
     run --separate-stderr "$MC_TRAIN" "${moe[@]}" --expert-tensor-parallel-size 2
     assert_failure 2
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
-    [[ "$stderr" == *"--expert-tensor-parallel-size 2: only 1 (the experts replicated over tensor parallelism) or the tensor-parallel size 1 is supported"* ]]
+    [[ "$stderr" == *"--expert-tensor-parallel-size 2 must divide --tensor-model-parallel-size 1"* ]]
     run --separate-stderr mpi 4 "${moe[@]}" --tensor-model-parallel-size 2 \
         --expert-tensor-parallel-size 4
     assert_failure 2
     [ "$(printf '%s\n' "$stderr" | grep -c 'error')" -eq 1 ]
-    [[ "$stderr" == *"--expert-tensor-parallel-size 4: only 1 (the experts replicated over tensor parallelism) or the tensor-parallel size 2 is supported"* ]]
+    [[ "$stderr" == *"--expert-tensor-parallel-size 4 must divide --tensor-model-parallel-size 2"* ]]
     run --separate-stderr "$MC_TRAIN" --model tiny-llama --mock-data --vocab-size 64 \
         --train-iters 2 --lr 1e-3 "${etp[@]}" --dry-run --world-size 2
     assert_failure 2

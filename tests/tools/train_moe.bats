@@ -214,7 +214,7 @@ print(sum(v.size for v in f["model"].values()))' ck/iter_0000000/model.h5)
     bad --num-experts 6 --expert-model-parallel-size 4
     [[ "$stderr" == *"--num-experts 6 is not divisible by --expert-model-parallel-size 4"* ]]
     bad --num-experts 4 --expert-tensor-parallel-size 2
-    [[ "$stderr" == *"--expert-tensor-parallel-size 2: only 1 (the experts replicated over tensor parallelism) or the tensor-parallel size 1 is supported"* ]]
+    [[ "$stderr" == *"--expert-tensor-parallel-size 2 must divide --tensor-model-parallel-size 1"* ]]
     bad --moe-router-topk 2
     [[ "$stderr" == *"the --moe-* options need --num-experts"* ]]
     bad --num-experts 4 --moe-router-enable-expert-bias

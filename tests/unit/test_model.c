@@ -373,8 +373,10 @@ static void test_init(void)
  * weights hold a quarter of the global elements on each rank. swiglu: SwiGLU
  * experts with biases, whose fc1 bias [E, gate F | up F] is split by
  * columns in two chunks (drawn like a weight here, so that its slices
- * differ: it starts at zero in training). */
-static void test_etp_slices(const char *preset, int shared, int swiglu)
+ * differ: it starts at zero in training). sub: ETP = 2 under TP = 4 instead
+ * (no EP): TP ranks k and k + 2 hold the same slices, the second marked
+ * a replica, and each expert tensor holds a half. */
+static void test_etp_slices(const char *preset, int shared, int swiglu, int sub)
 {
     mc_model_config c;
     mc_error err = {0};
@@ -382,15 +384,19 @@ static void test_etp_slices(const char *preset, int shared, int swiglu)
     mc_grid_single(&one);
     mc_model *ref = NULL;
     uint64_t seed = 1234;
-    int same = 1, sizes = 1, nexp = 0, nbias = 0;
+    int same = 1, sizes = 1, nexp = 0, nbias = 0, replicas = 1, nrep = 0;
     for (int k = -1; k < 4; k++) {
         mc_grid g = one;
-        if (k >= 0) /* tp rank k % 2, ep rank k / 2 */
+        if (k >= 0 && !sub) /* tp rank k % 2, ep rank k / 2 */
             g.world = 4, g.tp = 2, g.dp = 2, g.ep = 2, g.tp_rank = k % 2, g.dp_rank = k / 2,
             g.ep_rank = k / 2, g.rank = k;
+        if (k >= 0 && sub) /* tp rank k: ETP group k / 2, rank k % 2 in it */
+            g.world = 4, g.tp = 4, g.etp = 2, g.tp_rank = k, g.rank = k;
         if (mc_model_preset(preset, &c, &err)) break;
+        if (sub && c.num_query_groups % 4) /* TP = 4 */
+            c.num_attention_heads = 8, c.num_query_groups = 4, c.kv_channels = 8;
         c.seq_length = c.max_position_embeddings = 8;
-        c.vocab_size = 60, c.make_vocab_size_divisible_by = 32;
+        c.vocab_size = 60, c.make_vocab_size_divisible_by = sub ? 16 : 32; /* 64 rows */
         c.num_experts = 4, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 32;
         c.moe_shared_expert_intermediate_size = shared;
         c.moe_expert_tensor_parallel = k >= 0 ? 2 : 0;
@@ -408,8 +414,9 @@ static void test_etp_slices(const char *preset, int shared, int swiglu)
             /* the split: rank t holds columns [t F/2, (t+1) F/2) of gate and of up */
             if (k >= 0)
                 sizes &= p->split_dim == 1 && p->col_chunks == 2 && p->chunk_cols == 32 &&
-                         p->local_cols == 32 && p->col0 == 16 * (k % 2) && p->local_rows == 2 &&
-                         p->row0 == 2 * (k / 2) && p->row_chunks == 1;
+                         p->local_cols == 32 && p->col0 == 16 * (k % 2) &&
+                         p->local_rows == (sub ? 4 : 2) && p->row0 == (sub ? 0 : 2 * (k / 2)) &&
+                         p->row_chunks == 1;
             nbias++;
         }
         mc_model_init_weights(m, seed);
@@ -431,21 +438,28 @@ static void test_etp_slices(const char *preset, int shared, int swiglu)
                         if (memcmp(&x, &y, sizeof x)) same = 0;
                     }
             if (strstr(p->name, "experts.experts.linear_fc") && strstr(p->name, "weight")) {
-                sizes &= p->numel * 4 == q->numel;
+                sizes &= p->numel * (sub ? 2 : 4) == q->numel;
                 nexp++;
             }
             if (strstr(p->name, "shared_experts.")) sizes &= p->numel * 2 == q->numel;
+            /* the replicas: the second ETP group's split expert tensors */
+            int split_expert = strstr(p->name, "experts.") && p->split_dim >= 0;
+            replicas &= p->replica == (sub && split_expert && k >= 2);
+            nrep += p->replica;
         }
         free(full);
         free(loc);
         mc_model_free(m);
     }
     mc_model_free(ref);
-    TAP_OK(same && sizes && nexp == 4 * 4 && nbias == (swiglu ? 2 * 5 : 0),
-           "%s MoE%s%s on ETP = TP = 2 x EP = 2: each rank's slices of the experts (fc1 rows per "
-           "expert, gate and up, fc2 columns%s) equal one process's bit for bit, a quarter of them",
+    TAP_OK(same && sizes && replicas && (nrep > 0) == sub && nexp == 4 * 4 &&
+               nbias == (swiglu ? 2 * 5 : 0),
+           "%s MoE%s%s on %s: each rank's slices of the experts (fc1 rows per "
+           "expert, gate and up, fc2 columns%s) equal one process's bit for bit, %s of them%s",
            preset, shared ? " with a shared expert" : "", swiglu ? " (SwiGLU, biases)" : "",
-           swiglu ? ", fc1 bias columns of gate and up" : "");
+           sub ? "TP = 4 x ETP = 2" : "ETP = TP = 2 x EP = 2",
+           swiglu ? ", fc1 bias columns of gate and up" : "", sub ? "a half" : "a quarter",
+           sub ? ", TP ranks 2 and 3 replicas of 0 and 1" : "");
 }
 
 /* ---------------------------------------------------------------- gradients */
@@ -938,9 +952,11 @@ int main(void)
     test_golden("tiny-gpt");
     test_golden("tiny-llama");
     test_qk_layernorm();
-    test_etp_slices("tiny-llama", 64, 0);
-    test_etp_slices("tiny-gpt", 0, 0);
-    test_etp_slices("tiny-gpt", 0, 1);
+    test_etp_slices("tiny-llama", 64, 0, 0);
+    test_etp_slices("tiny-gpt", 0, 0, 0);
+    test_etp_slices("tiny-gpt", 0, 1, 0);
+    test_etp_slices("tiny-llama", 64, 0, 1);
+    test_etp_slices("tiny-gpt", 0, 1, 1);
     mc_backend_free(be);
     return tap_done();
 }

@@ -490,8 +490,9 @@ static const mc_option options[] = {
     {"expert-model-parallel-size", MC_OPT_REQUIRED, OPT_EP, "N",
      "Expert parallelism: N ranks split each MoE layer's experts (1)."},
     {"expert-tensor-parallel-size", MC_OPT_REQUIRED, OPT_ETP, "N",
-     "Tensor parallelism inside the experts: 1 (replicated over TP, the default) or the "
-     "--tensor-model-parallel-size (split like the dense MLP)."},
+     "Tensor parallelism inside the experts: a divisor of --tensor-model-parallel-size; 1 "
+     "(replicated over TP, the default), TP (split like the dense MLP), or between (split over "
+     "groups of N consecutive TP ranks, replicated over the TP / N groups)."},
     {"moe-token-dispatcher-type", MC_OPT_REQUIRED, OPT_MOE_DISPATCHER, "TYPE",
      "alltoall (default) or allgather: how tokens reach their experts' ranks."},
     {NULL, 0, 0, NULL, NULL},
@@ -532,7 +533,7 @@ typedef struct args {
     unsigned set;
     uint32_t moe_set;         /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
     int64_t ep;               /* --expert-model-parallel-size */
-    int64_t etp;              /* --expert-tensor-parallel-size (1 or tp) */
+    int64_t etp;              /* --expert-tensor-parallel-size (a divisor of tp) */
     int dispatcher_allgather; /* --moe-token-dispatcher-type allgather */
     int gqa;
     int have_tokenizer;
@@ -1307,11 +1308,10 @@ static mc_status check_ep(const args *a, const mc_model_config *c, mc_error *err
     const char *why = cuda_blocker(a, c);
     if (why && a->device && !strcmp(a->device, "cuda"))
         return mc_error_set(err, MC_ERR_USAGE, "--device cuda: %s; use --device cpu", why);
-    if (a->etp > 1 && a->etp != a->tp)
+    if (a->etp > 1 && a->tp % a->etp)
         return mc_error_set(err, MC_ERR_USAGE,
                             "--expert-tensor-parallel-size %" PRId64
-                            ": only 1 (the experts replicated over tensor parallelism) or the "
-                            "tensor-parallel size %" PRId64 " is supported",
+                            " must divide --tensor-model-parallel-size %" PRId64,
                             a->etp, a->tp);
     if (a->etp > 1 && c->num_experts <= 0)
         return mc_error_set(err, MC_ERR_USAGE,
@@ -1443,6 +1443,8 @@ int main(int argc, char **argv)
             }
     }
     if (st) goto fail;
+    /* the experts' tensor-parallel groups (every rank, collective) */
+    if (a.etp > 1 && (st = mc_grid_set_etp(&grid, (int)a.etp, &err))) goto fail;
     if (a.dist_timeout > 0 && (st = mc_grid_set_timeout(&grid, a.dist_timeout, PROG, &err)))
         goto fail;
     /* Every rank must run the same configuration: the canonical JSON of the
