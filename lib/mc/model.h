@@ -114,6 +114,17 @@ typedef struct mc_model_config {
      * is (doc/ARCHITECTURE.md, "The MoE layer", expert tensor parallelism).
      * A run's choice, not stored in checkpoints (they hold global tensors). */
     int moe_expert_tensor_parallel;
+    /* FP8 (Megatron's --fp8-format; doc/ARCHITECTURE.md "FP8"): 0 off, 1
+     * e4m3 (every operand E4M3), 2 hybrid (E5M2 output gradients), for the
+     * transformer layers' four dense linears, delayed scaling: a scale per
+     * operand from the amax history of the steps before (--fp8-amax-
+     * history-len, 1; --fp8-amax-compute-algo max (1) or most_recent (0,
+     * the default); --fp8-margin, 0). Emulated exactly on the CPU backend.
+     * A run's choice, not stored in checkpoints. */
+    int fp8;
+    int fp8_amax_history_len;
+    int fp8_amax_compute_max;
+    int fp8_margin;
     /* --moe-layer-freq: an integer k (layer l is MoE when l % k == 0; 1:
      * every layer), or a list, expanded here to one '0'/'1' per layer
      * (empty: the integer rule). */
@@ -651,6 +662,11 @@ void mc_model_moe_layer_losses(mc_model *m, double *load_balancing, double *z);
  * and kept (mc_model_moe_tokens_per_expert) when keep_counts is set
  * (--moe-per-layer-logging); otherwise they restart with no collective. */
 mc_status mc_model_moe_update_expert_bias(mc_model *m, int keep_counts, mc_error *err);
+/* FP8 (cfg.fp8): after a training step, the largest |value| each FP8
+ * operand had during it (over every rank of the stage) joins its amax
+ * history and sets the operand's scale for the next step; no-op without
+ * FP8. Collective over the stage's TP, CP and DP groups. */
+mc_status mc_model_fp8_update(mc_model *m, mc_error *err);
 /* Host [num_layers, E]: the tokens each expert of each MoE layer received
  * (after dropping; with padding its capacity) in the training forwards
  * counted by the last mc_model_moe_update_expert_bias with keep_counts

@@ -395,6 +395,7 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
     if ((st = mc_model_check_recompute(&m->cfg, g->pp, err)) || (st = plan_recompute(m, err)))
         goto fail;
     if (alloc_acts(m, 1, err)) goto nomem;
+    if ((st = mc_model_fp8_new(m, err))) goto fail;
     *out = m;
     return MC_OK;
 nomem:
@@ -411,6 +412,7 @@ void mc_model_free(mc_model *m)
     if (!m) return;
     mc_model_kd_free(m);
     mc_model_cp_free(m);
+    mc_model_fp8_free(m);
     if (m->act_block) mc_bfree(m->be, m->act_block);
     if (m->p) mc_bfree(m->be, m->p);
     if (m->g) mc_bfree(m->be, m->g);
@@ -441,6 +443,9 @@ void mc_model_free(mc_model *m)
 const mc_model_config *mc_model_get_config(const mc_model *m) { return &m->cfg; }
 
 /* (re)make parameter i's prepared form from its fp32 values */
+/* the global index of a layer's parameters */
+static int lp_layer(const mc_model *m, const mc_layer_params *lp) { return (int)(lp - m->lp); }
+
 static void round_weight(mc_model *m, int i)
 {
     if (i >= 0 && m->pw)
@@ -533,12 +538,11 @@ mc_status mc_model_tp_reduce(mc_model *m, float *full, float *local, float **out
 /* Row-parallel linear: *out = x W^T, summed over the tp group, plus the
  * replicated bias once: [N, C] in m->tmp, or this rank's [Nl, C] chunk
  * of it in m->loc with sequence parallelism. */
-static mc_status row_parallel_fwd(mc_model *m, float **out, const float *x, int w, int b, size_t I,
-                                  mc_error *err)
+static mc_status row_parallel_fwd(mc_model *m, int l, int which, float **out, const float *x, int w,
+                                  int b, size_t I, mc_error *err)
 {
     const float *bias = m->grid.tp_rank == 0 ? param_val(m, b) : NULL;
-    mc_k_linear_fwd(m->be, m->prec, m->tmp, x, param_val(m, w), param_prep(m, w), bias, m->N, I,
-                    m->C, 0.0f);
+    mc_model_lin_fwd(m, l, which, m->tmp, x, w, bias, m->N, I, m->C);
     return mc_model_tp_reduce(m, m->tmp, m->loc, out, err);
 }
 
@@ -607,8 +611,8 @@ static mc_status qkv_fwd(mc_model *m, mc_slot *sl, mc_layer_acts *a, const mc_la
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
     const float *h;
     TRY(mc_model_tp_gather(m, a->ln1, &h, err));
-    mc_k_linear_fwd(m->be, m->prec, m->qkv, h, param_val(m, lp->qkv_w), param_prep(m, lp->qkv_w),
-                    param_val(m, lp->qkv_b), N, C, m->qkv_out, 0.0f);
+    mc_model_lin_fwd(m, lp_layer(m, lp), MC_LIN_QKV, m->qkv, h, lp->qkv_w, param_val(m, lp->qkv_b), N,
+                     C, m->qkv_out);
     if (c->qk_layernorm) {
         mc_k_qkv_split(m->be, a->qp, a->kp, a->v, m->qkv, N, m->Ql, m->Gl, D);
         mc_model_qk_norm(m, a->q, a->qn_mean, a->qn_rstd, a->qp, N * m->Ql, lp->qn_w, lp->qn_b);
@@ -640,7 +644,8 @@ static mc_status core_attn_fwd(mc_model *m, mc_slot *sl, mc_layer_acts *a, mc_er
 static mc_status proj_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp, mc_error *err)
 {
     float *y;
-    TRY(row_parallel_fwd(m, &y, a->att, lp->proj_w, lp->proj_b, m->Ql * m->D, err));
+    TRY(row_parallel_fwd(m, lp_layer(m, lp), MC_LIN_PROJ, &y, a->att, lp->proj_w, lp->proj_b,
+                         m->Ql * m->D, err));
     mc_k_add(m->be, a->res2, a->res, y, m->Nl * m->C);
     return MC_OK;
 }
@@ -661,8 +666,8 @@ static mc_status fc1_act_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_param
     size_t N = m->N;
     const float *h;
     TRY(mc_model_tp_gather(m, a->ln2, &h, err));
-    mc_k_linear_fwd(m->be, m->prec, a->fc1, h, param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w),
-                    param_val(m, lp->fc1_b), N, m->C, m->fc1_out, 0.0f);
+    mc_model_lin_fwd(m, lp_layer(m, lp), MC_LIN_FC1, a->fc1, h, lp->fc1_w, param_val(m, lp->fc1_b),
+                     N, m->C, m->fc1_out);
     act_fwd(m, a);
     return MC_OK;
 }
@@ -672,7 +677,8 @@ static mc_status fc2_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *l
                          mc_error *err)
 {
     float *y;
-    TRY(row_parallel_fwd(m, &y, a->act, lp->fc2_w, lp->fc2_b, m->Fl, err));
+    TRY(row_parallel_fwd(m, lp_layer(m, lp), MC_LIN_FC2, &y, a->act, lp->fc2_w, lp->fc2_b, m->Fl,
+                         err));
     mc_k_add(m->be, out, a->res2, y, m->Nl * m->C);
     return MC_OK;
 }
@@ -784,12 +790,11 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     TRY(mc_model_tp_gather(m, m->dres, &dy, err));
     /* fc2's weight gradient first: it is act's last reader, and act's
      * memory then takes d(act) (the same two products as one call) */
-    mc_k_linear_bwd(be, pr, NULL, param_grad(m, lp->fc2_w), param_grad(m, lp->fc2_b), dy, a->act,
-                    param_val(m, lp->fc2_w), param_prep(m, lp->fc2_w), N, m->Fl, C);
+    mc_model_lin_bwd(m, pr, l, MC_LIN_FC2, NULL, param_grad(m, lp->fc2_w), param_grad(m, lp->fc2_b),
+                     dy, a->act, lp->fc2_w, N, m->Fl, C);
     float *dact = a->act, *dfc1 = a->fc1; /* d(fc1) in fc1's place: elementwise */
     mc_k_fill(be, dact, 0.0f, N * m->Fl);
-    mc_k_linear_bwd(be, pr, dact, NULL, NULL, dy, NULL, param_val(m, lp->fc2_w),
-                    param_prep(m, lp->fc2_w), N, m->Fl, C);
+    mc_model_lin_bwd(m, pr, l, MC_LIN_FC2, dact, NULL, NULL, dy, NULL, lp->fc2_w, N, m->Fl, C);
     if (c->swiglu)
         mc_k_swiglu_bwd_inplace(be, dfc1, dact, N, m->Fl);
     else
@@ -802,8 +807,8 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     }
     TRY(mc_model_tp_gather(m, a->ln2, &x, err));
     mc_k_fill(be, dln, 0.0f, N * C);
-    mc_k_linear_bwd(be, pr, dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b), dfc1, x,
-                    param_val(m, lp->fc1_w), param_prep(m, lp->fc1_w), N, C, m->fc1_out);
+    mc_model_lin_bwd(m, pr, l, MC_LIN_FC1, dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b),
+                     dfc1, x, lp->fc1_w, N, C, m->fc1_out);
     TRY(mc_model_tp_reduce(m, dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, err));
 
@@ -817,8 +822,8 @@ attention:
     }
     TRY(mc_model_tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->datt, 0.0f, N * m->Ql * D);
-    mc_k_linear_bwd(be, pr, m->datt, param_grad(m, lp->proj_w), param_grad(m, lp->proj_b), dy,
-                    a->att, param_val(m, lp->proj_w), param_prep(m, lp->proj_w), N, m->Ql * D, C);
+    mc_model_lin_bwd(m, pr, l, MC_LIN_PROJ, m->datt, param_grad(m, lp->proj_w),
+                     param_grad(m, lp->proj_b), dy, a->att, lp->proj_w, N, m->Ql * D, C);
     mc_k_fill(be, m->dq, 0.0f, N * m->Ql * D);
     mc_k_fill(be, m->dk, 0.0f, N * m->Gl * D);
     mc_k_fill(be, m->dv, 0.0f, N * m->Gl * D);
@@ -851,8 +856,8 @@ attention:
     }
     TRY(mc_model_tp_gather(m, ln1, &x, err));
     mc_k_fill(be, dln, 0.0f, N * C);
-    mc_k_linear_bwd(be, pr, dln, param_grad(m, lp->qkv_w), param_grad(m, lp->qkv_b), dqkv, x,
-                    param_val(m, lp->qkv_w), param_prep(m, lp->qkv_w), N, C, m->qkv_out);
+    mc_model_lin_bwd(m, pr, l, MC_LIN_QKV, dln, param_grad(m, lp->qkv_w), param_grad(m, lp->qkv_b),
+                     dqkv, x, lp->qkv_w, N, C, m->qkv_out);
     TRY(mc_model_tp_reduce(m, dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, err));
     return MC_OK;

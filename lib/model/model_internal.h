@@ -140,6 +140,12 @@ struct mc_model {
 
     /* local sizes */
     size_t N, T, C, D, Ql, Gl, Fl, fc1_out, qkv_out;
+    /* FP8 (fp8.c; cfg.fp8): per local layer 4 linears x 3 operands (x, W,
+     * dy), index (lidx 4 + linear) 3 + operand: scales and this step's
+     * amax (host), the amax histories (len each, newest first); backend
+     * scratch for the quantized operands and the unscaled products. */
+    float *fp8_scale, *fp8_cur, *fp8_hist;
+    float *fp8_qx, *fp8_qw, *fp8_qd, *fp8_tmp;
     int64_t v0, vl;    /* this rank's vocabulary rows */
     size_t chunk_rows; /* LM-head rows per chunk */
     int sp;            /* sequence parallelism on (and tp > 1) */
@@ -260,6 +266,16 @@ mc_status mc_model_final_hidden(mc_model *t, const int32_t *tokens, const float 
 mc_status mc_model_kd_chunk(mc_model *m, size_t r0, size_t R, const int32_t *tgt, int backward,
                             float scale, mc_error *err);
 void mc_model_kd_free(mc_model *m);
+/* fp8.c: the state (model creation, when cfg.fp8), and the transformer
+ * layers' dense linears (which: 0 qkv, 1 proj, 2 fc1, 3 fc2) as
+ * mc_k_linear_fwd/_bwd do them, in FP8 when cfg.fp8 */
+enum { MC_LIN_QKV = 0, MC_LIN_PROJ, MC_LIN_FC1, MC_LIN_FC2 };
+mc_status mc_model_fp8_new(mc_model *m, mc_error *err);
+void mc_model_fp8_free(mc_model *m);
+void mc_model_lin_fwd(mc_model *m, int l, int which, float *out, const float *x, int w,
+                      const float *b, size_t N, size_t I, size_t O);
+void mc_model_lin_bwd(mc_model *m, mc_prec pr, int l, int which, float *dx, float *dW, float *db,
+                      const float *dy, const float *x, int w, size_t N, size_t I, size_t O);
 
 /* Context parallelism (cp_attn.c). mc_model_cp_new checks the sequence
  * length against the grid (MC_ERR_USAGE) and allocates the scratch of

@@ -1033,6 +1033,8 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
         for (size_t l = 0; l < L; l++) r->moe_lb += v[l] / (double)r->moe_layers;
         for (size_t l = 0; l < L; l++) r->moe_z += v[L + l] / (double)r->moe_layers;
     }
+    /* FP8: this step's amaxes into the histories, the next step's scales */
+    if ((st = mc_model_fp8_update(r->model, err))) return st;
     *lm_loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
     *kd_loss = !r->teacher ? NAN : acc[1] > 0 ? acc[2] / acc[1] : NAN;
     *nan = 0;

@@ -197,14 +197,86 @@ class BF16Matmul(torch.autograd.Function):
         return dx, dw
 
 
-def linear(prec, x, w, b=None):
-    y = BF16Matmul.apply(x, w) if prec == "bf16" else x @ w.t()
+# FP8 (mc-train --fp8-format hybrid --fp8-amax-history-len 4
+# --fp8-amax-compute-algo max): Transformer Engine's delayed scaling for
+# the transformer layers' four linears, written from the recipe: each
+# operand (x, W: E4M3; the output gradient: E5M2) scaled by its scale,
+# rounded to the format with saturation (torch's float8 casts, after a
+# clamp), multiplied in fp32 and scaled back by 1 / (s_a s_b); the bias in
+# fp32. amax per operand per step (max over the micro-batches), a history
+# of FP8_HIST steps, scale = fp8 max / max(history) for the next step
+# (kept when that is 0); scales start at 1.
+FP8_ARGS = ["--fp8-format", "hybrid", "--fp8-amax-history-len", "4",
+            "--fp8-amax-compute-algo", "max"]
+FP8_HIST = 4
+FP8_MAX = {False: 448.0, True: 57344.0}
+
+
+class FP8State:
+    def __init__(self):
+        self.scale, self.cur, self.hist = {}, {}, {}
+
+    def use(self, key, t):
+        a = float(t.detach().abs().max())
+        self.cur[key] = max(self.cur.get(key, 0.0), a)
+        return self.scale.get(key, 1.0)
+
+    def update(self):
+        for key, a in self.cur.items():
+            h = self.hist.setdefault(key, [0.0] * FP8_HIST)
+            h.insert(0, a)
+            del h[FP8_HIST:]
+            m = max(h)
+            if m > 0 and math.isfinite(m):
+                self.scale[key] = float(np.float32(FP8_MAX[key[1] == "dy"]) / np.float32(m))
+        self.cur = {}
+
+
+def fp8_round(x, e5m2):
+    m = FP8_MAX[e5m2]
+    return x.clamp(-m, m).to(torch.float8_e5m2 if e5m2 else torch.float8_e4m3fn).float()
+
+
+def inv2(a, b):
+    return float(np.float32(np.float32(1.0) / np.float32(a)) * np.float32(np.float32(1.0) / np.float32(b)))
+
+
+class FP8Matmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, state, name):
+        sx, sw = state.use((name, "x"), x), state.use((name, "w"), w)
+        qx = fp8_round(x * np.float32(sx), False)
+        qw = fp8_round(w * np.float32(sw), False)
+        ctx.save_for_backward(qx, qw)
+        ctx.s, ctx.state, ctx.name = (sx, sw), state, name
+        return (qx @ qw.t()) * inv2(sx, sw)
+
+    @staticmethod
+    def backward(ctx, g):
+        qx, qw = ctx.saved_tensors
+        sx, sw = ctx.s
+        sd = ctx.state.use((ctx.name, "dy"), g)
+        qd = fp8_round(g * np.float32(sd), True)
+        dx = (qd @ qw) * inv2(sd, sw)
+        dw = (qd.reshape(-1, qd.shape[-1]).t() @ qx.reshape(-1, qx.shape[-1])) * inv2(sd, sx)
+        return dx, dw, None, None
+
+
+def linear(prec, x, w, b=None, fp8=None):
+    if prec == "bf16":
+        y = BF16Matmul.apply(x, w)
+    elif prec == "fp8" and fp8 is not None and fp8[1].get(id(w)) is not None:
+        y = FP8Matmul.apply(x, w, fp8[0], fp8[1][id(w)])
+    else:  # fp32, and FP8's output layer
+        y = x @ w.t()
     return y + b if b is not None else y
 
 
-def forward(cfg, P, prec, tokens, targets):
-    """Mean cross-entropy of one micro-batch."""
-    return torch_ref.forward(cfg, P, tokens, targets, lambda x, w, b: linear(prec, x, w, b),
+def forward(cfg, P, prec, tokens, targets, fp8=None):
+    """Mean cross-entropy of one micro-batch (fp8: (FP8State, {id(weight):
+    name}) of the layers' linears)."""
+    return torch_ref.forward(cfg, P, tokens, targets,
+                             lambda x, w, b: linear(prec, x, w, b, fp8),
                              cfg["position_embedding_type"] == "rope",
                              cfg["untie_embeddings_and_output_weights"])
 
@@ -242,15 +314,23 @@ def train(cfg, w, samples, prec, args):
     sched = scheduler(opt, args)  # sets iteration 0's lr and wd in the groups
     clip = float(arg(args, "--clip-grad"))
     nmicro = GBS // MBS
+    fp8 = None
+    if prec == "fp8":
+        names = {id(p): k for k, p in P.items() if k.startswith("decoder.layers.") and
+                 k.endswith((".linear_qkv.weight", ".linear_proj.weight", ".linear_fc1.weight",
+                             ".linear_fc2.weight"))}
+        fp8 = (FP8State(), names)
     steps = []
     for it in range(ITERS):
         opt.zero_grad(set_to_none=False)
         losses = []
         for k in range(nmicro):
             s = torch.tensor(samples[it * GBS + k * MBS: it * GBS + (k + 1) * MBS])
-            loss = forward(cfg, P, prec, s[:, :-1], s[:, 1:])
+            loss = forward(cfg, P, prec, s[:, :-1], s[:, 1:], fp8)
             (loss / nmicro).backward()
             losses.append(float(loss.detach()))
+        if fp8:
+            fp8[0].update()
         lr_used = opt.param_groups[0]["lr"]
         gnorm = math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in P.values()))
         coeff = clip / (gnorm + 1.0e-6)  # Megatron's clip_grad_norm_fp32
@@ -276,6 +356,8 @@ def main():
     build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
     # optional: the models to run (comma-separated names of MODELS; default all)
     only = sys.argv[2].split(",") if len(sys.argv) > 2 else list(MODELS)
+    # optional: the precisions (comma-separated; default each model's own)
+    precs = sys.argv[3].split(",") if len(sys.argv) > 3 else None
     top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     outdir = os.path.join(top, "tests", "data", "train")
     os.makedirs(outdir, exist_ok=True)
@@ -295,12 +377,15 @@ def main():
             args = margs + COMMON
             cfg, w = mc_initial(build, args, tmp)
             init = checksums({k: torch.tensor(v) for k, v in w.items()})
-            for prec in PRECISIONS.get(name, ("fp32", "bf16")):
+            for prec in PRECISIONS.get(name, ("fp32", "bf16", "fp8")):
+                if precs and prec not in precs:
+                    continue
                 print(f"{name} {prec}", file=sys.stderr)
                 steps, final = train(cfg, w, samples, prec, args)
                 out = {
                     "model": name, "precision": prec,
-                    "mc_train_args": args + (["--bf16"] if prec == "bf16" else []),
+                    "mc_train_args": args + (["--bf16"] if prec == "bf16" else
+                                             FP8_ARGS if prec == "fp8" else []),
                     "config": cfg,
                     "samples_first_last": [samples[0].tolist(), samples[-1].tolist()],
                     "steps": steps, "initial": init, "final": final,

@@ -43,7 +43,7 @@ golden_args() {
     "$MC_PYTHON" -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["mc_train_args"]))' "$1"
 }
 
-# Train as the golden did and compare: $1 is gpt or llama, $2 fp32 or bf16.
+# Train as the golden did and compare: $1 is gpt or llama, $2 fp32, bf16 or fp8.
 # Also checks the --train-iters 0 checkpoint against the golden's initial
 # weights (mc's initialization must be what PyTorch started from).
 check_golden() {
@@ -120,6 +120,14 @@ EOF
 
 @test "tiny-llama bf16 matches PyTorch with bf16-rounded GEMM operands" {
     check_golden llama bf16
+}
+
+@test "tiny-gpt --fp8-format hybrid matches PyTorch's FP8 recipe (exact for 3 iterations, then close)" {
+    check_golden gpt fp8
+}
+
+@test "tiny-llama --fp8-format hybrid matches PyTorch's FP8 recipe (exact for 3 iterations, then close)" {
+    check_golden llama fp8
 }
 
 @test "tiny-llama --qk-layernorm fp32 matches PyTorch for 20 iterations (Qwen3's q/k norms)" {

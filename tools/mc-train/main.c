@@ -194,7 +194,11 @@ enum {
     OPT_EP,
     OPT_MOE_PER_LAYER_LOGGING,
     OPT_MOE_DISPATCHER,
-    OPT_ETP
+    OPT_ETP,
+    OPT_FP8_FORMAT,
+    OPT_FP8_HISTORY,
+    OPT_FP8_ALGO,
+    OPT_FP8_MARGIN
 };
 
 static const mc_option options[] = {
@@ -489,6 +493,16 @@ static const mc_option options[] = {
      "Also write each layer's balancing losses to the metrics (moe/<name>_layer_<i>)."},
     {"expert-model-parallel-size", MC_OPT_REQUIRED, OPT_EP, "N",
      "Expert parallelism: N ranks split each MoE layer's experts (1)."},
+    {"fp8-format", MC_OPT_REQUIRED, OPT_FP8_FORMAT, "FMT",
+     "FP8 for the transformer layers' dense linears (Transformer Engine's delayed scaling): "
+     "e4m3 (every operand E4M3) or hybrid (E4M3 forward, E5M2 output gradients); emulated "
+     "exactly on the CPU backend, not available on the GPU yet."},
+    {"fp8-amax-history-len", MC_OPT_REQUIRED, OPT_FP8_HISTORY, "N",
+     "Steps of amax history each FP8 scale is computed from (1)."},
+    {"fp8-amax-compute-algo", MC_OPT_REQUIRED, OPT_FP8_ALGO, "ALGO",
+     "most_recent (the default) or max: which amax of the history sets the scale."},
+    {"fp8-margin", MC_OPT_REQUIRED, OPT_FP8_MARGIN, "N",
+     "Scale FP8 operands down by 2^N below the largest value the format holds (0)."},
     {"expert-tensor-parallel-size", MC_OPT_REQUIRED, OPT_ETP, "N",
      "Tensor parallelism inside the experts: a divisor of --tensor-model-parallel-size; 1 "
      "(replicated over TP, the default), TP (split like the dense MLP), or between (split over "
@@ -534,6 +548,7 @@ typedef struct args {
     uint32_t moe_set;         /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
     int64_t ep;               /* --expert-model-parallel-size */
     int64_t etp;              /* --expert-tensor-parallel-size (a divisor of tp) */
+    int fp8, fp8_history, fp8_max, fp8_margin; /* --fp8-*: 0 off, 1 e4m3, 2 hybrid */
     int dispatcher_allgather; /* --moe-token-dispatcher-type allgather */
     int gqa;
     int have_tokenizer;
@@ -1058,6 +1073,22 @@ static mc_status parse_args(mc_cli *cli, args *a, int *exit_now, mc_error *err)
         case OPT_ETP:
             st = mc_parse_i64("--expert-tensor-parallel-size", arg, 1, 65536, &a->etp, err);
             break;
+        case OPT_FP8_FORMAT: {
+            static const mc_choice fmts[] = {{"e4m3", 1}, {"hybrid", 2}, {NULL, 0}};
+            st = mc_parse_choice("--fp8-format", NULL, arg, fmts, &a->fp8, err);
+            break;
+        }
+        case OPT_FP8_HISTORY:
+            st = mc_parse_int("--fp8-amax-history-len", arg, 1, 65536, &a->fp8_history, err);
+            break;
+        case OPT_FP8_ALGO: {
+            static const mc_choice algos[] = {{"most_recent", 0}, {"max", 1}, {NULL, 0}};
+            st = mc_parse_choice("--fp8-amax-compute-algo", NULL, arg, algos, &a->fp8_max, err);
+            break;
+        }
+        case OPT_FP8_MARGIN:
+            st = mc_parse_int("--fp8-margin", arg, 0, 64, &a->fp8_margin, err);
+            break;
         case OPT_MOE_DISPATCHER:
             st = mc_parse_choice("--moe-token-dispatcher-type", NULL, arg, dispatchers,
                                  &a->dispatcher_allgather, err);
@@ -1195,6 +1226,10 @@ static mc_status model_config(const args *a, mc_model_config *c, mc_error *err)
     const mc_model_config *m = &a->m;
     c->moe_token_dispatcher_allgather = a->dispatcher_allgather;
     c->moe_expert_tensor_parallel = (int)a->etp;
+    c->fp8 = a->fp8;
+    c->fp8_amax_history_len = a->fp8_history > 0 ? a->fp8_history : 1;
+    c->fp8_amax_compute_max = a->fp8_max;
+    c->fp8_margin = a->fp8_margin;
     if (a->set & SET_LAYERS) c->num_layers = m->num_layers;
     if (a->set & SET_HIDDEN) c->hidden_size = m->hidden_size;
     if (a->set & SET_HEADS) c->num_attention_heads = m->num_attention_heads;
@@ -1298,6 +1333,7 @@ static const char *cuda_blocker(const args *a, const mc_model_config *c)
     if (c->num_experts > 0 && a->ep > 1)
         return "--expert-model-parallel-size: the experts' all-to-all runs on the CPU backend only";
     if (a->cp > 1) return "--context-parallel-size: context parallelism runs on the CPU backend only";
+    if (a->fp8) return "--fp8-format: FP8 is emulated on the CPU backend only";
     return NULL;
 }
 
