@@ -394,6 +394,103 @@ static void check_adamw(mc_backend *be)
     free(p), free(g), free(m), free(v), free(dp), free(dm), free(dv);
 }
 
+/* The FP8 grid written out from the format: every finite non-negative
+ * E4M3 (bias 7, 3 mantissa bits, 0x7f reserved for NaN: largest 448) or
+ * E5M2 (bias 15, 2 mantissa bits, exponent 31 for inf/NaN: largest 57344)
+ * value, ascending; returns the count. */
+static int fp8_grid(double *v, int e5m2)
+{
+    int mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7, n = 0;
+    int emax = e5m2 ? 30 : 15;
+    for (int e = 0; e <= emax; e++)
+        for (int m = 0; m < (1 << mb); m++) {
+            if (!e5m2 && e == 15 && m == 7) continue; /* NaN */
+            double f = e ? ldexp(1.0 + m / (double)(1 << mb), e - bias)
+                         : ldexp(m / (double)(1 << mb), 1 - bias);
+            v[n++] = f;
+        }
+    return n;
+}
+
+/* the FP8 value nearest to x (ties to the even code), saturating: a search
+ * of the grid, independent of the kernel's bit arithmetic */
+static double fp8_ref(double x, const double *g, int n)
+{
+    double a = fabs(x);
+    if (a >= g[n - 1]) return copysign(g[n - 1], x);
+    int i = 0;
+    while (g[i + 1] <= a) i++;
+    double lo = g[i], hi = g[i + 1], r;
+    if (a - lo < hi - a)
+        r = lo;
+    else if (a - lo > hi - a)
+        r = hi;
+    else
+        r = i % 2 ? hi : lo; /* the even code: codes ascend with the grid */
+    return copysign(r, x);
+}
+
+static void check_fp8(mc_backend *be)
+{
+    for (int e5m2 = 0; e5m2 < 2; e5m2++) {
+        const char *name = e5m2 ? "E5M2" : "E4M3";
+        double g[256];
+        int n = fp8_grid(g, e5m2);
+        /* every grid value, every midpoint and a point either side of it,
+         * negatives, values past the largest, subnormals and zero */
+        size_t m = 0, cap = (size_t)n * 8 + 16;
+        float *x = malloc(cap * sizeof *x), *q = malloc(cap * sizeof *q);
+        for (int i = 0; i < n; i++) {
+            x[m++] = (float)g[i];
+            x[m++] = (float)-g[i];
+            if (i + 1 < n) {
+                double mid = (g[i] + g[i + 1]) / 2;
+                x[m++] = (float)mid;
+                x[m++] = (float)-mid;
+                x[m++] = nextafterf((float)mid, 0.0f);
+                x[m++] = nextafterf((float)mid, INFINITY);
+            }
+        }
+        x[m++] = (float)(g[n - 1] * 1.03);
+        x[m++] = (float)(-g[n - 1] * 1000);
+        x[m++] = 1e30f;
+        x[m++] = INFINITY;
+        x[m++] = -INFINITY;
+        x[m++] = 1e-30f;
+        x[m++] = (float)(g[1] / 2); /* half the smallest subnormal: a tie to 0 */
+        x[m++] = 0.0f;
+        mc_k_fp8_quantize(be, q, x, m, 1.0f, e5m2);
+        size_t bad = 0;
+        for (size_t i = 0; i < m; i++) {
+            double want = isinf(x[i]) ? copysign(g[n - 1], x[i]) : fp8_ref(x[i], g, n);
+            if ((double)q[i] != want) {
+                if (!bad) TAP_DIAG("%s: %.9g -> %.9g, want %.9g", name, x[i], q[i], want);
+                bad++;
+            }
+        }
+        TAP_OK(bad == 0, "fp8_quantize %s: %zu values (the %d grid values, their midpoints "
+               "and neighbours, saturation, subnormals) = nearest even: %zu differ",
+               name, m, n, bad);
+        /* the scale multiplies first; NaN stays NaN */
+        float y[3] = {1.0f, NAN, -3.0f}, qy[3];
+        mc_k_fp8_quantize(be, qy, y, 3, 0.1f, e5m2);
+        TAP_OK(qy[0] == (float)fp8_ref(0.1f, g, n) && isnan(qy[1]) &&
+                   qy[2] == (float)fp8_ref(-3.0f * 0.1f, g, n),
+               "fp8_quantize %s: x scale rounded; NaN kept", name);
+        free(x);
+        free(q);
+    }
+    float a[5] = {0.5f, -7.0f, 3.0f, 0.0f, -0.0f};
+    TAP_OK(mc_k_amax(be, a, 5) == 7.0f && mc_k_amax(be, a, 0) == 0.0f, "amax: max |x|; 0 of none");
+    a[2] = NAN;
+    TAP_OK(isnan(mc_k_amax(be, a, 5)), "amax: NaN when any element is");
+    float o[6] = {1, 2, 3, 4, 5, 6}, b[3] = {0.5f, 0, -1}, y2[6] = {1, 1, 1, 1, 1, 1};
+    mc_k_fp8_out(be, o, 2, 3, 0.25f, b);
+    TAP_OK(o[0] == 0.75f && o[2] == -0.25f && o[5] == 0.5f, "fp8_out: out s + b[column]");
+    mc_k_axpy(be, y2, o, 6, 2.0f);
+    TAP_OK(y2[0] == 2.5f && y2[5] == 2.0f, "axpy: y += a x");
+}
+
 int main(void)
 {
     mc_backend *be = kt_backend(0);
@@ -404,6 +501,7 @@ int main(void)
     check_fp16_hw(be);
     check_init(be);
     check_adamw(be);
+    check_fp8(be);
     mc_backend_free(be);
     return tap_done();
 }
