@@ -150,3 +150,32 @@ moe_args=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 --seq-
           --eval-iters 0 --mock-data --vocab-size 64 --make-vocab-size-divisible-by 16
           --train-iters 20 --lr-warmup-iters 2 --num-experts 4 --moe-ffn-hidden-size 32
           --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
+
+# etp_equivalent NAME N MODEL ARGS...: equivalent (above), and the
+# load-balancing losses of one process too (the ETP tests).
+etp_equivalent() {
+    local name=$1 model=$3
+    equivalent "$@"
+    [[ "$stderr" == *"| load_balancing_loss: "*"| z_loss: "* ]]
+    local ref="$BATS_FILE_TMPDIR/ref-$model" f
+    for f in "$name" "$ref"; do
+        sed 's/"lm loss": [^,}]*, //; s/"load_balancing_loss"/"lm loss"/' "$f.jsonl" > "$f.lb.jsonl"
+    done
+    same_losses "$name.lb.jsonl" "$ref.lb.jsonl"
+}
+
+# same_bits_after_reload N MODEL GRID: the iteration-10 checkpoints ck (one
+# process) and ck1 (N ranks on GRID), each loaded and saved again at once
+# (--train-iters 10), give the same tensors, weights and moments, bit for
+# bit. MODEL and GRID name arrays of mc-train options.
+same_bits_after_reload() {
+    local n=$1
+    local -n model_=$2 grid_=$3
+    run -0 "$MC_TRAIN" "${model_[@]}" --load ck --train-iters 10 --save back1
+    run -0 h5diff ck/iter_0000010/model.h5 back1/iter_0000010/model.h5 /model /model
+    run -0 h5diff ck/iter_0000010/model.h5 back1/iter_0000010/model.h5 /optimizer /optimizer
+    run --separate-stderr mpi "$n" "${model_[@]}" "${grid_[@]}" --load ck1 --train-iters 10 --save back2
+    assert_success
+    run -0 h5diff ck1/iter_0000010/model.h5 back2/iter_0000010/model.h5 /model /model
+    run -0 h5diff ck1/iter_0000010/model.h5 back2/iter_0000010/model.h5 /optimizer /optimizer
+}

@@ -51,19 +51,6 @@ setup() {
     cd "$BATS_TEST_TMPDIR"
 }
 
-# etp_equivalent NAME N MODEL ARGS...: mpi_common's equivalent, and the
-# load-balancing losses of one process too.
-etp_equivalent() {
-    local name=$1 model=$3
-    equivalent "$@"
-    [[ "$stderr" == *"| load_balancing_loss: "*"| z_loss: "* ]]
-    local ref="$BATS_FILE_TMPDIR/ref-$model" f
-    for f in "$name" "$ref"; do
-        sed 's/"lm loss": [^,}]*, //; s/"load_balancing_loss"/"lm loss"/' "$f.jsonl" > "$f.lb.jsonl"
-    done
-    same_losses "$name.lb.jsonl" "$ref.lb.jsonl"
-}
-
 @test "ETP=TP=2, without and with SP: one process's losses, balancing losses and weights" {
     etp_equivalent etp2 2 moe "${etp[@]}"
     etp_equivalent etp2sp 2 moe "${etp[@]}" --sequence-parallel
@@ -118,13 +105,7 @@ etp_equivalent() {
     same_losses both3.jsonl full.jsonl
     # loaded and saved again at once (--train-iters 10): the same tensors,
     # weights and moments, bit for bit, ETP=TP=2's read at TP=1 and back
-    run -0 "$MC_TRAIN" "${moeswb[@]}" --load ck --train-iters 10 --save back1
-    run -0 h5diff ck/iter_0000010/model.h5 back1/iter_0000010/model.h5 /model /model
-    run -0 h5diff ck/iter_0000010/model.h5 back1/iter_0000010/model.h5 /optimizer /optimizer
-    run --separate-stderr mpi 2 "${moeswb[@]}" "${etp[@]}" --load ck1 --train-iters 10 --save back2
-    assert_success
-    run -0 h5diff ck1/iter_0000010/model.h5 back2/iter_0000010/model.h5 /model /model
-    run -0 h5diff ck1/iter_0000010/model.h5 back2/iter_0000010/model.h5 /optimizer /optimizer
+    same_bits_after_reload 2 moeswb etp
     require_python_module h5py
     same_weights r1/iter_0000020/model.h5 full/iter_0000020/model.h5 same-names
     same_weights r2/iter_0000020/model.h5 full/iter_0000020/model.h5 same-names

@@ -16,6 +16,8 @@
 #include <math.h>
 #include <stdint.h>
 #include "kern/cuda/internal.cuh"
+#else
+#include "kern/cuda/warp.cuh"
 #endif
 
 namespace {
@@ -23,17 +25,6 @@ namespace {
 constexpr unsigned KT = 128; /* threads: 4 warps */
 constexpr unsigned KW = KT / 32;
 constexpr unsigned KMAXD = 128, KDPL = KMAXD / 32;
-
-__device__ __forceinline__ float wmax(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-__device__ __forceinline__ float wsum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 __global__ void k_kv_fwd(float *out, const float *q, const float *kc, const float *vc, size_t pos0,
                          unsigned Q, unsigned G, unsigned D, float scale, const int32_t *seg)
@@ -58,10 +49,10 @@ __global__ void k_kv_fwd(float *out, const float *q, const float *kc, const floa
             for (unsigned d = 0; d < D; d++) acc += qs[d] * kr[d];
             s = acc * scale;
         }
-        const float mn = fmaxf(m, wmax(s)); /* finite: lane 0's key is valid */
+        const float mn = fmaxf(m, mc_warp_max(s)); /* finite: lane 0's key is valid */
         const float p = valid ? expf(s - mn) : 0.0f;
         const float corr = expf(m - mn);
-        l = l * corr + wsum(p);
+        l = l * corr + mc_warp_sum(p);
         m = mn;
         for (unsigned k = 0; k < KDPL; k++) o[k] *= corr;
         const unsigned cnt = t - j0 + 1 < 32 ? (unsigned)(t - j0 + 1) : 32u;

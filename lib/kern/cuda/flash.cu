@@ -487,6 +487,24 @@ template <int D> void launch_bwd(mc_cuda *cu, const fl_args &A)
     default: return 0;              \
     }
 
+/* the arguments both directions share */
+fl_args shape_args(const float *q, const float *k, const float *v, size_t B, size_t T, size_t Q,
+                   size_t G, float scale, const int32_t *seg)
+{
+    fl_args A = {};
+    A.q = q;
+    A.k = k;
+    A.v = v;
+    A.B = (int)B;
+    A.T = (int)T;
+    A.Q = (int)Q;
+    A.G = (int)G;
+    A.hpg = (int)(Q / G);
+    A.scale = scale;
+    A.seg = seg;
+    return A;
+}
+
 /* float2 loads: every tensor 8-byte aligned */
 bool aligned8(const void *p) { return !p || ((uintptr_t)p & 7) == 0; }
 
@@ -504,19 +522,9 @@ int mc_cuda_flash_fwd(mc_cuda *cu, float *out, float *lse, const float *q, const
     if (!mc_cuda_flash_supported(D) || !aligned8(out) || !aligned8(q) || !aligned8(k) ||
         !aligned8(v))
         return 0;
-    fl_args A = {};
+    fl_args A = shape_args(q, k, v, B, T, Q, G, scale, seg);
     A.out = out;
     A.lse = lse;
-    A.q = q;
-    A.k = k;
-    A.v = v;
-    A.B = (int)B;
-    A.T = (int)T;
-    A.Q = (int)Q;
-    A.G = (int)G;
-    A.hpg = (int)(Q / G);
-    A.scale = scale;
-    A.seg = seg;
     FLASH_SWITCH(D, launch_fwd, (cu, A))
     return 1;
 }
@@ -529,23 +537,13 @@ int mc_cuda_flash_bwd(mc_cuda *cu, float *dq, float *dk, float *dv, const float 
     if (!mc_cuda_flash_supported(D) || !aligned8(dq) || !aligned8(dk) || !aligned8(dv) ||
         !aligned8(dout) || !aligned8(q) || !aligned8(k) || !aligned8(v))
         return 0;
-    fl_args A = {};
+    fl_args A = shape_args(q, k, v, B, T, Q, G, scale, seg);
     A.dq = dq;
     A.dk = dk;
     A.dv = dv;
     A.dout = dout;
-    A.q = q;
-    A.k = k;
-    A.v = v;
     A.lse_in = lse;
     A.Dr = Dr;
-    A.B = (int)B;
-    A.T = (int)T;
-    A.Q = (int)Q;
-    A.G = (int)G;
-    A.hpg = (int)(Q / G);
-    A.scale = scale;
-    A.seg = seg;
     FLASH_SWITCH(D, launch_bwd, (cu, A))
     return 1;
 }

@@ -107,16 +107,7 @@ static inline unsigned mc_cu_blocks(size_t n, unsigned threads)
 
 /* ---------------------------------------------------- warp reductions */
 
-__device__ __forceinline__ float mc_warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-__device__ __forceinline__ float mc_warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+#include "kern/cuda/warp.cuh"
 __device__ __forceinline__ double mc_warp_sum_d(double v)
 {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
