@@ -14,7 +14,10 @@
  * operand's history and sets s = (fp8 max / amax) / 2^margin from the
  * history's newest (most_recent) or largest (max) entry; a step with amax
  * 0 or not finite keeps the scale. Scales start at 1. The output layer,
- * the embeddings and the experts stay in the model's precision.
+ * the embeddings and the experts stay in the model's precision. On the GPU
+ * the same kernels (kern/cuda/fp8.cu, the same bits) and an fp32 GEMM on
+ * the quantized values: correct, not yet fast (cuBLASLt's FP8 GEMMs are the
+ * next step).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -32,10 +35,6 @@ mc_status mc_model_fp8_new(mc_model *m, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
     if (!c->fp8) return MC_OK;
-    if (mc_backend_is_device(m->be))
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "--fp8-format: FP8 runs on the CPU backend only (an exact emulation; "
-                            "the GPU's FP8 GEMMs are not written yet)");
     size_t n = (size_t)nops(m), len = (size_t)(c->fp8_amax_history_len > 0 ? c->fp8_amax_history_len : 1);
     m->fp8_scale = malloc((n + 1) * sizeof(float));
     m->fp8_cur = calloc(n + 1, sizeof(float));
@@ -51,7 +50,8 @@ mc_status mc_model_fp8_new(mc_model *m, mc_error *err)
     m->fp8_qw = m->fp8_qx ? mc_balloc(m->be, wi * sizeof(float), err) : NULL;
     m->fp8_qd = m->fp8_qw ? mc_balloc(m->be, di * sizeof(float), err) : NULL;
     m->fp8_tmp = m->fp8_qd ? mc_balloc(m->be, maxz(xi, wi) * sizeof(float), err) : NULL;
-    if (!m->fp8_tmp) {
+    m->fp8_red = m->fp8_tmp ? mc_balloc(m->be, (n + 1) * sizeof(float), err) : NULL;
+    if (!m->fp8_red) {
         mc_error_prefix(err, "model: FP8 buffers");
         return err ? err->code : MC_ERR_NOMEM;
     }
@@ -67,6 +67,7 @@ void mc_model_fp8_free(mc_model *m)
     if (m->fp8_qw) mc_bfree(m->be, m->fp8_qw);
     if (m->fp8_qd) mc_bfree(m->be, m->fp8_qd);
     if (m->fp8_tmp) mc_bfree(m->be, m->fp8_tmp);
+    if (m->fp8_red) mc_bfree(m->be, m->fp8_red);
 }
 
 /* operand op (0 x, 1 W, 2 dy) of linear `which` of layer l */
@@ -130,11 +131,13 @@ mc_status mc_model_fp8_update(mc_model *m, mc_error *err)
     const mc_model_config *c = &m->cfg;
     if (!c->fp8 || !m->fp8_cur) return MC_OK;
     size_t n = (size_t)nops(m), len = (size_t)(c->fp8_amax_history_len > 0 ? c->fp8_amax_history_len : 1);
-    if (n) {
-        mc_status st = mc_allreduce_max(&m->grid, MC_GROUP_TP, m->be, m->fp8_cur, n, err);
-        if (!st) st = mc_allreduce_max(&m->grid, MC_GROUP_CP, m->be, m->fp8_cur, n, err);
-        if (!st) st = mc_allreduce_max(&m->grid, MC_GROUP_DP, m->be, m->fp8_cur, n, err);
+    if (n) { /* through backend memory: the collectives' (NCCL's on a GPU) */
+        mc_bcopy_from_host(m->be, m->fp8_red, m->fp8_cur, n * sizeof(float));
+        mc_status st = mc_allreduce_max(&m->grid, MC_GROUP_TP, m->be, m->fp8_red, n, err);
+        if (!st) st = mc_allreduce_max(&m->grid, MC_GROUP_CP, m->be, m->fp8_red, n, err);
+        if (!st) st = mc_allreduce_max(&m->grid, MC_GROUP_DP, m->be, m->fp8_red, n, err);
         if (st) return st;
+        mc_bcopy_to_host(m->be, m->fp8_cur, m->fp8_red, n * sizeof(float));
     }
     for (size_t k = 0; k < n; k++) {
         float *h = m->fp8_hist + k * len;

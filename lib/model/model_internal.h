@@ -145,7 +145,7 @@ struct mc_model {
      * amax (host), the amax histories (len each, newest first); backend
      * scratch for the quantized operands and the unscaled products. */
     float *fp8_scale, *fp8_cur, *fp8_hist;
-    float *fp8_qx, *fp8_qw, *fp8_qd, *fp8_tmp;
+    float *fp8_qx, *fp8_qw, *fp8_qd, *fp8_tmp, *fp8_red;
     int64_t v0, vl;    /* this rank's vocabulary rows */
     size_t chunk_rows; /* LM-head rows per chunk */
     int sp;            /* sequence parallelism on (and tp > 1) */

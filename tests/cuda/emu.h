@@ -85,6 +85,30 @@ static warp_slots slots[32];
 
 static void __syncthreads() { block_bar->arrive_and_wait(); }
 
+/* the atomics and bit casts the kernels use */
+static unsigned atomicMax(unsigned *p, unsigned v)
+{
+    unsigned old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST,
+                                                   __ATOMIC_SEQ_CST)) {
+    }
+    return old;
+}
+static unsigned atomicOr(unsigned *p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+static int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned __float_as_uint(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float __uint_as_float(unsigned u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static float __shfl_xor_sync(unsigned mask, float v, int o)
 {
     (void)mask;

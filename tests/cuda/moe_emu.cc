@@ -24,7 +24,6 @@
 #include <atomic>
 #include "mc/kern.h"
 
-static int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 
 enum { MC_CU_SCRATCH_WORK = 3 };
 static std::vector<unsigned char> scratch_mem;

@@ -5,7 +5,8 @@
 #      backend on fresh random inputs of several shapes (outputs NaN-poisoned;
 #      relative error bounds fp32 1e-5, tf32 1e-3, bf16/fp16 1e-2);
 #   2. training: 50 iterations of a tiny GPT, a tiny Llama and a tiny
-#      mixture of experts (Llama with 4 experts, top-2), --bf16, on the
+#      mixture of experts (Llama with 4 experts, top-2) and the GPT with
+#      --fp8-format hybrid, --bf16, on the
 #      GPU and on the CPU from the same initialization (counter-based, so the
 #      same weights) and the same mock data; every iteration's loss must
 #      agree within bf16 tolerance (relative 2e-2), and two GPU runs must give
@@ -121,6 +122,8 @@ llama=(--model tiny-llama --num-layers 2 --hidden-size 64 --num-attention-heads 
 # losses, capacity 1.0 (tokens dropped by probability: 1.5 drops none here)
 moe=("${llama[@]}" --num-experts 4 --moe-ffn-hidden-size 96 --moe-router-topk 2
      --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --moe-expert-capacity-factor 1.0)
+# FP8 (fp8.cu's quantization, fp32 GEMMs on the quantized values)
+fp8=("${gpt[@]}" --fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
 common=(--mock-data --vocab-size 512 --micro-batch-size 4 --global-batch-size 8 --lr 3e-3
         --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 --seed 7 --threads "$(nproc)")
 losses() { grep -o '"lm loss": [^,}]*' "$1" | cut -d' ' -f3; }
@@ -137,7 +140,7 @@ run_train() { # LOG-JSON DEVICE ARGS...
 
 # ---------------------------------------------------------------- 2. training
 echo "== 2. training: 50 iterations, GPU vs CPU, bf16"
-for m in gpt llama moe; do
+for m in gpt llama moe fp8; do
     declare -n args=$m
     ok=1
     run_train "$work/$m-gpu.json" "$gpu" "${args[@]}" --bf16 --train-iters 50 || ok=0

@@ -1333,7 +1333,6 @@ static const char *cuda_blocker(const args *a, const mc_model_config *c)
     if (c->num_experts > 0 && a->ep > 1)
         return "--expert-model-parallel-size: the experts' all-to-all runs on the CPU backend only";
     if (a->cp > 1) return "--context-parallel-size: context parallelism runs on the CPU backend only";
-    if (a->fp8) return "--fp8-format: FP8 is emulated on the CPU backend only";
     return NULL;
 }
 
