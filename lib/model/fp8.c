@@ -35,7 +35,8 @@ mc_status mc_model_fp8_new(mc_model *m, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
     if (!c->fp8) return MC_OK;
-    size_t n = (size_t)nops(m), len = (size_t)(c->fp8_amax_history_len > 0 ? c->fp8_amax_history_len : 1);
+    size_t n = (size_t)nops(m),
+           len = (size_t)(c->fp8_amax_history_len > 0 ? c->fp8_amax_history_len : 1);
     m->fp8_scale = malloc((n + 1) * sizeof(float));
     m->fp8_cur = calloc(n + 1, sizeof(float));
     m->fp8_hist = calloc(n * len + 1, sizeof(float));
@@ -130,7 +131,8 @@ mc_status mc_model_fp8_update(mc_model *m, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
     if (!c->fp8 || !m->fp8_cur) return MC_OK;
-    size_t n = (size_t)nops(m), len = (size_t)(c->fp8_amax_history_len > 0 ? c->fp8_amax_history_len : 1);
+    size_t n = (size_t)nops(m),
+           len = (size_t)(c->fp8_amax_history_len > 0 ? c->fp8_amax_history_len : 1);
     if (n) { /* through backend memory: the collectives' (NCCL's on a GPU) */
         mc_bcopy_from_host(m->be, m->fp8_red, m->fp8_cur, n * sizeof(float));
         mc_status st = mc_allreduce_max(&m->grid, MC_GROUP_TP, m->be, m->fp8_red, n, err);

@@ -126,8 +126,7 @@ static void layout_acts(mc_model *m, carver *cv)
         w->ln2_rstd = carve(cv, Nl);
         w->ln1 = w->ln2 = w->act;
     } else {
-        for (int j = 0; j < m->rc_nws; j++)
-            carve_layer(m, cv, &m->rc_ws[j], m->rc_wsbits[j], NULL);
+        for (int j = 0; j < m->rc_nws; j++) carve_layer(m, cv, &m->rc_ws[j], m->rc_wsbits[j], NULL);
     }
     size_t off_ws = cv->off;
     /* The head's overlay on the compact workspace, with one slot on the
@@ -442,10 +441,10 @@ void mc_model_free(mc_model *m)
 
 const mc_model_config *mc_model_get_config(const mc_model *m) { return &m->cfg; }
 
-/* (re)make parameter i's prepared form from its fp32 values */
 /* the global index of a layer's parameters */
 static int lp_layer(const mc_model *m, const mc_layer_params *lp) { return (int)(lp - m->lp); }
 
+/* (re)make parameter i's prepared form from its fp32 values */
 static void round_weight(mc_model *m, int i)
 {
     if (i >= 0 && m->pw)
@@ -611,8 +610,8 @@ static mc_status qkv_fwd(mc_model *m, mc_slot *sl, mc_layer_acts *a, const mc_la
     size_t N = m->N, B = (size_t)m->B, T = m->T, C = m->C, D = m->D;
     const float *h;
     TRY(mc_model_tp_gather(m, a->ln1, &h, err));
-    mc_model_lin_fwd(m, lp_layer(m, lp), MC_LIN_QKV, m->qkv, h, lp->qkv_w, param_val(m, lp->qkv_b), N,
-                     C, m->qkv_out);
+    mc_model_lin_fwd(m, lp_layer(m, lp), MC_LIN_QKV, m->qkv, h, lp->qkv_w, param_val(m, lp->qkv_b),
+                     N, C, m->qkv_out);
     if (c->qk_layernorm) {
         mc_k_qkv_split(m->be, a->qp, a->kp, a->v, m->qkv, N, m->Ql, m->Gl, D);
         mc_model_qk_norm(m, a->q, a->qn_mean, a->qn_rstd, a->qp, N * m->Ql, lp->qn_w, lp->qn_b);

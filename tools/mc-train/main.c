@@ -545,11 +545,11 @@ typedef struct args {
     int use_ckpt_args; /* --use-checkpoint-args: the base is --load's config */
     mc_model_config m; /* values of the flags in `set` */
     unsigned set;
-    uint32_t moe_set;         /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
-    int64_t ep;               /* --expert-model-parallel-size */
-    int64_t etp;              /* --expert-tensor-parallel-size (a divisor of tp) */
+    uint32_t moe_set; /* the MoE flags given: 1 << (OPT_x - OPT_NUM_EXPERTS) */
+    int64_t ep;       /* --expert-model-parallel-size */
+    int64_t etp;      /* --expert-tensor-parallel-size (a divisor of tp) */
     int fp8, fp8_history, fp8_max, fp8_margin; /* --fp8-*: 0 off, 1 e4m3, 2 hybrid */
-    int dispatcher_allgather; /* --moe-token-dispatcher-type allgather */
+    int dispatcher_allgather;                  /* --moe-token-dispatcher-type allgather */
     int gqa;
     int have_tokenizer;
     mc_tokenizer_spec tok;
@@ -568,8 +568,8 @@ typedef struct args {
     int64_t pp_first, pp_last; /* --decoder-first/last-pipeline-num-layers (0: even) */
     int64_t vpp;               /* --num-layers-per-virtual-pipeline-stage (0: none) */
     int sequence_parallel;
-    int qk_layernorm;    /* --qk-layernorm */
-    int cp_comm_type;    /* --cp-comm-type: MC_CP_P2P or MC_CP_A2A */
+    int qk_layernorm; /* --qk-layernorm */
+    int cp_comm_type; /* --cp-comm-type: MC_CP_P2P or MC_CP_A2A */
     /* --recompute-*: mc_model_config's recompute fields */
     int recompute_granularity, recompute_method, recompute_num_layers;
     unsigned recompute_modules;
@@ -1332,7 +1332,8 @@ static const char *cuda_blocker(const args *a, const mc_model_config *c)
 {
     if (c->num_experts > 0 && a->ep > 1)
         return "--expert-model-parallel-size: the experts' all-to-all runs on the CPU backend only";
-    if (a->cp > 1) return "--context-parallel-size: context parallelism runs on the CPU backend only";
+    if (a->cp > 1)
+        return "--context-parallel-size: context parallelism runs on the CPU backend only";
     return NULL;
 }
 

@@ -49,8 +49,10 @@ float mc_cpu_amax(mc_backend *be, const float *x, size_t n)
 {
     float m = 0.0f;
     int nan = 0;
-#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) reduction(max : m) \
-    reduction(| : nan) schedule(static)
+#pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) reduction(max                   \
+                                                                             : m) reduction(|      \
+                                                                                            : nan) \
+    schedule(static)
     for (size_t i = 0; i < n; i++) {
         float a = fabsf(x[i]);
         nan |= a != a;
