@@ -18,8 +18,10 @@ with the largest error seen:
     bf16, iteration 1:
                  1e-6      1e-4
     fp8          5e-3      5e-2        2e-2           2e-2
-    fp8, iterations 1-3:
+    fp8, iterations 1-2:
                  1e-6      1e-4
+    fp8, iteration 3:
+                 1e-5      1e-3
 
 bf16's first iteration is held tighter: the weights and the batch are the
 same, so only the fp32 accumulation order differs, while computing in fp32
@@ -45,12 +47,15 @@ runs drift apart slowly: loss within 7e-5, grad norm 2e-3, sum of squares
 
 FP8 goldens (torch_train.py's FP8Matmul: Transformer Engine's delayed
 scaling written from the recipe, hybrid, history 4, max) are held to the
-first-iteration tolerances for three iterations: they check the
-quantization, the scaled products and two scale updates from the amax
-history (observed: loss within 4e-8, grad norm 8e-9 in iterations 1-3). Then
-a value that the two sides' accumulation orders put on either side of an
-FP8 rounding boundary changes by up to 1/16 and the runs part (observed
-over 20 iterations: loss 4e-4, grad norm 2.3e-2, sum of squares 6.2e-3).
+first-iteration tolerances for two iterations and to 1e-5 / 1e-3 in the
+third: the quantization, the scaled products and two scale updates from
+the amax history (observed on every CPU path, baseline, avx2 and avx512:
+iterations 1-2 loss within 4e-8, grad norm 1.3e-6; iteration 3 loss 6.6e-7,
+grad norm 2.9e-5 on the avx2 path, where a value already sat on an FP8
+rounding boundary). Then a value that the two sides' accumulation orders
+put on either side of a boundary changes by up to 1/16 and the runs part
+(observed over 20 iterations: loss 5.4e-4, grad norm 2.3e-2, sum of squares
+9.5e-3).
 
 Distillation goldens (tests/golden/torch_kd.py) also carry each iteration's
 kd loss (the KL term), held to 1e-5 relative in fp32: it is a difference of
@@ -87,7 +92,8 @@ TOL = {
     "bf16": {"loss": 2e-3, "grad_norm": 2e-2, "sum": 2e-2, "sumsq": 1e-2, "lr": 1e-12,
              "first_loss": 1e-6, "first_grad_norm": 1e-4},
     "fp8": {"loss": 5e-3, "grad_norm": 5e-2, "sum": 2e-2, "sumsq": 2e-2, "lr": 1e-12,
-            "first_loss": 1e-6, "first_grad_norm": 1e-4, "exact_iters": 3},
+            "first_loss": 1e-6, "first_grad_norm": 1e-4, "exact_iters": 2,
+            "near_loss": 1e-5, "near_grad_norm": 1e-3, "near_iters": 3},
 }
 
 
@@ -129,7 +135,8 @@ def main(argv):
         if s["step"] != it:
             fails.append(f"{argv[2]}: step {s['step']} where the golden has iteration {it}")
             continue
-        first = "first_" if it <= tol.get("exact_iters", 1) and "first_loss" in tol else ""
+        first = ("first_" if it <= tol.get("exact_iters", 1) and "first_loss" in tol else
+                 "near_" if it <= tol.get("near_iters", 0) else "")
         check(f"iteration {it} lm loss", first + "loss", s["lm loss"], g["lm_loss"],
               abs(g["lm_loss"]))
         if "kd_loss" in g:  # distillation (tests/golden/torch_kd.py): the KL term
