@@ -20,6 +20,8 @@
 #include <memory>
 #include <vector>
 
+#include "mc/dtype.h"
+
 /* ------------------------------------------------ the CUDA built-ins */
 #define MC_CUDA_EMULATE 1
 #define __global__
@@ -54,20 +56,10 @@ struct __nv_bfloat16 {
 struct __nv_bfloat162 {
     __nv_bfloat16 x, y; /* x in the low half */
 };
-static inline uint16_t bf16_rne(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static inline float bf16_f(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* bf16 rounding: the CPU backend's (mc/dtype.h), the same round to nearest
+ * even as the GPU's __float2bfloat16_rn */
+static inline uint16_t bf16_rne(float f) { return mc_dtype_f32_to_bf16(f); }
+static inline float bf16_f(uint16_t b) { return mc_dtype_bf16_to_f32(b); }
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{bf16_rne(f)}; }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi)
 {
@@ -109,20 +101,9 @@ static inline float __uint_as_float(unsigned u)
     return f;
 }
 
-static float __shfl_xor_sync(unsigned mask, float v, int o)
+/* lane `src` of the warp's v, for every lane */
+static float shuffle(float v, int src)
 {
-    (void)mask;
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    slots[w].f[lane] = v;
-    warp_bar[w]->arrive_and_wait();
-    const float r = slots[w].f[lane ^ o];
-    warp_bar[w]->arrive_and_wait();
-    return r;
-}
-
-static float __shfl_sync(unsigned mask, float v, int src)
-{
-    (void)mask;
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     slots[w].f[lane] = v;
     warp_bar[w]->arrive_and_wait();
@@ -130,6 +111,8 @@ static float __shfl_sync(unsigned mask, float v, int src)
     warp_bar[w]->arrive_and_wait();
     return r;
 }
+static float __shfl_xor_sync(unsigned, float v, int o) { return shuffle(v, (int)(threadIdx.x % 32) ^ o); }
+static float __shfl_sync(unsigned, float v, int src) { return shuffle(v, src); }
 
 /* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, from the PTX ISA's
  * tables: lane = 4 g + c holds
@@ -170,6 +153,16 @@ static void mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, 
     warp_bar[w]->arrive_and_wait();
 }
 
+
+/* The backend's scratch slot the kernel files take (internal.cuh's
+ * mc_cuda_scratch): one host buffer, grown, poisoned when made. */
+enum { MC_CU_SCRATCH_WORK = 3 };
+static std::vector<unsigned char> emu_scratch;
+static void *mc_cuda_scratch(mc_cuda *, int, size_t bytes)
+{
+    if (emu_scratch.size() < bytes) emu_scratch.assign(bytes, 0xff);
+    return emu_scratch.data();
+}
 
 /* the blocks' shared memory: kernels declare `extern __shared__` arrays,
  * which name this one (a .cu file under MC_CUDA_EMULATE declares its

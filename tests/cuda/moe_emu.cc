@@ -21,17 +21,9 @@
  */
 #include "emu.h"
 
-#include <atomic>
 #include "mc/kern.h"
 
 
-enum { MC_CU_SCRATCH_WORK = 3 };
-static std::vector<unsigned char> scratch_mem;
-static void *mc_cuda_scratch(mc_cuda *, int, size_t bytes)
-{
-    if (scratch_mem.size() < bytes) scratch_mem.assign(bytes, 0xff);
-    return scratch_mem.data();
-}
 
 #define MC_MOE_CHUNK 64
 #include "kern/cuda/moe.cu"
