@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/sysinfo.h>
 #include "kern/backend.h"
 #include "kern/cpu/blas.h"
 #include "kern/cpu/cpu.h"
@@ -103,6 +104,20 @@ void mc_backend_set_attention_prec(mc_backend *be, mc_prec prec)
 }
 
 int mc_backend_threads(const mc_backend *be) { return be->threads; }
+
+double mc_backend_mem_available(const mc_backend *be, char *what, size_t cap)
+{
+#ifdef MC_CUDA_BACKEND
+    if (IS_CUDA(be)) return mc_cuda_mem_available(be->cuda, what, cap);
+#else
+    (void)be;
+#endif
+    struct sysinfo si;
+    if (cap) snprintf(what, cap, "this machine (RAM and swap)");
+    if (sysinfo(&si) != 0) return 0;
+    double unit = si.mem_unit ? (double)si.mem_unit : 1.0;
+    return ((double)si.totalram + (double)si.totalswap) * unit;
+}
 
 const char *mc_backend_isa(const mc_backend *be)
 {

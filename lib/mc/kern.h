@@ -97,6 +97,16 @@ const char *mc_backend_blas_note(const mc_backend *be);
  * before each attention call. */
 void mc_backend_set_attention_prec(mc_backend *be, mc_prec prec);
 
+/* The bytes this backend can still allocate, for the check that a model
+ * fits before any allocation (mc-train, mc-eval): the CUDA backend's GPU's
+ * free memory (cudaMemGetInfo) plus what its allocator holds cached; the
+ * CPU backend's machine's RAM and swap together (sysinfo(2)), a ceiling,
+ * since the page cache and other processes share it and Linux lends more
+ * than it has. what (cap bytes) gets words naming it for a message ("GPU 0
+ * (NVIDIA H100 80GB HBM3)", "this machine (RAM and swap)"). 0 when it
+ * cannot be known. */
+double mc_backend_mem_available(const mc_backend *be, char *what, size_t cap);
+
 /* Backend memory: 64-byte aligned, zero-filled. NULL on failure (err set). */
 void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err);
 void mc_bfree(mc_backend *be, void *p);

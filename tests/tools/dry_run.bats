@@ -141,3 +141,26 @@ field() {
         --world-size 3
     assert_output --partial "3 ranks do not divide into tensor-parallel 1 x pipeline-parallel 1 x context-parallel 2"
 }
+
+# Issue 11's bad input: a model larger than the memory there is gets one line
+# naming the bytes the plan needs (--dry-run's total for the stage, to the
+# byte) and the bytes available (on the CPU, RAM and swap: /proc/meminfo's
+# MemTotal + SwapTotal), exit 1, before any allocation and with nothing
+# written. GPT-3 175B needs ~2.7 TiB on one rank; with PP=2 each stage's
+# figure is its own.
+@test "a model that does not fit in memory is refused before allocating: bytes needed and available, exit 1" {
+    big=(--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048
+        --max-position-embeddings 2048 --vocab-size 50257 --lr 1e-4 --train-iters 1)
+    run -0 "$MC_TRAIN" --dry-run "${big[@]}"
+    echo "$output" > plan.txt
+    need=$(awk '/^stage 0 / { on = 1 } on && /total:/ { print $2; exit }' plan.txt)
+    [[ "$need" =~ ^[0-9]{13}$ ]]
+    avail=$(awk '/^MemTotal:|^SwapTotal:/ { s += $2 } END { printf "%.0f", s * 1024 }' /proc/meminfo)
+    run -1 "$MC_TRAIN" "${big[@]}" --mock-data --device cpu --save ck --save-interval 1
+    [ "${#lines[@]}" -eq 1 ]
+    assert_output --partial "mc-train: error: the model does not fit: pipeline stage 0 needs $need bytes on each of its ranks $(
+        awk -v n="$need" 'BEGIN { printf "(%.1f GiB: ", n / 2^30 }')"
+    assert_output --partial "and this machine (RAM and swap) has $avail bytes"
+    [ ! -e ck ]
+    [[ "$output" != *"out of memory"* ]]
+}

@@ -1364,6 +1364,41 @@ static mc_status check_ep(const args *a, const mc_model_config *c, mc_error *err
     return MC_OK;
 }
 
+/* A model that cannot fit: this rank's share as --dry-run plans it
+ * (parameters, gradients, optimizer state, activations) against what the
+ * backend can still allocate, before any allocation (issue 11). Every rank
+ * agrees, so all stop with the first failing rank's line. The plan leaves
+ * out small buffers (scratch, the FP8 copies, a DPO reference's or a KD
+ * teacher's weights), so passing this is no promise; failing it is
+ * certain. A plan the options do not give (which mc_train_run then
+ * reports) checks nothing. */
+static mc_status check_fit(const args *a, const mc_model_config *mcfg, const mc_grid *g,
+                           mc_backend *be, mc_error *err)
+{
+    mc_plan plan;
+    mc_error perr;
+    mc_status st = MC_OK;
+    if (!mc_plan_compute_grid(mcfg, g->world, g->tp, g->pp, g->cp, g->ep, a->t.micro_batch_size,
+                              a->t.global_batch_size, a->t.use_distributed_optimizer, &plan,
+                              &perr)) {
+        const mc_plan_stage *s = &plan.stage[g->pp_rank];
+        double need = s->param_bytes + s->grad_bytes + s->optim_bytes + s->act_bytes;
+        char what[160];
+        double avail = mc_backend_mem_available(be, what, sizeof what);
+        const double G = 1024.0 * 1024.0 * 1024.0;
+        if (avail > 0 && need > avail)
+            st = mc_error_set(
+                err, MC_ERR_NOMEM,
+                "the model does not fit: pipeline stage %d needs %.0f bytes on each of its ranks "
+                "(%.1f GiB: parameters %.1f, gradients %.1f, optimizer %.1f, activations %.1f; "
+                "mc-train --dry-run shows the plan) and %s has %.0f bytes (%.1f GiB)",
+                g->pp_rank, need, need / G, s->param_bytes / G, s->grad_bytes / G,
+                s->optim_bytes / G, s->act_bytes / G, what, avail, avail / G);
+        mc_plan_free(&plan);
+    }
+    return g->world > 1 ? mc_grid_status_all(g, st, "memory check", err) : st;
+}
+
 /* --dry-run: the plan of the grid, from the options alone (no MPI, no
  * allocation beyond the tokenizer that gives the vocabulary size). */
 static mc_status dry_run(args *a, mc_model_config *mcfg, mc_error *err)
@@ -1561,6 +1596,10 @@ int main(int argc, char **argv)
             goto fail;
         }
     } else if ((st = mc_backend_cpu_new((int)a.threads, &be, &err))) {
+        goto fail;
+    }
+    if ((st = check_fit(&a, &mcfg, &grid, be, &err))) {
+        agreed = 1;
         goto fail;
     }
     const char *bf16_note = a.t.prec == MC_PREC_BF16 ? mc_backend_bf16_note(be) : NULL;

@@ -220,6 +220,23 @@ extern "C" void mc_cuda_alloc_stats(mc_cuda *cu, size_t *mallocs, size_t *cached
     if (cached_bytes) *cached_bytes = cu->pool->cached;
 }
 
+extern "C" double mc_cuda_mem_available(mc_cuda *cu, char *what, size_t cap)
+{
+    cudaDeviceProp prop;
+    if (cap) {
+        if (cudaGetDeviceProperties(&prop, cu->device) == cudaSuccess)
+            snprintf(what, cap, "GPU %d (%s)", cu->device, prop.name);
+        else
+            snprintf(what, cap, "GPU %d", cu->device);
+    }
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return (double)fr + (double)cu->pool->cached;
+}
+
 extern "C" void mc_cuda_bcopy_from_host(mc_cuda *cu, void *dst, const void *host, size_t bytes)
 {
     if (!bytes) return;

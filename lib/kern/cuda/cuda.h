@@ -39,6 +39,9 @@ void mc_cuda_bcopy(mc_cuda *cu, void *dst, const void *src, size_t bytes);
 void mc_cuda_bsync(mc_cuda *cu);
 /* Allocator counters, for tests: cudaMalloc calls so far, bytes cached. */
 void mc_cuda_alloc_stats(mc_cuda *cu, size_t *mallocs, size_t *cached_bytes);
+/* Bytes free on the device plus those the allocator caches; what: "GPU N
+ * (its name)" (mc_backend_mem_available). */
+double mc_cuda_mem_available(mc_cuda *cu, char *what, size_t cap);
 
 /* The attention's precision (mc_backend_set_attention_prec): MC_PREC_BF16
  * runs it on the tensor cores (flash.cu) unless MC_CUDA_FLASH=0 was set
