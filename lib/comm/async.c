@@ -167,7 +167,33 @@ static mc_status submit(const mc_grid *g, enum req_op op, const char *name, mc_g
                       .P = mc_grid_group_size(g, k),
                       .me = mc_grid_group_rank(g, k),
                       .t_issue = mc_comm_now()};
-    if (mc_nccl_wanted(be)) { /* device memory: NCCL's stream is the worker */
+    mc_path path = mc_comm_path(cm, be);
+    if (path == MC_PATH_STAGED) { /* staged device memory: done here, blocking */
+        /* after what the worker still holds for the group, in issue order */
+        if (mc_async_busy(cm, k) && (st = mc_async_drain(cm, k, name, err))) {
+            free(r);
+            return st;
+        }
+        mc_watchdog_enter(cm->wd, name, k);
+        switch (op) {
+        case OP_ALLREDUCE: st = mc_comm_staged_allreduce_sum(cm, c, k, be, out, n, err); break;
+        case OP_REDUCE_SCATTER:
+            st = mc_comm_staged_reduce_scatter_sum(cm, c, k, be, in, out, n, err);
+            break;
+        default: st = mc_comm_staged_allgather(c, k, be, in, out, n, err);
+        }
+        mc_watchdog_leave(cm->wd);
+        if (st) {
+            free(r);
+            return st;
+        }
+        r->t_end = mc_comm_now();
+        r->blocked = r->t_end - r->t_issue;
+        r->done = 1;
+        *req = r;
+        return MC_OK;
+    }
+    if (path == MC_PATH_NCCL) { /* device memory: NCCL's stream is the worker */
         static const mc_nccl_op ops[] = {[OP_ALLREDUCE] = MC_NCCL_ALLREDUCE_SUM,
                                          [OP_REDUCE_SCATTER] = MC_NCCL_REDUCE_SCATTER,
                                          [OP_ALLGATHER] = MC_NCCL_ALLGATHER};
@@ -260,8 +286,9 @@ static mc_status p2p(const mc_grid *g, enum req_op op, mc_group_kind k, mc_backe
                       .t_issue = mc_comm_now()};
     /* device memory through host memory (reduce.c, mc_comm_stage) */
     float *buf = x;
-    if (mc_nccl_wanted(be)) {
-        buf = r->host = op == OP_SEND ? mc_comm_stage(be, x, n) : malloc(n * sizeof(float) + 1);
+    if (mc_comm_path(g->impl, be) != MC_PATH_HOST) {
+        buf = r->host =
+            op == OP_SEND ? mc_comm_stage(g->impl, be, x, n) : malloc(n * sizeof(float) + 1);
         if (!buf) {
             free(r);
             return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", name);

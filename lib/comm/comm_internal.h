@@ -47,6 +47,11 @@ typedef struct mc_comm {
     mc_scratch scratch;            /* the main thread's */
     mc_async *async;               /* NULL until the first non-blocking collective */
     mc_nccl *nccl;                 /* NULL until the first collective on device memory */
+    int device_mpi;                /* MC_DEVICE_COMM=mpi: device memory staged through host
+                                    * memory and MPI (reduce.c, "staged") instead of NCCL */
+    mc_backend *host_be;           /* the staged path's sums: a one-thread CPU backend, made
+                                    * on first use */
+    mc_scratch host_scratch;       /* and its scratch (the main thread's) */
     mc_comm_stat stats[MC_GROUP_COUNT][MC_COLL_COUNT]; /* stats.c; the calling thread's */
 } mc_comm;
 
@@ -70,8 +75,29 @@ mc_status mc_comm_group(const mc_grid *g, mc_group_kind k, mc_backend *be, const
 /* Point to point: checks the peer (another member) and the count. */
 mc_status mc_comm_peer(const mc_grid *g, mc_group_kind k, mc_backend *be, const char *op, int peer,
                        size_t n, MPI_Comm *c, mc_error *err);
-/* Point to point stages a CUDA backend's memory in host memory (reduce.c). */
-float *mc_comm_stage(mc_backend *be, const float *x, size_t n);
+/* How a backend's memory travels (reduce.c): host memory (no backend, or
+ * the CPU backend's) through MPI; a device backend's through NCCL, or,
+ * with MC_DEVICE_COMM=mpi (cm->device_mpi) or where NCCL is not built,
+ * staged: copied to host memory, through the host path (the same bodies,
+ * sums on cm->host_be, so the bits of a CPU run's sums), and back.
+ * Point to point always stages device memory (mc_comm_stage). */
+typedef enum { MC_PATH_HOST, MC_PATH_NCCL, MC_PATH_STAGED } mc_path;
+mc_path mc_comm_path(const mc_comm *cm, const mc_backend *be);
+/* For tests: 1 makes the CPU backend's memory take the staged path too, so
+ * its copies and offsets are checked without a GPU (test_comm); 0 undoes. */
+void mc_comm_set_staging(int on);
+/* The staged collectives (reduce.c), for the blocking entry points and for
+ * async.c, which runs them at issue: device memory in and out. */
+mc_status mc_comm_staged_allreduce_sum(mc_comm *cm, MPI_Comm c, mc_group_kind k, mc_backend *be,
+                                       float *x, size_t n, mc_error *err);
+mc_status mc_comm_staged_reduce_scatter_sum(mc_comm *cm, MPI_Comm c, mc_group_kind k,
+                                            mc_backend *be, const float *in, float *out, size_t n,
+                                            mc_error *err);
+mc_status mc_comm_staged_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const float *in,
+                                   float *out, size_t n, mc_error *err);
+/* Point to point stages device memory in host memory (reduce.c): the host
+ * copy of x (malloc'ed; x itself for host memory; NULL when out of memory). */
+float *mc_comm_stage(mc_comm *cm, mc_backend *be, const float *x, size_t n);
 /* A receive of n floats from peer got exactly n. */
 mc_status mc_comm_recv_status(const MPI_Status *s, size_t n, int peer, mc_group_kind k,
                               mc_error *err);
@@ -104,6 +130,12 @@ typedef enum {
 } mc_nccl_op;
 #ifdef MC_CUDA_BACKEND
 int mc_nccl_wanted(const mc_backend *be);
+/* NCCL's all-to-all with counts and offsets in floats, as mc_alltoallv:
+ * one grouped send and receive per member on the communication stream; the
+ * compute stream waits for it. */
+mc_status mc_nccl_alltoallv(mc_comm *cm, mc_group_kind k, mc_backend *be, const float *send,
+                            const size_t *scount, const size_t *sdispl, float *recv,
+                            const size_t *rcount, const size_t *rdispl, mc_error *err);
 mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op op, const float *in,
                       float *out, size_t n, int peer, void **event, mc_error *err);
 mc_status mc_nccl_wait(mc_backend *be, void *event, const char *op, mc_group_kind k, mc_error *err);
@@ -113,6 +145,7 @@ void mc_nccl_free(mc_nccl *nc);
 #define mc_nccl_run(cm, k, be, op, in, out, n, peer, event, err) ((void)(op), MC_ERR_INTERNAL)
 #define mc_nccl_wait(be, event, op, k, err) MC_ERR_INTERNAL
 #define mc_nccl_free(nc) ((void)(nc))
+#define mc_nccl_alltoallv(cm, k, be, s, sc, sd, r, rc, rd, err) MC_ERR_INTERNAL
 #endif
 
 /* async.c */

@@ -70,6 +70,8 @@ static void free_comm(mc_comm *cm)
     for (int k = 0; k < MC_GROUP_COUNT; k++)
         if (cm->comm[k] != MPI_COMM_NULL) MPI_Comm_free(&cm->comm[k]);
     mc_scratch_free(&cm->scratch);
+    mc_scratch_free(&cm->host_scratch);
+    if (cm->host_be) mc_backend_free(cm->host_be);
     free(cm);
 }
 
@@ -120,6 +122,13 @@ mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int 
                             "grid: srun started %ld tasks but MPI sees 1 rank: launch with "
                             "srun --mpi=pmix (srun --mpi=list shows the plugins) or mpirun",
                             step);
+
+    /* How device memory travels (comm_internal.h, mc_comm_path). */
+    const char *dc = getenv("MC_DEVICE_COMM");
+    if (dc && *dc && strcmp(dc, "nccl") != 0 && strcmp(dc, "mpi") != 0)
+        return mc_error_set(err, MC_ERR_USAGE, "grid: MC_DEVICE_COMM=%s: expected nccl or mpi",
+                            dc);
+    cm->device_mpi = dc && !strcmp(dc, "mpi");
 
     /* Checked after MPI_Init, so every rank can report and finalize alike. */
     if (tp < 1 || pp < 1 || cp < 1 || ep < 1)

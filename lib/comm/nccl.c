@@ -102,6 +102,41 @@ mc_status mc_nccl_run(mc_comm *cm, mc_group_kind k, mc_backend *be, mc_nccl_op o
     return MC_OK;
 }
 
+mc_status mc_nccl_alltoallv(mc_comm *cm, mc_group_kind k, mc_backend *be, const float *send,
+                            const size_t *scount, const size_t *sdispl, float *recv,
+                            const size_t *rcount, const size_t *rdispl, mc_error *err)
+{
+    const char *name = "all-to-all";
+    ncclComm_t nc = NULL;
+    mc_status st = get_comm(cm, k, name, &nc, err);
+    if (st) return st;
+    int P = 0, me = 0;
+    ncclCommCount(nc, &P);
+    ncclCommUserRank(nc, &me);
+    cudaStream_t s = (cudaStream_t)mc_backend_stream(be, MC_STREAM_COMM);
+    mc_backend_stream_wait(be, MC_STREAM_COMM, MC_STREAM_COMPUTE);
+    /* this member's own block: a copy; the others' in one NCCL group */
+    if (scount[me]) {
+        cudaError_t e = cudaMemcpyAsync(recv + rdispl[me], send + sdispl[me],
+                                        scount[me] * sizeof(float), cudaMemcpyDeviceToDevice, s);
+        if (e != cudaSuccess)
+            return mc_error_set(err, MC_ERR_IO, "%s on the %s: %s", name, mc_group_name(k),
+                                cudaGetErrorString(e));
+    }
+    ncclResult_t r = ncclGroupStart();
+    for (int j = 0; j < P && r == ncclSuccess; j++) {
+        if (j == me) continue;
+        if (scount[j]) r = ncclSend(send + sdispl[j], scount[j], ncclFloat32, j, nc, s);
+        if (r == ncclSuccess && rcount[j])
+            r = ncclRecv(recv + rdispl[j], rcount[j], ncclFloat32, j, nc, s);
+    }
+    ncclResult_t r2 = ncclGroupEnd();
+    if (r == ncclSuccess) r = r2;
+    if (r != ncclSuccess) return nccl_error(err, r, name, k);
+    mc_backend_stream_wait(be, MC_STREAM_COMPUTE, MC_STREAM_COMM);
+    return MC_OK;
+}
+
 mc_status mc_nccl_wait(mc_backend *be, void *event, const char *op, mc_group_kind k, mc_error *err)
 {
     cudaStream_t s = (cudaStream_t)mc_backend_stream(be, MC_STREAM_COMPUTE);

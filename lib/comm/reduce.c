@@ -33,9 +33,11 @@ mc_status mc_comm_group(const mc_grid *g, mc_group_kind k, mc_backend *be, const
                             "%s on the %s: a grid of %d ranks needs the MPI transport "
                             "(mc_grid_init_mpi)",
                             op, mc_group_name(k), g->world);
-    /* Device memory cannot go through host MPI: a CUDA backend's goes
-     * through NCCL (nccl.c), bootstrapped over this communicator. */
-    if (be && strcmp(mc_backend_name(be), "cpu") != 0 && !mc_nccl_wanted(be))
+    /* Device memory cannot go through host MPI as it is: a CUDA backend's
+     * goes through NCCL (nccl.c), bootstrapped over this communicator, or
+     * is staged (mc_comm_path). */
+    if (be && strcmp(mc_backend_name(be), "cpu") != 0 &&
+        mc_comm_path(g->impl, be) == MC_PATH_HOST)
         return mc_error_set(err, MC_ERR_USAGE,
                             "%s on the %s: %s memory needs NCCL, which is not built", op,
                             mc_group_name(k), mc_backend_name(be));
@@ -190,6 +192,81 @@ mc_status mc_comm_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const f
     return MC_OK;
 }
 
+/* ------------------------------------------------------------ staged */
+
+static int force_staging;
+
+void mc_comm_set_staging(int on) { force_staging = on; }
+
+mc_path mc_comm_path(const mc_comm *cm, const mc_backend *be)
+{
+    if (!be) return MC_PATH_HOST;
+    if (!mc_backend_is_device(be)) return force_staging ? MC_PATH_STAGED : MC_PATH_HOST;
+    if (cm && cm->device_mpi) return MC_PATH_STAGED;
+    return mc_nccl_wanted(be) ? MC_PATH_NCCL : MC_PATH_STAGED;
+}
+
+static float *host_floats(size_t n, const char *op, mc_error *err)
+{
+    float *h = malloc(n * sizeof(float) + 1);
+    if (!h) mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory staging %zu floats", op, n);
+    return h;
+}
+
+static mc_backend *host_backend(mc_comm *cm, mc_error *err)
+{
+    if (!cm->host_be && mc_backend_cpu_new(1, &cm->host_be, err)) cm->host_be = NULL;
+    return cm->host_be;
+}
+
+mc_status mc_comm_staged_allreduce_sum(mc_comm *cm, MPI_Comm c, mc_group_kind k, mc_backend *be,
+                                       float *x, size_t n, mc_error *err)
+{
+    mc_backend *hb = host_backend(cm, err);
+    if (!hb) return err ? err->code : MC_ERR_NOMEM;
+    float *h = host_floats(n, "all-reduce", err);
+    if (!h) return MC_ERR_NOMEM;
+    mc_bcopy_to_host(be, h, x, n * sizeof(float));
+    mc_status st = mc_comm_allreduce_sum(c, k, &cm->host_scratch, hb, h, n, err);
+    if (!st) mc_bcopy_from_host(be, x, h, n * sizeof(float));
+    free(h);
+    return st;
+}
+
+mc_status mc_comm_staged_reduce_scatter_sum(mc_comm *cm, MPI_Comm c, mc_group_kind k,
+                                            mc_backend *be, const float *in, float *out, size_t n,
+                                            mc_error *err)
+{
+    int P;
+    MPI_Comm_size(c, &P);
+    mc_backend *hb = host_backend(cm, err);
+    if (!hb) return err ? err->code : MC_ERR_NOMEM;
+    float *h = host_floats((size_t)P * n + n, "reduce-scatter", err);
+    if (!h) return MC_ERR_NOMEM;
+    mc_bcopy_to_host(be, h, in, (size_t)P * n * sizeof(float));
+    mc_status st =
+        mc_comm_reduce_scatter_sum(c, k, &cm->host_scratch, hb, h, h + (size_t)P * n, n, err);
+    if (!st) mc_bcopy_from_host(be, out, h + (size_t)P * n, n * sizeof(float));
+    free(h);
+    return st;
+}
+
+mc_status mc_comm_staged_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const float *in,
+                                   float *out, size_t n, mc_error *err)
+{
+    int P, me;
+    MPI_Comm_size(c, &P);
+    MPI_Comm_rank(c, &me);
+    float *h = host_floats((size_t)P * n, "all-gather", err);
+    if (!h) return MC_ERR_NOMEM;
+    /* this member's block in place, as the host path does it */
+    mc_bcopy_to_host(be, h + (size_t)me * n, in, n * sizeof(float));
+    mc_status st = mc_comm_allgather(c, k, NULL, h + (size_t)me * n, h, n, err);
+    if (!st) mc_bcopy_from_host(be, out, h, (size_t)P * n * sizeof(float));
+    free(h);
+    return st;
+}
+
 /* ------------------------------------------------------------ entry points */
 
 /* Blocking calls wait for the group's queued non-blocking work first (so the
@@ -214,8 +291,11 @@ mc_status mc_allreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, fl
     if (st || c == MPI_COMM_NULL || n == 0) return st;
     if ((st = check_count(n, "all-reduce", k, err))) return st;
     BEGIN("all-reduce", k);
-    st = mc_nccl_wanted(be) ? mc_nccl_run(cm, k, be, MC_NCCL_ALLREDUCE_SUM, x, x, n, 0, NULL, err)
-                            : mc_comm_allreduce_sum(c, k, &cm->scratch, be, x, n, err);
+    switch (mc_comm_path(cm, be)) {
+    case MC_PATH_NCCL: st = mc_nccl_run(cm, k, be, MC_NCCL_ALLREDUCE_SUM, x, x, n, 0, NULL, err); break;
+    case MC_PATH_STAGED: st = mc_comm_staged_allreduce_sum(cm, c, k, be, x, n, err); break;
+    default: st = mc_comm_allreduce_sum(c, k, &cm->scratch, be, x, n, err);
+    }
     END(MC_COLL_ALLREDUCE, 4.0 * (double)n,
         mc_comm_allreduce_wire(n, mc_grid_group_size(g, k), mc_grid_group_rank(g, k)));
     return st;
@@ -231,10 +311,20 @@ mc_status mc_allreduce_max(const mc_grid *g, mc_group_kind k, mc_backend *be, fl
     if ((st = check_count(n, "all-reduce (max)", k, err))) return st;
     BEGIN("all-reduce (max)", k);
     int rc = MPI_SUCCESS;
-    if (mc_nccl_wanted(be))
+    mc_path path = mc_comm_path(cm, be);
+    float *h = x;
+    if (path == MC_PATH_NCCL) {
         st = mc_nccl_run(cm, k, be, MC_NCCL_ALLREDUCE_MAX, x, x, n, 0, NULL, err);
-    else
-        rc = MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_MAX, c);
+    } else if (path == MC_PATH_STAGED && !(h = host_floats(n, "all-reduce (max)", err))) {
+        st = MC_ERR_NOMEM;
+    } else {
+        if (h != x) mc_bcopy_to_host(be, h, x, n * sizeof(float));
+        rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, MPI_FLOAT, MPI_MAX, c);
+        if (h != x) {
+            if (rc == MPI_SUCCESS) mc_bcopy_from_host(be, x, h, n * sizeof(float));
+            free(h);
+        }
+    }
     int P = mc_grid_group_size(g, k);
     END(MC_COLL_ALLREDUCE, 4.0 * (double)n, 4.0 * 2.0 * (P - 1) / P * (double)n);
     if (st) return st;
@@ -277,8 +367,11 @@ mc_status mc_allgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
     }
     if ((st = check_count(n, "all-gather", k, err))) return st;
     BEGIN("all-gather", k);
-    st = mc_nccl_wanted(be) ? mc_nccl_run(cm, k, be, MC_NCCL_ALLGATHER, in, out, n, 0, NULL, err)
-                            : mc_comm_allgather(c, k, be, in, out, n, err);
+    switch (mc_comm_path(cm, be)) {
+    case MC_PATH_NCCL: st = mc_nccl_run(cm, k, be, MC_NCCL_ALLGATHER, in, out, n, 0, NULL, err); break;
+    case MC_PATH_STAGED: st = mc_comm_staged_allgather(c, k, be, in, out, n, err); break;
+    default: st = mc_comm_allgather(c, k, be, in, out, n, err);
+    }
     double P = mc_grid_group_size(g, k);
     END(MC_COLL_ALLGATHER, 4.0 * P * (double)n, 4.0 * (P - 1) * (double)n);
     return st;
@@ -296,9 +389,13 @@ mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *b
     }
     if ((st = check_count(n, "reduce-scatter", k, err))) return st;
     BEGIN("reduce-scatter", k);
-    st = mc_nccl_wanted(be)
-             ? mc_nccl_run(cm, k, be, MC_NCCL_REDUCE_SCATTER, in, out, n, 0, NULL, err)
-             : mc_comm_reduce_scatter_sum(c, k, &cm->scratch, be, in, out, n, err);
+    switch (mc_comm_path(cm, be)) {
+    case MC_PATH_NCCL:
+        st = mc_nccl_run(cm, k, be, MC_NCCL_REDUCE_SCATTER, in, out, n, 0, NULL, err);
+        break;
+    case MC_PATH_STAGED: st = mc_comm_staged_reduce_scatter_sum(cm, c, k, be, in, out, n, err); break;
+    default: st = mc_comm_reduce_scatter_sum(c, k, &cm->scratch, be, in, out, n, err);
+    }
     double P = mc_grid_group_size(g, k);
     END(MC_COLL_REDUCE_SCATTER, 4.0 * P * (double)n, 4.0 * (P - 1) * (double)n);
     return st;
@@ -317,11 +414,21 @@ mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float 
     if ((st = check_count(n, "broadcast", k, err))) return st;
     BEGIN("broadcast", k);
     int rc = MPI_SUCCESS;
-    if (mc_nccl_wanted(be))
-        st = mc_nccl_run(cm, k, be, MC_NCCL_BROADCAST, x, x, n, root, NULL, err);
-    else
-        rc = MPI_Bcast(x, (int)n, MPI_FLOAT, root, c);
     int root_me = mc_grid_group_rank(g, k) == root;
+    mc_path path = mc_comm_path(cm, be);
+    float *h = x;
+    if (path == MC_PATH_NCCL) {
+        st = mc_nccl_run(cm, k, be, MC_NCCL_BROADCAST, x, x, n, root, NULL, err);
+    } else if (path == MC_PATH_STAGED && !(h = host_floats(n, "broadcast", err))) {
+        st = MC_ERR_NOMEM;
+    } else {
+        if (h != x && root_me) mc_bcopy_to_host(be, h, x, n * sizeof(float));
+        rc = MPI_Bcast(h, (int)n, MPI_FLOAT, root, c);
+        if (h != x) {
+            if (rc == MPI_SUCCESS && !root_me) mc_bcopy_from_host(be, x, h, n * sizeof(float));
+            free(h);
+        }
+    }
     END(MC_COLL_BROADCAST, 4.0 * (double)n,
         root_me ? 4.0 * (mc_grid_group_size(g, k) - 1) * (double)n : 0.0);
     if (st) return st;
@@ -360,9 +467,9 @@ mc_status mc_broadcast_text(const mc_grid *g, mc_status st, char **s, mc_error *
  * for a CUDA backend: NCCL's send and receive on one stream would deadlock
  * where both peers send first, which MPI's buffered sends allow. The host
  * copy of x (malloc'ed; x itself for host memory; NULL when out of memory). */
-float *mc_comm_stage(mc_backend *be, const float *x, size_t n)
+float *mc_comm_stage(mc_comm *cm, mc_backend *be, const float *x, size_t n)
 {
-    if (!mc_nccl_wanted(be)) return (float *)x;
+    if (mc_comm_path(cm, be) == MC_PATH_HOST) return (float *)x;
     float *h = malloc(n * sizeof(float) + 1);
     if (h) mc_bcopy_to_host(be, h, x, n * sizeof(float));
     return h;
@@ -403,7 +510,7 @@ mc_status mc_send(const mc_grid *g, mc_group_kind k, mc_backend *be, const float
     if (st) return st;
     BEGIN_PEER("send", k, mc_comm_world_rank(c, peer));
     /* device memory goes through host memory (see mc_comm_stage) */
-    float *h = mc_comm_stage(be, x, n);
+    float *h = mc_comm_stage(cm, be, x, n);
     int rc = h || !n ? MPI_Send(h ? h : x, (int)n, MPI_FLOAT, peer, 0, c) : MPI_ERR_NO_MEM;
     if (h != x) free(h);
     END(MC_COLL_SENDRECV, 4.0 * (double)n, 4.0 * (double)n);
@@ -430,7 +537,7 @@ mc_status mc_recv(const mc_grid *g, mc_group_kind k, mc_backend *be, float *x, s
     if (st) return st;
     MPI_Status s;
     BEGIN_PEER("receive", k, mc_comm_world_rank(c, peer));
-    float *h = mc_nccl_wanted(be) ? malloc(n * sizeof(float) + 1) : x;
+    float *h = mc_comm_path(cm, be) != MC_PATH_HOST ? malloc(n * sizeof(float) + 1) : x;
     int rc = h ? MPI_Recv(h, (int)n, MPI_FLOAT, peer, 0, c, &s) : MPI_ERR_NO_MEM;
     if (h && h != x) {
         if (rc == MPI_SUCCESS) mc_bcopy_from_host(be, x, h, n * sizeof(float));
@@ -453,11 +560,7 @@ mc_status mc_alltoallv(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
         if (scount[0]) mc_bcopy(be, recv + rdispl[0], send + sdispl[0], scount[0] * sizeof(float));
         return MC_OK;
     }
-    if (mc_nccl_wanted(be))
-        return mc_error_set(err, MC_ERR_USAGE,
-                            "all-to-all on the %s: device memory is not "
-                            "supported (the MoE dispatch runs on the CPU backend)",
-                            mc_group_name(k));
+    mc_path path = mc_comm_path(g->impl, be);
     int *v = malloc(4 * (size_t)P * sizeof *v);
     if (!v) return mc_error_set(err, MC_ERR_NOMEM, "all-to-all: out of memory");
     double bytes = 0, wire = 0;
@@ -469,14 +572,40 @@ mc_status mc_alltoallv(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
         bytes += 4.0 * (double)scount[j];
         if (j != me) wire += 4.0 * (double)scount[j];
     }
+    /* staged: the spans the counts cover, copied whole to the host; only
+     * the received blocks come back (the rest of recv stays as it was) */
+    size_t sn = 0, rn = 0;
+    for (int j = 0; j < P; j++) {
+        if (scount[j] && sdispl[j] + scount[j] > sn) sn = sdispl[j] + scount[j];
+        if (rcount[j] && rdispl[j] + rcount[j] > rn) rn = rdispl[j] + rcount[j];
+    }
+    float *hs = NULL;
+    if (!st && path == MC_PATH_STAGED && !(hs = host_floats(sn + rn, "all-to-all", err)))
+        st = MC_ERR_NOMEM;
     if (st) {
         free(v);
         return st;
     }
+    if (hs) mc_bcopy_to_host(be, hs, send, sn * sizeof(float));
     BEGIN("all-to-all", k);
-    int rc = MPI_Alltoallv(send, v, v + P, MPI_FLOAT, recv, v + 2 * P, v + 3 * P, MPI_FLOAT, c);
+    int rc = MPI_SUCCESS;
+    if (path == MC_PATH_NCCL)
+        st = mc_nccl_alltoallv(cm, k, be, send, scount, sdispl, recv, rcount, rdispl, err);
+    else if (hs)
+        rc = MPI_Alltoallv(hs, v, v + P, MPI_FLOAT, hs + sn, v + 2 * P, v + 3 * P, MPI_FLOAT, c);
+    else
+        rc = MPI_Alltoallv(send, v, v + P, MPI_FLOAT, recv, v + 2 * P, v + 3 * P, MPI_FLOAT, c);
     END(MC_COLL_ALLTOALL, bytes, wire);
     free(v);
+    if (hs) {
+        if (rc == MPI_SUCCESS)
+            for (int j = 0; j < P; j++)
+                if (rcount[j])
+                    mc_bcopy_from_host(be, recv + rdispl[j], hs + sn + rdispl[j],
+                                       rcount[j] * sizeof(float));
+        free(hs);
+    }
+    if (st) return st;
     return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "all-to-all", k);
 }
 

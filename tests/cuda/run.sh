@@ -17,6 +17,9 @@
 #      1e-4: CPU and GPU differ only by rounding);
 #   3b. mc-eval: perplexity (fp32, relative 1e-5) and greedy generation (the
 #      same tokens) on the GPU against the CPU, the KV cache on the device;
+#   3c. two ranks on the one GPU through the staged path (MC_DEVICE_COMM=mpi):
+#      TP=2, TP=2 with SP, DP=2 and EP=2 equal one GPU process (fp32, 1e-4);
+#      a model too big for the GPU refused with the bytes, exit 1;
 #   4. compute-sanitizer --tool memcheck over 3 GPU training iterations of
 #      each model (and racecheck over one).
 # Prints a short table last; exit 0 only when every step passed.
@@ -217,6 +220,56 @@ PY
     row "mc-eval perplexity (gpu vs cpu)" "$good" "nll cpu $pc gpu $pg (relative 1e-5)"
     row "mc-eval greedy generation" "$([ "$tc" = "$tg" ] && echo ok || echo FAIL)" \
         "$tg of $tc tokens the same (2 prompts, KV cache on the device)"
+fi
+
+# ---------------------------------------------------------------- 3c. two ranks, one GPU
+# Issue 11, section 5: one GPU cannot hold two NCCL ranks, so the grid's GPU
+# path runs staged (MC_DEVICE_COMM=mpi: device memory through host memory
+# and MPI). TP=2, TP=2 with SP, DP=2 and EP=2 against one GPU process, fp32,
+# 20 iterations: relative 1e-4 (the runs differ by reduction order only).
+echo "== 3c. two ranks on the one GPU (MC_DEVICE_COMM=mpi), fp32"
+if ! command -v mpirun >/dev/null 2>&1; then
+    row "2 ranks, 1 gpu" FAIL "no mpirun"
+else
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    for spec in "tp2:gpt:--tensor-model-parallel-size 2" \
+                "tp2-sp:llama:--tensor-model-parallel-size 2 --sequence-parallel" \
+                "dp2:gpt:--use-distributed-optimizer" \
+                "ep2:moe:--expert-model-parallel-size 2"; do
+        IFS=: read -r name m extra <<<"$spec"
+        declare -n args=$m
+        one=$work/mp-$name-1.json two=$work/mp-$name-2.json
+        ok=1
+        run_train "$one" "$gpu" "${args[@]}" --train-iters 20 || ok=0
+        # shellcheck disable=SC2086
+        MC_DEVICE_COMM=mpi timeout 300 mpirun -np 2 --oversubscribe -x MC_DEVICE_COMM -x LD_LIBRARY_PATH \
+            "$train" "${common[@]}" --threads 4 "${args[@]}" $extra --train-iters 20 --device "$gpu" \
+            --log-json "$two" >"$two.out" 2>"$two.err" || ok=0
+        if [ $ok = 0 ]; then
+            tail -5 "$one.err" "$two.err"
+            row "2 ranks, 1 gpu: $name ($m)" FAIL "a run failed"
+        else
+            losses "$one" > "$one.l"; losses "$two" > "$two.l"
+            read -r r n < <(maxrel "$two.l" "$one.l")
+            good=$(awk -v r="$r" -v n="$n" 'BEGIN { print (n == 20 && r <= 1e-4) ? "ok" : "FAIL" }')
+            row "2 ranks, 1 gpu: $name ($m)" "$good" "vs one process: max rel $r over $n its"
+        fi
+        unset -n args
+    done
+fi
+
+# A model the device cannot hold: refused before any allocation, naming the
+# plan's bytes and the GPU's (exit 1).
+"$train" "${common[@]}" --num-layers 96 --hidden-size 12288 --num-attention-heads 96 \
+    --seq-length 2048 --max-position-embeddings 2048 --train-iters 1 --device "$gpu" \
+    >"$work/big.out" 2>"$work/big.err"
+rc=$?
+msg=$(head -c 400 "$work/big.err")
+want="GPU 0 ("; [ "$gpu" = cuda ] || want="this machine"
+if [ $rc = 1 ] && [[ "$msg" == *"does not fit"*"$want"* ]]; then
+    row "model too big for the device" ok "exit 1: ${msg#*needs }"
+else
+    row "model too big for the device" FAIL "rc=$rc: $msg"
 fi
 
 # ---------------------------------------------------------------- 4. sanitizer

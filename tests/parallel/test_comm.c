@@ -370,21 +370,24 @@ static int init(ctx *c, int *argc, char ***argv, int tp, int pp)
 
 /* The all-to-all of unequal sizes: member i sends member j (i + 2 j) % 3
  * values datum(i, j, salt + k), k < that count; each checks what it got. */
-static void check_alltoall(ctx *c, mc_group_kind k, int salt)
+/* gap: floats left between the received blocks, which must keep their
+ * values (-7) */
+static void check_alltoall(ctx *c, mc_group_kind k, int salt, size_t gap)
 {
     int P = mc_grid_group_size(&c->g, k), me = mc_grid_group_rank(&c->g, k);
     size_t sc[64], sd[64], rc[64], rd[64], ns = 0, nr = 0;
     for (int j = 0; j < P; j++) {
         sc[j] = (size_t)((me + 2 * j) % 3), sd[j] = ns, ns += sc[j];
-        rc[j] = (size_t)((j + 2 * me) % 3), rd[j] = nr, nr += rc[j];
+        rc[j] = (size_t)((j + 2 * me) % 3), rd[j] = nr, nr += rc[j] + gap;
     }
     float *in = balloc(c, ns), *out = balloc(c, nr), ref[256];
     for (int j = 0; j < P; j++)
         for (size_t q = 0; q < sc[j]; q++) in[sd[j] + q] = datum(me, (size_t)j, salt + (int)q);
+    for (size_t i = 0; i < nr; i++) out[i] = ref[i] = -7.0f;
     OK(c, mc_alltoallv(&c->g, k, c->be, in, sc, sd, out, rc, rd, E));
     for (int i = 0; i < P; i++)
         for (size_t q = 0; q < rc[i]; q++) ref[rd[i] + q] = datum(i, (size_t)me, salt + (int)q);
-    CHECK(c, same_bits(out, ref, nr), "%s: all-to-all", mc_group_name(k));
+    CHECK(c, same_bits(out, ref, nr), "%s: all-to-all (gap %zu)", mc_group_name(k), gap);
     int64_t si[64], ri[64];
     for (int j = 0; j < P; j++) si[j] = 1000 * me + j;
     OK(c, mc_alltoall_i64(&c->g, k, si, ri, 1, E));
@@ -398,8 +401,8 @@ static int run_grid(int argc, char **argv, int tp, int pp, int ep, int cp)
 {
     ctx c = {0};
     init_ep(&c, &argc, &argv, tp, pp, ep, cp);
-    check_alltoall(&c, MC_GROUP_EP, 60);
-    check_alltoall(&c, MC_GROUP_WORLD, 61);
+    check_alltoall(&c, MC_GROUP_EP, 60, 0);
+    check_alltoall(&c, MC_GROUP_WORLD, 61, 1);
     check_groups(&c);
     for (int k = 0; k < MC_GROUP_COUNT; k++) {
         check_collectives(&c, k, 37, 1 + k); /* chunks of unequal size */
@@ -413,6 +416,21 @@ static int run_grid(int argc, char **argv, int tp, int pp, int ep, int cp)
     check_collectives(&c, MC_GROUP_WORLD, 40, 81);
     mc_comm_set_piece_floats(0);
     check_p2p(&c, 33);
+    /* device memory's staged path (MC_DEVICE_COMM=mpi: copied to the host,
+     * through MPI, back), taken here by the CPU backend's memory: the same
+     * bits as the host path, blocking and not, every group */
+    mc_comm_set_staging(1);
+    check_alltoall(&c, MC_GROUP_EP, 62, 0);
+    check_alltoall(&c, MC_GROUP_WORLD, 63, 2);
+    for (int k = 0; k < MC_GROUP_COUNT; k++) {
+        check_collectives(&c, k, 37, 110 + k);
+        check_collectives(&c, k, 3, 130 + k);
+    }
+    mc_comm_set_piece_floats(16); /* the host sums in pieces under staging */
+    check_collectives(&c, MC_GROUP_WORLD, 40, 150);
+    mc_comm_set_piece_floats(0);
+    check_p2p(&c, 33);
+    mc_comm_set_staging(0);
     mc_error e;
     /* expert tensor parallelism: every divisor of tp (the ETP groups split
      * again, collective), and one that is not refused */

@@ -164,3 +164,16 @@ count_errors() { grep -c "^test_comm: error:" <<<"$output" || true; }
     [ "$(count_errors)" -eq 1 ]
     ended_by_itself
 }
+
+@test "MC_DEVICE_COMM: a value other than nccl or mpi is one error naming it, every rank exits 1; mpi and nccl are taken" {
+    MC_DEVICE_COMM=gloo mpi 2 grid 1 1
+    assert_failure 1
+    assert_output --partial "test_comm: error: grid: MC_DEVICE_COMM=gloo: expected nccl or mpi"
+    [ "$(count_errors)" -eq 1 ]
+    # on the CPU backend's memory neither changes anything (host memory
+    # always goes through MPI; test_comm checks the staged path itself)
+    MC_DEVICE_COMM=mpi mpi 2 grid 1 2
+    assert_success
+    MC_DEVICE_COMM=nccl mpi 2 grid 2 1
+    assert_success
+}

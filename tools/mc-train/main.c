@@ -1330,8 +1330,7 @@ static mc_status vocabulary(args *a, mc_model_config *mcfg, int32_t *eod, mc_err
  * NULL. */
 static const char *cuda_blocker(const args *a, const mc_model_config *c)
 {
-    if (c->num_experts > 0 && a->ep > 1)
-        return "--expert-model-parallel-size: the experts' all-to-all runs on the CPU backend only";
+    (void)c;
     if (a->cp > 1)
         return "--context-parallel-size: context parallelism runs on the CPU backend only";
     return NULL;
