@@ -3,7 +3,9 @@
 # on one H100 or H200: mc (--device cuda, --bf16, --mock-data) and llm.c's
 # train_gpt2cu on the GPT-2 124M shape at B=16, 32, 64 and T=1024; then mc
 # alone on a 1.3B GPT (24 layers, hidden 2048, 16 heads, T=2048) and the
-# Llama-style 1B preset (llama-1b: Llama-3.2-1B's shape, T=2048). Prints
+# Llama-style 1B preset (llama-1b: Llama-3.2-1B's shape, T=2048); the 1.3B
+# GPT again with --fp8-format hybrid (cuBLASLt's FP8 GEMMs) and a 300-step
+# FP8 vs bf16 loss curve of a small GPT. Prints
 # tokens/s and MFU against the card's dense bf16 peak (PEAK_TFLOPS, default
 # 989 for an H100 SXM; 989 too for an H200, which has the same SMs) for each,
 # with the issue's targets, as a table last.
@@ -16,7 +18,7 @@
 # WARM (5) measured / warm-up iterations, BATCHES ("16 32 64"), MB_BIG
 # (micro-batch of the 1.3B and 1B runs, 4: ~46 GB by mc-train --dry-run;
 # the global batch is 4 of them),
-# SKIP (space-separated: mc llmc big eval), PEAK_TFLOPS (989), JOBS (make -j, default
+# SKIP (space-separated: mc llmc big fp8 eval), PEAK_TFLOPS (989), JOBS (make -j, default
 # the cores present), RUN_TIMEOUT (seconds one mc run may take, 150: a slow
 # configuration then fails alone and the table still prints inside the
 # device tool's 10 minutes), MC_GPUKIT=0 to ignore .gpukit.
@@ -139,6 +141,42 @@ case $skip in *" big "*) ;; *)
     run_mc llama-1b "$mbbig" $((4 * mbbig)) 2048 "$nl" 16 2048 --model llama-1b --vocab-size 128256 ;;
 esac
 
+# ---------------------------------------------------------------- FP8 (issue 11, section 4)
+case $skip in *" fp8 "*) ;; *)
+    # the 1.3B GPT with --fp8-format hybrid against its bf16 run above:
+    # target >= 1.3x the tokens/s
+    case $skip in *" big "*) ;; *)
+        run_mc gpt-1.3b-fp8 "$mbbig" $((4 * mbbig)) 2048 "$n13" 24 2048 --model gpt2-124m \
+            --vocab-size 50257 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 \
+            --max-position-embeddings 2048 --fp8-format hybrid --fp8-amax-history-len 16 \
+            --fp8-amax-compute-algo max
+        b16=$(awk '$2 == "gpt-1.3b" { print $5 }' "$results") f8=$(awk '$2 == "gpt-1.3b-fp8" { print $5 }' "$results")
+        [ -n "$b16" ] && [ -n "$f8" ] &&
+            awk -v a="$f8" -v b="$b16" 'BEGIN { printf "fp8/bf16 tokens/s on gpt-1.3b: %.2fx (target >= 1.3x)\n", a / b }' |
+            tee -a "$results.fp8" ;;
+    esac
+    # 300 iterations of a small GPT, FP8 against bf16: the loss curves within 1%
+    small=(--model gpt2-124m --vocab-size 50257 --num-layers 4 --hidden-size 256 --num-attention-heads 4
+           --seq-length 256 --max-position-embeddings 256 --micro-batch-size 16 --global-batch-size 16
+           --lr 1e-3 --lr-warmup-iters 30 --train-iters 300 --log-interval 1 --eval-iters 0 --seed 3)
+    ok=1
+    for f in bf16 fp8; do
+        extra=(); [ $f = fp8 ] && extra=(--fp8-format hybrid --fp8-amax-history-len 16 --fp8-amax-compute-algo max)
+        timeout "${RUN_TIMEOUT:-150}" "$mctrain" --device cuda --bf16 --mock-data "${small[@]}" "${extra[@]}" \
+            --log-json "$work/curve-$f.json" >"$work/curve-$f.out" 2>"$work/curve-$f.err" ||
+            { tail -3 "$work/curve-$f.err"; ok=0; }
+    done
+    if [ $ok = 1 ]; then
+        paste <(grep -o '"lm loss": [^,}]*' "$work/curve-fp8.json" | cut -d' ' -f3) \
+              <(grep -o '"lm loss": [^,}]*' "$work/curve-bf16.json" | cut -d' ' -f3) |
+            awk '{ d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > m) m = d; n++; l1 = $1; l2 = $2 }
+                 END { printf "fp8 vs bf16 loss curve, small GPT, %d iterations: max relative difference %.2f%% (target <= 1%%); last loss fp8 %.4f bf16 %.4f\n", n, 100 * m, l1, l2 }' |
+            tee -a "$results.fp8"
+    else
+        echo "fp8 loss curve: a run failed" | tee -a "$results.fp8"
+    fi ;;
+esac
+
 # ---------------------------------------------------------------- generation (mc-eval)
 case $skip in *" eval "*) ;; *)
     echo "== generation: mc-eval --device cuda vs transformers (bench/gpu/eval.sh)"
@@ -151,4 +189,5 @@ echo "== bench/gpu summary: $(nvidia-smi --query-gpu=name --format=csv,noheader 
 printf '%-10s %-12s %4s %5s %12s %7s\n' program model B T tokens/s MFU
 cat "$results"
 [ -s "$results.eval" ] && cat "$results.eval"
-echo "targets: mc >= llm.c tokens/s on gpt2-124m at each B; MFU >= 50% on gpt-1.3b; generation >= 3x transformers"
+[ -s "$results.fp8" ] && cat "$results.fp8"
+echo "targets: mc >= llm.c tokens/s on gpt2-124m at each B; MFU >= 50% on gpt-1.3b; generation >= 3x transformers; FP8 >= 1.3x bf16 on gpt-1.3b and its loss curve within 1%"

@@ -105,6 +105,16 @@ void mc_backend_set_attention_prec(mc_backend *be, mc_prec prec)
 
 int mc_backend_threads(const mc_backend *be) { return be->threads; }
 
+void mc_backend_fp8_gemm_stats(const mc_backend *be, size_t *fp8, size_t *fallback)
+{
+    *fp8 = *fallback = 0;
+#ifdef MC_CUDA_BACKEND
+    if (IS_CUDA(be)) mc_cuda_fp8_gemm_stats(be->cuda, fp8, fallback);
+#else
+    (void)be;
+#endif
+}
+
 double mc_backend_mem_available(const mc_backend *be, char *what, size_t cap)
 {
 #ifdef MC_CUDA_BACKEND

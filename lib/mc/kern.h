@@ -107,6 +107,12 @@ void mc_backend_set_attention_prec(mc_backend *be, mc_prec prec);
  * cannot be known. */
 double mc_backend_mem_available(const mc_backend *be, char *what, size_t cap);
 
+/* mc_k_fp8_gemm calls so far that ran cuBLASLt's FP8 GEMMs (*fp8) and that
+ * fell back to the fp32 GEMM (*fallback: no FP8 algorithm for the shape,
+ * or MC_CUDA_FP8_GEMM=0); both 0 on the CPU backend, whose FP8 GEMMs are
+ * its fp32 GEMM by definition. */
+void mc_backend_fp8_gemm_stats(const mc_backend *be, size_t *fp8, size_t *fallback);
+
 /* Backend memory: 64-byte aligned, zero-filled. NULL on failure (err set). */
 void *mc_balloc(mc_backend *be, size_t bytes, mc_error *err);
 void mc_bfree(mc_backend *be, void *p);

@@ -8,16 +8,16 @@
  * result is multiplied by 1 / (s_a s_b), as an FP8 tensor-core GEMM with
  * fp32 accumulation and scale factors gives it. The bias and its gradient
  * stay in full precision. Scales come from the amax of earlier steps: each
- * use records max |operand| (before scaling) for this step;
- * mc_model_fp8_update, after the step, takes the maximum over the stage's
+ * use records max |operand| (before scaling) for this step, in backend
+ * memory (mc_k_amax_into); mc_model_fp8_update, after the step, takes the maximum over the stage's
  * ranks (so any grid sees the values one process would), pushes it into the
  * operand's history and sets s = (fp8 max / amax) / 2^margin from the
  * history's newest (most_recent) or largest (max) entry; a step with amax
  * 0 or not finite keeps the scale. Scales start at 1. The output layer,
  * the embeddings and the experts stay in the model's precision. On the GPU
- * the same kernels (kern/cuda/fp8.cu, the same bits) and an fp32 GEMM on
- * the quantized values: correct, not yet fast (cuBLASLt's FP8 GEMMs are the
- * next step).
+ * the same kernels (kern/cuda/fp8.cu, the same bits), and the GEMMs
+ * (mc_k_fp8_gemm) are cuBLASLt's FP8 GEMMs on the operands converted to FP8
+ * bytes, exact conversions, so only the summation order differs.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -77,11 +77,11 @@ static size_t op_index(const mc_model *m, int l, int which, int op)
     return ((size_t)m->lidx[l] * 4 + (size_t)which) * 3 + (size_t)op;
 }
 
-/* q = x quantized with the operand's scale, its amax recorded */
+/* q = x quantized with the operand's scale, its amax recorded (in backend
+ * memory: no host round trip per operand) */
 static float quantize(mc_model *m, size_t k, float *q, const float *x, size_t n, int e5m2)
 {
-    float a = mc_k_amax(m->be, x, n);
-    if (!(a <= m->fp8_cur[k])) m->fp8_cur[k] = a; /* NaN sticks */
+    mc_k_amax_into(m->be, m->fp8_red + k, x, n);
     float s = m->fp8_scale[k];
     mc_k_fp8_quantize(m->be, q, x, n, s, e5m2);
     return s;
@@ -97,7 +97,7 @@ void mc_model_lin_fwd(mc_model *m, int l, int which, float *out, const float *x,
     }
     float sx = quantize(m, op_index(m, l, which, 0), m->fp8_qx, x, N * I, 0);
     float sw = quantize(m, op_index(m, l, which, 1), m->fp8_qw, param_val(m, w), O * I, 0);
-    mc_k_linear_fwd(m->be, MC_PREC_FP32, out, m->fp8_qx, m->fp8_qw, NULL, NULL, N, I, O, 0.0f);
+    mc_k_fp8_gemm(m->be, 0, out, m->fp8_qx, m->fp8_qw, N, I, O, 0);
     mc_k_fp8_out(m->be, out, N, O, (1.0f / sx) * (1.0f / sw), b);
 }
 
@@ -109,19 +109,16 @@ void mc_model_lin_bwd(mc_model *m, mc_prec pr, int l, int which, float *dx, floa
         return;
     }
     mc_backend *be = m->be;
-    float sd = quantize(m, op_index(m, l, which, 2), m->fp8_qd, dy, N * O, m->cfg.fp8 == 2);
+    int e5 = m->cfg.fp8 == 2;
+    float sd = quantize(m, op_index(m, l, which, 2), m->fp8_qd, dy, N * O, e5);
     if (dx) {
         float sw = quantize(m, op_index(m, l, which, 1), m->fp8_qw, param_val(m, w), O * I, 0);
-        mc_k_fill(be, m->fp8_tmp, 0.0f, N * I);
-        mc_k_linear_bwd(be, MC_PREC_FP32, m->fp8_tmp, NULL, NULL, m->fp8_qd, NULL, m->fp8_qw, NULL,
-                        N, I, O);
+        mc_k_fp8_gemm(be, 1, m->fp8_tmp, m->fp8_qd, m->fp8_qw, N, I, O, e5);
         mc_k_axpy(be, dx, m->fp8_tmp, N * I, (1.0f / sd) * (1.0f / sw));
     }
     if (dW) {
         float sx = quantize(m, op_index(m, l, which, 0), m->fp8_qx, x, N * I, 0);
-        mc_k_fill(be, m->fp8_tmp, 0.0f, O * I);
-        mc_k_linear_bwd(be, MC_PREC_FP32, NULL, m->fp8_tmp, NULL, m->fp8_qd, m->fp8_qx, NULL, NULL,
-                        N, I, O);
+        mc_k_fp8_gemm(be, 2, m->fp8_tmp, m->fp8_qd, m->fp8_qx, N, I, O, e5);
         mc_k_axpy(be, dW, m->fp8_tmp, O * I, (1.0f / sd) * (1.0f / sx));
     }
     if (db) mc_k_linear_bwd(be, MC_PREC_FP32, NULL, NULL, db, dy, NULL, NULL, NULL, N, I, O);
@@ -133,13 +130,14 @@ mc_status mc_model_fp8_update(mc_model *m, mc_error *err)
     if (!c->fp8 || !m->fp8_cur) return MC_OK;
     size_t n = (size_t)nops(m),
            len = (size_t)(c->fp8_amax_history_len > 0 ? c->fp8_amax_history_len : 1);
-    if (n) { /* through backend memory: the collectives' (NCCL's on a GPU) */
-        mc_bcopy_from_host(m->be, m->fp8_red, m->fp8_cur, n * sizeof(float));
+    if (n) { /* the step's maxima are in backend memory (quantize): reduced
+              * there (NCCL's collectives on a GPU), then one copy to the host */
         mc_status st = mc_allreduce_max(&m->grid, MC_GROUP_TP, m->be, m->fp8_red, n, err);
         if (!st) st = mc_allreduce_max(&m->grid, MC_GROUP_CP, m->be, m->fp8_red, n, err);
         if (!st) st = mc_allreduce_max(&m->grid, MC_GROUP_DP, m->be, m->fp8_red, n, err);
         if (st) return st;
         mc_bcopy_to_host(m->be, m->fp8_cur, m->fp8_red, n * sizeof(float));
+        mc_k_fill(m->be, m->fp8_red, 0.0f, n);
     }
     for (size_t k = 0; k < n; k++) {
         float *h = m->fp8_hist + k * len;

@@ -482,6 +482,55 @@ static void check_linear(ctx *x, size_t N, size_t I, size_t O)
     drop(x, g);
 }
 
+/* FP8 (lib/model/fp8.c's use): operands quantized on each side (the same
+ * bits, fp8_emu.cc), then the three GEMMs of an FP8 linear; the GPU's are
+ * cuBLASLt's FP8 GEMMs where the shape allows (every dimension the GEMM
+ * reduces over a multiple of 16) and its fp32 GEMM otherwise, against the
+ * CPU's fp32 GEMM on the same values: bf16 tolerance (issue 11, section 4;
+ * the products are exact, only the accumulation differs). amax_into's
+ * running maximum, exactly. */
+static void check_fp8(ctx *x, size_t N, size_t I, size_t O)
+{
+    char w[96];
+    snprintf(w, sizeof w, "N=%zu I=%zu O=%zu", N, I, O);
+    pair xx = rnd(x, N * I, 3), W = rnd(x, O * I, 0.05f), g = rnd(x, N * O, 1e-4f);
+    pair qx = poisoned(x, N * I), qw = poisoned(x, O * I), qg = poisoned(x, N * O);
+    for (int e5m2 = 0; e5m2 < 2; e5m2++) {
+        ON_BOTH(mc_k_fp8_quantize(be, S(qx), S(xx), N * I, 448.0f / 3, 0));
+        ON_BOTH(mc_k_fp8_quantize(be, S(qw), S(W), O * I, 448.0f / 0.05f, 0));
+        ON_BOTH(mc_k_fp8_quantize(be, S(qg), S(g), N * O, e5m2 ? 57344.0f / 1e-4f : 448.0f / 1e-4f,
+                                  e5m2));
+        cmp(x, "fp8_quantize", e5m2 ? "dy E5M2" : "dy E4M3", qg, 0);
+        char k[40];
+        snprintf(k, sizeof k, "fp8_gemm %s", e5m2 ? "hybrid" : "e4m3");
+        pair o = poisoned(x, N * O), dx = poisoned(x, N * I), dW = poisoned(x, O * I);
+        ON_BOTH(mc_k_fp8_gemm(be, 0, S(o), S(qx), S(qw), N, I, O, 0));
+        cmp(x, k, "fwd", o, HALF);
+        ON_BOTH(mc_k_fp8_gemm(be, 1, S(dx), S(qg), S(qw), N, I, O, e5m2));
+        cmp(x, k, "dgrad", dx, HALF);
+        ON_BOTH(mc_k_fp8_gemm(be, 2, S(dW), S(qg), S(qx), N, I, O, e5m2));
+        snprintf(w, sizeof w, "wgrad N=%zu I=%zu O=%zu", N, I, O);
+        cmp(x, k, w, dW, HALF);
+        drop(x, o);
+        drop(x, dx);
+        drop(x, dW);
+    }
+    pair m = mk(x, 1);
+    float half = 0.5f;
+    put(x, m, &half);
+    ON_BOTH(mc_k_amax_into(be, S(m), S(xx), N * I));
+    ON_BOTH(mc_k_amax_into(be, S(m), S(qg), 0));
+    snprintf(w, sizeof w, "max of 0.5 and |x| (N x I = %zu)", N * I);
+    cmp(x, "amax_into", w, m, 0);
+    drop(x, m);
+    drop(x, xx);
+    drop(x, W);
+    drop(x, g);
+    drop(x, qx);
+    drop(x, qw);
+    drop(x, qg);
+}
+
 /* the int32 array of a pair's sides equal */
 static void icmp(ctx *x, const char *kernel, const char *what, ipair p, size_t n)
 {
@@ -783,6 +832,13 @@ int main(int argc, char **argv)
     check_linear(&x, 7, 5, 3);
     check_linear(&x, 256, 768, 2304);
     check_linear(&x, 1000, 300, 517);
+    check_fp8(&x, 7, 5, 3);        /* the fp32 fallback */
+    check_fp8(&x, 256, 768, 2304); /* cuBLASLt's FP8 GEMMs */
+    check_fp8(&x, 1000, 320, 528); /* FP8 forward and dgrad; wgrad over 1000 rows: fallback */
+    size_t f8, fb;
+    mc_backend_fp8_gemm_stats(x.g, &f8, &fb);
+    printf("# fp8_gemm: %zu calls on cuBLASLt's FP8 GEMMs, %zu on the fp32 fallback\n", f8, fb);
+    if (!rehearse) check(&x, "fp8_gemm", f8 > 0, "cuBLASLt's FP8 GEMMs ran (not only the fallback)");
     for (int packed = 0; packed < 2; packed++) {
         check_attention(&x, 1, 1, 1, 1, 8, packed);
         check_attention(&x, 2, 37, 4, 2, 16, packed);

@@ -146,12 +146,14 @@ setup() {
     [[ "$stderr" == *"no CUDA GPU is available"* || "$stderr" == *"built without the CUDA backend"* ]]
 }
 
-@test "fp8.cu's FP8 kernels, run on the CPU by tests/cuda/fp8_emu.cc, give the CPU backend's bits" {
+@test "fp8.cu's FP8 kernels, run on the CPU by tests/cuda/fp8_emu.cc, give the CPU backend's bits (and exact FP8 bytes)" {
     run "$top_srcdir/tests/cuda/emu.sh" fp8 "$BATS_TEST_TMPDIR" "$top_builddir"
     if [ "$status" = 77 ]; then
         skip "$output"
     fi
     assert_success
-    assert_line "# 0 of 14 checks failed"
+    assert_line "# 0 of 19 checks failed"
     assert_output --partial "fp8_quantize E5M2 scale 3.1e-05: the CPU's bits"
+    # the bytes cuBLASLt's FP8 GEMMs read, straight and transposed
+    assert_output --partial "fp8 bytes E5M2 transposed (37 x 70, tiles of 32): the same bytes"
 }

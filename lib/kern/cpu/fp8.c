@@ -86,3 +86,25 @@ void mc_cpu_axpy(mc_backend *be, float *y, const float *x, size_t n, float a)
 #pragma omp parallel for num_threads(be->threads) if (n > PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) y[i] += a * x[i];
 }
+
+void mc_cpu_amax_into(mc_backend *be, float *m, const float *x, size_t n)
+{
+    float a = mc_cpu_amax(be, x, n);
+    if (!(a <= *m)) *m = a;
+}
+
+void mc_cpu_fp8_gemm(mc_backend *be, int which, float *out, const float *a, const float *b,
+                     size_t N, size_t I, size_t O, int a_e5m2)
+{
+    (void)a_e5m2; /* the values carry their format */
+    switch (which) {
+    case 0: mc_cpu_linear_fwd(be, MC_PREC_FP32, out, a, b, NULL, NULL, N, I, O, 0.0f); break;
+    case 1:
+        mc_cpu_fill(be, out, 0.0f, N * I);
+        mc_cpu_linear_bwd(be, MC_PREC_FP32, out, NULL, NULL, a, NULL, b, NULL, N, I, O);
+        break;
+    default:
+        mc_cpu_fill(be, out, 0.0f, O * I);
+        mc_cpu_linear_bwd(be, MC_PREC_FP32, NULL, out, NULL, a, b, NULL, NULL, N, I, O);
+    }
+}

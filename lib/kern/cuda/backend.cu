@@ -79,6 +79,8 @@ extern "C" mc_status mc_cuda_new(int device, mc_cuda **out, mc_error *err)
     cu->device = device;
     const char *fl = getenv("MC_CUDA_FLASH");
     cu->flash_off = fl && !strcmp(fl, "0");
+    const char *f8 = getenv("MC_CUDA_FP8_GEMM");
+    cu->fp8_gemm_off = f8 && !strcmp(f8, "0");
     cu->pool = new (std::nothrow) mc_cu_pool();
     const char *what = NULL;
     cudaDeviceProp prop;

@@ -42,6 +42,10 @@ void mc_cuda_alloc_stats(mc_cuda *cu, size_t *mallocs, size_t *cached_bytes);
 /* Bytes free on the device plus those the allocator caches; what: "GPU N
  * (its name)" (mc_backend_mem_available). */
 double mc_cuda_mem_available(mc_cuda *cu, char *what, size_t cap);
+/* fp8_gemm calls so far that ran cuBLASLt's FP8 GEMM, and those that fell
+ * back to the fp32 GEMM (no FP8 algorithm for the shape, or
+ * MC_CUDA_FP8_GEMM=0), for check_kern and the benchmarks. */
+void mc_cuda_fp8_gemm_stats(mc_cuda *cu, size_t *fp8, size_t *fallback);
 
 /* The attention's precision (mc_backend_set_attention_prec): MC_PREC_BF16
  * runs it on the tensor cores (flash.cu) unless MC_CUDA_FLASH=0 was set

@@ -1,6 +1,8 @@
 /*
- * fp8.cu - the FP8 emulation kernels of kern_ops.def (amax, fp8_quantize,
- * fp8_out, axpy) on the GPU, with kern/cpu/fp8.c's arithmetic: the same
+ * fp8.cu - the FP8 emulation kernels of kern_ops.def (amax, amax_into,
+ * fp8_quantize, fp8_out, axpy) on the GPU, and the conversion of quantized
+ * operands to FP8 bytes for cuBLASLt's FP8 GEMMs (mc_cuda_fp8_bytes,
+ * linear.cu's fp8_gemm), with kern/cpu/fp8.c's arithmetic: the same
  * rounding to the E4M3/E5M2 grid (the add-and-subtract of a power of two,
  * saturating), products and sums without contraction (__fmul_rn,
  * __fadd_rn), so every element equals the CPU's bit for bit; amax is a max,
@@ -89,6 +91,62 @@ __global__ void k_axpy(float *y, const float *x, size_t n, float a)
         y[i] = RN_ADD(y[i], RN_MUL(a, x[i]));
 }
 
+/* *m = a where !(a <= *m), a = the amax k_amax left in d (bits, NaN flag) */
+__global__ void k_amax_fold(float *m, const unsigned *d)
+{
+    if (threadIdx.x || blockIdx.x) return;
+    float a = d[1] ? __uint_as_float(0x7fc00000u) : __uint_as_float(d[0]);
+    if (!(a <= *m)) *m = a;
+}
+
+/* The FP8 byte of v, a value on the grid (fp8_round's output: exact, so no
+ * rounding here), as the OCP formats encode it: E4M3 bias 7, 3 mantissa
+ * bits, subnormals below 2^-6 in steps of 2^-9, NaN 0x7f; E5M2 bias 15, 2
+ * bits, subnormals below 2^-14 in steps of 2^-16, NaN 0x7f. */
+__device__ __forceinline__ uint8_t fp8_byte(float v, int e5m2)
+{
+    uint32_t u = __float_as_uint(v);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    uint32_t au = u & 0x7fffffffu;
+    if (au > 0x7f800000u) return 0x7f;
+    if (au == 0) return sign;
+    const int mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+    int e = (int)(au >> 23) - 127;
+    if (e < 1 - bias) { /* subnormal: a multiple of 2^(1 - bias - mb) */
+        float k = __uint_as_float(au) * __uint_as_float((uint32_t)(bias - 1 + mb + 127) << 23);
+        return (uint8_t)(sign | (uint8_t)k);
+    }
+    return (uint8_t)(sign | (uint8_t)((e + bias) << mb) | (uint8_t)((au >> (23 - mb)) & ((1u << mb) - 1u)));
+}
+
+/* o = the FP8 bytes of x[rows, cols] (row-major), or of its transpose
+ * (o[cols, rows]) through 32 x 32 tiles in shared memory; blocks of 256
+ * threads, 8 rows of the tile a pass */
+constexpr unsigned TT = 32, TTH = 256;
+__global__ void k_fp8_bytes(uint8_t *o, const float *x, size_t rows, size_t cols, int transpose,
+                            int e5m2)
+{
+    __shared__ uint8_t t[TT][TT + 1];
+    const unsigned tx = threadIdx.x % TT, ty = threadIdx.x / TT;
+    size_t c0 = (size_t)blockIdx.x * TT, r0 = (size_t)blockIdx.y * TT;
+    for (unsigned j = ty; j < TT; j += TTH / TT) {
+        size_t r = r0 + j, c = c0 + tx;
+        if (r < rows && c < cols) {
+            uint8_t b = fp8_byte(x[r * cols + c], e5m2);
+            if (transpose)
+                t[j][tx] = b;
+            else
+                o[r * cols + c] = b;
+        }
+    }
+    if (!transpose) return;
+    __syncthreads();
+    for (unsigned j = ty; j < TT; j += TTH / TT) {
+        size_t c = c0 + j, r = r0 + tx; /* o[c, r] = x[r, c] */
+        if (r < rows && c < cols) o[c * rows + r] = t[tx][j];
+    }
+}
+
 unsigned blocks_for(size_t n)
 {
     size_t b = (n + FT - 1) / FT;
@@ -139,4 +197,20 @@ extern "C" void mc_cuda_fp8_out(mc_cuda *cu, float *out, size_t N, size_t O, flo
 extern "C" void mc_cuda_axpy(mc_cuda *cu, float *y, const float *x, size_t n, float a)
 {
     if (n) MC_LAUNCH(k_axpy, blocks_for(n), FT, (size_t)0, y, x, n, a);
+}
+
+extern "C" void mc_cuda_amax_into(mc_cuda *cu, float *m, const float *x, size_t n)
+{
+    unsigned *d = (unsigned *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK, 2 * sizeof(unsigned));
+    amax_zero(cu, d);
+    if (n) MC_LAUNCH(k_amax, blocks_for(n), FT, (size_t)0, d, x, n);
+    MC_LAUNCH(k_amax_fold, 1u, 1u, (size_t)0, m, d);
+}
+
+void mc_cuda_fp8_bytes(mc_cuda *cu, uint8_t *o, const float *x, size_t rows, size_t cols,
+                       int transpose, int e5m2)
+{
+    if (!rows || !cols) return;
+    dim3 grid((unsigned)((cols + TT - 1) / TT), (unsigned)((rows + TT - 1) / TT));
+    MC_LAUNCH(k_fp8_bytes, grid, TTH, (size_t)0, o, x, rows, cols, transpose, e5m2);
 }

@@ -42,6 +42,8 @@ struct mc_cuda {
     struct mc_cu_pool *pool;
     int att_bf16;  /* attention on the tensor cores (flash.cu): the model is bf16 */
     int flash_off; /* MC_CUDA_FLASH=0 at creation: always attention.cu's fp32 kernels */
+    int fp8_gemm_off;                 /* MC_CUDA_FP8_GEMM=0 at creation: fp8_gemm in fp32 */
+    size_t fp8_gemms, fp8_fallbacks;  /* fp8_gemm calls on cuBLASLt's FP8 kernels, and not */
 };
 
 /* A failed CUDA call inside a kernel wrapper is a broken device or a bug:
@@ -66,6 +68,12 @@ static inline void mc_cu_die(const char *file, int line, const char *what, const
 }
 
 void *mc_cuda_scratch(mc_cuda *cu, int slot, size_t bytes);
+
+/* fp8.cu: o = the FP8 bytes (E5M2 where e5m2, else E4M3) of x[rows, cols],
+ * values already on that grid (fp8_quantize's), or of its transpose
+ * (o[cols, rows]) where transpose. */
+void mc_cuda_fp8_bytes(mc_cuda *cu, uint8_t *o, const float *x, size_t rows, size_t cols,
+                       int transpose, int e5m2);
 
 /* flash.cu: attention on the tensor cores in bf16 (attention.cu's contract,
  * bf16 operands); 0 when it does not apply (head dimension not a multiple

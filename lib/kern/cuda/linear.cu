@@ -22,6 +22,7 @@ struct plan {
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
     int epilogue_bias; /* 1 when the bias is added by the epilogue */
+    int none;          /* fp8_plan: cuBLASLt has no FP8 algorithm for this shape */
 };
 
 /* one cache per process: plans hold no pointers, only shapes */
@@ -224,4 +225,124 @@ extern "C" void mc_cuda_linear_bwd(mc_cuda *cu, mc_prec prec, float *dx, float *
     KCHECK();
     k_colsum_final<<<mc_cu_blocks(O, TPB), TPB, 0, cu->stream>>>(db, part, nch, O);
     KCHECK();
+}
+
+/* ------------------------------------------------------------ FP8 GEMMs */
+
+/* The plan of cuBLASLt's FP8 GEMM C(m x n) = A^T B in column-major terms
+ * (Hopper's FP8 kernels take A transposed and B not), A of type at, B of
+ * bt (E4M3 or E5M2, not both E5M2), fp32 accumulation (not the fast
+ * accumulation), C and D fp32; NULL where cuBLASLt offers no algorithm
+ * (remembered, so it is asked once per shape). */
+static plan *fp8_plan(mc_cuda *cu, cudaDataType_t at, cudaDataType_t bt, int64_t m, int64_t n,
+                      int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
+{
+    if (!plans) plans = new std::map<plan_key, plan>();
+    plan_key key((int)at + 1000, (int)bt + 1000, 2, m, n, k, lda, ldb, ldc, 0, 16, cu->device);
+    auto it = plans->find(key);
+    if (it != plans->end()) return it->second.none ? NULL : &it->second;
+    plan p = {};
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
+    cudaDataType_t st = CUDA_R_32F;
+    uint32_t a16 = 16;
+    bool ok =
+        cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, st) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p.a, at, k, m, lda) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p.b, bt, k, n, ldb) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, m, n, ldc) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &cu->lt_ws_bytes, sizeof cu->lt_ws_bytes) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a16,
+                                             sizeof a16) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a16,
+                                             sizeof a16) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a16,
+                                             sizeof a16) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a16,
+                                             sizeof a16) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(cu->lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &res,
+                                       &found) == CUBLAS_STATUS_SUCCESS &&
+        found > 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    plan &slot = (*plans)[key];
+    if (!ok) {
+        if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+        if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+        if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+        if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+        slot = plan{};
+        slot.none = 1;
+        return NULL;
+    }
+    p.algo = res.algo;
+    slot = p;
+    return &slot;
+}
+
+extern "C" void mc_cuda_fp8_gemm_stats(mc_cuda *cu, size_t *fp8, size_t *fallback)
+{
+    *fp8 = cu->fp8_gemms;
+    *fallback = cu->fp8_fallbacks;
+}
+
+/* kern_ops.def's fp8_gemm. Row-major to column-major as gemm() above:
+ *   0: out_cm(O x N) = W_cm^T x_cm: A = W [O,I] as stored (k x m = I x O,
+ *      lda I), B = x [N,I] as stored (I x N, ldb I);
+ *   1: dx_cm(I x N) = W_cm dy_cm: A = W^T bytes [I,O] (O x I, lda O),
+ *      B = dy [N,O] as stored (O x N, ldb O);
+ *   2: dW_cm(I x O) = x_cm dy_cm^T: A = x^T bytes [I,N] (N x I, lda N),
+ *      B = dy^T bytes [O,N] (N x O, ldb N).
+ * The transposes are made while converting to bytes (mc_cuda_fp8_bytes).
+ * FP8 operands need 16-byte aligned rows: a leading dimension that is not
+ * a multiple of 16, or a shape cuBLASLt has no algorithm for, runs the
+ * fp32 GEMM on the same values (the CPU's computation). */
+extern "C" void mc_cuda_fp8_gemm(mc_cuda *cu, int which, float *out, const float *a,
+                                 const float *b, size_t N, size_t I, size_t O, int a_e5m2)
+{
+    size_t rows = which == 0 ? N : which == 1 ? N : O, cols = which == 0 ? O : I;
+    if (!rows || !cols) return;
+    int64_t m, n, k, lda, ldb;
+    const float *A, *B;
+    size_t Ar, Ac, Br, Bc;
+    int At, Bt, Ae5, Be5;
+    switch (which) {
+    case 0: m = O, n = N, k = I, A = b, Ar = O, Ac = I, At = 0, Ae5 = 0, B = a, Br = N, Bc = I, Bt = 0, Be5 = 0; break;
+    case 1: m = I, n = N, k = O, A = b, Ar = O, Ac = I, At = 1, Ae5 = 0, B = a, Br = N, Bc = O, Bt = 0, Be5 = a_e5m2; break;
+    default: m = I, n = O, k = N, A = b, Ar = N, Ac = I, At = 1, Ae5 = 0, B = a, Br = N, Bc = O, Bt = 1, Be5 = a_e5m2;
+    }
+    lda = k, ldb = k;
+    plan *p = NULL;
+    if (!cu->fp8_gemm_off && k > 0 && k % 16 == 0)
+        p = fp8_plan(cu, Ae5 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3,
+                     Be5 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3, m, n, k, lda, ldb, m);
+    if (!p) {
+        cu->fp8_fallbacks++;
+        if (which == 0) {
+            mc_cuda_linear_fwd(cu, MC_PREC_FP32, out, a, b, NULL, NULL, N, I, O, 0.0f);
+        } else {
+            CU_CHECK(cudaMemsetAsync(out, 0, rows * cols * sizeof(float), cu->stream));
+            if (which == 1)
+                mc_cuda_linear_bwd(cu, MC_PREC_FP32, out, NULL, NULL, a, NULL, b, NULL, N, I, O);
+            else
+                mc_cuda_linear_bwd(cu, MC_PREC_FP32, NULL, out, NULL, a, b, NULL, NULL, N, I, O);
+        }
+        return;
+    }
+    cu->fp8_gemms++;
+    uint8_t *ab = (uint8_t *)mc_cuda_scratch(cu, MC_CU_SCRATCH_GEMM_A, Ar * Ac);
+    uint8_t *bb = (uint8_t *)mc_cuda_scratch(cu, MC_CU_SCRATCH_GEMM_B, Br * Bc);
+    mc_cuda_fp8_bytes(cu, ab, A, Ar, Ac, At, Ae5);
+    mc_cuda_fp8_bytes(cu, bb, B, Br, Bc, Bt, Be5);
+    const float one = 1.0f, zero = 0.0f;
+    LT_CHECK(cublasLtMatmul(cu->lt, p->desc, &one, ab, p->a, bb, p->b, &zero, out, p->c, out, p->c,
+                            &p->algo, cu->lt_ws, cu->lt_ws_bytes, cu->stream));
 }
