@@ -258,6 +258,25 @@ else
     done
 fi
 
+# NCCL itself over one-rank communicators (tests/cuda/nccl1.c): every
+# operation nccl.c issues, on device memory, its result the input.
+if [ "$gpu" = cuda ] && command -v mpicc >/dev/null 2>&1; then
+    if mpicc -std=c11 -O1 -I"$src/lib" -I"$build" -DMC_CUDA_BACKEND "$src/tests/cuda/nccl1.c" \
+        -L"$build/lib/.libs" -lmc -Wl,-rpath,"$build/lib/.libs" -lm -o "$work/nccl1" >"$work/nccl1.log" 2>&1; then
+        timeout 120 mpirun -np 1 -x LD_LIBRARY_PATH "$work/nccl1" >>"$work/nccl1.log" 2>&1
+        rc=$?
+        grep -E '^(ok|not ok) ' "$work/nccl1.log"
+        row "nccl, one-rank communicators" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+            "rc=$rc: $(grep -c '^ok ' "$work/nccl1.log") ok, $(grep -c '^not ok ' "$work/nccl1.log") not ok"
+        [ $rc = 0 ] || tail -5 "$work/nccl1.log"
+    else
+        tail -5 "$work/nccl1.log"
+        row "nccl, one-rank communicators" FAIL "tests/cuda/nccl1.c did not build"
+    fi
+else
+    row "nccl, one-rank communicators" skip "$([ "$gpu" = cuda ] && echo "no mpicc" || echo "no GPU (MC_GPU_DEVICE=$gpu)")"
+fi
+
 # A model the device cannot hold: refused before any allocation, naming the
 # plan's bytes and the GPU's (exit 1).
 "$train" "${common[@]}" --num-layers 96 --hidden-size 12288 --num-attention-heads 96 \
