@@ -180,7 +180,7 @@ static mc_status submit(const mc_grid *g, enum req_op op, const char *name, mc_g
         case OP_REDUCE_SCATTER:
             st = mc_comm_staged_reduce_scatter_sum(cm, c, k, be, in, out, n, err);
             break;
-        default: st = mc_comm_staged_allgather(c, k, be, in, out, n, err);
+        default: st = mc_comm_staged_allgather(cm, c, k, be, in, out, n, err);
         }
         mc_watchdog_leave(cm->wd);
         if (st) {

@@ -52,6 +52,8 @@ typedef struct mc_comm {
     mc_backend *host_be;           /* the staged path's sums: a one-thread CPU backend, made
                                     * on first use */
     mc_scratch host_scratch;       /* and its scratch (the main thread's) */
+    float *stage;                  /* the staged path's host copy, grown (reduce.c) */
+    size_t stage_cap;              /* floats */
     mc_comm_stat stats[MC_GROUP_COUNT][MC_COLL_COUNT]; /* stats.c; the calling thread's */
 } mc_comm;
 
@@ -93,8 +95,8 @@ mc_status mc_comm_staged_allreduce_sum(mc_comm *cm, MPI_Comm c, mc_group_kind k,
 mc_status mc_comm_staged_reduce_scatter_sum(mc_comm *cm, MPI_Comm c, mc_group_kind k,
                                             mc_backend *be, const float *in, float *out, size_t n,
                                             mc_error *err);
-mc_status mc_comm_staged_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const float *in,
-                                   float *out, size_t n, mc_error *err);
+mc_status mc_comm_staged_allgather(mc_comm *cm, MPI_Comm c, mc_group_kind k, mc_backend *be,
+                                   const float *in, float *out, size_t n, mc_error *err);
 /* Point to point stages device memory in host memory (reduce.c): the host
  * copy of x (malloc'ed; x itself for host memory; NULL when out of memory). */
 float *mc_comm_stage(mc_comm *cm, mc_backend *be, const float *x, size_t n);

@@ -71,6 +71,7 @@ static void free_comm(mc_comm *cm)
         if (cm->comm[k] != MPI_COMM_NULL) MPI_Comm_free(&cm->comm[k]);
     mc_scratch_free(&cm->scratch);
     mc_scratch_free(&cm->host_scratch);
+    free(cm->stage);
     if (cm->host_be) mc_backend_free(cm->host_be);
     free(cm);
 }
@@ -129,6 +130,10 @@ mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int 
         return mc_error_set(err, MC_ERR_USAGE, "grid: MC_DEVICE_COMM=%s: expected nccl or mpi",
                             dc);
     cm->device_mpi = dc && !strcmp(dc, "mpi");
+    /* For tests (parallel_ep.bats): host memory takes the staged path too,
+     * so a CPU run checks it end to end against the host path's bits. */
+    const char *sh = getenv("MC_TEST_STAGE_HOST");
+    if (sh && !strcmp(sh, "1")) mc_comm_set_staging(1);
 
     /* Checked after MPI_Init, so every rank can report and finalize alike. */
     if (tp < 1 || pp < 1 || cp < 1 || ep < 1)

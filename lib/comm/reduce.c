@@ -206,11 +206,22 @@ mc_path mc_comm_path(const mc_comm *cm, const mc_backend *be)
     return mc_nccl_wanted(be) ? MC_PATH_NCCL : MC_PATH_STAGED;
 }
 
-static float *host_floats(size_t n, const char *op, mc_error *err)
+/* The staged path's host copy of n floats: cm's buffer, grown and kept (a
+ * step's gradients would otherwise be a fresh multi-gigabyte allocation,
+ * and its page faults, every call); one collective at a time uses it, on
+ * the thread that issues them. */
+static float *host_floats(mc_comm *cm, size_t n, const char *op, mc_error *err)
 {
-    float *h = malloc(n * sizeof(float) + 1);
-    if (!h) mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory staging %zu floats", op, n);
-    return h;
+    if (n > cm->stage_cap || !cm->stage) {
+        free(cm->stage);
+        cm->stage_cap = 0;
+        if (!(cm->stage = malloc(n * sizeof(float) + 1))) {
+            mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory staging %zu floats", op, n);
+            return NULL;
+        }
+        cm->stage_cap = n;
+    }
+    return cm->stage;
 }
 
 static mc_backend *host_backend(mc_comm *cm, mc_error *err)
@@ -224,12 +235,11 @@ mc_status mc_comm_staged_allreduce_sum(mc_comm *cm, MPI_Comm c, mc_group_kind k,
 {
     mc_backend *hb = host_backend(cm, err);
     if (!hb) return err ? err->code : MC_ERR_NOMEM;
-    float *h = host_floats(n, "all-reduce", err);
+    float *h = host_floats(cm, n, "all-reduce", err);
     if (!h) return MC_ERR_NOMEM;
     mc_bcopy_to_host(be, h, x, n * sizeof(float));
     mc_status st = mc_comm_allreduce_sum(c, k, &cm->host_scratch, hb, h, n, err);
     if (!st) mc_bcopy_from_host(be, x, h, n * sizeof(float));
-    free(h);
     return st;
 }
 
@@ -241,29 +251,27 @@ mc_status mc_comm_staged_reduce_scatter_sum(mc_comm *cm, MPI_Comm c, mc_group_ki
     MPI_Comm_size(c, &P);
     mc_backend *hb = host_backend(cm, err);
     if (!hb) return err ? err->code : MC_ERR_NOMEM;
-    float *h = host_floats((size_t)P * n + n, "reduce-scatter", err);
+    float *h = host_floats(cm, (size_t)P * n + n, "reduce-scatter", err);
     if (!h) return MC_ERR_NOMEM;
     mc_bcopy_to_host(be, h, in, (size_t)P * n * sizeof(float));
     mc_status st =
         mc_comm_reduce_scatter_sum(c, k, &cm->host_scratch, hb, h, h + (size_t)P * n, n, err);
     if (!st) mc_bcopy_from_host(be, out, h + (size_t)P * n, n * sizeof(float));
-    free(h);
     return st;
 }
 
-mc_status mc_comm_staged_allgather(MPI_Comm c, mc_group_kind k, mc_backend *be, const float *in,
-                                   float *out, size_t n, mc_error *err)
+mc_status mc_comm_staged_allgather(mc_comm *cm, MPI_Comm c, mc_group_kind k, mc_backend *be,
+                                   const float *in, float *out, size_t n, mc_error *err)
 {
     int P, me;
     MPI_Comm_size(c, &P);
     MPI_Comm_rank(c, &me);
-    float *h = host_floats((size_t)P * n, "all-gather", err);
+    float *h = host_floats(cm, (size_t)P * n, "all-gather", err);
     if (!h) return MC_ERR_NOMEM;
     /* this member's block in place, as the host path does it */
     mc_bcopy_to_host(be, h + (size_t)me * n, in, n * sizeof(float));
     mc_status st = mc_comm_allgather(c, k, NULL, h + (size_t)me * n, h, n, err);
     if (!st) mc_bcopy_from_host(be, out, h, (size_t)P * n * sizeof(float));
-    free(h);
     return st;
 }
 
@@ -315,15 +323,12 @@ mc_status mc_allreduce_max(const mc_grid *g, mc_group_kind k, mc_backend *be, fl
     float *h = x;
     if (path == MC_PATH_NCCL) {
         st = mc_nccl_run(cm, k, be, MC_NCCL_ALLREDUCE_MAX, x, x, n, 0, NULL, err);
-    } else if (path == MC_PATH_STAGED && !(h = host_floats(n, "all-reduce (max)", err))) {
+    } else if (path == MC_PATH_STAGED && !(h = host_floats(cm, n, "all-reduce (max)", err))) {
         st = MC_ERR_NOMEM;
     } else {
         if (h != x) mc_bcopy_to_host(be, h, x, n * sizeof(float));
         rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, MPI_FLOAT, MPI_MAX, c);
-        if (h != x) {
-            if (rc == MPI_SUCCESS) mc_bcopy_from_host(be, x, h, n * sizeof(float));
-            free(h);
-        }
+        if (h != x && rc == MPI_SUCCESS) mc_bcopy_from_host(be, x, h, n * sizeof(float));
     }
     int P = mc_grid_group_size(g, k);
     END(MC_COLL_ALLREDUCE, 4.0 * (double)n, 4.0 * 2.0 * (P - 1) / P * (double)n);
@@ -369,7 +374,7 @@ mc_status mc_allgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
     BEGIN("all-gather", k);
     switch (mc_comm_path(cm, be)) {
     case MC_PATH_NCCL: st = mc_nccl_run(cm, k, be, MC_NCCL_ALLGATHER, in, out, n, 0, NULL, err); break;
-    case MC_PATH_STAGED: st = mc_comm_staged_allgather(c, k, be, in, out, n, err); break;
+    case MC_PATH_STAGED: st = mc_comm_staged_allgather(cm, c, k, be, in, out, n, err); break;
     default: st = mc_comm_allgather(c, k, be, in, out, n, err);
     }
     double P = mc_grid_group_size(g, k);
@@ -419,15 +424,12 @@ mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float 
     float *h = x;
     if (path == MC_PATH_NCCL) {
         st = mc_nccl_run(cm, k, be, MC_NCCL_BROADCAST, x, x, n, root, NULL, err);
-    } else if (path == MC_PATH_STAGED && !(h = host_floats(n, "broadcast", err))) {
+    } else if (path == MC_PATH_STAGED && !(h = host_floats(cm, n, "broadcast", err))) {
         st = MC_ERR_NOMEM;
     } else {
         if (h != x && root_me) mc_bcopy_to_host(be, h, x, n * sizeof(float));
         rc = MPI_Bcast(h, (int)n, MPI_FLOAT, root, c);
-        if (h != x) {
-            if (rc == MPI_SUCCESS && !root_me) mc_bcopy_from_host(be, x, h, n * sizeof(float));
-            free(h);
-        }
+        if (h != x && rc == MPI_SUCCESS && !root_me) mc_bcopy_from_host(be, x, h, n * sizeof(float));
     }
     END(MC_COLL_BROADCAST, 4.0 * (double)n,
         root_me ? 4.0 * (mc_grid_group_size(g, k) - 1) * (double)n : 0.0);
@@ -580,7 +582,7 @@ mc_status mc_alltoallv(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
         if (rcount[j] && rdispl[j] + rcount[j] > rn) rn = rdispl[j] + rcount[j];
     }
     float *hs = NULL;
-    if (!st && path == MC_PATH_STAGED && !(hs = host_floats(sn + rn, "all-to-all", err)))
+    if (!st && path == MC_PATH_STAGED && !(hs = host_floats(g->impl, sn + rn, "all-to-all", err)))
         st = MC_ERR_NOMEM;
     if (st) {
         free(v);
@@ -603,7 +605,6 @@ mc_status mc_alltoallv(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
                 if (rcount[j])
                     mc_bcopy_from_host(be, recv + rdispl[j], hs + sn + rdispl[j],
                                        rcount[j] * sizeof(float));
-        free(hs);
     }
     if (st) return st;
     return rc == MPI_SUCCESS ? MC_OK : mc_comm_mpi_error(err, rc, "all-to-all", k);

@@ -333,3 +333,29 @@ tokens() {
         [ -n "$got" ] && [ "$got" = "$plan" ]
     done
 }
+
+# The staged path of device memory (MC_DEVICE_COMM=mpi on a GPU: each
+# collective's data copied to a host buffer, the host bodies, copied back;
+# forced on the CPU backend's memory here by MC_TEST_STAGE_HOST=1) gives
+# the host path's bits in a whole run: EP=2 x TP=2 with SP and the
+# distributed optimizer (all-to-all, all-reduce, reduce-scatter,
+# all-gather, max, the non-blocking ones) on 4 ranks, and PP=2 x DP=2 (the
+# pipeline's point to point) on 4 ranks: the same losses and the same
+# checkpoint, bit for bit.
+@test "the staged device-memory path (forced on host memory) gives the host path's bits: EP x TP x SP x distopt, PP x DP" {
+    command -v h5diff >/dev/null || skip "h5diff not found (Debian package hdf5-tools)"
+    grids=("--expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"
+           "--pipeline-model-parallel-size 2")
+    for gi in 0 1; do
+        # shellcheck disable=SC2206
+        g=(${grids[$gi]})
+        run --separate-stderr mpi 4 "${moe[@]}" "${g[@]}" --log-json host$gi.jsonl --save host$gi
+        assert_success
+        MC_TEST_STAGE_HOST=1 run --separate-stderr mpi 4 "${moe[@]}" "${g[@]}" --log-json staged$gi.jsonl --save staged$gi
+        assert_success
+        [ "$(losses host$gi.jsonl | wc -l)" -eq 20 ]
+        diff <(losses host$gi.jsonl) <(losses staged$gi.jsonl)
+        run -0 h5diff host$gi/iter_0000020/model.h5 staged$gi/iter_0000020/model.h5 /model /model
+        run -0 h5diff host$gi/iter_0000020/model.h5 staged$gi/iter_0000020/model.h5 /optimizer /optimizer
+    done
+}
