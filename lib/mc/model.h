@@ -120,7 +120,8 @@ typedef struct mc_model_config {
      * operand from the amax history of the steps before (--fp8-amax-
      * history-len, 1; --fp8-amax-compute-algo max (1) or most_recent (0,
      * the default); --fp8-margin, 0). Emulated exactly on the CPU backend.
-     * A run's choice, not stored in checkpoints. */
+     * A run's choice, not in a checkpoint's model configuration (its
+     * scales and histories are: mc_model_fp8_get below). */
     int fp8;
     int fp8_amax_history_len;
     int fp8_amax_compute_max;
