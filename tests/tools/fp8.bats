@@ -125,7 +125,7 @@ resumed() {
     refute_output --partial "(0,0): 0, 0, 0"
 }
 
-@test "FP8 resume across grids: saved under TP=2 or PP=2, resumed on one process, within 1e-3; the state itself bit for bit" {
+@test "FP8 resume across grids: saved under TP=2 or PP=2, resumed on one process within 1e-3 and on the grid bit for bit" {
     mpi_setup
     require_python_module h5py
     # evaluation after iteration 4 records amaxes (/fp8/amax) that each
@@ -140,24 +140,40 @@ resumed() {
             --save $g --exit-interval 4
         assert_success
         assert_output "$g/iter_0000004"
+        cp $g.json $g-grid.json
         run --separate-stderr "$MC_TRAIN" "${tiny[@]}" "${e[@]}" --log-json $g.json --save $g --load $g
         assert_success
         paste <(losses one.json) <(losses $g.json) | awk -v g=$g '
             NF == 2 { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ }
             END { printf "# %s, then one process: %d iterations, max rel %.2e\n", g, n, m > "/dev/fd/3"
                   exit !(n == 8 && m < 1e-3) }'
-        # the state the grid saved is one process's (to the grid's rounding)
+        # resumed on the grid that saved it: the grid's own straight run, bit for bit
+        # shellcheck disable=SC2086
+        run -0 mpi 2 "${tiny[@]}" "${e[@]}" ${grid[$g]} --log-json $g-grid.json --save $g-grid \
+            --load $g/iter_0000004
+        # shellcheck disable=SC2086
+        run -0 mpi 2 "${tiny[@]}" "${e[@]}" ${grid[$g]} --log-json $g-straight.json --save $g-straight
+        diff <(losses $g-straight.json) <(losses $g-grid.json)
+        bits_equal $g-straight/iter_0000008/model.h5 $g-grid/iter_0000008/model.h5 model
+        # The state the grid saved is one process's, to the grid's rounding:
+        # the histories and scales of iterations 1-4 (~1e-7), and the
+        # weights' amaxes of the evaluation (~2e-4; under TP each rank
+        # holds half of each weight, and the save's reduction over the
+        # stage gives the whole one's: 12% off without it). The inputs'
+        # amaxes of the evaluation are not compared: an FP8 rounding that
+        # goes the other way moves one element, and the amax with it, by
+        # percents.
         run -0 "$MC_PYTHON" - one/iter_0000004/model.h5 $g/iter_0000004/model.h5 <<'EOF'
 import sys, h5py, numpy as np
 a, b = (h5py.File(p, "r")["fp8"] for p in sys.argv[1:3])
-worst = 0.0
-for k in ("scale", "amax", "amax_history"):
-    x, y = a[k][()].astype(np.float64), b[k][()].astype(np.float64)
-    assert x.shape == y.shape, (k, x.shape, y.shape)
-    assert (x[:, :2] > 0).all(), k  # real values (amax: no dy in an evaluation)
-    worst = max(worst, float(np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-30))))
-print("max rel %.2e" % worst)
-sys.exit(worst > 1e-3)
+def rel(k, cols=slice(None)):
+    x, y = a[k][()].astype(np.float64)[:, cols], b[k][()].astype(np.float64)[:, cols]
+    assert x.shape == y.shape and (x > 0).all(), k
+    return float(np.max(np.abs(x - y) / x))
+h = max(rel("scale"), rel("amax_history", slice(0, 8)))  # QKV's x and W
+w = rel("amax", [1, 4, 7, 10])
+print("scales and histories %.2e, weights' amaxes %.2e" % (h, w))
+sys.exit(h > 1e-3 or w > 1e-2)
 EOF
         echo "# $g's /fp8 against one process's: $output" >&3
         # what the grid wrote, loaded on one process and saved again at once
