@@ -397,14 +397,14 @@ mc_status mc_train_state_snapshot(mc_backend *be, mc_model *m, mc_optim *o, cons
             return mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
     }
     if (o && (st = mc_optim_wait_params(o, err))) return st;
-    /* Backend memory to the arena, one copy each; the moments of a
-     * distributed optimizer (not on one process) through its gather. */
-    if (sn->fp8_len) { /* one process: every layer is here */
+    if (sn->fp8_len) { /* the FP8 state (host); one process: every layer is here */
         size_t K = MC_MODEL_FP8_OPS, L = (size_t)sn->fp8_layers;
         for (size_t l = 0; l < L; l++)
             mc_model_fp8_get(m, (int)l, sn->fp8 + l * K, sn->fp8 + (L + l) * K,
                              sn->fp8 + 2 * L * K + l * K * (size_t)sn->fp8_len);
     }
+    /* Backend memory to the arena, one copy each; the moments of a
+     * distributed optimizer (not on one process) through its gather. */
     const float *params = mc_model_params(m);
     const float *mv[2] = {o ? mc_optim_exp_avg(o) : NULL, o ? mc_optim_exp_avg_sq(o) : NULL};
     size_t np = mc_model_num_params(m);
