@@ -1,7 +1,8 @@
 /*
  * convert.c - one checkpoint (or the average of several) written anew,
  * tensor by tensor through the public reader and writer (ckpt.h): stored
- * dtype, quantization, optimizer state kept or dropped, pre-split for a
+ * dtype, quantization, optimizer state kept or dropped, mc-train's FP8
+ * state carried (not when averaging), pre-split for a
  * grid or one file, the attributes and tokenizer carried over, and a
  * "reshard" record of what was done. What mc-reshard does once its inputs
  * are open.
@@ -156,11 +157,17 @@ mc_status mc_ckpt_convert(mc_ckpt_reader *const *r, size_t nr, const char *const
                  : mc_ckpt_writer_begin(out_dir, it, &w, err);
     if (st) return st;
     if (o->compression) st = mc_ckpt_writer_set_compression(w, o->compression, 0, err);
-    static const char *const groups[] = {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
-    int ngroups = o->drop_optimizer || o->average ? 1 : 3, wrote_optim = 0;
+    /* the model, the moments unless dropped, and mc-train's FP8 state
+     * (training state like the loss scaler's: carried as stored, fp32,
+     * dropped by --average) */
+    static const char *const groups[] = {"model", "optimizer/exp_avg", "optimizer/exp_avg_sq",
+                                         "fp8"};
+    int wrote_optim = 0;
     float *buf = NULL;
     size_t cap = 0;
-    for (int g = 0; g < ngroups && !st; g++) {
+    for (int g = 0; g < 4 && !st; g++) {
+        if (g > 0 && o->average) break;
+        if (g > 0 && g < 3 && o->drop_optimizer) continue;
         char **list = NULL;
         size_t n = 0;
         st = mc_ckpt_list(r0, groups[g], &list, &n, err);
@@ -169,7 +176,7 @@ mc_status mc_ckpt_convert(mc_ckpt_reader *const *r, size_t nr, const char *const
             st = MC_OK;
             continue;
         }
-        wrote_optim |= g > 0 && n > 0;
+        wrote_optim |= g > 0 && g < 3 && n > 0;
         char path[1024];
         for (size_t i = 0; i < n && !st; i++) {
             snprintf(path, sizeof path, "%s/%s", groups[g], list[i]);

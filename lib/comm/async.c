@@ -287,8 +287,8 @@ static mc_status p2p(const mc_grid *g, enum req_op op, mc_group_kind k, mc_backe
     /* device memory through host memory (reduce.c, mc_comm_stage) */
     float *buf = x;
     if (mc_comm_path(g->impl, be) != MC_PATH_HOST) {
-        buf = r->host =
-            op == OP_SEND ? mc_comm_stage(g->impl, be, x, n) : malloc(n * sizeof(float) + 1);
+        buf = r->host = op == OP_SEND ? mc_comm_stage(g->impl, be, x, n)
+                                      : malloc(n * sizeof(float) + 1);
         if (!buf) {
             free(r);
             return mc_error_set(err, MC_ERR_NOMEM, "%s: out of memory", name);

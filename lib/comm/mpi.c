@@ -127,8 +127,7 @@ mc_status mc_grid_init_mpi(int *argc, char ***argv, int tp, int pp, int cp, int 
     /* How device memory travels (comm_internal.h, mc_comm_path). */
     const char *dc = getenv("MC_DEVICE_COMM");
     if (dc && *dc && strcmp(dc, "nccl") != 0 && strcmp(dc, "mpi") != 0)
-        return mc_error_set(err, MC_ERR_USAGE, "grid: MC_DEVICE_COMM=%s: expected nccl or mpi",
-                            dc);
+        return mc_error_set(err, MC_ERR_USAGE, "grid: MC_DEVICE_COMM=%s: expected nccl or mpi", dc);
     cm->device_mpi = dc && !strcmp(dc, "mpi");
     /* For tests (parallel_ep.bats): host memory takes the staged path too,
      * so a CPU run checks it end to end against the host path's bits. */

@@ -36,8 +36,7 @@ mc_status mc_comm_group(const mc_grid *g, mc_group_kind k, mc_backend *be, const
     /* Device memory cannot go through host MPI as it is: a CUDA backend's
      * goes through NCCL (nccl.c), bootstrapped over this communicator, or
      * is staged (mc_comm_path). */
-    if (be && strcmp(mc_backend_name(be), "cpu") != 0 &&
-        mc_comm_path(g->impl, be) == MC_PATH_HOST)
+    if (be && strcmp(mc_backend_name(be), "cpu") != 0 && mc_comm_path(g->impl, be) == MC_PATH_HOST)
         return mc_error_set(err, MC_ERR_USAGE,
                             "%s on the %s: %s memory needs NCCL, which is not built", op,
                             mc_group_name(k), mc_backend_name(be));
@@ -254,8 +253,8 @@ mc_status mc_comm_staged_reduce_scatter_sum(mc_comm *cm, MPI_Comm c, mc_group_ki
     float *h = host_floats(cm, (size_t)P * n + n, "reduce-scatter", err);
     if (!h) return MC_ERR_NOMEM;
     mc_bcopy_to_host(be, h, in, (size_t)P * n * sizeof(float));
-    mc_status st =
-        mc_comm_reduce_scatter_sum(c, k, &cm->host_scratch, hb, h, h + (size_t)P * n, n, err);
+    mc_status st = mc_comm_reduce_scatter_sum(c, k, &cm->host_scratch, hb, h, h + (size_t)P * n, n,
+                                              err);
     if (!st) mc_bcopy_from_host(be, out, h + (size_t)P * n, n * sizeof(float));
     return st;
 }
@@ -300,7 +299,9 @@ mc_status mc_allreduce_sum(const mc_grid *g, mc_group_kind k, mc_backend *be, fl
     if ((st = check_count(n, "all-reduce", k, err))) return st;
     BEGIN("all-reduce", k);
     switch (mc_comm_path(cm, be)) {
-    case MC_PATH_NCCL: st = mc_nccl_run(cm, k, be, MC_NCCL_ALLREDUCE_SUM, x, x, n, 0, NULL, err); break;
+    case MC_PATH_NCCL:
+        st = mc_nccl_run(cm, k, be, MC_NCCL_ALLREDUCE_SUM, x, x, n, 0, NULL, err);
+        break;
     case MC_PATH_STAGED: st = mc_comm_staged_allreduce_sum(cm, c, k, be, x, n, err); break;
     default: st = mc_comm_allreduce_sum(c, k, &cm->scratch, be, x, n, err);
     }
@@ -373,7 +374,9 @@ mc_status mc_allgather(const mc_grid *g, mc_group_kind k, mc_backend *be, const 
     if ((st = check_count(n, "all-gather", k, err))) return st;
     BEGIN("all-gather", k);
     switch (mc_comm_path(cm, be)) {
-    case MC_PATH_NCCL: st = mc_nccl_run(cm, k, be, MC_NCCL_ALLGATHER, in, out, n, 0, NULL, err); break;
+    case MC_PATH_NCCL:
+        st = mc_nccl_run(cm, k, be, MC_NCCL_ALLGATHER, in, out, n, 0, NULL, err);
+        break;
     case MC_PATH_STAGED: st = mc_comm_staged_allgather(cm, c, k, be, in, out, n, err); break;
     default: st = mc_comm_allgather(c, k, be, in, out, n, err);
     }
@@ -398,7 +401,9 @@ mc_status mc_reduce_scatter_sum(const mc_grid *g, mc_group_kind k, mc_backend *b
     case MC_PATH_NCCL:
         st = mc_nccl_run(cm, k, be, MC_NCCL_REDUCE_SCATTER, in, out, n, 0, NULL, err);
         break;
-    case MC_PATH_STAGED: st = mc_comm_staged_reduce_scatter_sum(cm, c, k, be, in, out, n, err); break;
+    case MC_PATH_STAGED:
+        st = mc_comm_staged_reduce_scatter_sum(cm, c, k, be, in, out, n, err);
+        break;
     default: st = mc_comm_reduce_scatter_sum(c, k, &cm->scratch, be, in, out, n, err);
     }
     double P = mc_grid_group_size(g, k);
@@ -429,7 +434,8 @@ mc_status mc_broadcast(const mc_grid *g, mc_group_kind k, mc_backend *be, float 
     } else {
         if (h != x && root_me) mc_bcopy_to_host(be, h, x, n * sizeof(float));
         rc = MPI_Bcast(h, (int)n, MPI_FLOAT, root, c);
-        if (h != x && rc == MPI_SUCCESS && !root_me) mc_bcopy_from_host(be, x, h, n * sizeof(float));
+        if (h != x && rc == MPI_SUCCESS && !root_me)
+            mc_bcopy_from_host(be, x, h, n * sizeof(float));
     }
     END(MC_COLL_BROADCAST, 4.0 * (double)n,
         root_me ? 4.0 * (mc_grid_group_size(g, k) - 1) * (double)n : 0.0);

@@ -120,7 +120,8 @@ typedef struct mc_model_config {
      * operand from the amax history of the steps before (--fp8-amax-
      * history-len, 1; --fp8-amax-compute-algo max (1) or most_recent (0,
      * the default); --fp8-margin, 0). Emulated exactly on the CPU backend.
-     * A run's choice, not stored in checkpoints. */
+     * A run's choice, not in a checkpoint's model configuration (its
+     * scales and histories are: mc_model_fp8_get below). */
     int fp8;
     int fp8_amax_history_len;
     int fp8_amax_compute_max;
@@ -667,6 +668,26 @@ mc_status mc_model_moe_update_expert_bias(mc_model *m, int keep_counts, mc_error
  * history and sets the operand's scale for the next step; no-op without
  * FP8. Collective over the stage's TP, CP and DP groups. */
 mc_status mc_model_fp8_update(mc_model *m, mc_error *err);
+/* FP8 state for checkpoints (lib/train/state.c; mc-formats(5), the /fp8
+ * datasets). Per layer MC_MODEL_FP8_OPS operands, index linear 3 + operand
+ * (linear: QKV, projection, fc1, fc2; operand: x, W, dy): the scale, the
+ * amax recorded since the last mc_model_fp8_update (evaluation's; 0 right
+ * after a step) and the amax history, newest first. It is the same on
+ * every rank of a pipeline stage once mc_model_fp8_sync has max-reduced
+ * the recorded amaxes over the stage (collective over its TP, CP and DP
+ * groups, which mc_model_fp8_update then does again: max is idempotent,
+ * so the run is unchanged). mc_model_fp8_history_len: the history's
+ * length, 0 without FP8. _get copies global layer l's scale[12],
+ * amax[12] and hist[12 x len] out, _set in from a history of length len
+ * (another length than the model's: the newest min(len, model's)
+ * entries, the older ones 0); both return 0 (copying nothing) when l is
+ * not on this rank or the model has no FP8, else 1. */
+#define MC_MODEL_FP8_OPS 12
+int mc_model_fp8_history_len(const mc_model *m);
+mc_status mc_model_fp8_sync(mc_model *m, mc_error *err);
+int mc_model_fp8_get(const mc_model *m, int l, float *scale, float *amax, float *hist);
+int mc_model_fp8_set(mc_model *m, int l, const float *scale, const float *amax, const float *hist,
+                     int len);
 /* Host [num_layers, E]: the tokens each expert of each MoE layer received
  * (after dropping; with padding its capacity) in the training forwards
  * counted by the last mc_model_moe_update_expert_bias with keep_counts

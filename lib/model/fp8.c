@@ -14,10 +14,14 @@
  * operand's history and sets s = (fp8 max / amax) / 2^margin from the
  * history's newest (most_recent) or largest (max) entry; a step with amax
  * 0 or not finite keeps the scale. Scales start at 1. The output layer,
- * the embeddings and the experts stay in the model's precision. On the GPU
- * the same kernels (kern/cuda/fp8.cu, the same bits), and the GEMMs
- * (mc_k_fp8_gemm) are cuBLASLt's FP8 GEMMs on the operands converted to FP8
- * bytes, exact conversions, so only the summation order differs.
+ * the embeddings and the experts stay in the model's precision. The
+ * scales, the histories and any amax recorded since the last update (an
+ * evaluation's) go into training checkpoints by global layer
+ * (mc_model_fp8_get/_set, lib/train/state.c), so a resumed run continues
+ * bit for bit. On the GPU the same kernels (kern/cuda/fp8.cu, the same
+ * bits), and the GEMMs (mc_k_fp8_gemm) are cuBLASLt's FP8 GEMMs on the
+ * operands converted to FP8 bytes, exact conversions, so only the
+ * summation order differs.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -124,21 +128,30 @@ void mc_model_lin_bwd(mc_model *m, mc_prec pr, int l, int which, float *dx, floa
     if (db) mc_k_linear_bwd(be, MC_PREC_FP32, NULL, NULL, db, dy, NULL, NULL, NULL, N, I, O);
 }
 
+/* the stage's amaxes so far (in backend memory, fp8_red: quantize records
+ * them there), max-reduced over its TP, CP and DP groups in place (NCCL's
+ * collectives on a GPU; a second reduction changes nothing) and copied to
+ * the host (fp8_cur) */
+static mc_status reduce_cur(mc_model *m, size_t n, mc_error *err)
+{
+    if (!n) return MC_OK;
+    mc_status st = mc_allreduce_max(&m->grid, MC_GROUP_TP, m->be, m->fp8_red, n, err);
+    if (!st) st = mc_allreduce_max(&m->grid, MC_GROUP_CP, m->be, m->fp8_red, n, err);
+    if (!st) st = mc_allreduce_max(&m->grid, MC_GROUP_DP, m->be, m->fp8_red, n, err);
+    if (st) return st;
+    mc_bcopy_to_host(m->be, m->fp8_cur, m->fp8_red, n * sizeof(float));
+    return MC_OK;
+}
+
 mc_status mc_model_fp8_update(mc_model *m, mc_error *err)
 {
     const mc_model_config *c = &m->cfg;
     if (!c->fp8 || !m->fp8_cur) return MC_OK;
     size_t n = (size_t)nops(m),
            len = (size_t)(c->fp8_amax_history_len > 0 ? c->fp8_amax_history_len : 1);
-    if (n) { /* the step's maxima are in backend memory (quantize): reduced
-              * there (NCCL's collectives on a GPU), then one copy to the host */
-        mc_status st = mc_allreduce_max(&m->grid, MC_GROUP_TP, m->be, m->fp8_red, n, err);
-        if (!st) st = mc_allreduce_max(&m->grid, MC_GROUP_CP, m->be, m->fp8_red, n, err);
-        if (!st) st = mc_allreduce_max(&m->grid, MC_GROUP_DP, m->be, m->fp8_red, n, err);
-        if (st) return st;
-        mc_bcopy_to_host(m->be, m->fp8_cur, m->fp8_red, n * sizeof(float));
-        mc_k_fill(m->be, m->fp8_red, 0.0f, n);
-    }
+    mc_status st = reduce_cur(m, n, err);
+    if (st) return st;
+    if (n) mc_k_fill(m->be, m->fp8_red, 0.0f, n); /* the next step's maxima start at 0 */
     for (size_t k = 0; k < n; k++) {
         float *h = m->fp8_hist + k * len;
         memmove(h + 1, h, (len - 1) * sizeof *h);
@@ -152,4 +165,49 @@ mc_status mc_model_fp8_update(mc_model *m, mc_error *err)
         if (a > 0.0f && isfinite(a)) m->fp8_scale[k] = fmax / a / ldexpf(1.0f, c->fp8_margin);
     }
     return MC_OK;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+int mc_model_fp8_history_len(const mc_model *m)
+{
+    if (!m->cfg.fp8 || !m->fp8_hist) return 0;
+    return m->cfg.fp8_amax_history_len > 0 ? m->cfg.fp8_amax_history_len : 1;
+}
+
+mc_status mc_model_fp8_sync(mc_model *m, mc_error *err)
+{
+    if (!mc_model_fp8_history_len(m)) return MC_OK;
+    return reduce_cur(m, (size_t)nops(m), err);
+}
+
+int mc_model_fp8_get(const mc_model *m, int l, float *scale, float *amax, float *hist)
+{
+    int len = mc_model_fp8_history_len(m);
+    if (!len || l < 0 || l >= m->cfg.num_layers || m->lidx[l] < 0) return 0;
+    size_t k0 = (size_t)m->lidx[l] * MC_MODEL_FP8_OPS;
+    memcpy(scale, m->fp8_scale + k0, MC_MODEL_FP8_OPS * sizeof *scale);
+    memcpy(amax, m->fp8_cur + k0, MC_MODEL_FP8_OPS * sizeof *amax);
+    memcpy(hist, m->fp8_hist + k0 * (size_t)len, MC_MODEL_FP8_OPS * (size_t)len * sizeof *hist);
+    return 1;
+}
+
+int mc_model_fp8_set(mc_model *m, int l, const float *scale, const float *amax, const float *hist,
+                     int len)
+{
+    int mine = mc_model_fp8_history_len(m);
+    if (!mine || l < 0 || l >= m->cfg.num_layers || m->lidx[l] < 0 || len < 1) return 0;
+    size_t k0 = (size_t)m->lidx[l] * MC_MODEL_FP8_OPS, keep = (size_t)(len < mine ? len : mine);
+    memcpy(m->fp8_scale + k0, scale, MC_MODEL_FP8_OPS * sizeof *scale);
+    memcpy(m->fp8_cur + k0, amax, MC_MODEL_FP8_OPS * sizeof *amax);
+    /* the pending maxima live in backend memory (quantize, reduce_cur) */
+    mc_bcopy_from_host(m->be, m->fp8_red + k0, amax, MC_MODEL_FP8_OPS * sizeof *amax);
+    for (size_t k = 0; k < MC_MODEL_FP8_OPS; k++) {
+        /* newest first: the newest min(len, mine) entries, older ones 0 (a
+         * fresh history's) */
+        float *h = m->fp8_hist + (k0 + k) * (size_t)mine;
+        memcpy(h, hist + k * (size_t)len, keep * sizeof *h);
+        for (size_t j = keep; j < (size_t)mine; j++) h[j] = 0.0f;
+    }
+    return 1;
 }

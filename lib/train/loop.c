@@ -457,6 +457,9 @@ static mc_status load(run *r, mc_error *err)
         c->finetune ? " (weights only: --finetune)"
         : o         ? ""
                     : " (no optimizer state)");
+    if (s && s->fp8_missing)
+        say(r, "mc-train: note: %s holds no FP8 state: the amax histories start afresh (scales 1)",
+            dir);
     /* The loaded checkpoint is the last one of this run's --save
      * directory until a new one is written (nothing to train: stdout still
      * names it). */

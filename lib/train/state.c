@@ -148,6 +148,36 @@ static mc_status save_params(const mc_grid *g, mc_backend *be, mc_model *m, mc_o
     return st;
 }
 
+/* The FP8 delayed-scaling state (mc-formats(5), /fp8): per global layer
+ * one row of each tensor, MC_MODEL_FP8_OPS operands (x history length
+ * for the histories). */
+static const char *const FP8_SETS[3] = {"fp8/scale", "fp8/amax", "fp8/amax_history"};
+
+/* The stage's FP8 state, the same on its every rank once the amaxes
+ * recorded since the last step are synchronized (collective over the
+ * stage's TP, CP and DP groups: every rank calls it): their rank 0
+ * writes the stage's layers, a row each. */
+static mc_status save_fp8(const mc_grid *g, mc_model *m, mc_ckpt_writer *w, mc_error *err)
+{
+    int len = mc_model_fp8_history_len(m);
+    if (!len) return MC_OK;
+    mc_status st = mc_model_fp8_sync(m, err);
+    if (st || g->tp_rank != 0 || g->cp_rank != 0 || g->dp_rank != 0) return st;
+    const int64_t K = MC_MODEL_FP8_OPS, L = mc_model_get_config(m)->num_layers;
+    const int64_t cols[3] = {K, K, K * len};
+    float *buf = malloc((size_t)(2 * K + K * len) * sizeof *buf);
+    if (!buf) return mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
+    float *part[3] = {buf, buf + K, buf + 2 * K};
+    for (int64_t l = 0; l < L && !st; l++) {
+        if (!mc_model_fp8_get(m, (int)l, part[0], part[1], part[2])) continue;
+        for (int k = 0; k < 3 && !st; k++)
+            st = mc_ckpt_write_tensor(w, FP8_SETS[k], L, cols[k], l, 0, 1, cols[k], part[k],
+                                      MC_CKPT_FLOAT32, err);
+    }
+    free(buf);
+    return st;
+}
+
 /* Everything after the tensors: the counters, the configuration, the
  * tokenizer and the loss scaler. */
 static mc_status write_tail(mc_ckpt_writer *w, const mc_train_state *s, int has_optim,
@@ -206,6 +236,7 @@ mc_status mc_train_state_save(const char *dir, const mc_grid *g, mc_backend *be,
         st = mc_ckpt_writer_set_compression(w, (mc_ckpt_compression)compression, 0, err);
     wctx c = {w};
     if (!st) st = save_params(g, be, m, o, write_block, &c, err);
+    if (!st) st = save_fp8(g, m, w, err);
     return finish(w, st, s, o != NULL, config_json, tok, out_dir, cap, err);
 }
 
@@ -222,6 +253,7 @@ mc_status mc_train_state_stage(const char *dir, const mc_grid *g, const mc_grid 
         st = mc_ckpt_writer_set_compression(w, (mc_ckpt_compression)compression, 0, err);
     wctx c = {w};
     if (!st) st = save_params(g, be, m, o, write_block, &c, err);
+    if (!st) st = save_fp8(g, m, w, err);
     if (!st) st = write_tail(w, s, o != NULL, config_json, tok, err);
     if (st) {
         mc_ckpt_writer_abort(w); /* the others' commits get this error */
@@ -254,6 +286,10 @@ struct mc_train_snapshot {
     const mc_tokenizer_spec *tok;
     /* the capture, per parameter and group: where its first block starts */
     size_t *first; /* [3 * num_params], SIZE_MAX for a parameter not written */
+    /* the FP8 state (fp8_len 0: none): FP8_SETS' whole tensors, each
+     * [fp8_layers, MC_MODEL_FP8_OPS (x fp8_len)], one after the other */
+    float *fp8;
+    int fp8_len, fp8_layers;
 };
 
 /* Recording the layout: host is an offset into the arena (cast), not data. */
@@ -290,6 +326,7 @@ void mc_train_snapshot_free(mc_train_snapshot *sn)
     free(sn->b);
     free(sn->arena);
     free(sn->first);
+    free(sn->fp8);
     free(sn->config_json);
     free(sn);
 }
@@ -327,6 +364,11 @@ static mc_status snapshot_new(mc_model *m, int has_optim, mc_train_snapshot **ou
     if (!st && !(sn->arena = malloc((at ? at : 1) * sizeof(float))))
         st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory (%zu bytes)",
                           at * sizeof(float));
+    sn->fp8_len = mc_model_fp8_history_len(m);
+    sn->fp8_layers = mc_model_get_config(m)->num_layers;
+    size_t nfp8 = (size_t)sn->fp8_layers * MC_MODEL_FP8_OPS * (size_t)(2 + sn->fp8_len);
+    if (!st && sn->fp8_len && !(sn->fp8 = calloc(nfp8, sizeof(float))))
+        st = mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
     if (st) {
         mc_train_snapshot_free(sn);
         return st;
@@ -356,6 +398,12 @@ mc_status mc_train_state_snapshot(mc_backend *be, mc_model *m, mc_optim *o, cons
             return mc_error_set(err, MC_ERR_NOMEM, "checkpoint snapshot: out of memory");
     }
     if (o && (st = mc_optim_wait_params(o, err))) return st;
+    if (sn->fp8_len) { /* the FP8 state (host); one process: every layer is here */
+        size_t K = MC_MODEL_FP8_OPS, L = (size_t)sn->fp8_layers;
+        for (size_t l = 0; l < L; l++)
+            mc_model_fp8_get(m, (int)l, sn->fp8 + l * K, sn->fp8 + (L + l) * K,
+                             sn->fp8 + 2 * L * K + l * K * (size_t)sn->fp8_len);
+    }
     /* Backend memory to the arena, one copy each; the moments of a
      * distributed optimizer (not on one process) through its gather. */
     const float *params = mc_model_params(m);
@@ -395,6 +443,12 @@ mc_status mc_train_snapshot_write(const mc_train_snapshot *sn, const char *dir, 
         const snap_block *b = &sn->b[i];
         st = mc_ckpt_write_tensor(w, b->path, b->rows, b->cols, b->row0, b->col0, b->nrows,
                                   b->lcols, sn->arena + b->off, MC_CKPT_FLOAT32, err);
+    }
+    const int64_t K = MC_MODEL_FP8_OPS, L = sn->fp8_layers;
+    for (int k = 0; k < 3 && sn->fp8_len && !st; k++) {
+        int64_t cols = k < 2 ? K : K * sn->fp8_len;
+        st = mc_ckpt_write_tensor(w, FP8_SETS[k], L, cols, 0, 0, L, cols, sn->fp8 + k * L * K,
+                                  MC_CKPT_FLOAT32, err);
     }
     return finish(w, st, &sn->s, sn->has_optim, sn->config_json, sn->tok, out_dir, cap, err);
 }
@@ -452,6 +506,51 @@ static mc_status check_config(mc_ckpt_reader *r, const mc_model_config *mine, mc
     return st;
 }
 
+/* The FP8 state's shapes, before anything is overwritten: none of its
+ * tensors (*len 0: a checkpoint of a run without FP8, or of an mc before
+ * it was saved), or all three, [L, 12] and [L, 12 x N] (*len N). */
+static mc_status check_fp8(mc_ckpt_reader *r, int64_t L, int64_t *len, mc_error *err)
+{
+    *len = 0;
+    int have = 0;
+    for (int k = 0; k < 3; k++) have += mc_ckpt_has_tensor(r, FP8_SETS[k]);
+    if (!have) return MC_OK;
+    const int64_t K = MC_MODEL_FP8_OPS;
+    for (int k = 0; k < 3; k++) {
+        int64_t rows, cols;
+        mc_status st = mc_ckpt_tensor_info(r, FP8_SETS[k], &rows, &cols, NULL, err);
+        if (st) return st;
+        if (rows == L && (k < 2 ? cols == K : cols >= K && cols % K == 0)) {
+            if (k == 2) *len = cols / K;
+            continue;
+        }
+        return mc_error_set(err, MC_ERR_FORMAT,
+                            "%s: tensor %s has shape [%" PRId64 ", %" PRId64
+                            "] in the checkpoint, the model needs [%" PRId64 ", %s]",
+                            mc_ckpt_file(r), FP8_SETS[k], rows, cols, L,
+                            k < 2 ? "12" : "12 x history length");
+    }
+    return MC_OK;
+}
+
+/* The FP8 state into the model: each rank its stage's layers (the
+ * tensors are small: read whole). */
+static mc_status load_fp8(mc_ckpt_reader *r, mc_model *m, int64_t L, int64_t len, mc_error *err)
+{
+    const int64_t K = MC_MODEL_FP8_OPS, cols[3] = {K, K, K * len};
+    float *buf = malloc((size_t)(L * K * (2 + len)) * sizeof *buf);
+    if (!buf) return mc_error_set(err, MC_ERR_NOMEM, "checkpoint: out of memory");
+    float *part[3] = {buf, buf + L * K, buf + 2 * L * K};
+    mc_status st = MC_OK;
+    for (int k = 0; k < 3 && !st; k++)
+        st = mc_ckpt_read_tensor(r, FP8_SETS[k], L, cols[k], 0, 0, L, cols[k], part[k], err);
+    for (int64_t l = 0; l < L && !st; l++)
+        mc_model_fp8_set(m, (int)l, part[0] + l * K, part[1] + l * K, part[2] + l * K * len,
+                         (int)len);
+    free(buf);
+    return st;
+}
+
 static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_model *m, mc_optim *o,
                       mc_train_state *s, char *dir_out, size_t cap, mc_error *err)
 {
@@ -484,6 +583,11 @@ static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_mod
         }
     }
     if (!st) st = check_config(r, mc_model_get_config(m), err);
+    /* FP8 state: a resume's (s), when this run uses FP8 */
+    const int64_t L = mc_model_get_config(m)->num_layers;
+    int64_t fp8_len = 0;
+    int fp8 = s && mc_model_fp8_history_len(m) > 0;
+    if (!st && fp8) st = check_fp8(r, L, &fp8_len, err);
 
     int64_t has_optim = 0;
     if (!st && o) {
@@ -512,8 +616,10 @@ static mc_status load(const char *path, const mc_grid *g, mc_backend *be, mc_mod
     }
     free(host);
     if (mom) mc_bfree(be, mom);
+    if (!st && fp8 && fp8_len) st = load_fp8(r, m, L, fp8_len, err);
 
     if (!st && s) {
+        s->fp8_missing = fp8 && !fp8_len;
         s->iteration = mc_ckpt_iteration(r);
         st = mc_ckpt_read_int(r, "consumed_samples", &s->consumed_samples, err);
         if (!st) st = mc_ckpt_read_int(r, "scheduler_samples", &s->sched_samples, err);

@@ -19,10 +19,14 @@ typedef struct mc_train_state {
     int64_t sched_samples;    /* samples of successful updates: the LR schedule's clock */
     int64_t optim_steps;      /* Adam's step count */
     mc_loss_scaler scaler;
+    /* set by mc_train_state_load: this run uses FP8 and the checkpoint
+     * holds no FP8 state (its histories start afresh) */
+    int fp8_missing;
 } mc_train_state;
 
 /* Write DIR/iter_NNNNNNN: every parameter as its global tensor (this rank's
- * block), the Adam moments unless o is NULL, the state, and config_json
+ * block), the Adam moments unless o is NULL, the FP8 state when the model
+ * uses FP8 (collective over each stage then), the state, and config_json
  * (the model and training configuration) as the "config" attribute. The
  * final directory goes to out_dir.
  * g is the grid the model was built on (NULL: one process). With more than
@@ -73,7 +77,8 @@ void mc_train_snapshot_free(mc_train_snapshot *sn);
  * configuration field that differs). With o non-NULL the Adam moments are
  * loaded too (a checkpoint saved without them is an error); with s
  * non-NULL the iteration and counters (and, with o, Adam's step and the
- * loss scaler's state when s->scaler is dynamic). dir_out gets the
+ * loss scaler's state when s->scaler is dynamic, and the FP8 state when
+ * the model uses FP8 and the checkpoint has it). dir_out gets the
  * checkpoint's directory. A missing checkpoint is MC_ERR_NOTFOUND.
  * Any grid g (NULL: one process) loads a checkpoint of any other: each rank
  * reads its own blocks, and the moments are handed to the optimizer (which

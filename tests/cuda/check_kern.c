@@ -555,16 +555,16 @@ static void check_moe(ctx *x, size_t N, size_t E, int K, int sigmoid, int groups
     pair logits = rnd(x, N * E, 2), bias = rnd(x, E, 0.3f);
     pair probs = poisoned(x, N * (size_t)K);
     ipair idx = ids(x, N * (size_t)K, 0, 1);
-    ON_BOTH(mc_k_moe_route_fwd(be, S(probs), SJ(idx), S(logits), sigmoid ? S(bias) : NULL, N, E,
-                               &r));
+    ON_BOTH(
+        mc_k_moe_route_fwd(be, S(probs), SJ(idx), S(logits), sigmoid ? S(bias) : NULL, N, E, &r));
     icmp(x, "moe_route_fwd_idx", w, idx, N * (size_t)K);
     cmp(x, "moe_route_fwd", "probs", probs, FP32);
     pair dprobs = rnd(x, N * (size_t)K, 1), dl = rnd(x, N * E, 1);
     ON_BOTH(mc_k_moe_route_bwd(be, S(dl), S(dprobs), S(logits), idx.c, N, E, &r));
     cmp(x, "moe_route_bwd", w, dl, FP32);
     double a[2], z[2];
-    ON_BOTH(a[side] = mc_k_moe_aux_loss(be, S(dl), S(logits), 2, N / 2, E, (size_t)K, sigmoid,
-                                        0.3f));
+    ON_BOTH(
+        a[side] = mc_k_moe_aux_loss(be, S(dl), S(logits), 2, N / 2, E, (size_t)K, sigmoid, 0.3f));
     record(x, "moe_aux_loss", fabs(a[1] - a[0]) / fabs(a[0]), FP32);
     check(x, "moe_aux_loss", fabs(a[1] - a[0]) <= FP32 * fabs(a[0]), w);
     cmp(x, "moe_aux_loss", "dlogits", dl, FP32);
@@ -711,12 +711,12 @@ static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size
         pair o16 = poisoned(x, N * Q * D), l16 = poisoned(x, B * Q * T);
         pair dq16 = rnd(x, N * Q * D, 1), dk16 = rnd(x, N * G * D, 1), dv16 = rnd(x, N * G * D, 1);
         ON_BOTH(mc_backend_set_attention_prec(be, MC_PREC_BF16));
-        ON_BOTH(mc_k_attention_fwd(be, S(o16), S(l16), S(q), S(k), S(v), B, T, Q, G, D, scale,
-                                   SI(sg)));
+        ON_BOTH(
+            mc_k_attention_fwd(be, S(o16), S(l16), S(q), S(k), S(v), B, T, Q, G, D, scale, SI(sg)));
         cmp(x, K("attention_fwd_bf16"), wb, o16, HALF);
         cmp(x, K("attention_fwd_bf16"), "lse", l16, HALF);
-        ON_BOTH(mc_k_attention_bwd(be, S(dq16), S(dk16), S(dv16), S(dout), S(q), S(k), S(v),
-                                   S(o16), S(l16), B, T, Q, G, D, scale, SI(sg)));
+        ON_BOTH(mc_k_attention_bwd(be, S(dq16), S(dk16), S(dv16), S(dout), S(q), S(k), S(v), S(o16),
+                                   S(l16), B, T, Q, G, D, scale, SI(sg)));
         cmp(x, K("attention_bwd_bf16"), "dq", dq16, HALF);
         cmp(x, K("attention_bwd_bf16"), "dk", dk16, HALF);
         cmp(x, K("attention_bwd_bf16"), "dv", dv16, HALF);
@@ -725,8 +725,8 @@ static void check_attention(ctx *x, size_t B, size_t T, size_t Q, size_t G, size
                            G, D, scale, sg.g);
         pair again = mk(x, dk16.n);
         mc_bcopy_from_host(x->g, again.g, a1, dk16.n * 4);
-        mc_k_attention_bwd(x->g, NULL, again.g, NULL, dout.g, q.g, k.g, v.g, o16.g, l16.g, B, T,
-                           Q, G, D, scale, sg.g);
+        mc_k_attention_bwd(x->g, NULL, again.g, NULL, dout.g, q.g, k.g, v.g, o16.g, l16.g, B, T, Q,
+                           G, D, scale, sg.g);
         void *a2 = gbytes(x, dk16), *a3 = gbytes(x, again);
         check(x, K("attention_bwd_bf16"), !memcmp(a2, a3, dk16.n * 4),
               "deterministic (same bytes twice)");
@@ -838,7 +838,8 @@ int main(int argc, char **argv)
     size_t f8, fb;
     mc_backend_fp8_gemm_stats(x.g, &f8, &fb);
     printf("# fp8_gemm: %zu calls on cuBLASLt's FP8 GEMMs, %zu on the fp32 fallback\n", f8, fb);
-    if (!rehearse) check(&x, "fp8_gemm", f8 > 0, "cuBLASLt's FP8 GEMMs ran (not only the fallback)");
+    if (!rehearse)
+        check(&x, "fp8_gemm", f8 > 0, "cuBLASLt's FP8 GEMMs ran (not only the fallback)");
     for (int packed = 0; packed < 2; packed++) {
         check_attention(&x, 1, 1, 1, 1, 8, packed);
         check_attention(&x, 2, 37, 4, 2, 16, packed);

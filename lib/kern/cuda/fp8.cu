@@ -20,7 +20,8 @@
 #define RN_ADD(a, b) ((a) + (b))
 #endif
 
-namespace {
+namespace
+{
 
 constexpr unsigned FT = 256;
 
@@ -59,7 +60,8 @@ __global__ void k_amax(unsigned *out, const float *x, size_t n)
     sm[threadIdx.x] = m;
     __syncthreads();
     for (unsigned s = FT / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s && sm[threadIdx.x + s] > sm[threadIdx.x]) sm[threadIdx.x] = sm[threadIdx.x + s];
+        if (threadIdx.x < s && sm[threadIdx.x + s] > sm[threadIdx.x])
+            sm[threadIdx.x] = sm[threadIdx.x + s];
         __syncthreads();
     }
     if (threadIdx.x == 0) atomicMax(&out[0], sm[0]);
@@ -116,7 +118,8 @@ __device__ __forceinline__ uint8_t fp8_byte(float v, int e5m2)
         float k = __uint_as_float(au) * __uint_as_float((uint32_t)(bias - 1 + mb + 127) << 23);
         return (uint8_t)(sign | (uint8_t)k);
     }
-    return (uint8_t)(sign | (uint8_t)((e + bias) << mb) | (uint8_t)((au >> (23 - mb)) & ((1u << mb) - 1u)));
+    return (uint8_t)(sign | (uint8_t)((e + bias) << mb) |
+                     (uint8_t)((au >> (23 - mb)) & ((1u << mb) - 1u)));
 }
 
 /* o = the FP8 bytes of x[rows, cols] (row-major), or of its transpose
@@ -189,7 +192,8 @@ extern "C" void mc_cuda_fp8_quantize(mc_cuda *cu, float *q, const float *x, size
     if (n) MC_LAUNCH(k_fp8_quantize, blocks_for(n), FT, (size_t)0, q, x, n, scale, e5m2);
 }
 
-extern "C" void mc_cuda_fp8_out(mc_cuda *cu, float *out, size_t N, size_t O, float s, const float *b)
+extern "C" void mc_cuda_fp8_out(mc_cuda *cu, float *out, size_t N, size_t O, float s,
+                                const float *b)
 {
     if (N && O) MC_LAUNCH(k_fp8_out, blocks_for(N * O), FT, (size_t)0, out, N, O, s, b);
 }

@@ -40,10 +40,10 @@ struct mc_cuda {
     size_t scratch_cap[MC_CU_SCRATCH_N];
     double *host_red; /* pinned: reductions land here */
     struct mc_cu_pool *pool;
-    int att_bf16;  /* attention on the tensor cores (flash.cu): the model is bf16 */
-    int flash_off; /* MC_CUDA_FLASH=0 at creation: always attention.cu's fp32 kernels */
-    int fp8_gemm_off;                 /* MC_CUDA_FP8_GEMM=0 at creation: fp8_gemm in fp32 */
-    size_t fp8_gemms, fp8_fallbacks;  /* fp8_gemm calls on cuBLASLt's FP8 kernels, and not */
+    int att_bf16;     /* attention on the tensor cores (flash.cu): the model is bf16 */
+    int flash_off;    /* MC_CUDA_FLASH=0 at creation: always attention.cu's fp32 kernels */
+    int fp8_gemm_off; /* MC_CUDA_FP8_GEMM=0 at creation: fp8_gemm in fp32 */
+    size_t fp8_gemms, fp8_fallbacks; /* fp8_gemm calls on cuBLASLt's FP8 kernels, and not */
 };
 
 /* A failed CUDA call inside a kernel wrapper is a broken device or a bug:
@@ -91,14 +91,14 @@ int mc_cuda_flash_bwd(mc_cuda *cu, float *dq, float *dk, float *dv, const float 
 /* A launch on the backend's stream, checked (tests/cuda/emu.h runs the same
  * macro's grid on the CPU); the dynamic shared memory a kernel declares; a
  * kernel's opt-in to more than 48 KiB of it. */
-#define MC_LAUNCH(kernel, grid, threads, smem, ...)                   \
-    do {                                                              \
+#define MC_LAUNCH(kernel, grid, threads, smem, ...)                     \
+    do {                                                                \
         kernel<<<(grid), (threads), (smem), cu->stream>>>(__VA_ARGS__); \
-        KCHECK();                                                     \
+        KCHECK();                                                       \
     } while (0)
 #define MC_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
-#define MC_SMEM_LIMIT(kernel, bytes)                                                  \
-    CU_CHECK(cudaFuncSetAttribute((const void *)(kernel),                          \
+#define MC_SMEM_LIMIT(kernel, bytes)                      \
+    CU_CHECK(cudaFuncSetAttribute((const void *)(kernel), \
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes)))
 
 /* Blocks of `threads` for n elements with a grid-stride loop, capped. */

@@ -248,30 +248,29 @@ static plan *fp8_plan(mc_cuda *cu, cudaDataType_t at, cudaDataType_t bt, int64_t
     cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
     cudaDataType_t st = CUDA_R_32F;
     uint32_t a16 = 16;
-    bool ok =
-        cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, st) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p.a, at, k, m, lda) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p.b, bt, k, n, ldb) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, m, n, ldc) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &cu->lt_ws_bytes, sizeof cu->lt_ws_bytes) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a16,
-                                             sizeof a16) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a16,
-                                             sizeof a16) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a16,
-                                             sizeof a16) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a16,
-                                             sizeof a16) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoGetHeuristic(cu->lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &res,
-                                       &found) == CUBLAS_STATUS_SUCCESS &&
-        found > 0;
+    bool ok = cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, st) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa,
+                                             sizeof opa) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb,
+                                             sizeof opb) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&p.a, at, k, m, lda) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&p.b, bt, k, n, ldb) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, m, n, ldc) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &cu->lt_ws_bytes, sizeof cu->lt_ws_bytes) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                   &a16, sizeof a16) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                   &a16, sizeof a16) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                   &a16, sizeof a16) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                   &a16, sizeof a16) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulAlgoGetHeuristic(cu->lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &res,
+                                             &found) == CUBLAS_STATUS_SUCCESS &&
+              found > 0;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     plan &slot = (*plans)[key];
     if (!ok) {
@@ -305,8 +304,8 @@ extern "C" void mc_cuda_fp8_gemm_stats(mc_cuda *cu, size_t *fp8, size_t *fallbac
  * FP8 operands need 16-byte aligned rows: a leading dimension that is not
  * a multiple of 16, or a shape cuBLASLt has no algorithm for, runs the
  * fp32 GEMM on the same values (the CPU's computation). */
-extern "C" void mc_cuda_fp8_gemm(mc_cuda *cu, int which, float *out, const float *a,
-                                 const float *b, size_t N, size_t I, size_t O, int a_e5m2)
+extern "C" void mc_cuda_fp8_gemm(mc_cuda *cu, int which, float *out, const float *a, const float *b,
+                                 size_t N, size_t I, size_t O, int a_e5m2)
 {
     size_t rows = which == 0 ? N : which == 1 ? N : O, cols = which == 0 ? O : I;
     if (!rows || !cols) return;
@@ -315,9 +314,17 @@ extern "C" void mc_cuda_fp8_gemm(mc_cuda *cu, int which, float *out, const float
     size_t Ar, Ac, Br, Bc;
     int At, Bt, Ae5, Be5;
     switch (which) {
-    case 0: m = O, n = N, k = I, A = b, Ar = O, Ac = I, At = 0, Ae5 = 0, B = a, Br = N, Bc = I, Bt = 0, Be5 = 0; break;
-    case 1: m = I, n = N, k = O, A = b, Ar = O, Ac = I, At = 1, Ae5 = 0, B = a, Br = N, Bc = O, Bt = 0, Be5 = a_e5m2; break;
-    default: m = I, n = O, k = N, A = b, Ar = N, Ac = I, At = 1, Ae5 = 0, B = a, Br = N, Bc = O, Bt = 1, Be5 = a_e5m2;
+    case 0:
+        m = O, n = N, k = I, A = b, Ar = O, Ac = I, At = 0, Ae5 = 0, B = a, Br = N, Bc = I, Bt = 0,
+        Be5 = 0;
+        break;
+    case 1:
+        m = I, n = N, k = O, A = b, Ar = O, Ac = I, At = 1, Ae5 = 0, B = a, Br = N, Bc = O, Bt = 0,
+        Be5 = a_e5m2;
+        break;
+    default:
+        m = I, n = O, k = N, A = b, Ar = N, Ac = I, At = 1, Ae5 = 0, B = a, Br = N, Bc = O, Bt = 1,
+        Be5 = a_e5m2;
     }
     lda = k, ldb = k;
     plan *p = NULL;
