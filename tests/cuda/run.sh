@@ -261,8 +261,12 @@ fi
 # NCCL itself over one-rank communicators (tests/cuda/nccl1.c): every
 # operation nccl.c issues, on device memory, its result the input.
 if [ "$gpu" = cuda ] && command -v mpicc >/dev/null 2>&1; then
-    if mpicc -std=c11 -O1 -I"$src/lib" -I"$build" -DMC_CUDA_BACKEND "$src/tests/cuda/nccl1.c" \
-        -L"$build/lib/.libs" -lmc -Wl,-rpath,"$build/lib/.libs" -lm -o "$work/nccl1" >"$work/nccl1.log" 2>&1; then
+    # linked through libtool against libmc.la, which brings libmc's own
+    # libraries (cuBLAS, NCCL, the kit's) as the build's programs get them
+    if mpicc -std=c11 -O1 -I"$src/lib" -I"$build" -DMC_CUDA_BACKEND -c "$src/tests/cuda/nccl1.c" \
+        -o "$work/nccl1.o" >"$work/nccl1.log" 2>&1 &&
+        "$build/libtool" --mode=link --tag=CC mpicc -o "$work/nccl1" "$work/nccl1.o" \
+            "$build/lib/libmc.la" -lm >>"$work/nccl1.log" 2>&1; then
         timeout 120 mpirun -np 1 -x LD_LIBRARY_PATH "$work/nccl1" >>"$work/nccl1.log" 2>&1
         rc=$?
         grep -E '^(ok|not ok) ' "$work/nccl1.log"
