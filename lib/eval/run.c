@@ -209,12 +209,6 @@ mc_status mc_eval_open(const mc_eval_config *c, const mc_grid *g, mc_eval **out,
                              &ev->model, err);
     if (st) goto fail;
     ev->mcfg = mc_model_get_config(ev->model);
-    if (c->cuda && ev->mcfg->num_experts > 0) {
-        st = mc_error_set(err, MC_ERR_USAGE,
-                          "--device cuda: this checkpoint is a mixture of experts, whose "
-                          "inference runs on the CPU backend only; use --device cpu");
-        goto fail;
-    }
     /* the tokenizer's end of document, else the vocabulary's last id (as
      * mc-train's) */
     ev->eod = ev->tok ? mc_tokenizer_eod(ev->tok) : -1;

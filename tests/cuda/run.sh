@@ -222,6 +222,38 @@ PY
         "$tg of $tc tokens the same (2 prompts, KV cache on the device)"
 fi
 
+# The same for a mixture of experts (moe_infer.c on the GPU): the run.sh
+# MoE model with the test tokenizer, trained 10 iterations on the CPU, then
+# the same perplexity and greedy generations, CPU vs GPU.
+evmoe=$work/ck-evmoe
+if "$train" "${moe[@]}" --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model "$src/tests/data/tokenizer/hf_bytelevel.json" --mock-data --micro-batch-size 4 \
+    --global-batch-size 8 --lr 3e-3 --log-interval 5 --eval-iters 0 --seed 7 --train-iters 10 \
+    --device cpu --save "$evmoe" >"$work/evmoe-train.log" 2>&1; then
+    moeev=("${evargs[@]}")
+    ok=1
+    "$ev" "$evmoe" "${moeev[@]}" --device cpu >"$work/evmoe-cpu.json" 2>"$work/evmoe-cpu.err" || ok=0
+    "$ev" "$evmoe" "${moeev[@]}" --device "$gpu" >"$work/evmoe-gpu.json" 2>"$work/evmoe-gpu.err" || ok=0
+    if [ $ok = 0 ]; then
+        tail -3 "$work"/evmoe-*.err
+        row "mc-eval moe (gpu vs cpu)" FAIL "a run failed"
+    else
+        read -r pc pg tc tg < <(python3 - "$work/evmoe-cpu.json" "$work/evmoe-gpu.json" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+tok = lambda d: [g["tokens"] for g in d["generations"]]
+same = sum(x == y for ta, tb in zip(tok(a), tok(b)) for x, y in zip(ta, tb))
+print(a["perplexity"]["nll"], b["perplexity"]["nll"], sum(len(t) for t in tok(a)), same)
+PY
+)
+        good=$(awk -v a="$pc" -v b="$pg" -v t="$tc" -v s="$tg" 'BEGIN { d = a - b; if (d < 0) d = -d; print (d <= 1e-5 * (a < 0 ? -a : a) && t == s) ? "ok" : "FAIL" }')
+        row "mc-eval moe (gpu vs cpu)" "$good" "nll cpu $pc gpu $pg; $tg of $tc tokens the same"
+    fi
+else
+    tail -3 "$work/evmoe-train.log"
+    row "mc-eval moe (gpu vs cpu)" FAIL "mc-train failed"
+fi
+
 # ---------------------------------------------------------------- 3c. two ranks, one GPU
 # Issue 11, section 5: one GPU cannot hold two NCCL ranks, so the grid's GPU
 # path runs staged (MC_DEVICE_COMM=mpi: device memory through host memory
