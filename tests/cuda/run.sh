@@ -32,7 +32,8 @@
 # run then uses the CPU backend: a check of the script, not of CUDA; the
 # kernel check and the sanitizer are then skipped), MC_GPUKIT=0 to ignore
 # .gpukit, SAN_TIMEOUT (seconds one compute-sanitizer run may take, 200; rc
-# 124 when it ran out).
+# 124 when it ran out), SAN_MODELS (the models memcheck trains, "gpt llama
+# moe"; fewer when the call's 10 minutes are short).
 #
 # On the bare GPU machines (no Debian development packages, no autotools, no
 # network) the libraries come in .gpukit, made here by scripts/gpu-kit.sh
@@ -335,7 +336,7 @@ if [ "$gpu" != cuda ]; then
 elif [ -z "$san" ]; then
     row "compute-sanitizer" FAIL "not found"
 else
-    for m in gpt llama moe; do
+    for m in ${SAN_MODELS:-gpt llama moe}; do
         declare -n args=$m
         # through libtool: tools/mc-train/mc-train is libtool's wrapper script
         timeout "${SAN_TIMEOUT:-200}" "$build/libtool" --mode=execute "$san" --tool memcheck --error-exitcode 9 --leak-check full "$train" "${common[@]}" \
