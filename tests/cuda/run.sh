@@ -202,14 +202,18 @@ evck=$work/ck-eval
     >"$work/ev-train.log" 2>&1 || { tail -3 "$work/ev-train.log"; row "mc-eval ckpt" FAIL "mc-train failed"; }
 evargs=(--quiet --ctx-size 64 --text-file "$src/tests/data/eval/text.txt" --prompt "The river"
         --prompt "In Python" --max-new-tokens 24)
-ok=1
-"$ev" "$evck" "${evargs[@]}" --device cpu >"$work/ev-cpu.json" 2>"$work/ev-cpu.err" || ok=0
-"$ev" "$evck" "${evargs[@]}" --device "$gpu" >"$work/ev-gpu.json" 2>"$work/ev-gpu.err" || ok=0
-if [ $ok = 0 ]; then
-    tail -3 "$work"/ev-*.err
-    row "mc-eval ppl+generate (gpu vs cpu)" FAIL "a run failed"
-else
-    read -r pc pg tc tg < <(python3 - "$work/ev-cpu.json" "$work/ev-gpu.json" <<'PY'
+# eval_rows LABEL CKPT: perplexity (relative 1e-5) and greedy generation (the
+# same tokens) of CKPT on the GPU against the CPU, two rows
+eval_rows() {
+    local label=$1 ck=$2 ok=1 pc pg tc tg
+    "$ev" "$ck" "${evargs[@]}" --device cpu >"$ck-cpu.json" 2>"$ck-cpu.err" || ok=0
+    "$ev" "$ck" "${evargs[@]}" --device "$gpu" >"$ck-gpu.json" 2>"$ck-gpu.err" || ok=0
+    if [ $ok = 0 ]; then
+        tail -3 "$ck"-*.err
+        row "$label ppl+generate (gpu vs cpu)" FAIL "a run failed"
+        return
+    fi
+    read -r pc pg tc tg < <(python3 - "$ck-cpu.json" "$ck-gpu.json" <<'PY'
 import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:3])
 tok = lambda d: [g["tokens"] for g in d["generations"]]
@@ -217,42 +221,25 @@ same = sum(x == y for ta, tb in zip(tok(a), tok(b)) for x, y in zip(ta, tb))
 print(a["perplexity"]["nll"], b["perplexity"]["nll"], sum(len(t) for t in tok(a)), same)
 PY
 )
-    good=$(awk -v a="$pc" -v b="$pg" 'BEGIN { d = a - b; if (d < 0) d = -d; print (d <= 1e-5 * (a < 0 ? -a : a)) ? "ok" : "FAIL" }')
-    row "mc-eval perplexity (gpu vs cpu)" "$good" "nll cpu $pc gpu $pg (relative 1e-5)"
-    row "mc-eval greedy generation" "$([ "$tc" = "$tg" ] && echo ok || echo FAIL)" \
+    row "$label perplexity (gpu vs cpu)" \
+        "$(awk -v a="$pc" -v b="$pg" 'BEGIN { d = a - b; if (d < 0) d = -d; print (d <= 1e-5 * (a < 0 ? -a : a)) ? "ok" : "FAIL" }')" \
+        "nll cpu $pc gpu $pg (relative 1e-5)"
+    row "$label greedy generation" "$([ "$tc" = "$tg" ] && echo ok || echo FAIL)" \
         "$tg of $tc tokens the same (2 prompts, KV cache on the device)"
-fi
+}
+eval_rows mc-eval "$evck"
 
 # The same for a mixture of experts (moe_infer.c on the GPU): the run.sh
-# MoE model with the test tokenizer, trained 10 iterations on the CPU, then
-# the same perplexity and greedy generations, CPU vs GPU.
+# MoE model with the test tokenizer, trained 10 iterations on the CPU.
 evmoe=$work/ck-evmoe
 if "$train" "${moe[@]}" --tokenizer-type HuggingFaceTokenizer \
     --tokenizer-model "$src/tests/data/tokenizer/hf_bytelevel.json" --mock-data --micro-batch-size 4 \
     --global-batch-size 8 --lr 3e-3 --log-interval 5 --eval-iters 0 --seed 7 --train-iters 10 \
     --device cpu --save "$evmoe" >"$work/evmoe-train.log" 2>&1; then
-    moeev=("${evargs[@]}")
-    ok=1
-    "$ev" "$evmoe" "${moeev[@]}" --device cpu >"$work/evmoe-cpu.json" 2>"$work/evmoe-cpu.err" || ok=0
-    "$ev" "$evmoe" "${moeev[@]}" --device "$gpu" >"$work/evmoe-gpu.json" 2>"$work/evmoe-gpu.err" || ok=0
-    if [ $ok = 0 ]; then
-        tail -3 "$work"/evmoe-*.err
-        row "mc-eval moe (gpu vs cpu)" FAIL "a run failed"
-    else
-        read -r pc pg tc tg < <(python3 - "$work/evmoe-cpu.json" "$work/evmoe-gpu.json" <<'PY'
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:3])
-tok = lambda d: [g["tokens"] for g in d["generations"]]
-same = sum(x == y for ta, tb in zip(tok(a), tok(b)) for x, y in zip(ta, tb))
-print(a["perplexity"]["nll"], b["perplexity"]["nll"], sum(len(t) for t in tok(a)), same)
-PY
-)
-        good=$(awk -v a="$pc" -v b="$pg" -v t="$tc" -v s="$tg" 'BEGIN { d = a - b; if (d < 0) d = -d; print (d <= 1e-5 * (a < 0 ? -a : a) && t == s) ? "ok" : "FAIL" }')
-        row "mc-eval moe (gpu vs cpu)" "$good" "nll cpu $pc gpu $pg; $tg of $tc tokens the same"
-    fi
+    eval_rows "mc-eval moe" "$evmoe"
 else
     tail -3 "$work/evmoe-train.log"
-    row "mc-eval moe (gpu vs cpu)" FAIL "mc-train failed"
+    row "mc-eval moe" FAIL "mc-train failed"
 fi
 
 # ---------------------------------------------------------------- 3c. two ranks, one GPU
