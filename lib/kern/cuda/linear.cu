@@ -302,8 +302,9 @@ extern "C" void mc_cuda_fp8_gemm_stats(mc_cuda *cu, size_t *fp8, size_t *fallbac
  *      B = dy^T bytes [O,N] (N x O, ldb N).
  * The transposes are made while converting to bytes (mc_cuda_fp8_bytes).
  * FP8 operands need 16-byte aligned rows: a leading dimension that is not
- * a multiple of 16, or a shape cuBLASLt has no algorithm for, runs the
- * fp32 GEMM on the same values (the CPU's computation). */
+ * a multiple of 16, an output not 16-byte aligned, or a shape cuBLASLt has
+ * no algorithm for, runs the fp32 GEMM on the same values (the CPU's
+ * computation). */
 extern "C" void mc_cuda_fp8_gemm(mc_cuda *cu, int which, float *out, const float *a, const float *b,
                                  size_t N, size_t I, size_t O, int a_e5m2)
 {
@@ -328,7 +329,9 @@ extern "C" void mc_cuda_fp8_gemm(mc_cuda *cu, int which, float *out, const float
     }
     lda = k, ldb = k;
     plan *p = NULL;
-    if (!cu->fp8_gemm_off && k > 0 && k % 16 == 0)
+    /* the plan promises cuBLASLt 16-byte aligned pointers (the byte copies
+     * are scratch, 256-aligned; out is the caller's) */
+    if (!cu->fp8_gemm_off && k > 0 && k % 16 == 0 && align_of(out) >= 16)
         p = fp8_plan(cu, Ae5 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3,
                      Be5 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3, m, n, k, lda, ldb, m);
     if (!p) {
