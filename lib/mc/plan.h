@@ -12,6 +12,7 @@
 #define MC_PLAN_H
 
 #include <stdint.h>
+#include "mc/kern.h"
 #include "mc/model.h"
 #include "mc/status.h"
 
@@ -103,6 +104,14 @@ mc_status mc_plan_compute_grid(const mc_model_config *c, int world, int tp, int 
                                int64_t micro_batch, int64_t global_batch, int distributed_optimizer,
                                mc_plan *out, mc_error *err);
 void mc_plan_free(mc_plan *p);
+/* Whether pipeline stage `stage` of the plan fits in what backend be can
+ * still allocate (mc_backend_mem_available): training counts parameters,
+ * gradients, optimizer state and activations; inference (training 0)
+ * parameters and activations. MC_OK, or MC_ERR_NOMEM with one line naming
+ * both byte counts ("the model does not fit: pipeline stage S needs ...
+ * and GPU 0 (...) has ..."); MC_OK too where the memory is unknown. */
+mc_status mc_plan_check_fit(const mc_plan *p, int stage, int training, const mc_backend *be,
+                            mc_error *err);
 /* The plan as text lines, one call of print per line. */
 void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line), void *ctx);
 

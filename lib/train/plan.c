@@ -308,8 +308,8 @@ static double stage_acts(const mc_model_config *c, int tp, int sp, int ep, int c
         ws -= 2 * carved(Nl * C);
         double ov = 3 * carved(Nl * C) + (ln ? 2 : 1) * carved(Nl) + carved(chunk * vl) +
                     carved(N * C);
-        overlay = last && slots == 1 && carved(Nl * C) <= layer_bytes(&d, MC_ACT_QKV | MC_ACT_ATT) &&
-                  ov <= ws;
+        overlay = last && slots == 1 &&
+                  carved(Nl * C) <= layer_bytes(&d, MC_ACT_QKV | MC_ACT_ATT) && ov <= ws;
     }
     double slot = layers + (overlay ? 0 : carved(Nl * C)) + 4 * carved(N) + carved(Nl);
     if (last && !overlay) slot += 2 * carved(Nl * C) + (ln ? carved(Nl) : 0) + carved(Nl);
@@ -802,4 +802,27 @@ void mc_plan_print(const mc_plan *p, void (*print)(void *ctx, const char *line),
                      : "all-reduce of the experts' gradients");
         }
     }
+}
+
+mc_status mc_plan_check_fit(const mc_plan *p, int stage, int training, const mc_backend *be,
+                            mc_error *err)
+{
+    const mc_plan_stage *s = &p->stage[stage >= 0 && stage < p->nstages ? stage : 0];
+    double tr = training ? s->grad_bytes + s->optim_bytes : 0.0;
+    double need = s->param_bytes + tr + s->act_bytes, G = 1024.0 * 1024.0 * 1024.0;
+    char what[160], parts[160];
+    double avail = mc_backend_mem_available(be, what, sizeof what);
+    if (!(avail > 0) || need <= avail) return MC_OK;
+    if (training)
+        snprintf(parts, sizeof parts,
+                 "parameters %.1f, gradients %.1f, optimizer %.1f, activations %.1f",
+                 s->param_bytes / G, s->grad_bytes / G, s->optim_bytes / G, s->act_bytes / G);
+    else
+        snprintf(parts, sizeof parts, "parameters %.1f, activations %.1f", s->param_bytes / G,
+                 s->act_bytes / G);
+    return mc_error_set(err, MC_ERR_NOMEM,
+                        "the model does not fit: pipeline stage %d needs %.0f bytes on each of "
+                        "its ranks (%.1f GiB: %s; mc-train --dry-run shows the plan) and %s has "
+                        "%.0f bytes (%.1f GiB)",
+                        stage, need, need / G, parts, what, avail, avail / G);
 }

@@ -665,11 +665,10 @@ mc_status mc_train_state_load(const char *path, const mc_grid *g, mc_backend *be
 
 /* A model for inference (mc-eval, mc-serve, a DPO reference, a KD
  * teacher) that cannot fit: its parameters and activations on this rank
- * (mc_plan's figures) against what the backend can still allocate, before
- * mc_model_new allocates them, so a checkpoint whose configuration is
- * larger than the machine (or a damaged one claiming so) fails in one line
- * instead of in the allocator or the OOM killer. A configuration the plan
- * does not take is left to mc_model_new. */
+ * (mc_plan_check_fit), before mc_model_new allocates them, so a checkpoint
+ * larger than the machine fails in one line instead of in the allocator or
+ * the OOM killer. A configuration the plan does not take is left to
+ * mc_model_new. */
 static mc_status check_fits(const char *path, const mc_model_config *c, const mc_grid *g,
                             mc_backend *be, int micro_batch, mc_error *err)
 {
@@ -678,18 +677,10 @@ static mc_status check_fits(const char *path, const mc_model_config *c, const mc
     if (mc_plan_compute_grid(c, g->world, g->tp, g->pp, g->cp, g->ep, micro_batch, 0, 0, &plan,
                              &perr))
         return MC_OK;
-    const mc_plan_stage *s = &plan.stage[g->pp_rank < plan.nstages ? g->pp_rank : 0];
-    double need = s->param_bytes + s->act_bytes, G = 1024.0 * 1024.0 * 1024.0;
-    int64_t np = plan.global_params;
+    mc_status st = mc_plan_check_fit(&plan, g->pp_rank, 0, be, err);
     mc_plan_free(&plan);
-    char what[160];
-    double avail = mc_backend_mem_available(be, what, sizeof what);
-    if (!(avail > 0) || need <= avail) return MC_OK;
-    return mc_error_set(err, MC_ERR_NOMEM,
-                        "%s: the model does not fit: %" PRId64 " parameters need %.0f bytes on "
-                        "this rank with its activations (%.1f GiB) and %s has %.0f bytes "
-                        "(%.1f GiB)",
-                        path, np, need, need / G, what, avail, avail / G);
+    if (st) mc_error_prefix(err, "%s", path);
+    return st;
 }
 
 mc_status mc_train_load_model(const char *path, const mc_grid *g, mc_backend *be, int micro_batch,

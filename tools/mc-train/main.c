@@ -1380,19 +1380,7 @@ static mc_status check_fit(const args *a, const mc_model_config *mcfg, const mc_
     if (!mc_plan_compute_grid(mcfg, g->world, g->tp, g->pp, g->cp, g->ep, a->t.micro_batch_size,
                               a->t.global_batch_size, a->t.use_distributed_optimizer, &plan,
                               &perr)) {
-        const mc_plan_stage *s = &plan.stage[g->pp_rank];
-        double need = s->param_bytes + s->grad_bytes + s->optim_bytes + s->act_bytes;
-        char what[160];
-        double avail = mc_backend_mem_available(be, what, sizeof what);
-        const double G = 1024.0 * 1024.0 * 1024.0;
-        if (avail > 0 && need > avail)
-            st = mc_error_set(
-                err, MC_ERR_NOMEM,
-                "the model does not fit: pipeline stage %d needs %.0f bytes on each of its ranks "
-                "(%.1f GiB: parameters %.1f, gradients %.1f, optimizer %.1f, activations %.1f; "
-                "mc-train --dry-run shows the plan) and %s has %.0f bytes (%.1f GiB)",
-                g->pp_rank, need, need / G, s->param_bytes / G, s->grad_bytes / G,
-                s->optim_bytes / G, s->act_bytes / G, what, avail, avail / G);
+        st = mc_plan_check_fit(&plan, g->pp_rank, 1, be, err);
         mc_plan_free(&plan);
     }
     return g->world > 1 ? mc_grid_status_all(g, st, "memory check", err) : st;
