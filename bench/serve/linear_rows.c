@@ -1,7 +1,7 @@
 /*
  * linear_rows.c - what batch invariance costs in the linear layers: the
  * row-invariant mc_k_linear_rows_fwd against mc_k_linear_fwd (OpenBLAS's
- * sgemm; sgemv for one row) and, for int8, mc_k_linear_q8_fwd, on GPT-2
+ * sgemm; sgemv for one row, 0) and, for int8, mc_k_linear_q8_fwd, on GPT-2
  * 124M's shapes (768 -> 2304, 768 -> 3072, 3072 -> 768 and the 50304-row
  * head), at N rows. Prints ms per call of each and the ratio.
  *
@@ -14,7 +14,6 @@
 
 #include "mc/kern.h"
 #include "now.h"
-
 
 int main(int argc, char **argv)
 {
@@ -44,7 +43,7 @@ int main(int argc, char **argv)
                 for (int r = 0; r < reps; r++) {
                     double t0 = now();
                     if (v == 0)
-                        mc_k_linear_fwd(be, MC_PREC_FP32, out, x, W, NULL, NULL, N, I, O, 0);
+                        mc_k_linear_fwd(be, MC_PREC_FP32, out, x, W, NULL, NULL, N, I, O, 0, 0);
                     if (v == 1) mc_k_linear_rows_fwd(be, out, x, W, NULL, NULL, NULL, N, I, O);
                     if (v == 2) mc_k_linear_q8_fwd(be, out, x, q, sc, NULL, N, I, O, 0);
                     if (v == 3) mc_k_linear_rows_fwd(be, out, x, NULL, q, sc, NULL, N, I, O);

@@ -43,6 +43,12 @@ typedef enum mc_prec {
     MC_PREC_TF32 = 3 /* fp32 operands rounded to 10 mantissa bits (tensor cores' TF32) */
 } mc_prec;
 
+/* The exact argument of mc_k_linear_fwd / mc_k_linear_bwd: which operands
+ * already hold values of the GEMM's precision (rounded by mc_k_round or by
+ * their producer), so the backend need not round them again. */
+#define MC_LIN_EXACT_X 1u
+#define MC_LIN_EXACT_DOUT 2u
+
 typedef struct mc_backend mc_backend;
 
 /* ------------------------------------------------------------ backend */

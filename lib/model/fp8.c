@@ -92,11 +92,11 @@ static float quantize(mc_model *m, size_t k, float *q, const float *x, size_t n,
 }
 
 void mc_model_lin_fwd(mc_model *m, int l, int which, float *out, const float *x, int w,
-                      const float *b, size_t N, size_t I, size_t O)
+                      const float *b, size_t N, size_t I, size_t O, unsigned exact)
 {
     if (!m->cfg.fp8) {
-        mc_k_linear_fwd(m->be, m->prec, out, x, param_val(m, w), param_prep(m, w), b, N, I, O,
-                        0.0f);
+        mc_k_linear_fwd(m->be, m->prec, out, x, param_val(m, w), param_prep(m, w), b, N, I, O, 0.0f,
+                        exact);
         return;
     }
     float sx = quantize(m, op_index(m, l, which, 0), m->fp8_qx, x, N * I, 0);
@@ -106,10 +106,12 @@ void mc_model_lin_fwd(mc_model *m, int l, int which, float *out, const float *x,
 }
 
 void mc_model_lin_bwd(mc_model *m, mc_prec pr, int l, int which, float *dx, float *dW, float *db,
-                      const float *dy, const float *x, int w, size_t N, size_t I, size_t O)
+                      const float *dy, const float *x, int w, size_t N, size_t I, size_t O,
+                      unsigned exact)
 {
     if (!m->cfg.fp8) {
-        mc_k_linear_bwd(m->be, pr, dx, dW, db, dy, x, param_val(m, w), param_prep(m, w), N, I, O);
+        mc_k_linear_bwd(m->be, pr, dx, dW, db, dy, x, param_val(m, w), param_prep(m, w), N, I, O,
+                        exact);
         return;
     }
     mc_backend *be = m->be;
@@ -125,7 +127,7 @@ void mc_model_lin_bwd(mc_model *m, mc_prec pr, int l, int which, float *dx, floa
         mc_k_fp8_gemm(be, 2, m->fp8_tmp, m->fp8_qd, m->fp8_qx, N, I, O, e5);
         mc_k_axpy(be, dW, m->fp8_tmp, O * I, (1.0f / sd) * (1.0f / sx));
     }
-    if (db) mc_k_linear_bwd(be, MC_PREC_FP32, NULL, NULL, db, dy, NULL, NULL, NULL, N, I, O);
+    if (db) mc_k_linear_bwd(be, MC_PREC_FP32, NULL, NULL, db, dy, NULL, NULL, NULL, N, I, O, 0);
 }
 
 /* the stage's amaxes so far (in backend memory, fp8_red: quantize records

@@ -68,7 +68,7 @@ static void linear(mc_infer *f, float *out, const float *in, int w, const float 
         mc_k_linear_q8a8_fwd(f->be, out, in, f->q8w[w], f->q8s[w], b, n, I, O);
     else
         mc_k_linear_fwd(f->be, m->prec, out, in, param_val(m, w), param_prep(m, w), b, n, I, O,
-                        0.0f);
+                        0.0f, 0);
 }
 
 /* The MoE block's linears (moe_infer.c): expert e's rows of parameter w,
@@ -85,8 +85,8 @@ static void moe_linear(void *ctx, float *out, const float *in, int w, size_t e, 
         mc_k_linear_q8a8_fwd(f->be, out, in, f->q8w[w] + e * mc_k_q8a8_packed_bytes(O, I),
                              f->q8s[w] + e * O, b, n, I, O);
     else
-        mc_k_linear_fwd(f->be, fp32 ? MC_PREC_FP32 : m->prec, out, in, param_val(m, w) + off,
-                        NULL, b, n, I, O, 0.0f);
+        mc_k_linear_fwd(f->be, fp32 ? MC_PREC_FP32 : m->prec, out, in, param_val(m, w) + off, NULL,
+                        b, n, I, O, 0.0f, 0);
 }
 
 static void layout(mc_infer *f, carver *cv)

@@ -87,7 +87,7 @@ mc_status mc_model_kd_chunk(mc_model *m, size_t r0, size_t R, const int32_t *tgt
     /* the teacher's logits of the same rows (its head weight prepared by
      * mc_model_final_hidden), their maxima over the whole vocabulary */
     mc_k_linear_fwd(be, t->prec, kd->tlogits, kd->t_lnf + r0 * Ct, param_val(t, w),
-                    param_prep(t, w), NULL, R, Ct, vl, 0.0f);
+                    param_prep(t, w), NULL, R, Ct, vl, 0.0f, 0);
     mc_k_xent_max(be, kd->tmax + r0, kd->tlogits, R, vl);
     mc_status st = mc_allreduce_max(&m->grid, MC_GROUP_TP, be, kd->tmax + r0, R, err);
     if (st) return st;

@@ -391,6 +391,8 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
         m->pw = mc_balloc(be, m->numel * m->pw_bytes, err);
         if (!m->pw) goto nomem;
     }
+    const char *per_gemm = getenv("MC_TEST_ROUND_PER_GEMM");
+    m->round_acts = m->pw_bytes == 4 && !m->cfg.fp8 && !(per_gemm && !strcmp(per_gemm, "1"));
     if ((st = mc_model_check_recompute(&m->cfg, g->pp, err)) || (st = plan_recompute(m, err)))
         goto fail;
     if (alloc_acts(m, 1, err)) goto nomem;
@@ -538,23 +540,42 @@ mc_status mc_model_tp_reduce(mc_model *m, float *full, float *local, float **out
  * replicated bias once: [N, C] in m->tmp, or this rank's [Nl, C] chunk
  * of it in m->loc with sequence parallelism. */
 static mc_status row_parallel_fwd(mc_model *m, int l, int which, float **out, const float *x, int w,
-                                  int b, size_t I, mc_error *err)
+                                  int b, size_t I, unsigned exact, mc_error *err)
 {
     const float *bias = m->grid.tp_rank == 0 ? param_val(m, b) : NULL;
-    mc_model_lin_fwd(m, l, which, m->tmp, x, w, bias, m->N, I, m->C);
+    mc_model_lin_fwd(m, l, which, m->tmp, x, w, bias, m->N, I, m->C, exact);
     return mc_model_tp_reduce(m, m->tmp, m->loc, out, err);
 }
 
+/* x[0..n), an activation only linear layers read, rounded in place to the
+ * GEMMs' precision where they multiply rounded fp32 (m->round_acts) */
+static void round_act(mc_model *m, float *x, size_t n)
+{
+    if (m->round_acts) mc_k_round(m->be, x, n, m->prec);
+}
+
+/* the exact bits for a linear layer's input rounded by round_act */
+static unsigned exact_x(const mc_model *m) { return m->round_acts ? MC_LIN_EXACT_X : 0; }
+
 /* The parts of a layer's forward, each a function of what it reads, so a
- * part run again (recomputation) gives the same bits. */
+ * part run again (recomputation) gives the same bits. ln1 is read by the
+ * QKV projection alone, ln2 by fc1 (dense MLP; the MoE router and experts
+ * read it unrounded): round_act. */
+static void norm1_make(mc_model *m, float *ln1, mc_layer_acts *a, const mc_layer_params *lp)
+{
+    norm_fwd(m, ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
+    round_act(m, ln1, m->Nl * m->C);
+}
+
 static void norm1_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp)
 {
-    norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
+    norm1_make(m, a->ln1, a, lp);
 }
 
 static void norm2_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp)
 {
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
+    if (!lp->moe) round_act(m, a->ln2, m->Nl * m->C);
 }
 
 /* --qk-layernorm's backward (mc_model_qk_norm): dx = d(x) (WRITTEN), the weight's and bias's
@@ -611,7 +632,7 @@ static mc_status qkv_fwd(mc_model *m, mc_slot *sl, mc_layer_acts *a, const mc_la
     const float *h;
     TRY(mc_model_tp_gather(m, a->ln1, &h, err));
     mc_model_lin_fwd(m, lp_layer(m, lp), MC_LIN_QKV, m->qkv, h, lp->qkv_w, param_val(m, lp->qkv_b),
-                     N, C, m->qkv_out);
+                     N, C, m->qkv_out, exact_x(m));
     if (c->qk_layernorm) {
         mc_k_qkv_split(m->be, a->qp, a->kp, a->v, m->qkv, N, m->Ql, m->Gl, D);
         mc_model_qk_norm(m, a->q, a->qn_mean, a->qn_rstd, a->qp, N * m->Ql, lp->qn_w, lp->qn_b);
@@ -644,18 +665,19 @@ static mc_status proj_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *
 {
     float *y;
     TRY(row_parallel_fwd(m, lp_layer(m, lp), MC_LIN_PROJ, &y, a->att, lp->proj_w, lp->proj_b,
-                         m->Ql * m->D, err));
+                         m->Ql * m->D, 0, err));
     mc_k_add(m->be, a->res2, a->res, y, m->Nl * m->C);
     return MC_OK;
 }
 
-/* act = act_fn(fc1) */
+/* act = act_fn(fc1), read by fc2 alone (round_act) */
 static void act_fwd(mc_model *m, mc_layer_acts *a)
 {
     if (m->cfg.swiglu)
         mc_k_swiglu_fwd(m->be, a->act, a->fc1, m->N, m->Fl);
     else
         mc_k_gelu_fwd(m->be, a->act, a->fc1, m->N * m->Fl);
+    round_act(m, a->act, m->N * m->Fl);
 }
 
 /* act = act_fn(ln2 Wfc1^T + b) (ln2 gathered) */
@@ -666,7 +688,7 @@ static mc_status fc1_act_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_param
     const float *h;
     TRY(mc_model_tp_gather(m, a->ln2, &h, err));
     mc_model_lin_fwd(m, lp_layer(m, lp), MC_LIN_FC1, a->fc1, h, lp->fc1_w, param_val(m, lp->fc1_b),
-                     N, m->C, m->fc1_out);
+                     N, m->C, m->fc1_out, exact_x(m));
     act_fwd(m, a);
     return MC_OK;
 }
@@ -677,7 +699,7 @@ static mc_status fc2_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *l
 {
     float *y;
     TRY(row_parallel_fwd(m, lp_layer(m, lp), MC_LIN_FC2, &y, a->act, lp->fc2_w, lp->fc2_b, m->Fl,
-                         err));
+                         exact_x(m), err));
     mc_k_add(m->be, out, a->res2, y, m->Nl * m->C);
     return MC_OK;
 }
@@ -790,10 +812,10 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     /* fc2's weight gradient first: it is act's last reader, and act's
      * memory then takes d(act) (the same two products as one call) */
     mc_model_lin_bwd(m, pr, l, MC_LIN_FC2, NULL, param_grad(m, lp->fc2_w), param_grad(m, lp->fc2_b),
-                     dy, a->act, lp->fc2_w, N, m->Fl, C);
+                     dy, a->act, lp->fc2_w, N, m->Fl, C, exact_x(m));
     float *dact = a->act, *dfc1 = a->fc1; /* d(fc1) in fc1's place: elementwise */
     mc_k_fill(be, dact, 0.0f, N * m->Fl);
-    mc_model_lin_bwd(m, pr, l, MC_LIN_FC2, dact, NULL, NULL, dy, NULL, lp->fc2_w, N, m->Fl, C);
+    mc_model_lin_bwd(m, pr, l, MC_LIN_FC2, dact, NULL, NULL, dy, NULL, lp->fc2_w, N, m->Fl, C, 0);
     if (c->swiglu)
         mc_k_swiglu_bwd_inplace(be, dfc1, dact, N, m->Fl);
     else
@@ -807,7 +829,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     TRY(mc_model_tp_gather(m, a->ln2, &x, err));
     mc_k_fill(be, dln, 0.0f, N * C);
     mc_model_lin_bwd(m, pr, l, MC_LIN_FC1, dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b),
-                     dfc1, x, lp->fc1_w, N, C, m->fc1_out);
+                     dfc1, x, lp->fc1_w, N, C, m->fc1_out, exact_x(m));
     TRY(mc_model_tp_reduce(m, dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, err));
 
@@ -822,7 +844,7 @@ attention:
     TRY(mc_model_tp_gather(m, m->dres, &dy, err));
     mc_k_fill(be, m->datt, 0.0f, N * m->Ql * D);
     mc_model_lin_bwd(m, pr, l, MC_LIN_PROJ, m->datt, param_grad(m, lp->proj_w),
-                     param_grad(m, lp->proj_b), dy, a->att, lp->proj_w, N, m->Ql * D, C);
+                     param_grad(m, lp->proj_b), dy, a->att, lp->proj_w, N, m->Ql * D, C, 0);
     mc_k_fill(be, m->dq, 0.0f, N * m->Ql * D);
     mc_k_fill(be, m->dk, 0.0f, N * m->Gl * D);
     mc_k_fill(be, m->dv, 0.0f, N * m->Gl * D);
@@ -851,12 +873,12 @@ attention:
     if (m->rc_compact) {
         ln1 = a->fc1;
         dln = a->fc1 + carved_bytes(m->Nl * C) / sizeof(float);
-        norm_fwd(m, ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
+        norm1_make(m, ln1, a, lp);
     }
     TRY(mc_model_tp_gather(m, ln1, &x, err));
     mc_k_fill(be, dln, 0.0f, N * C);
     mc_model_lin_bwd(m, pr, l, MC_LIN_QKV, dln, param_grad(m, lp->qkv_w), param_grad(m, lp->qkv_b),
-                     dqkv, x, lp->qkv_w, N, C, m->qkv_out);
+                     dqkv, x, lp->qkv_w, N, C, m->qkv_out, exact_x(m));
     TRY(mc_model_tp_reduce(m, dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, err));
     return MC_OK;
@@ -882,7 +904,7 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
         const float *x = lnf + r0 * C;
         const int32_t *tgt = sl->targets + r0;
         mc_k_linear_fwd(be, m->prec, m->logits, x, param_val(m, w), param_prep(m, w), NULL, R, C,
-                        vl, 0.0f);
+                        vl, 0.0f, exact_x(m));
         if (!dloss) {
             mc_k_xent_max(be, m->rowmax + r0, m->logits, R, vl);
             TRY(mc_allreduce_max(&m->grid, MC_GROUP_TP, be, m->rowmax + r0, R, err));
@@ -900,7 +922,7 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
             mc_k_xent_bwd(be, m->logits, m->logits, m->rowmax + r0, m->sumexp + r0, tgt, m->v0, R,
                           vl, dloss ? dloss + r0 : NULL, scale);
         mc_k_linear_bwd(be, m->prec, m->dln + r0 * C, param_grad(m, w), NULL, m->logits, x,
-                        param_val(m, w), param_prep(m, w), R, C, vl);
+                        param_val(m, w), param_prep(m, w), R, C, vl, exact_x(m));
     }
     /* column-parallel (over the vocabulary): sum the input gradient */
     if (backward) TRY(mc_model_tp_reduce(m, m->dln, m->loc, dl, err));
@@ -1120,6 +1142,7 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
     }
     mc_bcopy_from_host(be, sl->targets, targets, N * sizeof(int32_t));
     norm_fwd(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, res_out, m->lnf_w, m->lnf_b);
+    round_act(m, sl->lnf, m->Nl * C); /* read by the LM head alone */
     const float *lnf;
     TRY(mc_model_tp_gather(m, sl->lnf, &lnf, err));
     if (m->logp_loss)

@@ -137,6 +137,13 @@ struct mc_model {
      * of its weight. NULL otherwise. */
     void *pw;
     size_t pw_bytes;
+    /* 1 where the GEMMs multiply fp32 values rounded to prec (pw_bytes 4:
+     * bf16 emulated, fp16, tf32) and FP8 is off: the activations that only
+     * linear layers read (ln1, ln2 before a dense MLP, act, lnf) are
+     * rounded in place where they are made, once, and passed as exact
+     * (MC_LIN_EXACT_X), instead of rounded into scratch by each GEMM. The
+     * same bits; MC_TEST_ROUND_PER_GEMM=1 turns it off to show it. */
+    int round_acts;
 
     /* local sizes */
     size_t N, T, C, D, Ql, Gl, Fl, fc1_out, qkv_out;
@@ -273,9 +280,10 @@ enum { MC_LIN_QKV = 0, MC_LIN_PROJ, MC_LIN_FC1, MC_LIN_FC2 };
 mc_status mc_model_fp8_new(mc_model *m, mc_error *err);
 void mc_model_fp8_free(mc_model *m);
 void mc_model_lin_fwd(mc_model *m, int l, int which, float *out, const float *x, int w,
-                      const float *b, size_t N, size_t I, size_t O);
+                      const float *b, size_t N, size_t I, size_t O, unsigned exact);
 void mc_model_lin_bwd(mc_model *m, mc_prec pr, int l, int which, float *dx, float *dW, float *db,
-                      const float *dy, const float *x, int w, size_t N, size_t I, size_t O);
+                      const float *dy, const float *x, int w, size_t N, size_t I, size_t O,
+                      unsigned exact);
 
 /* Context parallelism (cp_attn.c). mc_model_cp_new checks the sequence
  * length against the grid (MC_ERR_USAGE) and allocates the scratch of

@@ -461,7 +461,7 @@ static void shared_fc1_act(mc_model *m, const mc_layer_params *lp, mc_moe_acts *
     const mc_model_config *c = &m->cfg;
     size_t S = shared_local(m);
     mc_k_linear_fwd(m->be, m->prec, A->sfc1, h, param_val(m, lp->sfc1_w), NULL, NULL, N, m->C,
-                    S * (c->swiglu ? 2 : 1), 0.0f);
+                    S * (c->swiglu ? 2 : 1), 0.0f, 0);
     act_fwd(m, A->sact, A->sfc1, N, S);
 }
 
@@ -544,7 +544,7 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
     /* the router, in fp32 (Megatron's --moe-router-dtype fp32); with
      * sequence or context parallelism each rank's rows, gathered */
     mc_k_linear_fwd(be, MC_PREC_FP32, split ? m->moe_sp : A->logits, h, param_val(m, lp->router_w),
-                    NULL, param_val(m, lp->router_b), Nr, C, E, 0.0f);
+                    NULL, param_val(m, lp->router_b), Nr, C, E, 0.0f, 0);
     if (split) TRY(seq_gather(m, A->logits, m->moe_sp, E, err));
     mc_k_moe_route_fwd(be, A->probs, A->idx, A->logits, param_val(m, lp->expert_bias), Nt, E, &r);
     /* expert capacity: the choices over it dropped (their probabilities
@@ -628,7 +628,7 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         size_t S = shared_local(m);
         shared_fc1_act(m, lp, A, hx, N);
         mc_k_linear_fwd(be, m->prec, yf, A->sact, param_val(m, lp->sfc2_w), NULL, NULL, N, S, C,
-                        1.0f);
+                        1.0f, 0);
     }
     if (m->etp) { /* the slices' partial outputs summed over ETP (scattered with SP) */
         float *out;
@@ -764,12 +764,12 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         size_t S = shared_local(m);
         mc_k_fill(be, m->moe_dsact, 0.0f, N * S);
         mc_k_linear_bwd(be, m->prec, m->moe_dsact, GRAD(lp->sfc2_w), NULL, dyx, A->sact,
-                        param_val(m, lp->sfc2_w), NULL, N, S, C);
+                        param_val(m, lp->sfc2_w), NULL, N, S, C, 0);
         act_bwd(m, m->moe_dsfc1, m->moe_dsact, A->sfc1, N, S);
         const float *hx = h; /* (m->gath: d y's gather is read no more) */
         if (m->etp) TRY(etp_gather(m, h, &hx, err));
         mc_k_linear_bwd(be, m->prec, m->dln, GRAD(lp->sfc1_w), NULL, m->moe_dsfc1, hx,
-                        param_val(m, lp->sfc1_w), NULL, N, C, S * (c->swiglu ? 2 : 1));
+                        param_val(m, lp->sfc1_w), NULL, N, C, S * (c->swiglu ? 2 : 1), 0);
     }
     if (m->etp) {
         /* d probs: each slice's share of every output row's dot products;
@@ -809,7 +809,7 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         dl = m->moe_sp;
     }
     mc_k_linear_bwd(be, MC_PREC_FP32, m->dln, GRAD(lp->router_w), GRAD(lp->router_b), dl, h,
-                    param_val(m, lp->router_w), NULL, Nr, C, E);
+                    param_val(m, lp->router_w), NULL, Nr, C, E, 0);
     if (m->sp) {
         TRY(mc_allreduce_sum(&m->grid, MC_GROUP_TP, be, m->moe_gsp, gn, err));
         mc_k_acc(be, m->g + g0, m->moe_gsp, gn);

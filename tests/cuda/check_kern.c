@@ -461,13 +461,15 @@ static void check_linear(ctx *x, size_t N, size_t I, size_t O)
         snprintf(w, sizeof w, "N=%zu I=%zu O=%zu", N, I, O);
         snprintf(k, sizeof k, "linear %s", pn[prec]);
         pair o = poisoned(x, N * O);
-        ON_BOTH(mc_k_linear_fwd(be, (mc_prec)prec, S(o), S(xx), S(W), NULL, S(b), N, I, O, 0.0f));
+        ON_BOTH(
+            mc_k_linear_fwd(be, (mc_prec)prec, S(o), S(xx), S(W), NULL, S(b), N, I, O, 0.0f, 0));
         cmp(x, k, w, o, tol[prec]);
-        ON_BOTH(mc_k_linear_fwd(be, (mc_prec)prec, S(o), S(xx), S(W), NULL, NULL, N, I, O, 1.0f));
+        ON_BOTH(
+            mc_k_linear_fwd(be, (mc_prec)prec, S(o), S(xx), S(W), NULL, NULL, N, I, O, 1.0f, 0));
         cmp(x, k, "beta=1, no bias", o, tol[prec]);
         pair dx = rnd(x, N * I, 1), dW = rnd(x, O * I, 1), db = rnd(x, O, 1);
         ON_BOTH(mc_k_linear_bwd(be, (mc_prec)prec, S(dx), S(dW), S(db), S(g), S(xx), S(W), NULL, N,
-                                I, O));
+                                I, O, 0));
         cmp(x, k, "bwd dx", dx, tol[prec]);
         cmp(x, k, "bwd dW", dW, tol[prec]);
         cmp(x, k, "bwd db", db, FP32);

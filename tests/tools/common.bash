@@ -47,3 +47,39 @@ assert_no_dataset() {
     run bash -c "ls '$1'* 2>/dev/null"
     assert_output ""
 }
+
+# The CPU's best path, as mc-train --dry-run reports it with nothing pinned.
+best_path() {
+    env -u MC_CPU_ISA "$top_builddir/tools/mc-train/mc-train" --model tiny-llama --mock-data \
+        --vocab-size 96 --lr 1e-3 --train-iters 1 --device cpu --dry-run |
+        sed -n 's/^cpu path: \([a-z0-9]*\).*/\1/p'
+}
+
+# Skip unless the CPU has path $1.
+require_path() {
+    local best
+    best=$(best_path)
+    case "$1:$best" in
+    baseline:* | avx2:avx2 | avx2:avx512 | avx512:avx512) ;;
+    *) skip "this CPU's best path is $best: it has no $1 path" ;;
+    esac
+}
+
+# same_bits A B: every dataset of two checkpoints' model.h5 equal bit for
+# bit (parameters and Adam's moments), the same names in both.
+same_bits() {
+    "$MC_PYTHON" - "$1" "$2" <<'EOF'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+def names(f):
+    out = []
+    f.visititems(lambda n, o: out.append(n) if isinstance(o, h5py.Dataset) else None)
+    return sorted(n for n in out if n.startswith(("model/", "optimizer/")))
+na, nb = names(a), names(b)
+assert na == nb and len(na) > 10, (len(na), len(nb))
+bad = [n for n in na if a[n][()].tobytes() != b[n][()].tobytes()]
+assert not bad, "differ: " + ", ".join(bad[:5])
+print("# %d tensors bit-identical" % len(na))
+EOF
+}
+

@@ -44,22 +44,6 @@ setup() {
     cd "$BATS_TEST_TMPDIR"
 }
 
-# The CPU's best path, as mc-train --dry-run reports it with nothing pinned.
-best_path() {
-    env -u MC_CPU_ISA "$MC_TRAIN" "${llama[@]}" --train-iters 1 --device cpu --dry-run |
-        sed -n 's/^cpu path: \([a-z0-9]*\).*/\1/p'
-}
-
-# Skip unless the CPU has path $1.
-require_path() {
-    local best
-    best=$(best_path)
-    case "$1:$best" in
-    baseline:* | avx2:avx2 | avx2:avx512 | avx512:avx512) ;;
-    *) skip "this CPU's best path is $best: it has no $1 path" ;;
-    esac
-}
-
 # Run every kernel unit test on path $1: each must print its whole plan with
 # no failure.
 kernel_tests_on() {

@@ -42,24 +42,6 @@ settings=(
 
 setup() { cd "$BATS_TEST_TMPDIR"; }
 
-# same_bits A B: every dataset of two checkpoints' model.h5 equal bit for
-# bit (parameters and Adam's moments), the same names in both.
-same_bits() {
-    "$MC_PYTHON" - "$1" "$2" <<'EOF'
-import sys, h5py, numpy as np
-a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
-def names(f):
-    out = []
-    f.visititems(lambda n, o: out.append(n) if isinstance(o, h5py.Dataset) else None)
-    return sorted(n for n in out if n.startswith(("model/", "optimizer/")))
-na, nb = names(a), names(b)
-assert na == nb and len(na) > 10, (len(na), len(nb))
-bad = [n for n in na if a[n][()].tobytes() != b[n][()].tobytes()]
-assert not bad, "differ: " + ", ".join(bad[:5])
-print("# %d tensors bit-identical" % len(na))
-EOF
-}
-
 # field LOG NAME: from the "activations (stage 0)" line of LOG, bytes
 # (total), kept, workspace or scratch
 field() {

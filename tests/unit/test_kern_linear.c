@@ -51,12 +51,12 @@ static void check_fp32(mc_backend *be, size_t N, size_t I, size_t O)
     ref_linear(&c, ref);
     float *out = kt_falloc(N * O);
     kt_fill(&r, out, N * O, 5, 6); /* beta = 0 must overwrite whatever is there */
-    mc_k_linear_fwd(be, MC_PREC_FP32, out, x, W, NULL, b, N, I, O, 0.0f);
+    mc_k_linear_fwd(be, MC_PREC_FP32, out, x, W, NULL, b, N, I, O, 0.0f, 0);
     double e0 = kt_err(out, ref, N * O);
     float *acc = kt_falloc(N * O);
     kt_fill(&r, acc, N * O, -1, 1);
     float *acc0 = kt_copy(acc, N * O);
-    mc_k_linear_fwd(be, MC_PREC_FP32, acc, x, W, NULL, b, N, I, O, 1.0f);
+    mc_k_linear_fwd(be, MC_PREC_FP32, acc, x, W, NULL, b, N, I, O, 1.0f, 0);
     double e1 = kt_err_added(acc, acc0, ref, N * O);
     TAP_OK(e0 < 1e-5 && e1 < 1e-5,
            "linear fp32 fwd N=%zu I=%zu O=%zu: beta=0 err %.2e, beta=1 "
@@ -66,7 +66,7 @@ static void check_fp32(mc_backend *be, size_t N, size_t I, size_t O)
     float *dx = kt_falloc(N * I), *dW = kt_falloc(O * I), *db = kt_falloc(O);
     kt_fill(&r, dx, N * I, -1, 1), kt_fill(&r, dW, O * I, -1, 1), kt_fill(&r, db, O, -1, 1);
     float *dx0 = kt_copy(dx, N * I), *dW0 = kt_copy(dW, O * I), *db0 = kt_copy(db, O);
-    mc_k_linear_bwd(be, MC_PREC_FP32, dx, dW, db, g, x, W, NULL, N, I, O);
+    mc_k_linear_bwd(be, MC_PREC_FP32, dx, dW, db, g, x, W, NULL, N, I, O, 0);
     double ex = kt_fd_check(lin_loss, &c, c.x, N * I, dx, dx0, 400, 1);
     double ew = kt_fd_check(lin_loss, &c, c.W, O * I, dW, dW0, 400, 2);
     double eb = kt_fd_check(lin_loss, &c, c.b, O, db, db0, 400, 3);
@@ -77,7 +77,7 @@ static void check_fp32(mc_backend *be, size_t N, size_t I, size_t O)
 
     /* NULL outputs are skipped; the rest are unchanged by the skipping */
     float *dx2 = kt_copy(dx0, N * I), *db2 = kt_copy(db0, O);
-    mc_k_linear_bwd(be, MC_PREC_FP32, dx2, NULL, db2, g, x, W, NULL, N, I, O);
+    mc_k_linear_bwd(be, MC_PREC_FP32, dx2, NULL, db2, g, x, W, NULL, N, I, O, 0);
     TAP_OK(!memcmp(dx, dx2, N * I * 4) && !memcmp(db, db2, O * 4),
            "linear bwd with dW = NULL: dx and db identical to the full call");
     free(x), free(W), free(b), free(g), free(c.x), free(c.W), free(c.b), free(c.dout);
@@ -132,7 +132,7 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
            *dgr = kt_todouble(gr, N * O);
 
     float *out = kt_falloc(N * O);
-    mc_k_linear_fwd(be, prec, out, x, W, NULL, NULL, N, I, O, 0.0f);
+    mc_k_linear_fwd(be, prec, out, x, W, NULL, NULL, N, I, O, 0.0f, 0);
     double *ref = kt_dalloc(N * O), *mag = kt_dalloc(N * O), *ref32 = kt_dalloc(N * O);
     double *mag32 = kt_dalloc(N * O);
     ref_abt(dx_, dW_, N, O, I, I, 1, I, 1, ref32, mag32);
@@ -147,7 +147,7 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
         pn, pn, e_exact, tol_exact);
     /* bias is added in fp32 after the product */
     float *outb = kt_falloc(N * O);
-    mc_k_linear_fwd(be, prec, outb, x, W, NULL, b, N, I, O, 0.0f);
+    mc_k_linear_fwd(be, prec, outb, x, W, NULL, b, N, I, O, 0.0f, 0);
     int bias_ok = 1;
     for (size_t n = 0; n < N; n++)
         for (size_t o = 0; o < O; o++) bias_ok &= outb[n * O + o] == out[n * O + o] + b[o];
@@ -156,7 +156,7 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
     float *dx = kt_falloc(N * I), *dW = kt_falloc(O * I), *db = kt_falloc(O);
     kt_fill(&r, dx, N * I, -1, 1), kt_fill(&r, dW, O * I, -1, 1), kt_fill(&r, db, O, -1, 1);
     float *dx0 = kt_copy(dx, N * I), *dW0 = kt_copy(dW, O * I), *db0 = kt_copy(db, O);
-    mc_k_linear_bwd(be, prec, dx, dW, db, g, x, W, NULL, N, I, O);
+    mc_k_linear_bwd(be, prec, dx, dW, db, g, x, W, NULL, N, I, O, 0);
     double *rdx = kt_dalloc(N * I), *mdx = kt_dalloc(N * I), *rdW = kt_dalloc(O * I);
     double *mdW = kt_dalloc(O * I), *rdb = kt_dalloc(O);
     /* dx[n,i] = sum_o g[n,o] W[o,i];  dW[o,i] = sum_n g[n,o] x[n,i] */
@@ -174,8 +174,8 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
 
     /* identical bytes on a rerun */
     float *out2 = kt_falloc(N * O), *dx2 = kt_copy(dx0, N * I), *dW2 = kt_copy(dW0, O * I);
-    mc_k_linear_fwd(be, prec, out2, x, W, NULL, NULL, N, I, O, 0.0f);
-    mc_k_linear_bwd(be, prec, dx2, dW2, NULL, g, x, W, NULL, N, I, O);
+    mc_k_linear_fwd(be, prec, out2, x, W, NULL, NULL, N, I, O, 0.0f, 0);
+    mc_k_linear_bwd(be, prec, dx2, dW2, NULL, g, x, W, NULL, N, I, O, 0);
     TAP_OK(!memcmp(out, out2, N * O * 4) && !memcmp(dx, dx2, N * I * 4) &&
                !memcmp(dW, dW2, O * I * 4),
            "linear %s: rerun gives identical bytes", pn);
@@ -186,8 +186,8 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
         void *Wp = malloc(O * I * wb);
         mc_k_prepare_weight(be, prec, Wp, W, O * I);
         float *out3 = kt_falloc(N * O), *dx3 = kt_copy(dx0, N * I), *dW3 = kt_copy(dW0, O * I);
-        mc_k_linear_fwd(be, prec, out3, x, W, Wp, NULL, N, I, O, 0.0f);
-        mc_k_linear_bwd(be, prec, dx3, dW3, NULL, g, x, W, Wp, N, I, O);
+        mc_k_linear_fwd(be, prec, out3, x, W, Wp, NULL, N, I, O, 0.0f, 0);
+        mc_k_linear_bwd(be, prec, dx3, dW3, NULL, g, x, W, Wp, N, I, O, 0);
         TAP_OK(!memcmp(out, out3, N * O * 4) && !memcmp(dx, dx3, N * I * 4) &&
                    !memcmp(dW, dW3, O * I * 4),
                "linear %s with the weight prepared by the caller (Wp, %zu bytes an element): "
@@ -198,16 +198,15 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
         float *W2 = kt_copy(W, O * I);
         mc_k_scale(be, W2, 2.0f, O * I);
         mc_k_prepare_weight(be, prec, Wp, W2, O * I);
-        mc_k_linear_fwd(be, prec, out3, x, W, Wp, NULL, N, I, O, 0.0f);
+        mc_k_linear_fwd(be, prec, out3, x, W, Wp, NULL, N, I, O, 0.0f, 0);
         float *dx4 = kt_falloc(N * I);
-        mc_k_linear_bwd(be, prec, dx4, NULL, NULL, g, x, W, Wp, N, I, O);
+        mc_k_linear_bwd(be, prec, dx4, NULL, NULL, g, x, W, Wp, N, I, O, 0);
         float *dx5 = kt_falloc(N * I);
-        mc_k_linear_bwd(be, prec, dx5, NULL, NULL, g, x, W, NULL, N, I, O);
+        mc_k_linear_bwd(be, prec, dx5, NULL, NULL, g, x, W, NULL, N, I, O, 0);
         int twice = 1;
         for (size_t i = 0; i < N * O; i++) twice &= out3[i] == 2.0f * out[i];
         for (size_t i = 0; i < N * I; i++) twice &= dx4[i] == 2.0f * dx5[i];
-        TAP_OK(twice, "linear %s: the forward and dx products use Wp, not a new rounding of W",
-               pn);
+        TAP_OK(twice, "linear %s: the forward and dx products use Wp, not a new rounding of W", pn);
         free(W2), free(dx4), free(dx5);
         free(Wp), free(out3), free(dx3), free(dW3);
     }
@@ -227,10 +226,12 @@ static void check_fp32_determinism(mc_backend *be)
     kt_fill(&r, g, N * O, -1, 1);
     float *o1 = kt_falloc(N * O), *o2 = kt_falloc(N * O);
     float *a1 = kt_falloc(N * I + O * I + O), *a2 = kt_falloc(N * I + O * I + O);
-    mc_k_linear_fwd(be, MC_PREC_FP32, o1, x, W, NULL, b, N, I, O, 0.0f);
-    mc_k_linear_bwd(be, MC_PREC_FP32, a1, a1 + N * I, a1 + N * I + O * I, g, x, W, NULL, N, I, O);
-    mc_k_linear_fwd(be, MC_PREC_FP32, o2, x, W, NULL, b, N, I, O, 0.0f);
-    mc_k_linear_bwd(be, MC_PREC_FP32, a2, a2 + N * I, a2 + N * I + O * I, g, x, W, NULL, N, I, O);
+    mc_k_linear_fwd(be, MC_PREC_FP32, o1, x, W, NULL, b, N, I, O, 0.0f, 0);
+    mc_k_linear_bwd(be, MC_PREC_FP32, a1, a1 + N * I, a1 + N * I + O * I, g, x, W, NULL, N, I, O,
+                    0);
+    mc_k_linear_fwd(be, MC_PREC_FP32, o2, x, W, NULL, b, N, I, O, 0.0f, 0);
+    mc_k_linear_bwd(be, MC_PREC_FP32, a2, a2 + N * I, a2 + N * I + O * I, g, x, W, NULL, N, I, O,
+                    0);
     TAP_OK(!memcmp(o1, o2, N * O * 4) && !memcmp(a1, a2, (N * I + O * I + O) * 4),
            "linear fp32 fwd+bwd: rerun gives identical bytes");
     free(x), free(W), free(b), free(g), free(o1), free(o2), free(a1), free(a2);
@@ -257,13 +258,13 @@ typedef struct {
 static void tm_fwd(void *p)
 {
     tm_arg *a = p;
-    mc_k_linear_fwd(a->be, a->prec, a->out, a->x, a->W, NULL, a->b, a->N, a->I, a->O, 0.0f);
+    mc_k_linear_fwd(a->be, a->prec, a->out, a->x, a->W, NULL, a->b, a->N, a->I, a->O, 0.0f, 0);
 }
 static void tm_bwd(void *p)
 {
     tm_arg *a = p;
-    mc_k_linear_bwd(a->be, a->prec, a->dx, a->dW, a->db, a->out, a->x, a->W, NULL, a->N, a->I,
-                    a->O);
+    mc_k_linear_bwd(a->be, a->prec, a->dx, a->dW, a->db, a->out, a->x, a->W, NULL, a->N, a->I, a->O,
+                    0);
 }
 
 static void timing(mc_backend *be)
@@ -316,7 +317,7 @@ static void check_bf16_rounding(mc_backend *be)
     for (size_t o = 0; o < O; o++) want[o] = W[o * I];
     mc_k_round(be, want, O, MC_PREC_BF16);
     /* NaN * 0 would poison the other rows: the NaN row is checked alone */
-    mc_k_linear_fwd(be, MC_PREC_BF16, out, x, W, NULL, NULL, 1, I, O, 0.0f);
+    mc_k_linear_fwd(be, MC_PREC_BF16, out, x, W, NULL, NULL, 1, I, O, 0.0f, 0);
     int bad = 0;
     for (size_t o = 0; o < O; o++) {
         if (isnan(want[o]))

@@ -98,13 +98,13 @@ void mc_cpu_fp8_gemm(mc_backend *be, int which, float *out, const float *a, cons
 {
     (void)a_e5m2; /* the values carry their format */
     switch (which) {
-    case 0: mc_cpu_linear_fwd(be, MC_PREC_FP32, out, a, b, NULL, NULL, N, I, O, 0.0f); break;
+    case 0: mc_cpu_linear_fwd(be, MC_PREC_FP32, out, a, b, NULL, NULL, N, I, O, 0.0f, 0); break;
     case 1:
         mc_cpu_fill(be, out, 0.0f, N * I);
-        mc_cpu_linear_bwd(be, MC_PREC_FP32, out, NULL, NULL, a, NULL, b, NULL, N, I, O);
+        mc_cpu_linear_bwd(be, MC_PREC_FP32, out, NULL, NULL, a, NULL, b, NULL, N, I, O, 0);
         break;
     default:
         mc_cpu_fill(be, out, 0.0f, O * I);
-        mc_cpu_linear_bwd(be, MC_PREC_FP32, NULL, out, NULL, a, b, NULL, NULL, N, I, O);
+        mc_cpu_linear_bwd(be, MC_PREC_FP32, NULL, out, NULL, a, b, NULL, NULL, N, I, O, 0);
     }
 }

@@ -53,6 +53,16 @@ static operand weight_operand(mc_backend *be, mc_prec prec, const float *W, cons
     return o;
 }
 
+/* An activation operand; exact: its values are already prec's (the
+ * caller's MC_LIN_EXACT_*), so the fp32 GEMM of an emulated precision
+ * multiplies it as it is (the native bf16 GEMM still takes its bf16 bits,
+ * the same values) */
+static operand act_operand(const float *f, size_t n, int slot, unsigned exact)
+{
+    operand o = {f, n, slot, NULL, exact ? f : NULL};
+    return o;
+}
+
 void mc_cpu_prepare_weight(mc_backend *be, mc_prec prec, void *out, const float *W, size_t n)
 {
     assert(prec != MC_PREC_FP32);
@@ -137,10 +147,11 @@ void mc_cpu_gemm_ld(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size
 
 /* out[n,o] = beta out[n,o] + sum_i x[n,i] W[o,i] + b[o] */
 void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x, const float *W,
-                       const void *Wp, const float *b, size_t N, size_t I, size_t O, float beta)
+                       const void *Wp, const float *b, size_t N, size_t I, size_t O, float beta,
+                       unsigned exact)
 {
     assert(beta == 0.0f || beta == 1.0f);
-    operand ox = {x, N * I, MC_CPU_SCRATCH_GEMM_A, NULL, NULL};
+    operand ox = act_operand(x, N * I, MC_CPU_SCRATCH_GEMM_A, exact & MC_LIN_EXACT_X);
     operand ow = weight_operand(be, prec, W, Wp, O * I);
     if (N == 1 && prec == MC_PREC_FP32)
         /* one row (generation): a matrix-vector product streams W once,
@@ -162,13 +173,13 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
  * db[o] += sum_n dout[n,o] */
 void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db,
                        const float *dout, const float *x, const float *W, const void *Wp, size_t N,
-                       size_t I, size_t O)
+                       size_t I, size_t O, unsigned exact)
 {
-    /* dout is rounded once for both products; W not at all when the
-     * caller gave Wp */
-    operand od = {dout, N * O, MC_CPU_SCRATCH_GEMM_C, NULL, NULL};
+    /* dout is rounded once for both products (not at all when the caller
+     * says it is exact); W not at all when the caller gave Wp */
+    operand od = act_operand(dout, N * O, MC_CPU_SCRATCH_GEMM_C, exact & MC_LIN_EXACT_DOUT);
     operand ow = weight_operand(be, prec, W, Wp, O * I);
-    operand ox = {x, N * I, MC_CPU_SCRATCH_GEMM_A, NULL, NULL};
+    operand ox = act_operand(x, N * I, MC_CPU_SCRATCH_GEMM_A, exact & MC_LIN_EXACT_X);
     if (dx) gemm(be, prec, 0, 0, N, I, O, &od, &ow, 1.0f, dx);
     if (dW) gemm(be, prec, 1, 0, O, I, N, &od, &ox, 1.0f, dW);
     if (!db) return;

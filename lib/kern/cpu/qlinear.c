@@ -158,7 +158,7 @@ void mc_cpu_linear_q8_fwd(mc_backend *be, float *out, const float *x, const int8
 #pragma omp parallel for num_threads(be->threads) schedule(static)
         for (size_t r = 0; r < Cout; r++)
             for (size_t c = 0; c < Cin; c++) W[r * Cin + c] = (float)Wq[r * Cin + c] * scale[r];
-        mc_cpu_linear_fwd(be, MC_PREC_FP32, out, x, W, NULL, b, N, Cin, Cout, beta);
+        mc_cpu_linear_fwd(be, MC_PREC_FP32, out, x, W, NULL, b, N, Cin, Cout, beta, 0);
         return;
     }
     dots_fn dots = pick_dots(be);

@@ -157,9 +157,12 @@ __global__ void k_bias_add(float *out, const float *b, size_t N, size_t O)
 /* out[n,o] = beta out[n,o] + sum_i x[n,i] W[o,i] + b[o] */
 extern "C" void mc_cuda_linear_fwd(mc_cuda *cu, mc_prec prec, float *out, const float *x,
                                    const float *W, const void *Wp, const float *b, size_t N,
-                                   size_t I, size_t O, float beta)
+                                   size_t I, size_t O, float beta, unsigned exact)
 {
-    (void)Wp; /* prepared weights are the CPU backend's; the model passes NULL here */
+    /* prepared weights and pre-rounded operands are the CPU backend's (the
+     * GPU's operands are converted to bf16 either way: the same bits) */
+    (void)Wp;
+    (void)exact;
     if (!N || !O) return;
     if (!I) { /* empty product: out = beta out + b */
         if (beta == 0.0f) CU_CHECK(cudaMemsetAsync(out, 0, N * O * sizeof(float), cu->stream));
@@ -200,9 +203,10 @@ __global__ void k_colsum_final(float *db, const float *part, size_t nch, size_t 
 /* dx += dout W;  dW += dout^T x;  db += column sums of dout */
 extern "C" void mc_cuda_linear_bwd(mc_cuda *cu, mc_prec prec, float *dx, float *dW, float *db,
                                    const float *dout, const float *x, const float *W,
-                                   const void *Wp, size_t N, size_t I, size_t O)
+                                   const void *Wp, size_t N, size_t I, size_t O, unsigned exact)
 {
     (void)Wp; /* see mc_cuda_linear_fwd */
+    (void)exact;
     if (!N || !O) return;
     if (I && (dx || dW)) {
         const void *g = operand(cu, prec, dout, N * O, MC_CU_SCRATCH_GEMM_C);
@@ -337,13 +341,13 @@ extern "C" void mc_cuda_fp8_gemm(mc_cuda *cu, int which, float *out, const float
     if (!p) {
         cu->fp8_fallbacks++;
         if (which == 0) {
-            mc_cuda_linear_fwd(cu, MC_PREC_FP32, out, a, b, NULL, NULL, N, I, O, 0.0f);
+            mc_cuda_linear_fwd(cu, MC_PREC_FP32, out, a, b, NULL, NULL, N, I, O, 0.0f, 0);
         } else {
             CU_CHECK(cudaMemsetAsync(out, 0, rows * cols * sizeof(float), cu->stream));
             if (which == 1)
-                mc_cuda_linear_bwd(cu, MC_PREC_FP32, out, NULL, NULL, a, NULL, b, NULL, N, I, O);
+                mc_cuda_linear_bwd(cu, MC_PREC_FP32, out, NULL, NULL, a, NULL, b, NULL, N, I, O, 0);
             else
-                mc_cuda_linear_bwd(cu, MC_PREC_FP32, NULL, out, NULL, a, b, NULL, NULL, N, I, O);
+                mc_cuda_linear_bwd(cu, MC_PREC_FP32, NULL, out, NULL, a, b, NULL, NULL, N, I, O, 0);
         }
         return;
     }
