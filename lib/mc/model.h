@@ -353,6 +353,13 @@ int64_t mc_model_global_numel(const mc_model *m);
  * std / sqrt(2 * num_layers); norm weights 1, biases 0. */
 void mc_model_init_weights(mc_model *m, uint64_t seed);
 void mc_model_zero_grads(mc_model *m);
+/* on = 1: the parameters will not change until mc_model_hold_weights(m,
+ * 0), so each weight's GEMM form (bf16 bits, or rounded fp32 where the
+ * GEMMs are emulated) is made once, by its first forward pass, instead of
+ * by every forward pass: once per step for all its micro-batches. The
+ * caller must end the hold before anything writes the parameters (the
+ * optimizer's step, a load). The same bits either way. */
+void mc_model_hold_weights(mc_model *m, int on);
 
 /* One micro-batch: tokens and targets are host arrays of micro_batch *
  * seq_length ids (targets < 0 are ignored; under context parallelism the

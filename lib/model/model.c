@@ -392,7 +392,9 @@ mc_status mc_model_new(const mc_model_config *c, const mc_grid *g, mc_backend *b
         if (!m->pw) goto nomem;
     }
     const char *per_gemm = getenv("MC_TEST_ROUND_PER_GEMM");
-    m->round_acts = m->pw_bytes == 4 && !m->cfg.fp8 && !(per_gemm && !strcmp(per_gemm, "1"));
+    m->per_gemm = per_gemm && !strcmp(per_gemm, "1");
+    m->round_acts = m->pw_bytes == 4 && !m->cfg.fp8 && !m->per_gemm;
+    if (m->pw && !(m->pw_ok = calloc(m->nparams + 1, 1))) goto nomem;
     if ((st = mc_model_check_recompute(&m->cfg, g->pp, err)) || (st = plan_recompute(m, err)))
         goto fail;
     if (alloc_acts(m, 1, err)) goto nomem;
@@ -418,6 +420,7 @@ void mc_model_free(mc_model *m)
     if (m->p) mc_bfree(m->be, m->p);
     if (m->g) mc_bfree(m->be, m->g);
     if (m->pw) mc_bfree(m->be, m->pw);
+    free(m->pw_ok);
     if (m->slots) free(m->slots[0].acts);
     free(m->slots);
     free(m->lp);
@@ -443,15 +446,25 @@ void mc_model_free(mc_model *m)
 
 const mc_model_config *mc_model_get_config(const mc_model *m) { return &m->cfg; }
 
+void mc_model_hold_weights(mc_model *m, int on)
+{
+    m->pw_hold = on && m->pw && !m->per_gemm;
+    if (m->pw_hold) memset(m->pw_ok, 0, m->nparams);
+}
+
 /* the global index of a layer's parameters */
 static int lp_layer(const mc_model *m, const mc_layer_params *lp) { return (int)(lp - m->lp); }
 
 /* (re)make parameter i's prepared form from its fp32 values */
 static void round_weight(mc_model *m, int i)
 {
-    if (i >= 0 && m->pw)
-        mc_k_prepare_weight(m->be, m->prec, (char *)m->pw + m->params[i].offset * m->pw_bytes,
-                            param_val(m, i), (size_t)m->params[i].numel);
+    if (i < 0 || !m->pw) return;
+    if (m->pw_hold) {
+        if (m->pw_ok[i]) return; /* prepared since the hold began */
+        m->pw_ok[i] = 1;
+    }
+    mc_k_prepare_weight(m->be, m->prec, (char *)m->pw + m->params[i].offset * m->pw_bytes,
+                        param_val(m, i), (size_t)m->params[i].numel);
 }
 
 #define TRY(call)               \

@@ -144,6 +144,11 @@ struct mc_model {
      * (MC_LIN_EXACT_X), instead of rounded into scratch by each GEMM. The
      * same bits; MC_TEST_ROUND_PER_GEMM=1 turns it off to show it. */
     int round_acts;
+    /* mc_model_hold_weights: while pw_hold, each weight is prepared by its
+     * first use only (pw_ok[i] set), not by every forward pass; per_gemm:
+     * MC_TEST_ROUND_PER_GEMM=1 (no holding, nothing rounded in place) */
+    int pw_hold, per_gemm;
+    unsigned char *pw_ok;
 
     /* local sizes */
     size_t N, T, C, D, Ql, Gl, Fl, fc1_out, qkv_out;

@@ -967,27 +967,13 @@ static mc_status log_line(run *r, window *w, double grad_norm, int show_norm, mc
 
 /* One iteration: forward and backward over every micro-batch, then the
  * optimizer. *skipped and *nan say what happened; *grad_norm the norm. */
-static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *grad_norm,
-                            int *skipped, int *nan, int *overflow, mc_error *err)
+/* The iteration's micro-batches, forward and backward (the pipeline's
+ * schedule, or one after the other): losses and token counts into acc. */
+static mc_status micro_batches(run *r, float gscale, double acc[3], mc_error *err)
 {
     const mc_train_config *c = r->c;
     int dp_rank = mc_grid_group_rank(r->g, MC_GROUP_DP);
-    double scale = r->s.scaler.scale;
-    /* Each micro-batch's loss is its token mean; the iteration's gradient
-     * is the mean over micro-batches and data-parallel ranks (Megatron's
-     * 1/num_microbatches in the loss and the averaging all-reduce),
-     * times the loss scale. */
-    float gscale = (float)(scale / (double)(r->num_micro * r->dp));
     mc_status st;
-    /* --overlap-param-gather: the last step's all-gather ends here. */
-    if ((st = mc_optim_wait_params(r->optim, err))) return st;
-    mc_model_zero_grads(r->model);
-    float poison;
-    if ((st = fault_nan(r->g->rank, r->s.iteration + 1, &poison, err))) return st;
-    if (poison != 0.0f) mc_bcopy_from_host(r->be, mc_model_grads(r->model), &poison, sizeof poison);
-    memset(&r->dpo_sums, 0, sizeof r->dpo_sums);
-    /* the loss sums and token count; [2]: the KL's sum with --kd-teacher */
-    double acc[3] = {0, 0, 0};
     if (r->pp > 1) {
         pipe_batches pb = {r, MC_SPLIT_TRAIN, r->s.consumed_samples, 0};
         if ((st = mc_pipeline_run(r->model, r->g, r->be, r->num_micro, 1, gscale, pipe_batch,
@@ -1010,6 +996,35 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
         acc[1] += (double)ntok;
         acc[2] += mc_model_kd_loss(r->model) * (double)ntok;
     }
+    return MC_OK;
+}
+
+static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *grad_norm,
+                            int *skipped, int *nan, int *overflow, mc_error *err)
+{
+    const mc_train_config *c = r->c;
+    double scale = r->s.scaler.scale;
+    /* Each micro-batch's loss is its token mean; the iteration's gradient
+     * is the mean over micro-batches and data-parallel ranks (Megatron's
+     * 1/num_microbatches in the loss and the averaging all-reduce),
+     * times the loss scale. */
+    float gscale = (float)(scale / (double)(r->num_micro * r->dp));
+    mc_status st;
+    /* --overlap-param-gather: the last step's all-gather ends here. */
+    if ((st = mc_optim_wait_params(r->optim, err))) return st;
+    mc_model_zero_grads(r->model);
+    float poison;
+    if ((st = fault_nan(r->g->rank, r->s.iteration + 1, &poison, err))) return st;
+    if (poison != 0.0f) mc_bcopy_from_host(r->be, mc_model_grads(r->model), &poison, sizeof poison);
+    memset(&r->dpo_sums, 0, sizeof r->dpo_sums);
+    /* the loss sums and token count; [2]: the KL's sum with --kd-teacher */
+    double acc[3] = {0, 0, 0};
+    /* the weights stay as they are until the optimizer's step: each is
+     * prepared for the GEMMs once, not once per micro-batch */
+    mc_model_hold_weights(r->model, 1);
+    st = micro_batches(r, gscale, acc, err);
+    mc_model_hold_weights(r->model, 0);
+    if (st) return st;
     /* Tied embeddings across stages: the two copies' gradients summed
      * (Megatron's _allreduce_embedding_grads), then the data-parallel sum. */
     if ((st = mc_model_allreduce_embedding_grads(r->model, err))) return st;

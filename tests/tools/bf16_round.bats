@@ -5,14 +5,18 @@
 # only linear layers read (the norms' outputs before the QKV projection, a
 # dense MLP and the LM head; the MLP's activation) once, in place, where it
 # is made, and the GEMMs take it as it is, instead of rounding it into
-# scratch in every forward and backward product. That is the same
-# computation, so the reference is the run that rounds at every GEMM
-# (MC_TEST_ROUND_PER_GEMM=1) and the comparison is exact: the --log-json
-# files byte for byte and every tensor of the final checkpoints (parameters
-# and Adam's moments) bit for bit. A tensor rounded that something else
-# also reads (the MoE router's input, the attention output the attention's
-# backward reads), or one passed as exact without being rounded, changes
-# the bits.
+# scratch in every forward and backward product; and in training each
+# weight is prepared for the GEMMs (rounded, or cast to bf16 where the
+# bf16 GEMM is native) once an iteration, not once per micro-batch. That
+# is the same computation, so the reference is the run that rounds at
+# every GEMM and prepares the weights in every forward pass
+# (MC_TEST_ROUND_PER_GEMM=1), and the comparison is exact: the --log-json
+# files byte for byte, the validation losses, and every tensor of the final
+# checkpoints (parameters and Adam's moments) bit for bit. A tensor rounded
+# that something else also reads (the MoE router's input, the attention
+# output the attention's backward reads), one passed as exact without
+# being rounded, or a weight prepared before the optimizer changed it,
+# changes the bits.
 
 bats_require_minimum_version 1.5.0
 load common
@@ -20,9 +24,10 @@ load mpi_common
 
 MC_TRAIN="$top_builddir/tools/mc-train/mc-train"
 
+# two micro-batches an iteration; an evaluation after iterations 2 and 4
 common=(--num-layers 3 --vocab-size 256 --seq-length 32 --micro-batch-size 2 --lr 1e-3
-        --global-batch-size 4 --train-iters 4 --lr-warmup-iters 1 --mock-data --eval-iters 0
-        --threads 2)
+        --global-batch-size 4 --train-iters 4 --lr-warmup-iters 1 --mock-data --eval-iters 1
+        --eval-interval 2 --threads 2)
 gpt=(--model tiny-gpt "${common[@]}")
 llama=(--model tiny-llama --num-attention-heads 8 --num-query-groups 4 "${common[@]}")
 
@@ -35,16 +40,20 @@ setup() {
 }
 
 # once_vs_per_gemm NAME RUNNER ARGS...: RUNNER ARGS with --log-json and
-# --save, as is and with MC_TEST_ROUND_PER_GEMM=1: the same bytes and bits.
+# --save, as is and with MC_TEST_ROUND_PER_GEMM=1: the same bytes and bits,
+# and the same validation losses.
 once_vs_per_gemm() {
-    local name=$1
+    local name=$1 val
     shift
     run -0 --separate-stderr "$@" --log-json "$name.jsonl" --save "$name"
+    val=$(grep 'validation loss' <<<"$stderr")
+    [ "$(grep -c 'lm loss value' <<<"$val")" -ge 2 ]
     # (exported, not env: RUNNER may be the shell function mpi)
     export MC_TEST_ROUND_PER_GEMM=1
     run -0 --separate-stderr "$@" --log-json "$name-ref.jsonl" --save "$name-ref"
     unset MC_TEST_ROUND_PER_GEMM
     [ "$(grep -c '"lm loss"' "$name.jsonl")" -eq 4 ]
+    assert_equal "$val" "$(grep 'validation loss' <<<"$stderr")"
     cmp "$name.jsonl" "$name-ref.jsonl"
     if "$MC_PYTHON" -c 'import h5py' 2>/dev/null; then
         same_bits "$name/iter_0000004/model.h5" "$name-ref/iter_0000004/model.h5" >&3
@@ -57,6 +66,9 @@ once_vs_per_gemm() {
     once_vs_per_gemm gpt-bf16 "$MC_TRAIN" "${gpt[@]}" --bf16
     once_vs_per_gemm llama-bf16 "$MC_TRAIN" "${llama[@]}" --bf16
     once_vs_per_gemm gpt-fp16 "$MC_TRAIN" "${gpt[@]}" --fp16
+    # the CPU's best path (native bf16 where it has AVX512_BF16 or AMX):
+    # each weight prepared once an iteration
+    once_vs_per_gemm best env -u MC_CPU_ISA "$MC_TRAIN" "${gpt[@]}" --bf16
     # untied output weights: the head's own weight, the same rounded input
     once_vs_per_gemm llama-untied "$MC_TRAIN" "${llama[@]}" --bf16 \
         --untie-embeddings-and-output-weights
