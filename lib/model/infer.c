@@ -240,9 +240,10 @@ static void norm(mc_infer *f, float *out, const float *x, int w, int b, size_t n
     mc_model *m = f->m;
     if (m->cfg.normalization == MC_NORM_LAYERNORM)
         mc_k_layernorm_fwd(f->be, out, f->mean, f->rstd, x, param_val(m, w), param_val(m, b), n,
-                           f->C, m->cfg.norm_epsilon);
+                           f->C, m->cfg.norm_epsilon, MC_PREC_FP32);
     else
-        mc_k_rmsnorm_fwd(f->be, out, f->rstd, x, param_val(m, w), n, f->C, m->cfg.norm_epsilon);
+        mc_k_rmsnorm_fwd(f->be, out, f->rstd, x, param_val(m, w), n, f->C, m->cfg.norm_epsilon,
+                         MC_PREC_FP32);
 }
 
 /* x += (in W^T, summed over the tensor-parallel group) + b, for a
@@ -333,9 +334,9 @@ static mc_status forward_chunk(mc_infer *f, const int32_t *tokens, size_t n, mc_
         }
         linear(f, f->fc1, f->h, lp->fc1_w, param_val(m, lp->fc1_b), n, C, f->fc1_out);
         if (c->swiglu)
-            mc_k_swiglu_fwd(be, f->act, f->fc1, n, f->Fl);
+            mc_k_swiglu_fwd(be, f->act, f->fc1, n, f->Fl, MC_PREC_FP32);
         else
-            mc_k_gelu_fwd(be, f->act, f->fc1, n * f->Fl);
+            mc_k_gelu_fwd(be, f->act, f->fc1, n * f->Fl, MC_PREC_FP32);
         TRY(row_parallel(f, f->act, lp->fc2_w, lp->fc2_b, f->Fl, n, err));
     }
     norm(f, f->lnf, f->x, m->lnf_w, m->lnf_b, n);

@@ -53,7 +53,7 @@ struct mc_kvpool {
     float *x, *h, *qkv, *q, *kn, *vn, *att, *tmp, *fc1, *act, *mean, *rstd;
     float *hrows, *logits, *gathered;
     float *qp, *kp, *qn_mean, *qn_rstd; /* --qk-layernorm: before the norm (empty without) */
-    int32_t *dtok, *dpos; /* [max_rows] the rows' tokens and positions */
+    int32_t *dtok, *dpos;               /* [max_rows] the rows' tokens and positions */
     /* host: the attention's sequences (rows, first position, block table of
      * tstride blocks) and the rows' positions */
     int32_t *hrows_n, *hpos0, *htab, *hrowpos;
@@ -415,9 +415,10 @@ static void norm(mc_kvpool *p, float *out, const float *x, int w, int b, size_t 
     mc_model *m = p->m;
     if (m->cfg.normalization == MC_NORM_LAYERNORM)
         mc_k_layernorm_fwd(p->be, out, p->mean, p->rstd, x, param_val(m, w), param_val(m, b), n,
-                           p->C, m->cfg.norm_epsilon);
+                           p->C, m->cfg.norm_epsilon, MC_PREC_FP32);
     else
-        mc_k_rmsnorm_fwd(p->be, out, p->rstd, x, param_val(m, w), n, p->C, m->cfg.norm_epsilon);
+        mc_k_rmsnorm_fwd(p->be, out, p->rstd, x, param_val(m, w), n, p->C, m->cfg.norm_epsilon,
+                         MC_PREC_FP32);
 }
 
 /* key (or value) row of position pos of a sequence, layer li */
@@ -588,9 +589,9 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
         for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n) seq_kv(p, &seqs[s], (size_t)r0, li);
         /* every sequence's rows against its own blocks, in place */
         size_t loff = (size_t)li * (size_t)p->block_size * p->kv_row;
-        mc_k_attention_paged_fwd(be, p->att, p->q, p->kpool + loff, p->vpool + loff,
-                                 (size_t)nseq, p->hrows_n, p->hpos0, p->htab, p->tstride,
-                                 (size_t)p->block_size, p->block_floats, p->Ql, p->Gl, D, scale);
+        mc_k_attention_paged_fwd(be, p->att, p->q, p->kpool + loff, p->vpool + loff, (size_t)nseq,
+                                 p->hrows_n, p->hpos0, p->htab, p->tstride, (size_t)p->block_size,
+                                 p->block_floats, p->Ql, p->Gl, D, scale);
         TRY(row_linear(p, p->att, lp->proj_w, lp->proj_b, p->Ql * D, R, err));
         norm(p, p->h, p->x, lp->ln2_w, lp->ln2_b, R);
         if (lp->moe) { /* replicated over tensor parallelism: no sums */
@@ -599,9 +600,9 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
         }
         linear(p, p->fc1, p->h, lp->fc1_w, param_val(m, lp->fc1_b), R, C, p->fc1_out);
         if (c->swiglu)
-            mc_k_swiglu_fwd(be, p->act, p->fc1, R, p->Fl);
+            mc_k_swiglu_fwd(be, p->act, p->fc1, R, p->Fl, MC_PREC_FP32);
         else
-            mc_k_gelu_fwd(be, p->act, p->fc1, R * p->Fl);
+            mc_k_gelu_fwd(be, p->act, p->fc1, R * p->Fl, MC_PREC_FP32);
         TRY(row_linear(p, p->act, lp->fc2_w, lp->fc2_b, p->Fl, R, err));
     }
     norm(p, p->h, p->x, m->lnf_w, m->lnf_b, R);

@@ -473,14 +473,24 @@ static void round_weight(mc_model *m, int i)
         if (st_) return st_;    \
     } while (0)
 
+/* the precision an activation only linear layers read is rounded to where
+ * it is made (m->round_acts), MC_PREC_FP32 where the GEMMs round it */
+static mc_prec act_round(const mc_model *m) { return m->round_acts ? m->prec : MC_PREC_FP32; }
+
+/* the exact bits for a linear layer's input made with act_round */
+static unsigned exact_x(const mc_model *m) { return m->round_acts ? MC_LIN_EXACT_X : 0; }
+
+/* out = the norm of x's Nl rows, rounded to `round` (act_round, or
+ * MC_PREC_FP32) */
 static void norm_fwd(mc_model *m, float *out, float *mean, float *rstd, const float *x, int w,
-                     int b)
+                     int b, mc_prec round)
 {
     if (m->cfg.normalization == MC_NORM_LAYERNORM)
         mc_k_layernorm_fwd(m->be, out, mean, rstd, x, param_val(m, w), param_val(m, b), m->Nl, m->C,
-                           m->cfg.norm_epsilon);
+                           m->cfg.norm_epsilon, round);
     else
-        mc_k_rmsnorm_fwd(m->be, out, rstd, x, param_val(m, w), m->Nl, m->C, m->cfg.norm_epsilon);
+        mc_k_rmsnorm_fwd(m->be, out, rstd, x, param_val(m, w), m->Nl, m->C, m->cfg.norm_epsilon,
+                         round);
 }
 
 /* With sequence parallelism the weight and bias gradients of this rank's
@@ -560,24 +570,13 @@ static mc_status row_parallel_fwd(mc_model *m, int l, int which, float **out, co
     return mc_model_tp_reduce(m, m->tmp, m->loc, out, err);
 }
 
-/* x[0..n), an activation only linear layers read, rounded in place to the
- * GEMMs' precision where they multiply rounded fp32 (m->round_acts) */
-static void round_act(mc_model *m, float *x, size_t n)
-{
-    if (m->round_acts) mc_k_round(m->be, x, n, m->prec);
-}
-
-/* the exact bits for a linear layer's input rounded by round_act */
-static unsigned exact_x(const mc_model *m) { return m->round_acts ? MC_LIN_EXACT_X : 0; }
-
 /* The parts of a layer's forward, each a function of what it reads, so a
  * part run again (recomputation) gives the same bits. ln1 is read by the
  * QKV projection alone, ln2 by fc1 (dense MLP; the MoE router and experts
  * read it unrounded): round_act. */
 static void norm1_make(mc_model *m, float *ln1, mc_layer_acts *a, const mc_layer_params *lp)
 {
-    norm_fwd(m, ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b);
-    round_act(m, ln1, m->Nl * m->C);
+    norm_fwd(m, ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, act_round(m));
 }
 
 static void norm1_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp)
@@ -587,8 +586,8 @@ static void norm1_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp)
 
 static void norm2_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *lp)
 {
-    norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b);
-    if (!lp->moe) round_act(m, a->ln2, m->Nl * m->C);
+    norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, lp->ln2_w, lp->ln2_b,
+             lp->moe ? MC_PREC_FP32 : act_round(m));
 }
 
 /* --qk-layernorm's backward (mc_model_qk_norm): dx = d(x) (WRITTEN), the weight's and bias's
@@ -683,14 +682,13 @@ static mc_status proj_fwd(mc_model *m, mc_layer_acts *a, const mc_layer_params *
     return MC_OK;
 }
 
-/* act = act_fn(fc1), read by fc2 alone (round_act) */
+/* act = act_fn(fc1), read by fc2 alone (act_round) */
 static void act_fwd(mc_model *m, mc_layer_acts *a)
 {
     if (m->cfg.swiglu)
-        mc_k_swiglu_fwd(m->be, a->act, a->fc1, m->N, m->Fl);
+        mc_k_swiglu_fwd(m->be, a->act, a->fc1, m->N, m->Fl, act_round(m));
     else
-        mc_k_gelu_fwd(m->be, a->act, a->fc1, m->N * m->Fl);
-    round_act(m, a->act, m->N * m->Fl);
+        mc_k_gelu_fwd(m->be, a->act, a->fc1, m->N * m->Fl, act_round(m));
 }
 
 /* act = act_fn(ln2 Wfc1^T + b) (ln2 gathered) */
@@ -931,11 +929,16 @@ static mc_status head_fwd_bwd(mc_model *m, const mc_slot *sl, const float *lnf, 
         /* distillation: the KL, and with backward the mixed gradient (kd.c) */
         if (m->kd && m->kd->on) TRY(mc_model_kd_chunk(m, r0, R, tgt, backward, scale, err));
         if (!backward) continue;
-        if (!(m->kd && m->kd->on))
+        /* d(logits), read by the head's two products alone: rounded as it
+         * is made (distillation's mixed gradient is rounded by the GEMM) */
+        unsigned ex = exact_x(m);
+        if (!(m->kd && m->kd->on)) {
             mc_k_xent_bwd(be, m->logits, m->logits, m->rowmax + r0, m->sumexp + r0, tgt, m->v0, R,
-                          vl, dloss ? dloss + r0 : NULL, scale);
+                          vl, dloss ? dloss + r0 : NULL, scale, act_round(m));
+            if (m->round_acts) ex |= MC_LIN_EXACT_DOUT;
+        }
         mc_k_linear_bwd(be, m->prec, m->dln + r0 * C, param_grad(m, w), NULL, m->logits, x,
-                        param_val(m, w), param_prep(m, w), R, C, vl, exact_x(m));
+                        param_val(m, w), param_prep(m, w), R, C, vl, ex);
     }
     /* column-parallel (over the vocabulary): sum the input gradient */
     if (backward) TRY(mc_model_tp_reduce(m, m->dln, m->loc, dl, err));
@@ -1107,7 +1110,7 @@ mc_status mc_model_final_hidden(mc_model *t, const int32_t *tokens, const float 
     TRY(embed_fwd(t, sl, tokens, sl->acts[t->lidx[0]].res, err));
     for (int l = 0; l < l1; l++)
         TRY(layer_fwd(t, sl, l, l + 1 < l1 ? sl->acts[t->lidx[l + 1]].res : sl->res_out, err));
-    norm_fwd(t, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->res_out, t->lnf_w, t->lnf_b);
+    norm_fwd(t, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->res_out, t->lnf_w, t->lnf_b, MC_PREC_FP32);
     round_weight(t, t->out_w >= 0 ? t->out_w : t->wte);
     return mc_model_tp_gather(t, sl->lnf, lnf, err);
 }
@@ -1154,8 +1157,8 @@ mc_status mc_model_forward_chunk(mc_model *m, int chunk, int slot, const int32_t
         return MC_OK;
     }
     mc_bcopy_from_host(be, sl->targets, targets, N * sizeof(int32_t));
-    norm_fwd(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, res_out, m->lnf_w, m->lnf_b);
-    round_act(m, sl->lnf, m->Nl * C); /* read by the LM head alone */
+    /* read by the LM head alone */
+    norm_fwd(m, sl->lnf, sl->lnf_mean, sl->lnf_rstd, res_out, m->lnf_w, m->lnf_b, act_round(m));
     const float *lnf;
     TRY(mc_model_tp_gather(m, sl->lnf, &lnf, err));
     if (m->logp_loss)

@@ -372,9 +372,10 @@ static inline void mc_model_qk_norm(mc_model *m, float *out, float *mean, float 
 {
     if (m->cfg.normalization == MC_NORM_LAYERNORM)
         mc_k_layernorm_fwd(m->be, out, mean, rstd, x, param_val(m, w), param_val(m, b), rows, m->D,
-                           m->cfg.norm_epsilon);
+                           m->cfg.norm_epsilon, MC_PREC_FP32);
     else
-        mc_k_rmsnorm_fwd(m->be, out, rstd, x, param_val(m, w), rows, m->D, m->cfg.norm_epsilon);
+        mc_k_rmsnorm_fwd(m->be, out, rstd, x, param_val(m, w), rows, m->D, m->cfg.norm_epsilon,
+                         MC_PREC_FP32);
 }
 
 /* moe.c: the MoE block in place of a layer's MLP. Forward: h [N, C] the

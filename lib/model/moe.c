@@ -449,9 +449,9 @@ static size_t moe_grad_span_max(const mc_model *m)
 static void act_fwd(mc_model *m, float *out, const float *in, size_t n, size_t F)
 {
     if (m->cfg.swiglu)
-        mc_k_swiglu_fwd(m->be, out, in, n, F);
+        mc_k_swiglu_fwd(m->be, out, in, n, F, MC_PREC_FP32);
     else
-        mc_k_gelu_fwd(m->be, out, in, n * F);
+        mc_k_gelu_fwd(m->be, out, in, n * F, MC_PREC_FP32);
 }
 
 /* The shared experts' fc1 and activation on the block's input h [N, C]. */

@@ -55,9 +55,9 @@ void mc_moe_infer_layout(const mc_model *m, carver *cv, mc_moe_infer_scratch *s,
 static void act_fwd(mc_model *m, float *out, const float *in, size_t n, size_t F)
 {
     if (m->cfg.swiglu)
-        mc_k_swiglu_fwd(m->be, out, in, n, F);
+        mc_k_swiglu_fwd(m->be, out, in, n, F, MC_PREC_FP32);
     else
-        mc_k_gelu_fwd(m->be, out, in, n * F);
+        mc_k_gelu_fwd(m->be, out, in, n * F, MC_PREC_FP32);
 }
 
 size_t mc_moe_infer_capacity(const mc_model_config *c, size_t n)

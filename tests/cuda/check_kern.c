@@ -266,7 +266,7 @@ static void check_elementwise(ctx *x, size_t n)
     cmp(x, "cast_from_fp16", w, o, 0);
     drop(x, h);
     /* activations */
-    ON_BOTH(mc_k_gelu_fwd(be, S(o), S(b), n));
+    ON_BOTH(mc_k_gelu_fwd(be, S(o), S(b), n, MC_PREC_FP32));
     cmp(x, "gelu_fwd", w, o, FP32);
     pair d = rnd(x, n, 1), g = rnd(x, n, 1);
     ON_BOTH(mc_k_gelu_bwd(be, S(d), S(g), S(b), n));
@@ -340,7 +340,7 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
     pair mean = poisoned(x, N), rstd = poisoned(x, N);
     for (int bias = 0; bias < 2; bias++) {
         ON_BOTH(mc_k_layernorm_fwd(be, S(o), S(mean), S(rstd), S(xx), S(nw), bias ? S(nb) : NULL, N,
-                                   C, 1e-5f));
+                                   C, 1e-5f, MC_PREC_FP32));
         cmp(x, "layernorm_fwd", w, o, FP32);
         cmp(x, "layernorm_fwd", "mean", mean, FP32);
         cmp(x, "layernorm_fwd", "rstd", rstd, FP32);
@@ -354,7 +354,7 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
         drop(x, dw);
         drop(x, db);
     }
-    ON_BOTH(mc_k_rmsnorm_fwd(be, S(o), S(rstd), S(xx), S(nw), N, C, 1e-6f));
+    ON_BOTH(mc_k_rmsnorm_fwd(be, S(o), S(rstd), S(xx), S(nw), N, C, 1e-6f, MC_PREC_FP32));
     cmp(x, "rmsnorm_fwd", w, o, FP32);
     cmp(x, "rmsnorm_fwd", "rstd", rstd, FP32);
     {
@@ -368,7 +368,7 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
     /* SwiGLU: x[N, 2F] with F = C/2 */
     size_t F = C / 2;
     pair sw = poisoned(x, N * F), gs = rnd(x, N * F, 1), dxx = rnd(x, N * C, 1);
-    ON_BOTH(mc_k_swiglu_fwd(be, S(sw), S(xx), N, F));
+    ON_BOTH(mc_k_swiglu_fwd(be, S(sw), S(xx), N, F, MC_PREC_FP32));
     cmp(x, "swiglu_fwd", w, sw, FP32);
     ON_BOTH(mc_k_swiglu_bwd(be, S(dxx), S(gs), S(xx), N, F));
     cmp(x, "swiglu_bwd", w, dxx, FP32);
@@ -396,7 +396,7 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
     cmp(x, "xent_loss", w, loss, FP32);
     pair dl = poisoned(x, N * (size_t)vl);
     ON_BOTH(mc_k_xent_bwd(be, S(dl), S(logits), S(rowmax), S(sumexp), side ? tg.g : tg.c, v0, N,
-                          (size_t)vl, S(dloss), 0));
+                          (size_t)vl, S(dloss), 0, MC_PREC_FP32));
     cmp(x, "xent_bwd", "dloss", dl, FP32);
     /* knowledge distillation at tau = 2 against a teacher's logits: the
      * sums, the KL and the mixed gradient (written, then in place) */
@@ -427,7 +427,7 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
     }
     /* in place, with a scale instead of dloss */
     ON_BOTH(mc_k_xent_bwd(be, S(logits), S(logits), S(rowmax), S(sumexp), side ? tg.g : tg.c, v0, N,
-                          (size_t)vl, NULL, 0.125f));
+                          (size_t)vl, NULL, 0.125f, MC_PREC_FP32));
     cmp(x, "xent_bwd", "in place", logits, FP32);
     drop(x, dl);
     drop(x, logits);

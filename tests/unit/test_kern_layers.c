@@ -143,9 +143,9 @@ static void check_norm(mc_backend *be, int rms, int has_b, size_t N, size_t C)
     kt_fill(&r, g, N * C, -1, 1);
     float *out = kt_falloc(N * C), *mean = kt_falloc(N), *rstd = kt_falloc(N), eps = 1e-5f;
     if (rms)
-        mc_k_rmsnorm_fwd(be, out, rstd, x, w, N, C, eps);
+        mc_k_rmsnorm_fwd(be, out, rstd, x, w, N, C, eps, MC_PREC_FP32);
     else
-        mc_k_layernorm_fwd(be, out, mean, rstd, x, w, has_b ? b : NULL, N, C, eps);
+        mc_k_layernorm_fwd(be, out, mean, rstd, x, w, has_b ? b : NULL, N, C, eps, MC_PREC_FP32);
     norm_ctx n = {N,
                   C,
                   rms,
@@ -234,9 +234,9 @@ static void check_act(mc_backend *be, int swiglu)
     float *x = kt_falloc(nin), *g = kt_falloc(nout), *out = kt_falloc(nout);
     kt_fill(&r, x, nin, -5, 5), kt_fill(&r, g, nout, -1, 1);
     if (swiglu)
-        mc_k_swiglu_fwd(be, out, x, N, F);
+        mc_k_swiglu_fwd(be, out, x, N, F, MC_PREC_FP32);
     else
-        mc_k_gelu_fwd(be, out, x, nin);
+        mc_k_gelu_fwd(be, out, x, nin, MC_PREC_FP32);
     act_ctx a = {swiglu ? N : nin, F, swiglu, kt_todouble(x, nin), kt_todouble(g, nout)};
     double *ro = kt_dalloc(nout);
     ref_act(&a, ro);
@@ -468,25 +468,25 @@ static void check_xent(mc_backend *be)
 
     /* backward, weights dloss: vs FD of sum_i dloss_i loss_i */
     float *dlg = kt_falloc(N * V);
-    mc_k_xent_bwd(be, dlg, lg, mx, se, tg, 0, N, V, dl, 0.0f);
+    mc_k_xent_bwd(be, dlg, lg, mx, se, tg, 0, N, V, dl, 0.0f, MC_PREC_FP32);
     double eg = kt_fd_check(xent_loss, &c, c.logits, N * V, dlg, NULL, SIZE_MAX, 1);
     int zero = 1;
     for (size_t j = 0; j < V; j++) zero &= dlg[2 * V + j] == 0;
     TAP_OK(eg < 1e-5 && zero, "xent bwd vs FD: %.2e < 1e-5; ignored row has zero gradient", eg);
     /* in place over the logits gives the same bytes */
     float *inplace = kt_copy(lg, N * V);
-    mc_k_xent_bwd(be, inplace, inplace, mx, se, tg, 0, N, V, dl, 0.0f);
+    mc_k_xent_bwd(be, inplace, inplace, mx, se, tg, 0, N, V, dl, 0.0f, MC_PREC_FP32);
     TAP_OK(!memcmp(inplace, dlg, N * V * 4), "xent bwd in place over the logits: same bytes");
     /* dloss == NULL: every row weighted by scale */
     float *ds = kt_falloc(N * V), *dd = kt_falloc(N * V), ones[7];
     for (size_t i = 0; i < N; i++) ones[i] = 0.25f;
-    mc_k_xent_bwd(be, ds, lg, mx, se, tg, 0, N, V, NULL, 0.25f);
-    mc_k_xent_bwd(be, dd, lg, mx, se, tg, 0, N, V, ones, 0.0f);
+    mc_k_xent_bwd(be, ds, lg, mx, se, tg, 0, N, V, NULL, 0.25f, MC_PREC_FP32);
+    mc_k_xent_bwd(be, dd, lg, mx, se, tg, 0, N, V, ones, 0.0f, MC_PREC_FP32);
     TAP_OK(!memcmp(ds, dd, N * V * 4), "xent bwd with dloss NULL equals dloss = scale everywhere");
     /* sharded backward equals the matching columns of the whole */
     float *g0 = kt_falloc(N * H), *g1 = kt_falloc(N * H);
-    mc_k_xent_bwd(be, g0, h0, gm, gs, tg, 0, N, H, dl, 0.0f);
-    mc_k_xent_bwd(be, g1, h1, gm, gs, tg, (int64_t)H, N, H, dl, 0.0f);
+    mc_k_xent_bwd(be, g0, h0, gm, gs, tg, 0, N, H, dl, 0.0f, MC_PREC_FP32);
+    mc_k_xent_bwd(be, g1, h1, gm, gs, tg, (int64_t)H, N, H, dl, 0.0f, MC_PREC_FP32);
     double es = 0;
     for (size_t i = 0; i < N; i++)
         for (size_t j = 0; j < H; j++) {
@@ -496,6 +496,60 @@ static void check_xent(mc_backend *be)
     TAP_OK(es < 1e-6, "xent bwd over 2 shards matches the unsplit gradient: %.2e < 1e-6", es);
     free(lg), free(dl), free(mx), free(se), free(tl), free(loss), free(c.logits), free(c.dloss);
     free(rl), free(h0), free(h1), free(dlg), free(inplace), free(ds), free(dd), free(g0), free(g1);
+}
+
+/* The producers' round argument: the output rounded in the same pass equals
+ * the FP32 output rounded afterwards by mc_k_round, byte for byte, for each
+ * reduced precision (threaded sizes: several rows and spans a thread), and
+ * differs from the unrounded output. */
+static void check_round_out(mc_backend *be)
+{
+    static const mc_prec precs[] = {MC_PREC_BF16, MC_PREC_FP16, MC_PREC_TF32};
+    static const char *names[] = {"bf16", "fp16", "tf32"};
+    kt_rng r = {99};
+    size_t N = 300, C = 150, F = 1500, NF = 40, V = 5000, NV = 7;
+    float *x = kt_falloc(N * C), *w = kt_falloc(C), *b = kt_falloc(C);
+    float *a = kt_falloc(NF * 2 * F), *lg = kt_falloc(NV * V), mean[300], rstd[300];
+    kt_fill(&r, x, N * C, -2, 2);
+    kt_fill(&r, w, C, 0.5, 1.5);
+    kt_fill(&r, b, C, -0.5, 0.5);
+    kt_fill(&r, a, NF * 2 * F, -3, 3);
+    kt_fill(&r, lg, NV * V, -4, 4);
+    float mx[7], se[7], tl[7];
+    int32_t tg[7] = {3, 4999, -1, 0, 17, 2500, 1};
+    mc_k_xent_max(be, mx, lg, NV, V);
+    mc_k_xent_sumexp(be, se, tl, lg, mx, tg, 0, NV, V);
+    size_t big = NF * 2 * F > N * C ? NF * 2 * F : N * C;
+    float *ref = kt_falloc(big), *got = kt_falloc(big);
+    for (int k = 0; k < 3; k++) {
+        mc_prec pr = precs[k];
+        int ok[5], diff[5];
+        size_t n[5] = {N * C, N * C, NF * 2 * F, NF * F, NV * V};
+        for (int which = 0; which < 5; which++) {
+            for (int pass = 0; pass < 2; pass++) {
+                float *o = pass ? got : ref;
+                mc_prec rd = pass ? pr : MC_PREC_FP32;
+                switch (which) {
+                case 0: mc_k_layernorm_fwd(be, o, mean, rstd, x, w, b, N, C, 1e-5f, rd); break;
+                case 1: mc_k_rmsnorm_fwd(be, o, rstd, x, w, N, C, 1e-5f, rd); break;
+                case 2: mc_k_gelu_fwd(be, o, a, NF * 2 * F, rd); break;
+                case 3: mc_k_swiglu_fwd(be, o, a, NF, F, rd); break;
+                default: mc_k_xent_bwd(be, o, lg, mx, se, tg, 0, NV, V, NULL, 0.5f, rd);
+                }
+            }
+            diff[which] = memcmp(ref, got, n[which] * 4) != 0;
+            mc_k_round(be, ref, n[which], pr);
+            ok[which] = !memcmp(ref, got, n[which] * 4);
+        }
+        TAP_OK(
+            ok[0] && ok[1] && ok[2] && ok[3] && ok[4] && diff[0] && diff[1] && diff[2] && diff[3] &&
+                diff[4],
+            "%s: layernorm, rmsnorm, gelu, swiglu forward and xent backward with round = the "
+            "output rounded after by mc_k_round, same bytes (%d%d%d%d%d), and rounded (%d%d%d%d%d)",
+            names[k], ok[0], ok[1], ok[2], ok[3], ok[4], diff[0], diff[1], diff[2], diff[3],
+            diff[4]);
+    }
+    free(x), free(w), free(b), free(a), free(lg), free(ref), free(got);
 }
 
 int main(void)
@@ -512,6 +566,7 @@ int main(void)
     check_rope(be);
     check_rope_variants(be);
     check_xent(be);
+    check_round_out(be);
     mc_backend_free(be);
     return tap_done();
 }

@@ -78,8 +78,8 @@ MC_ISA_VARIANTS_VOID(gelu_bwd_span,
 /* In place (mc_k_gelu_bwd_inplace): x := 0 + dout dy/dx, the value the
  * accumulating kernel gives onto a zeroed dx (the same expression, so the
  * same bits; 0 + makes a -0 product +0 as it does there). */
-MC_ISA_BODY void gelu_bwd_inplace_span_body(float *restrict x, const float *restrict dout,
-                                            size_t n, int isa MC_ISA_UNUSED)
+MC_ISA_BODY void gelu_bwd_inplace_span_body(float *restrict x, const float *restrict dout, size_t n,
+                                            int isa MC_ISA_UNUSED)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -87,16 +87,17 @@ MC_ISA_BODY void gelu_bwd_inplace_span_body(float *restrict x, const float *rest
         x[i] = 0.0f + dout[i] * d;
     }
 }
-MC_ISA_VARIANTS_VOID(gelu_bwd_inplace_span, (float *restrict x, const float *restrict dout, size_t n),
-                     (x, dout, n))
+MC_ISA_VARIANTS_VOID(gelu_bwd_inplace_span,
+                     (float *restrict x, const float *restrict dout, size_t n), (x, dout, n))
 
-void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n)
+void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n, mc_prec round)
 {
     size_t items = (n + SPAN - 1) / SPAN;
 #pragma omp parallel for num_threads(be->threads) if (items > 4) schedule(static)
     for (size_t it = 0; it < items; it++) {
         size_t i0 = it * SPAN, m = n - i0 < SPAN ? n - i0 : SPAN;
         gelu_fwd_span_for(be->isa)(out + i0, x + i0, m);
+        mc_cpu_round_here(be, out + i0, m, round);
     }
 }
 
@@ -169,12 +170,14 @@ MC_ISA_VARIANTS_VOID(swiglu_bwd_inplace_row,
                      (float *restrict a, float *restrict b, const float *restrict g, size_t F),
                      (a, b, g, F))
 
-void mc_cpu_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_t F)
+void mc_cpu_swiglu_fwd(mc_backend *be, float *out, const float *x, size_t N, size_t F,
+                       mc_prec round)
 {
 #pragma omp parallel for num_threads(be->threads) if (N * F > 4 * SPAN) schedule(static)
     for (size_t i = 0; i < N; i++) {
         const float *a = x + i * 2 * F;
         swiglu_fwd_row_for(be->isa)(out + i * F, a, a + F, F);
+        mc_cpu_round_here(be, out + i * F, F, round);
     }
 }
 

@@ -200,6 +200,11 @@ void mc_cpu_round_into(mc_backend *be, float *dst, const float *src, size_t n, m
     FOR_SPANS(be, n, i0, m, f(dst + i0, src + i0, m, prec));
 }
 
+void mc_cpu_round_here(const mc_backend *be, float *x, size_t n, mc_prec prec)
+{
+    if (prec != MC_PREC_FP32) round_span_for(be->isa)(x, x, n, prec);
+}
+
 void mc_cpu_round(mc_backend *be, float *x, size_t n, mc_prec prec)
 {
     mc_cpu_round_into(be, x, x, n, prec);

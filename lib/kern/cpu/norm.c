@@ -136,11 +136,14 @@ MC_ISA_VARIANTS_VOID(rms_bwd_row,
 /* mean = sum_c x / C;  rstd = 1 / sqrt(sum_c (x - mean)^2 / C + eps)
  * out = (x - mean) rstd w + b */
 void mc_cpu_layernorm_fwd(mc_backend *be, float *out, float *mean, float *rstd, const float *x,
-                          const float *w, const float *b, size_t N, size_t C, float eps)
+                          const float *w, const float *b, size_t N, size_t C, float eps,
+                          mc_prec round)
 {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
-    for (size_t i = 0; i < N; i++)
+    for (size_t i = 0; i < N; i++) {
         ln_fwd_row_for(be->isa)(out + i * C, mean + i, rstd + i, x + i * C, w, b, C, eps);
+        mc_cpu_round_here(be, out + i * C, C, round);
+    }
 }
 
 /* xhat = (x - mean) rstd, g = dout w:
@@ -179,11 +182,13 @@ void mc_cpu_layernorm_bwd(mc_backend *be, float *dx, float *dw, float *db, const
 
 /* rstd = 1 / sqrt(sum_c x^2 / C + eps);  out = x rstd w */
 void mc_cpu_rmsnorm_fwd(mc_backend *be, float *out, float *rstd, const float *x, const float *w,
-                        size_t N, size_t C, float eps)
+                        size_t N, size_t C, float eps, mc_prec round)
 {
 #pragma omp parallel for num_threads(be->threads) if (N * C > PAR_MIN) schedule(static)
-    for (size_t i = 0; i < N; i++)
+    for (size_t i = 0; i < N; i++) {
         rms_fwd_row_for(be->isa)(out + i * C, rstd + i, x + i * C, w, C, eps);
+        mc_cpu_round_here(be, out + i * C, C, round);
+    }
 }
 
 /* g = dout w:  dx += rstd (g - x rstd^2 mean_c(g x));  dw += sum_rows dout x rstd */

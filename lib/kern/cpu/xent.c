@@ -98,7 +98,7 @@ void mc_cpu_xent_loss(mc_backend *be, float *loss, const float *rowmax, const fl
  * before it is written, so dlogits may be logits. */
 void mc_cpu_xent_bwd(mc_backend *be, float *dlogits, const float *logits, const float *rowmax,
                      const float *sumexp, const int32_t *targets, int64_t v0, size_t N, size_t vl,
-                     const float *dloss, float scale)
+                     const float *dloss, float scale, mc_prec round)
 {
 #pragma omp parallel for num_threads(be->threads) if (N * vl > PAR_MIN) schedule(static)
     for (size_t i = 0; i < N; i++) {
@@ -112,5 +112,6 @@ void mc_cpu_xent_bwd(mc_backend *be, float *dlogits, const float *logits, const 
         row_grad_for(be->isa)(d, l, m, inv, w, vl);
         int64_t t = (int64_t)targets[i] - v0;
         if (t >= 0 && t < (int64_t)vl) d[t] -= w;
+        mc_cpu_round_here(be, d, vl, round);
     }
 }

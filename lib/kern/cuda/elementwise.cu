@@ -254,11 +254,12 @@ __global__ void k_gelu_bwd(float *dx, const float *dout, const float *x, size_t 
     }
 }
 
-extern "C" void mc_cuda_gelu_fwd(mc_cuda *cu, float *out, const float *x, size_t n)
+extern "C" void mc_cuda_gelu_fwd(mc_cuda *cu, float *out, const float *x, size_t n, mc_prec round)
 {
     if (!n) return;
     k_gelu_fwd<<<mc_cu_blocks(n, TPB), TPB, 0, cu->stream>>>(out, x, n);
     KCHECK();
+    if (round != MC_PREC_FP32) mc_cuda_round(cu, out, n, round);
 }
 extern "C" void mc_cuda_gelu_bwd(mc_cuda *cu, float *dx, const float *dout, const float *x,
                                  size_t n)
@@ -330,11 +331,13 @@ extern "C" void mc_cuda_swiglu_bwd_inplace(mc_cuda *cu, float *x, const float *d
     KCHECK();
 }
 
-extern "C" void mc_cuda_swiglu_fwd(mc_cuda *cu, float *out, const float *x, size_t N, size_t F)
+extern "C" void mc_cuda_swiglu_fwd(mc_cuda *cu, float *out, const float *x, size_t N, size_t F,
+                                   mc_prec round)
 {
     if (!N || !F) return;
     k_swiglu_fwd<<<mc_cu_blocks(N * F, TPB), TPB, 0, cu->stream>>>(out, x, N, F);
     KCHECK();
+    if (round != MC_PREC_FP32) mc_cuda_round(cu, out, N * F, round);
 }
 extern "C" void mc_cuda_swiglu_bwd(mc_cuda *cu, float *dx, const float *dout, const float *x,
                                    size_t N, size_t F)

@@ -234,12 +234,13 @@ static unsigned row_blocks(size_t N) { return (unsigned)((N + WARPS - 1) / WARPS
 
 extern "C" void mc_cuda_layernorm_fwd(mc_cuda *cu, float *out, float *mean, float *rstd,
                                       const float *x, const float *w, const float *b, size_t N,
-                                      size_t C, float eps)
+                                      size_t C, float eps, mc_prec round)
 {
     if (!N) return;
     k_layernorm_fwd<<<row_blocks(N), WARPS * 32, 0, cu->stream>>>(out, mean, rstd, x, w, b, N, C,
                                                                   eps);
     KCHECK();
+    if (round != MC_PREC_FP32) mc_cuda_round(cu, out, N * C, round);
 }
 
 extern "C" void mc_cuda_layernorm_bwd(mc_cuda *cu, float *dx, float *dw, float *db,
@@ -290,11 +291,12 @@ __global__ void k_rmsnorm_bwd_dx(float *dx, const float *dout, const float *x, c
 }
 
 extern "C" void mc_cuda_rmsnorm_fwd(mc_cuda *cu, float *out, float *rstd, const float *x,
-                                    const float *w, size_t N, size_t C, float eps)
+                                    const float *w, size_t N, size_t C, float eps, mc_prec round)
 {
     if (!N) return;
     k_rmsnorm_fwd<<<row_blocks(N), WARPS * 32, 0, cu->stream>>>(out, rstd, x, w, N, C, eps);
     KCHECK();
+    if (round != MC_PREC_FP32) mc_cuda_round(cu, out, N * C, round);
 }
 
 extern "C" void mc_cuda_rmsnorm_bwd(mc_cuda *cu, float *dx, float *dw, const float *dout,
@@ -360,8 +362,8 @@ static void rope(mc_cuda *cu, float *x, size_t B, size_t T, size_t H, size_t D, 
     if (half > 1024) mc_cu_die(__FILE__, __LINE__, "rope", "head dimension above 2048");
     for (size_t i = 0; i < half; i++) host[i] = mc_rope_inv_freq(r, D, i);
     mc_cuda_bcopy_from_host(cu, inv, host, half * sizeof(double));
-    k_rope_table<<<mc_cu_blocks(rows * half, TPB), TPB, 0, cu->stream>>>(tab, rows, half, inv,
-                                                                         pos0, pos, sign);
+    k_rope_table<<<mc_cu_blocks(rows * half, TPB), TPB, 0, cu->stream>>>(tab, rows, half, inv, pos0,
+                                                                         pos, sign);
     KCHECK();
     k_rope_apply<<<mc_cu_blocks(B * T * H * half, TPB), TPB, 0, cu->stream>>>(x, tab, B * T, rows,
                                                                               H, half, D);
@@ -393,7 +395,7 @@ __global__ void k_qkv(float *q, float *k, float *v, float *qkv, unsigned hpg, un
     float *src = qkv + ng * gw;
     float *qd = q ? q + ng * qw : NULL, *kd = k ? k + ng * D : NULL, *vd = v ? v + ng * D : NULL;
     for (unsigned w = threadIdx.x; w < gw; w += blockDim.x) {
-        float *p = w < qw ? (qd ? qd + w : NULL)
+        float *p = w < qw       ? (qd ? qd + w : NULL)
                    : w < qw + D ? (kd ? kd + (w - qw) : NULL)
                                 : (vd ? vd + (w - qw - D) : NULL);
         if (!bwd)
@@ -528,10 +530,12 @@ extern "C" void mc_cuda_xent_loss(mc_cuda *cu, float *loss, const float *rowmax,
 
 extern "C" void mc_cuda_xent_bwd(mc_cuda *cu, float *dlogits, const float *logits,
                                  const float *rowmax, const float *sumexp, const int32_t *targets,
-                                 int64_t v0, size_t N, size_t vl, const float *dloss, float scale)
+                                 int64_t v0, size_t N, size_t vl, const float *dloss, float scale,
+                                 mc_prec round)
 {
     if (!N) return;
     k_xent_bwd<<<(unsigned)N, TPB, 0, cu->stream>>>(dlogits, logits, rowmax, sumexp, targets, v0,
                                                     vl, dloss, scale);
     KCHECK();
+    if (round != MC_PREC_FP32) mc_cuda_round(cu, dlogits, N * vl, round);
 }
