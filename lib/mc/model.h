@@ -360,6 +360,14 @@ void mc_model_zero_grads(mc_model *m);
  * caller must end the hold before anything writes the parameters (the
  * optimizer's step, a load). The same bits either way. */
 void mc_model_hold_weights(mc_model *m, int on);
+/* The weights' prepared copy, laid out as the parameter buffer (*bytes an
+ * element, for the GEMMs of *prec), for an optimizer that writes it with
+ * each update (mc_optim_set_prepared); NULL when the model keeps none. */
+void *mc_model_prepared_weights(mc_model *m, size_t *bytes, mc_prec *prec);
+/* The prepared copy equals the parameters now (the optimizer wrote both):
+ * the next mc_model_hold_weights(m, 1) prepares nothing. Cleared by
+ * mc_model_hold_weights(m, 0). */
+void mc_model_weights_prepared(mc_model *m);
 
 /* One micro-batch: tokens and targets are host arrays of micro_batch *
  * seq_length ids (targets < 0 are ignored; under context parallelism the

@@ -93,6 +93,12 @@ typedef struct mc_optim_result {
 mc_status mc_optim_step(mc_optim *o, double lr, double weight_decay, double loss_scale,
                         mc_optim_result *result, mc_error *err);
 
+/* Have each update also write the parameters' form for the GEMMs of
+ * precision prec into pw (laid out as the parameter buffer, pw_bytes an
+ * element: mc_model_prepared_weights), in the same pass. Returns 1 when it
+ * will (the plain optimizer), 0 when it will not (the distributed one). */
+int mc_optim_set_prepared(mc_optim *o, void *pw, size_t pw_bytes, mc_prec prec);
+
 /* Adam's first and second moments, laid out as the parameter buffer
  * (param i at ps[i].offset); backend memory, for checkpoints. */
 float *mc_optim_exp_avg(mc_optim *o);
@@ -169,7 +175,7 @@ typedef struct mc_train_config {
     int finetune;                     /* --finetune: weights only, iteration 0 */
     int no_load_optim, no_save_optim; /* --no-load-optim, --no-save-optim */
     int ckpt_compression;             /* an mc_ckpt_compression (--ckpt-compression) */
-    int async_save; /* --async-save: written from a snapshot on a thread */
+    int async_save;                   /* --async-save: written from a snapshot on a thread */
     /* exits */
     int64_t exit_interval;        /* --exit-interval (0: off) */
     double exit_duration_in_mins; /* --exit-duration-in-mins (0: off) */

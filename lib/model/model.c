@@ -449,8 +449,18 @@ const mc_model_config *mc_model_get_config(const mc_model *m) { return &m->cfg; 
 void mc_model_hold_weights(mc_model *m, int on)
 {
     m->pw_hold = on && m->pw && !m->per_gemm;
-    if (m->pw_hold) memset(m->pw_ok, 0, m->nparams);
+    if (m->pw_hold) memset(m->pw_ok, m->pw_synced, m->nparams);
+    if (!on) m->pw_synced = 0;
 }
+
+void *mc_model_prepared_weights(mc_model *m, size_t *bytes, mc_prec *prec)
+{
+    *bytes = m->pw_bytes;
+    *prec = m->prec;
+    return m->per_gemm ? NULL : m->pw;
+}
+
+void mc_model_weights_prepared(mc_model *m) { m->pw_synced = m->pw && !m->per_gemm; }
 
 /* the global index of a layer's parameters */
 static int lp_layer(const mc_model *m, const mc_layer_params *lp) { return (int)(lp - m->lp); }

@@ -148,6 +148,7 @@ struct mc_model {
      * first use only (pw_ok[i] set), not by every forward pass; per_gemm:
      * MC_TEST_ROUND_PER_GEMM=1 (no holding, nothing rounded in place) */
     int pw_hold, per_gemm;
+    int pw_synced; /* mc_model_weights_prepared: pw equals p (the optimizer wrote both) */
     unsigned char *pw_ok;
 
     /* local sizes */

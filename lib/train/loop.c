@@ -64,6 +64,7 @@ typedef struct run {
     mc_model *model;
     mc_model *teacher; /* --kd-teacher: frozen, never saved */
     mc_optim *optim;
+    int optim_prepares;       /* mc_optim_set_prepared took the model's prepared weights */
     mc_grad_buckets *buckets; /* the data-parallel gradient reduction */
     mc_gpt_dataset *ds;
     mc_sft_dataset *sft; /* --sft: packed conversations instead of ds */
@@ -805,6 +806,12 @@ static mc_status setup(run *r, const mc_model_config *model_cfg,
     else
         st = mc_optim_new_for_model(r->be, r->g, &c->optim, r->model, &r->optim, err);
     if (st) return st;
+    /* the plain optimizer also writes the weights' GEMM form (bf16 bits,
+     * or rounded fp32 where the GEMMs are emulated) as it updates them */
+    size_t pw_bytes;
+    mc_prec pw_prec;
+    void *pw = mc_model_prepared_weights(r->model, &pw_bytes, &pw_prec);
+    r->optim_prepares = mc_optim_set_prepared(r->optim, pw, pw_bytes, pw_prec);
     if (!c->use_distributed_optimizer &&
         (st = mc_grad_buckets_new(r->g, r->be, r->model, bucket_elems(c, r->dp),
                                   c->overlap_grad_reduce, &r->buckets, err)))
@@ -1081,6 +1088,7 @@ static mc_status train_step(run *r, double *lm_loss, double *kd_loss, double *gr
         if ((st = mc_allreduce_sum_f64(r->g, MC_GROUP_PP, r->moe_tokens, n, err))) return st;
     }
     if ((st = mc_optim_step(r->optim, lr, wd, scale, &res, err))) return st;
+    if (r->optim_prepares && !res.found_inf) mc_model_weights_prepared(r->model);
     *grad_norm = res.grad_norm;
     *skipped = res.found_inf;
     if (res.found_inf) {

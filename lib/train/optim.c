@@ -284,11 +284,28 @@ mc_status mc_optim_update(mc_optim *o, mc_group_kind stats_group, double lr, dou
     for (size_t i = 0; i < o->npieces; i++) {
         const mc_optim_piece *s = &o->pieces[i];
         float wd = s->decay ? (float)weight_decay : 0.0f;
-        mc_k_adamw(o->be, s->p, s->g, o->m + s->moff, o->v + s->moff, s->n, (float)lr,
-                   (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd, (float)bc1,
-                   (float)bc2, gscale);
+        if (o->pw)
+            mc_k_adamw_prepare(o->be, s->p, s->g, o->m + s->moff, o->v + s->moff, s->n, (float)lr,
+                               (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd,
+                               (float)bc1, (float)bc2, gscale, o->pw_prec,
+                               (char *)o->pw + (size_t)(s->p - o->params) * o->pw_bytes);
+        else
+            mc_k_adamw(o->be, s->p, s->g, o->m + s->moff, o->v + s->moff, s->n, (float)lr,
+                       (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd, (float)bc1,
+                       (float)bc2, gscale);
     }
     return MC_OK;
+}
+
+int mc_optim_set_prepared(mc_optim *o, void *pw, size_t pw_bytes, mc_prec prec)
+{
+    /* the distributed optimizer updates a shard, then gathers the
+     * parameters: their GEMM form is made after, by the model */
+    if (o->distributed || !pw || !pw_bytes) return 0;
+    o->pw = pw;
+    o->pw_bytes = pw_bytes;
+    o->pw_prec = prec;
+    return 1;
 }
 
 size_t mc_optim_numel(const mc_optim *o) { return o->numel; }

@@ -49,6 +49,11 @@ struct mc_optim {
     float *m, *v; /* mnumel floats each */
     size_t mnumel;
     int64_t steps;
+    /* mc_optim_set_prepared: the parameters' GEMM form, written with each
+     * update (pw_bytes an element; NULL: none) */
+    void *pw;
+    size_t pw_bytes;
+    mc_prec pw_prec;
 
     /* The distributed optimizer (distopt.c); distributed == 0: plain. */
     int distributed, overlap;

@@ -7,7 +7,9 @@
 # is made, and the GEMMs take it as it is, instead of rounding it into
 # scratch in every forward and backward product; and in training each
 # weight is prepared for the GEMMs (rounded, or cast to bf16 where the
-# bf16 GEMM is native) once an iteration, not once per micro-batch. That
+# bf16 GEMM is native) by the optimizer's update, in the same pass (the
+# first iteration and the distributed optimizer: by the first micro-batch
+# that uses it), not by every micro-batch's forward pass. That
 # is the same computation, so the reference is the run that rounds at
 # every GEMM and prepares the weights in every forward pass
 # (MC_TEST_ROUND_PER_GEMM=1), and the comparison is exact: the --log-json
@@ -87,9 +89,13 @@ once_vs_per_gemm() {
         --moe-ffn-hidden-size 32 --moe-layer-freq "[1,0,1]" --moe-aux-loss-coeff 1e-2
 }
 
-@test "bf16 emulated under TP=2 with sequence parallelism and under PP=2: the same bits" {
+@test "bf16 emulated under TP=2 with sequence parallelism, PP=2 and DP=2 with the distributed optimizer: the same bits" {
     mpi_need
     once_vs_per_gemm tpsp mpi 2 "${llama[@]}" --bf16 --tensor-model-parallel-size 2 \
         --sequence-parallel
     once_vs_per_gemm pp mpi 2 "${gpt[@]}" --num-layers 4 --bf16 --pipeline-model-parallel-size 2
+    # DP=2 with the distributed optimizer: a shard updated, the parameters
+    # gathered, their GEMM form made by the model (the plain optimizer's
+    # update writes it)
+    once_vs_per_gemm distopt mpi 2 "${gpt[@]}" --bf16 --use-distributed-optimizer
 }

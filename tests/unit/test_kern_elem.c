@@ -391,6 +391,30 @@ static void check_adamw(mc_backend *be)
     double ep = kt_err(p, dp, n), em = kt_err(m, dm, n), ev = kt_err(v, dv, n);
     TAP_OK(ep < 1e-5 && em < 1e-5 && ev < 1e-5,
            "adamw 5 steps vs float64: p %.2e, m %.2e, v %.2e < 1e-5", ep, em, ev);
+
+    /* adamw_prepare: adamw's bytes, and the updated p prepared as
+     * mc_k_prepare_weight prepares it, for each reduced precision */
+    static const mc_prec precs[] = {MC_PREC_BF16, MC_PREC_FP16, MC_PREC_TF32};
+    for (int k = 0; k < 3; k++) {
+        size_t es = mc_backend_weight_bytes(be, precs[k]);
+        float *p2 = kt_copy(p, n), *m2 = kt_copy(m, n), *v2 = kt_copy(v, n);
+        float *p3 = kt_copy(p, n), *m3 = kt_copy(m, n), *v3 = kt_copy(v, n);
+        void *pw = calloc(n, es), *ref = calloc(n, es);
+        kt_fill(&r, g, n, -1, 1);
+        mc_k_adamw(be, p2, g, m2, v2, n, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs);
+        mc_k_prepare_weight(be, precs[k], ref, p2, n);
+        mc_k_adamw_prepare(be, p3, g, m3, v3, n, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs, precs[k], pw);
+        int same = !memcmp(p2, p3, n * 4) && !memcmp(m2, m3, n * 4) && !memcmp(v2, v3, n * 4);
+        int prep = !memcmp(pw, ref, n * es), moved = memcmp(p2, p, n * 4) != 0;
+        TAP_OK(same && prep && moved && es > 0,
+               "adamw_prepare (%s, %zu bytes an element): adamw's p, m, v (%d) and "
+               "prepare_weight's form of the new p (%d), byte for byte",
+               k == 0   ? "bf16"
+               : k == 1 ? "fp16"
+                        : "tf32",
+               es, same, prep);
+        free(p2), free(m2), free(v2), free(p3), free(m3), free(v3), free(pw), free(ref);
+    }
     free(p), free(g), free(m), free(v), free(dp), free(dm), free(dv);
 }
 
@@ -468,7 +492,8 @@ static void check_fp8(mc_backend *be)
                 bad++;
             }
         }
-        TAP_OK(bad == 0, "fp8_quantize %s: %zu values (the %d grid values, their midpoints "
+        TAP_OK(bad == 0,
+               "fp8_quantize %s: %zu values (the %d grid values, their midpoints "
                "and neighbours, saturation, subnormals) = nearest even: %zu differ",
                name, m, n, bad);
         /* the scale multiplies first; NaN stays NaN */

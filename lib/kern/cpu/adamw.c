@@ -50,3 +50,17 @@ void mc_cpu_adamw(mc_backend *be, float *p, const float *grad, float *m, float *
                                 grad_scale);
     }
 }
+
+void mc_cpu_adamw_prepare(mc_backend *be, float *p, const float *grad, float *m, float *v, size_t n,
+                          float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                          float grad_scale, mc_prec prec, void *pw)
+{
+    size_t items = (n + SPAN - 1) / SPAN, es = mc_backend_weight_bytes(be, prec);
+#pragma omp parallel for num_threads(be->threads) if (items > 2) schedule(static)
+    for (size_t it = 0; it < items; it++) {
+        size_t i0 = it * SPAN, k = n - i0 < SPAN ? n - i0 : SPAN;
+        adamw_span_for(be->isa)(p + i0, grad + i0, m + i0, v + i0, k, lr, b1, b2, eps, wd, bc1, bc2,
+                                grad_scale);
+        mc_cpu_prepare_here(be, prec, (char *)pw + i0 * es, p + i0, k);
+    }
+}

@@ -83,6 +83,9 @@ void mc_cpu_round_into(mc_backend *be, float *dst, const float *src, size_t n, m
  * a producing kernel's rows or spans while they are in cache (nothing for
  * MC_PREC_FP32) */
 void mc_cpu_round_here(const mc_backend *be, float *x, size_t n, mc_prec prec);
+/* out = W[0..n) prepared for the GEMMs of prec (mc_cpu_prepare_weight's
+ * bytes) on the calling thread */
+void mc_cpu_prepare_here(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n);
 
 /* Round to the nearest value of prec and back to fp32. */
 static inline float mc_round_prec(float f, mc_prec prec)

@@ -223,6 +223,14 @@ MC_ISA_BODY void bf16_span_body(uint16_t *restrict dst, const float *restrict sr
 MC_ISA_VARIANTS_VOID(bf16_span, (uint16_t *restrict dst, const float *restrict src, size_t n),
                      (dst, src, n))
 
+void mc_cpu_prepare_here(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n)
+{
+    if (prec == MC_PREC_BF16 && be->dnnl_bf16)
+        bf16_span_for(be->isa)(out, W, n);
+    else
+        round_span_for(be->isa)(out, W, n, prec);
+}
+
 MC_ISA_BODY void from_bf16_span_body(float *restrict dst, const uint16_t *restrict src, size_t n,
                                      int isa MC_ISA_UNUSED)
 {
