@@ -583,7 +583,7 @@ static mc_status row_parallel_fwd(mc_model *m, int l, int which, float **out, co
 /* The parts of a layer's forward, each a function of what it reads, so a
  * part run again (recomputation) gives the same bits. ln1 is read by the
  * QKV projection alone, ln2 by fc1 (dense MLP; the MoE router and experts
- * read it unrounded): round_act. */
+ * read it unrounded): act_round. */
 static void norm1_make(mc_model *m, float *ln1, mc_layer_acts *a, const mc_layer_params *lp)
 {
     norm_fwd(m, ln1, a->ln1_mean, a->ln1_rstd, a->res, lp->ln1_w, lp->ln1_b, act_round(m));

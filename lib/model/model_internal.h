@@ -139,14 +139,16 @@ struct mc_model {
     size_t pw_bytes;
     /* 1 where the GEMMs multiply fp32 values rounded to prec (pw_bytes 4:
      * bf16 emulated, fp16, tf32) and FP8 is off: the activations that only
-     * linear layers read (ln1, ln2 before a dense MLP, act, lnf) are
-     * rounded in place where they are made, once, and passed as exact
-     * (MC_LIN_EXACT_X), instead of rounded into scratch by each GEMM. The
-     * same bits; MC_TEST_ROUND_PER_GEMM=1 turns it off to show it. */
+     * linear layers read (ln1, ln2 before a dense MLP, act, lnf, and
+     * d(logits) outside distillation) are rounded by the kernel that makes
+     * them (its round argument), once, and passed as exact
+     * (MC_LIN_EXACT_X/DOUT), instead of rounded into scratch by each GEMM.
+     * The same bits; MC_TEST_ROUND_PER_GEMM=1 turns it off to show it. */
     int round_acts;
     /* mc_model_hold_weights: while pw_hold, each weight is prepared by its
      * first use only (pw_ok[i] set), not by every forward pass; per_gemm:
-     * MC_TEST_ROUND_PER_GEMM=1 (no holding, nothing rounded in place) */
+     * MC_TEST_ROUND_PER_GEMM=1 (no holding, no optimizer-written copy,
+     * nothing rounded where it is made) */
     int pw_hold, per_gemm;
     int pw_synced; /* mc_model_weights_prepared: pw equals p (the optimizer wrote both) */
     unsigned char *pw_ok;
