@@ -268,6 +268,9 @@ static void check_elementwise(ctx *x, size_t n)
     /* activations */
     ON_BOTH(mc_k_gelu_fwd(be, S(o), S(b), n, MC_PREC_FP32));
     cmp(x, "gelu_fwd", w, o, FP32);
+    /* the producers' round argument (emulated precisions' activations) */
+    ON_BOTH(mc_k_gelu_fwd(be, S(o), S(b), n, MC_PREC_BF16));
+    cmp(x, "gelu_fwd", "round bf16", o, HALF);
     pair d = rnd(x, n, 1), g = rnd(x, n, 1);
     ON_BOTH(mc_k_gelu_bwd(be, S(d), S(g), S(b), n));
     cmp(x, "gelu_bwd", w, d, FP32);
@@ -357,6 +360,11 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
     ON_BOTH(mc_k_rmsnorm_fwd(be, S(o), S(rstd), S(xx), S(nw), N, C, 1e-6f, MC_PREC_FP32));
     cmp(x, "rmsnorm_fwd", w, o, FP32);
     cmp(x, "rmsnorm_fwd", "rstd", rstd, FP32);
+    ON_BOTH(mc_k_layernorm_fwd(be, S(o), S(mean), S(rstd), S(xx), S(nw), S(nb), N, C, 1e-5f,
+                               MC_PREC_BF16));
+    cmp(x, "layernorm_fwd", "round bf16", o, HALF);
+    ON_BOTH(mc_k_rmsnorm_fwd(be, S(o), S(rstd), S(xx), S(nw), N, C, 1e-6f, MC_PREC_FP16));
+    cmp(x, "rmsnorm_fwd", "round fp16", o, HALF);
     {
         pair dx = rnd(x, N * C, 1), dw = rnd(x, C, 1);
         ON_BOTH(mc_k_rmsnorm_bwd(be, S(dx), S(dw), S(g), S(xx), S(nw), S(rstd), N, C));
@@ -370,6 +378,8 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
     pair sw = poisoned(x, N * F), gs = rnd(x, N * F, 1), dxx = rnd(x, N * C, 1);
     ON_BOTH(mc_k_swiglu_fwd(be, S(sw), S(xx), N, F, MC_PREC_FP32));
     cmp(x, "swiglu_fwd", w, sw, FP32);
+    ON_BOTH(mc_k_swiglu_fwd(be, S(sw), S(xx), N, F, MC_PREC_BF16));
+    cmp(x, "swiglu_fwd", "round bf16", sw, HALF);
     ON_BOTH(mc_k_swiglu_bwd(be, S(dxx), S(gs), S(xx), N, F));
     cmp(x, "swiglu_bwd", w, dxx, FP32);
     {
@@ -398,6 +408,9 @@ static void check_layers(ctx *x, size_t N, size_t C, size_t V)
     ON_BOTH(mc_k_xent_bwd(be, S(dl), S(logits), S(rowmax), S(sumexp), side ? tg.g : tg.c, v0, N,
                           (size_t)vl, S(dloss), 0, MC_PREC_FP32));
     cmp(x, "xent_bwd", "dloss", dl, FP32);
+    ON_BOTH(mc_k_xent_bwd(be, S(dl), S(logits), S(rowmax), S(sumexp), side ? tg.g : tg.c, v0, N,
+                          (size_t)vl, S(dloss), 0, MC_PREC_BF16));
+    cmp(x, "xent_bwd", "round bf16", dl, HALF);
     /* knowledge distillation at tau = 2 against a teacher's logits: the
      * sums, the KL and the mixed gradient (written, then in place) */
     {
