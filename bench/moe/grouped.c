@@ -107,11 +107,11 @@ int main(int argc, char **argv)
     }
     float *x = randn(N * C, 2), *probs = randn(R, 1), *xp = randn(R * C, 1),
           *W1 = randn(E * R1 * C, 0.05f), *W2 = randn(E * C * F, 0.05f), *u = randn(R * R1, 1),
-          *a = randn(R * F, 1), *yp = randn(R * C, 1), *y = randn(N * C, 1), *dy = randn(N * C, 1),
-          *dyp = randn(R * C, 1), *dprobs = randn(R, 1), *da = randn(R * F, 1),
-          *du = randn(R * R1, 1), *dxp = randn(R * C, 1), *dx = randn(N * C, 1),
-          *dW1 = randn(E * R1 * C, 1), *dW2 = randn(E * C * F, 1), *pa = randn(P * P, 1),
-          *pb = randn(P * P, 1), *pc = randn(P * P, 1);
+          *a = randn(R * F, 1), *yp = randn(R * C, 1), *y = randn(N * C, 1),
+          *dy = randn(N * C, 1), *dyp = randn(R * C, 1), *dprobs = randn(R, 1),
+          *da = randn(R * F, 1), *du = randn(R * R1, 1), *dxp = randn(R * C, 1),
+          *dx = randn(N * C, 1), *dW1 = randn(E * R1 * C, 1), *dW2 = randn(E * C * F, 1),
+          *pa = randn(P * P, 1), *pb = randn(P * P, 1), *pc = randn(P * P, 1);
     double *tg = malloc((size_t)rounds * sizeof *tg), *tp = malloc((size_t)rounds * sizeof *tp),
            *tk = malloc((size_t)rounds * sizeof *tk);
     for (int r = -1; r < rounds; r++) { /* round -1: warm-up */
@@ -136,8 +136,8 @@ int main(int argc, char **argv)
     printf("grouped %s threads=%d N=%zu C=%zu E=%zu K=%zu F=%zu swiglu=%d rows/expert %zu..%zu:"
            " gemm %.1f GFLOP/s (%.2f ms fwd+bwd), peak %zu^3 %.1f GFLOP/s, efficiency %.1f%%;"
            " permute+unpermute fwd+bwd %.2f ms\n",
-           argv[2], threads, N, C, E, K, F, swiglu, rmin, rmax, g, 1e3 * median(tg, rounds), P, p,
-           100.0 * g / p, 1e3 * median(tk, rounds));
+           argv[2], threads, N, C, E, K, F, swiglu, rmin, rmax, g, 1e3 * median(tg, rounds), P,
+           p, 100.0 * g / p, 1e3 * median(tk, rounds));
     mc_backend_free(be);
     return 0;
 }

@@ -175,7 +175,7 @@ typedef struct mc_train_config {
     int finetune;                     /* --finetune: weights only, iteration 0 */
     int no_load_optim, no_save_optim; /* --no-load-optim, --no-save-optim */
     int ckpt_compression;             /* an mc_ckpt_compression (--ckpt-compression) */
-    int async_save;                   /* --async-save: written from a snapshot on a thread */
+    int async_save; /* --async-save: written from a snapshot on a thread */
     /* exits */
     int64_t exit_interval;        /* --exit-interval (0: off) */
     double exit_duration_in_mins; /* --exit-duration-in-mins (0: off) */

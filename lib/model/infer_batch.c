@@ -53,7 +53,7 @@ struct mc_kvpool {
     float *x, *h, *qkv, *q, *kn, *vn, *att, *tmp, *fc1, *act, *mean, *rstd;
     float *hrows, *logits, *gathered;
     float *qp, *kp, *qn_mean, *qn_rstd; /* --qk-layernorm: before the norm (empty without) */
-    int32_t *dtok, *dpos;               /* [max_rows] the rows' tokens and positions */
+    int32_t *dtok, *dpos; /* [max_rows] the rows' tokens and positions */
     /* host: the attention's sequences (rows, first position, block table of
      * tstride blocks) and the rows' positions */
     int32_t *hrows_n, *hpos0, *htab, *hrowpos;
@@ -589,9 +589,9 @@ mc_status mc_infer_batch(mc_kvpool *p, const mc_kvseq *seqs, int nseq, mc_error 
         for (int s = 0, r0 = 0; s < nseq; r0 += seqs[s++].n) seq_kv(p, &seqs[s], (size_t)r0, li);
         /* every sequence's rows against its own blocks, in place */
         size_t loff = (size_t)li * (size_t)p->block_size * p->kv_row;
-        mc_k_attention_paged_fwd(be, p->att, p->q, p->kpool + loff, p->vpool + loff, (size_t)nseq,
-                                 p->hrows_n, p->hpos0, p->htab, p->tstride, (size_t)p->block_size,
-                                 p->block_floats, p->Ql, p->Gl, D, scale);
+        mc_k_attention_paged_fwd(be, p->att, p->q, p->kpool + loff, p->vpool + loff,
+                                 (size_t)nseq, p->hrows_n, p->hpos0, p->htab, p->tstride,
+                                 (size_t)p->block_size, p->block_floats, p->Ql, p->Gl, D, scale);
         TRY(row_linear(p, p->att, lp->proj_w, lp->proj_b, p->Ql * D, R, err));
         norm(p, p->h, p->x, lp->ln2_w, lp->ln2_b, R);
         if (lp->moe) { /* replicated over tensor parallelism: no sums */

@@ -492,8 +492,7 @@ static void check_fp8(mc_backend *be)
                 bad++;
             }
         }
-        TAP_OK(bad == 0,
-               "fp8_quantize %s: %zu values (the %d grid values, their midpoints "
+        TAP_OK(bad == 0, "fp8_quantize %s: %zu values (the %d grid values, their midpoints "
                "and neighbours, saturation, subnormals) = nearest even: %zu differ",
                name, m, n, bad);
         /* the scale multiplies first; NaN stays NaN */

@@ -206,7 +206,8 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
         int twice = 1;
         for (size_t i = 0; i < N * O; i++) twice &= out3[i] == 2.0f * out[i];
         for (size_t i = 0; i < N * I; i++) twice &= dx4[i] == 2.0f * dx5[i];
-        TAP_OK(twice, "linear %s: the forward and dx products use Wp, not a new rounding of W", pn);
+        TAP_OK(twice, "linear %s: the forward and dx products use Wp, not a new rounding of W",
+               pn);
         free(W2), free(dx4), free(dx5);
         free(Wp), free(out3), free(dx3), free(dW3);
     }

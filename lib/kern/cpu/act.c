@@ -78,8 +78,8 @@ MC_ISA_VARIANTS_VOID(gelu_bwd_span,
 /* In place (mc_k_gelu_bwd_inplace): x := 0 + dout dy/dx, the value the
  * accumulating kernel gives onto a zeroed dx (the same expression, so the
  * same bits; 0 + makes a -0 product +0 as it does there). */
-MC_ISA_BODY void gelu_bwd_inplace_span_body(float *restrict x, const float *restrict dout, size_t n,
-                                            int isa MC_ISA_UNUSED)
+MC_ISA_BODY void gelu_bwd_inplace_span_body(float *restrict x, const float *restrict dout,
+                                            size_t n, int isa MC_ISA_UNUSED)
 {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
@@ -87,8 +87,8 @@ MC_ISA_BODY void gelu_bwd_inplace_span_body(float *restrict x, const float *rest
         x[i] = 0.0f + dout[i] * d;
     }
 }
-MC_ISA_VARIANTS_VOID(gelu_bwd_inplace_span,
-                     (float *restrict x, const float *restrict dout, size_t n), (x, dout, n))
+MC_ISA_VARIANTS_VOID(gelu_bwd_inplace_span, (float *restrict x, const float *restrict dout, size_t n),
+                     (x, dout, n))
 
 void mc_cpu_gelu_fwd(mc_backend *be, float *out, const float *x, size_t n, mc_prec round)
 {

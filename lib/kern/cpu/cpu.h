@@ -79,7 +79,7 @@ void mc_cpu_gemm_ld(mc_backend *be, mc_prec prec, int ta, int tb, size_t M, size
 /* dst[i] = src[i] rounded to the nearest value of prec, held in fp32 (dst
  * may be src); vectorized on every path (elementwise.c). */
 void mc_cpu_round_into(mc_backend *be, float *dst, const float *src, size_t n, mc_prec prec);
-/* x[0..n) rounded so in place on the calling thread, on the backend's path:
+/* x[0..n) rounded to prec in place, on the calling thread and the backend's path:
  * a producing kernel's rows or spans while they are in cache (nothing for
  * MC_PREC_FP32) */
 void mc_cpu_round_here(const mc_backend *be, float *x, size_t n, mc_prec prec);

@@ -10,6 +10,7 @@
  * the chunk sums are added in order, so the result is the same bits for any
  * thread count.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include "kern/cpu/cpu.h"
@@ -229,6 +230,14 @@ void mc_cpu_prepare_here(const mc_backend *be, mc_prec prec, void *out, const fl
         bf16_span_for(be->isa)(out, W, n);
     else
         round_span_for(be->isa)(out, W, n, prec);
+}
+
+/* the same over threads (kern_ops.def prepare_weight) */
+void mc_cpu_prepare_weight(mc_backend *be, mc_prec prec, void *out, const float *W, size_t n)
+{
+    assert(prec != MC_PREC_FP32);
+    size_t es = mc_backend_weight_bytes(be, prec);
+    FOR_SPANS(be, n, i0, m, mc_cpu_prepare_here(be, prec, (char *)out + i0 * es, W + i0, m));
 }
 
 MC_ISA_BODY void from_bf16_span_body(float *restrict dst, const uint16_t *restrict src, size_t n,

@@ -63,15 +63,6 @@ static operand act_operand(const float *f, size_t n, int slot, unsigned exact)
     return o;
 }
 
-void mc_cpu_prepare_weight(mc_backend *be, mc_prec prec, void *out, const float *W, size_t n)
-{
-    assert(prec != MC_PREC_FP32);
-    if (prec == MC_PREC_BF16 && be->dnnl_bf16)
-        mc_cpu_cast_to_bf16(be, out, W, n);
-    else
-        mc_cpu_round_into(be, out, W, n, prec);
-}
-
 /* C[M,N] = op(A)[M,K] op(B)[K,N] + beta C, row-major, in precision prec:
  *   FP32: OpenBLAS sgemm.
  *   BF16: both operands rounded to bf16 (nearest even) into backend scratch

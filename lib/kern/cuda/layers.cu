@@ -362,8 +362,8 @@ static void rope(mc_cuda *cu, float *x, size_t B, size_t T, size_t H, size_t D, 
     if (half > 1024) mc_cu_die(__FILE__, __LINE__, "rope", "head dimension above 2048");
     for (size_t i = 0; i < half; i++) host[i] = mc_rope_inv_freq(r, D, i);
     mc_cuda_bcopy_from_host(cu, inv, host, half * sizeof(double));
-    k_rope_table<<<mc_cu_blocks(rows * half, TPB), TPB, 0, cu->stream>>>(tab, rows, half, inv, pos0,
-                                                                         pos, sign);
+    k_rope_table<<<mc_cu_blocks(rows * half, TPB), TPB, 0, cu->stream>>>(tab, rows, half, inv,
+                                                                         pos0, pos, sign);
     KCHECK();
     k_rope_apply<<<mc_cu_blocks(B * T * H * half, TPB), TPB, 0, cu->stream>>>(x, tab, B * T, rows,
                                                                               H, half, D);
@@ -395,7 +395,7 @@ __global__ void k_qkv(float *q, float *k, float *v, float *qkv, unsigned hpg, un
     float *src = qkv + ng * gw;
     float *qd = q ? q + ng * qw : NULL, *kd = k ? k + ng * D : NULL, *vd = v ? v + ng * D : NULL;
     for (unsigned w = threadIdx.x; w < gw; w += blockDim.x) {
-        float *p = w < qw       ? (qd ? qd + w : NULL)
+        float *p = w < qw ? (qd ? qd + w : NULL)
                    : w < qw + D ? (kd ? kd + (w - qw) : NULL)
                                 : (vd ? vd + (w - qw - D) : NULL);
         if (!bwd)

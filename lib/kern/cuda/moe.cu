@@ -1,14 +1,15 @@
 /*
  * moe.cu - the mixture-of-experts kernels of mc/kern_ops.def on the GPU:
  * routing (softmax or sigmoid scores, pre-softmax, group-limited, expert
- * bias, scaling) and its backward, expert capacity (token dropping), the load-balancing and z
- * losses with their gradients, the permutation by expert and back, the expert-bias update and the
- * grouped GEMM (cuBLASLt per expert). Same contracts and the same arithmetic as kern/cpu/moe.c:
- * per-token work is one thread running the CPU's loop in double (its scratch in shared memory),
- * sums run in the CPU's order, and nothing depends on scheduling (no float atomics), so a routing
- * decision, a count or a permutation is the CPU's exactly and the floats agree to rounding.
- * Capacity dropping ranks each choice among its expert's by a scan of all the choices (one thread a
- * choice).
+ * bias, scaling) and its backward, expert capacity (token dropping), the load-balancing and z losses with
+ * their gradients, the permutation by expert and back, the expert-bias
+ * update and the grouped GEMM (cuBLASLt per expert). Same contracts and the
+ * same arithmetic as kern/cpu/moe.c: per-token work is one thread running
+ * the CPU's loop in double (its scratch in shared memory), sums run in the
+ * CPU's order, and nothing depends on scheduling (no float atomics), so a
+ * routing decision, a count or a permutation is the CPU's exactly and the
+ * floats agree to rounding. Capacity dropping ranks each choice among its
+ * expert's by a scan of all the choices (one thread a choice).
  *
  * tests/cuda/moe_emu.cc runs these kernels on the CPU (tests/cuda/emu.h)
  * against the CPU backend's; tests/cuda/check_kern compares them on a GPU.
@@ -24,8 +25,7 @@
 #define MC_RN_ADD(a, b) ((a) + (b))
 #endif
 
-namespace
-{
+namespace {
 
 constexpr unsigned MAX_TPB = 32;         /* tokens per block of the per-token kernels */
 constexpr size_t SMEM_BUDGET = 40 << 10; /* their shared memory per block */
@@ -80,8 +80,8 @@ __device__ void top_k(int32_t *sel, const double *s, const unsigned char *allowe
 
 /* group-limited routing (kern/cpu/moe.c group_mask); gs: E doubles, sel: E
  * ints, taken: E bytes of scratch */
-__device__ void group_mask(unsigned char *allowed, const double *s, size_t E, const mc_moe_route &r,
-                           double *gs, int32_t *sel, unsigned char *taken)
+__device__ void group_mask(unsigned char *allowed, const double *s, size_t E,
+                           const mc_moe_route &r, double *gs, int32_t *sel, unsigned char *taken)
 {
     size_t G = (size_t)r.num_groups, per = E / G;
     int k = r.topk / r.group_topk;
@@ -155,8 +155,8 @@ __global__ void k_route_bwd(float *dlogits, const float *dprobs, const float *lo
     MC_DYN_SMEM(smem);
     const size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= N) return;
-    double *sm = reinterpret_cast<double *>(smem + threadIdx.x * bytes), *ds = sm + E, *dp = ds + E,
-           *v = dp + E;
+    double *sm = reinterpret_cast<double *>(smem + threadIdx.x * bytes), *ds = sm + E,
+           *dp = ds + E, *v = dp + E;
     const int K = r.topk;
     const double f = r.scaling_factor > 0 ? r.scaling_factor : 1.0;
     const float *l = logits + t * E;
@@ -554,8 +554,7 @@ extern "C" void mc_cuda_moe_permute_map(mc_cuda *cu, int32_t *perm, int32_t *cou
                                         size_t block)
 {
     const size_t NK = N * K, P = NK ? (NK + CHUNK - 1) / CHUNK : 0;
-    int32_t *cnt = (int32_t *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK,
-                                              (P * E + E) * sizeof(int32_t));
+    int32_t *cnt = (int32_t *)mc_cuda_scratch(cu, MC_CU_SCRATCH_WORK, (P * E + E) * sizeof(int32_t));
     int32_t *off = cnt + P * E;
     unsigned th = E >= 256 ? 256u : (unsigned)((E + 31) / 32 * 32);
     if (P) MC_LAUNCH(k_pm_hist, (unsigned)P, 256u, E * sizeof(int), cnt, idx, NK, E);
@@ -576,8 +575,8 @@ extern "C" void mc_cuda_moe_capacity_drop(mc_cuda *cu, int32_t *kept, const int3
     unsigned th = E >= 256 ? 256u : (unsigned)((E + 31) / 32 * 32);
     MC_LAUNCH(k_pm_hist, (unsigned)P, 256u, E * sizeof(int), cnt, idx, NK, E);
     MC_LAUNCH(k_pm_scan, 1u, th, (size_t)0, counts, cnt, off, P, E, (size_t)0);
-    MC_LAUNCH(k_capacity, (unsigned)((NK + 127) / 128), 128u, (size_t)0, kept, idx, probs, counts,
-              NK, capacity, position);
+    MC_LAUNCH(k_capacity, (unsigned)((NK + 127) / 128), 128u, (size_t)0, kept, idx, probs, counts, NK,
+              capacity, position);
 }
 
 extern "C" void mc_cuda_moe_expert_bias_update(mc_cuda *cu, float *bias, const float *tokens,
@@ -609,8 +608,8 @@ extern "C" void mc_cuda_moe_unpermute(mc_cuda *cu, float *y, const float *yp, co
 }
 
 extern "C" void mc_cuda_moe_unpermute_bwd(mc_cuda *cu, float *dyp, float *dprobs, const float *dy,
-                                          const float *yp, const float *probs, const int32_t *perm,
-                                          size_t N, size_t K, size_t C)
+                                          const float *yp, const float *probs,
+                                          const int32_t *perm, size_t N, size_t K, size_t C)
 {
     if (!N || !K) return;
     MC_LAUNCH(k_unpermute_bwd, (unsigned)N, CT, (size_t)0, dyp, dprobs, dy, yp, probs, perm, K, C);
