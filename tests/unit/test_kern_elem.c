@@ -7,6 +7,7 @@
  * keys, AdamW against a float64 reference, and identical reruns.
  */
 #include "kern_test.h"
+#include "kern/backend.h" /* dnnl_bf16: the emulated bf16 form on a native CPU */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define HAVE_X86 1
@@ -211,6 +212,39 @@ static void check_bf16(mc_backend *be)
     bad = widened_differ(r, h, n);
     TAP_OK(bad == 0, "bf16: mc_k_cast_from_bf16 over %zu values widens exactly: %zu differ", n,
            bad);
+
+    /* prepare_weight's form of a copy large enough to go past the caches
+     * (non-temporal stores from 2^20 elements on, where the path has them),
+     * the values above repeated, written from an odd element so that the
+     * scalar head and tail run too: the cast's bits, as bf16 where the bf16
+     * GEMM is native and widened to fp32 otherwise */
+    size_t big = ((size_t)1 << 20) + 4099;
+    float *src = malloc(big * sizeof *src);
+    unsigned char *out = malloc((big + 3) * 4);
+    for (size_t i = 0; i < big; i++) src[i] = f[i % n];
+    /* where the bf16 GEMM is native, the emulated form too (the backend
+     * told that it is not) */
+    const int native = be->dnnl_bf16;
+    for (int emu = 0; emu <= native; emu++) {
+        be->dnnl_bf16 = native && !emu;
+        size_t es = mc_backend_weight_bytes(be, MC_PREC_BF16);
+        mc_k_prepare_weight(be, MC_PREC_BF16, out + 3 * es, src, big);
+        bad = 0;
+        for (size_t i = 0; i < big; i++) {
+            uint16_t want = h[i % n];
+            uint32_t got32 = 0;
+            uint16_t got16 = 0;
+            if (es == 2) memcpy(&got16, out + (3 + i) * 2, 2);
+            else memcpy(&got32, out + (3 + i) * 4, 4);
+            bad += es == 2 ? got16 != want : got32 != (uint32_t)want << 16;
+        }
+        TAP_OK(bad == 0 && (es == 2 || es == 4),
+               "bf16: prepare_weight over %zu values from an odd element (%zu bytes each%s) = "
+               "the cast's bits: %zu differ",
+               big, es, emu ? ", emulated on a native CPU" : "", bad);
+    }
+    be->dnnl_bf16 = native;
+    free(src), free(out);
     free(f), free(h), free(r);
 }
 
@@ -393,28 +427,48 @@ static void check_adamw(mc_backend *be)
            "adamw 5 steps vs float64: p %.2e, m %.2e, v %.2e < 1e-5", ep, em, ev);
 
     /* adamw_prepare: adamw's bytes, and the updated p prepared as
-     * mc_k_prepare_weight prepares it, for each reduced precision */
+     * mc_k_prepare_weight prepares it, for each reduced precision, at a
+     * size below and one above 2^20 (from there the copy is written with
+     * non-temporal stores where the path has them); bf16 also against the
+     * one-element cast's bits */
     static const mc_prec precs[] = {MC_PREC_BF16, MC_PREC_FP16, MC_PREC_TF32};
-    for (int k = 0; k < 3; k++) {
-        size_t es = mc_backend_weight_bytes(be, precs[k]);
-        float *p2 = kt_copy(p, n), *m2 = kt_copy(m, n), *v2 = kt_copy(v, n);
-        float *p3 = kt_copy(p, n), *m3 = kt_copy(m, n), *v3 = kt_copy(v, n);
-        void *pw = calloc(n, es), *ref = calloc(n, es);
-        kt_fill(&r, g, n, -1, 1);
-        mc_k_adamw(be, p2, g, m2, v2, n, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs);
-        mc_k_prepare_weight(be, precs[k], ref, p2, n);
-        mc_k_adamw_prepare(be, p3, g, m3, v3, n, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs, precs[k], pw);
-        int same = !memcmp(p2, p3, n * 4) && !memcmp(m2, m3, n * 4) && !memcmp(v2, v3, n * 4);
-        int prep = !memcmp(pw, ref, n * es), moved = memcmp(p2, p, n * 4) != 0;
-        TAP_OK(same && prep && moved && es > 0,
-               "adamw_prepare (%s, %zu bytes an element): adamw's p, m, v (%d) and "
-               "prepare_weight's form of the new p (%d), byte for byte",
-               k == 0   ? "bf16"
-               : k == 1 ? "fp16"
-                        : "tf32",
-               es, same, prep);
-        free(p2), free(m2), free(v2), free(p3), free(m3), free(v3), free(pw), free(ref);
-    }
+    static const size_t sizes[] = {50000, ((size_t)1 << 20) + 3001};
+    for (int z = 0; z < 2; z++)
+        for (int k = 0; k < 3; k++) {
+            size_t nz = sizes[z], es = mc_backend_weight_bytes(be, precs[k]);
+            float *p1 = kt_falloc(nz), *g1 = kt_falloc(nz), *m1 = kt_falloc(nz);
+            float *v1 = kt_falloc(nz);
+            kt_fill(&r, p1, nz, -1, 1), kt_fill(&r, g1, nz, -1, 1), kt_fill(&r, m1, nz, -1, 1);
+            kt_fill(&r, v1, nz, 0, 1);
+            float *p2 = kt_copy(p1, nz), *m2 = kt_copy(m1, nz), *v2 = kt_copy(v1, nz);
+            float *p3 = kt_copy(p1, nz), *m3 = kt_copy(m1, nz), *v3 = kt_copy(v1, nz);
+            void *pw = calloc(nz, es), *ref = calloc(nz, es);
+            mc_k_adamw(be, p2, g1, m2, v2, nz, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs);
+            mc_k_prepare_weight(be, precs[k], ref, p2, nz);
+            mc_k_adamw_prepare(be, p3, g1, m3, v3, nz, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs,
+                               precs[k], pw);
+            int same = !memcmp(p2, p3, nz * 4) && !memcmp(m2, m3, nz * 4) &&
+                       !memcmp(v2, v3, nz * 4);
+            int prep = !memcmp(pw, ref, nz * es), moved = memcmp(p2, p1, nz * 4) != 0;
+            size_t bad = 0;
+            for (size_t i = 0; k == 0 && i < nz; i++) {
+                uint16_t want;
+                mc_k_cast_to_bf16(be, &want, &p2[i], 1);
+                uint32_t got = 0;
+                memcpy(&got, (char *)pw + i * es, es);
+                bad += es == 2 ? got != want : got != (uint32_t)want << 16;
+            }
+            TAP_OK(same && prep && moved && es > 0 && bad == 0,
+                   "adamw_prepare (%s, %zu elements of %zu bytes): adamw's p, m, v (%d) and "
+                   "prepare_weight's form of the new p (%d), byte for byte; bf16 = the cast's "
+                   "bits (%zu differ)",
+                   k == 0   ? "bf16"
+                   : k == 1 ? "fp16"
+                            : "tf32",
+                   nz, es, same, prep, bad);
+            free(p1), free(g1), free(m1), free(v1);
+            free(p2), free(m2), free(v2), free(p3), free(m3), free(v3), free(pw), free(ref);
+        }
     free(p), free(g), free(m), free(v), free(dp), free(dm), free(dv);
 }
 

@@ -86,6 +86,10 @@ void mc_cpu_round_here(const mc_backend *be, float *x, size_t n, mc_prec prec);
 /* out = W[0..n) prepared for the GEMMs of prec (mc_cpu_prepare_weight's
  * bytes) on the calling thread */
 void mc_cpu_prepare_here(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n);
+/* the same with stores that bypass the caches where the path has them (a
+ * copy that is not read again soon: at least MC_CPU_STREAM_MIN elements) */
+void mc_cpu_prepare_stream(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n);
+#define MC_CPU_STREAM_MIN ((size_t)1 << 20)
 
 /* Round to the nearest value of prec and back to fp32. */
 static inline float mc_round_prec(float f, mc_prec prec)
