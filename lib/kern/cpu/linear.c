@@ -171,20 +171,34 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float
     operand od = act_operand(dout, N * O, MC_CPU_SCRATCH_GEMM_C, exact & MC_LIN_EXACT_DOUT);
     operand ow = weight_operand(be, prec, W, Wp, O * I);
     operand ox = act_operand(x, N * I, MC_CPU_SCRATCH_GEMM_A, exact & MC_LIN_EXACT_X);
+    /* With a bias gradient and a product that rounds dout, the bias pass
+     * writes dout's GEMM form (mc_cpu_prepare_here's: bf16 bits or rounded
+     * fp32) as it sums the unrounded values, so dout is read once for both */
+    char *dr = NULL;
+    size_t es = mc_backend_weight_bytes(be, prec);
+    if (db && (dx || dW) && prec != MC_PREC_FP32 && !(exact & MC_LIN_EXACT_DOUT)) {
+        dr = mc_cpu_scratch(be, MC_CPU_SCRATCH_GEMM_C, N * O * es);
+        if (es == sizeof(uint16_t))
+            od.b16 = (const uint16_t *)dr;
+        else
+            od.rnd = (const float *)dr;
+    }
+    if (db) {
+        /* each column block sums its rows in order: no atomics, fixed order */
+        size_t nblk = (O + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for num_threads(be->threads) if (N * O > PAR_MIN) schedule(static)
+        for (size_t cb = 0; cb < nblk; cb++) {
+            size_t c0 = cb * COL_BLOCK, c1 = c0 + COL_BLOCK < O ? c0 + COL_BLOCK : O;
+            float acc[COL_BLOCK] = {0};
+            for (size_t n = 0; n < N; n++) {
+                const float *g = dout + n * O;
+#pragma omp simd
+                for (size_t c = c0; c < c1; c++) acc[c - c0] += g[c];
+                if (dr) mc_cpu_prepare_here(be, prec, dr + (n * O + c0) * es, g + c0, c1 - c0);
+            }
+            for (size_t c = c0; c < c1; c++) db[c] += acc[c - c0];
+        }
+    }
     if (dx) gemm(be, prec, 0, 0, N, I, O, &od, &ow, 1.0f, dx);
     if (dW) gemm(be, prec, 1, 0, O, I, N, &od, &ox, 1.0f, dW);
-    if (!db) return;
-    /* each column block sums its rows in order: no atomics, fixed order */
-    size_t nblk = (O + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for num_threads(be->threads) if (N * O > PAR_MIN) schedule(static)
-    for (size_t cb = 0; cb < nblk; cb++) {
-        size_t c0 = cb * COL_BLOCK, c1 = c0 + COL_BLOCK < O ? c0 + COL_BLOCK : O;
-        float acc[COL_BLOCK] = {0};
-        for (size_t n = 0; n < N; n++) {
-            const float *g = dout + n * O;
-#pragma omp simd
-            for (size_t c = c0; c < c1; c++) acc[c - c0] += g[c];
-        }
-        for (size_t c = c0; c < c1; c++) db[c] += acc[c - c0];
-    }
 }
