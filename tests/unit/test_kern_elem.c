@@ -8,6 +8,7 @@
  */
 #include "kern_test.h"
 #include "kern/backend.h" /* dnnl_bf16: the emulated bf16 form on a native CPU */
+#include "kern/cpu/cpu.h"     /* init's own ln and cos */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define HAVE_X86 1
@@ -357,6 +358,15 @@ static void check_fp16_hw(mc_backend *be)
 }
 #endif
 
+/* SplitMix64's finalizer (init.c's mix64, written out again for the
+ * reference) */
+static uint64_t ref_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 static void check_init(mc_backend *be)
 {
     size_t R = 64, C = 48;
@@ -395,6 +405,63 @@ static void check_init(mc_backend *be)
            "P(|z|<1) %.4f (0.6827 +- 3e-3), E z^4 %.3f (3 +- 0.05)",
            mean, sd, in1 / n, kurt);
     free(full), free(blk), free(again), free(x);
+
+    /* init's own ln and cos(2 pi t) (same bits on every path, no libm)
+     * against long double libm over 2^20 of the (u1, u2) pairs the
+     * generator makes: within 2 units in the last place of a double; cos
+     * against the long double cosine of the exactly reduced argument (the
+     * unreduced one loses all its digits next to the zeros) */
+    double worst_l = 0, worst_c = 0;
+    uint64_t st = 0x243f6a8885a308d3ull;
+    for (size_t i = 0; i < ((size_t)1 << 20); i++) {
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        uint32_t a = (uint32_t)(st >> 32), b = (uint32_t)st;
+        double u1 = ((double)a + 0.5) * 0x1p-32, u2 = (double)b * 0x1p-32;
+        long double L = logl((long double)u1), t = u2;
+        t = t <= 0.5L ? t : 1.0L - t;
+        long double sg = t <= 0.25L ? 1.0L : -1.0L;
+        t = t <= 0.25L ? t : 0.5L - t;
+        const long double pi2 = 6.283185307179586476925286766559005768L;
+        long double Cr = t > 0.125L ? sg * sinl(pi2 * (0.25L - t)) : sg * cosl(pi2 * t);
+        double ul = nextafter(fabs((double)L), INFINITY) - fabs((double)L);
+        double uc = nextafter(fabs((double)Cr), INFINITY) - fabs((double)Cr);
+        double el = (double)(fabsl(mc_cpu_init_log(u1) - L) / ul);
+        double ec = (double)(fabsl(mc_cpu_init_cos_2pi(u2) - Cr) / uc);
+        worst_l = el > worst_l ? el : worst_l;
+        worst_c = ec > worst_c ? ec : worst_c;
+    }
+    TAP_OK(worst_l <= 2.0 && worst_c <= 2.0,
+           "init's ln and cos(2 pi t) vs long double libm, 2^20 pairs: worst %.2f and %.2f units "
+           "in the last place of a double (<= 2)",
+           worst_l, worst_c);
+    /* and init's values: each the fp32 rounding of the long double formula,
+     * but where that lies within the functions' error of an fp32 rounding
+     * boundary (expected ~1e-8 of the values; at most 2 of these 2^20) */
+    {
+        size_t nn = (size_t)1 << 20, off = 0, far = 0;
+        float *xs = kt_falloc(nn);
+        const uint64_t seed = 1234, kk = mc_k_name_key("layers.0.mlp.fc1.weight");
+        mc_k_init_normal(be, xs, 1024, 1024, 1024, 0, 0, seed, kk, 0.02f);
+        for (size_t g = 0; g < nn; g++) {
+            uint64_t sm = seed * 0x9e3779b97f4a7c15ull + ref_mix64(kk ^ 0x6a09e667f3bcc909ull);
+            uint64_t z = ref_mix64(ref_mix64(sm) + (g + 1) * 0x9e3779b97f4a7c15ull);
+            long double u1 = ((long double)(z >> 32) + 0.5L) * 0x1p-32L;
+            long double t = (long double)(z & 0xffffffffull) * 0x1p-32L;
+            t = t <= 0.5L ? t : 1.0L - t;
+            long double sg = t <= 0.25L ? 1.0L : -1.0L;
+            t = t <= 0.25L ? t : 0.5L - t;
+            const long double pi2 = 6.283185307179586476925286766559005768L;
+            long double c = t > 0.125L ? sg * sinl(pi2 * (0.25L - t)) : sg * cosl(pi2 * t);
+            float want = (float)((long double)0.02f * sqrtl(-2.0L * logl(u1)) * c);
+            off += xs[g] != want;
+            far += fabsf(xs[g] - want) > nextafterf(fabsf(want), INFINITY) - fabsf(want);
+        }
+        TAP_OK(off <= 2 && far == 0,
+               "init: 2^20 values = the fp32 rounding of Box-Muller in long double: %zu differ "
+               "(<= 2), %zu by more than one fp32 unit (0)",
+               off, far);
+        free(xs);
+    }
 
     TAP_OK(mc_k_name_key("") == 0xcbf29ce484222325ull &&
                mc_k_name_key("a") == 0xaf63dc4c8601ec8cull &&

@@ -91,6 +91,12 @@ void mc_cpu_prepare_here(const mc_backend *be, mc_prec prec, void *out, const fl
 void mc_cpu_prepare_stream(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n);
 #define MC_CPU_STREAM_MIN ((size_t)1 << 20)
 
+/* init.c's own ln u (u in (0, 1)) and cos(2 pi t) (t = k / 2^32 in
+ * [0, 1)), the functions init_normal's vectorized loop inlines (for the
+ * tests) */
+double mc_cpu_init_log(double u);
+double mc_cpu_init_cos_2pi(double t);
+
 /* Round to the nearest value of prec and back to fp32. */
 static inline float mc_round_prec(float f, mc_prec prec)
 {
