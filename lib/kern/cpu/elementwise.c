@@ -235,7 +235,7 @@ void mc_cpu_prepare_here(const mc_backend *be, mc_prec prec, void *out, const fl
 /* The weights' bf16 form written with non-temporal stores. A whole model's
  * copy is far larger than the caches and is not read again before the next
  * forward pass, so storing past the cache saves the read of every line that
- * an ordinary store does first (a third of the copy's traffic). The bits
+ * an ordinary store does first (a quarter to a third of the traffic). The bits
  * are bf16_bits's: the integer steps below are the same expression. */
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
