@@ -367,6 +367,17 @@ static uint64_t ref_mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* cos(2 pi t) in long double with the argument reduced exactly first (the
+ * unreduced product loses all its digits next to the zeros) */
+static long double ref_cos_2pi(long double t)
+{
+    t = t <= 0.5L ? t : 1.0L - t;
+    long double sg = t <= 0.25L ? 1.0L : -1.0L;
+    t = t <= 0.25L ? t : 0.5L - t;
+    const long double pi2 = 6.283185307179586476925286766559005768L;
+    return t > 0.125L ? sg * sinl(pi2 * (0.25L - t)) : sg * cosl(pi2 * t);
+}
+
 static void check_init(mc_backend *be)
 {
     size_t R = 64, C = 48;
@@ -417,12 +428,7 @@ static void check_init(mc_backend *be)
         st ^= st << 13, st ^= st >> 7, st ^= st << 17;
         uint32_t a = (uint32_t)(st >> 32), b = (uint32_t)st;
         double u1 = ((double)a + 0.5) * 0x1p-32, u2 = (double)b * 0x1p-32;
-        long double L = logl((long double)u1), t = u2;
-        t = t <= 0.5L ? t : 1.0L - t;
-        long double sg = t <= 0.25L ? 1.0L : -1.0L;
-        t = t <= 0.25L ? t : 0.5L - t;
-        const long double pi2 = 6.283185307179586476925286766559005768L;
-        long double Cr = t > 0.125L ? sg * sinl(pi2 * (0.25L - t)) : sg * cosl(pi2 * t);
+        long double L = logl((long double)u1), Cr = ref_cos_2pi(u2);
         double ul = nextafter(fabs((double)L), INFINITY) - fabs((double)L);
         double uc = nextafter(fabs((double)Cr), INFINITY) - fabs((double)Cr);
         double el = (double)(fabsl(mc_cpu_init_log(u1) - L) / ul);
@@ -446,12 +452,7 @@ static void check_init(mc_backend *be)
             uint64_t sm = seed * 0x9e3779b97f4a7c15ull + ref_mix64(kk ^ 0x6a09e667f3bcc909ull);
             uint64_t z = ref_mix64(ref_mix64(sm) + (g + 1) * 0x9e3779b97f4a7c15ull);
             long double u1 = ((long double)(z >> 32) + 0.5L) * 0x1p-32L;
-            long double t = (long double)(z & 0xffffffffull) * 0x1p-32L;
-            t = t <= 0.5L ? t : 1.0L - t;
-            long double sg = t <= 0.25L ? 1.0L : -1.0L;
-            t = t <= 0.25L ? t : 0.5L - t;
-            const long double pi2 = 6.283185307179586476925286766559005768L;
-            long double c = t > 0.125L ? sg * sinl(pi2 * (0.25L - t)) : sg * cosl(pi2 * t);
+            long double c = ref_cos_2pi((long double)(z & 0xffffffffull) * 0x1p-32L);
             float want = (float)((long double)0.02f * sqrtl(-2.0L * logl(u1)) * c);
             off += xs[g] != want;
             far += fabsf(xs[g] - want) > nextafterf(fabsf(want), INFINITY) - fabsf(want);

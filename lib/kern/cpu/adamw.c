@@ -61,9 +61,6 @@ void mc_cpu_adamw_prepare(mc_backend *be, float *p, const float *grad, float *m,
         size_t i0 = it * SPAN, k = n - i0 < SPAN ? n - i0 : SPAN;
         adamw_span_for(be->isa)(p + i0, grad + i0, m + i0, v + i0, k, lr, b1, b2, eps, wd, bc1, bc2,
                                 grad_scale);
-        if (n >= MC_CPU_STREAM_MIN)
-            mc_cpu_prepare_stream(be, prec, (char *)pw + i0 * es, p + i0, k);
-        else
-            mc_cpu_prepare_here(be, prec, (char *)pw + i0 * es, p + i0, k);
+        mc_cpu_prepare_part(be, prec, (char *)pw + i0 * es, p + i0, k, n);
     }
 }

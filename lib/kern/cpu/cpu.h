@@ -86,9 +86,11 @@ void mc_cpu_round_here(const mc_backend *be, float *x, size_t n, mc_prec prec);
 /* out = W[0..n) prepared for the GEMMs of prec (mc_cpu_prepare_weight's
  * bytes) on the calling thread */
 void mc_cpu_prepare_here(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n);
-/* the same with stores that bypass the caches where the path has them (a
- * copy that is not read again soon: at least MC_CPU_STREAM_MIN elements) */
-void mc_cpu_prepare_stream(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n);
+/* the same for a part of a copy of `whole` elements: a copy of at least
+ * MC_CPU_STREAM_MIN (larger than the caches, not read again soon) is
+ * written with stores that bypass the caches where the path has them */
+void mc_cpu_prepare_part(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n,
+                         size_t whole);
 #define MC_CPU_STREAM_MIN ((size_t)1 << 20)
 
 /* init.c's own ln u (u in (0, 1)) and cos(2 pi t) (t = k / 2^32 in

@@ -310,34 +310,34 @@ MC_TARGET_AVX2 static void round_bf16_nt_avx2(float *dst, const float *src, size
 }
 #endif
 
-void mc_cpu_prepare_stream(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n)
+void mc_cpu_prepare_part(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n,
+                         size_t whole)
 {
 #ifdef MC_HAVE_NT_PREPARE
-    if (prec == MC_PREC_BF16 && be->isa >= MC_ISA_AVX512) {
+    if (whole >= MC_CPU_STREAM_MIN && prec == MC_PREC_BF16 && be->isa >= MC_ISA_AVX512) {
         if (be->dnnl_bf16)
             bf16_nt_avx512(out, W, n);
         else
             round_bf16_nt_avx512(out, W, n);
         return;
     }
-    if (prec == MC_PREC_BF16 && be->isa >= MC_ISA_AVX2 && !be->dnnl_bf16) {
+    if (whole >= MC_CPU_STREAM_MIN && prec == MC_PREC_BF16 && be->isa >= MC_ISA_AVX2 &&
+        !be->dnnl_bf16) {
         round_bf16_nt_avx2(out, W, n);
         return;
     }
+#else
+    (void)whole;
 #endif
     mc_cpu_prepare_here(be, prec, out, W, n);
 }
 
-/* the same over threads (kern_ops.def prepare_weight); a copy larger than
- * the caches streams past them */
+/* the same over threads (kern_ops.def prepare_weight) */
 void mc_cpu_prepare_weight(mc_backend *be, mc_prec prec, void *out, const float *W, size_t n)
 {
     assert(prec != MC_PREC_FP32);
     size_t es = mc_backend_weight_bytes(be, prec);
-    if (n >= MC_CPU_STREAM_MIN)
-        FOR_SPANS(be, n, i0, m, mc_cpu_prepare_stream(be, prec, (char *)out + i0 * es, W + i0, m));
-    else
-        FOR_SPANS(be, n, i0, m, mc_cpu_prepare_here(be, prec, (char *)out + i0 * es, W + i0, m));
+    FOR_SPANS(be, n, i0, m, mc_cpu_prepare_part(be, prec, (char *)out + i0 * es, W + i0, m, n));
 }
 
 MC_ISA_BODY void from_bf16_span_body(float *restrict dst, const uint16_t *restrict src, size_t n,
