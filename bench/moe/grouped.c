@@ -13,6 +13,9 @@
  *         FLOPs with R = N K rows;
  *   perm: permute + unpermute and their backwards;
  *   peak: mc_k_linear_fwd on [P, P] x [P, P] (2 P^3 FLOPs).
+ * The weights are passed prepared (mc_k_prepare_weight, once, as the
+ * optimizer prepares them once an iteration in training); the activations
+ * and gradients are rounded by the calls, as in training.
  * Prints the medians (GFLOP/s, ms) and the efficiency gemm / peak.
  *
  *   grouped THREADS fp32|bf16 N C E K F SWIGLU(0|1) [ROUNDS] [P]
@@ -112,16 +115,30 @@ int main(int argc, char **argv)
           *da = randn(R * F, 1), *du = randn(R * R1, 1), *dxp = randn(R * C, 1),
           *dx = randn(N * C, 1), *dW1 = randn(E * R1 * C, 1), *dW2 = randn(E * C * F, 1),
           *pa = randn(P * P, 1), *pb = randn(P * P, 1), *pc = randn(P * P, 1);
+    /* the weights in the form the GEMMs multiply, made once as training's
+     * optimizer does for each iteration (NULL for fp32) */
+    size_t wb = mc_backend_weight_bytes(be, prec);
+    void *W1p = wb ? malloc(E * R1 * C * wb) : NULL, *W2p = wb ? malloc(E * C * F * wb) : NULL,
+         *pbp = wb ? malloc(P * P * wb) : NULL;
+    if (wb && (!W1p || !W2p || !pbp)) {
+        fprintf(stderr, "grouped: out of memory\n");
+        return 1;
+    }
+    if (wb) {
+        mc_k_prepare_weight(be, prec, W1p, W1, E * R1 * C);
+        mc_k_prepare_weight(be, prec, W2p, W2, E * C * F);
+        mc_k_prepare_weight(be, prec, pbp, pb, P * P);
+    }
     double *tg = malloc((size_t)rounds * sizeof *tg), *tp = malloc((size_t)rounds * sizeof *tp),
            *tk = malloc((size_t)rounds * sizeof *tk);
     for (int r = -1; r < rounds; r++) { /* round -1: warm-up */
         double t0 = now();
-        mc_k_linear_fwd(be, prec, pc, pa, pb, NULL, NULL, P, P, P, 0.0f, 0);
+        mc_k_linear_fwd(be, prec, pc, pa, pb, pbp, NULL, P, P, P, 0.0f, 0);
         double t1 = now();
-        mc_k_grouped_linear_fwd(be, prec, u, xp, W1, NULL, rows, E, C, R1);
-        mc_k_grouped_linear_fwd(be, prec, yp, a, W2, NULL, rows, E, F, C);
-        mc_k_grouped_linear_bwd(be, prec, da, dW2, NULL, dyp, a, W2, rows, E, F, C);
-        mc_k_grouped_linear_bwd(be, prec, dxp, dW1, NULL, du, xp, W1, rows, E, C, R1);
+        mc_k_grouped_linear_fwd(be, prec, u, xp, W1, W1p, NULL, rows, E, C, R1);
+        mc_k_grouped_linear_fwd(be, prec, yp, a, W2, W2p, NULL, rows, E, F, C);
+        mc_k_grouped_linear_bwd(be, prec, da, dW2, NULL, dyp, a, W2, W2p, rows, E, F, C);
+        mc_k_grouped_linear_bwd(be, prec, dxp, dW1, NULL, du, xp, W1, W1p, rows, E, C, R1);
         double t2 = now();
         mc_k_moe_permute(be, xp, x, perm, N, K, C);
         mc_k_moe_unpermute(be, y, yp, probs, perm, N, K, C);

@@ -740,6 +740,10 @@ static mc_status layer_fwd_run(mc_model *m, mc_slot *sl, int l, float *out, int 
         round_weight(m, lp->proj_w);
         round_weight(m, lp->fc1_w);
         round_weight(m, lp->fc2_w);
+        round_weight(m, lp->efc1_w); /* the MoE block's experts (moe.c) */
+        round_weight(m, lp->efc2_w);
+        round_weight(m, lp->sfc1_w);
+        round_weight(m, lp->sfc2_w);
     }
     norm1_fwd(m, a, lp);
     TRY(qkv_fwd(m, sl, a, lp, err));

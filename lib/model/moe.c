@@ -460,8 +460,8 @@ static void shared_fc1_act(mc_model *m, const mc_layer_params *lp, mc_moe_acts *
 {
     const mc_model_config *c = &m->cfg;
     size_t S = shared_local(m);
-    mc_k_linear_fwd(m->be, m->prec, A->sfc1, h, param_val(m, lp->sfc1_w), NULL, NULL, N, m->C,
-                    S * (c->swiglu ? 2 : 1), 0.0f, 0);
+    mc_k_linear_fwd(m->be, m->prec, A->sfc1, h, param_val(m, lp->sfc1_w), param_prep(m, lp->sfc1_w),
+                    NULL, N, m->C, S * (c->swiglu ? 2 : 1), 0.0f, 0);
     act_fwd(m, A->sact, A->sfc1, N, S);
 }
 
@@ -573,10 +573,11 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         if (block) mc_k_fill(be, A->xp, 0.0f, R * C); /* the padding rows: zeros, never read back */
         mc_k_moe_permute(be, A->xp, hx, A->perm, N, K, C);
         mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
-                                param_val(m, lp->efc1_b), A->rows, E, C, fc1);
+                                param_prep(m, lp->efc1_w), param_val(m, lp->efc1_b), A->rows, E, C,
+                                fc1);
         act_fwd(m, A->act, A->fc1, R, F);
-        mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w), b2, A->rows,
-                                E, F, C);
+        mc_k_grouped_linear_fwd(be, m->prec, A->yp, A->act, param_val(m, lp->efc2_w),
+                                param_prep(m, lp->efc2_w), b2, A->rows, E, F, C);
         mc_k_moe_unpermute(be, yf, A->yp, P, A->perm, N, K, C);
     } else if (c->moe_token_dispatcher_allgather) {
         size_t ep = (size_t)m->grid.ep, El = E / ep, G = ep * N, lo;
@@ -596,11 +597,12 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         if (block) mc_k_fill(be, A->xp, 0.0f, Rg * C);
         mc_k_moe_permute(be, A->xp, m->moe_a2a, A->gperm, G, K, C);
         mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp + lo * C, param_val(m, lp->efc1_w),
-                                param_val(m, lp->efc1_b), lrows, El, C, fc1);
+                                param_prep(m, lp->efc1_w), param_val(m, lp->efc1_b), lrows, El, C,
+                                fc1);
         act_fwd(m, A->act, A->fc1, Rl, F);
         mc_k_fill(be, A->yp, 0.0f, Rg * C);
-        mc_k_grouped_linear_fwd(be, m->prec, A->yp + lo * C, A->act, param_val(m, lp->efc2_w), b2,
-                                lrows, El, F, C);
+        mc_k_grouped_linear_fwd(be, m->prec, A->yp + lo * C, A->act, param_val(m, lp->efc2_w),
+                                param_prep(m, lp->efc2_w), b2, lrows, El, F, C);
         mc_k_moe_unpermute(be, m->moe_dxp, A->yp, A->gprobs, A->gperm, G, K, C);
         TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_dxp, yf, N * C, err));
     } else {
@@ -614,10 +616,11 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         TRY(ep_exchange(m, A, m->moe_dxp, m->moe_a2a, 1, err));
         ep_reorder(m, A->xp, m->moe_a2a, A->xrows, El, 1);
         mc_k_grouped_linear_fwd(be, m->prec, A->fc1, A->xp, param_val(m, lp->efc1_w),
-                                param_val(m, lp->efc1_b), lrows, El, C, fc1);
+                                param_prep(m, lp->efc1_w), param_val(m, lp->efc1_b), lrows, El, C,
+                                fc1);
         act_fwd(m, A->act, A->fc1, Rx, F);
-        mc_k_grouped_linear_fwd(be, m->prec, m->moe_dyp, A->act, param_val(m, lp->efc2_w), b2,
-                                lrows, El, F, C);
+        mc_k_grouped_linear_fwd(be, m->prec, m->moe_dyp, A->act, param_val(m, lp->efc2_w),
+                                param_prep(m, lp->efc2_w), b2, lrows, El, F, C);
         ep_reorder(m, m->moe_a2a, m->moe_dyp, A->xrows, El, 0);
         TRY(ep_exchange(m, A, m->moe_a2a, A->yp, 0, err));
     }
@@ -627,8 +630,8 @@ mc_status mc_moe_fwd(mc_model *m, mc_slot *sl, int l, const float *h, float *y, 
         /* the shared experts on every token, added (Megatron's MoELayer) */
         size_t S = shared_local(m);
         shared_fc1_act(m, lp, A, hx, N);
-        mc_k_linear_fwd(be, m->prec, yf, A->sact, param_val(m, lp->sfc2_w), NULL, NULL, N, S, C,
-                        1.0f, 0);
+        mc_k_linear_fwd(be, m->prec, yf, A->sact, param_val(m, lp->sfc2_w),
+                        param_prep(m, lp->sfc2_w), NULL, N, S, C, 1.0f, 0);
     }
     if (m->etp) { /* the slices' partial outputs summed over ETP (scattered with SP) */
         float *out;
@@ -709,11 +712,13 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         mc_k_moe_unpermute_bwd(be, m->moe_dyp, m->moe_dprobs, dyx, A->yp, P, A->perm, N, K, C);
         mc_k_fill(be, m->moe_dact, 0.0f, R * F);
         mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, GRAD(lp->efc2_w), GRAD(lp->efc2_b),
-                                m->moe_dyp, A->act, param_val(m, lp->efc2_w), A->rows, E, F, C);
+                                m->moe_dyp, A->act, param_val(m, lp->efc2_w),
+                                param_prep(m, lp->efc2_w), A->rows, E, F, C);
         act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, R, F);
         mc_k_fill(be, m->moe_dxp, 0.0f, R * C);
         mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, GRAD(lp->efc1_w), GRAD(lp->efc1_b),
-                                m->moe_dfc1, A->xp, param_val(m, lp->efc1_w), A->rows, E, C, fc1);
+                                m->moe_dfc1, A->xp, param_val(m, lp->efc1_w),
+                                param_prep(m, lp->efc1_w), A->rows, E, C, fc1);
         mc_k_fill(be, m->dln, 0.0f, N * C);
         mc_k_moe_permute_bwd(be, m->dln, m->moe_dxp, A->perm, N, K, C);
     } else if (c->moe_token_dispatcher_allgather) {
@@ -729,13 +734,13 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
                                   err));
         mc_k_fill(be, m->moe_dact, 0.0f, Rl * F);
         mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, GRAD(lp->efc2_w), GRAD(lp->efc2_b),
-                                m->moe_dyp + lo * C, A->act, param_val(m, lp->efc2_w), lrows, El, F,
-                                C);
+                                m->moe_dyp + lo * C, A->act, param_val(m, lp->efc2_w),
+                                param_prep(m, lp->efc2_w), lrows, El, F, C);
         act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, Rl, F);
         mc_k_fill(be, m->moe_dxp, 0.0f, Rg * C);
-        mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp + lo * C, GRAD(lp->efc1_w),
-                                GRAD(lp->efc1_b), m->moe_dfc1, A->xp + lo * C,
-                                param_val(m, lp->efc1_w), lrows, El, C, fc1);
+        mc_k_grouped_linear_bwd(
+            be, m->prec, m->moe_dxp + lo * C, GRAD(lp->efc1_w), GRAD(lp->efc1_b), m->moe_dfc1,
+            A->xp + lo * C, param_val(m, lp->efc1_w), param_prep(m, lp->efc1_w), lrows, El, C, fc1);
         mc_k_fill(be, m->moe_a2a, 0.0f, G * C);
         mc_k_moe_permute_bwd(be, m->moe_a2a, m->moe_dxp, A->gperm, G, K, C);
         TRY(mc_reduce_scatter_sum(&m->grid, MC_GROUP_EP, be, m->moe_a2a, m->dln, N * C, err));
@@ -750,11 +755,13 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         ep_reorder(m, m->moe_dyp, m->moe_a2a, A->xrows, El, 1);
         mc_k_fill(be, m->moe_dact, 0.0f, Rx * F);
         mc_k_grouped_linear_bwd(be, m->prec, m->moe_dact, GRAD(lp->efc2_w), GRAD(lp->efc2_b),
-                                m->moe_dyp, A->act, param_val(m, lp->efc2_w), lrows, El, F, C);
+                                m->moe_dyp, A->act, param_val(m, lp->efc2_w),
+                                param_prep(m, lp->efc2_w), lrows, El, F, C);
         act_bwd(m, m->moe_dfc1, m->moe_dact, A->fc1, Rx, F);
         mc_k_fill(be, m->moe_dxp, 0.0f, Rx * C);
         mc_k_grouped_linear_bwd(be, m->prec, m->moe_dxp, GRAD(lp->efc1_w), GRAD(lp->efc1_b),
-                                m->moe_dfc1, A->xp, param_val(m, lp->efc1_w), lrows, El, C, fc1);
+                                m->moe_dfc1, A->xp, param_val(m, lp->efc1_w),
+                                param_prep(m, lp->efc1_w), lrows, El, C, fc1);
         ep_reorder(m, m->moe_a2a, m->moe_dxp, A->xrows, El, 0);
         TRY(ep_exchange(m, A, m->moe_a2a, m->moe_dyp, 0, err));
         mc_k_fill(be, m->dln, 0.0f, N * C);
@@ -764,12 +771,13 @@ mc_status mc_moe_bwd(mc_model *m, mc_slot *sl, int l, const float *dy, const flo
         size_t S = shared_local(m);
         mc_k_fill(be, m->moe_dsact, 0.0f, N * S);
         mc_k_linear_bwd(be, m->prec, m->moe_dsact, GRAD(lp->sfc2_w), NULL, dyx, A->sact,
-                        param_val(m, lp->sfc2_w), NULL, N, S, C, 0);
+                        param_val(m, lp->sfc2_w), param_prep(m, lp->sfc2_w), N, S, C, 0);
         act_bwd(m, m->moe_dsfc1, m->moe_dsact, A->sfc1, N, S);
         const float *hx = h; /* (m->gath: d y's gather is read no more) */
         if (m->etp) TRY(etp_gather(m, h, &hx, err));
         mc_k_linear_bwd(be, m->prec, m->dln, GRAD(lp->sfc1_w), NULL, m->moe_dsfc1, hx,
-                        param_val(m, lp->sfc1_w), NULL, N, C, S * (c->swiglu ? 2 : 1), 0);
+                        param_val(m, lp->sfc1_w), param_prep(m, lp->sfc1_w), N, C,
+                        S * (c->swiglu ? 2 : 1), 0);
     }
     if (m->etp) {
         /* d probs: each slice's share of every output row's dot products;

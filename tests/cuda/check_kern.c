@@ -619,12 +619,12 @@ static void check_moe(ctx *x, size_t N, size_t E, int K, int sigmoid, int groups
     pair W1 = rnd(x, E * F * C, 0.1f), b1 = rnd(x, E * F, 0.1f), hid = poisoned(x, R * F);
     for (int prec = 0; prec < 2; prec++) {
         mc_prec pr = prec ? MC_PREC_BF16 : MC_PREC_FP32;
-        ON_BOTH(mc_k_grouped_linear_fwd(be, pr, S(hid), S(xp), S(W1), S(b1), rows, E, C, F));
+        ON_BOTH(mc_k_grouped_linear_fwd(be, pr, S(hid), S(xp), S(W1), NULL, S(b1), rows, E, C, F));
         cmp(x, "grouped_linear_fwd", prec ? "bf16" : w, hid, prec ? HALF : FP32);
         pair dh = rnd(x, R * F, 1), dxp = rnd(x, R * C, 1), dW = rnd(x, E * F * C, 1),
              db = rnd(x, E * F, 1);
-        ON_BOTH(mc_k_grouped_linear_bwd(be, pr, S(dxp), S(dW), S(db), S(dh), S(xp), S(W1), rows, E,
-                                        C, F));
+        ON_BOTH(mc_k_grouped_linear_bwd(be, pr, S(dxp), S(dW), S(db), S(dh), S(xp), S(W1), NULL,
+                                        rows, E, C, F));
         cmp(x, "grouped_linear_bwd", prec ? "dx bf16" : "dx", dxp, prec ? HALF : FP32);
         cmp(x, "grouped_linear_bwd", prec ? "dW bf16" : "dW", dW, prec ? HALF : FP32);
         cmp(x, "grouped_linear_bwd", "db", db, FP32);

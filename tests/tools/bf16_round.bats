@@ -76,7 +76,7 @@ once_vs_per_gemm() {
         --untie-embeddings-and-output-weights
 }
 
-@test "bf16 emulated with recomputation (full, compact, selective) and MoE layers beside dense ones: the same bits" {
+@test "bf16 emulated with recomputation (full, compact, selective) and MoE layers beside dense ones, and MoE with a shared expert on the best path: the same bits" {
     once_vs_per_gemm full "$MC_TRAIN" "${gpt[@]}" --bf16 --recompute-granularity full \
         --recompute-method uniform --recompute-num-layers 2
     # one layer per group: the compact workspace remakes ln1 and ln2 in the backward
@@ -87,6 +87,10 @@ once_vs_per_gemm() {
     # layers 0 and 2 MoE (ln2 unrounded: the router reads it), layer 1 dense
     once_vs_per_gemm moe "$MC_TRAIN" "${llama[@]}" --bf16 --num-experts 4 \
         --moe-ffn-hidden-size 32 --moe-layer-freq "[1,0,1]" --moe-aux-loss-coeff 1e-2
+    # the best path (native bf16 where the CPU has it), with a shared expert:
+    # the experts' weights, routed and shared, prepared once an iteration
+    once_vs_per_gemm moe-best env -u MC_CPU_ISA "$MC_TRAIN" "${llama[@]}" --bf16 --num-experts 4 \
+        --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 48 --moe-aux-loss-coeff 1e-2
 }
 
 @test "bf16 emulated under TP=2 with sequence parallelism, PP=2 and DP=2 with the distributed optimizer: the same bits" {

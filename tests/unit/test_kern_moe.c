@@ -6,7 +6,9 @@
  * the permutation by expert and the weighted unpermutation, the grouped
  * GEMM (an expert with no rows included): every backward against central
  * finite differences of a float64 reference, and the same bits for 1 and
- * 2 threads.
+ * 2 threads. The grouped GEMM in bf16 (native, and emulated where the CPU
+ * has it native) against float64 products of the bf16-rounded operands,
+ * with and without the prepared weight, on both of its backward schedules.
  */
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +16,8 @@
 #include <string.h>
 
 #include "kern_test.h"
+#include "kern/backend.h" /* dnnl_bf16: the emulated bf16 form on a native CPU */
+#include "kern/fpconv.h"
 #include "tap.h"
 
 #define N 12
@@ -401,7 +405,7 @@ static void test_grouped(mc_backend *be)
     float x[GR * CI], W[GE * CO * CI], b[GE * CO], out[GR * CO], R[GR * CO];
     kt_fill(&g, x, sizeof x / 4, -1, 1), kt_fill(&g, W, sizeof W / 4, -1, 1);
     kt_fill(&g, b, sizeof b / 4, -1, 1), kt_fill(&g, R, sizeof R / 4, -1, 1);
-    mc_k_grouped_linear_fwd(be, MC_PREC_FP32, out, x, W, b, ROWS, GE, CI, CO);
+    mc_k_grouped_linear_fwd(be, MC_PREC_FP32, out, x, W, NULL, b, ROWS, GE, CI, CO);
     gl_ctx c = {kt_todouble(x, sizeof x / 4), kt_todouble(W, sizeof W / 4),
                 kt_todouble(b, sizeof b / 4), kt_todouble(R, sizeof R / 4)};
     double ref[GR * CO];
@@ -421,7 +425,7 @@ static void test_grouped(mc_backend *be)
     kt_fill(&g, dx, sizeof dx / 4, -1, 1), kt_fill(&g, dW, sizeof dW / 4, -1, 1);
     kt_fill(&g, db, sizeof db / 4, -1, 1);
     memcpy(bx, dx, sizeof dx), memcpy(bW, dW, sizeof dW), memcpy(bb, db, sizeof db);
-    mc_k_grouped_linear_bwd(be, MC_PREC_FP32, dx, dW, db, R, x, W, ROWS, GE, CI, CO);
+    mc_k_grouped_linear_bwd(be, MC_PREC_FP32, dx, dW, db, R, x, W, NULL, ROWS, GE, CI, CO);
     double ex = kt_fd_check(gl_loss, &c, c.x, GR * CI, dx, bx, GR * CI, 1);
     double ew = kt_fd_check(gl_loss, &c, c.W, GE * CO * CI, dW, bW, GE * CO * CI, 1);
     double eb = kt_fd_check(gl_loss, &c, c.b, GE * CO, db, bb, GE * CO, 1);
@@ -432,6 +436,135 @@ static void test_grouped(mc_backend *be)
     for (int i = CO * CI; i < 2 * CO * CI; i++) untouched &= dW[i] == bW[i];
     TAP_OK(untouched, "grouped GEMM: the expert with no rows gets no gradient");
     free(c.x), free(c.W), free(c.b), free(c.R);
+}
+
+/* ------------------------------------------------------------ grouped GEMM in bf16 */
+
+static double bf(float v) { return (double)mc_bf16_to_f32(mc_f32_to_bf16(v)); }
+
+/* out, dx, dW (added onto base) and db of bf16 grouped GEMM calls */
+typedef struct {
+    float *out, *dx, *dW, *db;
+} gb_res;
+
+static size_t sum_rows(const int64_t *rows, size_t E_)
+{
+    size_t R = 0;
+    for (size_t e = 0; e < E_; e++) R += (size_t)rows[e];
+    return R;
+}
+
+static gb_res gb_run(mc_backend *be, const float *x, const float *W, const void *Wp, const float *b,
+                     const float *dy, const float *bx, const float *bW, const float *bb,
+                     const int64_t *rows, size_t E_, size_t Ci, size_t Co)
+{
+    size_t R = sum_rows(rows, E_);
+    gb_res r = {kt_falloc(R * Co), kt_copy(bx, R * Ci), kt_copy(bW, E_ * Co * Ci),
+                kt_copy(bb, E_ * Co)};
+    mc_k_grouped_linear_fwd(be, MC_PREC_BF16, r.out, x, W, Wp, b, rows, E_, Ci, Co);
+    mc_k_grouped_linear_bwd(be, MC_PREC_BF16, r.dx, r.dW, r.db, dy, x, W, Wp, rows, E_, Ci, Co);
+    return r;
+}
+
+static int gb_same(const gb_res *a, const gb_res *b, size_t R, size_t E_, size_t Ci, size_t Co)
+{
+    return !memcmp(a->out, b->out, R * Co * 4) && !memcmp(a->dx, b->dx, R * Ci * 4) &&
+           !memcmp(a->dW, b->dW, E_ * Co * Ci * 4) && !memcmp(a->db, b->db, E_ * Co * 4);
+}
+
+static void gb_free(gb_res *r) { free(r->out), free(r->dx), free(r->dW), free(r->db); }
+
+/* rows[] per expert; Co > 512 splits d W into column blocks, an expert of
+ * more than 256 rows makes the backward round d out and x once for all */
+static void test_grouped_bf16(mc_backend *be2, const int64_t *rows, size_t E_, size_t Ci, size_t Co,
+                              const char *what)
+{
+    /* a 1-thread backend made last: OpenBLAS's thread count is the process's,
+     * set by the backend made last (the 2-thread backend's calls run inside
+     * its own parallel region, where OpenBLAS runs single-threaded) */
+    mc_backend *be1 = kt_backend(1);
+    size_t R = sum_rows(rows, E_);
+    kt_rng g = {23};
+    float *x = kt_falloc(R * Ci), *W = kt_falloc(E_ * Co * Ci), *b = kt_falloc(E_ * Co),
+          *dy = kt_falloc(R * Co), *bx = kt_falloc(R * Ci), *bW = kt_falloc(E_ * Co * Ci),
+          *bb = kt_falloc(E_ * Co);
+    kt_fill(&g, x, R * Ci, -1, 1), kt_fill(&g, W, E_ * Co * Ci, -1, 1);
+    kt_fill(&g, b, E_ * Co, -1, 1), kt_fill(&g, dy, R * Co, -1, 1);
+    kt_fill(&g, bx, R * Ci, -1, 1), kt_fill(&g, bW, E_ * Co * Ci, -1, 1);
+    kt_fill(&g, bb, E_ * Co, -1, 1);
+    /* float64 products of the bf16-rounded operands (the bias and d b in
+     * fp32: they are not GEMM operands) */
+    double *ro = malloc(R * Co * sizeof *ro), *rx = calloc(R * Ci, sizeof *rx),
+           *rw = calloc(E_ * Co * Ci, sizeof *rw), *rb = calloc(E_ * Co, sizeof *rb);
+    size_t r0 = 0;
+    for (size_t e = 0; e < E_; e++) {
+        for (size_t i = r0; i < r0 + (size_t)rows[e]; i++)
+            for (size_t o = 0; o < Co; o++) {
+                double s = 0, d = bf(dy[i * Co + o]);
+                for (size_t j = 0; j < Ci; j++) {
+                    s += bf(x[i * Ci + j]) * bf(W[(e * Co + o) * Ci + j]);
+                    rx[i * Ci + j] += d * bf(W[(e * Co + o) * Ci + j]);
+                    rw[(e * Co + o) * Ci + j] += d * bf(x[i * Ci + j]);
+                }
+                ro[i * Co + o] = s + b[e * Co + o];
+                rb[e * Co + o] += dy[i * Co + o];
+            }
+        r0 += (size_t)rows[e];
+    }
+    const int native = be1->dnnl_bf16;
+    for (int emu = 0; emu <= native; emu++) {
+        be1->dnnl_bf16 = be2->dnnl_bf16 = native && !emu;
+        const char *form = be1->dnnl_bf16 ? "native" : "emulated";
+        size_t wb = mc_backend_weight_bytes(be1, MC_PREC_BF16);
+        void *Wp = malloc(E_ * Co * Ci * wb);
+        mc_k_prepare_weight(be1, MC_PREC_BF16, Wp, W, E_ * Co * Ci);
+        gb_res a = gb_run(be1, x, W, NULL, b, dy, bx, bW, bb, rows, E_, Ci, Co);
+        double eo = kt_err(a.out, ro, R * Co), ex = kt_err_added(a.dx, bx, rx, R * Ci),
+               ew = kt_err_added(a.dW, bW, rw, E_ * Co * Ci),
+               eb = kt_err_added(a.db, bb, rb, E_ * Co);
+        TAP_OK(eo < 1e-5 && ex < 1e-5 && ew < 1e-5 && eb < 1e-5,
+               "grouped GEMM bf16 %s, %s: out %.2e, dx %.2e, dW %.2e, db %.2e against float64 "
+               "products of the rounded operands",
+               form, what, eo, ex, ew, eb);
+        gb_res p = gb_run(be1, x, W, Wp, b, dy, bx, bW, bb, rows, E_, Ci, Co);
+        gb_res t = gb_run(be2, x, W, Wp, b, dy, bx, bW, bb, rows, E_, Ci, Co);
+        TAP_OK(gb_same(&a, &p, R, E_, Ci, Co) && gb_same(&a, &t, R, E_, Ci, Co),
+               "grouped GEMM bf16 %s, %s: the same bits with the prepared weight and on 2 threads",
+               form, what);
+        gb_free(&a), gb_free(&p), gb_free(&t);
+        free(Wp);
+    }
+    be2->dnnl_bf16 = native;
+    mc_backend_free(be1);
+    free(x), free(W), free(b), free(dy), free(bx), free(bW), free(bb);
+    free(ro), free(rx), free(rw), free(rb);
+}
+
+/* The two backward schedules give the same bits: experts 0-2 alone (each
+ * at most 256 rows: one item per expert rounds its own rows), and with an
+ * expert of 300 rows after them (d out and x rounded once for all). */
+static void test_grouped_schedules(mc_backend *be)
+{
+    const int64_t rows[4] = {40, 0, 256, 300};
+    size_t Ci = 24, Co = 40, Ra = 296, Rb = 596;
+    kt_rng g = {29};
+    float *x = kt_falloc(Rb * Ci), *W = kt_falloc(4 * Co * Ci), *dy = kt_falloc(Rb * Co);
+    kt_fill(&g, x, Rb * Ci, -1, 1), kt_fill(&g, W, 4 * Co * Ci, -1, 1);
+    kt_fill(&g, dy, Rb * Co, -1, 1);
+    float *bx = kt_falloc(Rb * Ci), *bW = kt_falloc(4 * Co * Ci), *bb = kt_falloc(4 * Co);
+    memset(bx, 0, Rb * Ci * 4), memset(bW, 0, 4 * Co * Ci * 4), memset(bb, 0, 4 * Co * 4);
+    const int native = be->dnnl_bf16;
+    for (int emu = 0; emu <= native; emu++) {
+        be->dnnl_bf16 = native && !emu;
+        gb_res a = gb_run(be, x, W, NULL, NULL, dy, bx, bW, bb, rows, 3, Ci, Co);
+        gb_res b = gb_run(be, x, W, NULL, NULL, dy, bx, bW, bb, rows, 4, Ci, Co);
+        TAP_OK(gb_same(&a, &b, Ra, 3, Ci, Co),
+               "grouped GEMM bf16 %s: the backward's two schedules give the same bits",
+               be->dnnl_bf16 ? "native" : "emulated");
+        gb_free(&a), gb_free(&b);
+    }
+    be->dnnl_bf16 = native;
+    free(x), free(W), free(dy), free(bx), free(bW), free(bb);
 }
 
 int main(void)
@@ -457,6 +590,12 @@ int main(void)
     test_z(be);
     test_permute(be);
     test_grouped(be);
+    static const int64_t fine[5] = {37, 0, 130, 256, 5}, big[3] = {300, 17, 0};
+    test_grouped_bf16(be2, fine, 5, 40, 24, "experts of at most 256 rows");
+    test_grouped_bf16(be2, big, 3, 24, 600, "an expert of 300 rows, 600 outputs");
+    mc_backend_free(be);
+    be = kt_backend(1);
+    test_grouped_schedules(be);
     test_capacity(be);
     mc_backend_free(be);
     mc_backend_free(be2);

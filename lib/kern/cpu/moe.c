@@ -9,6 +9,7 @@
  * depend on the thread count.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include "kern/cpu/cpu.h"
 
@@ -369,8 +370,20 @@ void mc_cpu_moe_unpermute_bwd(mc_backend *be, float *dyp, float *dprobs, const f
  * GEMM on the calling thread (inside the parallel region OpenBLAS and
  * oneDNN run single-threaded), so small experts (fine-grained MoE: many
  * experts of few rows each) keep both cores busy without a barrier per
- * GEMM, and the bits do not depend on the thread count. Operands are
- * rounded (bf16, fp16, tf32) once per call for all the experts. */
+ * GEMM, and the bits do not depend on the thread count.
+ *
+ * Below fp32 the operands are multiplied in the GEMM's form (bf16 bits, or
+ * rounded fp32; mc_cpu_gemm_operand). The weights come prepared (Wp) or are
+ * rounded once per call for all the experts. An activation's rows are
+ * rounded by the item that multiplies them, into that thread's work space,
+ * just before its GEMM reads them from the cache: the forward's x rows of a
+ * block, and in the backward, when every expert has at most GROUP_ROWS rows
+ * and the weight at most GROUP_COLS output rows (fine-grained experts), one
+ * item per expert rounds its d out and x rows once for both of its products
+ * (d W and d x). Otherwise the backward rounds d out and x once per call for
+ * all the experts, as they are read by several items. The same values are
+ * multiplied either way, by the same GEMM calls: the bits do not depend on
+ * where the rounding happens. */
 #define GROUP_ROWS 256
 #define GROUP_COLS 512
 
@@ -390,9 +403,37 @@ static size_t item_owner(const size_t *first, size_t E, size_t i)
     return lo;
 }
 
+/* W's operand: its prepared form Wp (bf16 bits where the bf16 GEMM is
+ * native, rounded fp32 otherwise; mc_k_prepare_weight) when the caller has
+ * one, else W rounded here */
+static mc_cpu_gemm_op weight_op(mc_backend *be, mc_prec prec, const float *W, const void *Wp,
+                                size_t n)
+{
+    if (!Wp || prec == MC_PREC_FP32)
+        return mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_B, W, n);
+    mc_cpu_gemm_op o = {Wp,
+                        prec == MC_PREC_BF16 && be->dnnl_bf16 ? sizeof(uint16_t) : sizeof(float)};
+    return o;
+}
+
+/* the bytes of an element in the GEMM's form (0: fp32, multiplied as it is) */
+static size_t form_bytes(const mc_backend *be, mc_prec prec)
+{
+    return prec == MC_PREC_FP32 ? 0 : prec == MC_PREC_BF16 && be->dnnl_bf16 ? 2 : 4;
+}
+
+/* src's n values in the GEMM's form in buf (by this thread alone) */
+static mc_cpu_gemm_op local_op(const mc_backend *be, mc_prec prec, void *buf, size_t es,
+                               const float *src, size_t n)
+{
+    mc_cpu_prepare_here(be, prec, buf, src, n);
+    mc_cpu_gemm_op o = {buf, es};
+    return o;
+}
+
 void mc_cpu_grouped_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
-                               const float *W, const float *b, const int64_t *rows, size_t E,
-                               size_t Cin, size_t Cout)
+                               const float *W, const void *Wp, const float *b, const int64_t *rows,
+                               size_t E, size_t Cin, size_t Cout)
 {
     size_t off[MAX_E + 1], first[MAX_E + 1];
     off[0] = first[0] = 0;
@@ -400,15 +441,19 @@ void mc_cpu_grouped_linear_fwd(mc_backend *be, mc_prec prec, float *out, const f
         off[e + 1] = off[e] + (size_t)rows[e];
         first[e + 1] = first[e] + parts((size_t)rows[e], GROUP_ROWS);
     }
-    size_t items = first[E];
+    size_t items = first[E], es = form_bytes(be, prec), slab = GROUP_ROWS * Cin * es;
     if (!items) return;
-    mc_cpu_gemm_op ox = mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_A, x, off[E] * Cin);
-    mc_cpu_gemm_op ow = mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_B, W, E * Cout * Cin);
+    char *ws = es ? mc_cpu_scratch(be, MC_CPU_SCRATCH_WORK, (size_t)be->threads * slab) : NULL;
+    mc_cpu_gemm_op ow = weight_op(be, prec, W, Wp, E * Cout * Cin);
 #pragma omp parallel for num_threads(be->threads) schedule(dynamic, 1)
     for (size_t i = 0; i < items; i++) {
         size_t e = item_owner(first, E, i), p = first[e + 1] - first[e], j = i - first[e];
         size_t n = (size_t)rows[e], r0 = off[e] + j * n / p, r1 = off[e] + (j + 1) * n / p;
-        mc_cpu_gemm_ld(be, prec, 0, 1, r1 - r0, Cout, Cin, mc_cpu_gemm_at(ox, r0 * Cin), Cin,
+        mc_cpu_gemm_op ox = {x + r0 * Cin, sizeof(float)};
+        if (es)
+            ox = local_op(be, prec, ws + slab * (size_t)omp_get_thread_num(), es, x + r0 * Cin,
+                          (r1 - r0) * Cin);
+        mc_cpu_gemm_ld(be, prec, 0, 1, r1 - r0, Cout, Cin, ox.p, Cin,
                        mc_cpu_gemm_at(ow, e * Cout * Cin), Cin, 0.0f, out + r0 * Cout, Cout);
         if (!b) continue;
         for (size_t r = r0; r < r1; r++) {
@@ -420,25 +465,69 @@ void mc_cpu_grouped_linear_fwd(mc_backend *be, mc_prec prec, float *out, const f
     }
 }
 
+/* db[e][o0:o1] += the sum over expert e's rows [r0, r1) of dout, each
+ * column's rows in order */
+static void grouped_db(float *db, const float *dout, size_t r0, size_t r1, size_t o0, size_t o1,
+                       size_t Cout)
+{
+    for (size_t c0 = o0; c0 < o1; c0 += 64) {
+        size_t c1 = c0 + 64 < o1 ? c0 + 64 : o1;
+        float acc[64] = {0};
+        for (size_t r = r0; r < r1; r++) {
+            const float *g = dout + r * Cout;
+#pragma omp simd
+            for (size_t c = c0; c < c1; c++) acc[c - c0] += g[c];
+        }
+        for (size_t c = c0; c < c1; c++) db[c] += acc[c - c0];
+    }
+}
+
 void mc_cpu_grouped_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db,
-                               const float *dout, const float *x, const float *W,
+                               const float *dout, const float *x, const float *W, const void *Wp,
                                const int64_t *rows, size_t E, size_t Cin, size_t Cout)
 {
     /* items [0, nw): d W / d b blocks of the experts with rows; [nw,
      * nw + nx): d x row blocks */
     size_t off[MAX_E + 1], fx[MAX_E + 1], fw[MAX_E + 1], pc = parts(Cout, GROUP_COLS);
+    size_t es = form_bytes(be, prec), nmax = 0;
     off[0] = fx[0] = fw[0] = 0;
     for (size_t e = 0; e < E; e++) {
         size_t n = (size_t)rows[e];
         off[e + 1] = off[e] + n;
         fx[e + 1] = fx[e] + (dx ? parts(n, GROUP_ROWS) : 0);
         fw[e + 1] = fw[e] + ((dW || db) && n ? pc : 0);
+        nmax = n > nmax ? n : nmax;
     }
     size_t nx = fx[E], nw = fw[E], R = off[E];
     if (!nx && !nw) return;
+    mc_cpu_gemm_op ow = {NULL, 0};
+    if (dx) ow = weight_op(be, prec, W, Wp, E * Cout * Cin);
+    if (es && pc == 1 && nmax <= GROUP_ROWS) {
+        /* one item per expert with rows: its d out (and x) rows rounded
+         * once, then d W, d b and d x */
+        size_t slab = nmax * (Cout + (dW ? Cin : 0)) * es;
+        char *ws = mc_cpu_scratch(be, MC_CPU_SCRATCH_WORK, (size_t)be->threads * slab);
+#pragma omp parallel for num_threads(be->threads) schedule(dynamic, 1)
+        for (size_t e = 0; e < E; e++) {
+            size_t n = (size_t)rows[e], r0 = off[e];
+            if (!n) continue;
+            char *buf = ws + slab * (size_t)omp_get_thread_num();
+            mc_cpu_gemm_op od = local_op(be, prec, buf, es, dout + r0 * Cout, n * Cout);
+            if (dW) {
+                mc_cpu_gemm_op ox = local_op(be, prec, buf + n * Cout * es, es, x + r0 * Cin,
+                                             n * Cin);
+                mc_cpu_gemm_ld(be, prec, 1, 0, Cout, Cin, n, od.p, Cout, ox.p, Cin, 1.0f,
+                               dW + e * Cout * Cin, Cin);
+            }
+            if (db) grouped_db(db + e * Cout, dout, r0, r0 + n, 0, Cout, Cout);
+            if (dx)
+                mc_cpu_gemm_ld(be, prec, 0, 0, n, Cin, Cout, od.p, Cout,
+                               mc_cpu_gemm_at(ow, e * Cout * Cin), Cin, 1.0f, dx + r0 * Cin, Cin);
+        }
+        return;
+    }
     mc_cpu_gemm_op od = mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_C, dout, R * Cout);
-    mc_cpu_gemm_op ow = {NULL, 0}, ox = {NULL, 0};
-    if (nx) ow = mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_B, W, E * Cout * Cin);
+    mc_cpu_gemm_op ox = {NULL, 0};
     if (dW && nw) ox = mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_A, x, R * Cin);
 #pragma omp parallel for num_threads(be->threads) schedule(dynamic, 1)
     for (size_t i = 0; i < nw + nx; i++) {
@@ -456,16 +545,6 @@ void mc_cpu_grouped_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *d
             mc_cpu_gemm_ld(be, prec, 1, 0, o1 - o0, Cin, n, mc_cpu_gemm_at(od, off[e] * Cout + o0),
                            Cout, mc_cpu_gemm_at(ox, off[e] * Cin), Cin, 1.0f,
                            dW + e * Cout * Cin + o0 * Cin, Cin);
-        if (!db) continue;
-        for (size_t c0 = o0; c0 < o1; c0 += 64) { /* each column's rows in order */
-            size_t c1 = c0 + 64 < o1 ? c0 + 64 : o1;
-            float acc[64] = {0};
-            for (size_t r = off[e]; r < off[e + 1]; r++) {
-                const float *g = dout + r * Cout;
-#pragma omp simd
-                for (size_t c = c0; c < c1; c++) acc[c - c0] += g[c];
-            }
-            for (size_t c = c0; c < c1; c++) db[e * Cout + c] += acc[c - c0];
-        }
+        if (db) grouped_db(db + e * Cout, dout, off[e], off[e + 1], o0, o1, Cout);
     }
 }

@@ -619,9 +619,10 @@ extern "C" void mc_cuda_moe_unpermute_bwd(mc_cuda *cu, float *dyp, float *dprobs
 /* The grouped GEMM: the experts' row blocks through cuBLASLt one by one
  * (linear.cu's GEMMs; an expert with no rows costs nothing). */
 extern "C" void mc_cuda_grouped_linear_fwd(mc_cuda *cu, mc_prec prec, float *out, const float *x,
-                                           const float *W, const float *b, const int64_t *rows,
-                                           size_t E, size_t Cin, size_t Cout)
+                                           const float *W, const void *Wp, const float *b,
+                                           const int64_t *rows, size_t E, size_t Cin, size_t Cout)
 {
+    (void)Wp; /* see mc_cuda_linear_fwd */
     size_t r0 = 0;
     for (size_t e = 0; e < E; e++) {
         size_t n = (size_t)rows[e];
@@ -634,9 +635,10 @@ extern "C" void mc_cuda_grouped_linear_fwd(mc_cuda *cu, mc_prec prec, float *out
 
 extern "C" void mc_cuda_grouped_linear_bwd(mc_cuda *cu, mc_prec prec, float *dx, float *dW,
                                            float *db, const float *dout, const float *x,
-                                           const float *W, const int64_t *rows, size_t E,
-                                           size_t Cin, size_t Cout)
+                                           const float *W, const void *Wp, const int64_t *rows,
+                                           size_t E, size_t Cin, size_t Cout)
 {
+    (void)Wp;
     size_t r0 = 0;
     for (size_t e = 0; e < E; e++) {
         size_t n = (size_t)rows[e];
