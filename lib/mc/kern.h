@@ -48,6 +48,12 @@ typedef enum mc_prec {
  * their producer), so the backend need not round them again. */
 #define MC_LIN_EXACT_X 1u
 #define MC_LIN_EXACT_DOUT 2u
+/* mc_k_linear_bwd only: dout is the caller's scratch, read by nothing after
+ * the call, so a backend whose GEMMs multiply rounded fp32 (emulated bf16,
+ * fp16, tf32) may round it in place, where it would otherwise write the
+ * rounded copy to its own scratch (the bias gradient still sums the values
+ * as given). dout's contents after the call are undefined. */
+#define MC_LIN_DOUT_SCRATCH 4u
 
 typedef struct mc_backend mc_backend;
 

@@ -490,6 +490,12 @@ static mc_prec act_round(const mc_model *m) { return m->round_acts ? m->prec : M
 /* the exact bits for a linear layer's input made with act_round */
 static unsigned exact_x(const mc_model *m) { return m->round_acts ? MC_LIN_EXACT_X : 0; }
 
+/* MC_LIN_DOUT_SCRATCH for a linear layer's backward whose output gradient
+ * nothing reads after it (d(fc1), d(qkv)): rounded in place (emulated
+ * precisions) rather than copied; not under MC_TEST_ROUND_PER_GEMM, the
+ * reference that rounds at every GEMM */
+static unsigned dout_scratch(const mc_model *m) { return m->per_gemm ? 0 : MC_LIN_DOUT_SCRATCH; }
+
 /* out = the norm of x's Nl rows, rounded to `round` (act_round, or
  * MC_PREC_FP32) */
 static void norm_fwd(mc_model *m, float *out, float *mean, float *rstd, const float *x, int w,
@@ -854,7 +860,7 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
     TRY(mc_model_tp_gather(m, a->ln2, &x, err));
     mc_k_fill(be, dln, 0.0f, N * C);
     mc_model_lin_bwd(m, pr, l, MC_LIN_FC1, dln, param_grad(m, lp->fc1_w), param_grad(m, lp->fc1_b),
-                     dfc1, x, lp->fc1_w, N, C, m->fc1_out, exact_x(m));
+                     dfc1, x, lp->fc1_w, N, C, m->fc1_out, exact_x(m) | dout_scratch(m));
     TRY(mc_model_tp_reduce(m, dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res2, a->ln2_mean, a->ln2_rstd, lp->ln2_w, lp->ln2_b, err));
 
@@ -903,7 +909,7 @@ attention:
     TRY(mc_model_tp_gather(m, ln1, &x, err));
     mc_k_fill(be, dln, 0.0f, N * C);
     mc_model_lin_bwd(m, pr, l, MC_LIN_QKV, dln, param_grad(m, lp->qkv_w), param_grad(m, lp->qkv_b),
-                     dqkv, x, lp->qkv_w, N, C, m->qkv_out, exact_x(m));
+                     dqkv, x, lp->qkv_w, N, C, m->qkv_out, exact_x(m) | dout_scratch(m));
     TRY(mc_model_tp_reduce(m, dln, m->loc, &dl, err));
     TRY(norm_bwd(m, m->dres, dl, a->res, a->ln1_mean, a->ln1_rstd, lp->ln1_w, lp->ln1_b, err));
     return MC_OK;

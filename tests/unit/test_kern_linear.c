@@ -210,6 +210,34 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
                pn);
         free(W2), free(dx4), free(dx5);
         free(Wp), free(out3), free(dx3), free(dW3);
+
+        /* dout as the caller's scratch (MC_LIN_DOUT_SCRATCH), with and
+         * without the bias: the same bytes as a dout left alone; where the
+         * GEMMs multiply rounded fp32, dout is then its rounding (in place,
+         * not copied) */
+        size_t es = mc_backend_weight_bytes(be, prec);
+        int same = 1, rounded = 1;
+        for (int withb = 0; withb <= 1; withb++) {
+            float *gs = kt_copy(g, N * O), *dx6 = kt_copy(dx0, N * I), *dW6 = kt_copy(dW0, O * I),
+                  *db6 = kt_copy(db0, O), *dx7 = kt_copy(dx0, N * I), *dW7 = kt_copy(dW0, O * I),
+                  *db7 = kt_copy(db0, O);
+            mc_k_linear_bwd(be, prec, dx6, dW6, withb ? db6 : NULL, g, x, W, NULL, N, I, O, 0);
+            mc_k_linear_bwd(be, prec, dx7, dW7, withb ? db7 : NULL, gs, x, W, NULL, N, I, O,
+                            MC_LIN_DOUT_SCRATCH);
+            same &= !memcmp(dx6, dx7, N * I * 4) && !memcmp(dW6, dW7, O * I * 4) &&
+                    !memcmp(db6, db7, O * 4);
+            if (es == 4) {
+                float *gr2 = kt_copy(g, N * O);
+                mc_k_round(be, gr2, N * O, prec);
+                rounded &= !memcmp(gs, gr2, N * O * 4);
+                free(gr2);
+            }
+            free(gs), free(dx6), free(dW6), free(db6), free(dx7), free(dW7), free(db7);
+        }
+        TAP_OK(same && rounded,
+               "linear %s bwd with dout as scratch (MC_LIN_DOUT_SCRATCH), with and without the "
+               "bias: identical bytes%s",
+               pn, es == 4 ? ", dout rounded in place" : "");
     }
 
     free(x), free(W), free(b), free(g), free(xr), free(Wr), free(gr), free(dx_), free(dW_);

@@ -173,15 +173,26 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float
     operand ox = act_operand(x, N * I, MC_CPU_SCRATCH_GEMM_A, exact & MC_LIN_EXACT_X);
     /* With a bias gradient and a product that rounds dout, the bias pass
      * writes dout's GEMM form (mc_cpu_prepare_here's: bf16 bits or rounded
-     * fp32) as it sums the unrounded values, so dout is read once for both */
+     * fp32) as it sums the unrounded values, so dout is read once for both.
+     * Rounded fp32 goes back into dout itself when the caller allows it
+     * (MC_LIN_DOUT_SCRATCH): the lines just read are written back, where a
+     * separate copy would first read each of its lines. */
     char *dr = NULL;
     size_t es = mc_backend_weight_bytes(be, prec);
-    if (db && (dx || dW) && prec != MC_PREC_FP32 && !(exact & MC_LIN_EXACT_DOUT)) {
-        dr = mc_cpu_scratch(be, MC_CPU_SCRATCH_GEMM_C, N * O * es);
-        if (es == sizeof(uint16_t))
+    int inplace = (exact & MC_LIN_DOUT_SCRATCH) && es == sizeof(float);
+    if ((dx || dW) && prec != MC_PREC_FP32 && !(exact & MC_LIN_EXACT_DOUT)) {
+        if (inplace)
+            dr = (char *)(uintptr_t)dout; /* the caller's scratch (kern.h) */
+        else if (db)
+            dr = mc_cpu_scratch(be, MC_CPU_SCRATCH_GEMM_C, N * O * es);
+        if (!dr)
+            ;
+        else if (es == sizeof(uint16_t))
             od.b16 = (const uint16_t *)dr;
         else
             od.rnd = (const float *)dr;
+        if (dr && !db) /* no bias pass to round it in */
+            mc_cpu_round_into(be, (float *)dr, dout, N * O, prec);
     }
     if (db) {
         /* each column block sums its rows in order: no atomics, fixed order */
