@@ -54,6 +54,9 @@ typedef enum mc_prec {
  * rounded copy to its own scratch (the bias gradient still sums the values
  * as given). dout's contents after the call are undefined. */
 #define MC_LIN_DOUT_SCRATCH 4u
+/* mc_k_linear_bwd only: dx is written (dout . W), not added to, and may be
+ * x itself: the weight gradient, which reads x, is made first. */
+#define MC_LIN_DX_WRITE 8u
 
 typedef struct mc_backend mc_backend;
 

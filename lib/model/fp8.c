@@ -23,6 +23,7 @@
  * operands converted to FP8 bytes, exact conversions, so only the
  * summation order differs.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,7 @@ void mc_model_lin_bwd(mc_model *m, mc_prec pr, int l, int which, float *dx, floa
                         exact);
         return;
     }
+    assert(!(exact & MC_LIN_DX_WRITE)); /* dx added below, x quantized after it */
     mc_backend *be = m->be;
     int e5 = m->cfg.fp8 == 2;
     float sd = quantize(m, op_index(m, l, which, 2), m->fp8_qd, dy, N * O, e5);

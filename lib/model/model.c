@@ -841,12 +841,21 @@ static mc_status layer_bwd(mc_model *m, mc_slot *sl, int l, mc_error *err)
      * sequence parallelism: the gather of its output gradient). */
     TRY(mc_model_tp_gather(m, m->dres, &dy, err));
     /* fc2's weight gradient first: it is act's last reader, and act's
-     * memory then takes d(act) (the same two products as one call) */
-    mc_model_lin_bwd(m, pr, l, MC_LIN_FC2, NULL, param_grad(m, lp->fc2_w), param_grad(m, lp->fc2_b),
-                     dy, a->act, lp->fc2_w, N, m->Fl, C, exact_x(m));
+     * memory then takes d(act): one call that makes dW first and writes
+     * d(act) over act (MC_LIN_DX_WRITE; dy rounded once for both products);
+     * with FP8, whose products quantize their operands, two calls */
     float *dact = a->act, *dfc1 = a->fc1; /* d(fc1) in fc1's place: elementwise */
-    mc_k_fill(be, dact, 0.0f, N * m->Fl);
-    mc_model_lin_bwd(m, pr, l, MC_LIN_FC2, dact, NULL, NULL, dy, NULL, lp->fc2_w, N, m->Fl, C, 0);
+    if (!c->fp8) {
+        mc_model_lin_bwd(m, pr, l, MC_LIN_FC2, dact, param_grad(m, lp->fc2_w),
+                         param_grad(m, lp->fc2_b), dy, a->act, lp->fc2_w, N, m->Fl, C,
+                         exact_x(m) | MC_LIN_DX_WRITE);
+    } else {
+        mc_model_lin_bwd(m, pr, l, MC_LIN_FC2, NULL, param_grad(m, lp->fc2_w),
+                         param_grad(m, lp->fc2_b), dy, a->act, lp->fc2_w, N, m->Fl, C, exact_x(m));
+        mc_k_fill(be, dact, 0.0f, N * m->Fl);
+        mc_model_lin_bwd(m, pr, l, MC_LIN_FC2, dact, NULL, NULL, dy, NULL, lp->fc2_w, N, m->Fl, C,
+                         0);
+    }
     if (c->swiglu)
         mc_k_swiglu_bwd_inplace(be, dfc1, dact, N, m->Fl);
     else

@@ -34,6 +34,29 @@ static double lin_loss(void *ctx)
     return L;
 }
 
+/* MC_LIN_DX_WRITE: dx written, not added (its prefill ignored), and dx
+ * may be x itself (dW, made first, reads x before dx replaces it); the
+ * bytes of adding onto zeros */
+static void check_dx_write(mc_backend *be, mc_prec prec, const char *pn, const float *g,
+                           const float *x, const float *W, const float *dx0, const float *dW0,
+                           const float *db0, size_t N, size_t I, size_t O)
+{
+    float *z = kt_falloc(N * I), *dWa = kt_copy(dW0, O * I), *dba = kt_copy(db0, O);
+    memset(z, 0, N * I * 4);
+    mc_k_linear_bwd(be, prec, z, dWa, dba, g, x, W, NULL, N, I, O, 0);
+    float *dxw = kt_copy(dx0, N * I), *dWw = kt_copy(dW0, O * I), *dbw = kt_copy(db0, O);
+    mc_k_linear_bwd(be, prec, dxw, dWw, dbw, g, x, W, NULL, N, I, O, MC_LIN_DX_WRITE);
+    float *xa = kt_copy(x, N * I), *dWx = kt_copy(dW0, O * I), *dbx = kt_copy(db0, O);
+    mc_k_linear_bwd(be, prec, xa, dWx, dbx, g, xa, W, NULL, N, I, O, MC_LIN_DX_WRITE);
+    TAP_OK(!memcmp(z, dxw, N * I * 4) && !memcmp(dWa, dWw, O * I * 4) && !memcmp(dba, dbw, O * 4) &&
+               !memcmp(z, xa, N * I * 4) && !memcmp(dWa, dWx, O * I * 4) &&
+               !memcmp(dba, dbx, O * 4),
+           "linear %s bwd with dx written (MC_LIN_DX_WRITE), also over x itself: the bytes of "
+           "adding onto zeros",
+           pn);
+    free(z), free(dWa), free(dba), free(dxw), free(dWw), free(dbw), free(xa), free(dWx), free(dbx);
+}
+
 static void check_fp32(mc_backend *be, size_t N, size_t I, size_t O)
 {
     kt_rng r = {N * 131 + I * 17 + O};
@@ -80,6 +103,7 @@ static void check_fp32(mc_backend *be, size_t N, size_t I, size_t O)
     mc_k_linear_bwd(be, MC_PREC_FP32, dx2, NULL, db2, g, x, W, NULL, N, I, O, 0);
     TAP_OK(!memcmp(dx, dx2, N * I * 4) && !memcmp(db, db2, O * 4),
            "linear bwd with dW = NULL: dx and db identical to the full call");
+    check_dx_write(be, MC_PREC_FP32, "fp32", g, x, W, dx0, dW0, db0, N, I, O);
     free(x), free(W), free(b), free(g), free(c.x), free(c.W), free(c.b), free(c.dout);
     free(ref), free(out), free(acc), free(acc0), free(dx), free(dW), free(db);
     free(dx0), free(dW0), free(db0), free(dx2), free(db2);
@@ -179,6 +203,8 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
     TAP_OK(!memcmp(out, out2, N * O * 4) && !memcmp(dx, dx2, N * I * 4) &&
                !memcmp(dW, dW2, O * I * 4),
            "linear %s: rerun gives identical bytes", pn);
+
+    check_dx_write(be, prec, pn, g, x, W, dx0, dW0, db0, N, I, O);
 
     if (prec != MC_PREC_FP32) {
         /* the weight prepared by the caller (Wp): the same bytes */

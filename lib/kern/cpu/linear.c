@@ -210,6 +210,7 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float
             for (size_t c = c0; c < c1; c++) db[c] += acc[c - c0];
         }
     }
-    if (dx) gemm(be, prec, 0, 0, N, I, O, &od, &ow, 1.0f, dx);
+    /* dW first: dx may be x itself (MC_LIN_DX_WRITE) */
     if (dW) gemm(be, prec, 1, 0, O, I, N, &od, &ox, 1.0f, dW);
+    if (dx) gemm(be, prec, 0, 0, N, I, O, &od, &ow, exact & MC_LIN_DX_WRITE ? 0.0f : 1.0f, dx);
 }

@@ -206,19 +206,24 @@ extern "C" void mc_cuda_linear_bwd(mc_cuda *cu, mc_prec prec, float *dx, float *
                                    const void *Wp, size_t N, size_t I, size_t O, unsigned exact)
 {
     (void)Wp; /* see mc_cuda_linear_fwd */
-    (void)exact;
-    if (!N || !O) return;
+    if (!N) return;
+    if (!O) { /* no products: a written dx is zero */
+        if (dx && I && (exact & MC_LIN_DX_WRITE))
+            CU_CHECK(cudaMemsetAsync(dx, 0, N * I * sizeof(float), cu->stream));
+        return;
+    }
     if (I && (dx || dW)) {
         const void *g = operand(cu, prec, dout, N * O, MC_CU_SCRATCH_GEMM_C);
-        if (dx) {
-            const void *w = operand(cu, prec, W, O * I, MC_CU_SCRATCH_GEMM_B);
-            gemm(cu, prec, 0, 0, (int64_t)I, (int64_t)N, (int64_t)O, w, (int64_t)I, g, (int64_t)O,
-                 1.0f, dx, (int64_t)I, NULL);
-        }
+        /* dW first: dx may be x itself (MC_LIN_DX_WRITE; the stream orders them) */
         if (dW) {
             const void *a = operand(cu, prec, x, N * I, MC_CU_SCRATCH_GEMM_A);
             gemm(cu, prec, 0, 1, (int64_t)I, (int64_t)O, (int64_t)N, a, (int64_t)I, g, (int64_t)O,
                  1.0f, dW, (int64_t)I, NULL);
+        }
+        if (dx) {
+            const void *w = operand(cu, prec, W, O * I, MC_CU_SCRATCH_GEMM_B);
+            gemm(cu, prec, 0, 0, (int64_t)I, (int64_t)N, (int64_t)O, w, (int64_t)I, g, (int64_t)O,
+                 exact & MC_LIN_DX_WRITE ? 0.0f : 1.0f, dx, (int64_t)I, NULL);
         }
     }
     if (!db) return;
