@@ -185,13 +185,11 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float
             dr = (char *)(uintptr_t)dout; /* the caller's scratch (kern.h) */
         else if (db)
             dr = mc_cpu_scratch(be, MC_CPU_SCRATCH_GEMM_C, N * O * es);
-        if (!dr)
-            ;
-        else if (es == sizeof(uint16_t))
+        if (dr && es == sizeof(uint16_t))
             od.b16 = (const uint16_t *)dr;
-        else
+        else if (dr)
             od.rnd = (const float *)dr;
-        if (dr && !db) /* no bias pass to round it in */
+        if (dr && !db) /* no bias pass to round it in: in place, at once */
             mc_cpu_round_into(be, (float *)dr, dout, N * O, prec);
     }
     if (db) {
