@@ -486,10 +486,26 @@ static void check_linear(ctx *x, size_t N, size_t I, size_t O)
         cmp(x, k, "bwd dx", dx, tol[prec]);
         cmp(x, k, "bwd dW", dW, tol[prec]);
         cmp(x, k, "bwd db", db, FP32);
+        /* MC_LIN_DX_WRITE: dx written over poison; and over x itself (dW,
+         * made first, reads x before dx replaces it) */
+        pair dxw = poisoned(x, N * I), dW2 = rnd(x, O * I, 1), xa = rnd(x, N * I, 1),
+             dW3 = rnd(x, O * I, 1);
+        ON_BOTH(mc_k_linear_bwd(be, (mc_prec)prec, S(dxw), S(dW2), NULL, S(g), S(xx), S(W), NULL,
+                                N, I, O, MC_LIN_DX_WRITE));
+        cmp(x, k, "bwd dx written (MC_LIN_DX_WRITE)", dxw, tol[prec]);
+        cmp(x, k, "bwd dW beside a written dx", dW2, tol[prec]);
+        ON_BOTH(mc_k_linear_bwd(be, (mc_prec)prec, S(xa), S(dW3), NULL, S(g), S(xa), S(W), NULL, N,
+                                I, O, MC_LIN_DX_WRITE));
+        cmp(x, k, "bwd dx written over x", xa, tol[prec]);
+        cmp(x, k, "bwd dW of the x it replaced", dW3, tol[prec]);
         drop(x, o);
         drop(x, dx);
         drop(x, dW);
         drop(x, db);
+        drop(x, dxw);
+        drop(x, dW2);
+        drop(x, xa);
+        drop(x, dW3);
     }
     drop(x, xx);
     drop(x, W);
