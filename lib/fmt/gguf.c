@@ -476,9 +476,14 @@ static mc_status build_plan(const mc_model_config *c, int llama, int ggml, int h
         snprintf(s, sizeof s, "decoder.final_layernorm.bias");
         ADD(X_COPY, C, 0, C, 0);
     }
-    if (c->untie_embeddings_and_output_weights) {
+    /* gpt2 with tied embeddings: output.weight a copy of token_embd, as
+     * llama.cpp's own converter writes it (the gpt2 loader of older
+     * llama.cpp versions requires the tensor) */
+    if (c->untie_embeddings_and_output_weights || !llama) {
         snprintf(n, sizeof n, "output.weight");
-        snprintf(s, sizeof s, "output_layer.weight");
+        snprintf(s, sizeof s, "%s",
+                 c->untie_embeddings_and_output_weights ? "output_layer.weight"
+                                                        : "embedding.word_embeddings.weight");
         ADD(X_COPY, V, C, Vp, C);
     }
 #undef ADD

@@ -225,6 +225,8 @@ def expected_tensors(h5, cfg, llama):
         out["output_norm.bias"] = get("decoder.final_layernorm.bias")
     if cfg["untie_embeddings_and_output_weights"]:
         out["output.weight"] = get("output_layer.weight")[:V]
+    elif not llama:  # gpt2: the tied head written as llama.cpp's converter does
+        out["output.weight"] = get("embedding.word_embeddings.weight")[:V]
     return out
 
 
