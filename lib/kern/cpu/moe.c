@@ -411,15 +411,8 @@ static mc_cpu_gemm_op weight_op(mc_backend *be, mc_prec prec, const float *W, co
 {
     if (!Wp || prec == MC_PREC_FP32)
         return mc_cpu_gemm_operand(be, prec, MC_CPU_SCRATCH_GEMM_B, W, n);
-    mc_cpu_gemm_op o = {Wp,
-                        prec == MC_PREC_BF16 && be->dnnl_bf16 ? sizeof(uint16_t) : sizeof(float)};
+    mc_cpu_gemm_op o = {Wp, mc_backend_weight_bytes(be, prec)};
     return o;
-}
-
-/* the bytes of an element in the GEMM's form (0: fp32, multiplied as it is) */
-static size_t form_bytes(const mc_backend *be, mc_prec prec)
-{
-    return prec == MC_PREC_FP32 ? 0 : prec == MC_PREC_BF16 && be->dnnl_bf16 ? 2 : 4;
 }
 
 /* src's n values in the GEMM's form in buf (by this thread alone) */
@@ -441,7 +434,7 @@ void mc_cpu_grouped_linear_fwd(mc_backend *be, mc_prec prec, float *out, const f
         off[e + 1] = off[e] + (size_t)rows[e];
         first[e + 1] = first[e] + parts((size_t)rows[e], GROUP_ROWS);
     }
-    size_t items = first[E], es = form_bytes(be, prec), slab = GROUP_ROWS * Cin * es;
+    size_t items = first[E], es = mc_backend_weight_bytes(be, prec), slab = GROUP_ROWS * Cin * es;
     if (!items) return;
     char *ws = es ? mc_cpu_scratch(be, MC_CPU_SCRATCH_WORK, (size_t)be->threads * slab) : NULL;
     mc_cpu_gemm_op ow = weight_op(be, prec, W, Wp, E * Cout * Cin);
@@ -489,7 +482,7 @@ void mc_cpu_grouped_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *d
     /* items [0, nw): d W / d b blocks of the experts with rows; [nw,
      * nw + nx): d x row blocks */
     size_t off[MAX_E + 1], fx[MAX_E + 1], fw[MAX_E + 1], pc = parts(Cout, GROUP_COLS);
-    size_t es = form_bytes(be, prec), nmax = 0;
+    size_t es = mc_backend_weight_bytes(be, prec), nmax = 0;
     off[0] = fx[0] = fw[0] = 0;
     for (size_t e = 0; e < E; e++) {
         size_t n = (size_t)rows[e];
