@@ -593,8 +593,6 @@ int main(void)
     static const int64_t fine[5] = {37, 0, 130, 256, 5}, big[3] = {300, 17, 0};
     test_grouped_bf16(be2, fine, 5, 40, 24, "experts of at most 256 rows");
     test_grouped_bf16(be2, big, 3, 24, 600, "an expert of 300 rows, 600 outputs");
-    mc_backend_free(be);
-    be = kt_backend(1);
     test_grouped_schedules(be);
     test_capacity(be);
     mc_backend_free(be);
