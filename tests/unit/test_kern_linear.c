@@ -292,6 +292,50 @@ static void check_fp32_determinism(mc_backend *be)
     free(x), free(W), free(b), free(g), free(o1), free(o2), free(a1), free(a2);
 }
 
+/* The bias pass (bias_block in linear.c) splits the columns by the thread
+ * count; each column still sums its rows in order, so the bias gradient and
+ * dout rounded in place are the same bytes at 1, 2 and 3 threads, in every
+ * precision, and db equals a float sum in row order. O = 1000 gives blocks
+ * of different widths and a ragged last one. */
+static void check_bias_threads(void)
+{
+    size_t N = 64, I = 8, O = 1000;
+    kt_rng r = {7};
+    float *x = kt_falloc(N * I), *W = kt_falloc(O * I), *g = kt_falloc(N * O);
+    kt_fill(&r, x, N * I, -1, 1), kt_fill(&r, W, O * I, -1, 1), kt_fill(&r, g, N * O, -1, 1);
+    const mc_prec precs[] = {MC_PREC_FP32, MC_PREC_BF16, MC_PREC_FP16, MC_PREC_TF32};
+    const char *names[] = {"fp32", "bf16", "fp16", "tf32"};
+    /* db's reference: rows summed in order in float (no contraction: adds) */
+    float *dbr = kt_falloc(O);
+    for (size_t o = 0; o < O; o++) {
+        float s = 0.0f;
+        for (size_t n = 0; n < N; n++) s += g[n * O + o];
+        dbr[o] = s;
+    }
+    for (int p = 0; p < 4; p++) {
+        float *db[3], *gs[3];
+        int same = 1, ref = 1;
+        for (int t = 0; t < 3; t++) {
+            mc_backend *be = kt_backend(t + 1);
+            float *dx = kt_falloc(N * I), *dW = kt_falloc(O * I);
+            db[t] = kt_falloc(O), gs[t] = kt_copy(g, N * O);
+            memset(dx, 0, N * I * 4), memset(dW, 0, O * I * 4), memset(db[t], 0, O * 4);
+            mc_k_linear_bwd(be, precs[p], dx, dW, db[t], gs[t], x, W, NULL, N, I, O,
+                            MC_LIN_DOUT_SCRATCH);
+            if (t) same &= !memcmp(db[0], db[t], O * 4) && !memcmp(gs[0], gs[t], N * O * 4);
+            free(dx), free(dW);
+            mc_backend_free(be);
+        }
+        ref = !memcmp(db[0], dbr, O * 4);
+        TAP_OK(same && ref,
+               "linear %s bwd, the bias pass at 1, 2 and 3 threads: db and dout in place the same "
+               "bytes, db the rows' sum in order",
+               names[p]);
+        for (int t = 0; t < 3; t++) free(db[t]), free(gs[t]);
+    }
+    free(x), free(W), free(g), free(dbr);
+}
+
 static double best_of(int reps, void (*fn)(void *), void *arg)
 {
     double best = 1e30;
@@ -400,6 +444,7 @@ int main(void)
     check_lowp(be, MC_PREC_BF16, 128, 256, 96);
     check_lowp(be, MC_PREC_FP16, 37, 64, 29);
     check_lowp(be, MC_PREC_FP16, 128, 256, 96);
+    check_bias_threads();
     timing(be);
     mc_backend_free(be);
     return tap_done();

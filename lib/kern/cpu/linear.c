@@ -9,9 +9,10 @@
 #include "kern/cpu/blas.h"
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/dnnl_bf16.h"
+#include "kern/cpu/isa.h"
 
 #define PAR_MIN 16384
-#define COL_BLOCK 64
+#define COL_BLOCK_MAX 512 /* the widest column block of the bias pass */
 
 /* src rounded to bf16 into scratch slot `slot` */
 static const uint16_t *to_bf16(mc_backend *be, int slot, const float *src, size_t n)
@@ -160,6 +161,43 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
     }
 }
 
+/* What the bias pass writes besides the sums: nothing, bf16 bits, fp32
+ * values rounded to bf16, or another precision's form (mc_cpu_prepare_here) */
+enum { BIAS_SUM, BIAS_BF16_BITS, BIAS_BF16_ROUNDED, BIAS_OTHER };
+
+/* acc[c - c0] = sum over the N rows, in order, of dout[n, c] for c in
+ * [c0, c1), and dout's GEMM form (form) written into dr as each row
+ * segment is read. dr may be dout itself (rounded in place: each element
+ * is read before it is written). The rounding is fpconv.h's bf16
+ * conversion, the same bits as mc_cpu_prepare_here. */
+MC_ISA_BODY void bias_block_body(float *restrict acc, const float *dout, char *dr, size_t N,
+                                 size_t O, size_t c0, size_t c1, int form, const mc_backend *be,
+                                 mc_prec prec, int isa MC_ISA_UNUSED)
+{
+    size_t w = c1 - c0;
+    for (size_t c = 0; c < w; c++) acc[c] = 0.0f;
+    for (size_t n = 0; n < N; n++) {
+        const float *g = dout + n * O + c0;
+#pragma omp simd
+        for (size_t c = 0; c < w; c++) acc[c] += g[c];
+        if (form == BIAS_BF16_BITS) {
+            uint16_t *h = (uint16_t *)dr + n * O + c0;
+#pragma omp simd
+            for (size_t c = 0; c < w; c++) h[c] = mc_f32_to_bf16(g[c]);
+        } else if (form == BIAS_BF16_ROUNDED) {
+            float *r = (float *)dr + n * O + c0;
+#pragma omp simd
+            for (size_t c = 0; c < w; c++) r[c] = mc_bf16_to_f32(mc_f32_to_bf16(g[c]));
+        } else if (form == BIAS_OTHER) {
+            mc_cpu_prepare_here(be, prec, dr + (n * O + c0) * sizeof(float), g, w);
+        }
+    }
+}
+MC_ISA_VARIANTS_VOID(bias_block,
+                     (float *restrict acc, const float *dout, char *dr, size_t N, size_t O,
+                      size_t c0, size_t c1, int form, const mc_backend *be, mc_prec prec),
+                     (acc, dout, dr, N, O, c0, c1, form, be, prec))
+
 /* dx[n,i] += sum_o dout[n,o] W[o,i];  dW[o,i] += sum_n dout[n,o] x[n,i];
  * db[o] += sum_n dout[n,o] */
 void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float *db,
@@ -193,18 +231,22 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float
             mc_cpu_round_into(be, (float *)dr, dout, N * O, prec);
     }
     if (db) {
-        /* each column block sums its rows in order: no atomics, fixed order */
-        size_t nblk = (O + COL_BLOCK - 1) / COL_BLOCK;
+        /* column blocks, about two a thread: each sums its rows in order,
+         * so the bits depend on neither the blocks nor the threads */
+        size_t per = (O + (size_t)be->threads * COL_BLOCK_MAX - 1) /
+                     ((size_t)be->threads * COL_BLOCK_MAX);
+        size_t nb = (size_t)be->threads * per, w = ((O + nb - 1) / nb + 15) & ~(size_t)15;
+        size_t nblk = (O + w - 1) / w;
+        int form = !dr                      ? BIAS_SUM
+                   : es == sizeof(uint16_t) ? BIAS_BF16_BITS
+                   : prec == MC_PREC_BF16   ? BIAS_BF16_ROUNDED
+                                            : BIAS_OTHER;
+        bias_block_fn f = bias_block_for(be->isa);
 #pragma omp parallel for num_threads(be->threads) if (N * O > PAR_MIN) schedule(static)
         for (size_t cb = 0; cb < nblk; cb++) {
-            size_t c0 = cb * COL_BLOCK, c1 = c0 + COL_BLOCK < O ? c0 + COL_BLOCK : O;
-            float acc[COL_BLOCK] = {0};
-            for (size_t n = 0; n < N; n++) {
-                const float *g = dout + n * O;
-#pragma omp simd
-                for (size_t c = c0; c < c1; c++) acc[c - c0] += g[c];
-                if (dr) mc_cpu_prepare_here(be, prec, dr + (n * O + c0) * es, g + c0, c1 - c0);
-            }
+            size_t c0 = cb * w, c1 = c0 + w < O ? c0 + w : O;
+            float acc[COL_BLOCK_MAX];
+            f(acc, dout, dr, N, O, c0, c1, form, be, prec);
             for (size_t c = c0; c < c1; c++) db[c] += acc[c - c0];
         }
     }
