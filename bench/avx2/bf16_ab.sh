@@ -17,19 +17,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}
 T=${T:-1024} rounds=${ROUNDS:-4} warm=${WARM:-1} iters=${ITERS:-2} threads=${THREADS:-2}
-export MC_CPU_ISA=${MC_CPU_ISA-avx2} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-Haswell}
-[ -n "$MC_CPU_ISA" ] || unset MC_CPU_ISA
-[ -n "$OPENBLAS_CORETYPE" ] || unset OPENBLAS_CORETYPE
+. "$here/bench/lib/avx2_pin.sh"
+avx2_pin
 mctrain=$build/tools/mc-train/mc-train
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-echo "bench/avx2/bf16_ab.sh: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')," \
-    "family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')" \
-    "model $(grep -m1 '^model[[:space:]]' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')," \
-    "MC_CPU_ISA=${MC_CPU_ISA:-} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}"
+echo "bench/avx2/bf16_ab.sh: $(cpu_line)"
 "$mctrain" --model gpt2-124m --mock-data --vocab-size 50257 --lr 1e-4 --train-iters 1 \
     --device cpu --bf16 --dry-run | grep "^cpu path" || true
 echo "GPT-2 124M, B=4, T=$T, $threads threads; per run the median of $iters iterations after $warm"

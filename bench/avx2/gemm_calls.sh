@@ -19,9 +19,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}
 T=${T:-1024} rounds=${ROUNDS:-2} iters=${ITERS:-3} threads=${THREADS:-2} cc=${CC:-cc}
-export MC_CPU_ISA=${MC_CPU_ISA-avx2} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-Haswell}
-[ -n "$MC_CPU_ISA" ] || unset MC_CPU_ISA
-[ -n "$OPENBLAS_CORETYPE" ] || unset OPENBLAS_CORETYPE
+. "$here/bench/lib/avx2_pin.sh"
+avx2_pin
 mctrain=$build/tools/mc-train/mc-train
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -33,10 +32,7 @@ blas=$(sed -n 's/^#define MC_OPENBLAS_LIB "\(.*\)"$/\1/p' "$build/config.h")
     -ldl -lpthread -Wl,--no-as-needed "$blas" -Wl,-rpath,"$(dirname "$blas")"
 "$cc" -O2 -std=gnu17 -fopenmp -o "$work/fma_peak" "$here/bench/avx2/fma_peak.c"
 
-echo "bench/avx2/gemm_calls.sh: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')," \
-    "family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')" \
-    "model $(grep -m1 '^model[[:space:]]' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')," \
-    "MC_CPU_ISA=${MC_CPU_ISA:-} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-}, OpenBLAS $blas"
+echo "bench/avx2/gemm_calls.sh: $(cpu_line), OpenBLAS $blas"
 peak=$(OMP_NUM_THREADS=$threads "$work/fma_peak")
 echo "$peak"
 peak=$(sed 's/.*: \([0-9.]*\) GFLOP.*/\1/' <<<"$peak")
