@@ -1,0 +1,324 @@
+/*
+ * bench/avx2/bf16_panel.c - issue 18, section 2's first option measured: a
+ * GEMM for emulated bf16 on AVX2 that keeps the weight as bf16 (half the
+ * bytes of the rounded fp32 copy mc makes now) packed in 16-column panels
+ * and widens it in registers, against OpenBLAS's sgemm on the same rounded
+ * values. A spike, not part of mc: it covers the forward form only
+ * (C = A B^T, B the weight [N, K] as mc stores it), has no tuning beyond
+ * GotoBLAS's loop order (a 6 x 16 register tile, KC = 256, MC = 144 rows
+ * a block; threads split the row blocks, or the columns where there are
+ * few rows), and packs the weight once outside the timing, as the
+ * optimizer's update would write it.
+ *
+ *   bf16_panel kernel         the 6 x 16 micro-kernel alone on L1-resident
+ *                             panels: fp32 B against bf16 B widened
+ *                             (vpmovzxwd + vpslld), best of 5
+ *   bf16_panel gemm M N K     the whole GEMM against cblas_sgemm,
+ *                             alternating 7 times, best of the last 6;
+ *                             prints the largest difference (the sums run
+ *                             in another order: about 1e-6 relative)
+ *
+ * Threads: OMP_NUM_THREADS (and OpenBLAS's). Built by hand:
+ *   cc -O2 -fopenmp -o bf16_panel bench/avx2/bf16_panel.c \
+ *      -I/usr/include/x86_64-linux-gnu/openblas-openmp -lopenblas
+ */
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#define KC 256
+#define MC 144
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+static uint16_t b16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+static float w16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#define ROW(i)                                 \
+    x = _mm256_broadcast_ss(pa + i);           \
+    c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0); \
+    c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1);
+__attribute__((target("avx2,fma"))) static inline void
+kern(int kc, const float *pa, const uint16_t *pb, float *c, long ldc, int first)
+{
+    __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    if (first) {
+        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+    } else {
+        c00 = _mm256_loadu_ps(c), c01 = _mm256_loadu_ps(c + 8);
+        c10 = _mm256_loadu_ps(c + ldc), c11 = _mm256_loadu_ps(c + ldc + 8);
+        c20 = _mm256_loadu_ps(c + 2 * ldc), c21 = _mm256_loadu_ps(c + 2 * ldc + 8);
+        c30 = _mm256_loadu_ps(c + 3 * ldc), c31 = _mm256_loadu_ps(c + 3 * ldc + 8);
+        c40 = _mm256_loadu_ps(c + 4 * ldc), c41 = _mm256_loadu_ps(c + 4 * ldc + 8);
+        c50 = _mm256_loadu_ps(c + 5 * ldc), c51 = _mm256_loadu_ps(c + 5 * ldc + 8);
+    }
+    for (int k = 0; k < kc; k++, pa += 6, pb += 16) {
+        __m256 b0 = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)pb)), 16));
+        __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(pb + 8))), 16));
+        __m256 x;
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+    }
+    _mm256_storeu_ps(c, c00), _mm256_storeu_ps(c + 8, c01);
+    _mm256_storeu_ps(c + ldc, c10), _mm256_storeu_ps(c + ldc + 8, c11);
+    _mm256_storeu_ps(c + 2 * ldc, c20), _mm256_storeu_ps(c + 2 * ldc + 8, c21);
+    _mm256_storeu_ps(c + 3 * ldc, c30), _mm256_storeu_ps(c + 3 * ldc + 8, c31);
+    _mm256_storeu_ps(c + 4 * ldc, c40), _mm256_storeu_ps(c + 4 * ldc + 8, c41);
+    _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
+}
+
+/* Bp[(n/16)][K][16]: the weight W[N,K] (row n = output n) packed */
+static void pack_b(uint16_t *Bp, const float *W, int N, int K)
+{
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++)
+            Bp[((size_t)(n / 16) * K + k) * 16 + n % 16] = b16(W[(size_t)n * K + k]);
+}
+
+__attribute__((target("avx2,fma"))) static void gemm_nt(int M, int N, int K, const float *A,
+                                                        const uint16_t *Bp, float *C)
+{
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        float *Ap = aligned_alloc(64, (MC + 6) * KC * 4), tmp[6 * 16];
+        /* few row blocks: each thread takes a share of the columns instead */
+        int bycol = M < 2 * nt * MC;
+        int j0 = 0, j1 = N;
+        if (bycol) {
+            int per = (N / 16 + nt - 1) / nt * 16;
+            j0 = t * per;
+            j1 = j0 + per < N ? j0 + per : N;
+        }
+        for (int ic = bycol ? 0 : t * MC; ic < M; ic += bycol ? MC : nt * MC) {
+            int mc = M - ic < MC ? M - ic : MC;
+            for (int pc = 0; pc < K; pc += KC) {
+                int kc = K - pc < KC ? K - pc : KC;
+                /* A block into 6-row panels, zero rows past M */
+                for (int ir = 0; ir < mc; ir += 6) {
+                    float *p = Ap + (size_t)ir * kc;
+                    for (int r = 0; r < 6; r++) {
+                        const float *a = ir + r < mc ? A + (size_t)(ic + ir + r) * K + pc : NULL;
+                        for (int k = 0; k < kc; k++) p[k * 6 + r] = a ? a[k] : 0.0f;
+                    }
+                }
+                for (int jr = j0; jr < j1; jr += 16) {
+                    const uint16_t *pb = Bp + ((size_t)(jr / 16) * K + pc) * 16;
+                    for (int ir = 0; ir < mc; ir += 6) {
+                        float *c = C + (size_t)(ic + ir) * N + jr;
+                        if (ir + 6 <= mc)
+                            kern(kc, Ap + (size_t)ir * kc, pb, c, N, pc == 0);
+                        else {
+                            int rows = mc - ir;
+                            for (int r = 0; r < rows; r++)
+                                memcpy(tmp + r * 16, c + (size_t)r * N, 64);
+                            kern(kc, Ap + (size_t)ir * kc, pb, tmp, 16, pc == 0);
+                            for (int r = 0; r < rows; r++)
+                                memcpy(c + (size_t)r * N, tmp + r * 16, 64);
+                        }
+                    }
+                }
+            }
+        }
+        free(Ap);
+    }
+}
+
+__attribute__((target("avx2,fma"), noinline)) static void k_f32(const float *a, const float *b,
+                                                                float *c, long reps)
+{
+    for (long r = 0; r < reps; r++) {
+        __m256 c00 = _mm256_loadu_ps(c), c01 = _mm256_loadu_ps(c + 8),
+               c10 = _mm256_loadu_ps(c + 16), c11 = _mm256_loadu_ps(c + 24),
+               c20 = _mm256_loadu_ps(c + 32), c21 = _mm256_loadu_ps(c + 40),
+               c30 = _mm256_loadu_ps(c + 48), c31 = _mm256_loadu_ps(c + 56),
+               c40 = _mm256_loadu_ps(c + 64), c41 = _mm256_loadu_ps(c + 72),
+               c50 = _mm256_loadu_ps(c + 80), c51 = _mm256_loadu_ps(c + 88);
+        const float *pa = a, *pb = b;
+        for (int k = 0; k < KC; k++, pa += 6, pb += 16) {
+            __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8), x;
+            x = _mm256_broadcast_ss(pa + 0);
+            c00 = _mm256_fmadd_ps(x, b0, c00);
+            c01 = _mm256_fmadd_ps(x, b1, c01);
+            x = _mm256_broadcast_ss(pa + 1);
+            c10 = _mm256_fmadd_ps(x, b0, c10);
+            c11 = _mm256_fmadd_ps(x, b1, c11);
+            x = _mm256_broadcast_ss(pa + 2);
+            c20 = _mm256_fmadd_ps(x, b0, c20);
+            c21 = _mm256_fmadd_ps(x, b1, c21);
+            x = _mm256_broadcast_ss(pa + 3);
+            c30 = _mm256_fmadd_ps(x, b0, c30);
+            c31 = _mm256_fmadd_ps(x, b1, c31);
+            x = _mm256_broadcast_ss(pa + 4);
+            c40 = _mm256_fmadd_ps(x, b0, c40);
+            c41 = _mm256_fmadd_ps(x, b1, c41);
+            x = _mm256_broadcast_ss(pa + 5);
+            c50 = _mm256_fmadd_ps(x, b0, c50);
+            c51 = _mm256_fmadd_ps(x, b1, c51);
+        }
+        _mm256_storeu_ps(c, c00);
+        _mm256_storeu_ps(c + 8, c01);
+        _mm256_storeu_ps(c + 16, c10);
+        _mm256_storeu_ps(c + 24, c11);
+        _mm256_storeu_ps(c + 32, c20);
+        _mm256_storeu_ps(c + 40, c21);
+        _mm256_storeu_ps(c + 48, c30);
+        _mm256_storeu_ps(c + 56, c31);
+        _mm256_storeu_ps(c + 64, c40);
+        _mm256_storeu_ps(c + 72, c41);
+        _mm256_storeu_ps(c + 80, c50);
+        _mm256_storeu_ps(c + 88, c51);
+    }
+}
+/* B panel as bf16: 16 values = 32 bytes per k; widened: low/high 8 via vpmovzxwd + shift */
+__attribute__((target("avx2,fma"), noinline)) static void k_b16(const float *a, const uint16_t *b,
+                                                                float *c, long reps)
+{
+    for (long r = 0; r < reps; r++) {
+        __m256 c00 = _mm256_loadu_ps(c), c01 = _mm256_loadu_ps(c + 8),
+               c10 = _mm256_loadu_ps(c + 16), c11 = _mm256_loadu_ps(c + 24),
+               c20 = _mm256_loadu_ps(c + 32), c21 = _mm256_loadu_ps(c + 40),
+               c30 = _mm256_loadu_ps(c + 48), c31 = _mm256_loadu_ps(c + 56),
+               c40 = _mm256_loadu_ps(c + 64), c41 = _mm256_loadu_ps(c + 72),
+               c50 = _mm256_loadu_ps(c + 80), c51 = _mm256_loadu_ps(c + 88);
+        const float *pa = a;
+        const uint16_t *pb = b;
+        for (int k = 0; k < KC; k++, pa += 6, pb += 16) {
+            __m256 b0 = _mm256_castsi256_ps(
+                _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)pb)), 16));
+            __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)(pb + 8))), 16));
+            __m256 x;
+            x = _mm256_broadcast_ss(pa + 0);
+            c00 = _mm256_fmadd_ps(x, b0, c00);
+            c01 = _mm256_fmadd_ps(x, b1, c01);
+            x = _mm256_broadcast_ss(pa + 1);
+            c10 = _mm256_fmadd_ps(x, b0, c10);
+            c11 = _mm256_fmadd_ps(x, b1, c11);
+            x = _mm256_broadcast_ss(pa + 2);
+            c20 = _mm256_fmadd_ps(x, b0, c20);
+            c21 = _mm256_fmadd_ps(x, b1, c21);
+            x = _mm256_broadcast_ss(pa + 3);
+            c30 = _mm256_fmadd_ps(x, b0, c30);
+            c31 = _mm256_fmadd_ps(x, b1, c31);
+            x = _mm256_broadcast_ss(pa + 4);
+            c40 = _mm256_fmadd_ps(x, b0, c40);
+            c41 = _mm256_fmadd_ps(x, b1, c41);
+            x = _mm256_broadcast_ss(pa + 5);
+            c50 = _mm256_fmadd_ps(x, b0, c50);
+            c51 = _mm256_fmadd_ps(x, b1, c51);
+        }
+        _mm256_storeu_ps(c, c00);
+        _mm256_storeu_ps(c + 8, c01);
+        _mm256_storeu_ps(c + 16, c10);
+        _mm256_storeu_ps(c + 24, c11);
+        _mm256_storeu_ps(c + 32, c20);
+        _mm256_storeu_ps(c + 40, c21);
+        _mm256_storeu_ps(c + 48, c30);
+        _mm256_storeu_ps(c + 56, c31);
+        _mm256_storeu_ps(c + 64, c40);
+        _mm256_storeu_ps(c + 72, c41);
+        _mm256_storeu_ps(c + 80, c50);
+        _mm256_storeu_ps(c + 88, c51);
+    }
+}
+static int kernel_main(void)
+{
+    long reps = 200000;
+    double best[2] = {0, 0};
+    for (int round = 0; round < 5; round++)
+        for (int w = 0; w < 2; w++) {
+            double t0 = now();
+#pragma omp parallel
+            {
+                float *a = aligned_alloc(64, 6 * KC * 4), *b = aligned_alloc(64, 16 * KC * 4),
+                      *c = aligned_alloc(64, 96 * 4);
+                uint16_t *bh = aligned_alloc(64, 16 * KC * 2);
+                for (int i = 0; i < 6 * KC; i++) a[i] = 1e-3f * (i % 7);
+                for (int i = 0; i < 16 * KC; i++) {
+                    b[i] = 1e-3f * (i % 5);
+                    uint32_t u;
+                    memcpy(&u, &b[i], 4);
+                    bh[i] = u >> 16;
+                }
+                memset(c, 0, 96 * 4);
+                if (w)
+                    k_b16(a, bh, c, reps);
+                else
+                    k_f32(a, b, c, reps);
+                free(a), free(b), free(c), free(bh);
+            }
+            double g = 2.0 * 6 * 16 * KC * reps * omp_get_max_threads() / (now() - t0) / 1e9;
+            if (g > best[w]) best[w] = g;
+        }
+    printf("in-L1 6x16 micro-kernel, %d threads: fp32 B %.1f GFLOP/s, bf16 B widened %.1f GFLOP/s "
+           "(%.3f)\n",
+           omp_get_max_threads(), best[0], best[1], best[1] / best[0]);
+    return 0;
+}
+static int gemm_main(int M, int N, int K)
+{
+    float *A = malloc(4L * M * K), *W = malloc(4L * N * K), *Wr = malloc(4L * N * K),
+          *C1 = malloc(4L * M * N), *C2 = malloc(4L * M * N);
+    uint16_t *Bp = aligned_alloc(64, 2L * N * K);
+    srand(3);
+    for (long i = 0; i < (long)M * K; i++) A[i] = w16(b16(rand() / (float)RAND_MAX - 0.5f));
+    for (long i = 0; i < (long)N * K; i++) {
+        W[i] = (rand() / (float)RAND_MAX - 0.5f) * 0.05f;
+        Wr[i] = w16(b16(W[i]));
+    }
+    pack_b(Bp, W, N, K);
+    double ts = 1e9, tp = 1e9;
+    for (int r = 0; r < 7; r++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, A, K, Wr, K, 0, C1, N);
+        double t1 = now();
+        gemm_nt(M, N, K, A, Bp, C2);
+        double t2 = now();
+        if (r) {
+            ts = t1 - t0 < ts ? t1 - t0 : ts;
+            tp = t2 - t1 < tp ? t2 - t1 : tp;
+        }
+    }
+    double err = 0;
+    for (long i = 0; i < (long)M * N; i++) {
+        double d = C1[i] - C2[i];
+        if (d < 0) d = -d;
+        if (d > err) err = d;
+    }
+    double fl = 2.0 * M * N * K;
+    printf(
+        "M=%d N=%d K=%d: sgemm %.1f GFLOP/s, bf16-panel %.1f GFLOP/s, ratio %.3f, max diff %.2e\n",
+        M, N, K, fl / ts / 1e9, fl / tp / 1e9, ts / tp, err);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "kernel")) return kernel_main();
+    if (argc == 5 && !strcmp(argv[1], "gemm")) {
+        int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
+        if (M > 0 && N > 0 && K > 0 && N % 16 == 0) return gemm_main(M, N, K);
+    }
+    fprintf(stderr, "usage: bf16_panel kernel | bf16_panel gemm M N K (N a multiple of 16)\n");
+    return 2;
+}
