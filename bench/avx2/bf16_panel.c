@@ -5,10 +5,11 @@
  * and widens it in registers, against OpenBLAS's sgemm on the same rounded
  * values. A spike, not part of mc: it covers the forward form only
  * (C = A B^T, B the weight [N, K] as mc stores it), has no tuning beyond
- * GotoBLAS's loop order (a 6 x 16 register tile, KC = 256, MC = 144 rows
- * a block; threads split the row blocks, or the columns where there are
- * few rows), and packs the weight once outside the timing, as the
- * optimizer's update would write it.
+ * GotoBLAS's loop order and two block sizes (a 6 x 16 register tile,
+ * KC = 512 deep, MC = 144 rows a block or all rows up to 264; threads
+ * split the row blocks, or the columns where there are few rows), and
+ * packs the weight once outside the timing, as the optimizer's update
+ * would write it.
  *
  *   bf16_panel kernel         the 6 x 16 micro-kernel alone on L1-resident
  *                             panels: fp32 B against bf16 B widened
@@ -30,8 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#define KC 256
-#define MC 144
+#define KC 512 /* depth of a packed block */
+#define MC 144 /* rows of a packed block (all of them up to MC_ALL) */
+#define MC_ALL 264
+#define KL 256 /* depth of the kernel mode's L1-resident panels */
 static double now(void)
 {
     struct timespec t;
@@ -100,17 +103,20 @@ __attribute__((target("avx2,fma"))) static void gemm_nt(int M, int N, int K, con
 #pragma omp parallel
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        float *Ap = aligned_alloc(64, (MC + 6) * KC * 4), tmp[6 * 16];
+        /* few rows (an LM head chunk): one block of all of them, so each
+         * thread streams its share of the weight once */
+        int mcb = M <= MC_ALL ? M : MC;
+        float *Ap = aligned_alloc(64, (size_t)(mcb + 6) * KC * 4), tmp[6 * 16];
         /* few row blocks: each thread takes a share of the columns instead */
-        int bycol = M < 2 * nt * MC;
+        int bycol = M < 2 * nt * mcb;
         int j0 = 0, j1 = N;
         if (bycol) {
             int per = (N / 16 + nt - 1) / nt * 16;
             j0 = t * per;
             j1 = j0 + per < N ? j0 + per : N;
         }
-        for (int ic = bycol ? 0 : t * MC; ic < M; ic += bycol ? MC : nt * MC) {
-            int mc = M - ic < MC ? M - ic : MC;
+        for (int ic = bycol ? 0 : t * mcb; ic < M; ic += bycol ? mcb : nt * mcb) {
+            int mc = M - ic < mcb ? M - ic : mcb;
             for (int pc = 0; pc < K; pc += KC) {
                 int kc = K - pc < KC ? K - pc : KC;
                 /* A block into 6-row panels, zero rows past M */
@@ -154,7 +160,7 @@ __attribute__((target("avx2,fma"), noinline)) static void k_f32(const float *a, 
                c40 = _mm256_loadu_ps(c + 64), c41 = _mm256_loadu_ps(c + 72),
                c50 = _mm256_loadu_ps(c + 80), c51 = _mm256_loadu_ps(c + 88);
         const float *pa = a, *pb = b;
-        for (int k = 0; k < KC; k++, pa += 6, pb += 16) {
+        for (int k = 0; k < KL; k++, pa += 6, pb += 16) {
             __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8), x;
             x = _mm256_broadcast_ss(pa + 0);
             c00 = _mm256_fmadd_ps(x, b0, c00);
@@ -202,7 +208,7 @@ __attribute__((target("avx2,fma"), noinline)) static void k_b16(const float *a, 
                c50 = _mm256_loadu_ps(c + 80), c51 = _mm256_loadu_ps(c + 88);
         const float *pa = a;
         const uint16_t *pb = b;
-        for (int k = 0; k < KC; k++, pa += 6, pb += 16) {
+        for (int k = 0; k < KL; k++, pa += 6, pb += 16) {
             __m256 b0 = _mm256_castsi256_ps(
                 _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)pb)), 16));
             __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(
@@ -250,11 +256,11 @@ static int kernel_main(void)
             double t0 = now();
 #pragma omp parallel
             {
-                float *a = aligned_alloc(64, 6 * KC * 4), *b = aligned_alloc(64, 16 * KC * 4),
+                float *a = aligned_alloc(64, 6 * KL * 4), *b = aligned_alloc(64, 16 * KL * 4),
                       *c = aligned_alloc(64, 96 * 4);
-                uint16_t *bh = aligned_alloc(64, 16 * KC * 2);
-                for (int i = 0; i < 6 * KC; i++) a[i] = 1e-3f * (i % 7);
-                for (int i = 0; i < 16 * KC; i++) {
+                uint16_t *bh = aligned_alloc(64, 16 * KL * 2);
+                for (int i = 0; i < 6 * KL; i++) a[i] = 1e-3f * (i % 7);
+                for (int i = 0; i < 16 * KL; i++) {
                     b[i] = 1e-3f * (i % 5);
                     uint32_t u;
                     memcpy(&u, &b[i], 4);
@@ -267,7 +273,7 @@ static int kernel_main(void)
                     k_f32(a, b, c, reps);
                 free(a), free(b), free(c), free(bh);
             }
-            double g = 2.0 * 6 * 16 * KC * reps * omp_get_max_threads() / (now() - t0) / 1e9;
+            double g = 2.0 * 6 * 16 * KL * reps * omp_get_max_threads() / (now() - t0) / 1e9;
             if (g > best[w]) best[w] = g;
         }
     printf("in-L1 6x16 micro-kernel, %d threads: fp32 B %.1f GFLOP/s, bf16 B widened %.1f GFLOP/s "
