@@ -55,38 +55,43 @@ static float w16(uint16_t h)
     return f;
 }
 
-#define ROW(i)                                 \
-    x = _mm256_broadcast_ss(pa + i);           \
-    c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0); \
-    c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1);
+/* The 6 x 16 register tile: c<row><half>, 12 ymm accumulators; a step is
+ * one k: two 8-wide loads of B (B0, B1) against six broadcasts of A */
+#define TILE_DECL __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51
+#define TILE_ZERO \
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps()
+#define TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define TILE_LD(i) \
+    c##i##0 = _mm256_loadu_ps(c + i * ldc), c##i##1 = _mm256_loadu_ps(c + i * ldc + 8);
+#define TILE_ST(i) \
+    _mm256_storeu_ps(c + i * ldc, c##i##0), _mm256_storeu_ps(c + i * ldc + 8, c##i##1);
+#define TILE_FMA(i)                                \
+    {                                              \
+        __m256 x = _mm256_broadcast_ss(pa + i);    \
+        c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0); \
+        c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1); \
+    }
+/* 8 bf16 at p widened to fp32 in a register */
+#define WIDEN(p)         \
+    _mm256_castsi256_ps( \
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+
+/* C[6, 16] (row stride ldc) = (first ? 0 : C) + A panel pa [kc][6] x B
+ * panel pb [kc][16] (bf16) */
 __attribute__((target("avx2,fma"))) static inline void
 kern(int kc, const float *pa, const uint16_t *pb, float *c, long ldc, int first)
 {
-    __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-    if (first) {
-        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
-    } else {
-        c00 = _mm256_loadu_ps(c), c01 = _mm256_loadu_ps(c + 8);
-        c10 = _mm256_loadu_ps(c + ldc), c11 = _mm256_loadu_ps(c + ldc + 8);
-        c20 = _mm256_loadu_ps(c + 2 * ldc), c21 = _mm256_loadu_ps(c + 2 * ldc + 8);
-        c30 = _mm256_loadu_ps(c + 3 * ldc), c31 = _mm256_loadu_ps(c + 3 * ldc + 8);
-        c40 = _mm256_loadu_ps(c + 4 * ldc), c41 = _mm256_loadu_ps(c + 4 * ldc + 8);
-        c50 = _mm256_loadu_ps(c + 5 * ldc), c51 = _mm256_loadu_ps(c + 5 * ldc + 8);
+    TILE_DECL;
+    if (first)
+        TILE_ZERO;
+    else {
+        TILE_ROWS(TILE_LD)
     }
     for (int k = 0; k < kc; k++, pa += 6, pb += 16) {
-        __m256 b0 = _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)pb)), 16));
-        __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(pb + 8))), 16));
-        __m256 x;
-        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+        __m256 b0 = WIDEN(pb), b1 = WIDEN(pb + 8);
+        TILE_ROWS(TILE_FMA)
     }
-    _mm256_storeu_ps(c, c00), _mm256_storeu_ps(c + 8, c01);
-    _mm256_storeu_ps(c + ldc, c10), _mm256_storeu_ps(c + ldc + 8, c11);
-    _mm256_storeu_ps(c + 2 * ldc, c20), _mm256_storeu_ps(c + 2 * ldc + 8, c21);
-    _mm256_storeu_ps(c + 3 * ldc, c30), _mm256_storeu_ps(c + 3 * ldc + 8, c31);
-    _mm256_storeu_ps(c + 4 * ldc, c40), _mm256_storeu_ps(c + 4 * ldc + 8, c41);
-    _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
+    TILE_ROWS(TILE_ST)
 }
 
 /* Bp[(n/16)][K][16]: the weight W[N,K] (row n = output n) packed */
@@ -149,102 +154,37 @@ __attribute__((target("avx2,fma"))) static void gemm_nt(int M, int N, int K, con
     }
 }
 
+/* The kernel mode: reps passes of the tile over L1-resident panels of KL
+ * steps, B as fp32 (k_f32) or as bf16 widened (k_b16) */
 __attribute__((target("avx2,fma"), noinline)) static void k_f32(const float *a, const float *b,
                                                                 float *c, long reps)
 {
+    const long ldc = 16;
     for (long r = 0; r < reps; r++) {
-        __m256 c00 = _mm256_loadu_ps(c), c01 = _mm256_loadu_ps(c + 8),
-               c10 = _mm256_loadu_ps(c + 16), c11 = _mm256_loadu_ps(c + 24),
-               c20 = _mm256_loadu_ps(c + 32), c21 = _mm256_loadu_ps(c + 40),
-               c30 = _mm256_loadu_ps(c + 48), c31 = _mm256_loadu_ps(c + 56),
-               c40 = _mm256_loadu_ps(c + 64), c41 = _mm256_loadu_ps(c + 72),
-               c50 = _mm256_loadu_ps(c + 80), c51 = _mm256_loadu_ps(c + 88);
+        TILE_DECL;
+        TILE_ROWS(TILE_LD)
         const float *pa = a, *pb = b;
         for (int k = 0; k < KL; k++, pa += 6, pb += 16) {
-            __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8), x;
-            x = _mm256_broadcast_ss(pa + 0);
-            c00 = _mm256_fmadd_ps(x, b0, c00);
-            c01 = _mm256_fmadd_ps(x, b1, c01);
-            x = _mm256_broadcast_ss(pa + 1);
-            c10 = _mm256_fmadd_ps(x, b0, c10);
-            c11 = _mm256_fmadd_ps(x, b1, c11);
-            x = _mm256_broadcast_ss(pa + 2);
-            c20 = _mm256_fmadd_ps(x, b0, c20);
-            c21 = _mm256_fmadd_ps(x, b1, c21);
-            x = _mm256_broadcast_ss(pa + 3);
-            c30 = _mm256_fmadd_ps(x, b0, c30);
-            c31 = _mm256_fmadd_ps(x, b1, c31);
-            x = _mm256_broadcast_ss(pa + 4);
-            c40 = _mm256_fmadd_ps(x, b0, c40);
-            c41 = _mm256_fmadd_ps(x, b1, c41);
-            x = _mm256_broadcast_ss(pa + 5);
-            c50 = _mm256_fmadd_ps(x, b0, c50);
-            c51 = _mm256_fmadd_ps(x, b1, c51);
+            __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8);
+            TILE_ROWS(TILE_FMA)
         }
-        _mm256_storeu_ps(c, c00);
-        _mm256_storeu_ps(c + 8, c01);
-        _mm256_storeu_ps(c + 16, c10);
-        _mm256_storeu_ps(c + 24, c11);
-        _mm256_storeu_ps(c + 32, c20);
-        _mm256_storeu_ps(c + 40, c21);
-        _mm256_storeu_ps(c + 48, c30);
-        _mm256_storeu_ps(c + 56, c31);
-        _mm256_storeu_ps(c + 64, c40);
-        _mm256_storeu_ps(c + 72, c41);
-        _mm256_storeu_ps(c + 80, c50);
-        _mm256_storeu_ps(c + 88, c51);
+        TILE_ROWS(TILE_ST)
     }
 }
-/* B panel as bf16: 16 values = 32 bytes per k; widened: low/high 8 via vpmovzxwd + shift */
 __attribute__((target("avx2,fma"), noinline)) static void k_b16(const float *a, const uint16_t *b,
                                                                 float *c, long reps)
 {
+    const long ldc = 16;
     for (long r = 0; r < reps; r++) {
-        __m256 c00 = _mm256_loadu_ps(c), c01 = _mm256_loadu_ps(c + 8),
-               c10 = _mm256_loadu_ps(c + 16), c11 = _mm256_loadu_ps(c + 24),
-               c20 = _mm256_loadu_ps(c + 32), c21 = _mm256_loadu_ps(c + 40),
-               c30 = _mm256_loadu_ps(c + 48), c31 = _mm256_loadu_ps(c + 56),
-               c40 = _mm256_loadu_ps(c + 64), c41 = _mm256_loadu_ps(c + 72),
-               c50 = _mm256_loadu_ps(c + 80), c51 = _mm256_loadu_ps(c + 88);
+        TILE_DECL;
+        TILE_ROWS(TILE_LD)
         const float *pa = a;
         const uint16_t *pb = b;
         for (int k = 0; k < KL; k++, pa += 6, pb += 16) {
-            __m256 b0 = _mm256_castsi256_ps(
-                _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)pb)), 16));
-            __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(
-                _mm256_cvtepu16_epi32(_mm_load_si128((const __m128i *)(pb + 8))), 16));
-            __m256 x;
-            x = _mm256_broadcast_ss(pa + 0);
-            c00 = _mm256_fmadd_ps(x, b0, c00);
-            c01 = _mm256_fmadd_ps(x, b1, c01);
-            x = _mm256_broadcast_ss(pa + 1);
-            c10 = _mm256_fmadd_ps(x, b0, c10);
-            c11 = _mm256_fmadd_ps(x, b1, c11);
-            x = _mm256_broadcast_ss(pa + 2);
-            c20 = _mm256_fmadd_ps(x, b0, c20);
-            c21 = _mm256_fmadd_ps(x, b1, c21);
-            x = _mm256_broadcast_ss(pa + 3);
-            c30 = _mm256_fmadd_ps(x, b0, c30);
-            c31 = _mm256_fmadd_ps(x, b1, c31);
-            x = _mm256_broadcast_ss(pa + 4);
-            c40 = _mm256_fmadd_ps(x, b0, c40);
-            c41 = _mm256_fmadd_ps(x, b1, c41);
-            x = _mm256_broadcast_ss(pa + 5);
-            c50 = _mm256_fmadd_ps(x, b0, c50);
-            c51 = _mm256_fmadd_ps(x, b1, c51);
+            __m256 b0 = WIDEN(pb), b1 = WIDEN(pb + 8);
+            TILE_ROWS(TILE_FMA)
         }
-        _mm256_storeu_ps(c, c00);
-        _mm256_storeu_ps(c + 8, c01);
-        _mm256_storeu_ps(c + 16, c10);
-        _mm256_storeu_ps(c + 24, c11);
-        _mm256_storeu_ps(c + 32, c20);
-        _mm256_storeu_ps(c + 40, c21);
-        _mm256_storeu_ps(c + 48, c30);
-        _mm256_storeu_ps(c + 56, c31);
-        _mm256_storeu_ps(c + 64, c40);
-        _mm256_storeu_ps(c + 72, c41);
-        _mm256_storeu_ps(c + 80, c50);
-        _mm256_storeu_ps(c + 88, c51);
+        TILE_ROWS(TILE_ST)
     }
 }
 static int kernel_main(void)
