@@ -155,38 +155,27 @@ __attribute__((target("avx2,fma"))) static void gemm_nt(int M, int N, int K, con
 }
 
 /* The kernel mode: reps passes of the tile over L1-resident panels of KL
- * steps, B as fp32 (k_f32) or as bf16 widened (k_b16) */
-__attribute__((target("avx2,fma"), noinline)) static void k_f32(const float *a, const float *b,
-                                                                float *c, long reps)
-{
-    const long ldc = 16;
-    for (long r = 0; r < reps; r++) {
-        TILE_DECL;
-        TILE_ROWS(TILE_LD)
-        const float *pa = a, *pb = b;
-        for (int k = 0; k < KL; k++, pa += 6, pb += 16) {
-            __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8);
-            TILE_ROWS(TILE_FMA)
-        }
-        TILE_ROWS(TILE_ST)
+ * steps, B as fp32 (k_f32) or as bf16 widened (k_b16); LOAD(p) gives 8
+ * floats of B at p */
+#define K_PASS(name, BT, LOAD)                                                                  \
+    __attribute__((target("avx2,fma"), noinline)) static void name(const float *a, const BT *b, \
+                                                                   float *c, long reps)         \
+    {                                                                                           \
+        const long ldc = 16;                                                                    \
+        for (long r = 0; r < reps; r++) {                                                       \
+            TILE_DECL;                                                                          \
+            TILE_ROWS(TILE_LD)                                                                  \
+            const float *pa = a;                                                                \
+            const BT *pb = b;                                                                   \
+            for (int k = 0; k < KL; k++, pa += 6, pb += 16) {                                   \
+                __m256 b0 = LOAD(pb), b1 = LOAD(pb + 8);                                        \
+                TILE_ROWS(TILE_FMA)                                                             \
+            }                                                                                   \
+            TILE_ROWS(TILE_ST)                                                                  \
+        }                                                                                       \
     }
-}
-__attribute__((target("avx2,fma"), noinline)) static void k_b16(const float *a, const uint16_t *b,
-                                                                float *c, long reps)
-{
-    const long ldc = 16;
-    for (long r = 0; r < reps; r++) {
-        TILE_DECL;
-        TILE_ROWS(TILE_LD)
-        const float *pa = a;
-        const uint16_t *pb = b;
-        for (int k = 0; k < KL; k++, pa += 6, pb += 16) {
-            __m256 b0 = WIDEN(pb), b1 = WIDEN(pb + 8);
-            TILE_ROWS(TILE_FMA)
-        }
-        TILE_ROWS(TILE_ST)
-    }
-}
+K_PASS(k_f32, float, _mm256_load_ps)
+K_PASS(k_b16, uint16_t, WIDEN)
 static int kernel_main(void)
 {
     long reps = 200000;
