@@ -125,9 +125,9 @@ int main(int argc, char **argv)
         return 1;
     }
     if (wb) {
-        mc_k_prepare_weight(be, prec, W1p, W1, E * R1 * C);
-        mc_k_prepare_weight(be, prec, W2p, W2, E * C * F);
-        mc_k_prepare_weight(be, prec, pbp, pb, P * P);
+        mc_k_prepare_weight(be, prec, W1p, W1, E * R1 * C, 0);
+        mc_k_prepare_weight(be, prec, W2p, W2, E * C * F, 0);
+        mc_k_prepare_weight(be, prec, pbp, pb, P * P, P);
     }
     double *tg = malloc((size_t)rounds * sizeof *tg), *tp = malloc((size_t)rounds * sizeof *tp),
            *tk = malloc((size_t)rounds * sizeof *tk);

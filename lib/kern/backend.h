@@ -18,7 +18,7 @@ typedef struct mc_cuda mc_cuda;
 /* The CPU kernels' code paths (kern/cpu/isa.h), in order. */
 typedef enum mc_isa { MC_ISA_BASELINE = 0, MC_ISA_AVX2 = 1, MC_ISA_AVX512 = 2 } mc_isa;
 
-#define MC_BACKEND_SCRATCH_SLOTS 4
+#define MC_BACKEND_SCRATCH_SLOTS 6
 
 struct mc_backend {
     mc_backend_kind kind; /* what dispatch.c routes on */
@@ -27,6 +27,7 @@ struct mc_backend {
     /* CPU backend (kern/cpu) */
     mc_isa isa;          /* the kernels' code path (kern/cpu/isa.h) */
     int dnnl_bf16;       /* 1 when oneDNN's bf16 GEMM ran at creation */
+    int b16_panels;      /* 0 when MC_BF16_PANELS=0 (b16gemm.c) */
     char bf16_note[256]; /* mc_backend_bf16_note's line where it is 0 */
     char blas_note[320]; /* mc_backend_blas_note's line; "" when OpenBLAS matches isa */
     /* 64-byte aligned, grown on demand, never shrunk; slots in cpu.h */

@@ -159,6 +159,11 @@ size_t mc_backend_weight_bytes(const mc_backend *be, mc_prec prec)
     return prec == MC_PREC_BF16 && be->dnnl_bf16 ? 2 : 4;
 }
 
+int mc_backend_weight_panels(const mc_backend *be, mc_prec prec)
+{
+    return !IS_CUDA(be) && mc_cpu_b16_panels(be, prec);
+}
+
 int mc_backend_is_device(const mc_backend *be) { return be && IS_CUDA(be); }
 
 void *mc_backend_stream(mc_backend *be, mc_stream which)

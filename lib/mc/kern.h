@@ -84,12 +84,20 @@ int mc_backend_threads(const mc_backend *be);
 const char *mc_backend_isa(const mc_backend *be);
 /* 1 when MC_PREC_BF16 GEMMs are emulated: the CPU (or the pinned path) has
  * no bf16 GEMM, so the operands are rounded to bf16 values held in fp32
- * and multiplied by the fp32 GEMM (the same numbers; no faster than fp32). */
+ * and multiplied in fp32 (the same numbers): by the fp32 GEMM on the
+ * baseline path, by a GEMM that widens bf16 weights in registers on the
+ * AVX2 and AVX-512 paths (mc_backend_weight_panels). */
 int mc_backend_bf16_emulated(const mc_backend *be);
 /* Bytes an element of a weight prepared for the GEMMs of precision prec
- * (mc_k_prepare_weight): 2 (native bf16), 4 (rounded fp32), or 0 where the
- * backend keeps no prepared copy (fp32; the CUDA backend). */
+ * (mc_k_prepare_weight): 2 (native bf16), 4 (rounded fp32, or a linear
+ * weight's two bf16 panel sets), or 0 where the backend keeps no prepared
+ * copy (fp32; the CUDA backend). */
 size_t mc_backend_weight_bytes(const mc_backend *be, mc_prec prec);
+/* 1 when a linear weight's prepared form for prec depends on its shape
+ * (emulated bf16 on the CPU's AVX2 and AVX-512 paths: bf16 panels of its
+ * columns and of its rows, mc_k_prepare_weight with cols): it is made a
+ * whole weight at a time, never in pieces. 0 otherwise. */
+int mc_backend_weight_panels(const mc_backend *be, mc_prec prec);
 /* The one line the tools print (start-up log, --dry-run) when bf16 GEMMs
  * are emulated on this backend, naming the path; NULL when they are not. */
 const char *mc_backend_bf16_note(const mc_backend *be);

@@ -193,7 +193,7 @@ mc_status mc_infer_new(mc_model *m, int max_len, int max_rows, mc_infer **out, m
     layout(f, &cv);
     /* weights do not change under inference: prepare them once for every
      * GEMM (model.c remakes them per forward pass) */
-    if (m->pw) mc_k_prepare_weight(f->be, m->prec, m->pw, m->p, m->numel);
+    model_prepare_weights(m);
     *out = f;
     return MC_OK;
 }

@@ -457,7 +457,9 @@ void *mc_model_prepared_weights(mc_model *m, size_t *bytes, mc_prec *prec)
 {
     *bytes = m->pw_bytes;
     *prec = m->prec;
-    return m->per_gemm ? NULL : m->pw;
+    /* panels are made a whole weight at a time (round_weight), not in the
+     * optimizer's spans */
+    return m->per_gemm || mc_backend_weight_panels(m->be, m->prec) ? NULL : m->pw;
 }
 
 void mc_model_weights_prepared(mc_model *m) { m->pw_synced = m->pw && !m->per_gemm; }
@@ -465,7 +467,9 @@ void mc_model_weights_prepared(mc_model *m) { m->pw_synced = m->pw && !m->per_ge
 /* the global index of a layer's parameters */
 static int lp_layer(const mc_model *m, const mc_layer_params *lp) { return (int)(lp - m->lp); }
 
-/* (re)make parameter i's prepared form from its fp32 values */
+/* (re)make parameter i's prepared form from its fp32 values: a linear
+ * weight's with its columns (mc_k_prepare_weight), the experts' (read by the
+ * grouped GEMM) and the vectors' elementwise */
 static void round_weight(mc_model *m, int i)
 {
     if (i < 0 || !m->pw) return;
@@ -473,8 +477,15 @@ static void round_weight(mc_model *m, int i)
         if (m->pw_ok[i]) return; /* prepared since the hold began */
         m->pw_ok[i] = 1;
     }
-    mc_k_prepare_weight(m->be, m->prec, (char *)m->pw + m->params[i].offset * m->pw_bytes,
-                        param_val(m, i), (size_t)m->params[i].numel);
+    const mc_param *p = &m->params[i];
+    size_t cols = p->ndim == 2 && !p->expert ? (size_t)p->local_cols : 0;
+    mc_k_prepare_weight(m->be, m->prec, (char *)m->pw + p->offset * m->pw_bytes, param_val(m, i),
+                        p->numel, cols);
+}
+
+void model_prepare_weights(mc_model *m)
+{
+    for (size_t i = 0; m->pw && i < m->nparams; i++) round_weight(m, (int)i);
 }
 
 #define TRY(call)               \

@@ -285,6 +285,9 @@ void mc_model_kd_free(mc_model *m);
  * layers' dense linears (which: 0 qkv, 1 proj, 2 fc1, 3 fc2) as
  * mc_k_linear_fwd/_bwd do them, in FP8 when cfg.fp8 */
 enum { MC_LIN_QKV = 0, MC_LIN_PROJ, MC_LIN_FC1, MC_LIN_FC2 };
+/* every parameter's prepared form made from its values (m->pw; nothing
+ * without one): inference, whose weights do not change */
+void model_prepare_weights(mc_model *m);
 mc_status mc_model_fp8_new(mc_model *m, mc_error *err);
 void mc_model_fp8_free(mc_model *m);
 void mc_model_lin_fwd(mc_model *m, int l, int which, float *out, const float *x, int w,

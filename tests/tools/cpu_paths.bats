@@ -216,6 +216,11 @@ blas_core() {
         --train-iters 2 --bf16 --save ck
     [ "$(grep -c 'bf16 is emulated' <<<"$stderr")" -eq 1 ]
     assert_equal "$(grep 'bf16 is emulated' <<<"$stderr")" \
+        "mc-train: note: bf16 is emulated on the avx2 path (no bf16 GEMM): weights are kept as bf16 panels widened in registers, activations rounded to bf16 and multiplied in fp32"
+    # MC_BF16_PANELS=0: the rounded fp32 copies through sgemm, as the baseline path
+    run -0 --separate-stderr env MC_CPU_ISA=avx2 MC_BF16_PANELS=0 "$MC_TRAIN" "${llama[@]}" \
+        --train-iters 1 --bf16
+    assert_equal "$(grep 'bf16 is emulated' <<<"$stderr")" \
         "mc-train: note: bf16 is emulated on the avx2 path (no bf16 GEMM): operands are rounded to bf16 and multiplied by the fp32 GEMM, no faster than fp32"
     run -0 env MC_CPU_ISA=avx2 "$MC_TRAIN" "${llama[@]}" --train-iters 1 --bf16 --dry-run --device cpu
     assert_line --partial "cpu path: avx2 (OpenBLAS "
@@ -239,7 +244,7 @@ blas_core() {
             [ -z "$(grep emulated <<<"$stderr")" ]
         else
             assert_equal "$(grep emulated <<<"$stderr")" \
-                "mc-train: note: bf16 is emulated on the avx512 path (the CPU has no AVX512_BF16 or AMX-BF16 instructions): operands are rounded to bf16 and multiplied by the fp32 GEMM, no faster than fp32"
+                "mc-train: note: bf16 is emulated on the avx512 path (the CPU has no AVX512_BF16 or AMX-BF16 instructions): weights are kept as bf16 panels widened in registers, activations rounded to bf16 and multiplied in fp32"
         fi
     fi
 }

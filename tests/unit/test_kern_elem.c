@@ -229,7 +229,7 @@ static void check_bf16(mc_backend *be)
     for (int emu = 0; emu <= native; emu++) {
         be->dnnl_bf16 = native && !emu;
         size_t es = mc_backend_weight_bytes(be, MC_PREC_BF16);
-        mc_k_prepare_weight(be, MC_PREC_BF16, out + 3 * es, src, big);
+        mc_k_prepare_weight(be, MC_PREC_BF16, out + 3 * es, src, big, 0);
         bad = 0;
         for (size_t i = 0; i < big; i++) {
             uint16_t want = h[i % n];
@@ -512,7 +512,7 @@ static void check_adamw(mc_backend *be)
             float *p3 = kt_copy(p1, nz), *m3 = kt_copy(m1, nz), *v3 = kt_copy(v1, nz);
             void *pw = calloc(nz, es), *ref = calloc(nz, es);
             mc_k_adamw(be, p2, g1, m2, v2, nz, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs);
-            mc_k_prepare_weight(be, precs[k], ref, p2, nz);
+            mc_k_prepare_weight(be, precs[k], ref, p2, nz, 0);
             mc_k_adamw_prepare(be, p3, g1, m3, v3, nz, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs,
                                precs[k], pw);
             int same = !memcmp(p2, p3, nz * 4) && !memcmp(m2, m3, nz * 4) &&

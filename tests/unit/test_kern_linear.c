@@ -210,7 +210,7 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
         /* the weight prepared by the caller (Wp): the same bytes */
         size_t wb = mc_backend_weight_bytes(be, prec);
         void *Wp = malloc(O * I * wb);
-        mc_k_prepare_weight(be, prec, Wp, W, O * I);
+        mc_k_prepare_weight(be, prec, Wp, W, O * I, I);
         float *out3 = kt_falloc(N * O), *dx3 = kt_copy(dx0, N * I), *dW3 = kt_copy(dW0, O * I);
         mc_k_linear_fwd(be, prec, out3, x, W, Wp, NULL, N, I, O, 0.0f, 0);
         mc_k_linear_bwd(be, prec, dx3, dW3, NULL, g, x, W, Wp, N, I, O, 0);
@@ -223,7 +223,7 @@ static void check_lowp(mc_backend *be, mc_prec prec, size_t N, size_t I, size_t 
          * Wp of 2W gives exactly twice the products (scaling by 2 is exact) */
         float *W2 = kt_copy(W, O * I);
         mc_k_scale(be, W2, 2.0f, O * I);
-        mc_k_prepare_weight(be, prec, Wp, W2, O * I);
+        mc_k_prepare_weight(be, prec, Wp, W2, O * I, I);
         mc_k_linear_fwd(be, prec, out3, x, W, Wp, NULL, N, I, O, 0.0f, 0);
         float *dx4 = kt_falloc(N * I);
         mc_k_linear_bwd(be, prec, dx4, NULL, NULL, g, x, W, Wp, N, I, O, 0);
@@ -336,6 +336,68 @@ static void check_bias_threads(void)
     free(x), free(W), free(g), free(dbr);
 }
 
+/* The emulated-bf16 GEMM of the AVX2 and AVX-512 paths (b16gemm.c): each
+ * element is one fused multiply-add chain in order of k, from zero (or
+ * from the value already there, for the += of d x), on the bf16-rounded
+ * operands; so the bytes equal fmaf's chain here at 1, 2 and 3 threads.
+ * The shapes cross its edges: rows not a multiple of 6, columns not of 16
+ * (the narrow last panel), K over several 512-deep blocks, few rows (the
+ * threads split the columns) and many (they split the rows). */
+static void check_b16_panels(void)
+{
+    const size_t shapes[2][3] = {{100, 1100, 70}, {700, 40, 600}}; /* N, I, O */
+    mc_backend *probe = kt_backend(1);
+    int on = mc_backend_weight_panels(probe, MC_PREC_BF16);
+    mc_backend_free(probe);
+    for (int s = 0; s < 2; s++) {
+        size_t N = shapes[s][0], I = shapes[s][1], O = shapes[s][2];
+        if (!on) {
+            TAP_SKIP("bf16 is not emulated through panels on this path");
+            continue;
+        }
+        kt_rng r = {N + I + O};
+        float *x = kt_falloc(N * I), *W = kt_falloc(O * I), *g = kt_falloc(N * O),
+              *d0 = kt_falloc(N * I);
+        kt_fill(&r, x, N * I, -1, 1), kt_fill(&r, W, O * I, -1, 1), kt_fill(&r, g, N * O, -1, 1);
+        kt_fill(&r, d0, N * I, -1, 1);
+        float *xr = kt_copy(x, N * I), *Wr = kt_copy(W, O * I), *gr = kt_copy(g, N * O);
+        float *yref = kt_falloc(N * O), *dref = kt_falloc(N * I);
+        {
+            mc_backend *be = kt_backend(1);
+            mc_k_round(be, xr, N * I, MC_PREC_BF16), mc_k_round(be, Wr, O * I, MC_PREC_BF16);
+            mc_k_round(be, gr, N * O, MC_PREC_BF16);
+            mc_backend_free(be);
+        }
+        for (size_t n = 0; n < N; n++) {
+            for (size_t o = 0; o < O; o++) {
+                float a = 0.0f;
+                for (size_t i = 0; i < I; i++) a = fmaf(xr[n * I + i], Wr[o * I + i], a);
+                yref[n * O + o] = a;
+            }
+            for (size_t i = 0; i < I; i++) {
+                float a = d0[n * I + i];
+                for (size_t o = 0; o < O; o++) a = fmaf(gr[n * O + o], Wr[o * I + i], a);
+                dref[n * I + i] = a;
+            }
+        }
+        int ok[3] = {1, 1, 1};
+        for (int t = 0; t < 3; t++) {
+            mc_backend *be = kt_backend(t + 1);
+            float *y = kt_falloc(N * O), *dx = kt_copy(d0, N * I);
+            mc_k_linear_fwd(be, MC_PREC_BF16, y, x, W, NULL, NULL, N, I, O, 0.0f, 0);
+            mc_k_linear_bwd(be, MC_PREC_BF16, dx, NULL, NULL, g, x, W, NULL, N, I, O, 0);
+            ok[t] = !memcmp(y, yref, N * O * 4) && !memcmp(dx, dref, N * I * 4);
+            free(y), free(dx);
+            mc_backend_free(be);
+        }
+        TAP_OK(ok[0] && ok[1] && ok[2],
+               "linear bf16 through bf16 panels N=%zu I=%zu O=%zu: forward and dx (+=) the bytes "
+               "of an in-order fmaf chain on the rounded operands at 1, 2, 3 threads (%d %d %d)",
+               N, I, O, ok[0], ok[1], ok[2]);
+        free(x), free(W), free(g), free(d0), free(xr), free(Wr), free(gr), free(yref), free(dref);
+    }
+}
+
 static double best_of(int reps, void (*fn)(void *), void *arg)
 {
     double best = 1e30;
@@ -432,8 +494,11 @@ static void check_bf16_rounding(mc_backend *be)
 int main(void)
 {
     mc_backend *be = kt_backend(0);
-    TAP_DIAG("bf16 GEMM path: %s", be->dnnl_bf16 ? "oneDNN dnnl_gemm_bf16bf16f32"
-                                                 : "bf16-rounded operands widened to fp32, sgemm");
+    TAP_DIAG("bf16 GEMM path: %s",
+             be->dnnl_bf16 ? "oneDNN dnnl_gemm_bf16bf16f32"
+             : mc_backend_weight_panels(be, MC_PREC_BF16)
+                 ? "bf16 weight panels widened in registers (b16gemm.c); dW: sgemm"
+                 : "bf16-rounded operands widened to fp32, sgemm");
     check_fp32(be, 5, 7, 3);
     check_fp32(be, 33, 40, 17);
     check_fp32(be, 1, 64, 1);
@@ -445,6 +510,7 @@ int main(void)
     check_lowp(be, MC_PREC_FP16, 37, 64, 29);
     check_lowp(be, MC_PREC_FP16, 128, 256, 96);
     check_bias_threads();
+    check_b16_panels();
     timing(be);
     mc_backend_free(be);
     return tap_done();

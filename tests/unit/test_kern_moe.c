@@ -517,7 +517,7 @@ static void test_grouped_bf16(mc_backend *be2, const int64_t *rows, size_t E_, s
         const char *form = be1->dnnl_bf16 ? "native" : "emulated";
         size_t wb = mc_backend_weight_bytes(be1, MC_PREC_BF16);
         void *Wp = malloc(E_ * Co * Ci * wb);
-        mc_k_prepare_weight(be1, MC_PREC_BF16, Wp, W, E_ * Co * Ci);
+        mc_k_prepare_weight(be1, MC_PREC_BF16, Wp, W, E_ * Co * Ci, 0);
         gb_res a = gb_run(be1, x, W, NULL, b, dy, bx, bW, bb, rows, E_, Ci, Co);
         double eo = kt_err(a.out, ro, R * Co), ex = kt_err_added(a.dx, bx, rx, R * Ci),
                ew = kt_err_added(a.dW, bW, rw, E_ * Co * Ci),

@@ -84,14 +84,21 @@ mc_status mc_backend_cpu_new(int threads, mc_backend **out, mc_error *err)
     mc_cpu_blas_check(be);
     int native = isa == MC_ISA_AVX512 && cpu_has_bf16();
     be->dnnl_bf16 = native && probe_dnnl_bf16();
+    /* MC_BF16_PANELS=0: emulated bf16 through sgemm on rounded fp32 copies,
+     * as before b16gemm.c (for comparisons) */
+    const char *pan = getenv("MC_BF16_PANELS");
+    be->b16_panels = !(pan && !strcmp(pan, "0"));
     if (!be->dnnl_bf16)
-        snprintf(be->bf16_note, sizeof be->bf16_note,
-                 "bf16 is emulated on the %s path (%s): operands are rounded to bf16 and "
-                 "multiplied by the fp32 GEMM, no faster than fp32",
+        snprintf(be->bf16_note, sizeof be->bf16_note, "bf16 is emulated on the %s path (%s): %s",
                  mc_cpu_isa_name(isa),
                  isa != MC_ISA_AVX512 ? "no bf16 GEMM"
                  : !native            ? "the CPU has no AVX512_BF16 or AMX-BF16 instructions"
-                                      : "oneDNN has no bf16 GEMM for this CPU");
+                                      : "oneDNN has no bf16 GEMM for this CPU",
+                 mc_cpu_b16_panels(be, MC_PREC_BF16)
+                     ? "weights are kept as bf16 panels widened in registers, activations "
+                       "rounded to bf16 and multiplied in fp32"
+                     : "operands are rounded to bf16 and multiplied by the fp32 GEMM, no faster "
+                       "than fp32");
     *out = be;
     return MC_OK;
 }

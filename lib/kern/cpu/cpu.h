@@ -21,6 +21,8 @@ enum {
     MC_CPU_SCRATCH_GEMM_B,     /* second GEMM operand */
     MC_CPU_SCRATCH_GEMM_C,     /* third operand of the backward (dout) */
     MC_CPU_SCRATCH_WORK,       /* per-thread work space (attention, rope, norms) */
+    MC_CPU_SCRATCH_PANEL_A,    /* b16gemm.c: each thread's packed block of A */
+    MC_CPU_SCRATCH_PANEL_B,    /* b16gemm.c: a weight's panels made per call */
     MC_CPU_SCRATCH_N
 };
 
@@ -91,6 +93,19 @@ void mc_cpu_prepare_here(const mc_backend *be, mc_prec prec, void *out, const fl
  * written with stores that bypass the caches where the path has them */
 void mc_cpu_prepare_part(const mc_backend *be, mc_prec prec, void *out, const float *W, size_t n,
                          size_t whole);
+/* b16gemm.c, the GEMM of emulated bf16 on the AVX2 and AVX-512 paths: 1
+ * where prec's GEMMs go through it (BF16 without oneDNN's bf16 GEMM, the
+ * path AVX2 or above, MC_BF16_PANELS not 0), and then a linear weight's
+ * prepared form (mc_k_prepare_weight with cols) is its two panel sets. */
+int mc_cpu_b16_panels(const mc_backend *be, mc_prec prec);
+/* W [O, I] as the forward's panels (B = W^T) into fwd and the d x
+ * product's (B = W) into bwd, either NULL for none */
+void mc_cpu_b16_pack(mc_backend *be, uint16_t *fwd, uint16_t *bwd, const float *W, size_t O,
+                     size_t I);
+/* C[M,N] (row stride ldc) = beta C + A[M,K] (row stride lda) . B, B [K,N]
+ * in panels (b16gemm.c); beta 0 or 1. Bits independent of the threads. */
+void mc_cpu_b16_gemm(mc_backend *be, size_t M, size_t N, size_t K, const float *A, size_t lda,
+                     const uint16_t *P, float beta, float *C, size_t ldc);
 #define MC_CPU_STREAM_MIN ((size_t)1 << 20)
 
 /* init.c's own ln u (u in (0, 1)) and cos(2 pi t) (t = k / 2^32 in

@@ -333,9 +333,15 @@ void mc_cpu_prepare_part(const mc_backend *be, mc_prec prec, void *out, const fl
 }
 
 /* the same over threads (kern_ops.def prepare_weight) */
-void mc_cpu_prepare_weight(mc_backend *be, mc_prec prec, void *out, const float *W, size_t n)
+void mc_cpu_prepare_weight(mc_backend *be, mc_prec prec, void *out, const float *W, size_t n,
+                           size_t cols)
 {
     assert(prec != MC_PREC_FP32);
+    if (cols && mc_cpu_b16_panels(be, prec)) {
+        assert(n % cols == 0);
+        mc_cpu_b16_pack(be, out, (uint16_t *)out + n, W, n / cols, cols);
+        return;
+    }
     size_t es = mc_backend_weight_bytes(be, prec);
     FOR_SPANS(be, n, i0, m, mc_cpu_prepare_part(be, prec, (char *)out + i0 * es, W + i0, m, n));
 }

@@ -2,8 +2,12 @@
  * linear.c - the linear layer y = x W^T + b with W stored [out, in] as
  * Megatron stores it, forward and backward, in kern.h's four precisions:
  * FP32 through OpenBLAS's sgemm, BF16 through oneDNN's bf16 GEMM, FP16 and
- * TF32 through sgemm on rounded operands (the details above gemm). Bias add
- * and the bias-gradient reduction are OpenMP loops.
+ * TF32 through sgemm on rounded operands (the details above gemm). BF16
+ * without oneDNN's GEMM: on the AVX2 and AVX-512 paths the products with
+ * the weight (the forward and d x) through b16gemm.c's GEMM on the
+ * weight's bf16 panels, d W through sgemm on rounded operands; on the
+ * baseline path all three as FP16's. Bias add and the bias-gradient
+ * reduction are OpenMP loops.
  */
 #include <assert.h>
 #include "kern/cpu/blas.h"
@@ -49,9 +53,28 @@ static operand weight_operand(mc_backend *be, mc_prec prec, const float *W, cons
     operand o = {W, n, MC_CPU_SCRATCH_GEMM_B, NULL, NULL};
     if (Wp && prec == MC_PREC_BF16 && be->dnnl_bf16)
         o.b16 = Wp;
-    else if (Wp && prec != MC_PREC_FP32)
+    else if (Wp && prec != MC_PREC_FP32 && !mc_cpu_b16_panels(be, prec))
         o.rnd = Wp;
     return o;
+}
+
+/* The panels (b16gemm.c) of weight W [O, I] for the forward (bwd 0) or the
+ * d x product (bwd 1): in its prepared form Wp (the forward's, then the
+ * backward's) or, without one, made here in scratch */
+static const uint16_t *weight_panels(mc_backend *be, const float *W, const void *Wp, size_t O,
+                                     size_t I, int bwd)
+{
+    if (Wp) return (const uint16_t *)Wp + (bwd ? O * I : 0);
+    uint16_t *P = mc_cpu_scratch(be, MC_CPU_SCRATCH_PANEL_B, O * I * sizeof(uint16_t));
+    mc_cpu_b16_pack(be, bwd ? NULL : P, bwd ? P : NULL, W, O, I);
+    return P;
+}
+
+/* an activation operand's rounded values (made once) */
+static const float *act_rounded(mc_backend *be, mc_prec prec, operand *A)
+{
+    if (!A->rnd) A->rnd = to_rounded(be, A->slot, A->f, A->n, prec);
+    return A->rnd;
 }
 
 /* An activation operand; exact: its values are already prec's (the
@@ -145,7 +168,10 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
     assert(beta == 0.0f || beta == 1.0f);
     operand ox = act_operand(x, N * I, MC_CPU_SCRATCH_GEMM_A, exact & MC_LIN_EXACT_X);
     operand ow = weight_operand(be, prec, W, Wp, O * I);
-    if (N == 1 && prec == MC_PREC_FP32)
+    if (mc_cpu_b16_panels(be, prec))
+        mc_cpu_b16_gemm(be, N, O, I, act_rounded(be, prec, &ox), I,
+                        weight_panels(be, W, Wp, O, I, 0), beta, out, O);
+    else if (N == 1 && prec == MC_PREC_FP32)
         /* one row (generation): a matrix-vector product streams W once,
          * where sgemm would first copy it into its packed layout */
         mc_cpu_blas_.sgemv(CblasRowMajor, CblasNoTrans, (int)O, (int)I, 1.0f, W, (int)I, x, 1, beta,
@@ -252,5 +278,10 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float
     }
     /* dW first: dx may be x itself (MC_LIN_DX_WRITE) */
     if (dW) gemm(be, prec, 1, 0, O, I, N, &od, &ox, 1.0f, dW);
-    if (dx) gemm(be, prec, 0, 0, N, I, O, &od, &ow, exact & MC_LIN_DX_WRITE ? 0.0f : 1.0f, dx);
+    float bx = exact & MC_LIN_DX_WRITE ? 0.0f : 1.0f;
+    if (dx && mc_cpu_b16_panels(be, prec))
+        mc_cpu_b16_gemm(be, N, I, O, act_rounded(be, prec, &od), O,
+                        weight_panels(be, W, Wp, O, I, 1), bx, dx, I);
+    else if (dx)
+        gemm(be, prec, 0, 0, N, I, O, &od, &ow, bx, dx);
 }
