@@ -326,6 +326,16 @@ typedef struct mc_param {
     int replica;
 } mc_param;
 
+/* The columns a parameter's prepared form (mc_k_prepare_weight) is made
+ * with: a linear weight's local columns, 0 for the experts' weights (read
+ * elementwise by the grouped GEMM) and for vectors. The model and the
+ * optimizer that writes the prepared copy (mc_optim_set_prepared) agree
+ * through this. */
+static inline size_t mc_param_prepared_cols(const mc_param *p)
+{
+    return p->ndim == 2 && !p->expert ? (size_t)p->local_cols : 0;
+}
+
 typedef struct mc_model mc_model;
 
 /* Build the model for micro-batches of `micro_batch` sequences of

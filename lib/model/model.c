@@ -457,9 +457,7 @@ void *mc_model_prepared_weights(mc_model *m, size_t *bytes, mc_prec *prec)
 {
     *bytes = m->pw_bytes;
     *prec = m->prec;
-    /* panels are made a whole weight at a time (round_weight), not in the
-     * optimizer's spans */
-    return m->per_gemm || mc_backend_weight_panels(m->be, m->prec) ? NULL : m->pw;
+    return m->per_gemm ? NULL : m->pw;
 }
 
 void mc_model_weights_prepared(mc_model *m) { m->pw_synced = m->pw && !m->per_gemm; }
@@ -478,9 +476,8 @@ static void round_weight(mc_model *m, int i)
         m->pw_ok[i] = 1;
     }
     const mc_param *p = &m->params[i];
-    size_t cols = p->ndim == 2 && !p->expert ? (size_t)p->local_cols : 0;
     mc_k_prepare_weight(m->be, m->prec, (char *)m->pw + p->offset * m->pw_bytes, param_val(m, i),
-                        p->numel, cols);
+                        p->numel, mc_param_prepared_cols(p));
 }
 
 void model_prepare_weights(mc_model *m)

@@ -13,6 +13,7 @@
 #include "mc/train.h"
 #include "optim_internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -101,7 +102,8 @@ mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config
     mc_optim *o = calloc(1, sizeof *o);
     const mc_param **order = calloc(nps ? nps : 1, sizeof *order);
     if (o) o->spans = calloc(nps ? nps : 1, sizeof *o->spans);
-    if (!o || !order || !o->spans) {
+    if (o) o->mats = calloc(nps ? nps : 1, sizeof *o->mats);
+    if (!o || !order || !o->spans || !o->mats) {
         free(order);
         mc_optim_destroy(o);
         return mc_error_set(err, MC_ERR_NOMEM, "optimizer: out of memory");
@@ -136,6 +138,10 @@ mc_status mc_optim_alloc(mc_backend *be, const mc_grid *g, const mc_optim_config
         }
         end = p->offset + p->numel;
         if (p->numel == 0) continue;
+        if (mc_param_prepared_cols(p)) {
+            size_t *mt = o->mats[o->nmats++];
+            mt[0] = p->offset, mt[1] = p->numel, mt[2] = mc_param_prepared_cols(p);
+        }
         /* A parameter replicated over tensor parallelism is counted in the
          * norm by tensor-parallel rank 0 only, so the all-reduce over the
          * model-parallel group counts it once (Megatron's
@@ -241,6 +247,7 @@ void mc_optim_destroy(mc_optim *o)
     free(o->dense);
     free(o->pieces);
     free(o->spans);
+    free(o->mats);
     free(o);
 }
 
@@ -281,15 +288,33 @@ mc_status mc_optim_update(mc_optim *o, mc_group_kind stats_group, double lr, dou
     double bc1 = 1.0 - pow(o->cfg.beta1, (double)o->steps);
     double bc2 = 1.0 - pow(o->cfg.beta2, (double)o->steps);
     float gscale = (float)(inv_scale * r->clip_coeff);
+    int whole = o->pw && mc_backend_weight_panels(o->be, o->pw_prec);
+    size_t mi = 0; /* the next linear weight (o->mats) */
     for (size_t i = 0; i < o->npieces; i++) {
         const mc_optim_piece *s = &o->pieces[i];
         float wd = s->decay ? (float)weight_decay : 0.0f;
-        if (o->pw)
-            mc_k_adamw_prepare(o->be, s->p, s->g, o->m + s->moff, o->v + s->moff, s->n, (float)lr,
-                               (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd,
-                               (float)bc1, (float)bc2, gscale, o->pw_prec,
-                               (char *)o->pw + (size_t)(s->p - o->params) * o->pw_bytes);
-        else
+        if (o->pw) {
+            /* [a, b) of the piece at a time: a whole linear weight where its
+             * prepared form depends on its shape, else up to the next one */
+            size_t a = s->offset, end = s->offset + s->n;
+            while (a < end) {
+                while (whole && mi < o->nmats && o->mats[mi][0] + o->mats[mi][1] <= a) mi++;
+                size_t next = whole && mi < o->nmats ? o->mats[mi][0] : end;
+                int mat = next == a;
+                size_t b = mat ? a + o->mats[mi][1] : next < end ? next : end;
+                /* pieces are whole spans of whole parameters (the plain
+                 * optimizer's): a weight never straddles their ends */
+                assert(next >= a && b <= end);
+                size_t d = a - s->offset;
+                mc_k_adamw_prepare(o->be, s->p + d, s->g + d, o->m + s->moff + d,
+                                   o->v + s->moff + d, b - a, (float)lr, (float)o->cfg.beta1,
+                                   (float)o->cfg.beta2, (float)o->cfg.eps, wd, (float)bc1,
+                                   (float)bc2, gscale, o->pw_prec,
+                                   (char *)o->pw + (size_t)(s->p + d - o->params) * o->pw_bytes,
+                                   mat ? o->mats[mi][2] : 0);
+                a = b;
+            }
+        } else
             mc_k_adamw(o->be, s->p, s->g, o->m + s->moff, o->v + s->moff, s->n, (float)lr,
                        (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd, (float)bc1,
                        (float)bc2, gscale);

@@ -54,6 +54,11 @@ struct mc_optim {
     void *pw;
     size_t pw_bytes;
     mc_prec pw_prec;
+    /* the linear weights (mc_param_prepared_cols > 0) in buffer order:
+     * offset, numel, cols; the update prepares each a whole weight at a
+     * time where its form depends on the shape (mc_backend_weight_panels) */
+    size_t (*mats)[3];
+    size_t nmats;
 
     /* The distributed optimizer (distopt.c); distributed == 0: plain. */
     int distributed, overlap;

@@ -514,7 +514,7 @@ static void check_adamw(mc_backend *be)
             mc_k_adamw(be, p2, g1, m2, v2, nz, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs);
             mc_k_prepare_weight(be, precs[k], ref, p2, nz, 0);
             mc_k_adamw_prepare(be, p3, g1, m3, v3, nz, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs,
-                               precs[k], pw);
+                               precs[k], pw, 0);
             int same = !memcmp(p2, p3, nz * 4) && !memcmp(m2, m3, nz * 4) &&
                        !memcmp(v2, v3, nz * 4);
             int prep = !memcmp(pw, ref, nz * es), moved = memcmp(p2, p1, nz * 4) != 0;
@@ -537,6 +537,48 @@ static void check_adamw(mc_backend *be)
             free(p1), free(g1), free(m1), free(v1);
             free(p2), free(m2), free(v2), free(p3), free(m3), free(v3), free(pw), free(ref);
         }
+    /* A linear weight [O, I] where bf16 goes through the bf16-panel GEMM
+     * (b16gemm.c): prepare_weight with cols writes its panels, each value
+     * where the layout puts it (the forward's panel of rows 16 q.. is
+     * [I][w], then the backward's panel of columns 16 q.. is [O][w]), and
+     * adamw_prepare with cols writes the same bytes after adamw's update;
+     * a small shape with narrow panels both ways and one past 2^20
+     * elements (streamed stores) */
+    static const size_t mats[2][2] = {{37, 40}, {1040, 1024}};
+    for (int z = 0; z < 2; z++) {
+        size_t O = mats[z][0], I = mats[z][1], nz = O * I;
+        if (!mc_backend_weight_panels(be, MC_PREC_BF16)) {
+            TAP_SKIP("bf16 is not emulated through panels on this path");
+            continue;
+        }
+        float *p1 = kt_falloc(nz), *g1 = kt_falloc(nz), *m1 = kt_falloc(nz), *v1 = kt_falloc(nz);
+        kt_fill(&r, p1, nz, -1, 1), kt_fill(&r, g1, nz, -1, 1), kt_fill(&r, m1, nz, -1, 1);
+        kt_fill(&r, v1, nz, 0, 1);
+        float *p2 = kt_copy(p1, nz), *m2 = kt_copy(m1, nz), *v2 = kt_copy(v1, nz);
+        size_t bytes = (nz * 4 + 63) / 64 * 64;
+        uint16_t *pw = aligned_alloc(64, bytes), *ref = aligned_alloc(64, bytes);
+        uint16_t *bits = malloc(nz * 2);
+        mc_k_adamw(be, p2, g1, m2, v2, nz, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs);
+        mc_k_prepare_weight(be, MC_PREC_BF16, ref, p2, nz, I);
+        mc_k_adamw_prepare(be, p1, g1, m1, v1, nz, lr, b1, b2, eps, wd, 0.5f, 0.6f, gs,
+                           MC_PREC_BF16, pw, I);
+        mc_k_cast_to_bf16(be, bits, p2, nz);
+        size_t bad = 0;
+        for (size_t o = 0; o < O; o++)
+            for (size_t i = 0; i < I; i++) {
+                size_t w = O - o / 16 * 16 < 16 ? O - o / 16 * 16 : 16;
+                size_t wq = I - i / 16 * 16 < 16 ? I - i / 16 * 16 : 16;
+                bad += ref[o / 16 * 16 * I + i * w + o % 16] != bits[o * I + i];
+                bad += ref[nz + i / 16 * 16 * O + o * wq + i % 16] != bits[o * I + i];
+            }
+        int same = !memcmp(p1, p2, nz * 4) && !memcmp(m1, m2, nz * 4) && !memcmp(v1, v2, nz * 4);
+        TAP_OK(bad == 0 && !memcmp(pw, ref, nz * 4) && same,
+               "bf16 panels of a %zu x %zu weight: prepare_weight puts each value where the layout "
+               "says (%zu misplaced); adamw_prepare: adamw's bytes and the same panels",
+               O, I, bad);
+        free(p1), free(g1), free(m1), free(v1), free(p2), free(m2), free(v2);
+        free(pw), free(ref), free(bits);
+    }
     free(p), free(g), free(m), free(v), free(dp), free(dm), free(dv);
 }
 

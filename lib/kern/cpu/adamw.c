@@ -8,6 +8,7 @@
  * and sqrt are correctly rounded in every width and FP contraction is off, so
  * the bits equal the scalar loop's for any path and thread split.
  */
+#include <assert.h>
 #include <math.h>
 #include "kern/cpu/cpu.h"
 #include "kern/cpu/isa.h"
@@ -53,8 +54,23 @@ void mc_cpu_adamw(mc_backend *be, float *p, const float *grad, float *m, float *
 
 void mc_cpu_adamw_prepare(mc_backend *be, float *p, const float *grad, float *m, float *v, size_t n,
                           float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-                          float grad_scale, mc_prec prec, void *pw)
+                          float grad_scale, mc_prec prec, void *pw, size_t cols)
 {
+    if (cols && mc_cpu_b16_panels(be, prec)) {
+        /* a linear weight's panels: 16 rows at a time, packed while their
+         * new values are in cache */
+        assert(n % cols == 0);
+        size_t O = n / cols, nb = (O + 15) / 16;
+        int nt = mc_cpu_b16_stream(pw, O, cols);
+#pragma omp parallel for num_threads(be->threads) if (nb > 1) schedule(static)
+        for (size_t b = 0; b < nb; b++) {
+            size_t i0 = b * 16 * cols, k = (O - b * 16 < 16 ? O - b * 16 : 16) * cols;
+            adamw_span_for(be->isa)(p + i0, grad + i0, m + i0, v + i0, k, lr, b1, b2, eps, wd, bc1,
+                                    bc2, grad_scale);
+            mc_cpu_b16_pack_rows(pw, p, b * 16, O, cols, nt);
+        }
+        return;
+    }
     size_t items = (n + SPAN - 1) / SPAN, es = mc_backend_weight_bytes(be, prec);
 #pragma omp parallel for num_threads(be->threads) if (items > 2) schedule(static)
     for (size_t it = 0; it < items; it++) {

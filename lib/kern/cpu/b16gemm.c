@@ -43,9 +43,8 @@ int mc_cpu_b16_panels(const mc_backend *be, mc_prec prec)
 /* ---------------------------------------------------------------- packing */
 
 /* bf16 bits (fpconv.h's rounding, NaN quieted) of 8 floats, one a lane */
-MC_TARGET_AVX2 static inline __m256i bits8(const float *p)
+MC_TARGET_AVX2 static inline __m256i bits8v(__m256i u)
 {
-    __m256i u = _mm256_loadu_si256((const __m256i *)p);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     const __m256i r = _mm256_srli_epi32(
         _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
@@ -53,6 +52,10 @@ MC_TARGET_AVX2 static inline __m256i bits8(const float *p)
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                            _mm256_set1_epi32(0x7f800000));
     return _mm256_blendv_epi8(r, quiet, nan);
+}
+MC_TARGET_AVX2 static inline __m256i bits8(const float *p)
+{
+    return bits8v(_mm256_loadu_si256((const __m256i *)p));
 }
 
 /* 16 bf16 values from two vectors of 8 (a: the first 8) */
@@ -81,50 +84,72 @@ MC_TARGET_AVX2 static inline void tr8(__m256i *r)
     }
 }
 
-/* The forward panel of rows W[0..w) (row stride I): dst [I][w] */
-MC_TARGET_AVX2 static void pack_fwd_panel(uint16_t *dst, const float *W, size_t w, size_t I)
+/* a full 16-wide row of a panel: 32 bytes, streamed past the caches (nt:
+ * the whole prepared copy, not read again before the next forward pass,
+ * and 32-byte aligned) or stored */
+MC_TARGET_AVX2 static inline void put16(uint16_t *dst, __m256i v, int nt)
 {
-    size_t i = 0;
-    if (w == 16)
-        for (; i + 8 <= I; i += 8) {
-            __m256i r[16];
-            for (int k = 0; k < 16; k++) r[k] = bits8(W + k * I + i);
-            tr8(r);
-            tr8(r + 8);
-            for (int j = 0; j < 8; j++)
-                _mm256_storeu_si256((__m256i *)(dst + (i + j) * 16), pack16(r[j], r[8 + j]));
-        }
-    for (; i < I; i++)
-        for (size_t k = 0; k < w; k++) dst[i * w + k] = mc_f32_to_bf16(W[k * I + i]);
+    if (nt)
+        _mm256_stream_si256((__m256i *)dst, v);
+    else
+        _mm256_storeu_si256((__m256i *)dst, v);
 }
 
-/* Row o of every backward panel of W [O, I]: dst is the first panel */
-MC_TARGET_AVX2 static void pack_bwd_row(uint16_t *dst, const float *Wrow, size_t o, size_t O,
-                                        size_t I)
+/* Rows [o0, o0 + w) of W [O, I] (o0 a multiple of 16, w <= 16) into the
+ * forward's panel of those rows (fwd: [I][w] at o0 I) and row by row into
+ * each of the backward's panels (bwd: panel q's rows o0.. at 16 q O + o0
+ * wq); either NULL for none. A panel's 16 rows are 512 contiguous bytes,
+ * written one after another, so whole lines leave the write combining. */
+MC_TARGET_AVX2 static void pack_block(uint16_t *fwd, uint16_t *bwd, const float *W, size_t o0,
+                                      size_t w, size_t O, size_t I, int nt)
 {
-    size_t q = 0;
-    for (; q + 16 <= I; q += 16)
-        _mm256_storeu_si256((__m256i *)(dst + q * O + o * 16),
-                            pack16(bits8(Wrow + q), bits8(Wrow + q + 8)));
-    size_t w = I - q;
-    for (size_t c = 0; c < w; c++) dst[q * O + o * w + c] = mc_f32_to_bf16(Wrow[q + c]);
+    const float *Wb = W + o0 * I;
+    if (fwd) {
+        uint16_t *dst = fwd + o0 * I;
+        size_t i = 0;
+        if (w == 16)
+            for (; i + 8 <= I; i += 8) {
+                __m256i r[16];
+                for (int k = 0; k < 16; k++) r[k] = bits8(Wb + k * I + i);
+                tr8(r);
+                tr8(r + 8);
+                for (int j = 0; j < 8; j++) put16(dst + (i + j) * 16, pack16(r[j], r[8 + j]), nt);
+            }
+        for (; i < I; i++)
+            for (size_t k = 0; k < w; k++) dst[i * w + k] = mc_f32_to_bf16(Wb[k * I + i]);
+    }
+    if (bwd) {
+        size_t q = 0;
+        for (; q + 16 <= I; q += 16) {
+            uint16_t *dst = bwd + q * O + o0 * 16;
+            for (size_t r = 0; r < w; r++)
+                put16(dst + r * 16, pack16(bits8(Wb + r * I + q), bits8(Wb + r * I + q + 8)), nt);
+        }
+        size_t wq = I - q;
+        for (size_t r = 0; r < w; r++)
+            for (size_t c = 0; c < wq; c++)
+                bwd[q * O + (o0 + r) * wq + c] = mc_f32_to_bf16(Wb[r * I + q + c]);
+    }
+    if (nt) _mm_sfence();
 }
 
 void mc_cpu_b16_pack(mc_backend *be, uint16_t *fwd, uint16_t *bwd, const float *W, size_t O,
                      size_t I)
 {
-    size_t np = (O + 15) / 16;
-    if (fwd) {
+    size_t nb = (O + 15) / 16;
 #pragma omp parallel for num_threads(be->threads) if (O * I > 65536) schedule(static)
-        for (size_t p = 0; p < np; p++) {
-            size_t o0 = p * 16, w = O - o0 < 16 ? O - o0 : 16;
-            pack_fwd_panel(fwd + o0 * I, W + o0 * I, w, I);
-        }
-    }
-    if (bwd) {
-#pragma omp parallel for num_threads(be->threads) if (O * I > 65536) schedule(static)
-        for (size_t o = 0; o < O; o++) pack_bwd_row(bwd, W + o * I, o, O, I);
-    }
+    for (size_t b = 0; b < nb; b++)
+        pack_block(fwd, bwd, W, b * 16, O - b * 16 < 16 ? O - b * 16 : 16, O, I, 0);
+}
+
+int mc_cpu_b16_stream(const uint16_t *out, size_t O, size_t I)
+{
+    return O * I >= MC_CPU_STREAM_MIN && (uintptr_t)out % 32 == 0 && (O * I) % 16 == 0;
+}
+
+void mc_cpu_b16_pack_rows(uint16_t *out, const float *W, size_t o0, size_t O, size_t I, int nt)
+{
+    pack_block(out, out + O * I, W, o0, O - o0 < 16 ? O - o0 : 16, O, I, nt);
 }
 
 /* ---------------------------------------------------------------- GEMM */
@@ -164,28 +189,49 @@ MC_TARGET_AVX2 static inline void tile(size_t kc, const float *pa, const uint16_
     TILE_ROWS(TILE_ST)
 }
 
+/* a value of A as packed: itself, or rounded to bf16 (rnd) */
+static inline float a_val(float x, int rnd) { return rnd ? mc_bf16_to_f32(mc_f32_to_bf16(x)) : x; }
+
 /* 6 rows of A (rows of them real, the rest zeros; row stride lda) as the
- * panel p [kc][6]: 8 columns at a time through an 8 x 8 transpose, each
- * column of 6 stored as 8 floats that the next column overwrites (p has 2
- * floats of slack past its end) */
-MC_TARGET_AVX2 static void pack_a(float *p, const float *a, size_t lda, size_t rows, size_t kc)
+ * panel p [kc][6], rounded to bf16 on the way where rnd: 8 columns at a
+ * time through an 8 x 8 transpose, each column of 6 stored as 8 floats
+ * that the next column overwrites (p has 2 floats of slack past its end) */
+MC_TARGET_AVX2 static void pack_a(float *p, const float *a, size_t lda, size_t rows, size_t kc,
+                                  int rnd)
 {
     size_t k = 0;
     for (; k + 8 <= kc; k += 8) {
         __m256i r[8];
-        for (size_t i = 0; i < 8; i++)
+        for (size_t i = 0; i < 8; i++) {
             r[i] = i < rows ? _mm256_loadu_si256((const __m256i *)(a + i * lda + k))
                             : _mm256_setzero_si256();
+            if (rnd) r[i] = _mm256_slli_epi32(bits8v(r[i]), 16);
+        }
         tr8(r);
         for (size_t j = 0; j < 8; j++) _mm256_storeu_si256((__m256i *)(p + (k + j) * 6), r[j]);
     }
     for (; k < kc; k++)
-        for (size_t i = 0; i < 6; i++) p[k * 6 + i] = i < rows ? a[i * lda + k] : 0.0f;
+        for (size_t i = 0; i < 6; i++) p[k * 6 + i] = i < rows ? a_val(a[i * lda + k], rnd) : 0.0f;
+}
+
+/* the same for A stored transposed (A(m, k) at a[k lda + m]): each k's 6
+ * values are contiguous, loaded under a mask of the real ones (nothing
+ * past them is read) and stored as 8 that the next k overwrites */
+MC_TARGET_AVX2 static void pack_at(float *p, const float *a, size_t lda, size_t rows, size_t kc,
+                                   int rnd)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rows), lane);
+    for (size_t k = 0; k < kc; k++) {
+        __m256i v = _mm256_castps_si256(_mm256_maskload_ps(a + k * lda, mask));
+        if (rnd) v = _mm256_slli_epi32(bits8v(v), 16);
+        _mm256_storeu_si256((__m256i *)(p + k * 6), v);
+    }
 }
 
 /* rows [r0, r1) of C, column panels [q0, q1): one thread's share */
 MC_TARGET_AVX2 static void gemm_part(size_t r0, size_t r1, size_t q0, size_t q1, size_t mcb,
-                                     size_t N, size_t K, const float *A, size_t lda,
+                                     size_t N, size_t K, unsigned af, const float *A, size_t lda,
                                      const uint16_t *P, float beta, float *C, size_t ldc, float *Ap)
 {
     uint16_t edge[KC * 16]; /* a narrow panel's block, zero-padded to 16 wide */
@@ -196,7 +242,12 @@ MC_TARGET_AVX2 static void gemm_part(size_t r0, size_t r1, size_t q0, size_t q1,
             size_t kc = K - pc < KC ? K - pc : KC;
             int first = pc == 0 && beta == 0.0f;
             for (size_t ir = 0; ir < mc; ir += 6)
-                pack_a(Ap + ir * kc, A + (ic + ir) * lda + pc, lda, mc - ir < 6 ? mc - ir : 6, kc);
+                if (af & MC_CPU_B16_AT)
+                    pack_at(Ap + ir * kc, A + pc * lda + ic + ir, lda, mc - ir < 6 ? mc - ir : 6,
+                            kc, af & MC_CPU_B16_ROUND_A);
+                else
+                    pack_a(Ap + ir * kc, A + (ic + ir) * lda + pc, lda, mc - ir < 6 ? mc - ir : 6,
+                           kc, af & MC_CPU_B16_ROUND_A);
             for (size_t q = q0; q < q1; q++) {
                 size_t j0 = q * 16, w = N - j0 < 16 ? N - j0 : 16;
                 const uint16_t *pb = P + j0 * K + pc * w;
@@ -223,8 +274,8 @@ MC_TARGET_AVX2 static void gemm_part(size_t r0, size_t r1, size_t q0, size_t q1,
     }
 }
 
-void mc_cpu_b16_gemm(mc_backend *be, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                     const uint16_t *P, float beta, float *C, size_t ldc)
+void mc_cpu_b16_gemm(mc_backend *be, size_t M, size_t N, size_t K, unsigned af, const float *A,
+                     size_t lda, const uint16_t *P, float beta, float *C, size_t ldc)
 {
     assert(beta == 0.0f || beta == 1.0f);
     if (!M || !N) return;
@@ -259,7 +310,7 @@ void mc_cpu_b16_gemm(mc_backend *be, size_t M, size_t N, size_t K, const float *
             r1 = r0 + per < M ? r0 + per : M;
         }
         if (r0 < r1 && q0 < q1)
-            gemm_part(r0, r1, q0, q1, mcb, N, K, A, lda, P, beta, C, ldc, Ap + t * apn);
+            gemm_part(r0, r1, q0, q1, mcb, N, K, af, A, lda, P, beta, C, ldc, Ap + t * apn);
     }
 }
 
@@ -276,10 +327,20 @@ void mc_cpu_b16_pack(mc_backend *be, uint16_t *fwd, uint16_t *bwd, const float *
     (void)be, (void)fwd, (void)bwd, (void)W, (void)O, (void)I;
     assert(0);
 }
-void mc_cpu_b16_gemm(mc_backend *be, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                     const uint16_t *P, float beta, float *C, size_t ldc)
+int mc_cpu_b16_stream(const uint16_t *out, size_t O, size_t I)
 {
-    (void)be, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)P, (void)beta, (void)C,
+    (void)out, (void)O, (void)I;
+    return 0;
+}
+void mc_cpu_b16_pack_rows(uint16_t *out, const float *W, size_t o0, size_t O, size_t I, int nt)
+{
+    (void)out, (void)W, (void)o0, (void)O, (void)I, (void)nt;
+    assert(0);
+}
+void mc_cpu_b16_gemm(mc_backend *be, size_t M, size_t N, size_t K, unsigned af, const float *A,
+                     size_t lda, const uint16_t *P, float beta, float *C, size_t ldc)
+{
+    (void)be, (void)M, (void)N, (void)K, (void)af, (void)A, (void)lda, (void)P, (void)beta, (void)C,
         (void)ldc;
     assert(0);
 }

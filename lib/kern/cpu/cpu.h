@@ -102,10 +102,20 @@ int mc_cpu_b16_panels(const mc_backend *be, mc_prec prec);
  * product's (B = W) into bwd, either NULL for none */
 void mc_cpu_b16_pack(mc_backend *be, uint16_t *fwd, uint16_t *bwd, const float *W, size_t O,
                      size_t I);
-/* C[M,N] (row stride ldc) = beta C + A[M,K] (row stride lda) . B, B [K,N]
- * in panels (b16gemm.c); beta 0 or 1. Bits independent of the threads. */
-void mc_cpu_b16_gemm(mc_backend *be, size_t M, size_t N, size_t K, const float *A, size_t lda,
-                     const uint16_t *P, float beta, float *C, size_t ldc);
+/* the 16 rows [o0, o0 + 16) (fewer at the end) of W [O, I] into both
+ * panel sets of the prepared form out (out: the forward's, out + O I: the
+ * backward's) on the calling thread, streamed past the caches where nt
+ * (mc_cpu_b16_stream: a large, aligned copy) */
+void mc_cpu_b16_pack_rows(uint16_t *out, const float *W, size_t o0, size_t O, size_t I, int nt);
+int mc_cpu_b16_stream(const uint16_t *out, size_t O, size_t I);
+/* C[M,N] (row stride ldc) = beta C + op(A)[M,K] . B, B [K,N] in panels
+ * (b16gemm.c); A row-major [M,K] (row stride lda), or with MC_CPU_B16_AT
+ * in af its transpose stored [K,M]; its values taken as they are, or with
+ * MC_CPU_B16_ROUND_A rounded to bf16 as they are packed (the same values
+ * as mc_k_round's); beta 0 or 1. Bits independent of the threads. */
+enum { MC_CPU_B16_AT = 1, MC_CPU_B16_ROUND_A = 2 };
+void mc_cpu_b16_gemm(mc_backend *be, size_t M, size_t N, size_t K, unsigned af, const float *A,
+                     size_t lda, const uint16_t *P, float beta, float *C, size_t ldc);
 #define MC_CPU_STREAM_MIN ((size_t)1 << 20)
 
 /* init.c's own ln u (u in (0, 1)) and cos(2 pi t) (t = k / 2^32 in

@@ -339,7 +339,10 @@ void mc_cpu_prepare_weight(mc_backend *be, mc_prec prec, void *out, const float 
     assert(prec != MC_PREC_FP32);
     if (cols && mc_cpu_b16_panels(be, prec)) {
         assert(n % cols == 0);
-        mc_cpu_b16_pack(be, out, (uint16_t *)out + n, W, n / cols, cols);
+        size_t O = n / cols, nb = (O + 15) / 16;
+        int nt = mc_cpu_b16_stream(out, O, cols);
+#pragma omp parallel for num_threads(be->threads) if (n > 65536) schedule(static)
+        for (size_t b = 0; b < nb; b++) mc_cpu_b16_pack_rows(out, W, b * 16, O, cols, nt);
         return;
     }
     size_t es = mc_backend_weight_bytes(be, prec);

@@ -5,8 +5,8 @@
  * TF32 through sgemm on rounded operands (the details above gemm). BF16
  * without oneDNN's GEMM: on the AVX2 and AVX-512 paths the products with
  * the weight (the forward and d x) through b16gemm.c's GEMM on the
- * weight's bf16 panels, d W through sgemm on rounded operands; on the
- * baseline path all three as FP16's. Bias add and the bias-gradient
+ * weight's bf16 panels, d W through the same GEMM on x packed per call; on
+ * the baseline path all three as FP16's. Bias add and the bias-gradient
  * reduction are OpenMP loops.
  */
 #include <assert.h>
@@ -68,13 +68,6 @@ static const uint16_t *weight_panels(mc_backend *be, const float *W, const void 
     uint16_t *P = mc_cpu_scratch(be, MC_CPU_SCRATCH_PANEL_B, O * I * sizeof(uint16_t));
     mc_cpu_b16_pack(be, bwd ? NULL : P, bwd ? P : NULL, W, O, I);
     return P;
-}
-
-/* an activation operand's rounded values (made once) */
-static const float *act_rounded(mc_backend *be, mc_prec prec, operand *A)
-{
-    if (!A->rnd) A->rnd = to_rounded(be, A->slot, A->f, A->n, prec);
-    return A->rnd;
 }
 
 /* An activation operand; exact: its values are already prec's (the
@@ -169,7 +162,7 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_prec prec, float *out, const float *x,
     operand ox = act_operand(x, N * I, MC_CPU_SCRATCH_GEMM_A, exact & MC_LIN_EXACT_X);
     operand ow = weight_operand(be, prec, W, Wp, O * I);
     if (mc_cpu_b16_panels(be, prec))
-        mc_cpu_b16_gemm(be, N, O, I, act_rounded(be, prec, &ox), I,
+        mc_cpu_b16_gemm(be, N, O, I, ox.rnd ? 0 : MC_CPU_B16_ROUND_A, ox.rnd ? ox.rnd : x, I,
                         weight_panels(be, W, Wp, O, I, 0), beta, out, O);
     else if (N == 1 && prec == MC_PREC_FP32)
         /* one row (generation): a matrix-vector product streams W once,
@@ -244,7 +237,9 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float
     char *dr = NULL;
     size_t es = mc_backend_weight_bytes(be, prec);
     int inplace = (exact & MC_LIN_DOUT_SCRATCH) && es == sizeof(float);
-    if ((dx || dW) && prec != MC_PREC_FP32 && !(exact & MC_LIN_EXACT_DOUT)) {
+    /* the bf16-panel GEMM rounds dout as it packs it: no rounded copy */
+    int panels = mc_cpu_b16_panels(be, prec);
+    if ((dx || dW) && prec != MC_PREC_FP32 && !(exact & MC_LIN_EXACT_DOUT) && !panels) {
         if (inplace)
             dr = (char *)(uintptr_t)dout; /* the caller's scratch (kern.h) */
         else if (db)
@@ -277,10 +272,17 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_prec prec, float *dx, float *dW, float
         }
     }
     /* dW first: dx may be x itself (MC_LIN_DX_WRITE) */
-    if (dW) gemm(be, prec, 1, 0, O, I, N, &od, &ox, 1.0f, dW);
+    if (dW && panels) {
+        /* x [N, I] packed as B (K = N) rounds it on the way */
+        uint16_t *P = mc_cpu_scratch(be, MC_CPU_SCRATCH_PANEL_B, N * I * sizeof(uint16_t));
+        mc_cpu_b16_pack(be, NULL, P, ox.rnd ? ox.rnd : x, N, I);
+        mc_cpu_b16_gemm(be, O, I, N, MC_CPU_B16_AT | (od.rnd ? 0 : MC_CPU_B16_ROUND_A),
+                        od.rnd ? od.rnd : dout, O, P, 1.0f, dW, I);
+    } else if (dW)
+        gemm(be, prec, 1, 0, O, I, N, &od, &ox, 1.0f, dW);
     float bx = exact & MC_LIN_DX_WRITE ? 0.0f : 1.0f;
-    if (dx && mc_cpu_b16_panels(be, prec))
-        mc_cpu_b16_gemm(be, N, I, O, act_rounded(be, prec, &od), O,
+    if (dx && panels)
+        mc_cpu_b16_gemm(be, N, I, O, od.rnd ? 0 : MC_CPU_B16_ROUND_A, od.rnd ? od.rnd : dout, O,
                         weight_panels(be, W, Wp, O, I, 1), bx, dx, I);
     else if (dx)
         gemm(be, prec, 0, 0, N, I, O, &od, &ow, bx, dx);
