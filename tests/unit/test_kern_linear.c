@@ -342,7 +342,7 @@ static void check_bias_threads(void)
  * from the value already there, for the += of d x and d W), on the
  * bf16-rounded operands; so the bytes equal fmaf's chain here at 1, 2 and 3 threads.
  * The shapes cross its edges: rows not a multiple of 6, columns not of 16
- * (the narrow last panel), K over several 512-deep blocks, few rows (the
+ * (the narrow last panel), K over several 768-deep blocks, few rows (the
  * threads split the columns) and many (they split the rows). */
 static void check_b16_panels(void)
 {

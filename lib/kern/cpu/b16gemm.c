@@ -16,7 +16,7 @@
  * is the first, then the second: 4 bytes an element, as the rounded fp32
  * copy it replaces.
  *
- * The loops are GotoBLAS's: blocks of KC = 512 steps of K, A packed per
+ * The loops are GotoBLAS's: blocks of KC = 768 steps of K, A packed per
  * block into panels of 6 rows, a 6 x 16 register tile (12 ymm
  * accumulators) per panel pair. Each element of C is summed by one thread
  * in order of k, one fused multiply-add a step, so its bits depend on
@@ -31,7 +31,7 @@
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 
-#define KC 512      /* steps of K in a packed block */
+#define KC 768      /* steps of K in a packed block */
 #define MCB 144     /* rows of a packed block of A... */
 #define MCB_ALL 264 /* ...or all of them, up to this many */
 
@@ -236,11 +236,14 @@ MC_TARGET_AVX2 static void gemm_part(size_t r0, size_t r1, size_t q0, size_t q1,
 {
     uint16_t edge[KC * 16]; /* a narrow panel's block, zero-padded to 16 wide */
     float tmp[6 * 16];      /* a tile at the edge of C */
-    for (size_t ic = r0; ic < r1; ic += mcb) {
-        size_t mc = r1 - ic < mcb ? r1 - ic : mcb;
-        for (size_t pc = 0; pc < K; pc += KC) {
-            size_t kc = K - pc < KC ? K - pc : KC;
-            int first = pc == 0 && beta == 0.0f;
+    /* GotoBLAS's order: a block of K outermost, so its slab of B (kc x N,
+     * bf16) is reread from the last-level cache by each block of rows, not
+     * from memory; each C tile still sums its blocks of K in order */
+    for (size_t pc = 0; pc < K; pc += KC) {
+        size_t kc = K - pc < KC ? K - pc : KC;
+        int first = pc == 0 && beta == 0.0f;
+        for (size_t ic = r0; ic < r1; ic += mcb) {
+            size_t mc = r1 - ic < mcb ? r1 - ic : mcb;
             for (size_t ir = 0; ir < mc; ir += 6)
                 if (af & MC_CPU_B16_AT)
                     pack_at(Ap + ir * kc, A + pc * lda + ic + ir, lda, mc - ir < 6 ? mc - ir : 6,
