@@ -3,7 +3,10 @@
 # (issue 18, section 2): mc-train fp32 and --bf16 alternating, ROUNDS times
 # each (the order swapped every round, so neither always runs second), with
 # every sgemm call timed by shape (gemm_calls.c, loaded as mc's OpenBLAS).
-# Emulated bf16 multiplies the same shapes as fp32 through the same sgemm,
+# It runs bf16 with MC_BF16_PANELS=0, the emulation before the bf16-panel
+# GEMM (b16gemm.c, whose calls it cannot see; bench/avx2/b16_shapes.sh
+# compares the two): there emulated bf16 multiplies the same shapes as fp32
+# through the same sgemm,
 # on operands rounded to bf16: the table shows whether those GEMMs take
 # longer (bf16/fp32 > 1), and the step's time outside the GEMMs (the
 # rounding passes, attention, norms, optimizer) per precision. Also prints
@@ -21,6 +24,7 @@ build=${1:-$here/build}
 T=${T:-1024} rounds=${ROUNDS:-2} iters=${ITERS:-3} threads=${THREADS:-2} cc=${CC:-cc}
 . "$here/bench/lib/avx2_pin.sh"
 avx2_pin
+export MC_BF16_PANELS=0
 mctrain=$build/tools/mc-train/mc-train
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
