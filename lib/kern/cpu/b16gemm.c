@@ -30,6 +30,7 @@
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
+#include "kern/cpu/bf16v.h"
 
 #define KC 768      /* steps of K in a packed block */
 #define MCB 144     /* rows of a packed block of A... */
@@ -42,20 +43,10 @@ int mc_cpu_b16_panels(const mc_backend *be, mc_prec prec)
 
 /* ---------------------------------------------------------------- packing */
 
-/* bf16 bits (fpconv.h's rounding, NaN quieted) of 8 floats, one a lane */
-MC_TARGET_AVX2 static inline __m256i bits8v(__m256i u)
-{
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                           _mm256_set1_epi32(0x7f800000));
-    return _mm256_blendv_epi8(r, quiet, nan);
-}
+/* bf16 bits (bf16v.h's rounding) of the 8 floats at p, one a lane */
 MC_TARGET_AVX2 static inline __m256i bits8(const float *p)
 {
-    return bits8v(_mm256_loadu_si256((const __m256i *)p));
+    return mc_bf16_bits8(_mm256_loadu_si256((const __m256i *)p));
 }
 
 /* 16 bf16 values from two vectors of 8 (a: the first 8) */
@@ -205,7 +196,7 @@ MC_TARGET_AVX2 static void pack_a(float *p, const float *a, size_t lda, size_t r
         for (size_t i = 0; i < 8; i++) {
             r[i] = i < rows ? _mm256_loadu_si256((const __m256i *)(a + i * lda + k))
                             : _mm256_setzero_si256();
-            if (rnd) r[i] = _mm256_slli_epi32(bits8v(r[i]), 16);
+            if (rnd) r[i] = _mm256_slli_epi32(mc_bf16_bits8(r[i]), 16);
         }
         tr8(r);
         for (size_t j = 0; j < 8; j++) _mm256_storeu_si256((__m256i *)(p + (k + j) * 6), r[j]);
@@ -224,7 +215,7 @@ MC_TARGET_AVX2 static void pack_at(float *p, const float *a, size_t lda, size_t 
     const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rows), lane);
     for (size_t k = 0; k < kc; k++) {
         __m256i v = _mm256_castps_si256(_mm256_maskload_ps(a + k * lda, mask));
-        if (rnd) v = _mm256_slli_epi32(bits8v(v), 16);
+        if (rnd) v = _mm256_slli_epi32(mc_bf16_bits8(v), 16);
         _mm256_storeu_si256((__m256i *)(p + k * 6), v);
     }
 }

@@ -239,6 +239,7 @@ void mc_cpu_prepare_here(const mc_backend *be, mc_prec prec, void *out, const fl
  * are bf16_bits's: the integer steps below are the same expression. */
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
+#include "kern/cpu/bf16v.h"
 #define MC_HAVE_NT_PREPARE 1
 
 MC_TARGET_AVX512 static __m512i bf16_bits16(__m512i u)
@@ -252,16 +253,6 @@ MC_TARGET_AVX512 static __m512i bf16_bits16(__m512i u)
     return _mm512_mask_mov_epi32(r, nan, quiet);
 }
 
-MC_TARGET_AVX2 static __m256i bf16_bits8(__m256i u)
-{
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                           _mm256_set1_epi32(0x7f800000));
-    return _mm256_blendv_epi8(r, quiet, nan);
-}
 
 /* n elements from dst's first 64-byte boundary on: the scalar head and tail
  * go through bf16_bits */
@@ -302,7 +293,7 @@ MC_TARGET_AVX2 static void round_bf16_nt_avx2(float *dst, const float *src, size
     size_t i = nt_head(dst, 4, n);
     round_span_baseline(dst, src, i, MC_PREC_BF16);
     for (; i + 8 <= n; i += 8) {
-        __m256i b = bf16_bits8(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m256i b = mc_bf16_bits8(_mm256_loadu_si256((const __m256i *)(src + i)));
         _mm256_stream_si256((__m256i *)(dst + i), _mm256_slli_epi32(b, 16));
     }
     round_span_baseline(dst + i, src + i, n - i, MC_PREC_BF16);
